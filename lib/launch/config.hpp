@@ -1,0 +1,88 @@
+#pragma once
+
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace trainrun::launch {
+
+// A bad command line or PET_* value: main prints "trainrun: <what>" and exits 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Which of a worker's streams go to log files (redirect) or to files and the console (tee).
+enum class Std : int { none = 0, out = 1, err = 2, all = 3 };
+
+// A per-local-rank stream selection: one value for all ranks, or an explicit map.
+struct StdSpec {
+  Std all_ranks = Std::none;
+  std::map<int, Std> per_rank;
+  bool is_map = false;
+  Std for_rank(int local_rank) const;
+};
+
+enum class EntryMode { python_script, python_module, executable };
+
+struct LaunchConfig {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int nproc_per_node = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool master_port_given = false;  // explicit --master-port / PET_MASTER_PORT
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string rdzv_id = "none";
+  std::map<std::string, std::string> rdzv_conf;
+  bool standalone = false;
+  int max_restarts = 0;
+  double monitor_interval = 0.1;
+  std::string role = "default";
+  bool module = false;
+  bool no_python = false;
+  bool run_path = false;
+  std::string log_dir;  // empty: a fresh temporary directory
+  StdSpec redirects;
+  StdSpec tee;
+  std::optional<std::vector<int>> local_ranks_filter;
+  std::string local_addr;
+  double shutdown_timeout = 30.0;
+  std::vector<int> stop_signals;     // stop the job, forwarded to workers first
+  std::vector<int> forward_signals;  // forwarded only (SIGUSR1, SIGUSR2)
+  std::string start_method = "spawn";
+
+  EntryMode entry_mode = EntryMode::executable;
+  std::string entrypoint;               // as given on the command line
+  std::vector<std::string> entry_args;  // arguments after the entrypoint, untouched
+
+  // The program and arguments each worker runs, before ${local_rank} expansion.
+  std::vector<std::string> worker_argv() const;
+};
+
+// Parses a command line (argv[0] excluded) with PET_* defaults read from `env`.
+// Throws UsageError with a one-line reason on bad input. `--help`/`--version` are reported
+// through `help_text` (then the returned config is meaningless and main exits 0).
+struct ParseOutcome {
+  LaunchConfig config;
+  std::optional<std::string> help_text;
+};
+ParseOutcome parse_command_line(const std::vector<std::string>& args,
+                                const std::map<std::string, std::string>& env);
+
+// Pure parsers, exposed for tests and fuzzing. Each throws UsageError naming `what`.
+std::pair<int, int> parse_nnodes(const std::string& value, const std::string& what);
+StdSpec parse_std_spec(const std::string& value, const std::string& what);
+std::map<std::string, std::string> parse_rdzv_conf(const std::string& value,
+                                                   const std::string& what);
+std::vector<int> parse_rank_list(const std::string& value, const std::string& what);
+int parse_signal_name(const std::string& name, const std::string& what);
+
+// "${local_rank}" and "$local_rank" become the rank; "$$" becomes "$".
+std::string expand_local_rank(const std::string& arg, int local_rank);
+
+}  // namespace trainrun::launch
