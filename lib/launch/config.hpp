@@ -57,6 +57,7 @@ struct LaunchConfig {
   std::string start_method = "spawn";
 
   EntryMode entry_mode = EntryMode::executable;
+  std::string python_exec = "python3";  // $PYTHON_EXEC, for scripts and modules
   std::string entrypoint;               // as given on the command line
   std::vector<std::string> entry_args;  // arguments after the entrypoint, untouched
 

@@ -1,0 +1,323 @@
+#include "agent.hpp"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <random>
+
+#include "entrypoint.hpp"
+#include "failure.hpp"
+#include "log_dir.hpp"
+#include "output.hpp"
+#include "port.hpp"
+#include "supervisor.hpp"
+#include "watchdog.hpp"
+#include "worker_env.hpp"
+
+namespace trainrun::launch {
+
+namespace asio = boost::asio;
+
+namespace {
+
+double unix_now() {
+  using namespace std::chrono;
+  return duration_cast<duration<double>>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+std::string random_hex(size_t n) {
+  std::random_device rd;
+  std::string out;
+  const char* digits = "0123456789abcdef";
+  for (size_t i = 0; i < n; ++i) out += digits[rd() % 16];
+  return out;
+}
+
+std::string random_run_id() {
+  std::string h = random_hex(32);
+  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" +
+         h.substr(20);
+}
+
+void say(const std::string& line) {
+  std::string text = "trainrun: " + line + "\n";
+  write_all(2, text.data(), text.size());
+}
+
+class Agent {
+ public:
+  Agent(const LaunchConfig& config, std::string program, Watchdog& watchdog)
+      : config_(config),
+        program_(std::move(program)),
+        watchdog_(watchdog),
+        console_out_(1),
+        console_err_(2),
+        supervisor_(io_, watchdog_, console_out_, console_err_),
+        signals_(io_),
+        grace_timer_(io_),
+        host_(host_name()),
+        inherited_(current_environment()) {}
+
+  int run() {
+    job_.role = config_.role;
+    job_.max_restarts = config_.max_restarts;
+    job_.use_agent_store = false;
+    job_.run_id = config_.standalone ? random_run_id() : config_.rdzv_id;
+    if (auto it = inherited_.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != inherited_.end())
+      prefix_template_ = it->second;
+
+    if (config_.max_nodes > 1) {
+      say(fmt::format("--nnodes={}:{}: multi-node jobs need the rendezvous, which this build does "
+                      "not provide yet; run with --nnodes=1",
+                      config_.min_nodes, config_.max_nodes));
+      return 2;
+    }
+    try {
+      logs_ = LogDir::create(config_.log_dir, job_.run_id);
+      // A single-node job needs no fixed port: unless one was asked for, take a free one.
+      port_.emplace(config_.master_port_given ? config_.master_port : 0);
+    } catch (const std::exception& e) {
+      say(e.what());
+      return 1;
+    }
+
+    signals_.add(SIGCHLD);
+    for (int sig : config_.stop_signals) signals_.add(sig);
+    for (int sig : config_.forward_signals) signals_.add(sig);
+    wait_for_signal();
+
+    topology_.group_rank = 0;
+    topology_.group_world_size = 1;
+    topology_.base_rank = 0;
+    topology_.local_world_size = config_.nproc_per_node;
+    topology_.world_size = config_.nproc_per_node;
+    topology_.master_addr = config_.standalone ? "127.0.0.1" : config_.master_addr;
+    topology_.master_port = port_->port();
+    topology_.restart_count = 0;
+
+    asio::post(io_, [this] { start_attempt(); });
+    io_.run();
+    logs_.remove_if_empty();
+    return exit_code_;
+  }
+
+ private:
+  enum class State { running, stopping, finishing, done };
+
+  void start_attempt() {
+    state_ = State::running;
+    failures_.clear();
+    stop_signal_ = 0;
+    std::vector<WorkerLaunch> launches;
+    try {
+      for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
+        const std::string rank_dir = logs_.make_rank_dir(topology_.restart_count, lr);
+        WorkerLaunch w;
+        w.local_rank = lr;
+        w.program = program_;
+        for (const auto& arg : config_.worker_argv()) w.argv.push_back(expand_local_rank(arg, lr));
+        w.argv[0] = config_.worker_argv()[0];
+        const std::string error_file = rank_dir + "/error.json";
+        ::unlink(error_file.c_str());
+        w.envp = merge_environment(inherited_, worker_variables(topology_, job_, lr, error_file, inherited_));
+        w.output = plan_output(config_, lr, rank_dir);
+        w.prefix = line_prefix(prefix_template_, config_.role, topology_.base_rank + lr, lr);
+        launches.push_back(std::move(w));
+      }
+      supervisor_.start(launches, [this](int lr, pid_t pid, ExitStatus st) { on_worker_exit(lr, pid, st); });
+    } catch (const std::exception& e) {
+      say(e.what());
+      exit_code_ = 1;
+      state_ = State::finishing;
+      supervisor_.finish(0, [this] { finish(); });
+    }
+  }
+
+  void wait_for_signal() {
+    signals_.async_wait([this](boost::system::error_code ec, int sig) {
+      if (ec) return;
+      on_signal(sig);
+      if (state_ != State::done) wait_for_signal();
+    });
+  }
+
+  void on_signal(int sig) {
+    if (sig == SIGCHLD) {
+      supervisor_.reap();
+      return;
+    }
+    if (std::find(config_.forward_signals.begin(), config_.forward_signals.end(), sig) !=
+        config_.forward_signals.end()) {
+      supervisor_.signal_all(sig);
+      return;
+    }
+    if (state_ == State::stopping && stop_signal_ != 0) {
+      // Asked twice: no more grace.
+      say(fmt::format("received {} again; killing the workers now", signal_name(sig)));
+      supervisor_.signal_all(SIGKILL);
+      return;
+    }
+    if (state_ == State::finishing || state_ == State::done) return;
+    say(fmt::format("received {}; stopping {} worker(s) ({} s grace before SIGKILL)", signal_name(sig),
+                    supervisor_.running(), config_.shutdown_timeout));
+    stop_signal_ = sig;
+    begin_stop(sig);
+  }
+
+  void on_worker_exit(int local_rank, pid_t pid, ExitStatus status) {
+    if (status.failed() && (state_ == State::running || stop_signal_ == 0)) {
+      record_failure(local_rank, pid, status, state_ == State::running);
+    }
+    if (state_ == State::running && status.failed()) begin_stop(SIGTERM);
+    // Decided after the supervisor's reaping loop has returned, never from inside it.
+    if (supervisor_.running() == 0 && (state_ == State::running || state_ == State::stopping)) {
+      state_ = State::finishing;
+      asio::post(io_, [this] { end_attempt(); });
+    }
+  }
+
+  void record_failure(int local_rank, pid_t pid, ExitStatus status, bool first_wave) {
+    WorkerFailure f;
+    f.local_rank = local_rank;
+    f.rank = topology_.base_rank + local_rank;
+    f.pid = pid;
+    f.status = status;
+    f.host = host_;
+    f.role = config_.role;
+    f.timestamp = unix_now();
+    f.error_file = logs_.rank_dir(topology_.restart_count, local_rank) + "/error.json";
+    std::string problem;
+    if (auto contents = read_error_file(f.error_file, &problem)) {
+      f.has_error_file = true;
+      f.message = contents->message;
+      f.traceback = contents->traceback;
+      if (contents->timestamp) f.timestamp = *contents->timestamp;
+    } else if (!problem.empty()) {
+      say(fmt::format("worker {} (local rank {}): {}", f.rank, local_rank, problem));
+    }
+    // Once the group is being stopped, only workers that left their own error report count as
+    // failures: the rest are ending because we asked them to.
+    if (first_wave || f.has_error_file) failures_.push_back(std::move(f));
+  }
+
+  void begin_stop(int sig) {
+    state_ = State::stopping;
+    supervisor_.signal_all(sig);
+    grace_timer_.expires_after(std::chrono::milliseconds(static_cast<long long>(config_.shutdown_timeout * 1000)));
+    grace_timer_.async_wait([this](boost::system::error_code ec) {
+      if (ec || state_ != State::stopping) return;
+      if (supervisor_.running() > 0) {
+        say(fmt::format("{} worker(s) still running {} s after the stop signal; sending SIGKILL",
+                        supervisor_.running(), config_.shutdown_timeout));
+        supervisor_.signal_all(SIGKILL);
+      }
+    });
+  }
+
+  void end_attempt() {
+    grace_timer_.cancel();
+    supervisor_.finish(config_.shutdown_timeout, [this] { after_attempt(); });
+  }
+
+  void after_attempt() {
+    if (stop_signal_ != 0) {
+      exit_code_ = 128 + stop_signal_;
+      finish();
+      return;
+    }
+    if (failures_.empty()) {
+      exit_code_ = 0;
+      finish();
+      return;
+    }
+    if (topology_.restart_count < config_.max_restarts) {
+      const auto& root = failures_[root_cause_index(failures_)];
+      ++topology_.restart_count;
+      say(fmt::format("worker {} (local rank {}) failed with exit code {}; restarting the worker "
+                      "group ({} of {} restarts)",
+                      root.rank, root.local_rank, root.status.shell_code(), topology_.restart_count,
+                      config_.max_restarts));
+      start_attempt();
+      return;
+    }
+    std::string summary = format_failure_summary(config_.entrypoint, failures_);
+    write_all(2, summary.data(), summary.size());
+    exit_code_ = failures_[root_cause_index(failures_)].status.shell_code();
+    if (exit_code_ == 0) exit_code_ = 1;
+    finish();
+  }
+
+  void finish() {
+    state_ = State::done;
+    signals_.cancel();
+    grace_timer_.cancel();
+    io_.stop();
+  }
+
+  LaunchConfig config_;
+  std::string program_;
+  Watchdog& watchdog_;
+  asio::io_context io_;
+  Console console_out_;
+  Console console_err_;
+  Supervisor supervisor_;
+  asio::signal_set signals_;
+  asio::steady_timer grace_timer_;
+  std::string host_;
+  std::map<std::string, std::string> inherited_;
+  std::optional<std::string> prefix_template_;
+  JobSettings job_;
+  Topology topology_;
+  LogDir logs_;
+  std::optional<HeldPort> port_;
+  State state_ = State::running;
+  std::vector<WorkerFailure> failures_;
+  int stop_signal_ = 0;
+  int exit_code_ = 0;
+};
+
+}  // namespace
+
+int run_agent(const LaunchConfig& config) {
+  const auto env = current_environment();
+  ResolvedEntry entry;
+  try {
+    entry = resolve_entrypoint(config, env);
+  } catch (const EntrypointError& e) {
+    say(e.what());
+    return e.exit_code;
+  }
+  // Output to a closed pipe must not kill the launcher: it drops console output instead.
+  ::signal(SIGPIPE, SIG_IGN);
+  // Orphaned descendants of the workers come back to us, to be stopped and reaped.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  Watchdog watchdog;
+  if (!watchdog.start()) say("warning: cannot start the watchdog process; continuing without it");
+  int code;
+  {
+    Agent agent(entry.config, entry.program, watchdog);
+    code = agent.run();
+  }
+  watchdog.dismiss();
+  return code;
+}
+
+}  // namespace trainrun::launch

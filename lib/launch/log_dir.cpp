@@ -1,0 +1,107 @@
+#include "log_dir.hpp"
+
+#include <dirent.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+namespace trainrun::launch {
+
+namespace {
+
+std::string random_suffix() {
+  std::random_device rd;
+  const char* chars = "abcdefghijklmnopqrstuvwxyz0123456789_";
+  std::string s;
+  for (int i = 0; i < 8; ++i) s += chars[rd() % 37];
+  return s;
+}
+
+// Removes `path` if it and everything under it are directories; true when it is gone.
+bool remove_empty_tree(const std::string& path) {
+  DIR* dir = opendir(path.c_str());
+  if (!dir) return false;
+  bool empty = true;
+  while (dirent* e = readdir(dir)) {
+    std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    std::string child = path + "/" + name;
+    struct stat st{};
+    if (lstat(child.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && remove_empty_tree(child)) continue;
+    empty = false;
+  }
+  closedir(dir);
+  return empty && ::rmdir(path.c_str()) == 0;
+}
+
+}  // namespace
+
+void make_directories(const std::string& path) {
+  if (path.empty()) return;
+  std::string partial;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    partial = path.substr(0, pos);
+    if (partial.empty()) continue;
+    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
+      throw std::runtime_error(
+          fmt::format("cannot create log directory {}: {}", partial, std::strerror(errno)));
+  }
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw std::runtime_error(fmt::format("cannot create log directory {}: not a directory", path));
+}
+
+LogDir LogDir::create(const std::string& base, const std::string& run_id) {
+  LogDir d;
+  if (base.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/trainrun_XXXXXX";
+    std::vector<char> buf(templ.begin(), templ.end());
+    buf.push_back('\0');
+    if (!::mkdtemp(buf.data()))
+      throw std::runtime_error(fmt::format("cannot create a log directory under {}: {} (set TMPDIR or --log-dir)",
+                                           tmp && *tmp ? tmp : "/tmp", std::strerror(errno)));
+    d.base_ = buf.data();
+    d.temporary_ = true;
+  } else {
+    d.base_ = base;
+    make_directories(base);
+  }
+  for (int tries = 0;; ++tries) {
+    d.run_dir_ = d.base_ + "/" + run_id + "_" + random_suffix();
+    if (::mkdir(d.run_dir_.c_str(), 0755) == 0) break;
+    if (errno != EEXIST || tries > 10)
+      throw std::runtime_error(
+          fmt::format("cannot create log directory {}: {}", d.run_dir_, std::strerror(errno)));
+  }
+  return d;
+}
+
+std::string LogDir::attempt_dir(int attempt) const {
+  return fmt::format("{}/attempt_{}", run_dir_, attempt);
+}
+
+std::string LogDir::rank_dir(int attempt, int local_rank) const {
+  return fmt::format("{}/attempt_{}/{}", run_dir_, attempt, local_rank);
+}
+
+std::string LogDir::make_rank_dir(int attempt, int local_rank) const {
+  std::string dir = rank_dir(attempt, local_rank);
+  make_directories(dir);
+  return dir;
+}
+
+void LogDir::remove_if_empty() const {
+  remove_empty_tree(temporary_ ? base_ : run_dir_);
+}
+
+}  // namespace trainrun::launch

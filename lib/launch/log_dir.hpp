@@ -1,0 +1,32 @@
+#pragma once
+
+#include <string>
+
+namespace trainrun::launch {
+
+// The log directory tree, as torchrun lays it out:
+//   <base>/<run id>_<suffix>/attempt_<k>/<local rank>/{stdout.log,stderr.log,error.json}
+// `base` is --log-dir, or a fresh directory under $TMPDIR when none was given.
+class LogDir {
+ public:
+  // Throws std::runtime_error naming the directory when it cannot be created.
+  static LogDir create(const std::string& base, const std::string& run_id);
+
+  std::string run_dir() const { return run_dir_; }
+  std::string attempt_dir(int attempt) const;
+  std::string rank_dir(int attempt, int local_rank) const;
+  // Creates the rank directory (and its parents); throws when it cannot.
+  std::string make_rank_dir(int attempt, int local_rank) const;
+  // A temporary base that holds no file at all is removed, so a clean run leaves nothing behind.
+  void remove_if_empty() const;
+
+ private:
+  std::string base_;
+  std::string run_dir_;
+  bool temporary_ = false;
+};
+
+// mkdir -p; throws std::runtime_error naming the directory and the reason.
+void make_directories(const std::string& path);
+
+}  // namespace trainrun::launch

@@ -1,0 +1,253 @@
+#include "supervisor.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+namespace trainrun::launch {
+
+namespace {
+
+int open_log(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) throw SpawnError(fmt::format("cannot open log file {}: {}", path, std::strerror(errno)));
+  return fd;
+}
+
+// The file descriptors one worker stream needs: what the child gets, and what we keep.
+struct StreamFds {
+  int child = -1;       // dup2'ed onto 1 or 2 in the child; -1 to inherit
+  int keep_file = -1;   // tee: the log file we write
+  int keep_pipe = -1;   // tee: the read end we watch
+};
+
+StreamFds open_stream(const StreamPlan& plan) {
+  StreamFds fds;
+  if (plan.route == StreamRoute::inherit) return fds;
+  int file = open_log(plan.file);
+  if (plan.route == StreamRoute::file) {
+    fds.child = file;
+    return fds;
+  }
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) {
+    ::close(file);
+    throw SpawnError(fmt::format("cannot create an output pipe: {}", std::strerror(errno)));
+  }
+  fds.child = p[1];
+  fds.keep_pipe = p[0];
+  fds.keep_file = file;
+  return fds;
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+std::vector<char*> c_strings(const std::vector<std::string>& v) {
+  std::vector<char*> out;
+  out.reserve(v.size() + 1);
+  for (const auto& s : v) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+// Runs in the child between fork and exec: async-signal-safe calls only.
+[[noreturn]] void exec_child(pid_t parent, const char* program, char** argv, char** envp, int out_fd,
+                             int err_fd, int report_fd) {
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(127);  // the launcher died before prctl took effect
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  signal(SIGPIPE, SIG_DFL);
+  if (out_fd >= 0 && dup2(out_fd, 1) < 0) _exit(127);
+  if (err_fd >= 0 && dup2(err_fd, 2) < 0) _exit(127);
+  execve(program, argv, envp);
+  int err = errno;
+  ssize_t ignored = write(report_fd, &err, sizeof err);
+  (void)ignored;
+  _exit(127);
+}
+
+}  // namespace
+
+std::vector<pid_t> child_processes(pid_t exclude) {
+  std::vector<pid_t> out;
+  const pid_t self = getpid();
+  DIR* proc = opendir("/proc");
+  if (!proc) return out;
+  while (dirent* e = readdir(proc)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // Fields after the command name, which sits in parentheses and may contain anything.
+    auto close_paren = line.rfind(')');
+    if (close_paren == std::string::npos) continue;
+    char state = 0;
+    int ppid = 0;
+    if (std::sscanf(line.c_str() + close_paren + 1, " %c %d", &state, &ppid) != 2) continue;
+    pid_t pid = std::atoi(e->d_name);
+    if (ppid == self && pid != exclude && state != 'Z') out.push_back(pid);
+  }
+  closedir(proc);
+  return out;
+}
+
+Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console& out, Console& err)
+    : io_(io), watchdog_(watchdog), out_(out), err_(err), finish_timer_(io) {}
+
+void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on_exit) {
+  on_exit_ = std::move(on_exit);
+  workers_.clear();
+  open_readers_ = 0;
+  const pid_t parent = getpid();
+  for (const auto& w : launches) {
+    StreamFds out, err;
+    try {
+      out = open_stream(w.output.out);
+      err = open_stream(w.output.err);
+    } catch (...) {
+      close_fd(out.child), close_fd(out.keep_file), close_fd(out.keep_pipe);
+      signal_all(SIGKILL);
+      throw;
+    }
+    auto argv = c_strings(w.argv);
+    auto envp = c_strings(w.envp);
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) != 0) {
+      signal_all(SIGKILL);
+      throw SpawnError(fmt::format("cannot create a pipe: {}", std::strerror(errno)));
+    }
+    pid_t pid = fork();
+    if (pid == 0) exec_child(parent, w.program.c_str(), argv.data(), envp.data(), out.child, err.child, report[1]);
+    int fork_errno = errno;
+    close_fd(report[1]);
+    close_fd(out.child);
+    close_fd(err.child);
+    if (pid < 0) {
+      close_fd(report[0]), close_fd(out.keep_file), close_fd(out.keep_pipe);
+      close_fd(err.keep_file), close_fd(err.keep_pipe);
+      signal_all(SIGKILL);
+      throw SpawnError(fmt::format("cannot start worker {}: fork: {}", w.local_rank, std::strerror(fork_errno)));
+    }
+    setpgid(pid, pid);  // also here, so the group exists before we ever signal it
+    watchdog_.add_group(pid);
+    workers_.push_back({w.local_rank, pid, true});
+    int exec_errno = 0;
+    ssize_t n;
+    do {
+      n = ::read(report[0], &exec_errno, sizeof exec_errno);
+    } while (n < 0 && errno == EINTR);
+    close_fd(report[0]);
+    if (n == sizeof exec_errno) {
+      close_fd(out.keep_file), close_fd(out.keep_pipe), close_fd(err.keep_file), close_fd(err.keep_pipe);
+      signal_all(SIGKILL);
+      throw SpawnError(fmt::format("cannot execute {}: {}", w.program, std::strerror(exec_errno)));
+    }
+    for (auto [fds, console] : {std::pair{out, &out_}, std::pair{err, &err_}}) {
+      if (fds.keep_pipe < 0) continue;
+      auto reader = std::make_shared<TeeReader>(io_, fds.keep_pipe, fds.keep_file, console, w.prefix);
+      ++open_readers_;
+      reader->start([this] {
+        --open_readers_;
+        if (finish_done_) finish_step();
+      });
+    }
+  }
+}
+
+void Supervisor::reap() {
+  while (true) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) break;
+    for (auto& w : workers_) {
+      if (w.pid != pid || !w.running) continue;
+      w.running = false;
+      if (on_exit_) on_exit_(w.local_rank, pid, ExitStatus::from_wait_status(status));
+    }
+  }
+}
+
+void Supervisor::signal_all(int sig) {
+  for (const auto& w : workers_)
+    if (w.running) ::kill(-w.pid, sig);
+}
+
+size_t Supervisor::running() const {
+  size_t n = 0;
+  for (const auto& w : workers_) n += w.running;
+  return n;
+}
+
+pid_t Supervisor::pid_of(int local_rank) const {
+  for (const auto& w : workers_)
+    if (w.local_rank == local_rank) return w.pid;
+  return -1;
+}
+
+bool Supervisor::leftovers(bool send, int sig) {
+  bool any = false;
+  for (const auto& w : workers_) {
+    if (::kill(-w.pid, send ? sig : 0) == 0) any = true;
+  }
+  for (pid_t pid : child_processes(watchdog_.pid())) {
+    any = true;
+    if (send) ::kill(pid, sig);
+  }
+  return any;
+}
+
+void Supervisor::finish(double grace, std::function<void()> done) {
+  finish_done_ = std::move(done);
+  finish_killed_ = false;
+  finish_deadline_ = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(static_cast<long long>(grace * 1000));
+  leftovers(true, SIGTERM);
+  finish_step();
+}
+
+void Supervisor::finish_step() {
+  reap();
+  const bool alive = leftovers(false, 0);
+  if (!alive && open_readers_ == 0) {
+    finish_timer_.cancel();
+    for (const auto& w : workers_) watchdog_.remove_group(w.pid);
+    auto done = std::move(finish_done_);
+    finish_done_ = nullptr;
+    workers_.clear();
+    done();
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  // Nothing of ours is alive, yet a pipe is still held open by a process outside our tree: do
+  // not wait for it forever.
+  if (!alive && now >= finish_deadline_ + std::chrono::seconds(1)) {
+    open_readers_ = 0;
+    finish_step();
+    return;
+  }
+  if (alive && !finish_killed_ && now >= finish_deadline_) {
+    leftovers(true, SIGKILL);
+    finish_killed_ = true;
+  }
+  // Leftovers have no exit event of their own that we can wait on; look again shortly.
+  finish_timer_.expires_after(std::chrono::milliseconds(alive ? 10 : 50));
+  finish_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec && finish_done_) finish_step();
+  });
+}
+
+}  // namespace trainrun::launch

@@ -1,0 +1,81 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "failure.hpp"
+#include "output.hpp"
+#include "watchdog.hpp"
+
+namespace trainrun::launch {
+
+// Everything needed to start one worker process.
+struct WorkerLaunch {
+  int local_rank = 0;
+  std::string program;             // path handed to execve (already resolved)
+  std::vector<std::string> argv;
+  std::vector<std::string> envp;   // "NAME=value"
+  OutputPlan output;
+  std::string prefix;              // console prefix for tee'd lines
+};
+
+// Starting a worker failed before it ran (log file, pipe, fork or exec).
+class SpawnError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Starts, signals and reaps one node's group of workers. Each worker leads its own process
+// group, so a signal to the group also reaches what the worker started. Passive: the agent
+// calls reap() when SIGCHLD arrives and decides what a worker's end means.
+class Supervisor {
+ public:
+  using ExitHandler = std::function<void(int local_rank, pid_t pid, ExitStatus status)>;
+
+  Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console& out, Console& err);
+
+  // Starts every worker. On failure, kills those already started and throws SpawnError.
+  void start(const std::vector<WorkerLaunch>& workers, ExitHandler on_exit);
+  // Collects every child that has ended (workers and orphans that came back to us).
+  void reap();
+  // Sends `sig` to the process group of every worker still running.
+  void signal_all(int sig);
+  size_t running() const;
+  pid_t pid_of(int local_rank) const;
+  // After every worker has ended: stops what they left behind (the rest of their process groups,
+  // orphans re-parented to us) with SIGTERM, then SIGKILL after `grace` seconds, and waits for
+  // the tee'd output to drain. Calls `done` when nothing of this group is left.
+  void finish(double grace, std::function<void()> done);
+
+ private:
+  struct Worker {
+    int local_rank = 0;
+    pid_t pid = -1;
+    bool running = false;
+  };
+  bool leftovers(bool signal, int sig);
+  void finish_step();
+
+  boost::asio::io_context& io_;
+  Watchdog& watchdog_;
+  Console& out_;
+  Console& err_;
+  std::vector<Worker> workers_;
+  ExitHandler on_exit_;
+  size_t open_readers_ = 0;
+  boost::asio::steady_timer finish_timer_;
+  std::chrono::steady_clock::time_point finish_deadline_;
+  bool finish_killed_ = false;
+  std::function<void()> finish_done_;
+};
+
+// Everything of ours still alive whose parent is this process, except `exclude`.
+std::vector<pid_t> child_processes(pid_t exclude);
+
+}  // namespace trainrun::launch

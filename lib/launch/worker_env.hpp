@@ -1,0 +1,44 @@
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace trainrun::launch {
+
+// Where this node's workers sit in the job, as decided by the rendezvous.
+struct Topology {
+  int group_rank = 0;
+  int group_world_size = 1;
+  int base_rank = 0;  // global rank of this node's local rank 0
+  int local_world_size = 1;
+  int world_size = 1;
+  std::string master_addr;
+  int master_port = 0;
+  int restart_count = 0;
+};
+
+// What every worker of this node shares, beyond the topology.
+struct JobSettings {
+  std::string role = "default";
+  std::string run_id = "none";
+  int max_restarts = 0;
+  bool use_agent_store = false;
+};
+
+// The variables torchrun gives worker `local_rank` (every value a string). `error_file` is that
+// worker's TORCHELASTIC_ERROR_FILE. `inherited` is the launcher's environment: variables the
+// user set themselves (OMP_NUM_THREADS, NCCL_ASYNC_ERROR_HANDLING) are left alone.
+std::map<std::string, std::string> worker_variables(const Topology& topology,
+                                                    const JobSettings& job, int local_rank,
+                                                    const std::string& error_file,
+                                                    const std::map<std::string, std::string>& inherited);
+
+// The launcher's environment with `variables` set on top, as "NAME=value" strings for execve.
+std::vector<std::string> merge_environment(const std::map<std::string, std::string>& inherited,
+                                           const std::map<std::string, std::string>& variables);
+
+// The current process environment as a map.
+std::map<std::string, std::string> current_environment();
+
+}  // namespace trainrun::launch
