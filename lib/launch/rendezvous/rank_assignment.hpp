@@ -1,0 +1,25 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "messages.hpp"
+
+namespace trainrun::launch::rdzv {
+
+// Where worker RANK 0's store lives. Dynamic rounds take it from group rank 0's descriptor;
+// the static backend is given it on the command line.
+struct MasterEndpoint {
+  std::string addr;
+  int port = 0;
+};
+
+// Group ranks, base global ranks and sizes for one round. The result is index-aligned with
+// `nodes`. Dynamic (`use_node_rank` false): group ranks follow the descriptors sorted by (host,
+// addr, pid), and MASTER_ADDR/PORT are group rank 0's advertised address and reserved port,
+// unless `fixed_master` is given. Static: group rank = node_rank, which must be a permutation of
+// 0..n-1 (std::invalid_argument otherwise). Restart counts are left 0 for the caller to fill in.
+std::vector<Assignment> assign_ranks(const std::vector<NodeDescriptor>& nodes, std::uint64_t round,
+                                     bool use_node_rank, const MasterEndpoint* fixed_master);
+
+}  // namespace trainrun::launch::rdzv
