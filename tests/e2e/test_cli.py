@@ -1,0 +1,135 @@
+"""Command line: validation, help, version, PET_* defaults, entrypoint checks."""
+import os
+import stat
+
+import pytest
+
+from conftest import run
+
+BAD = [
+    (["--nnodes=0", "x"], "--nnodes=0"),
+    (["--nnodes=3:2", "x"], "MIN must not exceed MAX"),
+    (["--nnodes=x", "x"], "--nnodes=x"),
+    (["--nproc-per-node=0", "x"], "--nproc-per-node=0"),
+    (["--nproc_per_node=-2", "x"], "--nproc-per-node=-2"),
+    (["--nproc-per-node=abc", "x"], "--nproc-per-node=abc"),
+    (["--max-restarts=-1", "x"], "--max-restarts=-1"),
+    (["--redirects=5", "x"], "--redirects=5"),
+    (["--redirects=0:7", "x"], "--redirects=0:7"),
+    (["--tee=1:", "x"], "--tee=1:"),
+    (["--rdzv-conf=join_timeout", "x"], "join_timeout"),
+    (["--rdzv-conf=join_timeout=soon", "x"], "join_timeout"),
+    (["--master-port=70000", "x"], "--master-port=70000"),
+    (["--rdzv-backend=zookeeper", "x"], "zookeeper"),
+    (["--shutdown-timeout=-3", "x"], "--shutdown-timeout"),
+    (["--signals-to-handle=SIGFOO", "x"], "SIGFOO"),
+    (["--local-ranks-filter=a", "x"], "--local-ranks-filter"),
+    (["-m", "--no-python", "x"], "--no-python"),
+    ([], "no entrypoint"),
+    (["--bogus-option", "x"], "--bogus-option"),
+]
+
+
+@pytest.mark.parametrize("args,needle", BAD)
+def test_bad_input_is_one_line_and_exit_2(args, needle):
+    r = run(args)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("trainrun: ")
+    assert needle in lines[0]
+    assert "what()" not in r.stderr
+
+
+def test_gpu_without_gpu_is_refused():
+    if os.path.exists("/proc/driver/nvidia/gpus"):
+        pytest.skip("this machine has NVIDIA GPUs")
+    r = run(["--nproc-per-node=gpu", "/bin/true"], env={"CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 2
+    assert "no NVIDIA GPU" in r.stderr
+
+
+def test_pet_variables_supply_defaults_and_are_validated(worker, tmp_path):
+    r = run(["--no-python", worker, "env", str(tmp_path / "env")],
+            env={"PET_NPROC_PER_NODE": "3", "PET_MAX_RESTARTS": "2"})
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["env.0", "env.1", "env.2"]
+    text = (tmp_path / "env.0").read_text()
+    assert "TORCHELASTIC_MAX_RESTARTS=2\n" in text
+    r = run(["/bin/true"], env={"PET_NNODES": "4:1"})
+    assert r.returncode == 2 and "PET_NNODES=4:1" in r.stderr
+    r = run(["/bin/true"], env={"PET_STANDALONE": "maybe"})
+    assert r.returncode == 2 and "PET_STANDALONE" in r.stderr
+
+
+def test_command_line_wins_over_pet(tmp_path, worker):
+    r = run(["--nproc-per-node=1", worker, "env", str(tmp_path / "env")],
+            env={"PET_NPROC_PER_NODE": "3"})
+    assert r.returncode == 0, r.stderr
+    assert os.listdir(tmp_path) == ["env.0"]
+
+
+def test_cpu_and_auto_count_usable_cpus(tmp_path, worker):
+    ncpu = len(os.sched_getaffinity(0))
+    for value in ("cpu", "auto"):
+        d = tmp_path / value
+        d.mkdir()
+        r = run([f"--nproc-per-node={value}", worker, "env", str(d / "env")],
+                env={"CUDA_VISIBLE_DEVICES": ""})
+        assert r.returncode == 0, r.stderr
+        assert len(os.listdir(d)) == ncpu
+
+
+def test_help_is_grouped_and_version_prints():
+    r = run(["--help"])
+    assert r.returncode == 0
+    for word in ("Topology:", "Rendezvous:", "Supervision:", "Output:", "Entrypoint:",
+                 "--nproc-per-node,--nproc_per_node", "PET_NPROC_PER_NODE", "ENTRYPOINT"):
+        assert word in r.stdout
+    r = run(["--version"])
+    assert r.returncode == 0 and r.stdout.startswith("trainrun ")
+
+
+def test_missing_entrypoint_is_127_before_any_worker(tmp_path):
+    r = run(["--nproc-per-node=2", str(tmp_path / "nope")])
+    assert r.returncode == 127
+    assert "no such file" in r.stderr
+    r = run(["--no-python", "no-such-command-anywhere"])
+    assert r.returncode == 127 and "not found" in r.stderr
+    r = run(["--nproc-per-node=2", str(tmp_path / "missing.py")])
+    assert r.returncode == 127
+
+
+def test_non_executable_is_126(tmp_path):
+    f = tmp_path / "prog"
+    f.write_text("#!/bin/sh\necho hi\n")
+    f.chmod(0o644)
+    r = run(["--no-python", str(f)])
+    assert r.returncode == 126
+    assert "permission denied" in r.stderr
+    r = run(["--no-python", str(tmp_path)])
+    assert r.returncode == 126
+
+
+def test_executable_runs_without_no_python(tmp_path):
+    f = tmp_path / "prog"
+    f.write_text("#!/bin/sh\necho \"hello $LOCAL_RANK\"\n")
+    f.chmod(0o755)
+    r = run(["--nproc-per-node=2", str(f)])
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.split("\n")[:2]) == ["hello 0", "hello 1"]
+
+
+def test_arguments_after_entrypoint_are_untouched(tmp_path):
+    f = tmp_path / "args.sh"
+    f.write_text('#!/bin/sh\nfor a in "$@"; do echo "[$a]"; done\n')
+    f.chmod(0o755)
+    r = run(["--nproc-per-node=2", "--no-python", str(f), "--nproc-per-node=9", "-m",
+             "out${local_rank}.log", "$local_rank", "$$x", "--help"])
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.split("\n")
+    assert out.count("[--nproc-per-node=9]") == 2
+    assert out.count("[-m]") == 2 and out.count("[--help]") == 2
+    assert "[out0.log]" in out and "[out1.log]" in out
+    assert "[0]" in out and "[1]" in out
+    assert out.count("[$x]") == 2

@@ -1,0 +1,225 @@
+"""Supervision: failures stop the group, exit codes, summary, restarts, signals, no survivors."""
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from conftest import alive, read_pids, run, start, wait_for, wait_for_pids
+
+
+def test_success_exits_zero_at_once(worker):
+    t0 = time.monotonic()
+    r = run(["--nproc-per-node=4", worker, "sleep", "0.1"])
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    assert time.monotonic() - t0 < 10
+
+
+def test_failure_stops_the_group_and_exits_with_the_workers_code(worker, tmp_path):
+    pids = tmp_path / "pids"
+    r = run(["--nproc-per-node=4", worker, "pidfile", str(pids), "rank-exit", "2", "7",
+             "sleep", "60"], timeout=30)
+    assert r.returncode == 7, r.stderr
+    assert "FAILED" in r.stderr
+    assert "rank      : 2 (local_rank: 2)" in r.stderr
+    assert "exitcode  : 7" in r.stderr
+    assert "<NO_OTHER_FAILURES>" in r.stderr
+    for pid in read_pids(pids):
+        assert not alive(pid)
+
+
+def test_death_by_signal_exits_128_plus_n_and_names_the_signal(worker):
+    r = run(["--nproc-per-node=2", worker, "rank-exit", "0", "0", "signal", "11"], timeout=30)
+    assert r.returncode == 128 + 11, r.stderr
+    assert "Signal 11 (SIGSEGV) received by PID" in r.stderr
+    assert "exitcode  : -11" in r.stderr
+
+
+def test_sigkill_of_a_worker_like_the_oom_killer(worker, tmp_path):
+    pids = tmp_path / "pids"
+    p = start(["--nproc-per-node=3", worker, "pidfile", str(pids), "sleep", "60"],
+              stderr=open(tmp_path / "err", "w"))
+    victims = wait_for_pids(pids, 3)
+    os.kill(victims[1], signal.SIGKILL)
+    assert p.wait(timeout=20) == 128 + 9
+    assert "SIGKILL" in (tmp_path / "err").read_text()
+    for pid in victims:
+        assert not alive(pid)
+
+
+def test_sigterm_ignorer_gets_sigkill_after_the_shutdown_timeout(worker, tmp_path):
+    pids = tmp_path / "pids"
+    t0 = time.monotonic()
+    r = run(["--nproc-per-node=2", "--shutdown-timeout=1", worker, "ignore-term", "pidfile",
+             str(pids), "rank-exit", "1", "5", "sleep", "60"], timeout=30)
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 5, r.stderr
+    assert "sending SIGKILL" in r.stderr
+    assert elapsed < 15
+    for pid in read_pids(pids):
+        assert not alive(pid)
+
+
+def test_error_file_sets_root_cause_and_traceback(worker):
+    r = run(["--nproc-per-node=2", worker, "rank-exit", "0", "0", "error-file", "ValueError: bad",
+             "exit", "3"], timeout=30)
+    assert r.returncode == 3
+    assert "Traceback: ValueError: bad" in r.stderr
+    assert "error.json" in r.stderr
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1,2]", '{"message": 5}'])
+def test_malformed_error_file_is_reported_not_fatal(tmp_path, content):
+    script = tmp_path / "w.sh"
+    script.write_text(f"#!/bin/sh\nprintf '%s' '{content}' > \"$TORCHELASTIC_ERROR_FILE\"\nexit 4\n")
+    script.chmod(0o755)
+    r = run([str(script)], timeout=30)
+    assert r.returncode == 4
+    assert "malformed" in r.stderr
+    assert "FAILED" in r.stderr
+
+
+def test_huge_error_file_is_reported_not_read(tmp_path):
+    script = tmp_path / "w.sh"
+    script.write_text("#!/bin/sh\nhead -c 6000000 /dev/zero > \"$TORCHELASTIC_ERROR_FILE\"\nexit 4\n")
+    script.chmod(0o755)
+    r = run([str(script)], timeout=30)
+    assert r.returncode == 4
+    assert "too large" in r.stderr
+
+
+def test_plain_error_file_form(tmp_path):
+    script = tmp_path / "w.sh"
+    script.write_text("#!/bin/sh\necho '{\"message\": \"plain text\", \"timestamp\": 1764468103}'"
+                      " > \"$TORCHELASTIC_ERROR_FILE\"\nexit 4\n")
+    script.chmod(0o755)
+    r = run([str(script)], timeout=30)
+    assert r.returncode == 4 and "plain text" in r.stderr
+
+
+def test_restarts_count_up_and_log_per_attempt(worker, tmp_path):
+    logs = tmp_path / "logs"
+    marker = tmp_path / "marker"
+    script = tmp_path / "w.sh"
+    # Both ranks print, meet at a barrier of files, then fail on the first two attempts.
+    script.write_text("#!/bin/sh\necho \"attempt $TORCHELASTIC_RESTART_COUNT rank $RANK\"\n"
+                      f"touch {marker}.$TORCHELASTIC_RESTART_COUNT.$RANK\n"
+                      f"for i in $(seq 200); do [ -e {marker}.$TORCHELASTIC_RESTART_COUNT.0 ] && "
+                      f"[ -e {marker}.$TORCHELASTIC_RESTART_COUNT.1 ] && break; sleep 0.05; done\n"
+                      "[ \"$TORCHELASTIC_RESTART_COUNT\" -ge 2 ] || exit 9\n")
+    script.chmod(0o755)
+    r = run(["--nproc-per-node=2", "--max-restarts=3", "--redirects=1", f"--log-dir={logs}",
+             "--rdzv-id=job1", str(script)], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("restarting the worker group") == 2
+    (run_dir,) = os.listdir(logs)
+    assert run_dir.startswith("job1_")
+    for attempt in range(3):
+        for rank in range(2):
+            text = (logs / run_dir / f"attempt_{attempt}" / str(rank) / "stdout.log").read_text()
+            assert text == f"attempt {attempt} rank {rank}\n"
+
+
+def test_restarts_exhausted_fail_with_summary(tmp_path):
+    script = tmp_path / "w.sh"
+    script.write_text("#!/bin/sh\nexit 6\n")
+    script.chmod(0o755)
+    r = run(["--max-restarts=2", "--nproc-per-node=2", str(script)], timeout=60)
+    assert r.returncode == 6
+    assert r.stderr.count("restarting the worker group") == 2
+    assert "(2 of 2 restarts)" in r.stderr
+    assert "FAILED" in r.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT])
+def test_stop_signals_reach_workers_and_exit_128_plus_n(worker, tmp_path, sig):
+    pids = tmp_path / "pids"
+    p = start(["--nproc-per-node=3", "--shutdown-timeout=5", worker, "pidfile", str(pids),
+               "sleep", "60"], stderr=open(tmp_path / "err", "w"))
+    victims = wait_for_pids(pids, 3)
+    os.kill(p.pid, sig)
+    assert p.wait(timeout=20) == 128 + sig
+    for pid in victims:
+        assert not alive(pid)
+
+
+def test_second_ctrl_c_kills_at_once(worker, tmp_path):
+    pids = tmp_path / "pids"
+    p = start(["--nproc-per-node=2", "--shutdown-timeout=60", worker, "ignore-term", "pidfile",
+               str(pids), "sleep", "60"], stderr=open(tmp_path / "err", "w"))
+    victims = wait_for_pids(pids, 2)
+    os.kill(p.pid, signal.SIGINT)
+    time.sleep(0.3)
+    os.kill(p.pid, signal.SIGINT)
+    t0 = time.monotonic()
+    assert p.wait(timeout=10) == 128 + signal.SIGINT
+    assert time.monotonic() - t0 < 5
+    for pid in victims:
+        assert not alive(pid)
+
+
+def test_sigusr1_is_forwarded_without_stopping(worker, tmp_path):
+    pids = tmp_path / "pids"
+    got = tmp_path / "usr1"
+    p = start(["--nproc-per-node=2", worker, "on-usr1", str(got), "pidfile", str(pids),
+               "sleep", "2"])
+    wait_for_pids(pids, 2)
+    os.kill(p.pid, signal.SIGUSR1)
+    assert wait_for(lambda: got.exists() and got.read_text().count("usr1") == 2, 5)
+    assert p.wait(timeout=20) == 0
+
+
+def test_signals_to_handle_chooses_the_set(worker, tmp_path):
+    pids = tmp_path / "pids"
+    got = tmp_path / "usr1"
+    # SIGUSR1 not in the set: it is not forwarded, and kills trainrun by its default action.
+    p = start(["--nproc-per-node=1", "--signals-to-handle=SIGTERM", worker, "on-usr1", str(got),
+               "pidfile", str(pids), "sleep", "60"])
+    victims = wait_for_pids(pids, 1)
+    os.kill(p.pid, signal.SIGUSR1)
+    assert p.wait(timeout=10) == -signal.SIGUSR1
+    assert not got.exists()
+    assert wait_for(lambda: not alive(victims[0]), 5)
+
+
+def test_kill_9_of_trainrun_leaves_no_survivors(worker, tmp_path):
+    pids = tmp_path / "pids"
+    grand = tmp_path / "grand"
+    p = start(["--nproc-per-node=3", worker, "pidfile", str(pids), "grandchild", str(grand),
+               "ignore-term", "grandchild", str(grand), "plain", "sleep", "60"])
+    workers = wait_for_pids(pids, 3)
+    grandchildren = wait_for_pids(grand, 6)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    everyone = workers + grandchildren
+    assert wait_for(lambda: not any(alive(x) for x in everyone), 1.0), \
+        [x for x in everyone if alive(x)]
+
+
+def test_grandchild_ignoring_sigterm_is_stopped_when_the_job_ends(worker, tmp_path):
+    grand = tmp_path / "grand"
+    r = run(["--nproc-per-node=2", "--shutdown-timeout=1", worker, "grandchild", str(grand),
+             "ignore-term", "grandchild", str(grand), "setsid", "exit", "0"], timeout=30)
+    assert r.returncode == 0, r.stderr
+    for pid in read_pids(grand):
+        assert not alive(pid)
+
+
+def test_grandchildren_stopped_after_failure(worker, tmp_path):
+    grand = tmp_path / "grand"
+    r = run(["--nproc-per-node=2", "--shutdown-timeout=1", worker, "grandchild", str(grand),
+             "ignore-term", "rank-exit", "1", "3", "sleep", "60"], timeout=30)
+    assert r.returncode == 3
+    for pid in read_pids(grand):
+        assert not alive(pid)
+
+
+def test_workers_inherit_cwd_and_stdin(tmp_path):
+    script = tmp_path / "w.sh"
+    script.write_text("#!/bin/sh\npwd\nread line\necho \"got $line\"\n")
+    script.chmod(0o755)
+    r = run([str(script)], input="hello\n", cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [str(tmp_path), "got hello"]

@@ -1,0 +1,130 @@
+// One small worker program with many behaviours, for the launcher's end-to-end tests:
+//   test_worker ACTION [ARGS] [ACTION [ARGS]...]   (actions run left to right)
+//   exit N                 exit with code N
+//   signal N               raise signal N
+//   sleep SECONDS          sleep (interruptible only by signals it does not ignore)
+//   ignore-term            ignore SIGTERM from now on
+//   pidfile PATH           append "<pid>\n" to PATH
+//   grandchild PATH MODE   fork a child that appends its pid to PATH, then sleeps forever;
+//                          MODE is plain, ignore-term or setsid
+//   spew LINES BYTES       print LINES lines of BYTES bytes each to stdout
+//   stderr TEXT            print TEXT and a newline to stderr
+//   partial TEXT           print TEXT to stdout without a newline
+//   binary                 print bytes that are not valid UTF-8, then a newline
+//   error-file MESSAGE     write a torchelastic error file with MESSAGE
+//   close-stdout           close stdout
+//   on-usr1 PATH           on SIGUSR1, append "usr1\n" to PATH (and keep running)
+//   rank-exit RANK N       exit N if RANK equals $RANK
+//   env PATH               write the environment to PATH.<RANK> as NAME=value lines
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <string>
+
+extern char** environ;
+
+namespace {
+
+std::string usr1_path;
+
+void append(const std::string& path, const std::string& text) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) return;
+  ssize_t n = write(fd, text.data(), text.size());
+  (void)n;
+  close(fd);
+}
+
+void on_usr1(int) { append(usr1_path, "usr1\n"); }
+
+[[noreturn]] void usage(const char* what) {
+  std::fprintf(stderr, "test_worker: bad arguments near '%s'\n", what);
+  std::exit(64);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a.c_str());
+      return argv[++i];
+    };
+    if (a == "exit") {
+      std::exit(std::atoi(next().c_str()));
+    } else if (a == "signal") {
+      int sig = std::atoi(next().c_str());
+      signal(sig, SIG_DFL);
+      raise(sig);
+    } else if (a == "sleep") {
+      double s = std::atof(next().c_str());
+      timespec ts{static_cast<time_t>(s), static_cast<long>((s - static_cast<time_t>(s)) * 1e9)};
+      while (nanosleep(&ts, &ts) != 0) {
+      }
+    } else if (a == "ignore-term") {
+      signal(SIGTERM, SIG_IGN);
+    } else if (a == "pidfile") {
+      append(next(), std::to_string(getpid()) + "\n");
+    } else if (a == "grandchild") {
+      std::string path = next();
+      std::string mode = next();
+      pid_t pid = fork();
+      if (pid == 0) {
+        if (mode == "setsid") setsid();
+        if (mode == "ignore-term") signal(SIGTERM, SIG_IGN);
+        append(path, std::to_string(getpid()) + "\n");
+        while (true) pause();
+      }
+    } else if (a == "spew") {
+      long lines = std::atol(next().c_str());
+      long bytes = std::atol(next().c_str());
+      std::string line(static_cast<size_t>(bytes), 'x');
+      line += '\n';
+      for (long l = 0; l < lines; ++l) std::fwrite(line.data(), 1, line.size(), stdout);
+      std::fflush(stdout);
+    } else if (a == "stderr") {
+      std::fprintf(stderr, "%s\n", next().c_str());
+    } else if (a == "partial") {
+      std::fputs(next().c_str(), stdout);
+      std::fflush(stdout);
+    } else if (a == "binary") {
+      const char bytes[] = "\xff\xfe\xc3\x28 raw\n";
+      std::fwrite(bytes, 1, sizeof bytes - 1, stdout);
+      std::fflush(stdout);
+    } else if (a == "error-file") {
+      const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
+      std::string msg = next();
+      if (path) {
+        std::string json = "{\"message\": {\"message\": \"" + msg +
+                           "\", \"extraInfo\": {\"py_callstack\": \"Traceback: " + msg +
+                           "\", \"timestamp\": \"" + std::to_string(std::time(nullptr)) + "\"}}}";
+        append(path, json);
+      }
+    } else if (a == "close-stdout") {
+      std::fflush(stdout);
+      close(1);
+    } else if (a == "on-usr1") {
+      usr1_path = next();
+      signal(SIGUSR1, on_usr1);
+    } else if (a == "rank-exit") {
+      std::string rank = next();
+      int code = std::atoi(next().c_str());
+      const char* r = std::getenv("RANK");
+      if (r && rank == r) std::exit(code);
+    } else if (a == "env") {
+      std::string path = next() + "." + (std::getenv("RANK") ? std::getenv("RANK") : "x");
+      std::string text;
+      for (char** e = environ; *e; ++e) text += std::string(*e) + "\n";
+      append(path, text);
+    } else {
+      usage(a.c_str());
+    }
+  }
+  return 0;
+}
