@@ -1,0 +1,120 @@
+"""trainrun as a drop-in for torchrun: the same environment, real collectives, no port races."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TRAINRUN = os.environ.get("TRAINRUN_BIN", "")
+TORCHRUN = os.environ.get("REFERENCE_TORCHRUN", os.path.join(HERE, "../../../shared/peer/torchrun113.py"))
+ALLREDUCE_DEMO = os.environ.get("ALLREDUCE_DEMO_BIN", "")
+PY = "/usr/bin/python3"
+ENV = dict(os.environ, PYTHON_EXEC=PY)
+
+# Set by torchrun releases newer than the reference, or per-run by design.
+NEWER_ONLY = {"TORCH_NCCL_ASYNC_ERROR_HANDLING"}
+FORM_ONLY = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
+
+
+def run(cmd, timeout=300, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV, **kw)
+
+
+def dump_env(launcher, nproc, out_dir):
+    os.makedirs(out_dir)
+    script = os.path.join(HERE, "env_dump.py")
+    if launcher == "trainrun":
+        cmd = [TRAINRUN, "--standalone", f"--nproc-per-node={nproc}", script, out_dir]
+    else:
+        cmd = [PY, TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", "--monitor_interval=0.1",
+               script, out_dir]
+    r = run(cmd)
+    assert r.returncode == 0, r.stderr
+    envs = {}
+    for rank in range(nproc):
+        with open(os.path.join(out_dir, f"{rank}.json")) as f:
+            envs[rank] = json.load(f)
+    return envs
+
+
+@pytest.mark.parametrize("nproc", [1, 2, 4])
+def test_environment_matches_torchrun(nproc, tmp_path):
+    ours = dump_env("trainrun", nproc, str(tmp_path / "ours"))
+    theirs = dump_env("torchrun", nproc, str(tmp_path / "theirs"))
+    launcher_env = set(ENV)
+    for rank in range(nproc):
+        a, b = ours[rank], theirs[rank]
+        # The worker's own interpreter and launcher path differ by nature.
+        a.pop("_", None), b.pop("_", None)
+        added_a = {k for k in a if k not in launcher_env or a[k] != ENV.get(k)}
+        added_b = {k for k in b if k not in launcher_env or b[k] != ENV.get(k)}
+        assert added_a - NEWER_ONLY == added_b - NEWER_ONLY, (rank, added_a ^ added_b)
+        for k in added_b - FORM_ONLY:
+            assert a[k] == b[k], (rank, k, a[k], b[k])
+        assert a["MASTER_ADDR"] and 0 < int(a["MASTER_PORT"]) < 65536
+        assert a["TORCHELASTIC_RUN_ID"] and a["TORCHELASTIC_RUN_ID"] != "none"
+        assert a["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{rank}/error.json")
+        assert a["TORCHELASTIC_ERROR_FILE"].split("/attempt_0/")[0].split("/")[-1].startswith(
+            a["TORCHELASTIC_RUN_ID"] + "_")
+    # One job: the same store address for every worker.
+    assert len({(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in ours.values()}) == 1
+
+
+def test_gloo_all_reduce_with_four_workers():
+    r = run([TRAINRUN, "--nproc-per-node=4", os.path.join(HERE, "allreduce.py")])
+    assert r.returncode == 0, r.stderr
+    lines = sorted(r.stdout.splitlines())
+    assert lines == [f"rank {i}/4: sum=10 expected=10" for i in range(4)]
+
+
+def test_cxx_worker_all_reduce():
+    if not ALLREDUCE_DEMO:
+        pytest.skip("allreduce_demo not built (LibTorch missing)")
+    r = run([TRAINRUN, "--nproc-per-node=2", ALLREDUCE_DEMO])
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == [
+        "rank 0/2: all_reduce sum=3 (expected 3) ok", "rank 1/2: all_reduce sum=3 (expected 3) ok"]
+
+
+def test_unmodified_ddp_script():
+    r = run([TRAINRUN, "--standalone", "--nproc-per-node=2", os.path.join(HERE, "ddp_train.py")])
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    assert len(out) == 2 and all("in_sync=True" in line for line in out), r.stdout
+
+
+def test_module_mode():
+    r = run([TRAINRUN, "--nproc_per_node=2", "-m", "mypkg.train", "--lr", "0.1"], cwd=HERE)
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == [
+        "module rank=0 args=['--lr', '0.1']", "module rank=1 args=['--lr', '0.1']"]
+
+
+def test_sixteen_jobs_at_once_never_collide_on_ports():
+    script = os.path.join(HERE, "allreduce.py")
+    procs = [subprocess.Popen([TRAINRUN, "--standalone", "--nproc-per-node=2", script],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+             for _ in range(16)]
+    failures = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        if p.returncode != 0 or "address already in use" in (out + err).lower():
+            failures.append((p.returncode, err[-2000:]))
+    assert not failures, failures
+
+
+def test_explicit_master_port_in_use_is_refused_before_start():
+    import socket
+    s = socket.socket()
+    s.bind(("0.0.0.0", 0))
+    s.listen()
+    port = s.getsockname()[1]
+    try:
+        r = run([TRAINRUN, f"--master-port={port}", "/bin/true"])
+        assert r.returncode == 1
+        assert f"MASTER_PORT {port} is not free" in r.stderr
+    finally:
+        s.close()
