@@ -1,4 +1,4 @@
-#include "frame.hpp"
+#include "rendezvous/frame.hpp"
 
 #include <fmt/format.h>
 

@@ -1,8 +1,8 @@
-#include "handshake.hpp"
+#include "rendezvous/handshake.hpp"
 
 #include <fmt/format.h>
 
-#include "sha256.hpp"
+#include "rendezvous/sha256.hpp"
 
 namespace trainrun::launch::rdzv {
 namespace {

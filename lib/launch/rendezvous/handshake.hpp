@@ -3,7 +3,7 @@
 #include <optional>
 #include <string>
 
-#include "messages.hpp"
+#include "rendezvous/messages.hpp"
 
 namespace trainrun::launch::rdzv {
 

@@ -1,4 +1,4 @@
-#include "messages.hpp"
+#include "rendezvous/messages.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "rank_assignment.hpp"
+#include "rendezvous/rank_assignment.hpp"
 
 #include <fmt/format.h>
 

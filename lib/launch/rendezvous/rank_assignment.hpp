@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "messages.hpp"
+#include "rendezvous/messages.hpp"
 
 namespace trainrun::launch::rdzv {
 

@@ -1,4 +1,4 @@
-#include "round_machine.hpp"
+#include "rendezvous/round_machine.hpp"
 
 #include <fmt/format.h>
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "messages.hpp"
-#include "rank_assignment.hpp"
+#include "rendezvous/messages.hpp"
+#include "rendezvous/rank_assignment.hpp"
 
 namespace trainrun::launch::rdzv {
 

@@ -1,4 +1,4 @@
-#include "sha256.hpp"
+#include "rendezvous/sha256.hpp"
 
 #include <sys/random.h>
 

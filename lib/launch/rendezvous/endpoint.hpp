@@ -1,0 +1,18 @@
+#pragma once
+
+#include <string>
+
+namespace trainrun::launch::rdzv {
+
+inline constexpr int kDefaultRendezvousPort = 29400;
+
+struct HostPort {
+  std::string host;
+  int port = kDefaultRendezvousPort;
+};
+
+// "host", "host:port", "[v6addr]:port" or a bare IPv6 address. Throws std::invalid_argument
+// naming the problem (empty host, port not a number or out of 0..65535).
+HostPort parse_endpoint(const std::string& text, int default_port = kDefaultRendezvousPort);
+
+}  // namespace trainrun::launch::rdzv

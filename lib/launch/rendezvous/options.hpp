@@ -1,0 +1,51 @@
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "rendezvous/endpoint.hpp"
+#include "rendezvous/rank_assignment.hpp"
+#include "rendezvous/round_machine.hpp"
+
+namespace trainrun::launch {
+struct LaunchConfig;
+}
+
+namespace trainrun::launch::rdzv {
+
+// Everything the rendezvous needs from the command line, validated.
+struct RendezvousOptions {
+  bool static_backend = false;
+  HostPort endpoint;  // where agents meet (static: master_addr, port rdzv_port)
+  std::string run_id;
+  std::optional<std::string> token;
+  std::optional<bool> is_host;  // --rdzv-conf is_host; empty: decided by address and port
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int max_restarts = 0;
+  int node_rank = -1;            // static backend only
+  MasterEndpoint static_master;  // static backend only: worker RANK 0's store
+  std::string local_addr;        // --local-addr: advertised address; empty: derived
+  Clock::duration join_timeout = std::chrono::seconds(600);
+  Clock::duration last_call_timeout = std::chrono::seconds(30);
+  Clock::duration keep_alive_interval = std::chrono::seconds(5);
+  Clock::duration heartbeat_timeout = std::chrono::seconds(15);
+  Clock::duration status_interval = std::chrono::seconds(10);
+  Clock::duration handshake_timeout = std::chrono::seconds(10);
+};
+
+// The --rdzv-conf keys understood (others are refused, so a typo does not pass silently):
+// join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval,
+// keep_alive_max_attempt, is_host, token_file, rdzv_port (static backend), read_timeout and
+// timeout (accepted for torchrun compatibility, unused).
+//
+// The static backend's server listens on --master-addr at rdzv_port, by default MASTER_PORT + 1:
+// MASTER_PORT itself belongs to worker RANK 0's store.
+//
+// Throws std::invalid_argument with a one-line reason naming the option.
+RendezvousOptions rendezvous_options(const LaunchConfig& config,
+                                     const std::map<std::string, std::string>& env);
+
+}  // namespace trainrun::launch::rdzv

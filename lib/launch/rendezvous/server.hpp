@@ -1,0 +1,58 @@
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "rendezvous/round_machine.hpp"
+
+namespace trainrun::launch::rdzv {
+
+using LogFunction = std::function<void(const std::string& line)>;
+
+struct ServerOptions {
+  std::string run_id;
+  std::optional<std::string> token;
+  RoundConfig round;
+  Clock::duration keep_alive_interval = std::chrono::seconds(5);
+  // A connection must finish its handshake within this time, however slowly it sends bytes.
+  Clock::duration handshake_timeout = std::chrono::seconds(10);
+  // Connections still in their handshake; beyond it the oldest is dropped, so a flood of idle
+  // connections cannot keep a real agent out.
+  std::size_t max_pending = 1024;
+  // Connections past the handshake; beyond it new ones are refused with a message.
+  std::size_t max_admitted = 8192;
+  LogFunction log;  // lines without prefix; nothing is logged when empty
+};
+
+// The rendezvous server: TCP, on the agent's io_context, never blocking. It frames and
+// authenticates connections and feeds the rest to a RoundMachine. Survives garbage, oversize
+// frames, slow or silent peers and connection floods with bounded memory (see docs/protocol.md).
+class RendezvousServer {
+ public:
+  RendezvousServer(boost::asio::io_context& io, ServerOptions options);
+  ~RendezvousServer();
+  RendezvousServer(const RendezvousServer&) = delete;
+  RendezvousServer& operator=(const RendezvousServer&) = delete;
+
+  // Binds (SO_REUSEADDR) and listens. Throws boost::system::system_error on failure.
+  void listen(const boost::asio::ip::tcp::endpoint& endpoint);
+  boost::asio::ip::tcp::endpoint local_endpoint() const;
+
+  // Stops accepting and closes every connection gracefully (queued messages are still sent).
+  void close();
+
+  const RoundMachine& machine() const;
+  std::size_t pending_connections() const;
+  std::size_t admitted_connections() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace trainrun::launch::rdzv

@@ -1,0 +1,199 @@
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include "rendezvous/handler.hpp"
+#include "rendezvous/server.hpp"
+
+namespace trainrun::launch::rdzv {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using boost::system::error_code;
+
+namespace {
+
+bool is_local_address(const asio::ip::address& address) {
+  tcp::acceptor probe(asio::system_executor{});
+  error_code ec;
+  probe.open(address.is_v4() ? tcp::v4() : tcp::v6(), ec);
+  if (!ec) probe.bind(tcp::endpoint(address, 0), ec);
+  return !ec;
+}
+
+std::string format_waiting(const Waiting& w) {
+  std::string wanted = w.min_nodes == w.max_nodes
+                           ? std::to_string(w.min_nodes)
+                           : fmt::format("{} (up to {})", w.min_nodes, w.max_nodes);
+  return fmt::format("waiting for nodes: {} of {} joined, {:.0f} s of {:.0f} s", w.joined, wanted,
+                     w.waited_s, w.timeout_s);
+}
+
+class TcpRendezvousHandler : public RendezvousHandler {
+ public:
+  TcpRendezvousHandler(asio::io_context& io, RendezvousOptions options, LogFunction log)
+      : io_(io), options_(std::move(options)), log_(std::move(log)), resolver_(io) {}
+
+  ~TcpRendezvousHandler() override {
+    client_.reset();
+    if (server_) server_->close();
+  }
+
+  void start(ClientEvents events) override {
+    events_ = std::move(events);
+    if (options_.static_backend) {
+      if (options_.node_rank == 0) host_on(options_.endpoint.host, /*required=*/true);
+      return connect();
+    }
+    if (options_.is_host) {
+      if (*options_.is_host) host_on(options_.endpoint.host, true);
+      return connect();
+    }
+    // Whether this node owns the endpoint is known only after resolving it, which must not
+    // block the loop; the first try of the client waits for the answer.
+    resolver_.async_resolve(options_.endpoint.host, std::to_string(options_.endpoint.port),
+                            [this](error_code ec, tcp::resolver::results_type results) {
+                              if (!ec) {
+                                for (const auto& entry : results) {
+                                  if (is_local_address(entry.endpoint().address())) {
+                                    host_on(options_.endpoint.host, false);
+                                    break;
+                                  }
+                                }
+                              }
+                              connect();
+                            });
+  }
+
+  void join(const JoinRequest& request) override {
+    NodeDescriptor node;
+    node.addr = options_.local_addr;
+    node.pid = ::getpid();
+    node.nproc = request.nproc;
+    node.node_rank = options_.static_backend ? options_.node_rank : -1;
+    node.master_port = options_.static_backend ? 0 : request.master_port;
+    pending_join_ = node;
+    if (client_) {
+      client_->join(node);
+      pending_join_.reset();
+    }
+  }
+
+  void report_failure(const WorkerFailure& failure) override {
+    if (client_) client_->report_failure(failure);
+  }
+
+  void report_done() override {
+    if (client_) client_->report_done();
+  }
+
+  void shutdown(const std::string& reason) override {
+    resolver_.cancel();
+    if (client_) client_->leave(reason);
+    if (server_) server_->close();
+  }
+
+  std::string endpoint() const override {
+    return fmt::format("{}:{}", options_.endpoint.host, options_.endpoint.port);
+  }
+
+  bool hosting() const override { return server_ != nullptr; }
+
+ private:
+  void log(const std::string& line) const {
+    if (log_) log_(line);
+  }
+
+  void host_on(const std::string& host, bool required) {
+    // Bind where the endpoint is meant to be reached: loopback stays private to this machine;
+    // any other name is served on every interface, as c10d's store does.
+    asio::ip::address bind_address = asio::ip::address_v4::any();
+    error_code ec;
+    auto literal = asio::ip::make_address(host, ec);
+    if (!ec && literal.is_loopback()) bind_address = literal;
+    if (ec && host == "localhost") bind_address = asio::ip::address_v4::loopback();
+    if (!ec && literal.is_v6() && !literal.is_loopback()) bind_address = asio::ip::address_v6::any();
+
+    ServerOptions so;
+    so.run_id = options_.run_id;
+    so.token = options_.token;
+    so.keep_alive_interval = options_.keep_alive_interval;
+    so.handshake_timeout = options_.handshake_timeout;
+    so.round.static_ranks = options_.static_backend;
+    so.round.min_nodes = options_.min_nodes;
+    so.round.max_nodes = options_.max_nodes;
+    so.round.max_restarts = options_.max_restarts;
+    so.round.last_call_timeout = options_.last_call_timeout;
+    so.round.join_timeout = options_.join_timeout;
+    so.round.heartbeat_timeout = options_.heartbeat_timeout;
+    so.round.status_interval = options_.status_interval;
+    so.round.static_master = options_.static_master;
+    so.round.endpoint = endpoint();
+    so.log = [this](const std::string& line) { log("rendezvous server: " + line); };
+    auto server = std::make_unique<RendezvousServer>(io_, std::move(so));
+    tcp::endpoint where(bind_address, static_cast<unsigned short>(options_.endpoint.port));
+    try {
+      server->listen(where);
+    } catch (const boost::system::system_error& e) {
+      if (required) {
+        throw std::runtime_error(fmt::format(
+            "cannot host the rendezvous on {}:{}: {}; free the port or choose another one{}",
+            where.address().to_string(), where.port(), e.code().message(),
+            options_.static_backend ? " with --rdzv-conf rdzv_port=N" : " in --rdzv-endpoint"));
+      }
+      // Another agent on this machine got there first: it hosts, we are a client.
+      return;
+    }
+    actual_port_ = server->local_endpoint().port();
+    server_ = std::move(server);
+    log(fmt::format("hosting the rendezvous on {}:{} (run id \"{}\", {} nodes{})",
+                    where.address().to_string(), actual_port_, options_.run_id,
+                    options_.min_nodes == options_.max_nodes
+                        ? std::to_string(options_.max_nodes)
+                        : fmt::format("{}..{}", options_.min_nodes, options_.max_nodes),
+                    options_.token ? ", token required" : ""));
+  }
+
+  void connect() {
+    ClientOptions co;
+    co.host = options_.endpoint.host;
+    co.port = server_ ? actual_port_ : options_.endpoint.port;
+    co.run_id = options_.run_id;
+    co.token = options_.token;
+    co.connect_deadline = options_.join_timeout;
+    co.handshake_timeout = options_.handshake_timeout;
+    co.log = log_;
+    ClientEvents events = events_;
+    events.on_waiting = [this](const Waiting& w) {
+      log(format_waiting(w));
+      if (events_.on_waiting) events_.on_waiting(w);
+    };
+    client_ = std::make_unique<RendezvousClient>(io_, std::move(co), std::move(events));
+    client_->start();
+    if (pending_join_) {
+      client_->join(*pending_join_);
+      pending_join_.reset();
+    }
+  }
+
+  asio::io_context& io_;
+  RendezvousOptions options_;
+  LogFunction log_;
+  tcp::resolver resolver_;
+  ClientEvents events_;
+  std::unique_ptr<RendezvousServer> server_;
+  std::unique_ptr<RendezvousClient> client_;
+  std::optional<NodeDescriptor> pending_join_;
+  unsigned short actual_port_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<RendezvousHandler> make_rendezvous_handler(asio::io_context& io,
+                                                           RendezvousOptions options,
+                                                           LogFunction log) {
+  return std::make_unique<TcpRendezvousHandler>(io, std::move(options), std::move(log));
+}
+
+}  // namespace trainrun::launch::rdzv
