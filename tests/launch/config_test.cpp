@@ -1,0 +1,148 @@
+#include <catch2/catch.hpp>
+#include <csignal>
+
+#include "config.hpp"
+
+using namespace trainrun::launch;
+
+namespace {
+LaunchConfig parse(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+  auto out = parse_command_line(args, env);
+  REQUIRE_FALSE(out.help_text);
+  return out.config;
+}
+}  // namespace
+
+TEST_CASE("defaults match torchrun") {
+  auto c = parse({"train.py"});
+  CHECK(c.min_nodes == 1);
+  CHECK(c.max_nodes == 1);
+  CHECK(c.nproc_per_node == 1);
+  CHECK(c.master_addr == "127.0.0.1");
+  CHECK(c.master_port == 29500);
+  CHECK_FALSE(c.master_port_given);
+  CHECK(c.rdzv_backend == "static");
+  CHECK(c.rdzv_id == "none");
+  CHECK(c.max_restarts == 0);
+  CHECK(c.role == "default");
+  CHECK(c.shutdown_timeout == 30.0);
+  CHECK(c.entry_mode == EntryMode::python_script);
+  CHECK(c.stop_signals == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
+  CHECK(c.forward_signals == std::vector<int>{SIGUSR1, SIGUSR2});
+}
+
+TEST_CASE("both spellings and both value forms") {
+  for (auto args : std::vector<std::vector<std::string>>{
+           {"--nproc-per-node=4", "x"}, {"--nproc_per_node=4", "x"}, {"--nproc-per-node", "4", "x"}}) {
+    CHECK(parse(args).nproc_per_node == 4);
+  }
+  CHECK(parse({"--max_restarts=3", "x"}).max_restarts == 3);
+  CHECK(parse({"--rdzv_endpoint", "node0:29400", "x"}).rdzv_endpoint == "node0:29400");
+}
+
+TEST_CASE("everything after the entrypoint belongs to it") {
+  auto c = parse({"--nproc-per-node=2", "train.py", "--nproc-per-node=9", "-m", "--lr", "0.1"});
+  CHECK(c.nproc_per_node == 2);
+  CHECK(c.entrypoint == "train.py");
+  CHECK(c.entry_args == std::vector<std::string>{"--nproc-per-node=9", "-m", "--lr", "0.1"});
+  CHECK_FALSE(c.module);
+}
+
+TEST_CASE("PET variables give defaults; the command line wins") {
+  auto c = parse({"x"}, {{"PET_NPROC_PER_NODE", "8"}, {"PET_NNODES", "2:4"}, {"PET_STANDALONE", "0"},
+                         {"PET_MASTER_PORT", "1234"}});
+  CHECK(c.nproc_per_node == 8);
+  CHECK(c.min_nodes == 2);
+  CHECK(c.max_nodes == 4);
+  CHECK_FALSE(c.standalone);
+  CHECK(c.master_port == 1234);
+  CHECK(c.master_port_given);
+  CHECK(parse({"--nproc-per-node=2", "x"}, {{"PET_NPROC_PER_NODE", "8"}}).nproc_per_node == 2);
+  CHECK(parse({"x"}, {{"PET_NO_PYTHON", "1"}}).no_python);
+  CHECK_THROWS_WITH(parse({"x"}, {{"PET_NNODES", "0"}}), Catch::Contains("PET_NNODES=0"));
+}
+
+TEST_CASE("entry modes") {
+  CHECK(parse({"-m", "pkg.mod"}).entry_mode == EntryMode::python_module);
+  CHECK(parse({"--no-python", "prog.py"}).entry_mode == EntryMode::executable);
+  CHECK(parse({"./train"}).entry_mode == EntryMode::executable);
+  auto c = parse({"-m", "pkg.mod", "a"}, {{"PYTHON_EXEC", "/usr/bin/python3"}});
+  CHECK(c.worker_argv() == std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.mod", "a"});
+  CHECK(parse({"t.py", "b"}).worker_argv() == std::vector<std::string>{"python3", "-u", "t.py", "b"});
+}
+
+TEST_CASE("standalone is one node with its own rendezvous") {
+  auto c = parse({"--standalone", "--nnodes=3", "x"});
+  CHECK(c.standalone);
+  CHECK(c.max_nodes == 1);
+  CHECK(c.rdzv_backend == "c10d");
+}
+
+TEST_CASE("bad values name the option, the value and the rule") {
+  CHECK_THROWS_WITH(parse({"--nnodes=0", "x"}), Catch::Contains("--nnodes=0"));
+  CHECK_THROWS_WITH(parse({"--nnodes=3:2", "x"}),
+                    Catch::Contains("MIN must not exceed MAX (got MIN=3, MAX=2)"));
+  CHECK_THROWS_AS(parse({"--nnodes=x", "x"}), UsageError);
+  CHECK_THROWS_AS(parse({"--nnodes=1:", "x"}), UsageError);
+  CHECK_THROWS_AS(parse({"--nnodes=99999999999", "x"}), UsageError);
+  CHECK_THROWS_WITH(parse({"--nproc-per-node=0", "x"}), Catch::Contains("--nproc-per-node=0"));
+  CHECK_THROWS_AS(parse({"--nproc-per-node=2x", "x"}), UsageError);
+  CHECK_THROWS_WITH(parse({"--max-restarts=-1", "x"}), Catch::Contains("--max-restarts=-1"));
+  CHECK_THROWS_WITH(parse({"--redirects=5", "x"}), Catch::Contains("--redirects=5"));
+  CHECK_THROWS_WITH(parse({"--redirects=0:7", "x"}), Catch::Contains("7 is not a stream"));
+  CHECK_THROWS_AS(parse({"--redirects=0:1,0:2", "x"}), UsageError);
+  CHECK_THROWS_WITH(parse({"--rdzv-conf=join_timeout", "x"}), Catch::Contains("KEY=VALUE"));
+  CHECK_THROWS_WITH(parse({"-m", "--no-python", "x"}), Catch::Contains("--no-python"));
+  CHECK_THROWS_WITH(parse({}), Catch::Contains("no entrypoint"));
+  CHECK_THROWS_WITH(parse({"--what", "x"}), Catch::Contains("unknown option --what"));
+  CHECK_THROWS_AS(parse({"--master-port=-1", "x"}), UsageError);
+  CHECK_THROWS_AS(parse({"--monitor-interval=0", "x"}), UsageError);
+  CHECK_THROWS_AS(parse({"--start-method=thread", "x"}), UsageError);
+}
+
+TEST_CASE("help and version") {
+  auto help = parse_command_line({"--help"}, {});
+  REQUIRE(help.help_text);
+  CHECK_THAT(*help.help_text, Catch::Contains("Supervision:"));
+  auto version = parse_command_line({"--version"}, {});
+  REQUIRE(version.help_text);
+  CHECK_THAT(*version.help_text, Catch::StartsWith("trainrun "));
+}
+
+TEST_CASE("std specs") {
+  CHECK(parse_std_spec("3", "-r").for_rank(7) == Std::all);
+  auto m = parse_std_spec("0:1,2:3", "-r");
+  CHECK(m.for_rank(0) == Std::out);
+  CHECK(m.for_rank(1) == Std::none);
+  CHECK(m.for_rank(2) == Std::all);
+  CHECK_THROWS_AS(parse_std_spec("-1", "-r"), UsageError);
+  CHECK_THROWS_AS(parse_std_spec("a:1", "-r"), UsageError);
+  CHECK_THROWS_AS(parse_std_spec("", "-r"), UsageError);
+}
+
+TEST_CASE("rdzv conf") {
+  auto conf = parse_rdzv_conf("join_timeout=5, last_call_timeout=1,is_host=1,token_file=/x", "c");
+  CHECK(conf.at("join_timeout") == "5");
+  CHECK(conf.at("last_call_timeout") == "1");
+  CHECK(conf.at("token_file") == "/x");
+  CHECK(parse_rdzv_conf("", "c").empty());
+  CHECK_THROWS_AS(parse_rdzv_conf("=3", "c"), UsageError);
+  CHECK_THROWS_AS(parse_rdzv_conf("heartbeat_timeout=-1", "c"), UsageError);
+  CHECK_THROWS_AS(parse_rdzv_conf("is_host=maybe", "c"), UsageError);
+}
+
+TEST_CASE("signals") {
+  CHECK(parse_signal_name("SIGTERM", "s") == SIGTERM);
+  CHECK(parse_signal_name("usr1", "s") == SIGUSR1);
+  CHECK_THROWS_AS(parse_signal_name("SIGKILL", "s"), UsageError);
+  auto c = parse({"--signals-to-handle=SIGINT,SIGUSR2", "x"});
+  CHECK(c.stop_signals == std::vector<int>{SIGINT});
+  CHECK(c.forward_signals == std::vector<int>{SIGUSR2});
+}
+
+TEST_CASE("local rank expansion") {
+  CHECK(expand_local_rank("out${local_rank}.log", 3) == "out3.log");
+  CHECK(expand_local_rank("$local_rank/$local_rank", 1) == "1/1");
+  CHECK(expand_local_rank("$$local_rank", 1) == "$local_rank");
+  CHECK(expand_local_rank("$HOME $", 1) == "$HOME $");
+}
