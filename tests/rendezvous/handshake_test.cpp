@@ -1,0 +1,137 @@
+#include <catch2/catch.hpp>
+
+#include "rendezvous/handshake.hpp"
+#include "rendezvous/sha256.hpp"
+
+using namespace trainrun::launch::rdzv;
+
+namespace {
+
+struct Outcome {
+  HandshakeOutcome server = HandshakeOutcome::pending;
+  HandshakeOutcome client = HandshakeOutcome::pending;
+  std::string server_reason;
+  std::string client_reason;
+};
+
+// Runs both halves against each other, passing messages through encode/decode as the wire does.
+Outcome run(const std::string& server_run, std::optional<std::string> server_token,
+            const std::string& client_run, std::optional<std::string> client_token) {
+  ServerHandshake server(server_run, server_token, random_hex(32), Welcome{});
+  ClientHandshake client(client_run, client_token, random_hex(32));
+  Outcome out;
+  ClientMessage to_server = client.hello();
+  for (int i = 0; i < 4; ++i) {
+    auto s = server.on_message(decode_client_message(encode(to_server)));
+    out.server = s.outcome;
+    out.server_reason = s.reason;
+    if (!s.reply) break;
+    auto c = client.on_message(decode_server_message(encode(*s.reply)));
+    out.client = c.outcome;
+    out.client_reason = c.reason;
+    if (!c.reply) break;
+    to_server = *c.reply;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a client with the right run id and no token is welcomed", "[rendezvous]") {
+  Outcome o = run("job7", std::nullopt, "job7", std::nullopt);
+  CHECK(o.server == HandshakeOutcome::accepted);
+  CHECK(o.client == HandshakeOutcome::accepted);
+}
+
+TEST_CASE("matching tokens are proven both ways", "[rendezvous]") {
+  Outcome o = run("job7", "s3cret", "job7", "s3cret");
+  CHECK(o.server == HandshakeOutcome::accepted);
+  CHECK(o.client == HandshakeOutcome::accepted);
+}
+
+TEST_CASE("strangers are refused with a reason", "[rendezvous]") {
+  SECTION("another run id") {
+    Outcome o = run("job7", std::nullopt, "job8", std::nullopt);
+    CHECK(o.server == HandshakeOutcome::rejected);
+    CHECK(o.client == HandshakeOutcome::rejected);
+    CHECK_THAT(o.client_reason, Catch::Contains("run id \"job8\" does not match"));
+    CHECK_THAT(o.client_reason, !Catch::Contains("job7"));  // the job's id is not revealed
+  }
+  SECTION("a wrong token: the client refuses the server's proof first") {
+    Outcome o = run("job7", "s3cret", "job7", "guess");
+    CHECK(o.client == HandshakeOutcome::rejected);
+    CHECK_THAT(o.client_reason, Catch::Contains("different tokens"));
+  }
+  SECTION("no token where one is required") {
+    Outcome o = run("job7", "s3cret", "job7", std::nullopt);
+    CHECK(o.server == HandshakeOutcome::rejected);
+    CHECK_THAT(o.client_reason, Catch::Contains("requires a shared token"));
+  }
+  SECTION("a token where none is configured") {
+    Outcome o = run("job7", std::nullopt, "job7", "s3cret");
+    CHECK(o.server == HandshakeOutcome::rejected);
+    CHECK_THAT(o.client_reason, Catch::Contains("has none"));
+  }
+}
+
+TEST_CASE("the server refuses a wrong client proof, other versions and bad order", "[rendezvous]") {
+  Hello hello;
+  hello.run_id = "job7";
+  hello.nonce = random_hex(32);
+  hello.auth = true;
+  SECTION("wrong proof") {
+    ServerHandshake server("job7", std::string("s3cret"), random_hex(32), Welcome{});
+    REQUIRE(std::holds_alternative<Challenge>(*server.on_message(hello).reply));
+    auto step = server.on_message(Auth{std::string(64, '0')});
+    CHECK(step.outcome == HandshakeOutcome::rejected);
+    CHECK_THAT(step.reason, Catch::Contains("token proof does not match"));
+  }
+  SECTION("another protocol version") {
+    ServerHandshake server("job7", std::nullopt, random_hex(32), Welcome{});
+    hello.auth = false;
+    hello.version = kProtocolVersion + 1;
+    auto step = server.on_message(hello);
+    CHECK(step.outcome == HandshakeOutcome::rejected);
+    CHECK_THAT(step.reason, Catch::Contains("protocol version 2 is not supported"));
+  }
+  SECTION("another magic") {
+    ServerHandshake server("job7", std::nullopt, random_hex(32), Welcome{});
+    hello.auth = false;
+    hello.magic = "http";
+    CHECK(server.on_message(hello).outcome == HandshakeOutcome::rejected);
+  }
+  SECTION("join before hello") {
+    ServerHandshake server("job7", std::nullopt, random_hex(32), Welcome{});
+    auto step = server.on_message(Join{});
+    CHECK(step.outcome == HandshakeOutcome::rejected);
+    CHECK_THAT(step.reason, Catch::Contains("expected \"hello\" first"));
+  }
+}
+
+TEST_CASE("a recorded handshake cannot be replayed", "[rendezvous]") {
+  const std::string token = "s3cret";
+  // An eavesdropper records a legitimate exchange...
+  ServerHandshake first("job7", token, random_hex(32), Welcome{});
+  ClientHandshake client("job7", token, random_hex(32));
+  Hello hello = client.hello();
+  auto challenge = first.on_message(hello);
+  auto auth = client.on_message(*challenge.reply);
+  REQUIRE(auth.reply);
+  REQUIRE(first.on_message(*auth.reply).outcome == HandshakeOutcome::accepted);
+  // ...and replays hello and auth to a new connection, which has a fresh server nonce.
+  ServerHandshake second("job7", token, random_hex(32), Welcome{});
+  REQUIRE(std::holds_alternative<Challenge>(*second.on_message(hello).reply));
+  auto replay = second.on_message(*auth.reply);
+  CHECK(replay.outcome == HandshakeOutcome::rejected);
+}
+
+TEST_CASE("proofs depend on role, run id and both nonces; the token is not in them", "[rendezvous]") {
+  std::string cn = random_hex(32), sn = random_hex(32);
+  std::string p = client_proof("tok", "job", cn, sn);
+  CHECK(p.size() == 64);
+  CHECK(p != server_proof("tok", "job", cn, sn));
+  CHECK(p != client_proof("tok", "job2", cn, sn));
+  CHECK(p != client_proof("tok", "job", sn, cn));
+  CHECK(p != client_proof("tok2", "job", cn, sn));
+  CHECK(p.find("tok") == std::string::npos);
+}

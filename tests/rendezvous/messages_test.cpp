@@ -1,0 +1,115 @@
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "rendezvous/messages.hpp"
+
+using namespace trainrun::launch::rdzv;
+
+namespace {
+
+const std::string kNonce(64, 'a');
+
+template <class T>
+T round_trip_client(const T& m) {
+  return std::get<T>(decode_client_message(encode(ClientMessage{m})));
+}
+
+template <class T>
+T round_trip_server(const T& m) {
+  return std::get<T>(decode_server_message(encode(ServerMessage{m})));
+}
+
+}  // namespace
+
+TEST_CASE("client messages survive encode and decode", "[rendezvous]") {
+  Hello h;
+  h.run_id = "job7";
+  h.nonce = kNonce;
+  h.auth = true;
+  Hello h2 = round_trip_client(h);
+  CHECK(h2.magic == kMagic);
+  CHECK(h2.version == kProtocolVersion);
+  CHECK(h2.run_id == "job7");
+  CHECK(h2.auth);
+
+  Join j;
+  j.node = NodeDescriptor{"node1", "10.0.0.2", 4242, 3, -1, 29500};
+  Join j2 = round_trip_client(j);
+  CHECK(j2.node.host == "node1");
+  CHECK(j2.node.addr == "10.0.0.2");
+  CHECK(j2.node.pid == 4242);
+  CHECK(j2.node.nproc == 3);
+  CHECK(j2.node.master_port == 29500);
+
+  FailureReport f{3, WorkerFailure{"node1", 5, 1, 137, "Signal 9 (SIGKILL)"}};
+  FailureReport f2 = round_trip_client(f);
+  CHECK(f2.round == 3);
+  CHECK(f2.failure.rank == 5);
+  CHECK(f2.failure.exit_code == 137);
+  CHECK(f2.failure.summary == "Signal 9 (SIGKILL)");
+  CHECK(round_trip_client(Done{2}).round == 2);
+  CHECK(round_trip_client(Leave{"SIGTERM"}).reason == "SIGTERM");
+}
+
+TEST_CASE("server messages survive encode and decode", "[rendezvous]") {
+  Assignment a{4, 1, 2, 2, 3, 5, "10.0.0.1", 29500, 1, 3};
+  Assignment a2 = round_trip_server(a);
+  CHECK(a2.round == 4);
+  CHECK(a2.group_rank == 1);
+  CHECK(a2.base_rank == 2);
+  CHECK(a2.world_size == 5);
+  CHECK(a2.master_addr == "10.0.0.1");
+  CHECK(a2.restart_count == 1);
+  Stop s{StopCause::worker_failed, "worker failed", 3, WorkerFailure{"h", 1, 1, 3, "x"}};
+  Stop s2 = round_trip_server(s);
+  CHECK(s2.cause == StopCause::worker_failed);
+  CHECK(s2.exit_code == 3);
+  REQUIRE(s2.failure);
+  CHECK(s2.failure->host == "h");
+  Restart r{RestartCause::scale_up, "grow", 0, std::nullopt};
+  CHECK(round_trip_server(r).cause == RestartCause::scale_up);
+  CHECK_FALSE(round_trip_server(r).failure);
+  Waiting w{0, 1, 2, 4, 12.5, 600};
+  CHECK(round_trip_server(w).joined == 1);
+  CHECK(round_trip_server(w).waited_s == Approx(12.5));
+}
+
+TEST_CASE("invalid messages are refused with the offending field named", "[rendezvous]") {
+  auto refused = [](const std::string& body, const std::string& what) {
+    INFO(body);
+    CHECK_THROWS_WITH(decode_client_message(body), Catch::Contains(what));
+  };
+  refused("not json", "not valid JSON");
+  refused("[1,2]", "not a JSON object");
+  refused("{}", "\"type\" is missing");
+  refused(R"({"type":"launch_missiles"})", "unknown message type");
+  refused(R"({"type":7})", "\"type\" must be a string");
+  refused(R"({"type":"done","round":-1})", "\"round\" must be in");
+  refused(R"({"type":"done","round":"3"})", "\"round\" must be an integer");
+  refused(R"({"type":"done","round":1.5})", "\"round\" must be an integer");
+  refused(R"({"type":"done","round":18446744073709551615})", "\"round\" must be in");
+  refused(R"({"type":"join","node":[]})", "\"node\" must be an object");
+  refused(R"({"type":"join","node":{"host":"h","addr":"","pid":1,"nproc":0,"node_rank":-1,"master_port":1}})",
+          "\"nproc\" must be in");
+  refused(R"({"type":"join","node":{"host":"h","addr":"","pid":1,"nproc":1,"node_rank":-1,"master_port":70000}})",
+          "\"master_port\" must be in");
+  refused(R"({"type":"hello","magic":"trainrun-rdzv","version":1,"run_id":"x","nonce":"zz","auth":false})",
+          "\"nonce\" must be 64");
+  refused(R"({"type":"hello","magic":"trainrun-rdzv","version":1,"run_id":"x","nonce":")" + kNonce +
+              R"(","auth":"yes"})",
+          "\"auth\" must be true or false");
+  refused(std::string(1000, '[') + std::string(1000, ']'), "nests deeper");
+  refused(R"({"type":"leave","reason":")" + std::string(70000, 'x') + "\"}", "at most");
+}
+
+TEST_CASE("brackets inside strings do not count as nesting", "[rendezvous]") {
+  std::string reason(100, '[');
+  auto m = decode_client_message(R"({"type":"leave","reason":")" + reason + "\"}");
+  CHECK(std::get<Leave>(m).reason == reason);
+}
+
+TEST_CASE("invalid UTF-8 from a peer is encoded without throwing", "[rendezvous]") {
+  Leave l{std::string("bad \xff\xfe bytes")};
+  std::string body = encode(ClientMessage{l});
+  CHECK(std::get<Leave>(decode_client_message(body)).reason.find("bad") == 0);
+}

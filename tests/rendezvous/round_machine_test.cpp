@@ -1,0 +1,364 @@
+#include <catch2/catch.hpp>
+#include <map>
+#include <vector>
+
+#include "rendezvous/round_machine.hpp"
+
+using namespace trainrun::launch::rdzv;
+using std::chrono::seconds;
+
+namespace {
+
+// Drives a RoundMachine with a fake clock and keeps what each node was sent.
+struct Harness {
+  explicit Harness(RoundConfig config) : machine(std::move(config), now) {}
+
+  Clock::time_point now = Clock::time_point{} + std::chrono::hours(1);
+  RoundMachine machine;
+  std::map<NodeId, std::vector<ServerMessage>> inbox;
+  std::map<NodeId, bool> closed;
+  std::vector<std::string> log;
+
+  void take(const Effects& fx) {
+    for (const auto& m : fx.messages) {
+      inbox[m.to].push_back(m.message);
+      if (m.close) closed[m.to] = true;
+    }
+    log.insert(log.end(), fx.log.begin(), fx.log.end());
+  }
+  void connect(NodeId id) { take(machine.connected(id, now)); }
+  void send(NodeId id, const ClientMessage& m) { take(machine.received(id, m, now)); }
+  void join(NodeId id, const std::string& host, int nproc = 1, int node_rank = -1) {
+    NodeDescriptor n{host, "10.0.0." + std::to_string(id), static_cast<std::int64_t>(1000 + id),
+                     nproc, node_rank, static_cast<int>(30000 + id)};
+    send(id, Join{n});
+  }
+  void connect_and_join(NodeId id, const std::string& host, int nproc = 1, int node_rank = -1) {
+    connect(id);
+    join(id, host, nproc, node_rank);
+  }
+  void advance(Clock::duration d) {
+    now += d;
+    take(machine.tick(now));
+  }
+  // Moves time forward through every deadline the machine asks for, keeping nodes in `alive`
+  // heard from, up to `total`.
+  void run_for(Clock::duration total, const std::vector<NodeId>& alive) {
+    Clock::time_point end = now + total;
+    while (now < end) {
+      auto step = std::min<Clock::duration>(seconds(1), end - now);
+      now += step;
+      for (NodeId id : alive) {
+        if (!closed[id]) take(machine.received(id, Heartbeat{}, now));
+      }
+      take(machine.tick(now));
+    }
+  }
+  template <class T>
+  const T* last(NodeId id) const {
+    auto it = inbox.find(id);
+    if (it == inbox.end()) return nullptr;
+    for (auto m = it->second.rbegin(); m != it->second.rend(); ++m) {
+      if (const T* t = std::get_if<T>(&*m)) return t;
+    }
+    return nullptr;
+  }
+  template <class T>
+  int count(NodeId id) const {
+    auto it = inbox.find(id);
+    if (it == inbox.end()) return 0;
+    int n = 0;
+    for (const auto& m : it->second) n += std::holds_alternative<T>(m) ? 1 : 0;
+    return n;
+  }
+};
+
+RoundConfig dynamic(int min, int max, int restarts = 0) {
+  RoundConfig c;
+  c.min_nodes = min;
+  c.max_nodes = max;
+  c.max_restarts = restarts;
+  c.endpoint = "node0:29400";
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("a round completes at MAX nodes at once", "[rendezvous]") {
+  Harness h(dynamic(2, 2));
+  h.connect_and_join(1, "nodeb", 3);
+  CHECK(h.machine.phase() == RoundMachine::Phase::forming);
+  REQUIRE(h.last<Waiting>(1));
+  CHECK(h.last<Waiting>(1)->joined == 1);
+  h.connect_and_join(2, "nodea", 2);
+  REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
+  const Assignment* a = h.last<Assignment>(2);
+  const Assignment* b = h.last<Assignment>(1);
+  REQUIRE(a);
+  REQUIRE(b);
+  // Sorted by host: nodea is group rank 0 and its advertised address and port are the master.
+  CHECK(a->group_rank == 0);
+  CHECK(a->base_rank == 0);
+  CHECK(b->group_rank == 1);
+  CHECK(b->base_rank == 2);
+  CHECK(a->world_size == 5);
+  CHECK(b->world_size == 5);
+  CHECK(a->group_world_size == 2);
+  CHECK(b->local_world_size == 3);
+  CHECK(b->master_addr == "10.0.0.2");
+  CHECK(b->master_port == 30002);
+  CHECK(a->master_addr == b->master_addr);
+  CHECK(b->restart_count == 0);
+}
+
+TEST_CASE("with MIN < MAX a round completes after the last call", "[rendezvous]") {
+  RoundConfig c = dynamic(2, 4);
+  c.last_call_timeout = seconds(30);
+  Harness h(c);
+  h.connect_and_join(1, "a");
+  h.run_for(seconds(100), {1});  // below MIN: no last call yet, just waiting
+  CHECK(h.machine.phase() == RoundMachine::Phase::forming);
+  h.connect_and_join(2, "b");
+  CHECK(h.machine.phase() == RoundMachine::Phase::forming);
+  REQUIRE(h.machine.next_deadline());
+  h.run_for(seconds(29), {1, 2});
+  CHECK(h.machine.phase() == RoundMachine::Phase::forming);
+  h.run_for(seconds(1), {1, 2});
+  CHECK(h.machine.phase() == RoundMachine::Phase::running);
+  CHECK(h.last<Assignment>(1)->group_world_size == 2);
+}
+
+TEST_CASE("a node arriving during a run makes every agent restart into a bigger round",
+          "[rendezvous]") {
+  RoundConfig c = dynamic(2, 3);
+  c.last_call_timeout = seconds(5);
+  Harness h(c);
+  h.connect_and_join(1, "a");
+  h.connect_and_join(2, "b");
+  h.run_for(seconds(5), {1, 2});
+  REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
+  REQUIRE(h.machine.round() == 0);
+
+  h.connect_and_join(3, "c");
+  REQUIRE(h.last<Restart>(1));
+  CHECK(h.last<Restart>(1)->cause == RestartCause::scale_up);
+  CHECK(h.last<Restart>(2));
+  CHECK(h.count<Restart>(3) == 0);
+  CHECK(h.machine.phase() == RoundMachine::Phase::forming);
+  // The survivors rejoin; the round completes as soon as all are back, with no last call.
+  h.join(1, "a");
+  h.join(2, "b");
+  REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
+  CHECK(h.machine.round() == 1);
+  CHECK(h.last<Assignment>(3)->group_world_size == 3);
+  CHECK(h.last<Assignment>(3)->group_rank == 2);
+  CHECK(h.last<Assignment>(1)->restart_count == 0);  // growing is not a failure restart
+}
+
+TEST_CASE("a newcomer waits when the job already runs at MAX", "[rendezvous]") {
+  RoundConfig c = dynamic(1, 1);
+  c.join_timeout = seconds(60);
+  Harness h(c);
+  h.connect_and_join(1, "a");
+  REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
+  h.connect_and_join(2, "b");
+  CHECK(h.count<Restart>(1) == 0);
+  CHECK(h.last<Waiting>(2));
+  h.run_for(seconds(60), {1, 2});
+  REQUIRE(h.last<Stop>(2));
+  CHECK(h.last<Stop>(2)->cause == StopCause::join_timeout);
+  CHECK(h.closed[2]);
+  CHECK(h.machine.phase() == RoundMachine::Phase::running);
+  CHECK_FALSE(h.last<Stop>(1));
+}
+
+TEST_CASE("a worker failure restarts every node while restarts remain, then stops all",
+          "[rendezvous]") {
+  Harness h(dynamic(2, 2, 1));
+  h.connect_and_join(1, "a", 2);
+  h.connect_and_join(2, "b", 2);
+  REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
+
+  h.send(2, FailureReport{0, WorkerFailure{"b", 3, 1, 7, "exit 7"}});
+  for (NodeId id : {1, 2}) {
+    REQUIRE(h.last<Restart>(id));
+    CHECK(h.last<Restart>(id)->cause == RestartCause::worker_failed);
+    CHECK(h.last<Restart>(id)->restart_count == 1);
+    CHECK_THAT(h.last<Restart>(id)->reason, Catch::Contains("rank 3"));
+    CHECK(h.last<Restart>(id)->failure->host == "b");
+  }
+  // A second report from the same round (its neighbours dying) does not count again.
+  h.send(1, FailureReport{0, WorkerFailure{"a", 0, 0, 1, ""}});
+  CHECK(h.machine.restart_count() == 1);
+  h.join(1, "a", 2);
+  h.join(2, "b", 2);
+  REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
+  CHECK(h.last<Assignment>(1)->restart_count == 1);
+  CHECK(h.last<Assignment>(2)->restart_count == 1);
+  CHECK(h.last<Assignment>(1)->round == 1);
+
+  h.send(1, FailureReport{1, WorkerFailure{"a", 1, 1, 139, "Signal 11"}});
+  for (NodeId id : {1, 2}) {
+    REQUIRE(h.last<Stop>(id));
+    CHECK(h.last<Stop>(id)->cause == StopCause::worker_failed);
+    CHECK(h.last<Stop>(id)->exit_code == 139);
+    CHECK_THAT(h.last<Stop>(id)->reason, Catch::Contains("no restarts left"));
+    CHECK(h.last<Stop>(id)->failure->rank == 1);
+    CHECK(h.closed[id]);
+  }
+  CHECK(h.machine.phase() == RoundMachine::Phase::ended);
+}
+
+TEST_CASE("all nodes done means success for everyone", "[rendezvous]") {
+  Harness h(dynamic(2, 2));
+  h.connect_and_join(1, "a");
+  h.connect_and_join(2, "b");
+  h.send(1, Done{0});
+  CHECK_FALSE(h.last<Stop>(1));
+  h.send(1, Done{0});  // repeated: still one node
+  CHECK_FALSE(h.last<Stop>(1));
+  h.send(2, Done{0});
+  for (NodeId id : {1, 2}) {
+    REQUIRE(h.last<Stop>(id));
+    CHECK(h.last<Stop>(id)->cause == StopCause::finished);
+    CHECK(h.last<Stop>(id)->exit_code == 0);
+  }
+  // Late arrivals learn the outcome instead of waiting forever.
+  h.connect(3);
+  REQUIRE(h.last<Stop>(3));
+  CHECK(h.last<Stop>(3)->cause == StopCause::finished);
+}
+
+TEST_CASE("a lost node: smaller round with restarts left and MIN nodes, else stop",
+          "[rendezvous]") {
+  SECTION("continues") {
+    Harness h(dynamic(2, 3, 2));
+    h.connect_and_join(1, "a");
+    h.connect_and_join(2, "b");
+    h.connect_and_join(3, "c");
+    REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
+    h.take(h.machine.disconnected(3, "connection closed by peer", h.now));
+    REQUIRE(h.last<Restart>(1));
+    CHECK(h.last<Restart>(1)->cause == RestartCause::node_lost);
+    CHECK_THAT(h.last<Restart>(1)->reason, Catch::Contains("c (10.0.0.3"));
+    h.join(1, "a");
+    h.join(2, "b");
+    REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
+    CHECK(h.last<Assignment>(1)->group_world_size == 2);
+    CHECK(h.last<Assignment>(2)->restart_count == 1);
+  }
+  SECTION("below MIN") {
+    Harness h(dynamic(2, 2, 5));
+    h.connect_and_join(1, "a");
+    h.connect_and_join(2, "b");
+    h.take(h.machine.disconnected(2, "connection reset", h.now));
+    REQUIRE(h.last<Stop>(1));
+    CHECK(h.last<Stop>(1)->cause == StopCause::node_lost);
+    CHECK(h.last<Stop>(1)->exit_code == 1);
+    CHECK_THAT(h.last<Stop>(1)->reason, Catch::Contains("fewer than the minimum of 2"));
+  }
+  SECTION("no restarts left") {
+    Harness h(dynamic(1, 2, 0));
+    h.connect_and_join(1, "a");
+    h.connect_and_join(2, "b");
+    h.send(2, Leave{"stopped by SIGTERM"});
+    REQUIRE(h.last<Stop>(1));
+    CHECK_THAT(h.last<Stop>(1)->reason, Catch::Contains("no restarts left"));
+  }
+}
+
+TEST_CASE("missed heartbeats drop a node within the heartbeat timeout", "[rendezvous]") {
+  RoundConfig c = dynamic(1, 2, 1);
+  c.heartbeat_timeout = seconds(15);
+  Harness h(c);
+  h.connect_and_join(1, "a");
+  h.connect_and_join(2, "b");
+  REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
+  // Node 2 goes silent; node 1 keeps sending heartbeats.
+  h.run_for(seconds(14), {1});
+  CHECK_FALSE(h.last<Restart>(1));
+  h.run_for(seconds(1), {1});
+  REQUIRE(h.last<Restart>(1));
+  CHECK(h.last<Reject>(2));
+  CHECK(h.closed[2]);
+  CHECK_THAT(h.last<Restart>(1)->reason, Catch::Contains("heartbeat timeout"));
+}
+
+TEST_CASE("the join timeout fails the round naming endpoint and missing count", "[rendezvous]") {
+  RoundConfig c = dynamic(3, 3);
+  c.join_timeout = seconds(600);
+  c.status_interval = seconds(10);
+  Harness h(c);
+  h.connect_and_join(1, "a");
+  h.run_for(seconds(12), {1});
+  const Waiting* w = h.last<Waiting>(1);
+  REQUIRE(w);
+  CHECK(w->joined == 1);
+  CHECK(w->min_nodes == 3);
+  CHECK(w->waited_s == Approx(10));
+  CHECK(w->timeout_s == Approx(600));
+  int statuses = h.count<Waiting>(1);
+  h.run_for(seconds(600 - 12 - 1), {1});
+  CHECK_FALSE(h.last<Stop>(1));
+  CHECK(h.count<Waiting>(1) - statuses < 60);  // a modest rate: one per status interval
+  h.run_for(seconds(1), {1});
+  REQUIRE(h.last<Stop>(1));
+  CHECK(h.last<Stop>(1)->cause == StopCause::join_timeout);
+  CHECK_THAT(h.last<Stop>(1)->reason,
+             Catch::Contains("node0:29400") && Catch::Contains("1 of 3 joined, 2 missing"));
+}
+
+TEST_CASE("static ranks: given node ranks, duplicates and out-of-range refused", "[rendezvous]") {
+  RoundConfig c;
+  c.static_ranks = true;
+  c.min_nodes = c.max_nodes = 3;
+  c.static_master = MasterEndpoint{"node0", 29500};
+  Harness h(c);
+  h.connect_and_join(1, "z", 2, 0);
+  h.connect_and_join(2, "a", 1, 2);
+  h.connect_and_join(4, "dup", 1, 2);
+  REQUIRE(h.last<Reject>(4));
+  CHECK_THAT(h.last<Reject>(4)->reason, Catch::Contains("node rank 2 is already taken by a"));
+  h.connect_and_join(5, "far", 1, 3);
+  REQUIRE(h.last<Reject>(5));
+  CHECK_THAT(h.last<Reject>(5)->reason, Catch::Contains("out of range"));
+  CHECK(h.machine.phase() == RoundMachine::Phase::forming);
+  h.connect_and_join(3, "m", 4, 1);
+  REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
+  CHECK(h.last<Assignment>(1)->group_rank == 0);
+  CHECK(h.last<Assignment>(3)->group_rank == 1);
+  CHECK(h.last<Assignment>(3)->base_rank == 2);
+  CHECK(h.last<Assignment>(2)->base_rank == 6);
+  CHECK(h.last<Assignment>(2)->world_size == 7);
+  CHECK(h.last<Assignment>(2)->master_addr == "node0");
+  CHECK(h.last<Assignment>(2)->master_port == 29500);
+  // A static job cannot go on without one of its nodes.
+  h.take(h.machine.disconnected(2, "connection closed", h.now));
+  REQUIRE(h.last<Stop>(1));
+  CHECK(h.last<Stop>(1)->cause == StopCause::node_lost);
+}
+
+TEST_CASE("protocol misuse after the handshake drops only that node", "[rendezvous]") {
+  Harness h(dynamic(2, 2));
+  h.connect_and_join(1, "a");
+  h.connect(2);
+  h.send(2, Hello{});
+  CHECK(h.closed[2]);
+  CHECK(h.machine.waiting_count() == 1);
+  h.connect(3);
+  h.send(3, Join{NodeDescriptor{"x", "1.2.3.4", 1, 1, -1, 0}});  // no master port
+  REQUIRE(h.last<Reject>(3));
+  CHECK_THAT(h.last<Reject>(3)->reason, Catch::Contains("master_port"));
+  CHECK(h.machine.phase() == RoundMachine::Phase::forming);
+}
+
+TEST_CASE("a waiting node that leaves is forgotten before the round forms", "[rendezvous]") {
+  Harness h(dynamic(2, 2));
+  h.connect_and_join(1, "a");
+  h.take(h.machine.disconnected(1, "closed", h.now));
+  CHECK(h.machine.waiting_count() == 0);
+  h.connect_and_join(2, "b");
+  h.connect_and_join(3, "c");
+  REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
+  CHECK(h.last<Assignment>(2)->group_world_size == 2);
+}
