@@ -1,0 +1,75 @@
+#pragma once
+
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <trainrun/runtime/checkpoint.hpp>
+#include <trainrun/runtime/config.hpp>
+#include <trainrun/runtime/context.hpp>
+#include <trainrun/runtime/report.hpp>
+
+namespace trainrun::runtime {
+
+// One experiment's directory: metrics.jsonl (one JSON object a line) and checkpoint_NNNNNN/.
+// Checkpoints are copied into a hidden temporary directory, fsynced, and renamed into place, so
+// a crash mid-save leaves the earlier checkpoints intact and no partial checkpoint_* directory.
+class RunStorage {
+ public:
+  // Creates the directory when missing, removes temporaries left by a crashed save, and reads
+  // back the checkpoints and metrics already there (a restarted job continues their numbering).
+  RunStorage(std::filesystem::path run_dir, CheckpointConfig config);
+
+  // Persists `checkpoint` (when given), then appends `metrics` with training_iteration,
+  // timestamp and checkpoint_dir_name added, then drops checkpoints beyond num_to_keep.
+  // Returns the persisted checkpoint.
+  std::optional<Checkpoint> record(const Metrics& metrics,
+                                   const std::optional<Checkpoint>& checkpoint);
+
+  std::optional<Checkpoint> latest_checkpoint() const;
+  // The metrics line last appended (null when none).
+  const Metrics& last_metrics() const { return last_metrics_; }
+  const std::filesystem::path& run_dir() const { return run_dir_; }
+  // Kept checkpoints, oldest first.
+  std::vector<Checkpoint> checkpoints() const;
+
+  static constexpr const char* metrics_file_name = "metrics.jsonl";
+
+ private:
+  struct Entry {
+    int index;
+    std::filesystem::path path;
+    std::optional<double> score;
+  };
+  void prune();
+  std::optional<double> score_of(const Metrics& metrics) const;
+
+  std::filesystem::path run_dir_;
+  CheckpointConfig config_;
+  std::vector<Entry> entries_;  // oldest first
+  Metrics last_metrics_;
+  long long iterations_ = 0;
+  int next_index_ = 0;
+};
+
+// The newest complete checkpoint_NNNNNN directory in `run_dir`, without taking ownership of it.
+std::optional<Checkpoint> find_latest_checkpoint(const std::filesystem::path& run_dir);
+
+// The last line of <run_dir>/metrics.jsonl (null when none).
+Metrics read_last_metrics(const std::filesystem::path& run_dir);
+
+// <storage>/<name> for a run. Pure: the environment, program name and clock come in.
+//  name: RunConfig::name, else TRAINRUN_EXPERIMENT_NAME, else in a launched job
+//  "<program>_<TORCHELASTIC_RUN_ID>" (or "<program>_<MASTER_ADDR>_<MASTER_PORT>" when the run id
+//  is missing or "none", as with a static rendezvous), else "<program>_<YYYY-MM-DD_HH-MM-SS>".
+//  storage: RunConfig::storage_path, else TRAINRUN_STORAGE_PATH, else $HOME/trainrun_results.
+std::string resolve_experiment_name(const RunConfig& config, const LaunchEnv& launch,
+                                    const std::map<std::string, std::string>& env,
+                                    const std::string& program, std::time_t now);
+std::filesystem::path resolve_storage_path(const RunConfig& config,
+                                           const std::map<std::string, std::string>& env);
+
+}  // namespace trainrun::runtime

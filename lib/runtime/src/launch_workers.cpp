@@ -1,0 +1,101 @@
+#include "launch_workers.hpp"
+
+#include <trainrun/runtime/errors.hpp>
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <climits>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "agent.hpp"
+#include "config.hpp"
+
+namespace trainrun::runtime::detail {
+namespace {
+
+std::vector<std::string> own_arguments() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  std::string current;
+  for (char c : text) {
+    if (c == '\0') {
+      args.push_back(current);
+      current.clear();
+    } else {
+      current += c;
+    }
+  }
+  if (!current.empty()) args.push_back(current);
+  return args;
+}
+
+// The launcher expands ${local_rank}, $local_rank and $$ in worker arguments; doubling every '$'
+// makes it hand our own arguments back unchanged.
+std::string escape_dollars(const std::string& arg) {
+  std::string out;
+  for (char c : arg) {
+    out += c;
+    if (c == '$') out += '$';
+  }
+  return out;
+}
+
+// Sets environment variables for the workers and puts the old values back when done.
+class ScopedEnv {
+ public:
+  void set(const std::string& name, const std::string& value) {
+    const char* old = std::getenv(name.c_str());
+    saved_.emplace(name, old ? std::optional<std::string>(old) : std::nullopt);
+    ::setenv(name.c_str(), value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        ::setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        ::unsetenv(name.c_str());
+      }
+    }
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+}  // namespace
+
+int launch_workers(int num_workers, int max_failures, const std::string& experiment_name,
+                   const std::filesystem::path& storage_path) {
+  char exe[PATH_MAX];
+  const ssize_t length = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (length <= 0) {
+    throw RuntimeError("TorchTrainer: cannot find this program's executable (/proc/self/exe) to "
+                       "start workers from; run it under trainrun instead");
+  }
+  const std::vector<std::string> args = own_arguments();
+
+  // Start from the launcher's own defaults for a standalone job (signals, timeouts, output);
+  // PET_* variables of this process are not consulted, so the job is what the code asked for.
+  launch::LaunchConfig config =
+      launch::parse_command_line({"--standalone", "--no-python", "/bin/true"}, {}).config;
+  config.nproc_per_node = num_workers;
+  config.max_restarts = max_failures < 0 ? INT_MAX : max_failures;
+  config.entry_mode = launch::EntryMode::executable;
+  config.no_python = true;
+  config.entrypoint = std::string(exe, static_cast<std::size_t>(length));
+  config.entry_args.clear();
+  for (std::size_t i = 1; i < args.size(); ++i) config.entry_args.push_back(escape_dollars(args[i]));
+
+  ScopedEnv env;
+  env.set("TRAINRUN_EXPERIMENT_NAME", experiment_name);
+  env.set("TRAINRUN_STORAGE_PATH", storage_path.string());
+  return launch::run_agent(config);
+}
+
+}  // namespace trainrun::runtime::detail

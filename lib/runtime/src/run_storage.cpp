@@ -1,0 +1,345 @@
+#include <trainrun/runtime/run_storage.hpp>
+
+#include <trainrun/runtime/errors.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+#include <utility>
+
+namespace trainrun::runtime {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kCheckpointPrefix = "checkpoint_";
+constexpr const char* kTempPrefix = ".tmp_";
+
+std::string errno_text() { return std::strerror(errno); }
+
+// A checkpoint_NNNNNN directory's index, or -1 for any other name.
+int checkpoint_index(const fs::path& path) {
+  const std::string name = path.filename().string();
+  const std::string prefix = kCheckpointPrefix;
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return -1;
+  const std::string digits = name.substr(prefix.size());
+  if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(),
+                                        [](char c) { return c >= '0' && c <= '9'; })) {
+    return -1;
+  }
+  return std::stoi(digits);
+}
+
+std::string checkpoint_name(int index) {
+  std::string digits = std::to_string(index);
+  if (digits.size() < 6) digits.insert(0, 6 - digits.size(), '0');
+  return kCheckpointPrefix + digits;
+}
+
+void fsync_path(const fs::path& path, bool directory) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
+  if (fd < 0) throw RuntimeError("cannot open " + path.string() + " to sync it: " + errno_text());
+  const int result = ::fsync(fd);
+  const std::string reason = result != 0 ? errno_text() : "";
+  ::close(fd);
+  if (result != 0) throw RuntimeError("cannot sync " + path.string() + ": " + reason);
+}
+
+void fsync_tree(const fs::path& root) {
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    if (entry.is_symlink()) continue;
+    if (entry.is_directory()) {
+      fsync_path(entry.path(), true);
+    } else if (entry.is_regular_file()) {
+      fsync_path(entry.path(), false);
+    }
+  }
+  fsync_path(root, true);
+}
+
+// Moves a directory out of the checkpoint_* namespace before deleting it, so a crash in the
+// middle of the delete never leaves a half-deleted directory that looks like a checkpoint.
+void remove_directory(const fs::path& run_dir, const fs::path& path) {
+  const fs::path doomed =
+      run_dir / (std::string(kTempPrefix) + "delete_" + path.filename().string() + "_" +
+                 std::to_string(::getpid()));
+  std::error_code error;
+  fs::rename(path, doomed, error);
+  fs::remove_all(error ? path : doomed, error);
+}
+
+std::vector<std::pair<int, fs::path>> scan_checkpoints(const fs::path& run_dir) {
+  std::vector<std::pair<int, fs::path>> found;
+  std::error_code error;
+  for (fs::directory_iterator it(run_dir, error), end; !error && it != end; it.increment(error)) {
+    const int index = checkpoint_index(it->path());
+    if (index >= 0 && it->is_directory()) found.emplace_back(index, it->path());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+std::string sanitize_name_part(const std::string& text) {
+  std::string out = text;
+  for (char& c : out) {
+    const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '-' || c == '_' || c == '.';
+    if (!safe) c = '_';
+  }
+  return out;
+}
+
+std::string local_timestamp(std::time_t now) {
+  std::tm parts{};
+  localtime_r(&now, &parts);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%d_%H-%M-%S", &parts);
+  return text;
+}
+
+}  // namespace
+
+RunStorage::RunStorage(fs::path run_dir, CheckpointConfig config)
+    : run_dir_(std::move(run_dir)), config_(std::move(config)) {
+  if (config_.num_to_keep && *config_.num_to_keep < 1) {
+    throw ConfigError("CheckpointConfig::num_to_keep must be at least 1 (got " +
+                      std::to_string(*config_.num_to_keep) + "); leave it empty to keep all");
+  }
+  std::error_code error;
+  fs::create_directories(run_dir_, error);
+  if (error || !fs::is_directory(run_dir_)) {
+    throw RuntimeError("cannot create the run directory " + run_dir_.string() + ": " +
+                       (error ? error.message() : "not a directory") +
+                       "; set RunConfig::storage_path to a writable place");
+  }
+  for (fs::directory_iterator it(run_dir_, error), end; !error && it != end; it.increment(error)) {
+    if (it->path().filename().string().rfind(kTempPrefix, 0) == 0) {
+      std::error_code ignored;
+      fs::remove_all(it->path(), ignored);
+    }
+  }
+
+  std::map<std::string, Metrics> metrics_by_checkpoint;
+  const fs::path metrics_path = run_dir_ / metrics_file_name;
+  std::ifstream in(metrics_path, std::ios::binary);
+  if (in) {
+    std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // A crash while appending can leave a partial last line: cut it so the next line starts clean.
+    const auto last_newline = content.rfind('\n');
+    const std::size_t complete = last_newline == std::string::npos ? 0 : last_newline + 1;
+    if (complete != content.size()) {
+      fs::resize_file(metrics_path, complete, error);
+      content.resize(complete);
+    }
+    std::istringstream lines(content);
+    std::string line;
+    while (std::getline(lines, line)) {
+      const Metrics parsed = Metrics::parse(line, nullptr, false);
+      if (parsed.is_discarded() || !parsed.is_object()) continue;
+      ++iterations_;
+      last_metrics_ = parsed;
+      const auto dir_name = parsed.find("checkpoint_dir_name");
+      if (dir_name != parsed.end() && dir_name->is_string()) {
+        metrics_by_checkpoint[dir_name->get<std::string>()] = parsed;
+      }
+    }
+  }
+  for (const auto& [index, path] : scan_checkpoints(run_dir_)) {
+    const auto metrics = metrics_by_checkpoint.find(path.filename().string());
+    entries_.push_back(Entry{index, path,
+                             metrics == metrics_by_checkpoint.end()
+                                 ? std::nullopt
+                                 : score_of(metrics->second)});
+    next_index_ = index + 1;
+  }
+}
+
+std::optional<double> RunStorage::score_of(const Metrics& metrics) const {
+  if (config_.checkpoint_score_attribute.empty() || !metrics.is_object()) return std::nullopt;
+  const auto value = metrics.find(config_.checkpoint_score_attribute);
+  if (value == metrics.end() || !value->is_number()) return std::nullopt;
+  return value->get<double>();
+}
+
+std::optional<Checkpoint> RunStorage::record(const Metrics& metrics,
+                                             const std::optional<Checkpoint>& checkpoint) {
+  if (!metrics.is_object() && !metrics.is_null()) {
+    throw ConfigError("report: metrics must be a JSON object of name to value, got " +
+                      metrics.dump());
+  }
+  std::optional<Checkpoint> persisted;
+  if (checkpoint) {
+    const fs::path source = checkpoint->path();
+    if (!fs::is_directory(source)) {
+      throw ConfigError("report: checkpoint directory " + source.string() +
+                        " does not exist or is not a directory");
+    }
+    const std::string name = checkpoint_name(next_index_);
+    const fs::path temp =
+        run_dir_ / (std::string(kTempPrefix) + name + "_" + std::to_string(::getpid()));
+    const fs::path target = run_dir_ / name;
+    std::error_code error;
+    fs::remove_all(temp, error);
+    fs::copy(source, temp, fs::copy_options::recursive | fs::copy_options::copy_symlinks, error);
+    if (error) {
+      fs::remove_all(temp, error);
+      throw RuntimeError("report: cannot copy checkpoint " + source.string() + " to " +
+                         temp.string() + ": " + error.message());
+    }
+    fsync_tree(temp);
+    if (::rename(temp.c_str(), target.c_str()) != 0) {
+      const std::string reason = errno_text();
+      fs::remove_all(temp, error);
+      throw RuntimeError("report: cannot move checkpoint into place at " + target.string() + ": " +
+                         reason);
+    }
+    fsync_path(run_dir_, true);
+    entries_.push_back(Entry{next_index_, target, score_of(metrics)});
+    ++next_index_;
+    persisted = Checkpoint::from_directory(target);
+  }
+
+  Metrics line = metrics.is_null() ? Metrics::object() : metrics;
+  ++iterations_;
+  if (!line.contains("training_iteration")) line["training_iteration"] = iterations_;
+  if (!line.contains("timestamp")) {
+    line["timestamp"] = std::chrono::duration<double>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  }
+  line["checkpoint_dir_name"] =
+      persisted ? Metrics(persisted->path().filename().string()) : Metrics(nullptr);
+  const std::string text = line.dump() + "\n";
+  const fs::path metrics_path = run_dir_ / metrics_file_name;
+  const int fd = ::open(metrics_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw RuntimeError("report: cannot open " + metrics_path.string() + ": " + errno_text());
+  }
+  std::size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string reason = errno_text();
+      ::close(fd);
+      throw RuntimeError("report: cannot write " + metrics_path.string() + ": " + reason);
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  ::fsync(fd);
+  ::close(fd);
+  last_metrics_ = line;
+
+  prune();
+  return persisted;
+}
+
+void RunStorage::prune() {
+  if (!config_.num_to_keep || entries_.size() <= static_cast<std::size_t>(*config_.num_to_keep)) {
+    return;
+  }
+  std::vector<std::size_t> ranked(entries_.size());
+  for (std::size_t i = 0; i < ranked.size(); ++i) ranked[i] = i;
+  const bool by_score = !config_.checkpoint_score_attribute.empty();
+  const bool maximize = config_.checkpoint_score_order == ScoreOrder::max;
+  // Best first: by score when configured (checkpoints without a score last), newest on ties.
+  std::stable_sort(ranked.begin(), ranked.end(), [&](std::size_t a, std::size_t b) {
+    if (by_score) {
+      const auto& sa = entries_[a].score;
+      const auto& sb = entries_[b].score;
+      if (sa.has_value() != sb.has_value()) return sa.has_value();
+      if (sa && *sa != *sb) return maximize ? *sa > *sb : *sa < *sb;
+    }
+    return entries_[a].index > entries_[b].index;
+  });
+  std::vector<bool> keep(entries_.size(), false);
+  for (int i = 0; i < *config_.num_to_keep; ++i) keep[ranked[static_cast<std::size_t>(i)]] = true;
+  keep.back() = true;  // the newest stays, so a restarted job resumes from where it stopped
+  std::vector<Entry> kept;
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    if (keep[i]) {
+      kept.push_back(entries_[i]);
+    } else {
+      remove_directory(run_dir_, entries_[i].path);
+    }
+  }
+  entries_ = std::move(kept);
+}
+
+std::optional<Checkpoint> RunStorage::latest_checkpoint() const {
+  if (entries_.empty()) return std::nullopt;
+  return Checkpoint::from_directory(entries_.back().path);
+}
+
+std::vector<Checkpoint> RunStorage::checkpoints() const {
+  std::vector<Checkpoint> out;
+  for (const auto& entry : entries_) out.push_back(Checkpoint::from_directory(entry.path));
+  return out;
+}
+
+std::optional<Checkpoint> find_latest_checkpoint(const fs::path& run_dir) {
+  const auto found = scan_checkpoints(run_dir);
+  if (found.empty()) return std::nullopt;
+  return Checkpoint::from_directory(found.back().second);
+}
+
+Metrics read_last_metrics(const fs::path& run_dir) {
+  std::ifstream in(run_dir / RunStorage::metrics_file_name);
+  Metrics last;
+  std::string line;
+  while (std::getline(in, line)) {
+    Metrics parsed = Metrics::parse(line, nullptr, false);
+    if (!parsed.is_discarded() && parsed.is_object()) last = std::move(parsed);
+  }
+  return last;
+}
+
+std::string resolve_experiment_name(const RunConfig& config, const LaunchEnv& launch,
+                                    const std::map<std::string, std::string>& env,
+                                    const std::string& program, std::time_t now) {
+  std::string name = config.name;
+  const char* origin = "RunConfig::name";
+  if (name.empty()) {
+    if (const auto it = env.find("TRAINRUN_EXPERIMENT_NAME"); it != env.end()) {
+      name = it->second;
+      origin = "TRAINRUN_EXPERIMENT_NAME";
+    }
+  }
+  if (!name.empty()) {
+    if (name == "." || name == ".." || name.find('/') != std::string::npos) {
+      throw ConfigError(std::string(origin) + "=" + name +
+                        ": an experiment name must be a single directory name (no '/')");
+    }
+    return name;
+  }
+  const std::string prefix = sanitize_name_part(program.empty() ? "trainrun" : program);
+  if (launch.launched) {
+    if (!launch.run_id.empty() && launch.run_id != "none") {
+      return prefix + "_" + sanitize_name_part(launch.run_id);
+    }
+    return prefix + "_" + sanitize_name_part(launch.master_addr) + "_" +
+           std::to_string(launch.master_port);
+  }
+  return prefix + "_" + local_timestamp(now);
+}
+
+fs::path resolve_storage_path(const RunConfig& config,
+                              const std::map<std::string, std::string>& env) {
+  if (!config.storage_path.empty()) return config.storage_path;
+  if (const auto it = env.find("TRAINRUN_STORAGE_PATH"); it != env.end() && !it->second.empty()) {
+    return it->second;
+  }
+  if (const auto it = env.find("HOME"); it != env.end() && !it->second.empty()) {
+    return fs::path(it->second) / "trainrun_results";
+  }
+  throw ConfigError("no storage path: HOME is not set; set RunConfig::storage_path or "
+                    "TRAINRUN_STORAGE_PATH");
+}
+
+}  // namespace trainrun::runtime

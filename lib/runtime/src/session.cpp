@@ -1,0 +1,134 @@
+#include "session.hpp"
+
+#include <trainrun/runtime/errors.hpp>
+#include <trainrun/runtime/report.hpp>
+
+#include <unistd.h>
+
+#include <ctime>
+#include <mutex>
+#include <utility>
+
+namespace trainrun::runtime {
+namespace detail {
+namespace {
+
+std::recursive_mutex session_mutex;
+std::unique_ptr<Session> session;
+bool session_explicit = false;
+
+std::unique_ptr<Session> make_session(const SessionOptions& options) {
+  const auto env = current_environment();
+  const LaunchEnv launch = parse_launch_env(env);
+  const std::string name =
+      resolve_experiment_name(options.run, launch, env, program_name(), std::time(nullptr));
+  const auto run_dir = resolve_storage_path(options.run, env) / name;
+  return std::make_unique<Session>(options, launch, name, run_dir);
+}
+
+}  // namespace
+
+Session::Session(SessionOptions options, const LaunchEnv& launch,
+                 const std::string& experiment_name, std::filesystem::path run_dir)
+    : options_(std::move(options)),
+      context_(launch, experiment_name, options_.use_gpu),
+      run_dir_(std::move(run_dir)) {}
+
+RunStorage& Session::storage() {
+  if (!storage_) storage_ = std::make_unique<RunStorage>(run_dir_, options_.run.checkpoint_config);
+  return *storage_;
+}
+
+std::optional<Checkpoint> Session::latest_checkpoint() {
+  if (context_.world_rank() == 0) return storage().latest_checkpoint();
+  return find_latest_checkpoint(run_dir_);
+}
+
+Session& current_session() {
+  std::lock_guard<std::recursive_mutex> lock(session_mutex);
+  if (!session) {
+    auto fresh = make_session(SessionOptions{});
+    prepare_device(fresh->context());
+    if (fresh->context().launched()) {
+      start_process_group(fresh->context(), fresh->options().torch.timeout);
+    }
+    session = std::move(fresh);
+    session_explicit = false;
+  }
+  return *session;
+}
+
+Session& begin_session(const SessionOptions& options) {
+  std::lock_guard<std::recursive_mutex> lock(session_mutex);
+  if (session && session_explicit) {
+    throw RuntimeError("TorchTrainer::fit: another fit() is already running in this process; "
+                       "run trainers one after the other");
+  }
+  auto fresh = make_session(options);
+  prepare_device(fresh->context());
+  if (session) {
+    // Started implicitly by an earlier get_context(): keep its process group when it fits.
+    if (session->options().use_gpu != options.use_gpu && process_group_started()) {
+      throw ConfigError("TorchTrainer::fit: ScalingConfig::use_gpu differs from the process "
+                        "group already started by get_context(); create the trainer first");
+    }
+    session = std::move(fresh);
+  } else {
+    session = std::move(fresh);
+    if (session->context().launched()) {
+      try {
+        start_process_group(session->context(), options.torch.timeout);
+      } catch (...) {
+        session.reset();
+        throw;
+      }
+    }
+  }
+  session_explicit = true;
+  return *session;
+}
+
+void end_session() {
+  std::lock_guard<std::recursive_mutex> lock(session_mutex);
+  clear_gradient_synchronizers();
+  stop_process_group();
+  session.reset();
+  session_explicit = false;
+}
+
+bool session_active() {
+  std::lock_guard<std::recursive_mutex> lock(session_mutex);
+  return session != nullptr;
+}
+
+std::string program_name() {
+  char buffer[4096];
+  const ssize_t length = ::readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  if (length <= 0) return "trainrun";
+  return std::filesystem::path(std::string(buffer, static_cast<std::size_t>(length)))
+      .filename()
+      .string();
+}
+
+}  // namespace detail
+
+const TrainContext& get_context() { return detail::current_session().context(); }
+
+void report(const Metrics& metrics, const std::optional<Checkpoint>& checkpoint) {
+  auto& session = detail::current_session();
+  std::exception_ptr failure;
+  if (session.context().world_rank() == 0) {
+    try {
+      session.storage().record(metrics, checkpoint);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  // Other ranks wait for rank 0's save, so get_checkpoint() agrees everywhere afterwards.
+  detail::barrier();
+  if (failure) std::rethrow_exception(failure);
+}
+
+std::optional<Checkpoint> get_checkpoint() { return detail::current_session().latest_checkpoint(); }
+
+}  // namespace trainrun::runtime

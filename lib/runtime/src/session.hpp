@@ -1,0 +1,61 @@
+#pragma once
+
+#include <trainrun/runtime/config.hpp>
+#include <trainrun/runtime/context.hpp>
+#include <trainrun/runtime/run_storage.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+namespace trainrun::runtime::detail {
+
+struct SessionOptions {
+  bool use_gpu = false;
+  RunConfig run;
+  TorchConfig torch;
+};
+
+// The state of one training run in this process: its context, its process group (held in
+// process_group.cpp) and, on rank 0, its storage.
+class Session {
+ public:
+  Session(SessionOptions options, const LaunchEnv& launch, const std::string& experiment_name,
+          std::filesystem::path run_dir);
+
+  const TrainContext& context() const { return context_; }
+  const SessionOptions& options() const { return options_; }
+  const std::filesystem::path& run_dir() const { return run_dir_; }
+  // Rank 0's writer for the run directory, opened on first use.
+  RunStorage& storage();
+  std::optional<Checkpoint> latest_checkpoint();
+
+ private:
+  SessionOptions options_;
+  TrainContext context_;
+  std::filesystem::path run_dir_;
+  std::unique_ptr<RunStorage> storage_;
+};
+
+// The running session; one with default options is started on first use when there is none.
+Session& current_session();
+// Starts a session with these options (taking over one started implicitly); throws when the
+// environment is invalid or a session with other GPU settings is running.
+Session& begin_session(const SessionOptions& options);
+// Tears the session and its process group down; a no-op when none is running.
+void end_session();
+bool session_active();
+
+// Defined in process_group.cpp (the only place that knows c10d).
+// Checks that use_gpu can be honoured and selects this worker's GPU; throws ConfigError if not.
+void prepare_device(const TrainContext& context);
+void start_process_group(const TrainContext& context, std::chrono::milliseconds timeout);
+void stop_process_group();
+bool process_group_started();
+void barrier();
+void clear_gradient_synchronizers();
+
+// The running executable's file name, for default experiment names.
+std::string program_name();
+
+}  // namespace trainrun::runtime::detail

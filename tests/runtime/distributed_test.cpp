@@ -1,0 +1,209 @@
+// Multi-process tests: real worker processes (runtime_test_worker) with the launcher variables
+// set, talking through a real c10d TCPStore and Gloo.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "worker_processes.hpp"
+
+namespace fs = std::filesystem;
+using trainrun::runtime::testing::make_temp_dir;
+using trainrun::runtime::testing::read_file;
+using trainrun::runtime::testing::run_workers;
+using trainrun::runtime::testing::WorkerRun;
+
+namespace {
+
+const std::string kWorker = TRAINRUN_RUNTIME_TEST_WORKER;
+
+std::string describe(const WorkerRun& run) {
+  std::string text;
+  for (std::size_t r = 0; r < run.outputs.size(); ++r) {
+    text += "rank " + std::to_string(r) + " exit " + std::to_string(run.exit_codes[r]) + ":\n" +
+            run.outputs[r] + "\n";
+  }
+  return text;
+}
+
+void require_success(const WorkerRun& run) {
+  INFO(describe(run));
+  REQUIRE_FALSE(run.timed_out);
+  for (int code : run.exit_codes) REQUIRE(code == 0);
+}
+
+std::vector<double> read_numbers(const fs::path& path) {
+  std::ifstream in(path);
+  std::vector<double> values;
+  double value = 0;
+  while (in >> value) values.push_back(value);
+  return values;
+}
+
+std::vector<long> read_indices(const fs::path& path) {
+  std::ifstream in(path);
+  std::vector<long> values;
+  long value = 0;
+  while (in >> value) values.push_back(value);
+  return values;
+}
+
+std::vector<nlohmann::json> metric_lines(const fs::path& run_dir) {
+  std::vector<nlohmann::json> out;
+  std::istringstream lines(read_file((run_dir / "metrics.jsonl").string()));
+  std::string line;
+  while (std::getline(lines, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the process group all-reduces across 1, 2 and 4 ranks") {
+  for (int world : {1, 2, 4}) {
+    const auto run = run_workers(kWorker, {"collectives"}, world);
+    require_success(run);
+    const std::string expected = "sum=" + std::to_string(world * (world + 1) / 2) + " ";
+    for (int r = 0; r < world; ++r) {
+      CHECK_THAT(run.outputs[static_cast<std::size_t>(r)],
+                 Catch::Contains("rank " + std::to_string(r) + "/" + std::to_string(world)) &&
+                     Catch::Contains(expected) && Catch::Contains("ok"));
+    }
+  }
+  const auto local = run_workers(kWorker, {"collectives"}, 0);
+  require_success(local);
+  CHECK_THAT(local.outputs[0], Catch::Contains("no process group (local mode)"));
+}
+
+TEST_CASE("a partial launcher environment fails with the missing names") {
+  const auto run = run_workers(kWorker, {"collectives"}, 0, {{"RANK", "0"}, {"WORLD_SIZE", "2"}});
+  CHECK(run.exit_codes[0] == 5);
+  CHECK_THAT(run.outputs[0],
+             Catch::Contains("LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT not set"));
+}
+
+TEST_CASE("prepare_model: data-parallel SGD equals one process on the full batch") {
+  const fs::path out = make_temp_dir("mlp");
+  fs::create_directories(out / "local");
+  require_success(run_workers(kWorker, {"mlp", (out / "local").string(), "5"}, 0));
+  const auto reference = read_numbers(out / "local" / "params_rank0.txt");
+  REQUIRE(reference.size() == 4 * 8 + 8 + 8 * 3 + 3 + 3 + 1);
+
+  // Training must change the parameters, or equality below would prove nothing.
+  fs::create_directories(out / "untrained");
+  require_success(run_workers(kWorker, {"mlp", (out / "untrained").string(), "0"}, 0));
+  const auto initial = read_numbers(out / "untrained" / "params_rank0.txt");
+  double moved = 0;
+  for (std::size_t i = 0; i < initial.size(); ++i) moved += std::abs(initial[i] - reference[i]);
+  CHECK(moved > 1e-2);
+
+  for (int world : {2, 4}) {
+    const fs::path dir = out / ("world" + std::to_string(world));
+    fs::create_directories(dir);
+    require_success(run_workers(kWorker, {"mlp", dir.string(), "5"}, world));
+    for (int r = 0; r < world; ++r) {
+      const auto params = read_numbers(dir / ("params_rank" + std::to_string(r) + ".txt"));
+      REQUIRE(params.size() == reference.size());
+      double worst = 0;
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        worst = std::max(worst, std::abs(params[i] - reference[i]));
+      }
+      INFO("world " << world << " rank " << r);
+      CHECK(worst < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("prepare_data_loader: disjoint shards that cover the epoch and reshuffle per epoch") {
+  const fs::path out = make_temp_dir("shards");
+  const int world = 4;
+  const long size = 64;
+  require_success(run_workers(kWorker, {"shards", out.string(), "2", std::to_string(size)}, world));
+  std::vector<long> first_epoch_rank0;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::multiset<long> seen;
+    for (int r = 0; r < world; ++r) {
+      const auto indices = read_indices(out / ("shard_r" + std::to_string(r) + "_e" +
+                                               std::to_string(epoch) + ".txt"));
+      CHECK(indices.size() == static_cast<std::size_t>(size / world));
+      seen.insert(indices.begin(), indices.end());
+      if (r == 0 && epoch == 0) first_epoch_rank0 = indices;
+      if (r == 0 && epoch == 1) CHECK(indices != first_epoch_rank0);
+    }
+    CHECK(seen.size() == static_cast<std::size_t>(size));
+    CHECK(std::set<long>(seen.begin(), seen.end()).size() == static_cast<std::size_t>(size));
+  }
+
+  const fs::path local = out / "local";
+  fs::create_directories(local);
+  require_success(run_workers(kWorker, {"shards", local.string(), "1", "10"}, 0));
+  const auto all = read_indices(local / "shard_r0_e0.txt");
+  CHECK(std::set<long>(all.begin(), all.end()).size() == 10);
+  CHECK(all.size() == 10);
+}
+
+TEST_CASE("report: rank 0 persists metrics and checkpoints; a restarted job resumes") {
+  const fs::path storage = make_temp_dir("report");
+  const std::map<std::string, std::string> env = {{"TRAINRUN_STORAGE_PATH", storage.string()},
+                                                  {"TRAINRUN_EXPERIMENT_NAME", "exp"}};
+  const fs::path marker = storage / "crashed.marker";
+  // Attempt 0: the last rank dies at epoch 2, as a preempted worker would.
+  const auto crashed =
+      run_workers(kWorker, {"train", "4", "0", "2", marker.string()}, 2, env);
+  INFO(describe(crashed));
+  CHECK(crashed.exit_codes[1] == 7);
+  REQUIRE(fs::exists(marker));
+
+  // Attempt 1: the launcher restarts the group; get_checkpoint() gives the last epoch saved.
+  auto restarted_env = env;
+  restarted_env["TORCHELASTIC_RESTART_COUNT"] = "1";
+  const auto resumed = run_workers(kWorker, {"train", "4", "0", "2", marker.string()}, 2,
+                                   restarted_env);
+  require_success(resumed);
+  CHECK_THAT(resumed.outputs[1], Catch::Contains("resuming at epoch"));
+
+  const auto lines = metric_lines(storage / "exp");
+  std::vector<int> epochs;
+  for (const auto& line : lines) {
+    CHECK(line["rank"] == 0);  // only rank 0 writes
+    epochs.push_back(line["epoch"].get<int>());
+  }
+  // Each epoch once: either epoch 2 was saved before the crash (rank 0 got there) or not.
+  CHECK(epochs == std::vector<int>{0, 1, 2, 3});
+  std::vector<std::string> kept;
+  for (const auto& entry : fs::directory_iterator(storage / "exp")) {
+    kept.push_back(entry.path().filename().string());
+  }
+  std::sort(kept.begin(), kept.end());
+  CHECK(kept == std::vector<std::string>{"checkpoint_000002", "checkpoint_000003",
+                                         "metrics.jsonl"});
+  CHECK(read_file((storage / "exp" / "checkpoint_000003" / "epoch.txt").string()) == "3\n");
+  CHECK_THAT(resumed.outputs[0], Catch::Contains("result: ok=1 epoch=3 checkpoint=checkpoint_000003"));
+  CHECK_THAT(resumed.outputs[1], Catch::Contains("result: ok=1 epoch=3 checkpoint=checkpoint_000003"));
+}
+
+TEST_CASE("an exception in train_func: error file in a worker, Result::error in local mode") {
+  const fs::path dir = make_temp_dir("fail");
+  const auto launched = run_workers(
+      kWorker, {"fail"}, 2,
+      {{"TORCHELASTIC_ERROR_FILE", (dir / "{rank}" / "error.json").string()},
+       {"TRAINRUN_STORAGE_PATH", dir.string()}});
+  INFO(describe(launched));
+  CHECK((launched.exit_codes[0] == 1 || launched.exit_codes[1] == 1));
+  const fs::path first = launched.exit_codes[0] == 1 ? dir / "0" / "error.json" : dir / "1" / "error.json";
+  const auto record = nlohmann::json::parse(read_file(first.string()));
+  CHECK(record["message"]["message"] == "std::runtime_error: boom in train_func");
+  CHECK(std::stoll(record["message"]["extraInfo"]["timestamp"].get<std::string>()) > 1600000000);
+  CHECK_FALSE(record["message"]["extraInfo"]["py_callstack"].get<std::string>().empty());
+
+  const auto local = run_workers(
+      kWorker, {"fail"}, 0,
+      {{"TORCHELASTIC_ERROR_FILE", (dir / "local.json").string()},
+       {"TRAINRUN_STORAGE_PATH", dir.string()}});
+  CHECK(local.exit_codes[0] == 4);
+  CHECK_THAT(local.outputs[0], Catch::Contains("result error: std::runtime_error: boom in train_func"));
+  CHECK(fs::exists(dir / "local.json"));
+}

@@ -1,0 +1,209 @@
+#include <catch2/catch.hpp>
+#include <trainrun/runtime/errors.hpp>
+#include <trainrun/runtime/run_storage.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "worker_processes.hpp"
+
+namespace rt = trainrun::runtime;
+namespace fs = std::filesystem;
+using rt::testing::make_temp_dir;
+using rt::testing::read_file;
+
+namespace {
+
+// A checkpoint directory with `files` files of `bytes` bytes, each holding `tag`.
+fs::path make_source(const fs::path& root, const std::string& tag, int files = 2,
+                     std::size_t bytes = 16) {
+  const fs::path dir = root / ("src_" + tag);
+  fs::create_directories(dir / "nested");
+  for (int i = 0; i < files; ++i) {
+    std::ofstream(dir / ("f" + std::to_string(i)), std::ios::binary)
+        << std::string(bytes, tag.empty() ? 'x' : tag[0]);
+  }
+  std::ofstream(dir / "nested" / "tag.txt") << tag;
+  return dir;
+}
+
+std::vector<std::string> names(const std::vector<rt::Checkpoint>& checkpoints) {
+  std::vector<std::string> out;
+  for (const auto& c : checkpoints) out.push_back(c.path().filename().string());
+  return out;
+}
+
+std::vector<nlohmann::json> metric_lines(const fs::path& run_dir) {
+  std::vector<nlohmann::json> out;
+  std::istringstream lines(read_file((run_dir / "metrics.jsonl").string()));
+  std::string line;
+  while (std::getline(lines, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("record copies the checkpoint into checkpoint_NNNNNN and appends metrics") {
+  const fs::path root = make_temp_dir("storage");
+  rt::RunStorage storage(root / "run", {});
+  const auto persisted =
+      storage.record({{"loss", 0.5}, {"epoch", 0}}, rt::Checkpoint::from_directory(
+                                                       make_source(root, "a")));
+  REQUIRE(persisted);
+  CHECK(persisted->path() == root / "run" / "checkpoint_000000");
+  CHECK(read_file((persisted->path() / "nested" / "tag.txt").string()) == "a");
+  storage.record({{"loss", 0.25}, {"epoch", 1}}, std::nullopt);
+
+  const auto lines = metric_lines(root / "run");
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0]["loss"] == 0.5);
+  CHECK(lines[0]["training_iteration"] == 1);
+  CHECK(lines[0]["checkpoint_dir_name"] == "checkpoint_000000");
+  CHECK(lines[1]["checkpoint_dir_name"].is_null());
+  CHECK(lines[1]["timestamp"].get<double>() > 1.6e9);
+  CHECK(storage.last_metrics()["epoch"] == 1);
+  CHECK(storage.latest_checkpoint() == persisted);
+}
+
+TEST_CASE("num_to_keep keeps the newest checkpoints") {
+  const fs::path root = make_temp_dir("keep");
+  rt::CheckpointConfig config;
+  config.num_to_keep = 2;
+  rt::RunStorage storage(root / "run", config);
+  for (int i = 0; i < 5; ++i) {
+    storage.record({{"i", i}}, rt::Checkpoint::from_directory(make_source(root, std::to_string(i))));
+  }
+  CHECK(names(storage.checkpoints()) ==
+        std::vector<std::string>{"checkpoint_000003", "checkpoint_000004"});
+  CHECK_FALSE(fs::exists(root / "run" / "checkpoint_000002"));
+}
+
+TEST_CASE("with a score attribute the best are kept, and always the newest") {
+  const fs::path root = make_temp_dir("score");
+  rt::CheckpointConfig config;
+  config.num_to_keep = 2;
+  config.checkpoint_score_attribute = "accuracy";
+  config.checkpoint_score_order = rt::ScoreOrder::max;
+  rt::RunStorage storage(root / "run", config);
+  const double accuracy[] = {0.5, 0.9, 0.7, 0.8, 0.1};
+  for (int i = 0; i < 5; ++i) {
+    storage.record({{"accuracy", accuracy[i]}},
+                   rt::Checkpoint::from_directory(make_source(root, std::to_string(i))));
+  }
+  // Best two are 1 (0.9) and 3 (0.8); 4 is the newest and is kept for resuming.
+  CHECK(names(storage.checkpoints()) == std::vector<std::string>{
+                                            "checkpoint_000001", "checkpoint_000003",
+                                            "checkpoint_000004"});
+
+  config.checkpoint_score_order = rt::ScoreOrder::min;
+  config.num_to_keep = 1;
+  rt::RunStorage reopened(root / "run", config);  // scores come back from metrics.jsonl
+  reopened.record({{"accuracy", 0.6}}, rt::Checkpoint::from_directory(make_source(root, "z")));
+  CHECK(names(reopened.checkpoints()) ==
+        std::vector<std::string>{"checkpoint_000004", "checkpoint_000005"});
+}
+
+TEST_CASE("a reopened run continues numbering and finds its latest checkpoint") {
+  const fs::path root = make_temp_dir("resume");
+  {
+    rt::RunStorage storage(root / "run", {});
+    storage.record({{"epoch", 0}}, rt::Checkpoint::from_directory(make_source(root, "a")));
+    storage.record({{"epoch", 1}}, rt::Checkpoint::from_directory(make_source(root, "b")));
+  }
+  CHECK(rt::find_latest_checkpoint(root / "run")->path().filename() == "checkpoint_000001");
+  CHECK(rt::read_last_metrics(root / "run")["epoch"] == 1);
+  rt::RunStorage again(root / "run", {});
+  CHECK(again.latest_checkpoint()->path().filename() == "checkpoint_000001");
+  CHECK(again.last_metrics()["epoch"] == 1);
+  again.record({{"epoch", 2}}, rt::Checkpoint::from_directory(make_source(root, "c")));
+  CHECK(again.latest_checkpoint()->path().filename() == "checkpoint_000002");
+  CHECK(metric_lines(root / "run").back()["training_iteration"] == 3);
+  CHECK_FALSE(rt::find_latest_checkpoint(root / "empty"));
+}
+
+TEST_CASE("leftovers of a crashed save are cleaned and a torn metrics line is cut") {
+  const fs::path root = make_temp_dir("torn");
+  fs::create_directories(root / "run" / ".tmp_checkpoint_000000_123");
+  std::ofstream(root / "run" / "metrics.jsonl") << "{\"epoch\": 0}\n{\"epoch\": 1, \"lo";
+  rt::RunStorage storage(root / "run", {});
+  CHECK_FALSE(fs::exists(root / "run" / ".tmp_checkpoint_000000_123"));
+  CHECK(storage.last_metrics()["epoch"] == 0);
+  storage.record({{"epoch", 1}}, std::nullopt);
+  const auto lines = metric_lines(root / "run");
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[1]["epoch"] == 1);
+}
+
+TEST_CASE("bad input is reported, not crashed on") {
+  const fs::path root = make_temp_dir("bad");
+  rt::CheckpointConfig zero;
+  zero.num_to_keep = 0;
+  CHECK_THROWS_WITH(rt::RunStorage(root / "run", zero), Catch::Contains("num_to_keep"));
+  rt::RunStorage storage(root / "run", {});
+  CHECK_THROWS_WITH(storage.record({{"a", 1}}, rt::Checkpoint::from_directory(root / "missing")),
+                    Catch::Contains("does not exist"));
+  CHECK_THROWS_AS(storage.record(nlohmann::json::array({1, 2}), std::nullopt), rt::ConfigError);
+  CHECK_THROWS_AS(rt::Checkpoint::from_directory(""), rt::ConfigError);
+  std::ofstream(root / "file") << "x";
+  CHECK_THROWS_AS(rt::RunStorage(root / "file" / "run", {}), rt::RuntimeError);
+}
+
+TEST_CASE("a process killed in the middle of saving never loses the previous checkpoint") {
+  const fs::path root = make_temp_dir("kill");
+  const fs::path small = make_source(root, "first");
+  const fs::path big = make_source(root, "big", 32, 512 * 1024);
+  int killed_mid_copy = 0;
+  for (int attempt = 0; attempt < 6; ++attempt) {
+    const fs::path run = root / ("run" + std::to_string(attempt));
+    int ready[2];
+    REQUIRE(::pipe(ready) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      rt::CheckpointConfig config;
+      config.num_to_keep = 1;
+      rt::RunStorage storage(run, config);
+      storage.record({{"n", 0}}, rt::Checkpoint::from_directory(small));
+      (void)!::write(ready[1], "x", 1);
+      for (int n = 1;; ++n) storage.record({{"n", n}}, rt::Checkpoint::from_directory(big));
+    }
+    ::close(ready[1]);
+    char byte = 0;
+    REQUIRE(::read(ready[0], &byte, 1) == 1);
+    ::close(ready[0]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5 + 17 * attempt));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    REQUIRE(WIFSIGNALED(status));
+
+    for (const auto& entry : fs::directory_iterator(run)) {
+      if (entry.path().filename().string().rfind(".tmp_checkpoint_", 0) == 0) ++killed_mid_copy;
+    }
+    rt::RunStorage reopened(run, {});
+    const auto latest = reopened.latest_checkpoint();
+    REQUIRE(latest);
+    // Whatever survived is complete: the small first one, or a full copy of the big one.
+    const std::string tag = read_file((latest->path() / "nested" / "tag.txt").string());
+    if (tag == "first") {
+      CHECK(fs::file_size(latest->path() / "f0") == 16);
+    } else {
+      REQUIRE(tag == "big");
+      for (int i = 0; i < 32; ++i) {
+        CHECK(fs::file_size(latest->path() / ("f" + std::to_string(i))) == 512 * 1024);
+      }
+    }
+    for (const auto& entry : fs::directory_iterator(run)) {
+      CHECK(entry.path().filename().string().rfind(".tmp_", 0) != 0);
+    }
+  }
+  // The scenario really happened: at least one kill landed while a copy was in progress.
+  CHECK(killed_mid_copy > 0);
+}

@@ -1,0 +1,181 @@
+// A training program for the runtime's multi-process tests. Each mode exercises one part of the
+// runtime and writes what it saw, so the test process can compare ranks and runs.
+//   collectives                      all-reduce rank+1 through get_process_group()
+//   mlp OUT_DIR STEPS                SGD on a small MLP, this rank's shard of a fixed batch
+//   shards OUT_DIR EPOCHS SIZE       the indices prepare_data_loader gives this rank per epoch
+//   train EPOCHS NUM_WORKERS [CRASH_EPOCH MARKER]   TorchTrainer with report/get_checkpoint
+//   fail                             TorchTrainer whose train_func throws
+#include <trainrun/runtime/runtime.hpp>
+
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <unistd.h>
+
+namespace rt = trainrun::runtime;
+namespace fs = std::filesystem;
+
+namespace {
+
+int collectives() {
+  const auto& context = rt::get_context();
+  auto group = rt::get_process_group();
+  if (!group) {
+    std::printf("rank %d: no process group (local mode)\n", context.world_rank());
+    return context.launched() ? 3 : 0;
+  }
+  std::vector<torch::Tensor> tensors = {torch::full({3}, context.world_rank() + 1.0)};
+  group->allreduce(tensors)->wait();
+  const double world = context.world_size();
+  const double expected = world * (world + 1) / 2;
+  const bool ok = torch::allclose(tensors[0], torch::full({3}, expected));
+  std::printf("rank %d/%d local %d/%d node %d: sum=%g expected=%g %s\n", context.world_rank(),
+              context.world_size(), context.local_rank(), context.local_world_size(),
+              context.node_rank(), tensors[0][0].item<double>(), expected, ok ? "ok" : "WRONG");
+  return ok ? 0 : 3;
+}
+
+int mlp(const fs::path& out_dir, int steps) {
+  const auto& context = rt::get_context();
+  // Each rank starts from different weights: prepare_model must replace them by rank 0's.
+  torch::manual_seed(100 + static_cast<std::uint64_t>(context.world_rank()));
+  auto model = rt::prepare_model(torch::nn::Sequential(
+      torch::nn::Linear(4, 8), torch::nn::Tanh(), torch::nn::Linear(8, 3), torch::nn::Tanh(),
+      torch::nn::Linear(3, 1)));
+  torch::manual_seed(7);
+  const auto inputs = torch::randn({16, 4});
+  const auto targets = torch::randn({16, 1});
+  const int64_t per_rank = 16 / context.world_size();
+  const auto x = inputs.narrow(0, context.world_rank() * per_rank, per_rank);
+  const auto y = targets.narrow(0, context.world_rank() * per_rank, per_rank);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  for (int step = 0; step < steps; ++step) {
+    optimizer.zero_grad();
+    auto loss = torch::mse_loss(model->forward(x), y);
+    loss.backward();
+    optimizer.step();
+  }
+  std::ofstream out(out_dir / ("params_rank" + std::to_string(context.world_rank()) + ".txt"));
+  char text[64];
+  for (const auto& param : model->parameters()) {
+    const auto flat = param.detach().reshape({-1});
+    for (int64_t i = 0; i < flat.numel(); ++i) {
+      std::snprintf(text, sizeof(text), "%.9g\n", flat[i].item<double>());
+      out << text;
+    }
+  }
+  return out ? 0 : 3;
+}
+
+// Example i holds the number i.
+struct IndexDataset : torch::data::datasets::Dataset<IndexDataset> {
+  explicit IndexDataset(std::size_t size) : size_(size) {}
+  torch::data::Example<> get(std::size_t index) override {
+    return {torch::tensor(static_cast<int64_t>(index)), torch::tensor(0)};
+  }
+  torch::optional<std::size_t> size() const override { return size_; }
+  std::size_t size_;
+};
+
+int shards(const fs::path& out_dir, int epochs, std::size_t size) {
+  const auto& context = rt::get_context();
+  auto loader = rt::prepare_data_loader(
+      IndexDataset(size).map(torch::data::transforms::Stack<>()),
+      rt::DataLoaderOptions{/*batch_size=*/4, /*shuffle=*/true});
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    loader.set_epoch(static_cast<std::size_t>(epoch));
+    std::ofstream out(out_dir / ("shard_r" + std::to_string(context.world_rank()) + "_e" +
+                                 std::to_string(epoch) + ".txt"));
+    for (auto& batch : loader) {
+      for (int64_t i = 0; i < batch.data.size(0); ++i) out << batch.data[i].item<int64_t>() << "\n";
+    }
+  }
+  return 0;
+}
+
+int train(int epochs, int num_workers, int crash_epoch, const std::string& marker) {
+  auto train_func = [&] {
+    const auto& context = rt::get_context();
+    int start = 0;
+    if (auto checkpoint = rt::get_checkpoint()) {
+      std::ifstream in(checkpoint->path() / "epoch.txt");
+      in >> start;
+      ++start;
+      std::printf("rank %d: resuming at epoch %d from %s\n", context.world_rank(), start,
+                  checkpoint->path().filename().c_str());
+    }
+    for (int epoch = start; epoch < epochs; ++epoch) {
+      if (epoch == crash_epoch && context.world_rank() == context.world_size() - 1 &&
+          !marker.empty() && !fs::exists(marker)) {
+        std::ofstream(marker) << "crashed\n";
+        std::printf("rank %d: crashing at epoch %d\n", context.world_rank(), epoch);
+        std::fflush(stdout);
+        std::_Exit(7);
+      }
+      const fs::path dir = fs::temp_directory_path() /
+                           ("trainrun_rt_ckpt_" + std::to_string(::getpid()) + "_" +
+                            std::to_string(epoch));
+      fs::create_directories(dir);
+      std::ofstream(dir / "epoch.txt") << epoch << "\n";
+      rt::report({{"epoch", epoch}, {"loss", 1.0 / (epoch + 1)}, {"rank", context.world_rank()}},
+                 rt::Checkpoint::from_directory(dir));
+      fs::remove_all(dir);
+    }
+  };
+  rt::CheckpointConfig checkpoints;
+  checkpoints.num_to_keep = 2;
+  rt::RunConfig run_config;
+  run_config.checkpoint_config = checkpoints;
+  run_config.failure_config.max_failures = 1;
+  rt::TorchTrainer trainer(train_func, rt::ScalingConfig{num_workers, false}, run_config);
+  const rt::Result result = trainer.fit();
+  std::printf("result: ok=%d epoch=%s checkpoint=%s path=%s\n", result.ok() ? 1 : 0,
+              result.metrics.is_object() && result.metrics.contains("epoch")
+                  ? result.metrics["epoch"].dump().c_str()
+                  : "none",
+              result.checkpoint ? result.checkpoint->path().filename().c_str() : "none",
+              result.path.c_str());
+  if (!result.ok()) std::printf("error: %s\n", result.error->c_str());
+  return result.ok() ? 0 : 4;
+}
+
+int fail() {
+  rt::TorchTrainer trainer([] { throw std::runtime_error("boom in train_func"); },
+                           rt::ScalingConfig{});
+  const rt::Result result = trainer.fit();
+  std::printf("result error: %s\n", result.error ? result.error->c_str() : "none");
+  return result.ok() ? 0 : 4;
+}
+
+int run(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "collectives") return collectives();
+  if (mode == "mlp" && argc == 4) return mlp(argv[2], std::stoi(argv[3]));
+  if (mode == "shards" && argc == 5) {
+    return shards(argv[2], std::stoi(argv[3]), static_cast<std::size_t>(std::stoul(argv[4])));
+  }
+  if (mode == "train" && (argc == 4 || argc == 6)) {
+    return train(std::stoi(argv[2]), std::stoi(argv[3]), argc == 6 ? std::stoi(argv[4]) : -1,
+                 argc == 6 ? argv[5] : "");
+  }
+  if (mode == "fail") return fail();
+  std::fprintf(stderr, "runtime_test_worker: unknown mode or wrong arguments (see the source)\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "runtime_test_worker: %s\n", e.what());
+    return 5;
+  }
+}

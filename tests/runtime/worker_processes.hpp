@@ -1,0 +1,32 @@
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace trainrun::runtime::testing {
+
+struct WorkerRun {
+  std::vector<int> exit_codes;        // per rank; 128+N for signal N, -1 when killed on timeout
+  std::vector<std::string> outputs;   // per rank, stdout and stderr together
+  bool timed_out = false;
+};
+
+// A TCP port that was free a moment ago (bound to port 0, then closed).
+int free_port();
+
+// Starts `world` copies of `program args...` with the launcher variables torchrun sets (RANK,
+// LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...) plus `extra_env`, and
+// waits for them. As a launcher does, once one exits non-zero the rest are killed.
+// world == 0 runs one copy with none of the launcher variables (local mode).
+WorkerRun run_workers(const std::string& program, const std::vector<std::string>& args, int world,
+                      const std::map<std::string, std::string>& extra_env = {},
+                      std::chrono::seconds timeout = std::chrono::seconds(90));
+
+// A fresh empty directory under the system temporary directory.
+std::string make_temp_dir(const std::string& tag);
+
+std::string read_file(const std::string& path);
+
+}  // namespace trainrun::runtime::testing
