@@ -1,0 +1,398 @@
+#include <catch2/catch.hpp>
+#include <memory>
+#include <vector>
+
+#include "rendezvous/client.hpp"
+#include "rendezvous/handshake.hpp"
+#include "rendezvous/server.hpp"
+#include "rendezvous/sha256.hpp"
+#include "socket_harness.hpp"
+
+using namespace trainrun::launch::rdzv;
+using namespace trainrun::launch::rdzv::test;
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+
+namespace {
+
+struct Fixture {
+  asio::io_context io;
+  std::vector<std::string> server_log;
+  std::unique_ptr<RendezvousServer> server;
+
+  int start_server(ServerOptions o) {
+    o.log = [this](const std::string& line) { server_log.push_back(line); };
+    server = std::make_unique<RendezvousServer>(io, std::move(o));
+    server->listen(asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+    return server->local_endpoint().port();
+  }
+  bool logged(const std::string& text) const {
+    for (const auto& l : server_log) {
+      if (l.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+};
+
+ServerOptions server_options(int min, int max, int restarts = 0) {
+  ServerOptions o;
+  o.run_id = "job7";
+  o.round.min_nodes = min;
+  o.round.max_nodes = max;
+  o.round.max_restarts = restarts;
+  o.round.last_call_timeout = 200ms;
+  o.round.endpoint = "127.0.0.1";
+  return o;
+}
+
+// A real client plus everything it was told.
+struct Agent {
+  std::unique_ptr<RendezvousClient> client;
+  std::vector<Assignment> assignments;
+  std::vector<Restart> restarts;
+  std::optional<Stop> stop;
+  std::vector<std::string> log;
+
+  Agent(asio::io_context& io, int port, std::optional<std::string> token = std::nullopt,
+        std::string run_id = "job7") {
+    ClientOptions o;
+    o.host = "127.0.0.1";
+    o.port = port;
+    o.run_id = std::move(run_id);
+    o.token = std::move(token);
+    o.connect_deadline = 5s;
+    o.log = [this](const std::string& l) { log.push_back(l); };
+    ClientEvents e;
+    e.on_assignment = [this](const Assignment& a) { assignments.push_back(a); };
+    e.on_restart = [this](const Restart& r) { restarts.push_back(r); };
+    e.on_stop = [this](const Stop& s) { stop = s; };
+    client = std::make_unique<RendezvousClient>(io, std::move(o), std::move(e));
+    client->start();
+  }
+  void join(int nproc, const std::string& host) {
+    NodeDescriptor n;
+    n.host = host;
+    n.pid = ::getpid();
+    n.nproc = nproc;
+    n.master_port = 29500;
+    client->join(n);
+  }
+};
+
+Hello raw_hello(bool auth = false, const std::string& run_id = "job7") {
+  Hello h;
+  h.run_id = run_id;
+  h.nonce = random_hex(32);
+  h.auth = auth;
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("two agents on loopback form one job with distinct ranks", "[rendezvous]") {
+  Fixture f;
+  int port = f.start_server(server_options(2, 2));
+  Agent a(f.io, port), b(f.io, port);
+  a.join(2, "host-a");
+  b.join(3, "host-b");
+  REQUIRE(run_until(f.io, [&] { return !a.assignments.empty() && !b.assignments.empty(); }));
+  const Assignment& x = a.assignments.back();
+  const Assignment& y = b.assignments.back();
+  CHECK(x.world_size == 5);
+  CHECK(y.world_size == 5);
+  CHECK(x.group_rank == 0);
+  CHECK(y.group_rank == 1);
+  CHECK(x.base_rank == 0);
+  CHECK(y.base_rank == 2);
+  CHECK(x.master_addr == "127.0.0.1");  // the address each agent reaches the server from
+  CHECK(x.master_addr == y.master_addr);
+  CHECK(x.master_port == y.master_port);
+
+  a.client->report_done();
+  b.client->report_done();
+  REQUIRE(run_until(f.io, [&] { return a.stop && b.stop; }));
+  CHECK(a.stop->cause == StopCause::finished);
+  CHECK(b.stop->exit_code == 0);
+}
+
+TEST_CASE("a worker failure on one node reaches every node", "[rendezvous]") {
+  Fixture f;
+  int port = f.start_server(server_options(2, 2, 0));
+  Agent a(f.io, port), b(f.io, port);
+  a.join(1, "host-a");
+  b.join(1, "host-b");
+  REQUIRE(run_until(f.io, [&] { return !a.assignments.empty() && !b.assignments.empty(); }));
+  b.client->report_failure(WorkerFailure{"host-b", 1, 0, 9, "exit 9"});
+  REQUIRE(run_until(f.io, [&] { return a.stop && b.stop; }));
+  CHECK(a.stop->cause == StopCause::worker_failed);
+  CHECK(a.stop->exit_code == 9);
+  CHECK(b.stop->exit_code == 9);
+  REQUIRE(a.stop->failure);
+  CHECK(a.stop->failure->host == "host-b");
+}
+
+TEST_CASE("a lost agent makes the others restart into a smaller round", "[rendezvous]") {
+  Fixture f;
+  int port = f.start_server(server_options(1, 2, 1));
+  Agent a(f.io, port);
+  auto b = std::make_unique<Agent>(f.io, port);
+  a.join(1, "host-a");
+  b->join(1, "host-b");
+  REQUIRE(run_until(f.io, [&] { return !a.assignments.empty() && !b->assignments.empty(); }));
+  b.reset();  // the agent vanishes: its connection closes
+  REQUIRE(run_until(f.io, [&] { return !a.restarts.empty(); }));
+  CHECK(a.restarts.back().cause == RestartCause::node_lost);
+  a.join(1, "host-a");
+  REQUIRE(run_until(f.io, [&] { return a.assignments.size() == 2; }));
+  CHECK(a.assignments.back().group_world_size == 1);
+  CHECK(a.assignments.back().restart_count == 1);
+}
+
+TEST_CASE("a silent agent is dropped after the heartbeat timeout", "[rendezvous]") {
+  Fixture f;
+  ServerOptions o = server_options(2, 2, 0);
+  o.keep_alive_interval = 50ms;
+  o.round.heartbeat_timeout = 300ms;
+  int port = f.start_server(o);
+  Agent a(f.io, port);
+  a.join(1, "host-a");
+  RawPeer silent(port);
+  REQUIRE(silent.send_message(raw_hello()));
+  REQUIRE(silent.read_message(f.io));  // welcome
+  Join j;
+  j.node = NodeDescriptor{"host-b", "", 1, 1, -1, 29500};
+  REQUIRE(silent.send_message(j));
+  REQUIRE(run_until(f.io, [&] { return !a.assignments.empty(); }));
+  auto started = std::chrono::steady_clock::now();
+  REQUIRE(run_until(f.io, [&] { return a.stop.has_value(); }, 3000ms));
+  CHECK(std::chrono::steady_clock::now() - started < 1s);
+  CHECK(a.stop->cause == StopCause::node_lost);
+  CHECK_THAT(a.stop->reason, Catch::Contains("heartbeat timeout"));
+}
+
+TEST_CASE("losing the server is reported to the agent", "[rendezvous]") {
+  Fixture f;
+  int port = f.start_server(server_options(2, 2));
+  Agent a(f.io, port);
+  a.join(1, "host-a");
+  REQUIRE(run_until(f.io, [&] { return f.server->admitted_connections() == 1; }));
+  f.server->close();
+  REQUIRE(run_until(f.io, [&] { return a.stop.has_value(); }));
+  CHECK(a.stop->cause == StopCause::server_lost);
+  CHECK_THAT(a.stop->reason, Catch::Contains("lost the rendezvous server at 127.0.0.1:"));
+}
+
+TEST_CASE("an endpoint not up yet is retried, then joined", "[rendezvous]") {
+  asio::io_context io;
+  // Find a free port, release it, and start the server there only after the client tried.
+  asio::ip::tcp::acceptor probe(io, asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  int port = probe.local_endpoint().port();
+  probe.close();
+  Agent a(io, port);
+  a.join(1, "host-a");
+  run_until(io, [] { return false; }, 300ms);
+  REQUIRE_FALSE(a.log.empty());
+  CHECK_THAT(a.log.front(), Catch::Contains("not reachable yet") && Catch::Contains("retrying"));
+  ServerOptions o = server_options(1, 1);
+  RendezvousServer server(io, o);
+  server.listen(asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), port));
+  REQUIRE(run_until(io, [&] { return !a.assignments.empty(); }));
+  CHECK_FALSE(a.stop);
+}
+
+TEST_CASE("an endpoint that never comes up fails after the deadline", "[rendezvous]") {
+  asio::io_context io;
+  asio::ip::tcp::acceptor probe(io, asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  int port = probe.local_endpoint().port();
+  probe.close();
+  ClientOptions o;
+  o.host = "127.0.0.1";
+  o.port = port;
+  o.run_id = "job7";
+  o.connect_deadline = 300ms;
+  std::optional<Stop> stop;
+  ClientEvents e;
+  e.on_stop = [&](const Stop& s) { stop = s; };
+  RendezvousClient c(io, o, e);
+  c.start();
+  REQUIRE(run_until(io, [&] { return stop.has_value(); }));
+  CHECK(stop->cause == StopCause::join_timeout);
+  CHECK_THAT(stop->reason, Catch::Contains("not reachable after"));
+}
+
+TEST_CASE("strangers are refused on both sides", "[rendezvous]") {
+  Fixture f;
+  ServerOptions o = server_options(1, 1);
+  o.token = "s3cret";
+  int port = f.start_server(o);
+  SECTION("wrong token") {
+    Agent a(f.io, port, std::string("guess"));
+    a.join(1, "host-a");
+    REQUIRE(run_until(f.io, [&] { return a.stop.has_value(); }));
+    CHECK(a.stop->cause == StopCause::rejected);
+    CHECK_THAT(a.stop->reason, Catch::Contains("different tokens"));
+  }
+  SECTION("another run id") {
+    Agent a(f.io, port, std::string("s3cret"), "job8");
+    REQUIRE(run_until(f.io, [&] { return a.stop.has_value(); }));
+    CHECK_THAT(a.stop->reason, Catch::Contains("run id \"job8\" does not match"));
+    CHECK(f.logged("rejected 127.0.0.1:"));
+  }
+  SECTION("no token") {
+    Agent a(f.io, port);
+    REQUIRE(run_until(f.io, [&] { return a.stop.has_value(); }));
+    CHECK_THAT(a.stop->reason, Catch::Contains("requires a shared token"));
+  }
+  SECTION("the right token") {
+    Agent a(f.io, port, std::string("s3cret"));
+    a.join(1, "host-a");
+    REQUIRE(run_until(f.io, [&] { return !a.assignments.empty(); }));
+  }
+  SECTION("another protocol version (raw)") {
+    RawPeer p(port);
+    Hello h = raw_hello(true);
+    h.version = 99;
+    p.send_message(h);
+    auto m = p.read_message(f.io);
+    REQUIRE(m);
+    REQUIRE(std::holds_alternative<Reject>(*m));
+    CHECK_THAT(std::get<Reject>(*m).reason, Catch::Contains("protocol version 99"));
+    CHECK(p.wait_closed(f.io));
+  }
+}
+
+TEST_CASE("the token never crosses the wire and a replayed handshake fails", "[rendezvous]") {
+  Fixture f;
+  ServerOptions o = server_options(2, 2);
+  o.token = "correct-horse-battery-staple";
+  int port = f.start_server(o);
+  ClientHandshake client("job7", o.token, random_hex(32));
+  Hello hello = client.hello();
+  RawPeer first(port);
+  first.send_message(hello);
+  auto challenge = first.read_message(f.io);
+  REQUIRE(challenge);
+  auto step = client.on_message(*challenge);
+  REQUIRE(step.reply);
+  first.send_message(*step.reply);
+  auto welcome = first.read_message(f.io);
+  REQUIRE(welcome);
+  CHECK(std::holds_alternative<Welcome>(*welcome));
+  CHECK(first.received_text().find("correct-horse") == std::string::npos);
+
+  RawPeer replay(port);
+  replay.send_message(hello);
+  REQUIRE(replay.read_message(f.io));  // a challenge with a fresh nonce
+  replay.send_message(*step.reply);    // the recorded proof
+  auto answer = replay.read_message(f.io);
+  REQUIRE(answer);
+  REQUIRE(std::holds_alternative<Reject>(*answer));
+  CHECK_THAT(std::get<Reject>(*answer).reason, Catch::Contains("token proof does not match"));
+  CHECK(replay.wait_closed(f.io));
+}
+
+TEST_CASE("garbage, oversize frames and bad messages are refused; the job goes on",
+          "[rendezvous]") {
+  Fixture f;
+  int port = f.start_server(server_options(2, 2));
+  Agent a(f.io, port);
+  a.join(1, "host-a");
+
+  RawPeer http(port);
+  http.send_bytes("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  auto m = http.read_message(f.io);
+  REQUIRE(m);
+  CHECK_THAT(std::get<Reject>(*m).reason, Catch::Contains("exceeds the limit"));
+  CHECK(http.wait_closed(f.io));
+
+  RawPeer huge(port);
+  huge.send_bytes(std::string("\x7f\xff\xff\xff", 4) + "xxxx");
+  CHECK(huge.wait_closed(f.io));
+
+  RawPeer big_hello(port);  // within 1 MiB but above the pre-handshake limit
+  big_hello.send_bytes(std::string("\x00\x01\x00\x00", 4) + std::string(100, ' '));
+  CHECK(big_hello.wait_closed(f.io));
+
+  RawPeer not_json(port);
+  not_json.send_bytes(encode_frame("\x01\x02 not json"));
+  CHECK(not_json.wait_closed(f.io));
+
+  // Valid JSON, wrong type: an admitted peer sends a join with a string nproc.
+  RawPeer wrong(port);
+  wrong.send_message(raw_hello());
+  REQUIRE(wrong.read_message(f.io));
+  wrong.send_bytes(encode_frame(
+      R"({"type":"join","node":{"host":"h","addr":"","pid":1,"nproc":"3","node_rank":-1,"master_port":1}})"));
+  auto reject = wrong.read_message(f.io);
+  REQUIRE(reject);
+  CHECK_THAT(std::get<Reject>(*reject).reason, Catch::Contains("\"nproc\" must be an integer"));
+  CHECK(wrong.wait_closed(f.io));
+
+  CHECK(a.assignments.empty());
+  CHECK_FALSE(a.stop);
+  Agent b(f.io, port);
+  b.join(1, "host-b");
+  REQUIRE(run_until(f.io, [&] { return !a.assignments.empty() && !b.assignments.empty(); }));
+  CHECK(a.assignments.back().group_world_size == 2);
+  CHECK(f.server->pending_connections() == 0);
+}
+
+TEST_CASE("slow and silent connections are closed at the handshake deadline", "[rendezvous]") {
+  Fixture f;
+  ServerOptions o = server_options(1, 1);
+  o.handshake_timeout = 300ms;
+  int port = f.start_server(o);
+  RawPeer idle(port);
+  RawPeer slow(port);
+  std::string hello = encode_frame(encode(ClientMessage{raw_hello()}));
+  auto started = std::chrono::steady_clock::now();
+  bool closed = false;
+  for (std::size_t i = 0; i < hello.size() && !closed; ++i) {
+    slow.send_bytes(hello.substr(i, 1));
+    closed = slow.wait_closed(f.io, 50ms);  // one byte every 50 ms: never finishes in time
+  }
+  CHECK(closed);
+  CHECK(std::chrono::steady_clock::now() - started < 2s);
+  CHECK(idle.wait_closed(f.io, 1000ms));
+  CHECK(f.server->pending_connections() == 0);
+}
+
+TEST_CASE("the oldest handshake is dropped when too many are pending", "[rendezvous]") {
+  Fixture f;
+  ServerOptions o = server_options(1, 1);
+  o.max_pending = 4;
+  int port = f.start_server(o);
+  std::vector<std::unique_ptr<RawPeer>> idle;
+  for (int i = 0; i < 8; ++i) idle.push_back(std::make_unique<RawPeer>(port));
+  REQUIRE(run_until(f.io, [&] { return f.server->pending_connections() == 4; }));
+  CHECK(idle[0]->wait_closed(f.io, 1000ms));
+  Agent a(f.io, port);
+  a.join(1, "host-a");
+  REQUIRE(run_until(f.io, [&] { return !a.assignments.empty(); }));
+  CHECK(f.server->pending_connections() <= 4);
+}
+
+TEST_CASE("1,000 connections at once neither crash nor stall the server", "[rendezvous][.][slow]") {
+  raise_fd_limit();
+  Fixture f;
+  ServerOptions o = server_options(2, 2);
+  o.handshake_timeout = 2s;
+  int port = f.start_server(o);
+  std::vector<std::unique_ptr<RawPeer>> flood;
+  for (int i = 0; i < 1000; ++i) {
+    flood.push_back(std::make_unique<RawPeer>(port));
+    if (i % 3 == 0) flood.back()->send_bytes(std::string("\x00\x00\x00\x40", 4) + "partial");
+    if (i % 100 == 0) f.io.poll();
+  }
+  REQUIRE(run_until(f.io, [&] { return f.server->pending_connections() >= 900; }));
+  CHECK(f.server->pending_connections() <= o.max_pending);
+  Agent a(f.io, port), b(f.io, port);
+  a.join(1, "host-a");
+  b.join(2, "host-b");
+  auto started = std::chrono::steady_clock::now();
+  REQUIRE(run_until(f.io, [&] { return !a.assignments.empty() && !b.assignments.empty(); }));
+  CHECK(std::chrono::steady_clock::now() - started < 1s);
+  CHECK(a.assignments.back().world_size == 3);
+  REQUIRE(run_until(f.io, [&] { return f.server->pending_connections() == 0; }, 5000ms));
+  CHECK(f.server->admitted_connections() == 2);
+}
