@@ -1,0 +1,113 @@
+#include <catch2/catch.hpp>
+#include <memory>
+
+#include "rendezvous/handler.hpp"
+#include "socket_harness.hpp"
+
+using namespace trainrun::launch::rdzv;
+using namespace trainrun::launch::rdzv::test;
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+
+namespace {
+
+int free_port(asio::io_context& io) {
+  asio::ip::tcp::acceptor probe(io, asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  return probe.local_endpoint().port();
+}
+
+struct Node {
+  std::unique_ptr<RendezvousHandler> handler;
+  std::optional<Assignment> assignment;
+  std::optional<Stop> stop;
+  std::vector<std::string> log;
+
+  Node(asio::io_context& io, RendezvousOptions o) {
+    handler = make_rendezvous_handler(io, std::move(o),
+                                      [this](const std::string& l) { log.push_back(l); });
+    ClientEvents e;
+    e.on_assignment = [this](const Assignment& a) { assignment = a; };
+    e.on_stop = [this](const Stop& s) { stop = s; };
+    handler->start(e);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the agent owning a local endpoint hosts it; the others connect", "[rendezvous]") {
+  asio::io_context io;
+  RendezvousOptions o;
+  o.endpoint = HostPort{"127.0.0.1", free_port(io)};
+  o.run_id = "job7";
+  o.min_nodes = o.max_nodes = 2;
+  Node a(io, o);
+  a.handler->join({2, 31000});
+  // The first agent binds the endpoint before the second one tries.
+  REQUIRE(run_until(io, [&] { return a.handler->hosting(); }));
+  Node b(io, o);
+  b.handler->join({3, 31001});
+  REQUIRE(run_until(io, [&] { return a.assignment && b.assignment; }));
+  CHECK_FALSE(b.handler->hosting());
+  CHECK(a.assignment->world_size == 5);
+  CHECK(a.assignment->group_rank + b.assignment->group_rank == 1);
+  const Assignment& rank0 = a.assignment->group_rank == 0 ? *a.assignment : *b.assignment;
+  CHECK(a.assignment->master_port == rank0.master_port);
+  CHECK((rank0.master_port == 31000 || rank0.master_port == 31001));
+  a.handler->report_done();
+  b.handler->report_done();
+  REQUIRE(run_until(io, [&] { return a.stop && b.stop; }));
+  CHECK(a.stop->cause == StopCause::finished);
+  CHECK(b.stop->cause == StopCause::finished);
+}
+
+TEST_CASE("static backend: node 0 hosts, ranks are the given node ranks", "[rendezvous]") {
+  asio::io_context io;
+  RendezvousOptions o;
+  o.static_backend = true;
+  o.endpoint = HostPort{"127.0.0.1", free_port(io)};
+  o.run_id = "none";
+  o.min_nodes = o.max_nodes = 2;
+  o.static_master = MasterEndpoint{"127.0.0.1", 29555};
+  RendezvousOptions o1 = o;
+  o1.node_rank = 1;
+  Node one(io, o1);  // node 1 starts first and waits for the server to appear
+  one.handler->join({1, 0});
+  RendezvousOptions o0 = o;
+  o0.node_rank = 0;
+  Node zero(io, o0);
+  zero.handler->join({2, 0});
+  REQUIRE(run_until(io, [&] { return zero.assignment && one.assignment; }));
+  CHECK(zero.handler->hosting());
+  CHECK(zero.assignment->group_rank == 0);
+  CHECK(one.assignment->group_rank == 1);
+  CHECK(one.assignment->base_rank == 2);
+  CHECK(one.assignment->master_addr == "127.0.0.1");
+  CHECK(one.assignment->master_port == 29555);
+}
+
+TEST_CASE("is_host=1 on a taken port fails with a clear message", "[rendezvous]") {
+  asio::io_context io;
+  asio::ip::tcp::acceptor taken(io, asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  RendezvousOptions o;
+  o.endpoint = HostPort{"127.0.0.1", taken.local_endpoint().port()};
+  o.run_id = "job7";
+  o.is_host = true;
+  auto h = make_rendezvous_handler(io, o, nullptr);
+  CHECK_THROWS_WITH(h->start({}), Catch::Contains("cannot host the rendezvous on 127.0.0.1:"));
+}
+
+TEST_CASE("the waiting status is logged", "[rendezvous]") {
+  asio::io_context io;
+  RendezvousOptions o;
+  o.endpoint = HostPort{"127.0.0.1", free_port(io)};
+  o.run_id = "job7";
+  o.min_nodes = o.max_nodes = 2;
+  Node a(io, o);
+  a.handler->join({1, 31000});
+  REQUIRE(run_until(io, [&] {
+    for (const auto& l : a.log) {
+      if (l.find("waiting for nodes: 1 of 2 joined, 0 s of 600 s") != std::string::npos) return true;
+    }
+    return false;
+  }));
+}
