@@ -43,6 +43,22 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     if (options_.log) options_.log(line);
   }
 
+  // Connection-level refusals can come by the thousand (a flood): one line per interval.
+  void log_refusal(const std::string& line) {
+    auto now = Clock::now();
+    if (last_refusal_log_ && now - *last_refusal_log_ < std::chrono::seconds(10)) {
+      ++suppressed_refusals_;
+      return;
+    }
+    if (suppressed_refusals_ > 0) {
+      log(fmt::format("{} (and {} similar since the last report)", line, suppressed_refusals_));
+    } else {
+      log(line);
+    }
+    suppressed_refusals_ = 0;
+    last_refusal_log_ = now;
+  }
+
   void listen(const tcp::endpoint& endpoint) {
     acceptor_.open(endpoint.protocol());
     int fd = acceptor_.native_handle();
@@ -75,8 +91,8 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     prepare_socket(socket);
     if (admitted_.size() >= options_.max_admitted) {
       auto connection = std::make_shared<FramedConnection>(std::move(socket), kMaxHandshakeFrameSize);
-      log(fmt::format("refusing {}: {} connections already admitted", connection->peer(),
-                      admitted_.size()));
+      log_refusal(fmt::format("refusing {}: {} connections already admitted",
+                              connection->peer(), admitted_.size()));
       connection->close_now();
       return;
     }
@@ -120,7 +136,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
   void drop_peer(NodeId id, const std::string& reason, bool tell = true) {
     auto it = peers_.find(id);
     if (it == peers_.end()) return;
-    log(fmt::format("closing connection from {}: {}", it->second.connection->peer(), reason));
+    log_refusal(fmt::format("closing connection from {}: {}", it->second.connection->peer(), reason));
     if (tell) it->second.connection->send(encode(ServerMessage{Reject{reason}}));
     it->second.connection->close_gracefully(std::chrono::seconds(1));
     forget(id);
@@ -142,7 +158,6 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     if (violation) {
       drop_peer(id, why);
     } else {
-      if (!was_admitted) log(fmt::format("{} left during its handshake: {}", it->second.connection->peer(), why));
       forget(id);
     }
     if (was_admitted) apply(machine_.disconnected(id, why, Clock::now()));
@@ -164,7 +179,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     if (peer.handshake) {
       ServerHandshake::Step step = peer.handshake->on_message(message);
       if (step.outcome == HandshakeOutcome::rejected) {
-        log(fmt::format("rejected {}: {}", peer.connection->peer(), step.reason));
+        log_refusal(fmt::format("rejected {}: {}", peer.connection->peer(), step.reason));
         peer.connection->send(encode(*step.reply));
         peer.connection->close_gracefully(std::chrono::seconds(1));
         forget(id);
@@ -260,6 +275,8 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
   std::set<NodeId> pending_;  // ordered by id, i.e. by arrival: the oldest is evicted first
   std::set<NodeId> admitted_;
   NodeId next_id_ = 1;
+  std::optional<Clock::time_point> last_refusal_log_;
+  std::size_t suppressed_refusals_ = 0;
   bool closed_ = false;
 };
 
