@@ -1,0 +1,185 @@
+// Time for the built-in rendezvous to form one round, and to pass the exit barrier, with N
+// protocol clients in this process on loopback (each a full client: connect, handshake, join,
+// heartbeats). Prints a table; with --write FILE, also puts it into FILE between markers.
+//
+//   rendezvous_scale [--sizes 16,256,1024] [--token] [--write docs/benchmarks.md]
+
+#include <sys/resource.h>
+
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "rendezvous/client.hpp"
+#include "rendezvous/server.hpp"
+
+using namespace trainrun::launch::rdzv;
+namespace asio = boost::asio;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+struct Result {
+  int nodes = 0;
+  double round_s = 0;
+  double barrier_s = 0;
+  bool ok = false;
+};
+
+double since(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+Result measure(int n, bool token) {
+  asio::io_context io;
+  ServerOptions so;
+  so.run_id = "bench";
+  if (token) so.token = "bench-token";
+  so.round.min_nodes = so.round.max_nodes = n;
+  so.round.endpoint = "127.0.0.1";
+  so.max_pending = static_cast<std::size_t>(n) + 16;
+  RendezvousServer server(io, so);
+  server.listen(asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  int port = server.local_endpoint().port();
+
+  int assigned = 0;
+  int stopped = 0;
+  int failed = 0;
+  std::vector<std::unique_ptr<RendezvousClient>> clients;
+  clients.reserve(static_cast<std::size_t>(n));
+  auto start = SteadyClock::now();
+  for (int i = 0; i < n; ++i) {
+    ClientOptions co;
+    co.host = "127.0.0.1";
+    co.port = port;
+    co.run_id = "bench";
+    co.token = so.token;
+    co.connect_deadline = std::chrono::seconds(60);
+    ClientEvents e;
+    e.on_assignment = [&](const Assignment&) { ++assigned; };
+    e.on_stop = [&](const Stop& s) {
+      ++stopped;
+      if (s.exit_code != 0) {
+        ++failed;
+        std::fprintf(stderr, "rendezvous_scale: a client stopped: %s\n", s.reason.c_str());
+      }
+    };
+    clients.push_back(std::make_unique<RendezvousClient>(io, co, e));
+    clients.back()->start();
+    NodeDescriptor node;
+    node.host = fmt::format("node{:04d}", i);
+    node.pid = 1000 + i;
+    node.nproc = 8;
+    node.master_port = 29500;
+    clients.back()->join(node);
+  }
+  auto run_until = [&](auto done) {
+    auto limit = SteadyClock::now() + std::chrono::seconds(60);
+    while (!done() && failed == 0 && SteadyClock::now() < limit) {
+      io.run_for(std::chrono::milliseconds(1));
+    }
+    return done() && failed == 0;
+  };
+  Result r;
+  r.nodes = n;
+  if (!run_until([&] { return assigned == n; })) return r;
+  r.round_s = since(start);
+  auto barrier = SteadyClock::now();
+  for (auto& c : clients) c->report_done();
+  if (!run_until([&] { return stopped == n; })) return r;
+  r.barrier_s = since(barrier);
+  r.ok = true;
+  return r;
+}
+
+void raise_fd_limit(int needed) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur < static_cast<rlim_t>(needed)) {
+    lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, static_cast<rlim_t>(needed));
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+std::string table(const std::vector<Result>& results, bool token) {
+  std::ostringstream out;
+  out << "Rendezvous round on loopback, lightweight protocol clients in one process"
+      << (token ? " (token proof on)" : "") << ":\n\n";
+  out << "| nodes | round formed (s) | exit barrier (s) |\n|---:|---:|---:|\n";
+  for (const auto& r : results) {
+    if (r.ok) {
+      out << fmt::format("| {} | {:.3f} | {:.3f} |\n", r.nodes, r.round_s, r.barrier_s);
+    } else {
+      out << fmt::format("| {} | failed | failed |\n", r.nodes);
+    }
+  }
+  return out.str();
+}
+
+void write_section(const std::string& path, const std::string& body) {
+  const std::string begin = "<!-- rendezvous_scale:begin -->";
+  const std::string end = "<!-- rendezvous_scale:end -->";
+  std::string text;
+  {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  std::string section = begin + "\n" + body + end;
+  auto b = text.find(begin);
+  auto e = text.find(end);
+  if (b != std::string::npos && e != std::string::npos && e > b) {
+    text.replace(b, e + end.size() - b, section);
+  } else {
+    if (text.empty()) text = "# Benchmarks\n";
+    text += "\n## Rendezvous scale (`bench/rendezvous_scale`)\n\n" + section + "\n";
+  }
+  std::ofstream out(path);
+  out << text;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> sizes = {16, 256, 1024};
+  std::string write_path;
+  bool token = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--sizes" && i + 1 < argc) {
+      sizes.clear();
+      std::stringstream ss(argv[++i]);
+      std::string item;
+      while (std::getline(ss, item, ',')) sizes.push_back(std::stoi(item));
+    } else if (arg == "--write" && i + 1 < argc) {
+      write_path = argv[++i];
+    } else if (arg == "--token") {
+      token = true;
+    } else {
+      std::fprintf(stderr, "usage: rendezvous_scale [--sizes 16,256,1024] [--token] [--write FILE]\n");
+      return 2;
+    }
+  }
+  int largest = 0;
+  for (int n : sizes) largest = std::max(largest, n);
+  raise_fd_limit(2 * largest + 64);
+
+  std::vector<Result> results;
+  bool all_ok = true;
+  for (int n : sizes) {
+    results.push_back(measure(n, token));
+    all_ok = all_ok && results.back().ok;
+  }
+  std::string text = table(results, token);
+  std::fputs(text.c_str(), stdout);
+  if (!write_path.empty()) write_section(write_path, text);
+  return all_ok ? 0 : 1;
+}
