@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 
 namespace trainrun::launch::rdzv {
@@ -69,10 +70,17 @@ void FramedConnection::read_more() {
 }
 
 void FramedConnection::send(const std::string& body) {
-  if (closing_) return;
+  if (closing_ || overflowed_) return;
   std::string frame = encode_frame(body);
   if (queued_bytes_ + frame.size() > kMaxQueuedBytes) {
-    fail(fmt::format("peer is not reading its messages ({} bytes queued)", queued_bytes_));
+    // Reported from the loop, not from inside send(): the caller may be iterating its peers.
+    overflowed_ = true;
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      if (!self->shut_down_) {
+        self->fail(fmt::format("peer is not reading its messages ({} bytes queued)",
+                               self->queued_bytes_));
+      }
+    });
     return;
   }
   queued_bytes_ += frame.size();

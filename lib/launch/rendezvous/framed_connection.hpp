@@ -62,6 +62,7 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   bool writing_ = false;
   bool closing_ = false;
   bool shut_down_ = false;
+  bool overflowed_ = false;  // too much unsent: failing soon, send nothing more
   std::string peer_;
   FrameHandler on_frame_;
   ErrorHandler on_error_;

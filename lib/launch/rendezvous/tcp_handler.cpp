@@ -54,6 +54,8 @@ class TcpRendezvousHandler : public RendezvousHandler {
     // block the loop; the first try of the client waits for the answer.
     resolver_.async_resolve(options_.endpoint.host, std::to_string(options_.endpoint.port),
                             [this](error_code ec, tcp::resolver::results_type results) {
+                              // Cancelled: the handler may be gone, touch nothing.
+                              if (ec == asio::error::operation_aborted) return;
                               if (!ec) {
                                 for (const auto& entry : results) {
                                   if (is_local_address(entry.endpoint().address())) {
