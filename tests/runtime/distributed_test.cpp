@@ -207,3 +207,45 @@ TEST_CASE("an exception in train_func: error file in a worker, Result::error in 
   CHECK_THAT(local.outputs[0], Catch::Contains("result error: std::runtime_error: boom in train_func"));
   CHECK(fs::exists(dir / "local.json"));
 }
+
+TEST_CASE("TorchTrainer with num_workers starts its own workers and restarts them on failure") {
+  const fs::path storage = make_temp_dir("workers");
+  const fs::path marker = storage / "crashed.marker";
+  // Started without launcher variables: fit() launches 2 copies of the worker program, the last
+  // rank crashes once at epoch 1, FailureConfig::max_failures = 1 restarts the group, and the
+  // restarted workers resume from the checkpoint of the first attempt.
+  const auto parent = run_workers(kWorker, {"train", "3", "2", "1", marker.string()}, 0,
+                                  {{"TRAINRUN_STORAGE_PATH", storage.string()},
+                                   {"TRAINRUN_EXPERIMENT_NAME", "spawned"}},
+                                  std::chrono::seconds(120));
+  INFO(describe(parent));
+  REQUIRE(parent.exit_codes[0] == 0);
+  CHECK(fs::exists(marker));
+  CHECK_THAT(parent.outputs[0], Catch::Contains("crashing at epoch 1"));
+  CHECK_THAT(parent.outputs[0], Catch::Contains("resuming at epoch"));
+  // The parent's own Result, read from the workers' storage.
+  CHECK_THAT(parent.outputs[0],
+             Catch::Contains("result: ok=1 epoch=2 checkpoint=checkpoint_000002 path=" +
+                             (storage / "spawned").string()));
+  std::vector<int> epochs;
+  for (const auto& line : metric_lines(storage / "spawned")) epochs.push_back(line["epoch"]);
+  CHECK(epochs == std::vector<int>{0, 1, 2});
+}
+
+TEST_CASE("TorchTrainer with num_workers reports a failed job in Result::error") {
+  const fs::path storage = make_temp_dir("workers_fail");
+  // Without restarts, a crash ends the job; the parent returns the failure instead of throwing.
+  const auto parent = run_workers(kWorker, {"train", "3", "2", "0", (storage / "m").string()}, 0,
+                                  {{"TRAINRUN_STORAGE_PATH", storage.string()},
+                                   {"TRAINRUN_EXPERIMENT_NAME", "spawned"},
+                                   {"TRAINRUN_TEST_MAX_FAILURES", "0"}},
+                                  std::chrono::seconds(120));
+  INFO(describe(parent));
+  CHECK(parent.exit_codes[0] == 4);
+  CHECK_THAT(parent.outputs[0], Catch::Contains("result: ok=0"));
+  // The root cause is rank 1's exit 7, or rank 0's own error (status 1) when the launcher saw that
+  // first: the peer of a dead worker fails its next collective.
+  CHECK_THAT(parent.outputs[0],
+             Catch::Contains("error: the 2-worker job failed with exit code 7") ||
+                 Catch::Contains("error: the 2-worker job failed with exit code 1"));
+}

@@ -132,7 +132,8 @@ int train(int epochs, int num_workers, int crash_epoch, const std::string& marke
   checkpoints.num_to_keep = 2;
   rt::RunConfig run_config;
   run_config.checkpoint_config = checkpoints;
-  run_config.failure_config.max_failures = 1;
+  const char* max_failures = std::getenv("TRAINRUN_TEST_MAX_FAILURES");
+  run_config.failure_config.max_failures = max_failures ? std::atoi(max_failures) : 1;
   rt::TorchTrainer trainer(train_func, rt::ScalingConfig{num_workers, false}, run_config);
   const rt::Result result = trainer.fit();
   std::printf("result: ok=%d epoch=%s checkpoint=%s path=%s\n", result.ok() ? 1 : 0,

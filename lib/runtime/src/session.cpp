@@ -114,6 +114,12 @@ std::string program_name() {
 
 const TrainContext& get_context() { return detail::current_session().context(); }
 
+void shutdown() {
+  if (!detail::session_active()) return;
+  detail::barrier();
+  detail::end_session();
+}
+
 void report(const Metrics& metrics, const std::optional<Checkpoint>& checkpoint) {
   auto& session = detail::current_session();
   std::exception_ptr failure;

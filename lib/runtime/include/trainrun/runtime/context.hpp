@@ -59,4 +59,8 @@ class TrainContext {
 // use from the environment with default settings (and starts the process group when launched).
 const TrainContext& get_context();
 
+// Ends the run started by get_context() outside TorchTrainer: waits for every rank (rank 0 hosts
+// the store the others use), then tears the process group down. fit() does this by itself.
+void shutdown();
+
 }  // namespace trainrun::runtime
