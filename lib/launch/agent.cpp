@@ -307,10 +307,11 @@ int run_agent(const LaunchConfig& config) {
   }
   // Output to a closed pipe must not kill the launcher: it drops console output instead.
   ::signal(SIGPIPE, SIG_IGN);
-  // Orphaned descendants of the workers come back to us, to be stopped and reaped.
-  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   Watchdog watchdog;
   if (!watchdog.start()) say("warning: cannot start the watchdog process; continuing without it");
+  // Orphaned descendants of the workers come back to us, to be stopped and reaped. (Set after
+  // the watchdog has started, so that it is not one of them.)
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   int code;
   {
     Agent agent(entry.config, entry.program, watchdog);

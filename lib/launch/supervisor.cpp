@@ -82,8 +82,15 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 
 }  // namespace
 
-std::vector<pid_t> child_processes(pid_t exclude) {
+bool has_children() {
+  siginfo_t info{};
+  return waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0;
+}
+
+std::vector<pid_t> child_processes() {
   std::vector<pid_t> out;
+  // Scanning /proc costs milliseconds; most jobs end with no child left to find.
+  if (!has_children()) return out;
   const pid_t self = getpid();
   DIR* proc = opendir("/proc");
   if (!proc) return out;
@@ -99,7 +106,7 @@ std::vector<pid_t> child_processes(pid_t exclude) {
     int ppid = 0;
     if (std::sscanf(line.c_str() + close_paren + 1, " %c %d", &state, &ppid) != 2) continue;
     pid_t pid = std::atoi(e->d_name);
-    if (ppid == self && pid != exclude && state != 'Z') out.push_back(pid);
+    if (ppid == self && state != 'Z') out.push_back(pid);
   }
   closedir(proc);
   return out;
@@ -113,48 +120,46 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
   workers_.clear();
   open_readers_ = 0;
   const pid_t parent = getpid();
+  // Every worker is forked before we wait for any exec to succeed, so a large group starts in
+  // one pass. Each child reports a failed exec through its close-on-exec pipe.
+  std::vector<int> reports;
+  auto fail = [&](const std::string& message) {
+    for (int& fd : reports) close_fd(fd);
+    signal_all(SIGKILL);
+    throw SpawnError(message);
+  };
   for (const auto& w : launches) {
     StreamFds out, err;
     try {
       out = open_stream(w.output.out);
       err = open_stream(w.output.err);
-    } catch (...) {
+    } catch (const SpawnError& e) {
       close_fd(out.child), close_fd(out.keep_file), close_fd(out.keep_pipe);
-      signal_all(SIGKILL);
-      throw;
+      fail(e.what());
     }
     auto argv = c_strings(w.argv);
     auto envp = c_strings(w.envp);
-    int report[2];
+    int report[2] = {-1, -1};
+    pid_t pid = -1;
+    int error = 0;
     if (pipe2(report, O_CLOEXEC) != 0) {
-      signal_all(SIGKILL);
-      throw SpawnError(fmt::format("cannot create a pipe: {}", std::strerror(errno)));
+      error = errno;
+    } else {
+      pid = fork();
+      if (pid == 0)
+        exec_child(parent, w.program.c_str(), argv.data(), envp.data(), out.child, err.child, report[1]);
+      error = errno;
     }
-    pid_t pid = fork();
-    if (pid == 0) exec_child(parent, w.program.c_str(), argv.data(), envp.data(), out.child, err.child, report[1]);
-    int fork_errno = errno;
     close_fd(report[1]);
     close_fd(out.child);
     close_fd(err.child);
-    if (pid < 0) {
-      close_fd(report[0]), close_fd(out.keep_file), close_fd(out.keep_pipe);
-      close_fd(err.keep_file), close_fd(err.keep_pipe);
-      signal_all(SIGKILL);
-      throw SpawnError(fmt::format("cannot start worker {}: fork: {}", w.local_rank, std::strerror(fork_errno)));
-    }
-    setpgid(pid, pid);  // also here, so the group exists before we ever signal it
-    watchdog_.add_group(pid);
-    workers_.push_back({w.local_rank, pid, true});
-    int exec_errno = 0;
-    ssize_t n;
-    do {
-      n = ::read(report[0], &exec_errno, sizeof exec_errno);
-    } while (n < 0 && errno == EINTR);
-    close_fd(report[0]);
-    if (n == sizeof exec_errno) {
-      close_fd(out.keep_file), close_fd(out.keep_pipe), close_fd(err.keep_file), close_fd(err.keep_pipe);
-      signal_all(SIGKILL);
-      throw SpawnError(fmt::format("cannot execute {}: {}", w.program, std::strerror(exec_errno)));
+    if (pid > 0) {
+      setpgid(pid, pid);  // also here, so the group exists before we ever signal it
+      watchdog_.add_group(pid);
+      workers_.push_back({w.local_rank, pid, true});
+      reports.push_back(report[0]);
+    } else {
+      close_fd(report[0]);
     }
     for (auto [fds, console] : {std::pair{out, &out_}, std::pair{err, &err_}}) {
       if (fds.keep_pipe < 0) continue;
@@ -165,6 +170,18 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
         if (finish_done_) finish_step();
       });
     }
+    if (pid <= 0)
+      fail(fmt::format("cannot start worker {}: {}", w.local_rank, std::strerror(error)));
+  }
+  for (size_t i = 0; i < reports.size(); ++i) {
+    int exec_errno = 0;
+    ssize_t n;
+    do {
+      n = ::read(reports[i], &exec_errno, sizeof exec_errno);
+    } while (n < 0 && errno == EINTR);
+    close_fd(reports[i]);
+    if (n == sizeof exec_errno)
+      fail(fmt::format("cannot execute {}: {}", launches[i].program, std::strerror(exec_errno)));
   }
 }
 
@@ -203,7 +220,7 @@ bool Supervisor::leftovers(bool send, int sig) {
   for (const auto& w : workers_) {
     if (::kill(-w.pid, send ? sig : 0) == 0) any = true;
   }
-  for (pid_t pid : child_processes(watchdog_.pid())) {
+  for (pid_t pid : child_processes()) {
     any = true;
     if (send) ::kill(pid, sig);
   }

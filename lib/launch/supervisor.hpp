@@ -75,7 +75,7 @@ class Supervisor {
   std::function<void()> finish_done_;
 };
 
-// Everything of ours still alive whose parent is this process, except `exclude`.
-std::vector<pid_t> child_processes(pid_t exclude);
+// Our children that are still running (workers' orphans re-parented to us, as a subreaper).
+std::vector<pid_t> child_processes();
 
 }  // namespace trainrun::launch

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -48,19 +49,29 @@ constexpr int kGoodbye = 0;
 bool Watchdog::start() {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return false;
-  pid_t pid = fork();
-  if (pid < 0) {
+  // Double fork: the watchdog is not our child, so "no children left" stays a cheap question
+  // (waitid) for the launcher, and the watchdog never shows up among the workers' leftovers.
+  pid_t middle = fork();
+  if (middle < 0) {
     close(fds[0]);
     close(fds[1]);
     return false;
   }
-  if (pid == 0) {
+  if (middle == 0) {
     close(fds[1]);
-    watchdog_main(fds[0]);
+    pid_t pid = fork();
+    if (pid == 0) watchdog_main(fds[0]);
+    _exit(pid < 0 ? 1 : 0);
   }
   close(fds[0]);
+  int status = 0;
+  while (waitpid(middle, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    close(fds[1]);
+    return false;
+  }
   fd_ = fds[1];
-  pid_ = pid;
   return true;
 }
 

@@ -9,19 +9,17 @@ namespace trainrun::launch {
 // every worker process group it was told about. PDEATHSIG alone reaches only direct children.
 class Watchdog {
  public:
-  // Forks the watchdog. Call before starting threads or event loops. Returns false (and the
-  // launcher carries on without one) if it cannot be started.
+  // Forks the watchdog. Call before starting threads or event loops, and before becoming a
+  // child subreaper. Returns false (and the launcher carries on without one) if it cannot start.
   bool start();
   void add_group(pid_t pgid);
   void remove_group(pid_t pgid);
   // Tells the watchdog the launcher is ending normally: it exits without killing anything.
   void dismiss();
-  pid_t pid() const { return pid_; }
 
  private:
   void send(int value);
   int fd_ = -1;
-  pid_t pid_ = -1;
 };
 
 }  // namespace trainrun::launch

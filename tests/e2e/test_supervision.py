@@ -53,7 +53,8 @@ def test_sigterm_ignorer_gets_sigkill_after_the_shutdown_timeout(worker, tmp_pat
     pids = tmp_path / "pids"
     t0 = time.monotonic()
     r = run(["--nproc-per-node=2", "--shutdown-timeout=1", worker, "ignore-term", "pidfile",
-             str(pids), "rank-exit", "1", "5", "sleep", "60"], timeout=30)
+             str(pids), "wait-lines", str(pids), "2", "rank-exit", "1", "5", "sleep", "60"],
+            timeout=30)
     elapsed = time.monotonic() - t0
     assert r.returncode == 5, r.stderr
     assert "sending SIGKILL" in r.stderr

@@ -16,6 +16,7 @@
 //   on-usr1 PATH           on SIGUSR1, append "usr1\n" to PATH (and keep running)
 //   rank-exit RANK N       exit N if RANK equals $RANK
 //   env PATH               write the environment to PATH.<RANK> as NAME=value lines
+//   wait-lines PATH N      wait (up to 30 s) until PATH holds at least N lines: a barrier
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -122,6 +123,18 @@ int main(int argc, char** argv) {
       std::string text;
       for (char** e = environ; *e; ++e) text += std::string(*e) + "\n";
       append(path, text);
+    } else if (a == "wait-lines") {
+      std::string path = next();
+      long want = std::atol(next().c_str());
+      for (int tries = 0; tries < 3000; ++tries) {
+        long lines = 0;
+        if (FILE* f = std::fopen(path.c_str(), "r")) {
+          for (int c; (c = std::fgetc(f)) != EOF;) lines += c == '\n';
+          std::fclose(f);
+        }
+        if (lines >= want) break;
+        usleep(10000);
+      }
     } else {
       usage(a.c_str());
     }

@@ -1,0 +1,49 @@
+"""Shared by the benchmark programs: timing helpers and docs/benchmarks.md section updates."""
+import os
+import platform
+import re
+import subprocess
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOC = os.path.join(ROOT, "docs", "benchmarks.md")
+HEADER = ("# Benchmarks\n\nEach section is written by the program named in it; rerun that program "
+          "to refresh it. Numbers are from one run on the machine described in the section, with "
+          "trainrun and the reference torchrun (Debian's PyTorch 1.13 launcher, "
+          "`shared/peer/torchrun113.py`) measured side by side in that run.\n")
+
+
+def machine():
+    cpus = os.cpu_count()
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{platform.machine()}, {cpus} CPUs, {mem:.0f} GiB, Linux {platform.release()}"
+
+
+def run_measured(cmd, env=None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
+    """Runs cmd; returns (exit code, wall s, CPU s of it and its reaped children, peak RSS KiB)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def write_section(name, body):
+    """Replaces (or appends) the section `name` of docs/benchmarks.md."""
+    os.makedirs(os.path.dirname(DOC), exist_ok=True)
+    text = open(DOC).read() if os.path.exists(DOC) else HEADER
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    block = f"{start}\n{body.rstrip()}\n{end}"
+    if start in text:
+        text = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    with open(DOC, "w") as f:
+        f.write(text)

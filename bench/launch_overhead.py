@@ -1,0 +1,68 @@
+#!/usr/bin/python3
+"""Launch overhead: `trainrun --standalone --nproc-per-node=N /bin/true` against the reference
+torchrun (`--monitor_interval 0.1 --no_python`), N = 1, 4, 16: wall time, CPU time and the
+launcher's peak RSS, medians of several runs, side by side in one run.
+
+Usage: bench/launch_overhead.py [--trainrun PATH] [--runs N] [--reference-runs N] [--no-doc]
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_doc import ROOT, machine, median, run_measured, write_section  # noqa: E402
+
+REFERENCE = os.path.join(ROOT, "..", "shared", "peer", "torchrun113.py")
+
+
+def measure(cmd, runs):
+    walls, cpus, rss = [], [], []
+    for _ in range(runs):
+        code, wall, cpu, maxrss = run_measured(cmd)
+        if code != 0:
+            sys.exit(f"launch_overhead: {' '.join(cmd)} exited {code}")
+        walls.append(wall), cpus.append(cpu), rss.append(maxrss)
+    return median(walls), median(cpus), max(rss)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trainrun", default=os.path.join(ROOT, "build", "apps", "trainrun", "trainrun"))
+    ap.add_argument("--runs", type=int, default=21)
+    ap.add_argument("--reference-runs", type=int, default=5)
+    ap.add_argument("--no-doc", action="store_true")
+    args = ap.parse_args()
+
+    rows = []
+    for n in (1, 4, 16):
+        ours = measure([args.trainrun, "--standalone", f"--nproc-per-node={n}", "/bin/true"], args.runs)
+        ref = measure(["/usr/bin/python3", REFERENCE, "--standalone", f"--nproc_per_node={n}",
+                       "--monitor_interval", "0.1", "--no_python", "/bin/true"], args.reference_runs)
+        rows.append((n, ours, ref))
+        print(f"N={n:2d}  trainrun {ours[0]*1000:8.1f} ms  cpu {ours[1]*1000:7.1f} ms  rss "
+              f"{ours[2]/1024:5.1f} MiB   torchrun {ref[0]*1000:8.1f} ms  cpu {ref[1]*1000:7.1f} ms"
+              f"  rss {ref[2]/1024:6.1f} MiB   speed-up {ref[0]/ours[0]:6.0f}x", flush=True)
+
+    table = ["| N | trainrun wall | torchrun wall | speed-up | trainrun CPU | torchrun CPU | "
+             "trainrun peak RSS | torchrun peak RSS |", "|---|---|---|---|---|---|---|---|"]
+    for n, o, r in rows:
+        table.append(f"| {n} | {o[0]*1000:.1f} ms | {r[0]*1000:.0f} ms | {r[0]/o[0]:.0f}x | "
+                     f"{o[1]*1000:.1f} ms | {r[1]*1000:.0f} ms | {o[2]/1024:.1f} MiB | "
+                     f"{r[2]/1024:.0f} MiB |")
+    body = f"""## Launch overhead
+
+`bench/launch_overhead.py` — `trainrun --standalone --nproc-per-node=N /bin/true` against
+`torchrun113.py --standalone --nproc_per_node=N --monitor_interval 0.1 --no_python /bin/true`.
+Medians of {args.runs} (trainrun) and {args.reference_runs} (torchrun) runs; CPU is user+system
+time of the launcher and the workers it reaped; peak RSS is the largest resident set of the
+launcher or any of its workers (so at least /bin/true's). Machine: {machine()}.
+Targets: at least 50x faster wall time, under 10 MiB peak RSS.
+
+""" + "\n".join(table)
+    if not args.no_doc:
+        write_section("launch_overhead", body)
+    print(body)
+
+
+if __name__ == "__main__":
+    main()
