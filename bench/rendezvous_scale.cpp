@@ -4,6 +4,7 @@
 //
 //   rendezvous_scale [--sizes 16,256,1024] [--token] [--write docs/benchmarks.md]
 
+#include <fmt/format.h>
 #include <sys/resource.h>
 
 #include <boost/asio/io_context.hpp>
@@ -14,8 +15,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "rendezvous/client.hpp"
 #include "rendezvous/server.hpp"
@@ -164,7 +163,8 @@ int main(int argc, char** argv) {
     } else if (arg == "--token") {
       token = true;
     } else {
-      std::fprintf(stderr, "usage: rendezvous_scale [--sizes 16,256,1024] [--token] [--write FILE]\n");
+      std::fprintf(stderr,
+                   "usage: rendezvous_scale [--sizes 16,256,1024] [--token] [--write FILE]\n");
       return 2;
     }
   }

@@ -1,8 +1,8 @@
+#include "rendezvous/frame.hpp"
+
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
-
-#include "rendezvous/frame.hpp"
 
 using namespace trainrun::launch::rdzv;
 
@@ -35,7 +35,8 @@ TEST_CASE("frames carry a 4-byte big-endian length", "[rendezvous]") {
 }
 
 TEST_CASE("the decoder reassembles frames whatever the chunking", "[rendezvous]") {
-  std::string stream = encode_frame("one") + encode_frame(std::string(5000, 'b')) + encode_frame("3");
+  std::string stream =
+      encode_frame("one") + encode_frame(std::string(5000, 'b')) + encode_frame("3");
   for (std::size_t chunk : {1u, 2u, 3u, 7u, 4096u, 100000u}) {
     FrameDecoder d;
     auto frames = decode_all(d, stream, chunk);

@@ -1,7 +1,8 @@
+#include "rendezvous/handler.hpp"
+
 #include <catch2/catch.hpp>
 #include <memory>
 
-#include "rendezvous/handler.hpp"
 #include "socket_harness.hpp"
 
 using namespace trainrun::launch::rdzv;
@@ -106,7 +107,8 @@ TEST_CASE("the waiting status is logged", "[rendezvous]") {
   a.handler->join({1, 31000});
   REQUIRE(run_until(io, [&] {
     for (const auto& l : a.log) {
-      if (l.find("waiting for nodes: 1 of 2 joined, 0 s of 600 s") != std::string::npos) return true;
+      if (l.find("waiting for nodes: 1 of 2 joined, 0 s of 600 s") != std::string::npos)
+        return true;
     }
     return false;
   }));

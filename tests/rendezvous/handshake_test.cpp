@@ -1,6 +1,7 @@
+#include "rendezvous/handshake.hpp"
+
 #include <catch2/catch.hpp>
 
-#include "rendezvous/handshake.hpp"
 #include "rendezvous/sha256.hpp"
 
 using namespace trainrun::launch::rdzv;
@@ -125,7 +126,8 @@ TEST_CASE("a recorded handshake cannot be replayed", "[rendezvous]") {
   CHECK(replay.outcome == HandshakeOutcome::rejected);
 }
 
-TEST_CASE("proofs depend on role, run id and both nonces; the token is not in them", "[rendezvous]") {
+TEST_CASE("proofs depend on role, run id and both nonces; the token is not in them",
+          "[rendezvous]") {
   std::string cn = random_hex(32), sn = random_hex(32);
   std::string p = client_proof("tok", "job", cn, sn);
   CHECK(p.size() == 64);

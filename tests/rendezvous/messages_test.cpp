@@ -1,7 +1,7 @@
+#include "rendezvous/messages.hpp"
+
 #include <catch2/catch.hpp>
 #include <string>
-
-#include "rendezvous/messages.hpp"
 
 using namespace trainrun::launch::rdzv;
 
@@ -89,12 +89,15 @@ TEST_CASE("invalid messages are refused with the offending field named", "[rende
   refused(R"({"type":"done","round":1.5})", "\"round\" must be an integer");
   refused(R"({"type":"done","round":18446744073709551615})", "\"round\" must be in");
   refused(R"({"type":"join","node":[]})", "\"node\" must be an object");
-  refused(R"({"type":"join","node":{"host":"h","addr":"","pid":1,"nproc":0,"node_rank":-1,"master_port":1}})",
-          "\"nproc\" must be in");
-  refused(R"({"type":"join","node":{"host":"h","addr":"","pid":1,"nproc":1,"node_rank":-1,"master_port":70000}})",
-          "\"master_port\" must be in");
-  refused(R"({"type":"hello","magic":"trainrun-rdzv","version":1,"run_id":"x","nonce":"zz","auth":false})",
-          "\"nonce\" must be 64");
+  refused(
+      R"({"type":"join","node":{"host":"h","addr":"","pid":1,"nproc":0,"node_rank":-1,"master_port":1}})",
+      "\"nproc\" must be in");
+  refused(
+      R"({"type":"join","node":{"host":"h","addr":"","pid":1,"nproc":1,"node_rank":-1,"master_port":70000}})",
+      "\"master_port\" must be in");
+  refused(
+      R"({"type":"hello","magic":"trainrun-rdzv","version":1,"run_id":"x","nonce":"zz","auth":false})",
+      "\"nonce\" must be 64");
   refused(R"({"type":"hello","magic":"trainrun-rdzv","version":1,"run_id":"x","nonce":")" + kNonce +
               R"(","auth":"yes"})",
           "\"auth\" must be true or false");

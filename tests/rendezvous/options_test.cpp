@@ -1,12 +1,13 @@
-#include <catch2/catch.hpp>
+#include "rendezvous/options.hpp"
+
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
 
 #include "config.hpp"
 #include "rendezvous/endpoint.hpp"
-#include "rendezvous/options.hpp"
 #include "rendezvous/token.hpp"
 
 using namespace trainrun::launch;
@@ -56,7 +57,9 @@ TEST_CASE("c10d options take defaults and --rdzv-conf keys", "[rendezvous]") {
   CHECK_FALSE(o.is_host);
   CHECK_FALSE(o.token);
 
-  c.rdzv_conf = {{"join_timeout", "20"}, {"heartbeat_timeout", "3"}, {"is_host", "1"},
+  c.rdzv_conf = {{"join_timeout", "20"},
+                 {"heartbeat_timeout", "3"},
+                 {"is_host", "1"},
                  {"last_call_timeout", "0.5"}};
   o = rendezvous_options(c, {});
   CHECK(o.join_timeout == seconds(20));
@@ -126,9 +129,7 @@ TEST_CASE("the token comes from token_file, else TRAINRUN_RDZV_TOKEN", "[rendezv
   }
   CHECK(load_token({{"token_file", path}}, {{"TRAINRUN_RDZV_TOKEN", "env"}}) ==
         std::string("from-file"));
-  {
-    std::ofstream out(path);
-  }
+  { std::ofstream out(path); }
   CHECK_THROWS_WITH(load_token({{"token_file", path}}, {}), Catch::Contains("the file is empty"));
   std::remove(path.c_str());
   CHECK_THROWS_WITH(load_token({{"token_file", path}}, {}), Catch::Contains("cannot read it"));

@@ -1,8 +1,8 @@
+#include "rendezvous/round_machine.hpp"
+
 #include <catch2/catch.hpp>
 #include <map>
 #include <vector>
-
-#include "rendezvous/round_machine.hpp"
 
 using namespace trainrun::launch::rdzv;
 using std::chrono::seconds;
@@ -29,8 +29,9 @@ struct Harness {
   void connect(NodeId id) { take(machine.connected(id, now)); }
   void send(NodeId id, const ClientMessage& m) { take(machine.received(id, m, now)); }
   void join(NodeId id, const std::string& host, int nproc = 1, int node_rank = -1) {
-    NodeDescriptor n{host, "10.0.0." + std::to_string(id), static_cast<std::int64_t>(1000 + id),
-                     nproc, node_rank, static_cast<int>(30000 + id)};
+    NodeDescriptor n{
+        host,      "10.0.0." + std::to_string(id), static_cast<std::int64_t>(1000 + id), nproc,
+        node_rank, static_cast<int>(30000 + id)};
     send(id, Join{n});
   }
   void connect_and_join(NodeId id, const std::string& host, int nproc = 1, int node_rank = -1) {

@@ -59,7 +59,8 @@ class RawPeer {
 
   bool connected() const { return connected_; }
   bool send_bytes(const std::string& bytes) {
-    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
   }
   bool send_message(const ClientMessage& m) { return send_bytes(encode_frame(encode(m))); }
 

@@ -164,7 +164,8 @@ TEST_CASE("a silent agent is dropped after the heartbeat timeout", "[rendezvous]
   REQUIRE(silent.send_message(j));
   REQUIRE(run_until(f.io, [&] { return !a.assignments.empty(); }));
   auto started = std::chrono::steady_clock::now();
-  REQUIRE(run_until(f.io, [&] { return a.stop.has_value(); }, 3000ms));
+  REQUIRE(run_until(
+      f.io, [&] { return a.stop.has_value(); }, 3000ms));
   CHECK(std::chrono::steady_clock::now() - started < 1s);
   CHECK(a.stop->cause == StopCause::node_lost);
   CHECK_THAT(a.stop->reason, Catch::Contains("heartbeat timeout"));
@@ -190,7 +191,8 @@ TEST_CASE("an endpoint not up yet is retried, then joined", "[rendezvous]") {
   probe.close();
   Agent a(io, port);
   a.join(1, "host-a");
-  run_until(io, [] { return false; }, 300ms);
+  run_until(
+      io, [] { return false; }, 300ms);
   REQUIRE_FALSE(a.log.empty());
   CHECK_THAT(a.log.front(), Catch::Contains("not reachable yet") && Catch::Contains("retrying"));
   ServerOptions o = server_options(1, 1);
@@ -393,6 +395,7 @@ TEST_CASE("1,000 connections at once neither crash nor stall the server", "[rend
   REQUIRE(run_until(f.io, [&] { return !a.assignments.empty() && !b.assignments.empty(); }));
   CHECK(std::chrono::steady_clock::now() - started < 1s);
   CHECK(a.assignments.back().world_size == 3);
-  REQUIRE(run_until(f.io, [&] { return f.server->pending_connections() == 0; }, 5000ms));
+  REQUIRE(run_until(
+      f.io, [&] { return f.server->pending_connections() == 0; }, 5000ms));
   CHECK(f.server->admitted_connections() == 2);
 }

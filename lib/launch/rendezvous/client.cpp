@@ -77,8 +77,9 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
         [weak](error_code ec, tcp::resolver::results_type results) {
           auto self = weak.lock();
           if (!self || self->state_ != State::connecting) return;
-          if (ec) return self->retry(fmt::format("cannot resolve {}: {}", self->options_.host,
-                                                 ec.message()));
+          if (ec)
+            return self->retry(
+                fmt::format("cannot resolve {}: {}", self->options_.host, ec.message()));
           self->socket_ = std::make_unique<tcp::socket>(self->io_);
           asio::async_connect(*self->socket_, results,
                               [weak](error_code ec2, const tcp::endpoint&) {
@@ -169,10 +170,10 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     if (state_ == State::handshaking) {
       ClientHandshake::Step step = handshake_->on_message(message);
       if (step.outcome == HandshakeOutcome::rejected) {
-        return end(Stop{StopCause::rejected,
-                        fmt::format("the rendezvous at {} refused this node: {}", endpoint(),
-                                    step.reason),
-                        1, std::nullopt});
+        return end(
+            Stop{StopCause::rejected,
+                 fmt::format("the rendezvous at {} refused this node: {}", endpoint(), step.reason),
+                 1, std::nullopt});
       }
       if (step.reply) connection_->send(encode(*step.reply));
       if (step.outcome == HandshakeOutcome::accepted) on_admitted(step.welcome);
@@ -192,9 +193,10 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
           } else if constexpr (std::is_same_v<T, Stop>) {
             end(m);
           } else if constexpr (std::is_same_v<T, Reject>) {
-            end(Stop{StopCause::rejected,
-                     fmt::format("the rendezvous at {} dropped this node: {}", endpoint(), m.reason),
-                     1, std::nullopt});
+            end(Stop{
+                StopCause::rejected,
+                fmt::format("the rendezvous at {} dropped this node: {}", endpoint(), m.reason), 1,
+                std::nullopt});
           }
         },
         message);

@@ -29,7 +29,7 @@ struct ClientOptions {
 
 struct ClientEvents {
   std::function<void(const Assignment&)> on_assignment;  // a round formed: start workers
-  std::function<void(const Restart&)> on_restart;  // stop workers, then join() the next round
+  std::function<void(const Restart&)> on_restart;        // stop workers, then join() the next round
   std::function<void(const Waiting&)> on_waiting;  // progress while a round forms (may be empty)
   std::function<void(const Stop&)> on_stop;        // terminal: finished, failed, lost, refused
 };

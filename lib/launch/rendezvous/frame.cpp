@@ -32,8 +32,8 @@ std::size_t FrameDecoder::feed(const char* data, std::size_t size) {
                         (std::uint32_t{header_[2]} << 8) | std::uint32_t{header_[3]};
       if (n == 0) throw FrameError("frame with an empty body");
       if (n > max_size_) {
-        throw FrameError(fmt::format("frame of {} bytes exceeds the limit of {} bytes", n,
-                                     max_size_));
+        throw FrameError(
+            fmt::format("frame of {} bytes exceeds the limit of {} bytes", n, max_size_));
       }
       body_size_ = n;
       // No reserve: memory grows with bytes actually received, not with what the header claims.

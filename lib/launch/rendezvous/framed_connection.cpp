@@ -34,39 +34,38 @@ void FramedConnection::start(FrameHandler on_frame, ErrorHandler on_error) {
 }
 
 void FramedConnection::read_more() {
-  socket_.async_read_some(
-      asio::buffer(read_buffer_), [self = shared_from_this()](error_code ec, std::size_t n) {
-        if (self->shut_down_) return;
-        if (self->closing_) {
-          // Closing: discard input until the peer closes its side (or the linger ends).
-          if (ec) {
-            self->finish_close();
-          } else {
-            self->read_more();
-          }
-          return;
+  socket_.async_read_some(asio::buffer(read_buffer_), [self = shared_from_this()](error_code ec,
+                                                                                  std::size_t n) {
+    if (self->shut_down_) return;
+    if (self->closing_) {
+      // Closing: discard input until the peer closes its side (or the linger ends).
+      if (ec) {
+        self->finish_close();
+      } else {
+        self->read_more();
+      }
+      return;
+    }
+    if (ec) {
+      self->fail(ec == asio::error::eof ? std::string("connection closed by peer") : ec.message());
+      return;
+    }
+    std::size_t used = 0;
+    try {
+      while (used < n && !self->closing_) {
+        used += self->decoder_.feed(self->read_buffer_.data() + used, n - used);
+        while (auto frame = self->decoder_.next()) {
+          if (self->on_frame_) self->on_frame_(std::move(*frame));
+          if (self->closing_) break;
         }
-        if (ec) {
-          self->fail(ec == asio::error::eof ? std::string("connection closed by peer")
-                                            : ec.message());
-          return;
-        }
-        std::size_t used = 0;
-        try {
-          while (used < n && !self->closing_) {
-            used += self->decoder_.feed(self->read_buffer_.data() + used, n - used);
-            while (auto frame = self->decoder_.next()) {
-              if (self->on_frame_) self->on_frame_(std::move(*frame));
-              if (self->closing_) break;
-            }
-          }
-        } catch (const FrameError& e) {
-          auto handler = self->on_error_;
-          if (handler) handler(e.what(), true);
-          if (!self->closing_) self->close_gracefully(std::chrono::seconds(1));
-        }
-        if (!self->shut_down_) self->read_more();
-      });
+      }
+    } catch (const FrameError& e) {
+      auto handler = self->on_error_;
+      if (handler) handler(e.what(), true);
+      if (!self->closing_) self->close_gracefully(std::chrono::seconds(1));
+    }
+    if (!self->shut_down_) self->read_more();
+  });
 }
 
 void FramedConnection::send(const std::string& body) {
@@ -77,8 +76,8 @@ void FramedConnection::send(const std::string& body) {
     overflowed_ = true;
     asio::post(socket_.get_executor(), [self = shared_from_this()] {
       if (!self->shut_down_) {
-        self->fail(fmt::format("peer is not reading its messages ({} bytes queued)",
-                               self->queued_bytes_));
+        self->fail(
+            fmt::format("peer is not reading its messages ({} bytes queued)", self->queued_bytes_));
       }
     });
     return;

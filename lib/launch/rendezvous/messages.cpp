@@ -70,8 +70,8 @@ std::string get_string(const json& j, const char* key, std::size_t max_length) {
   if (!v.is_string()) throw ProtocolError(fmt::format("field \"{}\" must be a string", key));
   const auto& s = v.get_ref<const std::string&>();
   if (s.size() > max_length) {
-    throw ProtocolError(
-        fmt::format("field \"{}\" is {} bytes long, at most {} allowed", key, s.size(), max_length));
+    throw ProtocolError(fmt::format("field \"{}\" is {} bytes long, at most {} allowed", key,
+                                    s.size(), max_length));
   }
   return s;
 }
@@ -130,9 +130,8 @@ std::string get_hex(const json& j, const char* key, std::size_t length) {
 constexpr std::size_t kHexDigest = 64;
 
 json to_json(const NodeDescriptor& n) {
-  return json{{"host", n.host},           {"addr", n.addr},
-              {"pid", n.pid},             {"nproc", n.nproc},
-              {"node_rank", n.node_rank}, {"master_port", n.master_port}};
+  return json{{"host", n.host},   {"addr", n.addr},           {"pid", n.pid},
+              {"nproc", n.nproc}, {"node_rank", n.node_rank}, {"master_port", n.master_port}};
 }
 
 NodeDescriptor node_from_json(const json& j) {
@@ -176,8 +175,8 @@ std::optional<WorkerFailure> optional_failure(const json& j) {
   return failure_from_json(*it);
 }
 
-constexpr std::string_view kStopCauses[] = {"finished", "worker_failed", "node_lost", "join_timeout",
-                                            "rejected", "server_lost",   "left"};
+constexpr std::string_view kStopCauses[] = {
+    "finished", "worker_failed", "node_lost", "join_timeout", "rejected", "server_lost", "left"};
 constexpr std::string_view kRestartCauses[] = {"worker_failed", "node_lost", "scale_up"};
 
 template <class Enum, std::size_t N>
@@ -200,17 +199,27 @@ std::string encode(const ClientMessage& message) {
   json j = std::visit(
       Overloaded{
           [](const Hello& m) {
-            return json{{"type", "hello"},     {"magic", m.magic}, {"version", m.version},
-                        {"run_id", m.run_id},  {"nonce", m.nonce}, {"auth", m.auth}};
+            return json{{"type", "hello"},    {"magic", m.magic}, {"version", m.version},
+                        {"run_id", m.run_id}, {"nonce", m.nonce}, {"auth", m.auth}};
           },
-          [](const Auth& m) { return json{{"type", "auth"}, {"proof", m.proof}}; },
-          [](const Join& m) { return json{{"type", "join"}, {"node", to_json(m.node)}}; },
-          [](const Heartbeat&) { return json{{"type", "heartbeat"}}; },
+          [](const Auth& m) {
+            return json{{"type", "auth"}, {"proof", m.proof}};
+          },
+          [](const Join& m) {
+            return json{{"type", "join"}, {"node", to_json(m.node)}};
+          },
+          [](const Heartbeat&) {
+            return json{{"type", "heartbeat"}};
+          },
           [](const FailureReport& m) {
             return json{{"type", "failure"}, {"round", m.round}, {"failure", to_json(m.failure)}};
           },
-          [](const Done& m) { return json{{"type", "done"}, {"round", m.round}}; },
-          [](const Leave& m) { return json{{"type", "leave"}, {"reason", m.reason}}; },
+          [](const Done& m) {
+            return json{{"type", "done"}, {"round", m.round}};
+          },
+          [](const Leave& m) {
+            return json{{"type", "leave"}, {"reason", m.reason}};
+          },
       },
       message);
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -227,24 +236,21 @@ std::string encode(const ServerMessage& message) {
                         {"keep_alive_interval_s", m.keep_alive_interval_s},
                         {"heartbeat_timeout_s", m.heartbeat_timeout_s}};
           },
-          [](const Reject& m) { return json{{"type", "reject"}, {"reason", m.reason}}; },
+          [](const Reject& m) {
+            return json{{"type", "reject"}, {"reason", m.reason}};
+          },
           [](const Waiting& m) {
-            return json{{"type", "waiting"},       {"round", m.round},
-                        {"joined", m.joined},      {"min_nodes", m.min_nodes},
+            return json{{"type", "waiting"},        {"round", m.round},
+                        {"joined", m.joined},       {"min_nodes", m.min_nodes},
                         {"max_nodes", m.max_nodes}, {"waited_s", m.waited_s},
                         {"timeout_s", m.timeout_s}};
           },
           [](const Assignment& m) {
-            return json{{"type", "assignment"},
-                        {"round", m.round},
-                        {"group_rank", m.group_rank},
-                        {"group_world_size", m.group_world_size},
-                        {"base_rank", m.base_rank},
-                        {"local_world_size", m.local_world_size},
-                        {"world_size", m.world_size},
-                        {"master_addr", m.master_addr},
-                        {"master_port", m.master_port},
-                        {"restart_count", m.restart_count},
+            return json{{"type", "assignment"},          {"round", m.round},
+                        {"group_rank", m.group_rank},    {"group_world_size", m.group_world_size},
+                        {"base_rank", m.base_rank},      {"local_world_size", m.local_world_size},
+                        {"world_size", m.world_size},    {"master_addr", m.master_addr},
+                        {"master_port", m.master_port},  {"restart_count", m.restart_count},
                         {"max_restarts", m.max_restarts}};
           },
           [](const Restart& m) {
@@ -263,7 +269,9 @@ std::string encode(const ServerMessage& message) {
             put_failure(r, m.failure);
             return r;
           },
-          [](const Heartbeat&) { return json{{"type", "heartbeat"}}; },
+          [](const Heartbeat&) {
+            return json{{"type", "heartbeat"}};
+          },
       },
       message);
   // Text from peers (host names, summaries) may hold invalid UTF-8: replace, never throw.
@@ -299,7 +307,8 @@ ClientMessage decode_client_message(std::string_view body) {
 ServerMessage decode_server_message(std::string_view body) {
   json j = parse_object(body);
   std::string type = get_type(j);
-  if (type == "challenge") return Challenge{get_hex(j, "nonce", kHexDigest), get_hex(j, "proof", kHexDigest)};
+  if (type == "challenge")
+    return Challenge{get_hex(j, "nonce", kHexDigest), get_hex(j, "proof", kHexDigest)};
   if (type == "welcome") {
     Welcome m;
     m.keep_alive_interval_s = get_seconds(j, "keep_alive_interval_s");
@@ -352,7 +361,7 @@ ServerMessage decode_server_message(std::string_view body) {
 }
 
 std::string_view type_name(const ClientMessage& message) {
-  static constexpr std::string_view kNames[] = {"hello", "auth",  "join", "heartbeat",
+  static constexpr std::string_view kNames[] = {"hello",   "auth", "join", "heartbeat",
                                                 "failure", "done", "leave"};
   return kNames[message.index()];
 }

@@ -22,23 +22,31 @@ class ProtocolError : public std::runtime_error {
 
 // What an agent says about itself when it joins a round.
 struct NodeDescriptor {
-  std::string host;       // host name, for messages
-  std::string addr;       // advertised address; empty: the server uses the address it sees
-  std::int64_t pid = 0;   // agent process id, a tie breaker between agents on one host
-  int nproc = 1;          // workers on this node
-  int node_rank = -1;     // static backend: the given --node-rank; dynamic: -1
-  int master_port = 0;    // a port this agent holds for worker RANK 0's store, 0 if none
+  std::string host;      // host name, for messages
+  std::string addr;      // advertised address; empty: the server uses the address it sees
+  std::int64_t pid = 0;  // agent process id, a tie breaker between agents on one host
+  int nproc = 1;         // workers on this node
+  int node_rank = -1;    // static backend: the given --node-rank; dynamic: -1
+  int master_port = 0;   // a port this agent holds for worker RANK 0's store, 0 if none
 };
 
 struct WorkerFailure {
   std::string host;
-  int rank = -1;        // global rank of the failed worker
+  int rank = -1;  // global rank of the failed worker
   int local_rank = -1;
   int exit_code = 1;    // as the agent reports it (128+N for signal N)
   std::string summary;  // the agent's one-paragraph description, shown on every node
 };
 
-enum class StopCause { finished, worker_failed, node_lost, join_timeout, rejected, server_lost, left };
+enum class StopCause {
+  finished,
+  worker_failed,
+  node_lost,
+  join_timeout,
+  rejected,
+  server_lost,
+  left
+};
 enum class RestartCause { worker_failed, node_lost, scale_up };
 
 std::string_view to_string(StopCause cause);

@@ -13,9 +13,9 @@ namespace trainrun::launch::rdzv {
 namespace {
 
 const std::set<std::string> kKnownKeys = {
-    "join_timeout",     "last_call_timeout",      "close_timeout", "heartbeat_timeout",
+    "join_timeout",        "last_call_timeout",      "close_timeout", "heartbeat_timeout",
     "keep_alive_interval", "keep_alive_max_attempt", "is_host",       "token_file",
-    "rdzv_port",        "read_timeout",           "timeout"};
+    "rdzv_port",           "read_timeout",           "timeout"};
 
 Clock::duration parse_duration(const std::string& key, const std::string& text) {
   std::size_t used = 0;
@@ -98,9 +98,9 @@ RendezvousOptions rendezvous_options(const LaunchConfig& config,
           config.min_nodes, config.max_nodes));
     }
     if (config.node_rank < 0 || config.node_rank >= config.max_nodes) {
-      throw std::invalid_argument(fmt::format(
-          "--node-rank={}: out of range for --nnodes={} (use 0..{})", config.node_rank,
-          config.max_nodes, config.max_nodes - 1));
+      throw std::invalid_argument(
+          fmt::format("--node-rank={}: out of range for --nnodes={} (use 0..{})", config.node_rank,
+                      config.max_nodes, config.max_nodes - 1));
     }
     o.node_rank = config.node_rank;
     o.static_master = MasterEndpoint{config.master_addr, config.master_port};

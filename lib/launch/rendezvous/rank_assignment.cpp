@@ -39,9 +39,9 @@ std::vector<Assignment> assign_ranks(const std::vector<NodeDescriptor>& nodes, s
   if (world > std::numeric_limits<int>::max()) {
     throw std::invalid_argument("rank assignment: world size does not fit in an int");
   }
-  MasterEndpoint master = fixed_master ? *fixed_master
-                                       : MasterEndpoint{nodes[order[0]].addr,
-                                                        nodes[order[0]].master_port};
+  MasterEndpoint master = fixed_master
+                              ? *fixed_master
+                              : MasterEndpoint{nodes[order[0]].addr, nodes[order[0]].master_port};
   std::vector<Assignment> out(nodes.size());
   int base = 0;
   for (int g = 0; g < n; ++g) {

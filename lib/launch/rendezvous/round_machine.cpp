@@ -20,7 +20,9 @@ bool contains(const std::vector<NodeId>& v, NodeId id) {
   return std::find(v.begin(), v.end(), id) != v.end();
 }
 
-void erase(std::vector<NodeId>& v, NodeId id) { v.erase(std::remove(v.begin(), v.end(), id), v.end()); }
+void erase(std::vector<NodeId>& v, NodeId id) {
+  v.erase(std::remove(v.begin(), v.end(), id), v.end());
+}
 
 void keep_earliest(std::optional<Clock::time_point>& best, Clock::time_point t) {
   if (!best || t < *best) best = t;
@@ -137,8 +139,8 @@ void RoundMachine::on_join(Effects& fx, NodeId id, const NodeDescriptor& node,
   if (can_grow) {
     std::set<NodeId> expected(participants_.begin(), participants_.end());
     expected.insert(waiting_.begin(), waiting_.end());
-    std::string reason = fmt::format("node {} joined: scaling up from {} nodes", describe(id),
-                                     participants_.size());
+    std::string reason =
+        fmt::format("node {} joined: scaling up from {} nodes", describe(id), participants_.size());
     begin_forming(fx, now, std::move(expected),
                   Restart{RestartCause::scale_up, reason, restart_count_, std::nullopt});
     return;
@@ -153,8 +155,9 @@ void RoundMachine::on_failure(Effects& fx, NodeId id, const FailureReport& repor
   if (phase_ != Phase::running || report.round != round_ || !contains(participants_, id)) return;
   const WorkerFailure& f = report.failure;
   int code = f.exit_code > 0 ? f.exit_code : 1;
-  std::string reason = fmt::format("worker failed on {}: rank {} (local rank {}) exited with code {}",
-                                   f.host, f.rank, f.local_rank, f.exit_code);
+  std::string reason =
+      fmt::format("worker failed on {}: rank {} (local rank {}) exited with code {}", f.host,
+                  f.rank, f.local_rank, f.exit_code);
   if (restart_count_ < config_.max_restarts) {
     ++restart_count_;
     std::set<NodeId> expected(participants_.begin(), participants_.end());
@@ -260,9 +263,8 @@ void RoundMachine::maybe_complete(Effects& fx, Clock::time_point now) {
   }
   // After a restart the survivors are known: once they are all back there is nobody to wait for.
   bool all_expected_back =
-      !expected_.empty() && std::all_of(expected_.begin(), expected_.end(), [&](NodeId e) {
-        return contains(waiting_, e);
-      });
+      !expected_.empty() && std::all_of(expected_.begin(), expected_.end(),
+                                        [&](NodeId e) { return contains(waiting_, e); });
   if (all_expected_back || now - *min_reached_at_ >= config_.last_call_timeout) {
     complete_round(fx, waiting_);
   }

@@ -91,14 +91,16 @@ class RoundMachine {
   void drop(Effects& fx, NodeId id, const std::string& reason);
   Waiting waiting_status(Clock::time_point now) const;
   std::string describe(NodeId id) const;
-  int count_requirement() const { return config_.static_ranks ? config_.max_nodes : config_.min_nodes; }
+  int count_requirement() const {
+    return config_.static_ranks ? config_.max_nodes : config_.min_nodes;
+  }
 
   RoundConfig config_;
   Phase phase_ = Phase::forming;
   std::uint64_t round_ = 0;
   int restart_count_ = 0;
   std::map<NodeId, Session> sessions_;
-  std::vector<NodeId> waiting_;      // joined, in join order, not in the running round
+  std::vector<NodeId> waiting_;       // joined, in join order, not in the running round
   std::vector<NodeId> participants_;  // the running round's members
   std::set<NodeId> done_;
   std::set<NodeId> expected_;  // forming after a restart: survivors we wait for before last call

@@ -90,9 +90,10 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
   void on_accept(tcp::socket socket) {
     prepare_socket(socket);
     if (admitted_.size() >= options_.max_admitted) {
-      auto connection = std::make_shared<FramedConnection>(std::move(socket), kMaxHandshakeFrameSize);
-      log_refusal(fmt::format("refusing {}: {} connections already admitted",
-                              connection->peer(), admitted_.size()));
+      auto connection =
+          std::make_shared<FramedConnection>(std::move(socket), kMaxHandshakeFrameSize);
+      log_refusal(fmt::format("refusing {}: {} connections already admitted", connection->peer(),
+                              admitted_.size()));
       connection->close_now();
       return;
     }
@@ -105,11 +106,10 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     auto remote = socket.remote_endpoint(ec);
     Peer peer;
     peer.address = ec ? std::string() : remote.address().to_string();
-    peer.connection =
-        std::make_shared<FramedConnection>(std::move(socket), kMaxHandshakeFrameSize);
-    peer.handshake.emplace(options_.run_id, options_.token, random_hex(32),
-                           Welcome{seconds(options_.keep_alive_interval),
-                                   seconds(options_.round.heartbeat_timeout)});
+    peer.connection = std::make_shared<FramedConnection>(std::move(socket), kMaxHandshakeFrameSize);
+    peer.handshake.emplace(
+        options_.run_id, options_.token, random_hex(32),
+        Welcome{seconds(options_.keep_alive_interval), seconds(options_.round.heartbeat_timeout)});
     peer.deadline = std::make_shared<asio::steady_timer>(io_);
     peer.deadline->expires_after(options_.handshake_timeout);
     std::weak_ptr<Impl> weak = shared_from_this();
@@ -121,12 +121,13 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     auto connection = peer.connection;
     peers_.emplace(id, std::move(peer));
     pending_.insert(id);
-    connection->start([weak, id](std::string body) {
-                        if (auto self = weak.lock()) self->on_frame(id, body);
-                      },
-                      [weak, id](const std::string& why, bool violation) {
-                        if (auto self = weak.lock()) self->on_error(id, why, violation);
-                      });
+    connection->start(
+        [weak, id](std::string body) {
+          if (auto self = weak.lock()) self->on_frame(id, body);
+        },
+        [weak, id](const std::string& why, bool violation) {
+          if (auto self = weak.lock()) self->on_error(id, why, violation);
+        });
   }
 
   static double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -136,7 +137,8 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
   void drop_peer(NodeId id, const std::string& reason, bool tell = true) {
     auto it = peers_.find(id);
     if (it == peers_.end()) return;
-    log_refusal(fmt::format("closing connection from {}: {}", it->second.connection->peer(), reason));
+    log_refusal(
+        fmt::format("closing connection from {}: {}", it->second.connection->peer(), reason));
     if (tell) it->second.connection->send(encode(ServerMessage{Reject{reason}}));
     it->second.connection->close_gracefully(std::chrono::seconds(1));
     forget(id);

@@ -115,7 +115,8 @@ class TcpRendezvousHandler : public RendezvousHandler {
     auto literal = asio::ip::make_address(host, ec);
     if (!ec && literal.is_loopback()) bind_address = literal;
     if (ec && host == "localhost") bind_address = asio::ip::address_v4::loopback();
-    if (!ec && literal.is_v6() && !literal.is_loopback()) bind_address = asio::ip::address_v6::any();
+    if (!ec && literal.is_v6() && !literal.is_loopback())
+      bind_address = asio::ip::address_v6::any();
 
     ServerOptions so;
     so.run_id = options_.run_id;

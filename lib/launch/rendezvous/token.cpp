@@ -14,7 +14,8 @@ namespace {
 constexpr std::size_t kMaxTokenBytes = 64 * 1024;
 
 std::string trim_trailing(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t'))
+  while (!s.empty() &&
+         (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t'))
     s.pop_back();
   return s;
 }
@@ -33,21 +34,21 @@ std::optional<std::string> load_token(const std::map<std::string, std::string>& 
     in.read(text.data(), static_cast<std::streamsize>(text.size()));
     text.resize(static_cast<std::size_t>(in.gcount()));
     if (text.size() > kMaxTokenBytes) {
-      throw std::invalid_argument(fmt::format(
-          "--rdzv-conf token_file={}: larger than {} bytes; is it the right file?", it->second,
-          kMaxTokenBytes));
+      throw std::invalid_argument(
+          fmt::format("--rdzv-conf token_file={}: larger than {} bytes; is it the right file?",
+                      it->second, kMaxTokenBytes));
     }
     text = trim_trailing(std::move(text));
     if (text.empty()) {
-      throw std::invalid_argument(
-          fmt::format("--rdzv-conf token_file={}: the file is empty; put the shared token in it",
-                      it->second));
+      throw std::invalid_argument(fmt::format(
+          "--rdzv-conf token_file={}: the file is empty; put the shared token in it", it->second));
     }
     return text;
   }
   if (auto it = env.find("TRAINRUN_RDZV_TOKEN"); it != env.end() && !it->second.empty()) {
     std::string token = trim_trailing(it->second);
-    if (token.empty()) throw std::invalid_argument("TRAINRUN_RDZV_TOKEN is blank; set the shared token or unset it");
+    if (token.empty())
+      throw std::invalid_argument("TRAINRUN_RDZV_TOKEN is blank; set the shared token or unset it");
     return token;
   }
   return std::nullopt;
