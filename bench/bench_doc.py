@@ -29,6 +29,14 @@ def run_measured(cmd, env=None, stdout=subprocess.DEVNULL, stderr=subprocess.DEV
     return p.returncode, wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss
 
 
+def peak_rss_kib(cmd, env=None):
+    """Peak RSS of the command's own process tree, through GNU time, which forks from a small
+    process: a Python parent's memory would otherwise count, since a child's peak survives exec."""
+    r = subprocess.run(["/usr/bin/time", "-f", "%M", "--"] + list(cmd), env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return int(r.stderr.strip().splitlines()[-1])
+
+
 def median(xs):
     xs = sorted(xs)
     n = len(xs)

@@ -10,7 +10,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import ROOT, machine, median, run_measured, write_section  # noqa: E402
+from bench_doc import ROOT, machine, median, peak_rss_kib, run_measured, write_section  # noqa: E402
 
 REFERENCE = os.path.join(ROOT, "..", "shared", "peer", "torchrun113.py")
 
@@ -21,7 +21,8 @@ def measure(cmd, runs):
         code, wall, cpu, maxrss = run_measured(cmd)
         if code != 0:
             sys.exit(f"launch_overhead: {' '.join(cmd)} exited {code}")
-        walls.append(wall), cpus.append(cpu), rss.append(maxrss)
+        walls.append(wall), cpus.append(cpu)
+    rss = [peak_rss_kib(cmd) for _ in range(3)]
     return median(walls), median(cpus), max(rss)
 
 
@@ -55,7 +56,7 @@ def main():
 `torchrun113.py --standalone --nproc_per_node=N --monitor_interval 0.1 --no_python /bin/true`.
 Medians of {args.runs} (trainrun) and {args.reference_runs} (torchrun) runs; CPU is user+system
 time of the launcher and the workers it reaped; peak RSS is the largest resident set of the
-launcher or any of its workers (so at least /bin/true's). Machine: {machine()}.
+launcher or any of its workers, measured with GNU time (`%M`). Machine: {machine()}.
 Targets: at least 50x faster wall time, under 10 MiB peak RSS.
 
 """ + "\n".join(table)

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 #include <sys/resource.h>
+#include <sys/utsname.h>
+#include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <chrono>
@@ -109,8 +111,13 @@ void raise_fd_limit(int needed) {
 
 std::string table(const std::vector<Result>& results, bool token) {
   std::ostringstream out;
-  out << "Rendezvous round on loopback, lightweight protocol clients in one process"
-      << (token ? " (token proof on)" : "") << ":\n\n";
+  out << "## Rendezvous scale (`bench/rendezvous_scale`)\n\n";
+  out << "Time for the built-in rendezvous server to form one round, and then to pass the exit "
+         "barrier (every node reports done, every node is told), with N protocol clients in one "
+         "process on loopback; each client connects, completes the handshake"
+      << (token ? " with the token proof" : "")
+      << ", joins and heartbeats like an agent. Target: under 2 s at 1,024. Machine: " << machine()
+      << ".\n\n";
   out << "| nodes | round formed (s) | exit barrier (s) |\n|---:|---:|---:|\n";
   for (const auto& r : results) {
     if (r.ok) {
@@ -122,9 +129,19 @@ std::string table(const std::vector<Result>& results, bool token) {
   return out.str();
 }
 
+std::string machine() {
+  utsname u{};
+  ::uname(&u);
+  long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  double mem = static_cast<double>(::sysconf(_SC_PAGE_SIZE)) *
+               static_cast<double>(::sysconf(_SC_PHYS_PAGES)) / (1 << 30);
+  return fmt::format("{}, {} CPUs, {:.0f} GiB, Linux {}", u.machine, cpus, mem, u.release);
+}
+
+// The same section format as bench/bench_doc.py: the block between the markers is ours.
 void write_section(const std::string& path, const std::string& body) {
-  const std::string begin = "<!-- rendezvous_scale:begin -->";
-  const std::string end = "<!-- rendezvous_scale:end -->";
+  const std::string start = "<!-- bench:rendezvous_scale -->";
+  const std::string end = "<!-- /bench:rendezvous_scale -->";
   std::string text;
   {
     std::ifstream in(path);
@@ -132,14 +149,19 @@ void write_section(const std::string& path, const std::string& body) {
     ss << in.rdbuf();
     text = ss.str();
   }
-  std::string section = begin + "\n" + body + end;
-  auto b = text.find(begin);
+  if (text.empty()) {
+    text =
+        "# Benchmarks\n\nEach section is written by the program named in it; rerun that program "
+        "to refresh it.\n";
+  }
+  std::string block = start + "\n" + body + end;
+  auto b = text.find(start);
   auto e = text.find(end);
   if (b != std::string::npos && e != std::string::npos && e > b) {
-    text.replace(b, e + end.size() - b, section);
+    text.replace(b, e + end.size() - b, block);
   } else {
-    if (text.empty()) text = "# Benchmarks\n";
-    text += "\n## Rendezvous scale (`bench/rendezvous_scale`)\n\n" + section + "\n";
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    text += "\n\n" + block + "\n";
   }
   std::ofstream out(path);
   out << text;

@@ -12,7 +12,7 @@ packages=(
   libtorch-dev libgloo-dev
   python3-torch python3-torchvision python3-pytest
   dataset-fashion-mnist
-  iproute2 procps
+  iproute2 procps time
 )
 
 missing=()

@@ -91,7 +91,10 @@ class Agent {
       return 2;
     }
     try {
-      logs_ = LogDir::create(config_.log_dir, job_.run_id);
+      const bool log_files = config_.redirects.is_map || config_.redirects.all_ranks != Std::none ||
+                             config_.tee.is_map || config_.tee.all_ranks != Std::none ||
+                             config_.local_ranks_filter.has_value();
+      logs_ = LogDir::create(config_.log_dir, job_.run_id, !log_files);
       // A single-node job needs no fixed port: unless one was asked for, take a free one.
       port_.emplace(config_.master_port_given ? config_.master_port : 0);
     } catch (const std::exception& e) {

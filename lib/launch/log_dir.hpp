@@ -6,11 +6,13 @@ namespace trainrun::launch {
 
 // The log directory tree, as torchrun lays it out:
 //   <base>/<run id>_<suffix>/attempt_<k>/<local rank>/{stdout.log,stderr.log,error.json}
-// `base` is --log-dir, or a fresh directory under $TMPDIR when none was given.
+// `base` is --log-dir, or a fresh directory under $TMPDIR (default /tmp) when none was given;
+// when only error files will be written there (no --redirects/--tee/filter) and TMPDIR is unset,
+// under /dev/shm.
 class LogDir {
  public:
   // Throws std::runtime_error naming the directory when it cannot be created.
-  static LogDir create(const std::string& base, const std::string& run_id);
+  static LogDir create(const std::string& base, const std::string& run_id, bool small_files_only);
 
   std::string run_dir() const { return run_dir_; }
   std::string attempt_dir(int attempt) const;
