@@ -109,6 +109,15 @@ void raise_fd_limit(int needed) {
   }
 }
 
+std::string machine() {
+  utsname u{};
+  ::uname(&u);
+  long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  double mem = static_cast<double>(::sysconf(_SC_PAGE_SIZE)) *
+               static_cast<double>(::sysconf(_SC_PHYS_PAGES)) / (1 << 30);
+  return fmt::format("{}, {} CPUs, {:.0f} GiB, Linux {}", u.machine, cpus, mem, u.release);
+}
+
 std::string table(const std::vector<Result>& results, bool token) {
   std::ostringstream out;
   out << "## Rendezvous scale (`bench/rendezvous_scale`)\n\n";
@@ -127,15 +136,6 @@ std::string table(const std::vector<Result>& results, bool token) {
     }
   }
   return out.str();
-}
-
-std::string machine() {
-  utsname u{};
-  ::uname(&u);
-  long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  double mem = static_cast<double>(::sysconf(_SC_PAGE_SIZE)) *
-               static_cast<double>(::sysconf(_SC_PHYS_PAGES)) / (1 << 30);
-  return fmt::format("{}, {} CPUs, {:.0f} GiB, Linux {}", u.machine, cpus, mem, u.release);
 }
 
 // The same section format as bench/bench_doc.py: the block between the markers is ours.
