@@ -16,6 +16,8 @@
 //   on-usr1 PATH           on SIGUSR1, append "usr1\n" to PATH (and keep running)
 //   rank-exit RANK N       exit N if RANK equals $RANK
 //   env PATH               write the environment to PATH.<RANK> as NAME=value lines
+//   stamp PATH             append "<RANK> <CLOCK_MONOTONIC seconds>" to PATH
+//   rank-stamp-exit RANK PATH N   if RANK equals $RANK: stamp PATH, then exit N
 //   wait-lines PATH N      wait (up to 30 s) until PATH holds at least N lines: a barrier
 #include <fcntl.h>
 #include <signal.h>
@@ -123,6 +125,19 @@ int main(int argc, char** argv) {
       std::string text;
       for (char** e = environ; *e; ++e) text += std::string(*e) + "\n";
       append(path, text);
+    } else if (a == "stamp" || a == "rank-stamp-exit") {
+      std::string only = a == "stamp" ? "" : next();
+      std::string path = next();
+      int code = a == "stamp" ? 0 : std::atoi(next().c_str());
+      const char* r = std::getenv("RANK");
+      if (!only.empty() && (!r || only != r)) continue;
+      timespec now{};
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      char line[96];
+      std::snprintf(line, sizeof line, "%s %ld.%09ld\n", r ? r : "x", static_cast<long>(now.tv_sec),
+                    now.tv_nsec);
+      append(path, line);
+      if (!only.empty()) std::exit(code);
     } else if (a == "wait-lines") {
       std::string path = next();
       long want = std::atol(next().c_str());
