@@ -141,6 +141,25 @@ TEST_CASE("leftovers of a crashed save are cleaned and a torn metrics line is cu
   CHECK(lines[1]["epoch"] == 1);
 }
 
+TEST_CASE("a checkpoint saved just before a crash gets its metrics line back on reopening") {
+  const fs::path root = make_temp_dir("relink");
+  {
+    rt::RunStorage storage(root / "run", {});
+    storage.record({{"epoch", 0}}, rt::Checkpoint::from_directory(make_source(root, "a")));
+    storage.record({{"epoch", 1}}, rt::Checkpoint::from_directory(make_source(root, "b")));
+  }
+  // As if the process died after the rename of checkpoint_000001 but before appending its line.
+  const auto lines = metric_lines(root / "run");
+  std::ofstream(root / "run" / "metrics.jsonl", std::ios::trunc) << lines[0].dump() << "\n";
+  rt::RunStorage reopened(root / "run", {});
+  const auto repaired = metric_lines(root / "run");
+  REQUIRE(repaired.size() == 2);
+  CHECK(repaired[1] == lines[1]);
+  CHECK(reopened.last_metrics()["epoch"] == 1);
+  rt::RunStorage again(root / "run", {});  // nothing left to repair: no duplicate
+  CHECK(metric_lines(root / "run").size() == 2);
+}
+
 TEST_CASE("bad input is reported, not crashed on") {
   const fs::path root = make_temp_dir("bad");
   rt::CheckpointConfig zero;

@@ -77,6 +77,9 @@ LaunchEnv parse_launch_env(const std::map<std::string, std::string>& env) {
   } else {
     launch.node_rank = launch.world_rank / launch.local_world_size;
   }
+  if (const auto it = env.find("TORCHELASTIC_USE_AGENT_STORE"); it != env.end()) {
+    launch.use_agent_store = it->second == "True";  // torch compares the exact string
+  }
   if (env.count("TORCHELASTIC_RESTART_COUNT") != 0) {
     launch.restart_count = parse_int(env, "TORCHELASTIC_RESTART_COUNT", 0, kIntMax);
   }

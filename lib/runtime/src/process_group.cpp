@@ -2,6 +2,7 @@
 
 #include <trainrun/runtime/errors.hpp>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/cuda.h>
@@ -95,12 +96,17 @@ void start_process_group(const TrainContext& context, std::chrono::milliseconds 
   const LaunchEnv& launch = context.launch_env();
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(launch.master_port);
-  options.isServer = context.world_rank() == 0;
+  options.isServer = context.world_rank() == 0 && !launch.use_agent_store;
   options.numWorkers = static_cast<std::size_t>(context.world_size());
   options.waitWorkers = false;
   options.timeout = timeout;
   try {
     group_store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, options);
+    if (launch.use_agent_store) {
+      // The launcher's store outlives restarts: keys of earlier attempts must not be seen again.
+      group_store = c10::make_intrusive<c10d::PrefixStore>(
+          "/worker/attempt_" + std::to_string(launch.restart_count), group_store);
+    }
   } catch (const std::exception& e) {
     throw RuntimeError(std::string("cannot ") +
                        (options.isServer ? "host" : "connect to") + " the c10d TCPStore for " +

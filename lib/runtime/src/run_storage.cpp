@@ -151,7 +151,17 @@ RunStorage::RunStorage(fs::path run_dir, CheckpointConfig config)
     }
   }
   for (const auto& [index, path] : scan_checkpoints(run_dir_)) {
-    const auto metrics = metrics_by_checkpoint.find(path.filename().string());
+    auto metrics = metrics_by_checkpoint.find(path.filename().string());
+    if (metrics == metrics_by_checkpoint.end()) {
+      // Saved, then stopped before its metrics line was written: write it now.
+      std::ifstream saved(path / checkpoint_metrics_file_name);
+      std::string text((std::istreambuf_iterator<char>(saved)), std::istreambuf_iterator<char>());
+      const Metrics line = Metrics::parse(text, nullptr, false);
+      if (!line.is_discarded() && line.is_object()) {
+        append_metrics_line(line);
+        metrics = metrics_by_checkpoint.emplace(path.filename().string(), line).first;
+      }
+    }
     entries_.push_back(Entry{index, path,
                              metrics == metrics_by_checkpoint.end()
                                  ? std::nullopt
@@ -173,6 +183,16 @@ std::optional<Checkpoint> RunStorage::record(const Metrics& metrics,
     throw ConfigError("report: metrics must be a JSON object of name to value, got " +
                       metrics.dump());
   }
+  const std::string name = checkpoint_name(next_index_);
+  Metrics line = metrics.is_null() ? Metrics::object() : metrics;
+  if (!line.contains("training_iteration")) line["training_iteration"] = iterations_ + 1;
+  if (!line.contains("timestamp")) {
+    line["timestamp"] = std::chrono::duration<double>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  }
+  line["checkpoint_dir_name"] = checkpoint ? Metrics(name) : Metrics(nullptr);
+
   std::optional<Checkpoint> persisted;
   if (checkpoint) {
     const fs::path source = checkpoint->path();
@@ -180,13 +200,17 @@ std::optional<Checkpoint> RunStorage::record(const Metrics& metrics,
       throw ConfigError("report: checkpoint directory " + source.string() +
                         " does not exist or is not a directory");
     }
-    const std::string name = checkpoint_name(next_index_);
     const fs::path temp =
         run_dir_ / (std::string(kTempPrefix) + name + "_" + std::to_string(::getpid()));
     const fs::path target = run_dir_ / name;
     std::error_code error;
     fs::remove_all(temp, error);
     fs::copy(source, temp, fs::copy_options::recursive | fs::copy_options::copy_symlinks, error);
+    if (!error) {
+      // The metrics travel inside the checkpoint, so the rename below commits both at once:
+      // a crash before the metrics line is appended is repaired when the run is reopened.
+      std::ofstream(temp / checkpoint_metrics_file_name) << line.dump() << "\n";
+    }
     if (error) {
       fs::remove_all(temp, error);
       throw RuntimeError("report: cannot copy checkpoint " + source.string() + " to " +
@@ -204,17 +228,12 @@ std::optional<Checkpoint> RunStorage::record(const Metrics& metrics,
     ++next_index_;
     persisted = Checkpoint::from_directory(target);
   }
+  append_metrics_line(line);
+  prune();
+  return persisted;
+}
 
-  Metrics line = metrics.is_null() ? Metrics::object() : metrics;
-  ++iterations_;
-  if (!line.contains("training_iteration")) line["training_iteration"] = iterations_;
-  if (!line.contains("timestamp")) {
-    line["timestamp"] = std::chrono::duration<double>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
-  }
-  line["checkpoint_dir_name"] =
-      persisted ? Metrics(persisted->path().filename().string()) : Metrics(nullptr);
+void RunStorage::append_metrics_line(const Metrics& line) {
   const std::string text = line.dump() + "\n";
   const fs::path metrics_path = run_dir_ / metrics_file_name;
   const int fd = ::open(metrics_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
@@ -234,10 +253,8 @@ std::optional<Checkpoint> RunStorage::record(const Metrics& metrics,
   }
   ::fsync(fd);
   ::close(fd);
+  ++iterations_;
   last_metrics_ = line;
-
-  prune();
-  return persisted;
 }
 
 void RunStorage::prune() {

@@ -85,6 +85,9 @@ Session& begin_session(const SessionOptions& options) {
     }
   }
   session_explicit = true;
+  // Rank 0 opens the run directory now: this repairs a save cut short by a crash before any
+  // rank asks for the checkpoint to resume from.
+  if (session->context().world_rank() == 0) session->storage();
   return *session;
 }
 

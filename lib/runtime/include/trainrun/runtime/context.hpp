@@ -21,6 +21,9 @@ struct LaunchEnv {
   std::string master_addr;
   int master_port = 0;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE, empty when not set
+  // TORCHELASTIC_USE_AGENT_STORE=True: the launcher hosts the store and every rank is a client
+  // (torchrun's static rendezvous); otherwise rank 0 hosts it (trainrun, torchrun --standalone).
+  bool use_agent_store = false;
 };
 
 // Parses a process environment. A partial set of the six launcher variables, or a value out of

@@ -37,8 +37,11 @@ class RunStorage {
   std::vector<Checkpoint> checkpoints() const;
 
   static constexpr const char* metrics_file_name = "metrics.jsonl";
+  // Each persisted checkpoint also holds its own metrics line under this name.
+  static constexpr const char* checkpoint_metrics_file_name = ".trainrun_metrics.json";
 
  private:
+  void append_metrics_line(const Metrics& line);
   struct Entry {
     int index;
     std::filesystem::path path;
