@@ -22,6 +22,7 @@
 #include "log_dir.hpp"
 #include "output.hpp"
 #include "port.hpp"
+#include "rendezvous/handler.hpp"
 #include "supervisor.hpp"
 #include "watchdog.hpp"
 #include "worker_env.hpp"
@@ -62,6 +63,8 @@ void say(const std::string& line) {
   write_all(2, text.data(), text.size());
 }
 
+// One node's life: get a topology (locally, or from the rendezvous), start the workers, watch
+// them, and decide on their end: finish, restart, or fail. Everything happens on one io_context.
 class Agent {
  public:
   Agent(const LaunchConfig& config, std::string program, Watchdog& watchdog)
@@ -83,20 +86,34 @@ class Agent {
     job_.run_id = config_.standalone ? random_run_id() : config_.rdzv_id;
     if (auto it = inherited_.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != inherited_.end())
       prefix_template_ = it->second;
+    // One node with the static backend needs nobody's agreement: no rendezvous at all.
+    const bool use_rendezvous =
+        !config_.standalone && (config_.max_nodes > 1 || config_.rdzv_backend != "static");
 
-    if (config_.max_nodes > 1) {
-      say(fmt::format("--nnodes={}:{}: multi-node jobs need the rendezvous, which this build does "
-                      "not provide yet; run with --nnodes=1",
-                      config_.min_nodes, config_.max_nodes));
-      return 2;
+    std::optional<rdzv::RendezvousOptions> rdzv_options;
+    if (use_rendezvous) {
+      try {
+        rdzv_options = rdzv::rendezvous_options(config_, inherited_);
+      } catch (const std::invalid_argument& e) {
+        say(e.what());
+        return 2;
+      }
     }
     try {
       const bool log_files = config_.redirects.is_map || config_.redirects.all_ranks != Std::none ||
                              config_.tee.is_map || config_.tee.all_ranks != Std::none ||
                              config_.local_ranks_filter.has_value();
       logs_ = LogDir::create(config_.log_dir, job_.run_id, !log_files);
-      // A single-node job needs no fixed port: unless one was asked for, take a free one.
-      port_.emplace(config_.master_port_given ? config_.master_port : 0);
+      if (!use_rendezvous) {
+        // A single-node job needs no fixed port: unless one was asked for, take a free one.
+        port_.emplace(config_.master_port_given ? config_.master_port : 0);
+      } else if (rdzv_options->static_backend) {
+        // Static: MASTER_PORT is given; the node that will run RANK 0 holds it.
+        if (config_.node_rank == 0) port_.emplace(config_.master_port);
+      } else {
+        // Dynamic: any node may become group rank 0, so each holds a free port to offer.
+        port_.emplace(0);
+      }
     } catch (const std::exception& e) {
       say(e.what());
       return 1;
@@ -107,28 +124,94 @@ class Agent {
     for (int sig : config_.forward_signals) signals_.add(sig);
     wait_for_signal();
 
-    topology_.group_rank = 0;
-    topology_.group_world_size = 1;
-    topology_.base_rank = 0;
-    topology_.local_world_size = config_.nproc_per_node;
-    topology_.world_size = config_.nproc_per_node;
-    topology_.master_addr = config_.standalone ? "127.0.0.1" : config_.master_addr;
-    topology_.master_port = port_->port();
-    topology_.restart_count = 0;
-
-    asio::post(io_, [this] { start_attempt(); });
+    if (use_rendezvous) {
+      rdzv_ = rdzv::make_rendezvous_handler(io_, *rdzv_options, [](const std::string& line) { say(line); });
+      rdzv::ClientEvents events;
+      events.on_assignment = [this](const rdzv::Assignment& a) { on_assignment(a); };
+      events.on_restart = [this](const rdzv::Restart& r) { on_restart(r); };
+      events.on_stop = [this](const rdzv::Stop& s) { on_stop(s); };
+      try {
+        rdzv_->start(std::move(events));
+      } catch (const std::exception& e) {
+        say(e.what());
+        logs_.remove_if_empty();
+        return 1;
+      }
+      state_ = State::idle;
+      join();
+    } else {
+      topology_.group_rank = 0;
+      topology_.group_world_size = 1;
+      topology_.base_rank = 0;
+      topology_.local_world_size = config_.nproc_per_node;
+      topology_.world_size = config_.nproc_per_node;
+      topology_.master_addr = config_.standalone ? "127.0.0.1" : config_.master_addr;
+      topology_.master_port = port_->port();
+      topology_.restart_count = 0;
+      asio::post(io_, [this] { start_attempt(); });
+    }
     io_.run();
+    if (rdzv_) {
+      // Let the rendezvous deliver its last messages to the other nodes (bounded).
+      io_.restart();
+      io_.run_for(std::chrono::seconds(5));
+    }
     logs_.remove_if_empty();
     return exit_code_;
   }
 
  private:
-  enum class State { running, stopping, finishing, done };
+  // idle: waiting for the rendezvous (no workers); running; stopping: stop signal sent;
+  // finishing: all workers ended, sweeping what they left; done.
+  enum class State { idle, running, stopping, finishing, done };
+
+  void join() {
+    rdzv::RendezvousHandler::JoinRequest request;
+    request.nproc = config_.nproc_per_node;
+    request.master_port = port_ ? port_->port() : 0;
+    rdzv_->join(request);
+  }
+
+  void on_assignment(const rdzv::Assignment& a) {
+    if (state_ != State::idle) return;
+    topology_.group_rank = a.group_rank;
+    topology_.group_world_size = a.group_world_size;
+    topology_.base_rank = a.base_rank;
+    topology_.local_world_size = a.local_world_size;
+    topology_.world_size = a.world_size;
+    topology_.master_addr = a.master_addr;
+    topology_.master_port = a.master_port;
+    topology_.restart_count = a.restart_count;
+    job_.max_restarts = a.max_restarts;
+    start_attempt();
+  }
+
+  void on_restart(const rdzv::Restart& r) {
+    if (state_ == State::done) return;
+    if (r.failure && r.failure->host != host_)
+      say(fmt::format("worker {} on {} failed with exit code {}; restarting ({} of {} restarts)",
+                      r.failure->rank, r.failure->host, r.failure->exit_code, r.restart_count,
+                      job_.max_restarts));
+    else if (!r.failure)
+      say(fmt::format("{}; restarting the workers in a new round", r.reason));
+    pending_restart_ = true;
+    if (state_ == State::running) begin_stop(SIGTERM);
+    if (state_ == State::idle) after_attempt();
+  }
+
+  void on_stop(const rdzv::Stop& s) {
+    if (state_ == State::done) return;
+    pending_stop_ = s;
+    if (state_ == State::running) begin_stop(SIGTERM);
+    if (state_ == State::idle) after_attempt();
+  }
 
   void start_attempt() {
     state_ = State::running;
     failures_.clear();
     stop_signal_ = 0;
+    pending_restart_ = false;
+    reported_ = false;
     std::vector<WorkerLaunch> launches;
     try {
       for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
@@ -150,6 +233,7 @@ class Agent {
       say(e.what());
       exit_code_ = 1;
       state_ = State::finishing;
+      if (rdzv_) rdzv_->shutdown(e.what());
       supervisor_.finish(0, [this] { finish(); });
     }
   }
@@ -182,14 +266,22 @@ class Agent {
     say(fmt::format("received {}; stopping {} worker(s) ({} s grace before SIGKILL)", signal_name(sig),
                     supervisor_.running(), config_.shutdown_timeout));
     stop_signal_ = sig;
+    if (rdzv_) rdzv_->shutdown(fmt::format("{} stopped by {}", host_, signal_name(sig)));
+    if (state_ == State::idle) {
+      exit_code_ = 128 + sig;
+      finish();
+      return;
+    }
     begin_stop(sig);
   }
 
   void on_worker_exit(int local_rank, pid_t pid, ExitStatus status) {
-    if (status.failed() && (state_ == State::running || stop_signal_ == 0)) {
-      record_failure(local_rank, pid, status, state_ == State::running);
+    if (status.failed() && (state_ == State::running || stop_signal_ == 0))
+      record_failure(local_rank, pid, status, state_ == State::running && !pending_restart_ && !pending_stop_);
+    if (state_ == State::running && status.failed()) {
+      report_failure();
+      begin_stop(SIGTERM);
     }
-    if (state_ == State::running && status.failed()) begin_stop(SIGTERM);
     // Decided after the supervisor's reaping loop has returned, never from inside it.
     if (supervisor_.running() == 0 && (state_ == State::running || state_ == State::stopping)) {
       state_ = State::finishing;
@@ -221,6 +313,20 @@ class Agent {
     if (first_wave || f.has_error_file) failures_.push_back(std::move(f));
   }
 
+  // Tells the other nodes about this node's first failure of the attempt.
+  void report_failure() {
+    if (!rdzv_ || reported_ || failures_.empty()) return;
+    reported_ = true;
+    const auto& root = failures_[root_cause_index(failures_)];
+    rdzv::WorkerFailure f;
+    f.host = root.host;
+    f.rank = root.rank;
+    f.local_rank = root.local_rank;
+    f.exit_code = root.status.shell_code();
+    f.summary = format_failure_summary(config_.entrypoint, failures_);
+    rdzv_->report_failure(f);
+  }
+
   void begin_stop(int sig) {
     state_ = State::stopping;
     supervisor_.signal_all(sig);
@@ -240,10 +346,16 @@ class Agent {
     supervisor_.finish(config_.shutdown_timeout, [this] { after_attempt(); });
   }
 
+  // Every worker of this attempt has ended and nothing they started is left.
   void after_attempt() {
+    state_ = State::idle;
     if (stop_signal_ != 0) {
       exit_code_ = 128 + stop_signal_;
       finish();
+      return;
+    }
+    if (rdzv_) {
+      after_attempt_in_job();
       return;
     }
     if (failures_.empty()) {
@@ -261,6 +373,38 @@ class Agent {
       start_attempt();
       return;
     }
+    fail_with_summary();
+  }
+
+  // The same decision when the rendezvous decides for the whole job.
+  void after_attempt_in_job() {
+    if (pending_stop_) {
+      const rdzv::Stop s = *pending_stop_;
+      if (s.cause == rdzv::StopCause::finished) {
+        exit_code_ = 0;
+      } else if (s.failure && s.failure->host == host_ && !failures_.empty()) {
+        fail_with_summary();
+        return;
+      } else {
+        std::string text = s.failure && !s.failure->summary.empty() ? s.failure->summary : "";
+        if (!text.empty()) write_all(2, text.data(), text.size());
+        say(s.reason.empty() ? "the job stopped" : s.reason);
+        exit_code_ = s.exit_code != 0 ? s.exit_code : 1;
+      }
+      finish();
+      return;
+    }
+    if (pending_restart_) {
+      pending_restart_ = false;
+      join();
+      return;
+    }
+    // Our own workers all succeeded: wait at the exit barrier; our failures were reported and
+    // the decision is on its way.
+    if (failures_.empty()) rdzv_->report_done();
+  }
+
+  void fail_with_summary() {
     std::string summary = format_failure_summary(config_.entrypoint, failures_);
     write_all(2, summary.data(), summary.size());
     exit_code_ = failures_[root_cause_index(failures_)].status.shell_code();
@@ -291,8 +435,12 @@ class Agent {
   Topology topology_;
   LogDir logs_;
   std::optional<HeldPort> port_;
-  State state_ = State::running;
+  std::unique_ptr<rdzv::RendezvousHandler> rdzv_;
+  State state_ = State::idle;
   std::vector<WorkerFailure> failures_;
+  bool reported_ = false;
+  bool pending_restart_ = false;
+  std::optional<rdzv::Stop> pending_stop_;
   int stop_signal_ = 0;
   int exit_code_ = 0;
 };

@@ -1,0 +1,286 @@
+"""Several trainrun agents on this machine forming one job through the built-in rendezvous."""
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import TRAINRUN, read_pids, wait_for, wait_for_pids
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Agent:
+    """One trainrun process; its output goes to files so many can run at once."""
+
+    def __init__(self, tmp_path, name, args, env=None):
+        self.out_path = tmp_path / f"{name}.out"
+        self.err_path = tmp_path / f"{name}.err"
+        full_env = dict(os.environ, **(env or {}))
+        self.proc = subprocess.Popen([TRAINRUN] + list(args), env=full_env,
+                                     stdout=open(self.out_path, "w"), stderr=open(self.err_path, "w"))
+
+    def wait(self, timeout=60):
+        return self.proc.wait(timeout=timeout)
+
+    @property
+    def out(self):
+        return self.out_path.read_text()
+
+    @property
+    def err(self):
+        return self.err_path.read_text()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def agents(tmp_path):
+    started = []
+
+    def make(name, args, env=None):
+        a = Agent(tmp_path, name, args, env)
+        started.append(a)
+        return a
+
+    yield make
+    for a in started:
+        a.kill()
+
+
+def dynamic(port, nnodes, nproc, *extra, run_id="job"):
+    return [f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}", *extra]
+
+
+def read_envs(directory):
+    envs = {}
+    for name in os.listdir(directory):
+        with open(os.path.join(directory, name)) as f:
+            env = dict(line.split("=", 1) for line in f.read().splitlines() if "=" in line)
+        envs[int(env["RANK"])] = env
+    return envs
+
+
+def check_job(envs, world, nodes):
+    assert sorted(envs) == list(range(world))
+    assert {e["WORLD_SIZE"] for e in envs.values()} == {str(world)}
+    assert {e["GROUP_WORLD_SIZE"] for e in envs.values()} == {str(nodes)}
+    assert sorted({int(e["GROUP_RANK"]) for e in envs.values()}) == list(range(nodes))
+    assert len({(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs.values()}) == 1
+    # Ranks are contiguous per node: local rank 0 of each node starts its block.
+    for e in envs.values():
+        assert int(e["RANK"]) - int(e["LOCAL_RANK"]) == min(
+            int(x["RANK"]) for x in envs.values() if x["GROUP_RANK"] == e["GROUP_RANK"])
+
+
+def test_two_agents_with_different_nproc_form_one_job(agents, worker, tmp_path):
+    port = free_port()
+    out = tmp_path / "env"
+    out.mkdir()
+    a = agents("a", dynamic(port, 2, 2) + [worker, "env", str(out / "e")])
+    b = agents("b", dynamic(port, 2, 3) + [worker, "env", str(out / "e")])
+    assert a.wait() == 0, a.err
+    assert b.wait() == 0, b.err
+    envs = read_envs(out)
+    check_job(envs, 5, 2)
+    assert sorted(e["LOCAL_WORLD_SIZE"] for e in envs.values()) == ["2", "2", "3", "3", "3"]
+
+
+def test_three_agents(agents, worker, tmp_path):
+    port = free_port()
+    out = tmp_path / "env"
+    out.mkdir()
+    procs = [agents(f"n{i}", dynamic(port, 3, 2) + [worker, "env", str(out / "e")]) for i in range(3)]
+    for p in procs:
+        assert p.wait() == 0, p.err
+    check_job(read_envs(out), 6, 3)
+
+
+def test_static_backend_with_node_ranks(agents, worker, tmp_path):
+    port = free_port()
+    out = tmp_path / "env"
+    out.mkdir()
+    common = ["--nnodes=2", "--nproc-per-node=2", "--master-addr=127.0.0.1", f"--master-port={port}"]
+    b = agents("b", common + ["--node-rank=1", worker, "env", str(out / "e")])
+    a = agents("a", common + ["--node-rank=0", worker, "env", str(out / "e")])
+    assert a.wait() == 0, a.err
+    assert b.wait() == 0, b.err
+    envs = read_envs(out)
+    check_job(envs, 4, 2)
+    assert {e["GROUP_RANK"] for r, e in envs.items() if r < 2} == {"0"}
+    assert {e["MASTER_PORT"] for e in envs.values()} == {str(port)}
+
+
+def test_cxx_all_reduce_across_agents(agents):
+    demo = os.environ.get("ALLREDUCE_DEMO_BIN")
+    if not demo:
+        pytest.skip("allreduce_demo not built (LibTorch missing)")
+    port = free_port()
+    a = agents("a", dynamic(port, 2, 2) + [demo])
+    b = agents("b", dynamic(port, 2, 1) + [demo])
+    assert a.wait(120) == 0, a.err
+    assert b.wait(120) == 0, b.err
+    lines = sorted((a.out + b.out).splitlines())
+    assert lines == [f"rank {r}/3: all_reduce sum=6 (expected 6) ok" for r in range(3)]
+
+
+def test_failure_on_one_node_stops_every_node_with_the_same_code(agents, worker, tmp_path):
+    port = free_port()
+    pids = tmp_path / "pids"
+    args = [worker, "pidfile", str(pids), "wait-lines", str(pids), "4", "rank-exit", "3", "7",
+            "sleep", "60"]
+    a = agents("a", dynamic(port, 2, 2, "--shutdown-timeout=5") + args)
+    b = agents("b", dynamic(port, 2, 2, "--shutdown-timeout=5") + args)
+    assert a.wait() == 7, a.err
+    assert b.wait() == 7, b.err
+    for agent in (a, b):
+        assert "FAILED" in agent.err
+        assert "rank      : 3 (local_rank: 1)" in agent.err
+        assert f"host      : {socket.gethostname()}" in agent.err
+
+
+def test_restarts_are_counted_per_job(agents, tmp_path):
+    port = free_port()
+    script = tmp_path / "w.sh"
+    marks = tmp_path / "marks"
+    script.write_text(f"#!/bin/sh\necho \"$TORCHELASTIC_RESTART_COUNT $RANK\" >> {marks}\n"
+                      "sleep 0.5\n"
+                      "[ \"$RANK\" = 2 ] && [ \"$TORCHELASTIC_RESTART_COUNT\" -lt 2 ] && exit 5\n"
+                      "exit 0\n")
+    script.chmod(0o755)
+    a = agents("a", dynamic(port, 2, 2, "--max-restarts=3") + [str(script)])
+    b = agents("b", dynamic(port, 2, 2, "--max-restarts=3") + [str(script)])
+    assert a.wait() == 0, a.err
+    assert b.wait() == 0, b.err
+    seen = {}
+    for line in marks.read_text().split("\n"):
+        if line:
+            count, rank = line.split()
+            seen.setdefault(int(count), set()).add(int(rank))
+    # Attempts 0, 1 and 2 each ran all four ranks, with one count on every node.
+    assert seen == {0: {0, 1, 2, 3}, 1: {0, 1, 2, 3}, 2: {0, 1, 2, 3}}
+
+
+def test_elastic_round_completes_at_min_after_last_call(agents, worker, tmp_path):
+    port = free_port()
+    out = tmp_path / "env"
+    out.mkdir()
+    extra = ["--rdzv-conf=last_call_timeout=1"]
+    t0 = time.monotonic()
+    a = agents("a", dynamic(port, "2:3", 1, *extra) + [worker, "env", str(out / "e")])
+    b = agents("b", dynamic(port, "2:3", 1, *extra) + [worker, "env", str(out / "e")])
+    assert a.wait() == 0, a.err
+    assert b.wait() == 0, b.err
+    assert time.monotonic() - t0 < 30
+    check_job(read_envs(out), 2, 2)
+
+
+def test_node_arriving_mid_job_restarts_everyone_into_a_bigger_round(agents, worker, tmp_path):
+    port = free_port()
+    stamps = tmp_path / "ws"
+    script = tmp_path / "w.sh"
+    # Run until the job has two nodes, then finish.
+    script.write_text(f"#!/bin/sh\necho \"$WORLD_SIZE $GROUP_WORLD_SIZE\" >> {stamps}\n"
+                      "[ \"$GROUP_WORLD_SIZE\" = 2 ] && exit 0\nsleep 60\n")
+    script.chmod(0o755)
+    extra = ["--rdzv-conf=last_call_timeout=0.2", "--max-restarts=2"]
+    a = agents("a", dynamic(port, "1:2", 1, *extra) + [str(script)])
+    assert wait_for(lambda: stamps.exists(), 20)
+    b = agents("b", dynamic(port, "1:2", 1, *extra) + [str(script)])
+    assert a.wait(60) == 0, a.err
+    assert b.wait(60) == 0, b.err
+    lines = stamps.read_text().splitlines()
+    assert lines[0] == "1 1"
+    assert lines[1:] == ["2 2", "2 2"]
+
+
+def test_lost_agent_is_noticed_and_job_continues_smaller(agents, worker, tmp_path):
+    port = free_port()
+    pids = tmp_path / "pids"
+    script = tmp_path / "w.sh"
+    script.write_text(f"#!/bin/sh\necho $$ >> {pids}\necho \"$GROUP_WORLD_SIZE\" >> {pids}.ws\n"
+                      "[ \"$GROUP_WORLD_SIZE\" = 1 ] && exit 0\nsleep 60\n")
+    script.chmod(0o755)
+    conf = "--rdzv-conf=heartbeat_timeout=2,keep_alive_interval=0.5,last_call_timeout=1"
+    extra = ["--max-restarts=2", "--shutdown-timeout=2"]
+    host = agents("host", dynamic(port, "1:2", 1, conf + ",is_host=1", *extra) + [str(script)])
+    other = agents("other", dynamic(port, "1:2", 1, conf, *extra) + [str(script)])
+    wait_for_pids(pids, 2, timeout=30)
+    t0 = time.monotonic()
+    other.proc.kill()
+    other.proc.wait()
+    assert host.wait(60) == 0, host.err
+    assert time.monotonic() - t0 < 15
+    assert (tmp_path / "pids.ws").read_text().split() == ["2", "2", "1"]
+
+
+def test_lost_agent_without_restarts_stops_everyone_clearly(agents, worker, tmp_path):
+    port = free_port()
+    pids = tmp_path / "pids"
+    conf = "--rdzv-conf=heartbeat_timeout=2,keep_alive_interval=0.5"
+    host = agents("host", dynamic(port, 2, 1, conf + ",is_host=1") + [worker, "pidfile", str(pids),
+                                                                         "sleep", "60"])
+    other = agents("other", dynamic(port, 2, 1, conf) + [worker, "pidfile", str(pids), "sleep", "60"])
+    workers = wait_for_pids(pids, 2, timeout=30)
+    other.proc.kill()
+    other.proc.wait()
+    code = host.wait(60)
+    assert code != 0
+    assert "lost" in host.err.lower()
+    assert wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in workers), 10)
+
+
+def test_join_timeout_names_endpoint_and_missing_count(agents):
+    port = free_port()
+    a = agents("a", dynamic(port, 3, 1, "--rdzv-conf=join_timeout=2") + ["/bin/true"])
+    assert a.wait(60) != 0
+    assert f"127.0.0.1:{port}" in a.err
+    assert "1 of 3" in a.err or "2 missing" in a.err or "missing" in a.err, a.err
+
+
+def test_endpoint_not_up_yet_is_retried(agents, worker, tmp_path):
+    port = free_port()
+    out = tmp_path / "env"
+    out.mkdir()
+    a = agents("a", dynamic(port, 2, 1, "--rdzv-conf=is_host=0") + [worker, "env", str(out / "e")])
+    time.sleep(1.5)
+    assert a.proc.poll() is None
+    b = agents("b", dynamic(port, 2, 1, "--rdzv-conf=is_host=1") + [worker, "env", str(out / "e")])
+    assert a.wait() == 0, a.err
+    assert b.wait() == 0, b.err
+    assert "retry" in a.err.lower() or "not reachable" in a.err.lower()
+    check_job(read_envs(out), 2, 2)
+
+
+def test_agent_of_another_job_is_refused(agents):
+    port = free_port()
+    a = agents("a", dynamic(port, 2, 1, "--rdzv-conf=is_host=1,join_timeout=5", run_id="jobA") +
+               ["/bin/true"])
+    time.sleep(0.5)
+    b = agents("b", dynamic(port, 2, 1, run_id="jobB") + ["/bin/true"])
+    assert b.wait(30) != 0
+    assert "jobA" in b.err or "run id" in b.err.lower(), b.err
+    a.wait(30)
+    assert "jobB" in a.err or "refused" in a.err.lower() or "reject" in a.err.lower(), a.err
+
+
+def test_wrong_token_is_refused(agents, tmp_path):
+    port = free_port()
+    a = agents("a", dynamic(port, 2, 1, "--rdzv-conf=is_host=1,join_timeout=5") + ["/bin/true"],
+               env={"TRAINRUN_RDZV_TOKEN": "right"})
+    time.sleep(0.5)
+    b = agents("b", dynamic(port, 2, 1) + ["/bin/true"], env={"TRAINRUN_RDZV_TOKEN": "wrong"})
+    assert b.wait(30) != 0
+    assert "token" in b.err.lower(), b.err
+    a.wait(30)
+    assert "token" in a.err.lower(), a.err
