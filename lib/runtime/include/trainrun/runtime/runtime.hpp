@@ -9,4 +9,5 @@
 #include <trainrun/runtime/prepare_model.hpp>
 #include <trainrun/runtime/process_group.hpp>
 #include <trainrun/runtime/report.hpp>
+#include <trainrun/runtime/run_storage.hpp>
 #include <trainrun/runtime/trainer.hpp>
