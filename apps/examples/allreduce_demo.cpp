@@ -1,15 +1,14 @@
 // Each worker all-reduces a tensor holding rank+1 and checks the sum is W(W+1)/2. The runtime
 // reads the variables torchrun and trainrun give their workers; with none of them this is world 1.
-#include <trainrun/runtime/context.hpp>
-#include <trainrun/runtime/errors.hpp>
-#include <trainrun/runtime/process_group.hpp>
-
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <trainrun/runtime/context.hpp>
+#include <trainrun/runtime/errors.hpp>
+#include <trainrun/runtime/process_group.hpp>
 #include <vector>
 
 namespace rt = trainrun::runtime;

@@ -1,9 +1,8 @@
 #include <catch2/catch.hpp>
+#include <string>
 #include <trainrun/runtime/context.hpp>
 #include <trainrun/runtime/errors.hpp>
 #include <trainrun/runtime/run_storage.hpp>
-
-#include <string>
 
 namespace rt = trainrun::runtime;
 using Env = std::map<std::string, std::string>;
@@ -11,8 +10,12 @@ using Env = std::map<std::string, std::string>;
 namespace {
 
 Env launched_env() {
-  return {{"RANK", "5"},         {"LOCAL_RANK", "1"},       {"WORLD_SIZE", "8"},
-          {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}};
+  return {{"RANK", "5"},
+          {"LOCAL_RANK", "1"},
+          {"WORLD_SIZE", "8"},
+          {"LOCAL_WORLD_SIZE", "4"},
+          {"MASTER_ADDR", "node0"},
+          {"MASTER_PORT", "29500"}};
 }
 
 std::string error_of(const Env& env) {
@@ -101,8 +104,7 @@ TEST_CASE("experiment names are stable for a launched job and unique for local r
   launch.run_id = "3f2a-uuid";
   const std::time_t now = 1764468103;
   CHECK(rt::resolve_experiment_name(defaults, launch, {}, "train", now) == "train_3f2a-uuid");
-  CHECK(rt::resolve_experiment_name(defaults, launch, {}, "train", now + 100) ==
-        "train_3f2a-uuid");
+  CHECK(rt::resolve_experiment_name(defaults, launch, {}, "train", now + 100) == "train_3f2a-uuid");
   launch.run_id = "none";
   CHECK(rt::resolve_experiment_name(defaults, launch, {}, "train", now) == "train_node0_29500");
   launch.run_id = "a/b c";
@@ -118,8 +120,8 @@ TEST_CASE("experiment names are stable for a launched job and unique for local r
                                     now) == "e1");
   rt::RunConfig named;
   named.name = "mine";
-  CHECK(rt::resolve_experiment_name(named, local, {{"TRAINRUN_EXPERIMENT_NAME", "e1"}}, "t",
-                                    now) == "mine");
+  CHECK(rt::resolve_experiment_name(named, local, {{"TRAINRUN_EXPERIMENT_NAME", "e1"}}, "t", now) ==
+        "mine");
   named.name = "../escape";
   CHECK_THROWS_AS(rt::resolve_experiment_name(named, local, {}, "t", now), rt::ConfigError);
 }

@@ -1,11 +1,10 @@
 // Multi-process tests: real worker processes (runtime_test_worker) with the launcher variables
 // set, talking through a real c10d TCPStore and Gloo.
 #include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -126,8 +125,8 @@ TEST_CASE("prepare_data_loader: disjoint shards that cover the epoch and reshuff
   for (int epoch = 0; epoch < 2; ++epoch) {
     std::multiset<long> seen;
     for (int r = 0; r < world; ++r) {
-      const auto indices = read_indices(out / ("shard_r" + std::to_string(r) + "_e" +
-                                               std::to_string(epoch) + ".txt"));
+      const auto indices = read_indices(
+          out / ("shard_r" + std::to_string(r) + "_e" + std::to_string(epoch) + ".txt"));
       CHECK(indices.size() == static_cast<std::size_t>(size / world));
       seen.insert(indices.begin(), indices.end());
       if (r == 0 && epoch == 0) first_epoch_rank0 = indices;
@@ -151,8 +150,7 @@ TEST_CASE("report: rank 0 persists metrics and checkpoints; a restarted job resu
                                                   {"TRAINRUN_EXPERIMENT_NAME", "exp"}};
   const fs::path marker = storage / "crashed.marker";
   // Attempt 0: the last rank dies at epoch 2, as a preempted worker would.
-  const auto crashed =
-      run_workers(kWorker, {"train", "4", "0", "2", marker.string()}, 2, env);
+  const auto crashed = run_workers(kWorker, {"train", "4", "0", "2", marker.string()}, 2, env);
   INFO(describe(crashed));
   CHECK(crashed.exit_codes[1] == 7);
   REQUIRE(fs::exists(marker));
@@ -160,8 +158,8 @@ TEST_CASE("report: rank 0 persists metrics and checkpoints; a restarted job resu
   // Attempt 1: the launcher restarts the group; get_checkpoint() gives the last epoch saved.
   auto restarted_env = env;
   restarted_env["TORCHELASTIC_RESTART_COUNT"] = "1";
-  const auto resumed = run_workers(kWorker, {"train", "4", "0", "2", marker.string()}, 2,
-                                   restarted_env);
+  const auto resumed =
+      run_workers(kWorker, {"train", "4", "0", "2", marker.string()}, 2, restarted_env);
   require_success(resumed);
   CHECK_THAT(resumed.outputs[1], Catch::Contains("resuming at epoch"));
 
@@ -178,33 +176,36 @@ TEST_CASE("report: rank 0 persists metrics and checkpoints; a restarted job resu
     kept.push_back(entry.path().filename().string());
   }
   std::sort(kept.begin(), kept.end());
-  CHECK(kept == std::vector<std::string>{"checkpoint_000002", "checkpoint_000003",
-                                         "metrics.jsonl"});
+  CHECK(kept ==
+        std::vector<std::string>{"checkpoint_000002", "checkpoint_000003", "metrics.jsonl"});
   CHECK(read_file((storage / "exp" / "checkpoint_000003" / "epoch.txt").string()) == "3\n");
-  CHECK_THAT(resumed.outputs[0], Catch::Contains("result: ok=1 epoch=3 checkpoint=checkpoint_000003"));
-  CHECK_THAT(resumed.outputs[1], Catch::Contains("result: ok=1 epoch=3 checkpoint=checkpoint_000003"));
+  CHECK_THAT(resumed.outputs[0],
+             Catch::Contains("result: ok=1 epoch=3 checkpoint=checkpoint_000003"));
+  CHECK_THAT(resumed.outputs[1],
+             Catch::Contains("result: ok=1 epoch=3 checkpoint=checkpoint_000003"));
 }
 
 TEST_CASE("an exception in train_func: error file in a worker, Result::error in local mode") {
   const fs::path dir = make_temp_dir("fail");
-  const auto launched = run_workers(
-      kWorker, {"fail"}, 2,
-      {{"TORCHELASTIC_ERROR_FILE", (dir / "{rank}" / "error.json").string()},
-       {"TRAINRUN_STORAGE_PATH", dir.string()}});
+  const auto launched =
+      run_workers(kWorker, {"fail"}, 2,
+                  {{"TORCHELASTIC_ERROR_FILE", (dir / "{rank}" / "error.json").string()},
+                   {"TRAINRUN_STORAGE_PATH", dir.string()}});
   INFO(describe(launched));
   CHECK((launched.exit_codes[0] == 1 || launched.exit_codes[1] == 1));
-  const fs::path first = launched.exit_codes[0] == 1 ? dir / "0" / "error.json" : dir / "1" / "error.json";
+  const fs::path first =
+      launched.exit_codes[0] == 1 ? dir / "0" / "error.json" : dir / "1" / "error.json";
   const auto record = nlohmann::json::parse(read_file(first.string()));
   CHECK(record["message"]["message"] == "std::runtime_error: boom in train_func");
   CHECK(std::stoll(record["message"]["extraInfo"]["timestamp"].get<std::string>()) > 1600000000);
   CHECK_FALSE(record["message"]["extraInfo"]["py_callstack"].get<std::string>().empty());
 
-  const auto local = run_workers(
-      kWorker, {"fail"}, 0,
-      {{"TORCHELASTIC_ERROR_FILE", (dir / "local.json").string()},
-       {"TRAINRUN_STORAGE_PATH", dir.string()}});
+  const auto local = run_workers(kWorker, {"fail"}, 0,
+                                 {{"TORCHELASTIC_ERROR_FILE", (dir / "local.json").string()},
+                                  {"TRAINRUN_STORAGE_PATH", dir.string()}});
   CHECK(local.exit_codes[0] == 4);
-  CHECK_THAT(local.outputs[0], Catch::Contains("result error: std::runtime_error: boom in train_func"));
+  CHECK_THAT(local.outputs[0],
+             Catch::Contains("result error: std::runtime_error: boom in train_func"));
   CHECK(fs::exists(dir / "local.json"));
 }
 
@@ -214,10 +215,10 @@ TEST_CASE("TorchTrainer with num_workers starts its own workers and restarts the
   // Started without launcher variables: fit() launches 2 copies of the worker program, the last
   // rank crashes once at epoch 1, FailureConfig::max_failures = 1 restarts the group, and the
   // restarted workers resume from the checkpoint of the first attempt.
-  const auto parent = run_workers(kWorker, {"train", "3", "2", "1", marker.string()}, 0,
-                                  {{"TRAINRUN_STORAGE_PATH", storage.string()},
-                                   {"TRAINRUN_EXPERIMENT_NAME", "spawned"}},
-                                  std::chrono::seconds(120));
+  const auto parent = run_workers(
+      kWorker, {"train", "3", "2", "1", marker.string()}, 0,
+      {{"TRAINRUN_STORAGE_PATH", storage.string()}, {"TRAINRUN_EXPERIMENT_NAME", "spawned"}},
+      std::chrono::seconds(120));
   INFO(describe(parent));
   REQUIRE(parent.exit_codes[0] == 0);
   CHECK(fs::exists(marker));

@@ -1,9 +1,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <trainrun/runtime/error_file.hpp>
 #include <trainrun/runtime/errors.hpp>
-
-#include <stdexcept>
 
 #include "worker_processes.hpp"
 

@@ -1,16 +1,15 @@
-#include <catch2/catch.hpp>
-#include <trainrun/runtime/errors.hpp>
-#include <trainrun/runtime/run_storage.hpp>
-
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <trainrun/runtime/errors.hpp>
+#include <trainrun/runtime/run_storage.hpp>
 
 #include "worker_processes.hpp"
 
@@ -53,9 +52,8 @@ std::vector<nlohmann::json> metric_lines(const fs::path& run_dir) {
 TEST_CASE("record copies the checkpoint into checkpoint_NNNNNN and appends metrics") {
   const fs::path root = make_temp_dir("storage");
   rt::RunStorage storage(root / "run", {});
-  const auto persisted =
-      storage.record({{"loss", 0.5}, {"epoch", 0}}, rt::Checkpoint::from_directory(
-                                                       make_source(root, "a")));
+  const auto persisted = storage.record({{"loss", 0.5}, {"epoch", 0}},
+                                        rt::Checkpoint::from_directory(make_source(root, "a")));
   REQUIRE(persisted);
   CHECK(persisted->path() == root / "run" / "checkpoint_000000");
   CHECK(read_file((persisted->path() / "nested" / "tag.txt").string()) == "a");
@@ -78,7 +76,8 @@ TEST_CASE("num_to_keep keeps the newest checkpoints") {
   config.num_to_keep = 2;
   rt::RunStorage storage(root / "run", config);
   for (int i = 0; i < 5; ++i) {
-    storage.record({{"i", i}}, rt::Checkpoint::from_directory(make_source(root, std::to_string(i))));
+    storage.record({{"i", i}},
+                   rt::Checkpoint::from_directory(make_source(root, std::to_string(i))));
   }
   CHECK(names(storage.checkpoints()) ==
         std::vector<std::string>{"checkpoint_000003", "checkpoint_000004"});
@@ -98,9 +97,8 @@ TEST_CASE("with a score attribute the best are kept, and always the newest") {
                    rt::Checkpoint::from_directory(make_source(root, std::to_string(i))));
   }
   // Best two are 1 (0.9) and 3 (0.8); 4 is the newest and is kept for resuming.
-  CHECK(names(storage.checkpoints()) == std::vector<std::string>{
-                                            "checkpoint_000001", "checkpoint_000003",
-                                            "checkpoint_000004"});
+  CHECK(names(storage.checkpoints()) ==
+        std::vector<std::string>{"checkpoint_000001", "checkpoint_000003", "checkpoint_000004"});
 
   config.checkpoint_score_order = rt::ScoreOrder::min;
   config.num_to_keep = 1;

@@ -5,9 +5,8 @@
 //   shards OUT_DIR EPOCHS SIZE       the indices prepare_data_loader gives this rank per epoch
 //   train EPOCHS NUM_WORKERS [CRASH_EPOCH MARKER]   TorchTrainer with report/get_checkpoint
 //   fail                             TorchTrainer whose train_func throws
-#include <trainrun/runtime/runtime.hpp>
-
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -16,7 +15,7 @@
 #include <iostream>
 #include <stdexcept>
 #include <string>
-#include <unistd.h>
+#include <trainrun/runtime/runtime.hpp>
 
 namespace rt = trainrun::runtime;
 namespace fs = std::filesystem;
@@ -45,9 +44,9 @@ int mlp(const fs::path& out_dir, int steps) {
   const auto& context = rt::get_context();
   // Each rank starts from different weights: prepare_model must replace them by rank 0's.
   torch::manual_seed(100 + static_cast<std::uint64_t>(context.world_rank()));
-  auto model = rt::prepare_model(torch::nn::Sequential(
-      torch::nn::Linear(4, 8), torch::nn::Tanh(), torch::nn::Linear(8, 3), torch::nn::Tanh(),
-      torch::nn::Linear(3, 1)));
+  auto model = rt::prepare_model(torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::Tanh(),
+                                                       torch::nn::Linear(8, 3), torch::nn::Tanh(),
+                                                       torch::nn::Linear(3, 1)));
   torch::manual_seed(7);
   const auto inputs = torch::randn({16, 4});
   const auto targets = torch::randn({16, 1});
@@ -85,9 +84,8 @@ struct IndexDataset : torch::data::datasets::Dataset<IndexDataset> {
 
 int shards(const fs::path& out_dir, int epochs, std::size_t size) {
   const auto& context = rt::get_context();
-  auto loader = rt::prepare_data_loader(
-      IndexDataset(size).map(torch::data::transforms::Stack<>()),
-      rt::DataLoaderOptions{/*batch_size=*/4, /*shuffle=*/true});
+  auto loader = rt::prepare_data_loader(IndexDataset(size).map(torch::data::transforms::Stack<>()),
+                                        rt::DataLoaderOptions{/*batch_size=*/4, /*shuffle=*/true});
   for (int epoch = 0; epoch < epochs; ++epoch) {
     loader.set_epoch(static_cast<std::size_t>(epoch));
     std::ofstream out(out_dir / ("shard_r" + std::to_string(context.world_rank()) + "_e" +
@@ -118,9 +116,9 @@ int train(int epochs, int num_workers, int crash_epoch, const std::string& marke
         std::fflush(stdout);
         std::_Exit(7);
       }
-      const fs::path dir = fs::temp_directory_path() /
-                           ("trainrun_rt_ckpt_" + std::to_string(::getpid()) + "_" +
-                            std::to_string(epoch));
+      const fs::path dir =
+          fs::temp_directory_path() /
+          ("trainrun_rt_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(epoch));
       fs::create_directories(dir);
       std::ofstream(dir / "epoch.txt") << epoch << "\n";
       rt::report({{"epoch", epoch}, {"loss", 1.0 / (epoch + 1)}, {"rank", context.world_rank()}},

@@ -56,9 +56,10 @@ WorkerRun run_workers(const std::string& program, const std::vector<std::string>
     const pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error("run_workers: fork failed");
     if (pid == 0) {
-      for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                               "MASTER_PORT", "GROUP_RANK", "TORCHELASTIC_RESTART_COUNT",
-                               "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}) {
+      for (const char* name :
+           {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+            "GROUP_RANK", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID",
+            "TORCHELASTIC_ERROR_FILE"}) {
         ::unsetenv(name);
       }
       if (world > 0) {

@@ -8,8 +8,8 @@
 namespace trainrun::runtime::testing {
 
 struct WorkerRun {
-  std::vector<int> exit_codes;        // per rank; 128+N for signal N, -1 when killed on timeout
-  std::vector<std::string> outputs;   // per rank, stdout and stderr together
+  std::vector<int> exit_codes;       // per rank; 128+N for signal N, -1 when killed on timeout
+  std::vector<std::string> outputs;  // per rank, stdout and stderr together
   bool timed_out = false;
 };
 

@@ -1,16 +1,15 @@
-#include <trainrun/runtime/checkpoint.hpp>
-
-#include <trainrun/runtime/errors.hpp>
-
 #include <system_error>
+#include <trainrun/runtime/checkpoint.hpp>
+#include <trainrun/runtime/errors.hpp>
 #include <utility>
 
 namespace trainrun::runtime {
 
 Checkpoint Checkpoint::from_directory(std::filesystem::path directory) {
   if (directory.empty()) {
-    throw ConfigError("Checkpoint::from_directory: the path is empty; pass the directory that "
-                      "holds the checkpoint's files");
+    throw ConfigError(
+        "Checkpoint::from_directory: the path is empty; pass the directory that "
+        "holds the checkpoint's files");
   }
   return Checkpoint(std::move(directory));
 }

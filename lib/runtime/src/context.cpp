@@ -1,12 +1,10 @@
-#include <trainrun/runtime/context.hpp>
-
-#include <trainrun/runtime/errors.hpp>
-
 #include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <trainrun/runtime/context.hpp>
+#include <trainrun/runtime/errors.hpp>
 #include <utility>
 
 extern char** environ;
@@ -31,8 +29,8 @@ long long parse_integer(const std::string& name, const std::string& value, long 
   return parsed;
 }
 
-int parse_int(const std::map<std::string, std::string>& env, const std::string& name,
-              long long min, long long max) {
+int parse_int(const std::map<std::string, std::string>& env, const std::string& name, long long min,
+              long long max) {
   return static_cast<int>(parse_integer(name, env.at(name), min, max));
 }
 

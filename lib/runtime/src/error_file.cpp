@@ -1,7 +1,3 @@
-#include <trainrun/runtime/error_file.hpp>
-
-#include <trainrun/runtime/errors.hpp>
-
 #include <c10/util/Exception.h>
 #include <cxxabi.h>
 #include <execinfo.h>
@@ -14,6 +10,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <system_error>
+#include <trainrun/runtime/error_file.hpp>
+#include <trainrun/runtime/errors.hpp>
 #include <typeinfo>
 
 namespace trainrun::runtime {

@@ -1,7 +1,5 @@
 #include "launch_workers.hpp"
 
-#include <trainrun/runtime/errors.hpp>
-
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -10,6 +8,7 @@
 #include <iterator>
 #include <map>
 #include <optional>
+#include <trainrun/runtime/errors.hpp>
 #include <vector>
 
 #include "agent.hpp"
@@ -75,8 +74,9 @@ int launch_workers(int num_workers, int max_failures, const std::string& experim
   char exe[PATH_MAX];
   const ssize_t length = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (length <= 0) {
-    throw RuntimeError("TorchTrainer: cannot find this program's executable (/proc/self/exe) to "
-                       "start workers from; run it under trainrun instead");
+    throw RuntimeError(
+        "TorchTrainer: cannot find this program's executable (/proc/self/exe) to "
+        "start workers from; run it under trainrun instead");
   }
   const std::vector<std::string> args = own_arguments();
 
@@ -90,7 +90,8 @@ int launch_workers(int num_workers, int max_failures, const std::string& experim
   config.no_python = true;
   config.entrypoint = std::string(exe, static_cast<std::size_t>(length));
   config.entry_args.clear();
-  for (std::size_t i = 1; i < args.size(); ++i) config.entry_args.push_back(escape_dollars(args[i]));
+  for (std::size_t i = 1; i < args.size(); ++i)
+    config.entry_args.push_back(escape_dollars(args[i]));
 
   ScopedEnv env;
   env.set("TRAINRUN_EXPERIMENT_NAME", experiment_name);

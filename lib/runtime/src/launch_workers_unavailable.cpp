@@ -1,6 +1,6 @@
-#include "launch_workers.hpp"
-
 #include <trainrun/runtime/errors.hpp>
+
+#include "launch_workers.hpp"
 
 namespace trainrun::runtime::detail {
 

@@ -1,15 +1,13 @@
-#include <trainrun/runtime/prepare_model.hpp>
-
-#include <trainrun/runtime/context.hpp>
-#include <trainrun/runtime/errors.hpp>
-#include <trainrun/runtime/process_group.hpp>
-
 #include <torch/csrc/autograd/engine.h>
 #include <torch/torch.h>
 
 #include <map>
 #include <mutex>
 #include <string>
+#include <trainrun/runtime/context.hpp>
+#include <trainrun/runtime/errors.hpp>
+#include <trainrun/runtime/prepare_model.hpp>
+#include <trainrun/runtime/process_group.hpp>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -29,9 +27,9 @@ std::vector<std::vector<std::size_t>> make_buckets(const std::vector<torch::Tens
   std::vector<std::vector<std::size_t>> buckets;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
-    const auto key = std::make_tuple(static_cast<int>(t.scalar_type()),
-                                     static_cast<int>(t.device().type()),
-                                     static_cast<int>(t.device().index()));
+    const auto key =
+        std::make_tuple(static_cast<int>(t.scalar_type()), static_cast<int>(t.device().type()),
+                        static_cast<int>(t.device().index()));
     const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
     auto& bucket = open[key];
     if (!bucket.empty() && open_bytes[key] + bytes > cap_bytes) {
@@ -130,7 +128,8 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
       for (std::size_t i : buckets_[b]) {
         const auto& grad = params_[i].grad();
         // A parameter this rank did not use contributes zeros, as in DDP.
-        pieces.push_back(grad.defined() ? grad.reshape({-1}) : torch::zeros_like(params_[i]).reshape({-1}));
+        pieces.push_back(grad.defined() ? grad.reshape({-1})
+                                        : torch::zeros_like(params_[i]).reshape({-1}));
       }
       flats[b] = {torch::cat(pieces)};
       works.push_back(group_->allreduce(flats[b]));
@@ -192,8 +191,8 @@ void prepare_module(const std::shared_ptr<torch::nn::Module>& module,
     if (param.requires_grad()) trainable.push_back(param);
   }
   if (trainable.empty()) return;
-  auto synchronizer = std::make_shared<GradientSynchronizer>(group, std::move(trainable),
-                                                             cap_bytes, context.world_size());
+  auto synchronizer = std::make_shared<GradientSynchronizer>(group, std::move(trainable), cap_bytes,
+                                                             context.world_size());
   synchronizer->attach();
   std::lock_guard<std::mutex> lock(synchronizers_mutex);
   synchronizers.push_back(std::move(synchronizer));

@@ -1,21 +1,20 @@
-#include <trainrun/runtime/process_group.hpp>
-
-#include <trainrun/runtime/errors.hpp>
-
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/cuda.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <trainrun/runtime/errors.hpp>
+#include <trainrun/runtime/process_group.hpp>
 
 #include "session.hpp"
 
 #ifdef TRAINRUN_RUNTIME_WITH_NCCL
 #include <c10/cuda/CUDAFunctions.h>
+
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -108,9 +107,8 @@ void start_process_group(const TrainContext& context, std::chrono::milliseconds 
           "/worker/attempt_" + std::to_string(launch.restart_count), group_store);
     }
   } catch (const std::exception& e) {
-    throw RuntimeError(std::string("cannot ") +
-                       (options.isServer ? "host" : "connect to") + " the c10d TCPStore for " +
-                       where(context) + ": " + e.what() +
+    throw RuntimeError(std::string("cannot ") + (options.isServer ? "host" : "connect to") +
+                       " the c10d TCPStore for " + where(context) + ": " + e.what() +
                        (options.isServer ? "; is the port already in use?"
                                          : "; is rank 0 running and MASTER_ADDR reachable?"));
   }

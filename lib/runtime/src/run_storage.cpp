@@ -1,7 +1,3 @@
-#include <trainrun/runtime/run_storage.hpp>
-
-#include <trainrun/runtime/errors.hpp>
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -12,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 #include <system_error>
+#include <trainrun/runtime/errors.hpp>
+#include <trainrun/runtime/run_storage.hpp>
 #include <utility>
 
 namespace trainrun::runtime {
@@ -29,8 +27,8 @@ int checkpoint_index(const fs::path& path) {
   const std::string prefix = kCheckpointPrefix;
   if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return -1;
   const std::string digits = name.substr(prefix.size());
-  if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(),
-                                        [](char c) { return c >= '0' && c <= '9'; })) {
+  if (digits.size() > 9 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     return -1;
   }
   return std::stoi(digits);
@@ -66,9 +64,8 @@ void fsync_tree(const fs::path& root) {
 // Moves a directory out of the checkpoint_* namespace before deleting it, so a crash in the
 // middle of the delete never leaves a half-deleted directory that looks like a checkpoint.
 void remove_directory(const fs::path& run_dir, const fs::path& path) {
-  const fs::path doomed =
-      run_dir / (std::string(kTempPrefix) + "delete_" + path.filename().string() + "_" +
-                 std::to_string(::getpid()));
+  const fs::path doomed = run_dir / (std::string(kTempPrefix) + "delete_" +
+                                     path.filename().string() + "_" + std::to_string(::getpid()));
   std::error_code error;
   fs::rename(path, doomed, error);
   fs::remove_all(error ? path : doomed, error);
@@ -162,10 +159,9 @@ RunStorage::RunStorage(fs::path run_dir, CheckpointConfig config)
         metrics = metrics_by_checkpoint.emplace(path.filename().string(), line).first;
       }
     }
-    entries_.push_back(Entry{index, path,
-                             metrics == metrics_by_checkpoint.end()
-                                 ? std::nullopt
-                                 : score_of(metrics->second)});
+    entries_.push_back(
+        Entry{index, path,
+              metrics == metrics_by_checkpoint.end() ? std::nullopt : score_of(metrics->second)});
     next_index_ = index + 1;
   }
 }
@@ -187,9 +183,8 @@ std::optional<Checkpoint> RunStorage::record(const Metrics& metrics,
   Metrics line = metrics.is_null() ? Metrics::object() : metrics;
   if (!line.contains("training_iteration")) line["training_iteration"] = iterations_ + 1;
   if (!line.contains("timestamp")) {
-    line["timestamp"] = std::chrono::duration<double>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
+    line["timestamp"] =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   }
   line["checkpoint_dir_name"] = checkpoint ? Metrics(name) : Metrics(nullptr);
 
@@ -355,8 +350,9 @@ fs::path resolve_storage_path(const RunConfig& config,
   if (const auto it = env.find("HOME"); it != env.end() && !it->second.empty()) {
     return fs::path(it->second) / "trainrun_results";
   }
-  throw ConfigError("no storage path: HOME is not set; set RunConfig::storage_path or "
-                    "TRAINRUN_STORAGE_PATH");
+  throw ConfigError(
+      "no storage path: HOME is not set; set RunConfig::storage_path or "
+      "TRAINRUN_STORAGE_PATH");
 }
 
 }  // namespace trainrun::runtime

@@ -1,12 +1,11 @@
 #include "session.hpp"
 
-#include <trainrun/runtime/errors.hpp>
-#include <trainrun/runtime/report.hpp>
-
 #include <unistd.h>
 
 #include <ctime>
 #include <mutex>
+#include <trainrun/runtime/errors.hpp>
+#include <trainrun/runtime/report.hpp>
 #include <utility>
 
 namespace trainrun::runtime {
@@ -61,16 +60,18 @@ Session& current_session() {
 Session& begin_session(const SessionOptions& options) {
   std::lock_guard<std::recursive_mutex> lock(session_mutex);
   if (session && session_explicit) {
-    throw RuntimeError("TorchTrainer::fit: another fit() is already running in this process; "
-                       "run trainers one after the other");
+    throw RuntimeError(
+        "TorchTrainer::fit: another fit() is already running in this process; "
+        "run trainers one after the other");
   }
   auto fresh = make_session(options);
   prepare_device(fresh->context());
   if (session) {
     // Started implicitly by an earlier get_context(): keep its process group when it fits.
     if (session->options().use_gpu != options.use_gpu && process_group_started()) {
-      throw ConfigError("TorchTrainer::fit: ScalingConfig::use_gpu differs from the process "
-                        "group already started by get_context(); create the trainer first");
+      throw ConfigError(
+          "TorchTrainer::fit: ScalingConfig::use_gpu differs from the process "
+          "group already started by get_context(); create the trainer first");
     }
     session = std::move(fresh);
   } else {

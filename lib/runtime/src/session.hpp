@@ -1,12 +1,11 @@
 #pragma once
 
-#include <trainrun/runtime/config.hpp>
-#include <trainrun/runtime/context.hpp>
-#include <trainrun/runtime/run_storage.hpp>
-
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <trainrun/runtime/config.hpp>
+#include <trainrun/runtime/context.hpp>
+#include <trainrun/runtime/run_storage.hpp>
 
 namespace trainrun::runtime::detail {
 

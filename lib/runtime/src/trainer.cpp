@@ -1,11 +1,9 @@
-#include <trainrun/runtime/trainer.hpp>
-
-#include <trainrun/runtime/error_file.hpp>
-#include <trainrun/runtime/errors.hpp>
-
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <trainrun/runtime/error_file.hpp>
+#include <trainrun/runtime/errors.hpp>
+#include <trainrun/runtime/trainer.hpp>
 #include <utility>
 
 #include "launch_workers.hpp"

@@ -1,13 +1,12 @@
 // GPU check for CUDA builds of the runtime: a one-process NCCL all-reduce and a short training
 // run on cuda:LOCAL_RANK through TorchTrainer. Run by scripts/gpu-check.sh with the launcher
 // variables of a one-worker job set. Exits 0 when both pass.
-#include <trainrun/runtime/runtime.hpp>
-
 #include <torch/torch.h>
 
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <trainrun/runtime/runtime.hpp>
 
 namespace rt = trainrun::runtime;
 
@@ -34,8 +33,8 @@ void train_func() {
         "NCCL all-reduce sum");
 
   torch::manual_seed(0);
-  auto model = rt::prepare_model(torch::nn::Sequential(
-      torch::nn::Linear(16, 64), torch::nn::ReLU(), torch::nn::Linear(64, 1)));
+  auto model = rt::prepare_model(torch::nn::Sequential(torch::nn::Linear(16, 64), torch::nn::ReLU(),
+                                                       torch::nn::Linear(64, 1)));
   const auto x = torch::randn({512, 16}).to(device);
   const auto y = x.sum(1, true).sin().to(device);
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-2));

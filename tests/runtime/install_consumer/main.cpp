@@ -1,8 +1,7 @@
+#include <cstdio>
 #include <trainrun/runtime/context.hpp>
 #include <trainrun/runtime/report.hpp>
 #include <trainrun/runtime/trainer.hpp>
-
-#include <cstdio>
 
 namespace rt = trainrun::runtime;
 
@@ -14,8 +13,11 @@ int main(int argc, char** argv) {
   rt::RunConfig run_config;
   run_config.name = "consumer";
   run_config.storage_path = argv[1];
-  rt::TorchTrainer trainer([] { rt::report({{"world", rt::get_context().world_size()}}); },
-                           rt::ScalingConfig{}, run_config);
+  rt::TorchTrainer trainer(
+      [] {
+        rt::report({{"world", rt::get_context().world_size()}});
+      },
+      rt::ScalingConfig{}, run_config);
   const rt::Result result = trainer.fit();
   if (!result.ok() || result.metrics["world"] != 1) {
     std::fprintf(stderr, "consumer: unexpected result: %s\n", result.metrics.dump().c_str());

@@ -3,7 +3,6 @@
 #include <chrono>
 #include <filesystem>
 #include <string>
-
 #include <trainrun/runtime/checkpoint.hpp>
 
 namespace trainrun::runtime {

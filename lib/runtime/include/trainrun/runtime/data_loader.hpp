@@ -1,16 +1,16 @@
 #pragma once
 
-#include <cstddef>
-#include <memory>
-#include <optional>
-#include <utility>
-
 #include <torch/data/dataloader.h>
 #include <torch/data/samplers/distributed.h>
 #include <torch/data/samplers/random.h>
 #include <torch/data/samplers/sequential.h>
+
+#include <cstddef>
+#include <memory>
+#include <optional>
 #include <trainrun/runtime/context.hpp>
 #include <trainrun/runtime/errors.hpp>
+#include <utility>
 
 namespace trainrun::runtime {
 

@@ -1,10 +1,10 @@
 #pragma once
 
+#include <torch/nn/module.h>
+
 #include <cstddef>
 #include <memory>
 #include <type_traits>
-
-#include <torch/nn/module.h>
 
 namespace trainrun::runtime {
 

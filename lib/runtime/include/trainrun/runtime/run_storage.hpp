@@ -5,12 +5,11 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <vector>
-
 #include <trainrun/runtime/checkpoint.hpp>
 #include <trainrun/runtime/config.hpp>
 #include <trainrun/runtime/context.hpp>
 #include <trainrun/runtime/report.hpp>
+#include <vector>
 
 namespace trainrun::runtime {
 

@@ -4,7 +4,6 @@
 #include <functional>
 #include <optional>
 #include <string>
-
 #include <trainrun/runtime/checkpoint.hpp>
 #include <trainrun/runtime/config.hpp>
 #include <trainrun/runtime/report.hpp>
