@@ -113,3 +113,27 @@ TEST_CASE("the waiting status is logged", "[rendezvous]") {
     return false;
   }));
 }
+
+TEST_CASE("after the job ends the hosting agent's loop runs out of work at once", "[rendezvous]") {
+  asio::io_context io;
+  RendezvousOptions o;
+  o.endpoint = HostPort{"127.0.0.1", free_port(io)};
+  o.run_id = "job7";
+  o.min_nodes = o.max_nodes = 2;
+  Node a(io, o);
+  a.handler->join({1, 31000});
+  REQUIRE(run_until(io, [&] { return a.handler->hosting(); }));
+  Node b(io, o);
+  b.handler->join({1, 31001});
+  REQUIRE(run_until(io, [&] { return a.assignment && b.assignment; }));
+  a.handler->report_done();
+  b.handler->report_done();
+  REQUIRE(run_until(io, [&] { return a.stop && b.stop; }));
+  // What an agent does after on_stop: run the loop until it has no work left. The server's
+  // acceptor and keep-alive timer must not hold it for the whole bound.
+  auto t0 = std::chrono::steady_clock::now();
+  io.restart();
+  io.run_for(5s);
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  CHECK(io.stopped());
+}

@@ -172,6 +172,13 @@ class TcpRendezvousHandler : public RendezvousHandler {
       log(format_waiting(w));
       if (events_.on_waiting) events_.on_waiting(w);
     };
+    events.on_stop = [this](const Stop& s) {
+      // The job is over for this node. A server we host queued its last message to every peer
+      // before ours arrived: stop accepting and ticking, so the loop runs out of work once those
+      // are delivered instead of keeping the agent alive for its whole drain bound.
+      if (server_) server_->close();
+      if (events_.on_stop) events_.on_stop(s);
+    };
     client_ = std::make_unique<RendezvousClient>(io_, std::move(co), std::move(events));
     client_->start();
     if (pending_join_) {
