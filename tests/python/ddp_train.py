@@ -1,5 +1,6 @@
 """An unmodified torchrun training script: DDP, DistributedSampler and a torchvision model."""
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -33,7 +34,8 @@ def main():
     gathered = [torch.zeros_like(checksum) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, checksum)
     same = all(torch.allclose(g, gathered[0]) for g in gathered)
-    print(f"rank {rank} local_rank {local_rank}: loss={loss.item():.4f} in_sync={same}", flush=True)
+    # One write per line: with python -u, print() writes the text and the newline separately.
+    sys.stdout.write(f"rank {rank} local_rank {local_rank}: loss={loss.item():.4f} in_sync={same}\n")
     dist.destroy_process_group()
     raise SystemExit(0 if same else 1)
 

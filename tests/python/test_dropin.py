@@ -1,9 +1,9 @@
 """trainrun as a drop-in for torchrun: the same environment, real collectives, no port races."""
 import json
 import os
+import socket
 import subprocess
-import sys
-import time
+import uuid
 
 import pytest
 
@@ -19,6 +19,12 @@ NEWER_ONLY = {"TORCH_NCCL_ASYNC_ERROR_HANDLING"}
 FORM_ONLY = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run(cmd, timeout=300, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV, **kw)
 
@@ -29,8 +35,11 @@ def dump_env(launcher, nproc, out_dir):
     if launcher == "trainrun":
         cmd = [TRAINRUN, "--standalone", f"--nproc-per-node={nproc}", script, out_dir]
     else:
-        cmd = [PY, TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", "--monitor_interval=0.1",
-               script, out_dir]
+        # --standalone exactly, except that 1.13's standalone always takes port 29400, which
+        # collides when tests run in parallel.
+        cmd = [PY, TORCHRUN, "--rdzv_backend=c10d", f"--rdzv_endpoint=localhost:{free_port()}",
+               f"--rdzv_id={uuid.uuid4()}", "--nnodes=1", f"--nproc_per_node={nproc}",
+               "--monitor_interval=0.1", script, out_dir]
     r = run(cmd)
     assert r.returncode == 0, r.stderr
     envs = {}
@@ -107,7 +116,6 @@ def test_sixteen_jobs_at_once_never_collide_on_ports():
 
 
 def test_explicit_master_port_in_use_is_refused_before_start():
-    import socket
     s = socket.socket()
     s.bind(("0.0.0.0", 0))
     s.listen()
