@@ -1,0 +1,166 @@
+#!/usr/bin/python3
+"""Multi-node rendezvous with real agents: N launchers started at once on 127.0.0.1, one worker
+each, trainrun (`--rdzv-backend=c10d`) against the reference torchrun's c10d rendezvous, N = 2, 4,
+8: time from start until every worker has started and until every agent has exited, and the CPU
+all agents used; medians of several runs, side by side in one run.
+
+Each worker is `test_worker stamp FILE`: it appends its rank and a CLOCK_MONOTONIC reading and
+exits (/bin/true plus one write), so the start of the last worker is measured on the same clock.
+Without the test worker, /bin/true is run and only the exit time is reported.
+
+Usage: bench/rendezvous_compare.py [--trainrun PATH] [--worker PATH] [--sizes 2,4,8] [--runs N]
+                                   [--reference-runs N] [--no-doc]
+"""
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_doc import ROOT, machine, median, write_section  # noqa: E402
+
+REFERENCE = os.path.join(ROOT, "..", "shared", "peer", "torchrun113.py")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def agent_cmd(kind, n, port, worker_cmd):
+    if kind == "trainrun":
+        return [ARGS.trainrun, f"--nnodes={n}", "--nproc-per-node=1", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=bench", *worker_cmd]
+    return ["/usr/bin/python3", REFERENCE, f"--nnodes={n}", "--nproc_per_node=1",
+            "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=bench",
+            "--monitor_interval=0.1", "--no_python", *worker_cmd]
+
+
+def one_run(kind, n):
+    """Returns (all exited s, last worker started s or None, CPU s of all agents and workers)."""
+    with tempfile.TemporaryDirectory() as d:
+        stamps = os.path.join(d, "stamps")
+        worker_cmd = [ARGS.worker, "stamp", stamps] if ARGS.worker else ["/bin/true"]
+        port = free_port()
+        cmds = [agent_cmd(kind, n, port, worker_cmd) for _ in range(n)]
+        errs = [open(os.path.join(d, f"agent{i}.err"), "w+") for i in range(n)]
+        t0 = time.monotonic()
+        procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=e) for c, e in zip(cmds, errs)]
+        cpu, codes = 0.0, {}
+        deadline = t0 + ARGS.timeout
+        pending = {p.pid: p for p in procs}
+        while pending:
+            pid, status, ru = os.wait4(-1, os.WNOHANG)
+            if pid == 0:
+                if time.monotonic() > deadline:
+                    for p in pending.values():
+                        p.kill()
+                    sys.exit(f"rendezvous_compare: {kind} with {n} agents still running after "
+                             f"{ARGS.timeout:.0f} s")
+                time.sleep(0.001)
+                continue
+            if pid in pending:
+                pending.pop(pid).returncode = os.waitstatus_to_exitcode(status)
+                codes[pid] = os.waitstatus_to_exitcode(status)
+                cpu += ru.ru_utime + ru.ru_stime
+        end = time.monotonic()
+        bad = [(i, codes[p.pid]) for i, p in enumerate(procs) if codes[p.pid] != 0]
+        if bad:
+            i, code = bad[0]
+            errs[i].seek(0)
+            tail = "".join(errs[i].readlines()[-15:])
+            sys.exit(f"rendezvous_compare: {kind} with {n} agents: agent {i} exited {code}:\n{tail}")
+        started = None
+        if ARGS.worker:
+            with open(stamps) as f:
+                rows = [line.split() for line in f if line.strip()]
+            ranks = sorted(int(r[0]) for r in rows)
+            if ranks != list(range(n)):
+                sys.exit(f"rendezvous_compare: {kind} with {n} agents: worker ranks {ranks}")
+            started = max(float(r[1]) for r in rows) - t0
+        for e in errs:
+            e.close()
+        return end - t0, started, cpu
+
+
+def measure(kind, n, runs):
+    results = [one_run(kind, n) for _ in range(runs)]
+    exited = median([r[0] for r in results])
+    started = median([r[1] for r in results]) if ARGS.worker else None
+    cpu = median([r[2] for r in results])
+    return exited, started, cpu
+
+
+def ms(x):
+    return "n/a" if x is None else (f"{x*1000:.0f} ms" if x >= 1 else f"{x*1000:.1f} ms")
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trainrun", default=os.path.join(ROOT, "build", "apps", "trainrun", "trainrun"))
+    ap.add_argument("--worker", default=os.path.join(ROOT, "build", "tests", "workers", "test_worker"),
+                    help="test worker with the `stamp` action; '' runs /bin/true instead")
+    ap.add_argument("--sizes", default="2,4,8", help="comma-separated agent counts")
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--reference-runs", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run before giving up")
+    ap.add_argument("--no-doc", action="store_true")
+    ARGS = ap.parse_args()
+    try:
+        sizes = [int(x) for x in ARGS.sizes.split(",")]
+    except ValueError:
+        ap.error(f"--sizes {ARGS.sizes}: expected comma-separated integers, e.g. 2,4,8")
+    if not sizes or any(n < 1 for n in sizes):
+        ap.error(f"--sizes {ARGS.sizes}: every size must be at least 1")
+    if ARGS.runs < 1 or ARGS.reference_runs < 1:
+        ap.error("--runs and --reference-runs must be at least 1")
+    if not os.access(ARGS.trainrun, os.X_OK):
+        ap.error(f"--trainrun {ARGS.trainrun}: not an executable; build it or pass its path")
+    if ARGS.worker and not os.access(ARGS.worker, os.X_OK):
+        ap.error(f"--worker {ARGS.worker}: not an executable; build test_worker or pass --worker ''")
+
+    load_before = os.getloadavg()[0]
+    rows = []
+    for n in sizes:
+        ours = measure("trainrun", n, ARGS.runs)
+        ref = measure("torchrun", n, ARGS.reference_runs)
+        rows.append((n, ours, ref))
+        print(f"N={n:2d}  trainrun started {ms(ours[1]):>9} exited {ms(ours[0]):>9} cpu "
+              f"{ms(ours[2]):>9}   torchrun started {ms(ref[1]):>9} exited {ms(ref[0]):>9} cpu "
+              f"{ms(ref[2]):>9}   speed-up {ref[0]/ours[0]:.0f}x", flush=True)
+
+    table = ["| agents | trainrun: all workers started | torchrun: all workers started | "
+             "trainrun: all agents exited | torchrun: all agents exited | speed-up | "
+             "trainrun CPU | torchrun CPU |", "|---|---|---|---|---|---|---|---|"]
+    for n, o, r in rows:
+        table.append(f"| {n} | {ms(o[1])} | {ms(r[1])} | {ms(o[0])} | {ms(r[0])} | "
+                     f"{r[0]/o[0]:.0f}x | {ms(o[2])} | {ms(r[2])} |")
+    worker = ("`test_worker stamp FILE` (appends its rank and a CLOCK_MONOTONIC reading,\nthen "
+              "exits)" if ARGS.worker else "`/bin/true`")
+    body = f"""## Rendezvous with real agents
+
+`bench/rendezvous_compare.py` — N agents started at once on 127.0.0.1, one worker each, forming
+one job: `trainrun --nnodes=N --nproc-per-node=1 --rdzv-backend=c10d
+--rdzv-endpoint=127.0.0.1:PORT` against `torchrun113.py --nnodes=N --nproc_per_node=1
+--rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:PORT --monitor_interval=0.1 --no_python`.
+The worker is {worker}. Times run from starting the first agent to the last worker's own clock
+reading (started) and to the last agent's exit (exited: rendezvous, the workers and the exit
+barrier); CPU is user+system time of all agents and their workers. Medians of {ARGS.runs}
+(trainrun) and {ARGS.reference_runs} (torchrun) runs. Machine: {machine()}; load average
+{load_before:.1f} before the runs and {os.getloadavg()[0]:.1f} after (other processes compete for the
+CPUs, which slows the reference's Python start-up most).
+
+{chr(10).join(table)}
+"""
+    if not ARGS.no_doc:
+        write_section("rendezvous_compare", body)
+    print(body)
+
+
+if __name__ == "__main__":
+    main()
