@@ -152,7 +152,9 @@ class Agent {
     }
     io_.run();
     if (rdzv_) {
-      // Let the rendezvous deliver its last messages to the other nodes (bounded).
+      // Closing our own connection lets a server we host finish at once; then the loop runs
+      // until its last messages have reached the other nodes (bounded).
+      rdzv_.reset();
       io_.restart();
       io_.run_for(std::chrono::seconds(5));
     }
@@ -213,14 +215,15 @@ class Agent {
     pending_restart_ = false;
     reported_ = false;
     std::vector<WorkerLaunch> launches;
+    const std::vector<std::string> argv = config_.worker_argv();
     try {
       for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
         const std::string rank_dir = logs_.make_rank_dir(topology_.restart_count, lr);
         WorkerLaunch w;
         w.local_rank = lr;
         w.program = program_;
-        for (const auto& arg : config_.worker_argv()) w.argv.push_back(expand_local_rank(arg, lr));
-        w.argv[0] = config_.worker_argv()[0];
+        for (const auto& arg : argv) w.argv.push_back(expand_local_rank(arg, lr));
+        w.argv[0] = argv[0];
         const std::string error_file = rank_dir + "/error.json";
         ::unlink(error_file.c_str());
         w.envp = merge_environment(inherited_, worker_variables(topology_, job_, lr, error_file, inherited_));
