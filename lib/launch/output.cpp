@@ -1,14 +1,36 @@
 #include "output.hpp"
 
+#include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <string>
 
 namespace trainrun::launch {
+
+namespace {
+
+// A log file that cannot be written (disk full, I/O error) costs the file, not the job: say so
+// once, on trainrun's stderr, and keep the console copy going. The reader is given only the
+// descriptor, so the name comes from /proc.
+void report_log_write_failure(int file_fd, int error) {
+  char path[4096];
+  std::string link = "/proc/self/fd/" + std::to_string(file_fd);
+  ssize_t n = ::readlink(link.c_str(), path, sizeof path - 1);
+  std::string name = n > 0 ? std::string(path, static_cast<size_t>(n)) : "a log file";
+  std::string line = "trainrun: cannot write " + name + ": " + std::strerror(error) +
+                     "; the rest of this stream goes to the console only\n";
+  write_all(2, line.data(), line.size());
+}
+
+}  // namespace
 
 OutputPlan plan_output(const LaunchConfig& config, int local_rank, const std::string& rank_dir) {
   const int redirect = static_cast<int>(config.redirects.for_rank(local_rank));
@@ -90,9 +112,55 @@ bool write_all(int fd, const char* data, size_t size) {
   return true;
 }
 
+Console::~Console() {
+  if (nonblocking_fd_ >= 0) ::close(nonblocking_fd_);
+}
+
+// Setting O_NONBLOCK on fd_ itself would change the file description the shell and other
+// processes share; opening the pipe again through /proc gives one of our own.
+void Console::open_nonblocking() {
+  probed_ = true;
+  struct stat st{};
+  if (::fstat(fd_, &st) != 0 || !S_ISFIFO(st.st_mode)) return;
+  const std::string link = "/proc/self/fd/" + std::to_string(fd_);
+  nonblocking_fd_ = ::open(link.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+}
+
 void Console::write(const char* data, size_t size) {
   if (closed_ || size == 0) return;
-  if (!write_all(fd_, data, size)) closed_ = true;
+  if (!probed_) open_nonblocking();
+  if (nonblocking_fd_ < 0) {
+    if (!write_all(fd_, data, size)) closed_ = true;
+    return;
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kStallSeconds);
+  while (size > 0) {
+    ssize_t n = ::write(nonblocking_fd_, data, size);
+    if (n > 0) {
+      data += n;
+      size -= static_cast<size_t>(n);
+      deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kStallSeconds);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      closed_ = true;  // EPIPE: the reader has gone
+      return;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{nonblocking_fd_, POLLOUT, 0};
+    if (left.count() <= 0 || (::poll(&p, 1, static_cast<int>(left.count())) == 0 &&
+                              std::chrono::steady_clock::now() >= deadline)) {
+      closed_ = true;
+      const std::string line = fmt::format(
+          "trainrun: the console has taken no output for {} s; workers' console output is "
+          "dropped from now on (log files keep all of it)\n",
+          kStallSeconds);
+      write_all(2, line.data(), line.size());
+      return;
+    }
+  }
 }
 
 void LineSplitter::feed(const char* data, size_t size, std::string& out) {
@@ -146,8 +214,10 @@ void TeeReader::read_more() {
   pipe_.async_read_some(boost::asio::buffer(buffer_), [self](boost::system::error_code ec,
                                                              size_t n) {
     if (n > 0) {
-      if (self->file_ok_ && self->file_fd_ >= 0)
+      if (self->file_ok_ && self->file_fd_ >= 0) {
         self->file_ok_ = write_all(self->file_fd_, self->buffer_.data(), n);
+        if (!self->file_ok_) report_log_write_failure(self->file_fd_, errno);
+      }
       if (!self->console_->closed()) {
         self->lines_.clear();
         self->splitter_.feed(self->buffer_.data(), n, self->lines_);

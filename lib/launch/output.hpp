@@ -40,15 +40,27 @@ std::string line_prefix(const std::optional<std::string>& templ, const std::stri
                         int rank, int local_rank);
 
 // A console stream shared by every worker's tee: lines are written whole, and once the reader
-// has gone (EPIPE) console output is dropped while log files are still written.
+// has gone (EPIPE) console output is dropped while log files are still written. A pipe whose
+// reader stops reading is given kStallSeconds to take more; after that it is treated as gone too,
+// so that a stalled reader cannot freeze the event loop (and with it the job's supervision).
 class Console {
  public:
+  static constexpr int kStallSeconds = 5;
+
   explicit Console(int fd) : fd_(fd) {}
+  ~Console();
+  Console(const Console&) = delete;
+  Console& operator=(const Console&) = delete;
+
   void write(const char* data, size_t size);
   bool closed() const { return closed_; }
 
  private:
+  void open_nonblocking();
+
   int fd_;
+  int nonblocking_fd_ = -1;  // the same pipe opened anew with O_NONBLOCK, when fd_ is a pipe
+  bool probed_ = false;
   bool closed_ = false;
 };
 
