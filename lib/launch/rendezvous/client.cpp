@@ -219,6 +219,9 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
       auto self = weak.lock();
       if (ec || !self || self->state_ != State::admitted) return;
       if (Clock::now() - self->last_heard_ >= self->heartbeat_timeout_) {
+        // Nothing more will get through: no lingering to deliver a goodbye, which would keep
+        // the agent waiting past the heartbeat timeout.
+        self->connection_->close_now();
         return self->end(Stop{StopCause::server_lost,
                               fmt::format("lost the rendezvous server at {}: no message for {:.0f} "
                                           "s (heartbeat timeout)",
