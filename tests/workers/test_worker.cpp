@@ -2,6 +2,8 @@
 //   test_worker ACTION [ARGS] [ACTION [ARGS]...]   (actions run left to right)
 //   exit N                 exit with code N
 //   signal N               raise signal N
+//   abort                  call abort() (SIGABRT, as a failed assertion does)
+//   segv                   write through a null pointer (a real SIGSEGV, not a raised one)
 //   sleep SECONDS          sleep (interruptible only by signals it does not ignore)
 //   ignore-term            ignore SIGTERM from now on
 //   pidfile PATH           append "<pid>\n" to PATH
@@ -34,6 +36,8 @@ extern char** environ;
 namespace {
 
 std::string usr1_path;
+// Not visibly null to the compiler, so the store in "segv" is really made.
+void* volatile nullptr_for_segv = nullptr;
 
 void append(const std::string& path, const std::string& text) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -65,6 +69,10 @@ int main(int argc, char** argv) {
       int sig = std::atoi(next().c_str());
       signal(sig, SIG_DFL);
       raise(sig);
+    } else if (a == "abort") {
+      std::abort();
+    } else if (a == "segv") {
+      *static_cast<volatile int*>(nullptr_for_segv) = 1;
     } else if (a == "sleep") {
       double s = std::atof(next().c_str());
       timespec ts{static_cast<time_t>(s), static_cast<long>((s - static_cast<time_t>(s)) * 1e9)};

@@ -1,0 +1,428 @@
+"""Fault injection: each case breaks something and asserts what trainrun does about it.
+
+docs/reliability.md lists these cases with the ones covered in test_supervision.py,
+test_output.py and test_multinode.py. Cases that need root (mounts, network namespaces) skip
+with the reason where that is not permitted.
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import TRAINRUN, alive, read_pids, run, start, wait_for, wait_for_pids
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_dir(log_dir, attempt=0, local_rank=0):
+    (run_dir,) = os.listdir(log_dir)
+    return os.path.join(log_dir, run_dir, f"attempt_{attempt}", str(local_rank))
+
+
+def stopped_within(proc, seconds):
+    """Waits for `proc`; returns (exit code, elapsed seconds)."""
+    t0 = time.monotonic()
+    code = proc.wait(timeout=seconds)
+    return code, time.monotonic() - t0
+
+
+# --- Workers that die ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("action,sig", [("segv", signal.SIGSEGV), ("abort", signal.SIGABRT)])
+def test_worker_crash_stops_the_group_and_names_the_signal(worker, tmp_path, action, sig):
+    pids = tmp_path / "pids"
+    # An ASan-built worker would turn the SEGV into a report and exit 1: let the signal through.
+    env = {"ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":handle_segv=0:handle_abort=0"}
+    r = run(["--nproc-per-node=3", worker, "pidfile", str(pids), "wait-lines", str(pids), "3",
+             "rank-exit", "0", "0", "rank-exit", "2", "0", action], timeout=60, env=env)
+    assert r.returncode == 128 + sig, r.stderr
+    name = signal.Signals(sig).name
+    assert f"Signal {int(sig)} ({name}) received by PID" in r.stderr
+    assert "rank      : 1 (local_rank: 1)" in r.stderr
+    for pid in read_pids(pids):
+        assert not alive(pid)
+
+
+# --- Workers that misbehave without dying --------------------------------------------------
+
+class Drain(threading.Thread):
+    """Reads a pipe to the end, counting bytes and checking every line's prefix."""
+
+    def __init__(self, pipe, prefixes):
+        super().__init__(daemon=True)
+        self.pipe, self.prefixes = pipe, prefixes
+        self.bytes = 0
+        self.bad_lines = []
+
+    def run(self):
+        partial = b""
+        while True:
+            chunk = self.pipe.read1(1 << 16)
+            if not chunk:
+                break
+            self.bytes += len(chunk)
+            lines = (partial + chunk).split(b"\n")
+            partial = lines.pop()
+            for line in lines:
+                if not line.startswith(self.prefixes) and len(self.bad_lines) < 5:
+                    self.bad_lines.append(line[:80])
+
+
+def peak_rss_kib(pid, until):
+    peak = 0
+    while not until():
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        peak = max(peak, int(line.split()[1]))
+        except OSError:
+            break
+        time.sleep(0.05)
+    return peak
+
+
+def test_flooding_worker_neither_delays_the_stop_nor_grows_the_launcher(worker, tmp_path):
+    logs = tmp_path / "logs"
+    # Rank 0 prints 50 MB as fast as it can; rank 1 is done at once.
+    p = start(["--nproc-per-node=2", "--tee=3", f"--log-dir={logs}", "--shutdown-timeout=2",
+               worker, "rank-stamp-exit", "1", str(tmp_path / "stamp"), "0",
+               "spew", "500000", "99"],
+              stdout=subprocess.PIPE, stderr=open(tmp_path / "err", "w"))
+    drain = Drain(p.stdout, (b"[default0]:", b"[default1]:"))
+    drain.start()
+    rss = peak_rss_kib(p.pid, lambda: p.poll() is not None)
+    code, elapsed = stopped_within(p, 60)
+    drain.join(10)
+    assert code == 0, (tmp_path / "err").read_text()
+    assert drain.bad_lines == []
+    assert drain.bytes > 0
+    assert rss < 64 * 1024, f"launcher RSS peaked at {rss} KiB while copying a flood"
+    size = os.path.getsize(os.path.join(rank_dir(logs), "stdout.log"))
+    assert size == 500000 * 100
+
+
+def test_flood_with_a_failure_stops_promptly(worker, tmp_path):
+    logs = tmp_path / "logs"
+    stamp = tmp_path / "stamp"
+    p = start(["--nproc-per-node=2", "--tee=3", f"--log-dir={logs}", "--shutdown-timeout=2",
+               worker, "rank-stamp-exit", "1", str(stamp), "3",
+               "spew", "100000000", "99", "sleep", "60"],
+              stdout=subprocess.PIPE, stderr=open(tmp_path / "err", "w"))
+    drain = Drain(p.stdout, (b"[default0]:", b"[default1]:"))
+    drain.start()
+    code, elapsed = stopped_within(p, 60)
+    drain.join(10)
+    assert code == 3, (tmp_path / "err").read_text()
+    assert elapsed < 15
+    assert drain.bad_lines == []
+    assert "exitcode  : 3" in (tmp_path / "err").read_text()
+
+
+def test_console_nobody_reads_does_not_wedge_the_stop(worker, tmp_path):
+    """trainrun's stdout is a pipe whose reader never reads: a failure must still end the job."""
+    logs = tmp_path / "logs"
+    r, w = os.pipe()
+    try:
+        p = start(["--nproc-per-node=2", "--tee=3", f"--log-dir={logs}", "--shutdown-timeout=1",
+                   worker, "rank-exit", "1", "0", "spew", "100000", "99", "sleep", "60",
+                   ],
+                  stdout=w, stderr=open(tmp_path / "err", "w"))
+        os.close(w)
+        w = -1
+        # Rank 0 floods until the pipe is full and then sleeps; now stop the job by signal.
+        time.sleep(2)
+        p.send_signal(signal.SIGTERM)
+        try:
+            code, _ = stopped_within(p, 20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            pytest.fail("trainrun wedged writing to a console that is not read")
+        assert code == 128 + signal.SIGTERM
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+
+
+def test_fork_happy_worker_leaves_nothing_when_the_job_fails(worker, tmp_path):
+    grand = tmp_path / "grand"
+    forks = []
+    for mode in ["plain", "ignore-term", "setsid"] * 16 + ["plain", "plain"]:  # 50 children
+        forks += ["grandchild", str(grand), mode]
+    r = run(["--nproc-per-node=2", "--shutdown-timeout=1", worker, "rank-exit", "0", "0",
+             *forks, "wait-lines", str(grand), "50", "exit", "4"], timeout=60)
+    assert r.returncode == 4, r.stderr
+    children = read_pids(grand)
+    assert len(children) == 50
+    assert wait_for(lambda: not any(alive(x) for x in children), 2.0), \
+        [x for x in children if alive(x)]
+
+
+def test_fork_happy_worker_and_kill_9_of_trainrun_leave_no_survivors(worker, tmp_path):
+    grand = tmp_path / "grand"
+    forks = []
+    for mode in ["plain", "ignore-term"] * 25:
+        forks += ["grandchild", str(grand), mode]
+    p = start(["--nproc-per-node=1", worker, *forks, "sleep", "60"])
+    children = wait_for_pids(grand, 50)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert wait_for(lambda: not any(alive(x) for x in children), 1.0), \
+        [x for x in children if alive(x)]
+
+
+@pytest.mark.xfail(reason="a grandchild in its own session (setsid) escapes the watchdog, which "
+                          "kills only the workers' process groups; see docs/reliability.md",
+                   strict=True)
+def test_setsid_grandchild_and_kill_9_of_trainrun_leave_no_survivors(worker, tmp_path):
+    grand = tmp_path / "grand"
+    p = start(["--nproc-per-node=1", worker, "grandchild", str(grand), "setsid", "sleep", "60"])
+    (child,) = wait_for_pids(grand, 1)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    try:
+        assert wait_for(lambda: not alive(child), 1.0)
+    finally:
+        if alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+# --- The launcher's own environment ---------------------------------------------------------
+
+def test_trainrun_with_its_stdout_closed(tmp_path):
+    logs = tmp_path / "logs"
+    probe = tmp_path / "probe.sh"
+    seen = tmp_path / "seen"
+    # The worker records what its stdout is, then prints (which may fail) and exits 0.
+    probe.write_text(f"#!/bin/sh\n(readlink /proc/$$/fd/1 || echo closed) > {seen}.$LOCAL_RANK\n"
+                     "echo hello\nexit 0\n")
+    probe.chmod(0o755)
+    closed = ["sh", "-c", 'exec "$0" "$@" >&-', TRAINRUN, "--nproc-per-node=2"]
+
+    r = subprocess.run(closed + [str(probe)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "trainrun:" not in r.stderr  # the workers' own "echo: I/O error" lines are theirs
+    for rank in (0, 1):
+        # Closed or /dev/null: never a pipe, socket or event fd the launcher opened.
+        target = (tmp_path / f"seen.{rank}").read_text().strip()
+        assert target in ("closed", "/dev/null"), target
+
+    r = subprocess.run(closed + ["--tee=3", f"--log-dir={logs}", str(probe)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "internal error" not in r.stderr
+    for rank in (0, 1):
+        with open(rank_dir(logs, 0, rank) + "/stdout.log") as f:
+            assert f.read() == "hello\n"
+
+
+def test_trainrun_with_its_stdout_closed_still_has_a_watchdog(worker, tmp_path):
+    pids = tmp_path / "pids"
+    p = subprocess.Popen(["sh", "-c", 'exec "$0" "$@" >&-', TRAINRUN, "--nproc-per-node=2",
+                          worker, "pidfile", str(pids), "sleep", "60"])
+    workers = wait_for_pids(pids, 2)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert wait_for(lambda: not any(alive(x) for x in workers), 1.0), \
+        [x for x in workers if alive(x)]
+
+
+# --- Log directory on a broken filesystem ---------------------------------------------------
+
+@pytest.fixture
+def mount_tmpfs(tmp_path):
+    """mount_tmpfs(name, options) mounts a tmpfs under tmp_path; unmounted afterwards."""
+    mounted = []
+
+    def mount(name, options):
+        target = tmp_path / name
+        target.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or 'not root'})")
+        mounted.append(target)
+        return target
+
+    yield mount
+    for target in mounted:
+        subprocess.run(["umount", "-l", str(target)], capture_output=True)
+
+
+def fill(directory):
+    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while os.write(fd, b"\0" * 4096) > 0:
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def test_log_dir_on_a_full_filesystem_is_reported_and_the_job_finishes(worker, mount_tmpfs):
+    full = mount_tmpfs("full", "size=256k")
+    fill(full)
+    t0 = time.monotonic()
+    r = run(["--nproc-per-node=2", "--tee=3", f"--log-dir={full}/logs", worker, "spew", "1000",
+             "99", "exit", "0"], timeout=60)
+    assert time.monotonic() - t0 < 30
+    if r.returncode == 1:
+        # The tree itself could not be made: one clear line, nothing started.
+        assert "No space left on device" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+        return
+    # The workers ran: the console still got every line, and the lost log is named.
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2000 and set(l[:11] for l in lines) == {"[default0]:", "[default1]:"}
+    assert "No space left on device" in r.stderr, r.stderr
+    assert "stdout.log" in r.stderr
+
+
+def test_log_dir_on_a_read_only_filesystem_is_a_clear_error(worker, mount_tmpfs):
+    ro = mount_tmpfs("ro", "ro,size=64k")
+    t0 = time.monotonic()
+    r = run(["--redirects=3", f"--log-dir={ro}/logs", worker, "exit", "0"], timeout=30)
+    assert time.monotonic() - t0 < 10
+    assert r.returncode == 1
+    assert "cannot create log directory" in r.stderr and "Read-only file system" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+# --- Multi-node: the rendezvous host and the network ----------------------------------------
+
+def dynamic(endpoint, nnodes, *extra):
+    return [f"--nnodes={nnodes}", "--nproc-per-node=1", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}", "--rdzv-id=faults", *extra]
+
+
+HEARTBEAT = "heartbeat_timeout=2,keep_alive_interval=0.5"
+
+
+class Agent:
+    def __init__(self, tmp_path, name, argv):
+        self.err_path = tmp_path / f"{name}.err"
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                                     stderr=open(self.err_path, "w"))
+
+    @property
+    def err(self):
+        return self.err_path.read_text()
+
+
+@pytest.fixture
+def agents():
+    started = []
+
+    def make(tmp_path, name, argv):
+        a = Agent(tmp_path, name, argv)
+        started.append(a)
+        return a
+
+    yield make
+    for a in started:
+        if a.proc.poll() is None:
+            a.proc.kill()
+            a.proc.wait()
+
+
+def test_rendezvous_host_killed_stops_the_other_agent_with_a_clear_message(agents, worker,
+                                                                         tmp_path):
+    port = free_port()
+    pids = tmp_path / "pids"
+    endpoint = f"127.0.0.1:{port}"
+    cmd = [worker, "pidfile", str(pids), "sleep", "60"]
+    host = agents(tmp_path, "host", [TRAINRUN, *dynamic(endpoint, 2, f"--rdzv-conf={HEARTBEAT},is_host=1"), *cmd])
+    other = agents(tmp_path, "other", [TRAINRUN, *dynamic(endpoint, 2, f"--rdzv-conf={HEARTBEAT}",
+                                                          "--shutdown-timeout=1"), *cmd])
+    workers = wait_for_pids(pids, 2, timeout=30)
+    host.proc.kill()
+    host.proc.wait()
+    code, elapsed = stopped_within(other.proc, 30)
+    assert code != 0
+    assert elapsed < 2 + 1 + 2, f"took {elapsed:.1f} s"  # heartbeat timeout + grace + slack
+    assert f"lost the rendezvous server at {endpoint}" in other.err, other.err
+    assert wait_for(lambda: not any(alive(x) for x in workers), 2.0)
+
+
+NETNS = shutil.which("ip")
+
+
+@pytest.fixture
+def two_namespaces():
+    """Two network namespaces joined by a veth pair: 10.213.7.1 and 10.213.7.2 exist only there."""
+    if os.geteuid() != 0 or not NETNS:
+        pytest.skip("network namespaces need root and iproute2")
+    tag = f"{os.getpid() % 100000}"
+    a, b = f"trf{tag}a", f"trf{tag}b"
+    va, vb = f"trf{tag}va", f"trf{tag}vb"
+
+    def ip(*args, check=True):
+        return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+    try:
+        ip("netns", "add", a)
+        ip("netns", "add", b)
+        ip("link", "add", va, "type", "veth", "peer", "name", vb)
+        ip("link", "set", va, "netns", a)
+        ip("link", "set", vb, "netns", b)
+        ip("-n", a, "addr", "add", "10.213.7.1/24", "dev", va)
+        ip("-n", b, "addr", "add", "10.213.7.2/24", "dev", vb)
+        for ns, dev in ((a, va), (b, vb)):
+            ip("-n", ns, "link", "set", "lo", "up")
+            ip("-n", ns, "link", "set", dev, "up")
+    except subprocess.CalledProcessError as e:
+        ip("netns", "del", a, check=False)
+        ip("netns", "del", b, check=False)
+        pytest.skip(f"cannot create network namespaces here: {e.stderr.strip()}")
+
+    def partition():
+        # B's end goes down: nothing crosses and nobody is told (no RST, no FIN); A keeps its
+        # address, so the host's own agent still reaches its server.
+        ip("-n", b, "link", "set", vb, "down")
+
+    yield a, b, partition
+    ip("netns", "del", a, check=False)
+    ip("netns", "del", b, check=False)
+
+
+def test_network_partition_stops_both_sides_within_the_heartbeat_timeout(agents, worker,
+                                                                        tmp_path, two_namespaces):
+    ns_a, ns_b, partition = two_namespaces
+    pids = tmp_path / "pids"
+    endpoint = "10.213.7.1:29411"
+    cmd = [worker, "pidfile", str(pids), "sleep", "60"]
+    host = agents(tmp_path, "host", ["ip", "netns", "exec", ns_a, TRAINRUN,
+                                     *dynamic(endpoint, 2, f"--rdzv-conf={HEARTBEAT},is_host=1",
+                                              "--local-addr=10.213.7.1", "--shutdown-timeout=1"),
+                                     *cmd])
+    other = agents(tmp_path, "other", ["ip", "netns", "exec", ns_b, TRAINRUN,
+                                       *dynamic(endpoint, 2, f"--rdzv-conf={HEARTBEAT}",
+                                                "--local-addr=10.213.7.2", "--shutdown-timeout=1"),
+                                       *cmd])
+    workers = wait_for_pids(pids, 2, timeout=30)
+    partition()
+    t0 = time.monotonic()
+    other_code, other_s = stopped_within(other.proc, 30)
+    host_code = host.proc.wait(timeout=30)
+    host_s = time.monotonic() - t0
+    assert host_code != 0 and other_code != 0, (host.err, other.err)
+    # The cut-off agent: the heartbeat timeout (2 s), one check interval, the workers' stop, and
+    # slack. The host also gives its goodbye to the lost node up to 5 s (server.cpp kLinger).
+    assert other_s < 2 + 1 + 3, f"the cut-off agent took {other_s:.1f} s"
+    assert host_s < 2 + 5 + 3, f"the host took {host_s:.1f} s"
+    assert "lost: no message for 2 s (heartbeat timeout)" in host.err, host.err
+    assert "lost the rendezvous server at 10.213.7.1:29411" in other.err, other.err
+    assert wait_for(lambda: not any(alive(x) for x in workers), 2.0)
