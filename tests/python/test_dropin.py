@@ -49,6 +49,8 @@ def dump_env(launcher, nproc, out_dir):
     return envs
 
 
+@pytest.mark.skipif(not os.path.exists(TORCHRUN),
+                    reason=f"the reference torchrun is not at {TORCHRUN} (set REFERENCE_TORCHRUN)")
 @pytest.mark.parametrize("nproc", [1, 2, 4])
 def test_environment_matches_torchrun(nproc, tmp_path):
     ours = dump_env("trainrun", nproc, str(tmp_path / "ours"))
