@@ -128,3 +128,20 @@ def test_explicit_master_port_in_use_is_refused_before_start():
         assert f"MASTER_PORT {port} is not free" in r.stderr
     finally:
         s.close()
+
+
+def test_gloo_all_reduce_across_two_agents():
+    port = free_port()
+    script = os.path.join(HERE, "allreduce.py")
+    common = ["--nnodes=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+              "--rdzv-id=pyjob"]
+    a = subprocess.Popen([TRAINRUN, *common, "--nproc-per-node=2", script], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=ENV)
+    b = subprocess.Popen([TRAINRUN, *common, "--nproc-per-node=1", script], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=ENV)
+    out_a, err_a = a.communicate(timeout=300)
+    out_b, err_b = b.communicate(timeout=300)
+    assert a.returncode == 0, err_a
+    assert b.returncode == 0, err_b
+    lines = sorted((out_a + out_b).splitlines())
+    assert lines == [f"rank {i}/3: sum=6 expected=6" for i in range(3)]
