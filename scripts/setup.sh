@@ -13,6 +13,7 @@ packages=(
   python3-torch python3-torchvision python3-pytest
   dataset-fashion-mnist
   iproute2 procps time
+  clang libclang-rt-14-dev
 )
 
 missing=()
