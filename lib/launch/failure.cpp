@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <ctime>
@@ -18,19 +19,27 @@ namespace {
 
 constexpr size_t kMaxErrorFileBytes = 4 << 20;
 
+// Further from 1970 than this is no time a worker failed at ("inf", "nan", 1e300 included);
+// such a value must neither win the root-cause race nor reach the time_t conversion.
+constexpr double kMaxAbsTimestamp = 1e12;
+
 std::optional<double> to_timestamp(const nlohmann::json& j) {
-  if (j.is_number()) return j.get<double>();
-  if (j.is_string()) {
+  std::optional<double> v;
+  if (j.is_number()) {
+    v = j.get<double>();
+  } else if (j.is_string()) {
     const std::string s = j.get<std::string>();
     char* end = nullptr;
     errno = 0;
-    double v = std::strtod(s.c_str(), &end);
-    if (!s.empty() && end && *end == '\0' && errno == 0) return v;
+    double d = std::strtod(s.c_str(), &end);
+    if (!s.empty() && end && *end == '\0' && errno == 0) v = d;
   }
-  return std::nullopt;
+  if (v && !(std::fabs(*v) <= kMaxAbsTimestamp)) return std::nullopt;
+  return v;
 }
 
 std::string format_time(double unix_seconds) {
+  if (!(std::fabs(unix_seconds) <= kMaxAbsTimestamp)) return "<invalid time>";
   std::time_t t = static_cast<std::time_t>(unix_seconds);
   std::tm tm{};
   localtime_r(&t, &tm);

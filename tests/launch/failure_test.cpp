@@ -23,6 +23,18 @@ TEST_CASE("error file forms") {
   CHECK_NOTHROW(parse_error_file(R"({"message": {"extraInfo": 5}})"));
 }
 
+// Found by fuzz/error_file_fuzz.cpp: "inf" reached a double → time_t conversion (undefined).
+TEST_CASE("error file timestamps that are no time are ignored") {
+  CHECK_FALSE(parse_error_file(R"({"message": "m", "timestamp": "inf"})").timestamp);
+  CHECK_FALSE(parse_error_file(R"({"message": "m", "timestamp": "nan"})").timestamp);
+  CHECK_FALSE(parse_error_file(R"({"message": "m", "timestamp": -1e300})").timestamp);
+  CHECK_FALSE(
+      parse_error_file(R"({"message": {"extraInfo": {"timestamp": 1e300}}})").timestamp);
+  WorkerFailure f;
+  f.timestamp = 1e300;
+  CHECK(format_failure_summary("job", {f}).find("<invalid time>") != std::string::npos);
+}
+
 TEST_CASE("exit statuses") {
   ExitStatus s{0, SIGKILL};
   CHECK(s.failed());
