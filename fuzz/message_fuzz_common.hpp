@@ -1,0 +1,25 @@
+#pragma once
+
+#include "fuzz_util.hpp"
+#include "rendezvous/frame.hpp"
+#include "rendezvous/messages.hpp"
+
+namespace trainrun::fuzz {
+
+// Decoding either succeeds with a message that survives encode → decode unchanged, or throws
+// ProtocolError; nothing else may escape.
+template <class Decode>
+void check_message(std::string_view body, Decode decode) {
+  using launch::rdzv::ProtocolError;
+  try {
+    auto message = decode(body);
+    std::string once = launch::rdzv::encode(message);
+    auto again = decode(once);
+    FUZZ_CHECK(again.index() == message.index());
+    FUZZ_CHECK(launch::rdzv::encode(again) == once);
+    FUZZ_CHECK(!launch::rdzv::type_name(message).empty());
+  } catch (const ProtocolError&) {
+  }
+}
+
+}  // namespace trainrun::fuzz
