@@ -9,7 +9,7 @@ build="${TRAINRUN_BUILD_DIR:-$root/build}"
 packages=(
   cmake ninja-build g++ ccache pkg-config
   libcli11-dev libfmt-dev libboost-dev libboost-filesystem-dev nlohmann-json3-dev catch2
-  libtorch-dev libgloo-dev
+  libtorch-dev libgloo-dev zlib1g-dev
   python3-torch python3-torchvision python3-pytest
   dataset-fashion-mnist
   iproute2 procps time

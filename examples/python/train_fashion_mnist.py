@@ -74,11 +74,18 @@ def resnet18():
     return model
 
 
+# All-reduced in place and kept for the whole run: when Gloo's worker thread drops the last
+# reference to a tensor Python created, it needs the GIL, and torch 1.13 can then deadlock at
+# exit while the main thread tears the process group down.
+_SUMS = torch.zeros(3, dtype=torch.float64)
+
+
 def all_ranks_sum(values):
-    t = torch.tensor(values, dtype=torch.float64)
+    _SUMS.zero_()
+    _SUMS[:len(values)] = torch.tensor(values, dtype=torch.float64)
     if dist.is_initialized():
-        dist.all_reduce(t)
-    return t.tolist()
+        dist.all_reduce(_SUMS)
+    return _SUMS.tolist()[:len(values)]
 
 
 def evaluate(model, images, labels, rank, world):
