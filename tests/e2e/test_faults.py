@@ -93,6 +93,12 @@ def peak_rss_kib(pid, until):
 
 def test_flooding_worker_neither_delays_the_stop_nor_grows_the_launcher(worker, tmp_path):
     logs = tmp_path / "logs"
+    # The same launcher with quiet workers: the flood may add buffers, not grow with the output
+    # (sanitizer builds start much bigger, hence a baseline rather than a fixed figure).
+    idle = start(["--nproc-per-node=2", "--tee=3", f"--log-dir={tmp_path / 'idle'}", worker,
+                  "sleep", "1"], stdout=subprocess.DEVNULL)
+    baseline = peak_rss_kib(idle.pid, lambda: idle.poll() is not None)
+    idle.wait(timeout=30)
     # Rank 0 prints 50 MB as fast as it can; rank 1 is done at once.
     p = start(["--nproc-per-node=2", "--tee=3", f"--log-dir={logs}", "--shutdown-timeout=2",
                worker, "rank-stamp-exit", "1", str(tmp_path / "stamp"), "0",
@@ -106,7 +112,8 @@ def test_flooding_worker_neither_delays_the_stop_nor_grows_the_launcher(worker, 
     assert code == 0, (tmp_path / "err").read_text()
     assert drain.bad_lines == []
     assert drain.bytes > 0
-    assert rss < 64 * 1024, f"launcher RSS peaked at {rss} KiB while copying a flood"
+    assert rss < baseline + 32 * 1024, \
+        f"launcher RSS peaked at {rss} KiB copying a flood, {baseline} KiB idle"
     size = os.path.getsize(os.path.join(rank_dir(logs), "stdout.log"))
     assert size == 500000 * 100
 
