@@ -352,7 +352,9 @@ def test_rendezvous_host_killed_stops_the_other_agent_with_a_clear_message(agent
     endpoint = f"127.0.0.1:{port}"
     cmd = [worker, "pidfile", str(pids), "sleep", "60"]
     host = agents(tmp_path, "host", [TRAINRUN, *dynamic(endpoint, 2, f"--rdzv-conf={HEARTBEAT},is_host=1"), *cmd])
-    other = agents(tmp_path, "other", [TRAINRUN, *dynamic(endpoint, 2, f"--rdzv-conf={HEARTBEAT}",
+    # is_host=0: started at the same moment, it must not take the local endpoint first.
+    other = agents(tmp_path, "other", [TRAINRUN, *dynamic(endpoint, 2,
+                                                          f"--rdzv-conf={HEARTBEAT},is_host=0",
                                                           "--shutdown-timeout=1"), *cmd])
     workers = wait_for_pids(pids, 2, timeout=30)
     host.proc.kill()
