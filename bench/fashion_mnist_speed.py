@@ -7,7 +7,7 @@ that shows it learns: 2 epochs on all 60,000 images with 2 workers, and its test
 (target: at least 85%).
 
 Usage: bench/fashion_mnist_speed.py [--build DIR] [--workers N] [--threads N] [--subset N]
-                                    [--epochs N] [--accuracy] [--no-doc]
+                                    [--epochs N] [--runs N] [--accuracy] [--no-doc]
 """
 import argparse
 import os
@@ -18,7 +18,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import ROOT, machine, write_section  # noqa: E402
+from bench_doc import ROOT, machine, median, write_section  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
 PY_EXAMPLE = os.path.join(ROOT, "examples", "python", "train_fashion_mnist.py")
@@ -53,20 +53,32 @@ def train(cmd, storage):
     return epochs, float(final[0]), wall
 
 
+def per_epoch_median(runs):
+    """[(epoch, loss, test acc, images/s, s)] with each field the median over the runs."""
+    return [tuple(median(values) for values in zip(*epoch)) for epoch in zip(*runs)]
+
+
 def speed(args, program, trainrun, storage):
     common = ["--epochs", str(args.epochs), "--threads", str(args.threads), "--subset",
               str(args.subset), "--test-subset", str(args.test_subset)]
     launch = [trainrun, "--standalone", f"--nproc-per-node={args.workers}"]
-    cpp = train([*launch, program, *common, "--name", "speed_cpp"], storage)
-    py = train([*launch, PY_EXAMPLE, *common], storage)
+    cpp_runs, py_runs = [], []
+    # Alternating, so a change in the machine's load falls on both programs alike.
+    for i in range(args.runs):
+        cpp_runs.append(train([*launch, program, *common, "--name", f"speed_cpp_{i}"], storage))
+        py_runs.append(train([*launch, PY_EXAMPLE, *common], storage))
+    cpp = per_epoch_median([r[0] for r in cpp_runs])
+    py = per_epoch_median([r[0] for r in py_runs])
 
     rows = ["| epoch | C++ images/s | Python images/s | C++ / Python | C++ loss | Python loss |",
             "|---|---|---|---|---|---|"]
-    for c, p in zip(cpp[0], py[0]):
-        rows.append(f"| {c[0]} | {c[3]:.0f} | {p[3]:.0f} | {c[3] / p[3]:.2f}x | {c[1]:.4f} | "
+    for c, p in zip(cpp, py):
+        rows.append(f"| {c[0]:.0f} | {c[3]:.0f} | {p[3]:.0f} | {c[3] / p[3]:.2f}x | {c[1]:.4f} | "
                     f"{p[1]:.4f} |")
-    rows.append(f"| test accuracy | {cpp[1]:.2f}% | {py[1]:.2f}% | | | |")
-    rows.append(f"| job wall time | {cpp[2]:.0f} s | {py[2]:.0f} s | | | |")
+    rows.append(f"| test accuracy | {median([r[1] for r in cpp_runs]):.2f}% | "
+                f"{median([r[1] for r in py_runs]):.2f}% | | | |")
+    rows.append(f"| job wall time | {median([r[2] for r in cpp_runs]):.0f} s | "
+                f"{median([r[2] for r in py_runs]):.0f} s | | | |")
     body = f"""## FashionMNIST training speed: C++ example against Python
 
 `bench/fashion_mnist_speed.py` — the ResNet-18 FashionMNIST training of
@@ -75,10 +87,10 @@ def speed(args, program, trainrun, storage):
 `trainrun --standalone --nproc-per-node={args.workers} PROGRAM --epochs {args.epochs}
 --threads {args.threads} --subset {args.subset} --test-subset {args.test_subset}`: {args.workers}
 workers of {args.threads} thread(s), batch 128 per worker, Adam 1e-3, the first {args.subset}
-training images, one after the other in one run. Images/s counts the training images of all
-workers in an epoch over that epoch's training time (without evaluation). Debian's LibTorch and
-PyTorch 1.13 (CPU). Machine: {machine()}; {load()}. Target: the C++ program at least as
-fast.
+training images. {args.runs} runs of each program, alternating, in one run of the benchmark; each
+figure is the median over the runs. Images/s counts the training images of all workers in an
+epoch over that epoch's training time (without evaluation). Debian's LibTorch and PyTorch 1.13
+(CPU). Machine: {machine()}; {load()}. Target: the C++ program at least as fast.
 
 """ + "\n".join(rows)
     return body, cpp, py
@@ -112,6 +124,7 @@ def main():
     ap.add_argument("--subset", type=int, default=10240)
     ap.add_argument("--test-subset", type=int, default=1000)
     ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=2, help="runs of each program, alternating")
     ap.add_argument("--accuracy", action="store_true",
                     help="instead train 2 full epochs with 2 workers and record the test accuracy")
     ap.add_argument("--no-doc", action="store_true")

@@ -9,7 +9,7 @@ build="${TRAINRUN_BUILD_DIR:-$root/build}"
 "$root/scripts/setup.sh"
 
 args=("$@")
-# 10,000 training images for 2 epochs: about 80% test accuracy in a few minutes on 2 cores.
+# 10,000 training images for 2 epochs: above 80% test accuracy in a few minutes on 2 cores.
 ((${#args[@]})) || args=(--epochs 2 --subset 10000 --test-subset 2000)
 echo "example: trainrun --standalone --nproc-per-node=2 fashion_mnist ${args[*]}" >&2
 exec "$build/apps/trainrun/trainrun" --standalone --nproc-per-node=2 \

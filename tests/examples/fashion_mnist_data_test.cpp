@@ -19,7 +19,8 @@ using Bytes = std::vector<std::uint8_t>;
 namespace {
 
 void put_be32(Bytes& out, std::uint32_t value) {
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<std::uint8_t>(value >> shift));
+  for (int shift = 24; shift >= 0; shift -= 8)
+    out.push_back(static_cast<std::uint8_t>(value >> shift));
 }
 
 Bytes idx_images(std::uint32_t count, std::uint32_t rows = 28, std::uint32_t cols = 28,
@@ -60,7 +61,8 @@ Bytes gzip(const Bytes& data) {
 
 void write(const fs::path& path, const Bytes& bytes) {
   std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
 }
 
 struct TempDir {
@@ -151,8 +153,8 @@ TEST_CASE("gunzip round-trips and refuses what is not a whole gzip stream") {
   CHECK_THROWS_WITH(gunzip(cut, "f.gz"), Contains("truncated"));
   Bytes corrupt = gzip(data);
   for (std::size_t i = 12; i < corrupt.size() - 8; ++i) corrupt[i] ^= 0x5a;
-  CHECK_THROWS_WITH(gunzip(corrupt, "f.gz"), Contains("f.gz: corrupt gzip data") ||
-                                                 Contains("f.gz: truncated"));
+  CHECK_THROWS_WITH(gunzip(corrupt, "f.gz"),
+                    Contains("f.gz: corrupt gzip data") || Contains("f.gz: truncated"));
 }
 
 TEST_CASE("load_split reads a data directory") {
@@ -210,8 +212,8 @@ TEST_CASE("command line: defaults and values") {
   CHECK(defaults.data_dir == default_data_dir);
 
   const Options o = parse({"--epochs", "3", "--subset=512", "--max-steps", "4", "--num-workers=2",
-                           "--max-failures", "1", "--data-dir", "/d", "--crash-once-at-epoch",
-                           "2", "--threads", "1", "--seed", "7", "--name", "n"});
+                           "--max-failures", "1", "--data-dir", "/d", "--crash-once-at-epoch", "2",
+                           "--threads", "1", "--seed", "7", "--name", "n"});
   CHECK(o.epochs == 3);
   CHECK(o.subset == std::size_t{512});
   CHECK(o.max_steps == std::size_t{4});

@@ -53,7 +53,8 @@ FileBytes read_idx_file(const std::filesystem::path& dir, const std::string& bas
   const std::filesystem::path gz = dir / (base + ".gz");
   const std::filesystem::path plain = dir / base;
   std::error_code ec;
-  if (std::filesystem::is_regular_file(gz, ec)) return {gz.string(), gunzip(read_file(gz), gz.string())};
+  if (std::filesystem::is_regular_file(gz, ec))
+    return {gz.string(), gunzip(read_file(gz), gz.string())};
   if (std::filesystem::is_regular_file(plain, ec)) return {plain.string(), read_file(plain)};
   std::string hint = std::filesystem::is_directory(dir, ec)
                          ? ""
@@ -173,9 +174,8 @@ Split load_split(const std::filesystem::path& dir, SplitKind kind,
   split.images = parse_idx_images(images_file.bytes, images_file.name);
   split.labels = parse_idx_labels(labels_file.bytes, labels_file.name);
   if (split.labels.size() != split.images.count) {
-    throw DataError(images_file.name + ": " + std::to_string(split.images.count) +
-                    " images, but " + labels_file.name + " has " +
-                    std::to_string(split.labels.size()) + " labels");
+    throw DataError(images_file.name + ": " + std::to_string(split.images.count) + " images, but " +
+                    labels_file.name + " has " + std::to_string(split.labels.size()) + " labels");
   }
   if (split.images.count == 0) throw DataError(images_file.name + ": holds no images");
   if (limit && *limit < split.images.count) {

@@ -23,7 +23,7 @@ struct Options {
   std::optional<std::size_t> subset;       // first N training images
   std::optional<std::size_t> test_subset;  // first N test images
   std::optional<std::size_t> max_steps;    // per epoch and worker
-  int num_workers = 0;  // > 0: start that many workers (ScalingConfig::num_workers)
+  int num_workers = 0;   // > 0: start that many workers (ScalingConfig::num_workers)
   int max_failures = 0;  // restarts of the workers started with --num-workers
   std::filesystem::path data_dir;
   std::optional<int> crash_once_at_epoch;  // rank 1 (rank 0 alone) exits once, at that epoch

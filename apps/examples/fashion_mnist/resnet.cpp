@@ -11,8 +11,7 @@ namespace {
 
 nn::Conv2d conv(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride,
                 std::int64_t padding) {
-  return nn::Conv2d(
-      nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding).bias(false));
+  return nn::Conv2d(nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding).bias(false));
 }
 
 }  // namespace
@@ -25,8 +24,8 @@ BasicBlockImpl::BasicBlockImpl(std::int64_t in_channels, std::int64_t channels,
   bn2_ = register_module("bn2", nn::BatchNorm2d(channels));
   if (stride != 1 || in_channels != channels) {
     downsample_ = register_module(
-        "downsample", nn::Sequential(conv(in_channels, channels, 1, stride, 0),
-                                     nn::BatchNorm2d(channels)));
+        "downsample",
+        nn::Sequential(conv(in_channels, channels, 1, stride, 0), nn::BatchNorm2d(channels)));
   }
 }
 
@@ -41,8 +40,8 @@ ResNetImpl::ResNetImpl(const std::vector<int>& blocks, std::int64_t in_channels,
                        std::int64_t num_classes) {
   conv1_ = register_module("conv1", conv(in_channels, 64, 7, 2, 3));
   bn1_ = register_module("bn1", nn::BatchNorm2d(64));
-  maxpool_ = register_module("maxpool",
-                             nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
+  maxpool_ =
+      register_module("maxpool", nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
   layer1_ = register_module("layer1", make_layer(64, blocks.at(0), 1));
   layer2_ = register_module("layer2", make_layer(128, blocks.at(1), 2));
   layer3_ = register_module("layer3", make_layer(256, blocks.at(2), 2));

@@ -33,11 +33,11 @@ constexpr std::int64_t num_classes = 10;
 constexpr std::size_t eval_batch_size = 1000;
 
 torch::Tensor to_images(const Images& images) {
-  return torch::from_blob(const_cast<std::uint8_t*>(images.pixels.data()),
-                          {static_cast<std::int64_t>(images.count), 1,
-                           static_cast<std::int64_t>(images.rows),
-                           static_cast<std::int64_t>(images.cols)},
-                          torch::kUInt8);
+  return torch::from_blob(
+      const_cast<std::uint8_t*>(images.pixels.data()),
+      {static_cast<std::int64_t>(images.count), 1, static_cast<std::int64_t>(images.rows),
+       static_cast<std::int64_t>(images.cols)},
+      torch::kUInt8);
 }
 
 torch::Tensor to_labels(const std::vector<std::uint8_t>& labels) {
@@ -52,8 +52,9 @@ torch::Tensor normalize(const torch::Tensor& pixels) {
 
 // A batch is gathered with one index_select rather than stacking single examples. Pixels stay
 // uint8 (views of the decoded files, which outlive training) and are normalised per batch.
-class ImageDataset : public torch::data::datasets::BatchDataset<ImageDataset, torch::data::Example<>,
-                                                                  c10::ArrayRef<std::size_t>> {
+class ImageDataset
+    : public torch::data::datasets::BatchDataset<ImageDataset, torch::data::Example<>,
+                                                 c10::ArrayRef<std::size_t>> {
  public:
   explicit ImageDataset(const Split& split)
       : images_(to_images(split.images)), labels_(to_labels(split.labels)) {}
@@ -108,9 +109,8 @@ double evaluate(ResNet& model, const Split& test) {
     correct += predicted.eq(labels.index_select(0, index)).sum().item<std::int64_t>();
   }
   model->train();
-  const torch::Tensor totals =
-      all_ranks_sum(torch::tensor({static_cast<double>(correct), static_cast<double>(mine.size(0))},
-                                  torch::kFloat64));
+  const torch::Tensor totals = all_ranks_sum(torch::tensor(
+      {static_cast<double>(correct), static_cast<double>(mine.size(0))}, torch::kFloat64));
   return totals[0].item<double>() / totals[1].item<double>();
 }
 
@@ -135,7 +135,8 @@ void crash_once(const Options& options, int epoch) {
   if (fs::exists(marker)) return;
   fs::create_directories(marker.parent_path());
   std::ofstream(marker) << epoch << "\n";
-  std::fprintf(stderr, "fashion_mnist: rank %d exits at the start of epoch %d (--crash-once-at-epoch)\n",
+  std::fprintf(stderr,
+               "fashion_mnist: rank %d exits at the start of epoch %d (--crash-once-at-epoch)\n",
                context.world_rank(), epoch);
   std::fflush(nullptr);
   std::_Exit(3);
@@ -190,8 +191,7 @@ void train(const Options& options, const Data& data) {
   // Every rank must run the same epochs: rank 0's checkpoint decides.
   first_epoch = static_cast<int>(from_rank0(first_epoch));
   if (leader && checkpoint) {
-    std::printf("resuming after epoch %d from %s\n", first_epoch - 1,
-                checkpoint->path().c_str());
+    std::printf("resuming after epoch %d from %s\n", first_epoch - 1, checkpoint->path().c_str());
   }
 
   rt::DataLoaderOptions loader_options;
@@ -199,10 +199,11 @@ void train(const Options& options, const Data& data) {
   loader_options.shuffle = true;
   auto loader = rt::prepare_data_loader(ImageDataset(data.train), loader_options);
   if (leader) {
-    std::printf("training on %zu images, testing on %zu, %d worker(s), batch %zu per worker, "
-                "%d thread(s) each\n",
-                data.train.images.count, data.test.images.count, context.world_size(),
-                options.batch_size, torch::get_num_threads());
+    std::printf(
+        "training on %zu images, testing on %zu, %d worker(s), batch %zu per worker, "
+        "%d thread(s) each\n",
+        data.train.images.count, data.test.images.count, context.world_size(), options.batch_size,
+        torch::get_num_threads());
     std::fflush(stdout);
   }
 
@@ -253,11 +254,12 @@ void train(const Options& options, const Data& data) {
     rt::report(metrics, dir ? std::optional(rt::Checkpoint::from_directory(*dir)) : std::nullopt);
     if (dir) fs::remove_all(*dir);
     if (leader) {
-      std::printf("epoch %d/%d: loss %.4f, train accuracy %.2f%%, test accuracy %.2f%%, "
-                  "%.0f images/s (%.1f s)\n",
-                  epoch, options.epochs, metrics["loss"].get<double>(),
-                  100 * metrics["train_accuracy"].get<double>(), 100 * test_accuracy,
-                  metrics["images_per_s"].get<double>(), seconds);
+      std::printf(
+          "epoch %d/%d: loss %.4f, train accuracy %.2f%%, test accuracy %.2f%%, "
+          "%.0f images/s (%.1f s)\n",
+          epoch, options.epochs, metrics["loss"].get<double>(),
+          100 * metrics["train_accuracy"].get<double>(), 100 * test_accuracy,
+          metrics["images_per_s"].get<double>(), seconds);
       std::fflush(stdout);
     }
   }
