@@ -60,6 +60,65 @@ def wait_for_pids(path, count, timeout=10.0):
     return read_pids(path)
 
 
+class Agent:
+    """One trainrun process whose output goes to files, so that many can run at once.
+    `prefix` wraps the command (for example `ip netns exec NS`)."""
+
+    def __init__(self, tmp_path, name, args, env=None, prefix=()):
+        self.name = name
+        self.out_path = tmp_path / f"{name}.out"
+        self.err_path = tmp_path / f"{name}.err"
+        full_env = dict(os.environ, **(env or {}))
+        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
+            self.proc = subprocess.Popen([*prefix, TRAINRUN, *args], env=full_env, stdout=out,
+                                         stderr=err)
+
+    def wait(self, timeout=90):
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"agent {self.name} still running after {timeout} s:\n{self.err}")
+
+    @property
+    def out(self):
+        return self.out_path.read_text()
+
+    @property
+    def err(self):
+        return self.err_path.read_text()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def agents(tmp_path):
+    """A factory of Agents; whatever is still running at the end of the test is killed."""
+    started = []
+
+    def make(name, args, env=None, prefix=()):
+        a = Agent(tmp_path, name, args, env, prefix)
+        started.append(a)
+        return a
+
+    yield make
+    for a in started:
+        a.kill()
+
+
+def read_envs(directory):
+    """The environments that test_worker's `env` action wrote, by RANK."""
+    envs = {}
+    for name in os.listdir(directory):
+        with open(os.path.join(directory, name)) as f:
+            env = dict(line.split("=", 1) for line in f.read().splitlines() if "=" in line)
+        envs[int(env["RANK"])] = env
+    return envs
+
+
 @pytest.fixture
 def worker():
     assert WORKER and os.access(WORKER, os.X_OK), "set TEST_WORKER_BIN (ctest does)"

@@ -1,13 +1,11 @@
 """Several trainrun agents on this machine forming one job through the built-in rendezvous."""
 import os
-import signal
 import socket
-import subprocess
 import time
 
 import pytest
 
-from conftest import TRAINRUN, read_pids, wait_for, wait_for_pids
+from conftest import read_envs, wait_for, wait_for_pids
 
 
 def free_port():
@@ -16,59 +14,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-class Agent:
-    """One trainrun process; its output goes to files so many can run at once."""
-
-    def __init__(self, tmp_path, name, args, env=None):
-        self.out_path = tmp_path / f"{name}.out"
-        self.err_path = tmp_path / f"{name}.err"
-        full_env = dict(os.environ, **(env or {}))
-        self.proc = subprocess.Popen([TRAINRUN] + list(args), env=full_env,
-                                     stdout=open(self.out_path, "w"), stderr=open(self.err_path, "w"))
-
-    def wait(self, timeout=60):
-        return self.proc.wait(timeout=timeout)
-
-    @property
-    def out(self):
-        return self.out_path.read_text()
-
-    @property
-    def err(self):
-        return self.err_path.read_text()
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-@pytest.fixture
-def agents(tmp_path):
-    started = []
-
-    def make(name, args, env=None):
-        a = Agent(tmp_path, name, args, env)
-        started.append(a)
-        return a
-
-    yield make
-    for a in started:
-        a.kill()
-
-
 def dynamic(port, nnodes, nproc, *extra, run_id="job"):
     return [f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}", *extra]
-
-
-def read_envs(directory):
-    envs = {}
-    for name in os.listdir(directory):
-        with open(os.path.join(directory, name)) as f:
-            env = dict(line.split("=", 1) for line in f.read().splitlines() if "=" in line)
-        envs[int(env["RANK"])] = env
-    return envs
 
 
 def check_job(envs, world, nodes):
@@ -214,7 +162,7 @@ def test_lost_agent_is_noticed_and_job_continues_smaller(agents, worker, tmp_pat
     conf = "--rdzv-conf=heartbeat_timeout=2,keep_alive_interval=0.5,last_call_timeout=1"
     extra = ["--max-restarts=2", "--shutdown-timeout=2"]
     host = agents("host", dynamic(port, "1:2", 1, conf + ",is_host=1", *extra) + [str(script)])
-    other = agents("other", dynamic(port, "1:2", 1, conf, *extra) + [str(script)])
+    other = agents("other", dynamic(port, "1:2", 1, conf + ",is_host=0", *extra) + [str(script)])
     wait_for_pids(pids, 2, timeout=30)
     t0 = time.monotonic()
     other.proc.kill()
@@ -230,7 +178,8 @@ def test_lost_agent_without_restarts_stops_everyone_clearly(agents, worker, tmp_
     conf = "--rdzv-conf=heartbeat_timeout=2,keep_alive_interval=0.5"
     host = agents("host", dynamic(port, 2, 1, conf + ",is_host=1") + [worker, "pidfile", str(pids),
                                                                          "sleep", "60"])
-    other = agents("other", dynamic(port, 2, 1, conf) + [worker, "pidfile", str(pids), "sleep", "60"])
+    other = agents("other", dynamic(port, 2, 1, conf + ",is_host=0") + [worker, "pidfile", str(pids),
+                                                                         "sleep", "60"])
     workers = wait_for_pids(pids, 2, timeout=30)
     other.proc.kill()
     other.proc.wait()

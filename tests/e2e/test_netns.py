@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import TRAINRUN
+from conftest import read_envs
 
 # A /30 that exists only inside the two namespaces this module creates: nothing else is reached.
 SUBNET = f"10.213.{os.getpid() % 250}"
@@ -86,61 +86,14 @@ def pair(request):
     return p
 
 
-class Agent:
-    """One trainrun inside a namespace; output to files."""
-
-    def __init__(self, tmp_path, ns, args, env=None):
-        self.ns = ns
-        self.out_path = tmp_path / f"{ns.name}.out"
-        self.err_path = tmp_path / f"{ns.name}.err"
-        full_env = dict(os.environ, **(env or {}))
-        self.proc = subprocess.Popen([ip_binary(), "netns", "exec", ns.name, TRAINRUN, *args],
-                                     env=full_env, stdout=open(self.out_path, "w"),
-                                     stderr=open(self.err_path, "w"))
-
-    def wait(self, timeout=90):
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"agent in {self.ns.name} still running after {timeout} s:\n"
-                                 f"{self.err}")
-
-    @property
-    def out(self):
-        return self.out_path.read_text()
-
-    @property
-    def err(self):
-        return self.err_path.read_text()
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @pytest.fixture
-def agents(tmp_path):
-    started = []
+def agents(agents):
+    """Agents started inside a namespace: agents(ns, args, env=None)."""
 
     def make(ns, args, env=None):
-        a = Agent(tmp_path, ns, args, env)
-        started.append(a)
-        return a
+        return agents(ns.name, args, env, prefix=[ip_binary(), "netns", "exec", ns.name])
 
-    yield make
-    for a in started:
-        a.kill()
-
-
-def read_envs(directory):
-    envs = {}
-    for name in os.listdir(directory):
-        with open(os.path.join(directory, name)) as f:
-            env = dict(line.split("=", 1) for line in f.read().splitlines() if "=" in line)
-        envs[int(env["RANK"])] = env
-    return envs
+    return make
 
 
 def check_two_nodes(envs, pair, master_port=None):
