@@ -89,6 +89,8 @@ Session& begin_session(const SessionOptions& options) {
   // Rank 0 opens the run directory now: this repairs a save cut short by a crash before any
   // rank asks for the checkpoint to resume from.
   if (session->context().world_rank() == 0) session->storage();
+  // ...and no rank looks for that checkpoint until the repair is done.
+  barrier();
   return *session;
 }
 
