@@ -12,6 +12,7 @@
 
 namespace fs = std::filesystem;
 using trainrun::runtime::testing::make_temp_dir;
+using trainrun::runtime::testing::metric_lines;
 using trainrun::runtime::testing::read_file;
 using trainrun::runtime::testing::run_workers;
 using trainrun::runtime::testing::WorkerRun;
@@ -49,14 +50,6 @@ std::vector<long> read_indices(const fs::path& path) {
   long value = 0;
   while (in >> value) values.push_back(value);
   return values;
-}
-
-std::vector<nlohmann::json> metric_lines(const fs::path& run_dir) {
-  std::vector<nlohmann::json> out;
-  std::istringstream lines(read_file((run_dir / "metrics.jsonl").string()));
-  std::string line;
-  while (std::getline(lines, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 namespace rt = trainrun::runtime;
 namespace fs = std::filesystem;
 using rt::testing::make_temp_dir;
+using rt::testing::metric_lines;
 using rt::testing::read_file;
 
 namespace {
@@ -36,14 +37,6 @@ fs::path make_source(const fs::path& root, const std::string& tag, int files = 2
 std::vector<std::string> names(const std::vector<rt::Checkpoint>& checkpoints) {
   std::vector<std::string> out;
   for (const auto& c : checkpoints) out.push_back(c.path().filename().string());
-  return out;
-}
-
-std::vector<nlohmann::json> metric_lines(const fs::path& run_dir) {
-  std::vector<nlohmann::json> out;
-  std::istringstream lines(read_file((run_dir / "metrics.jsonl").string()));
-  std::string line;
-  while (std::getline(lines, line)) out.push_back(nlohmann::json::parse(line));
   return out;
 }
 

@@ -11,6 +11,7 @@
 
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -42,6 +43,14 @@ std::string make_temp_dir(const std::string& tag) {
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::vector<nlohmann::json> metric_lines(const std::string& run_dir) {
+  std::vector<nlohmann::json> out;
+  std::istringstream lines(read_file(run_dir + "/metrics.jsonl"));
+  std::string line;
+  while (std::getline(lines, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
 }
 
 WorkerRun run_workers(const std::string& program, const std::vector<std::string>& args, int world,

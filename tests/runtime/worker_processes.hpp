@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -28,5 +29,8 @@ WorkerRun run_workers(const std::string& program, const std::vector<std::string>
 std::string make_temp_dir(const std::string& tag);
 
 std::string read_file(const std::string& path);
+
+// The records of <run_dir>/metrics.jsonl, one JSON object per line.
+std::vector<nlohmann::json> metric_lines(const std::string& run_dir);
 
 }  // namespace trainrun::runtime::testing
