@@ -33,14 +33,20 @@ struct Node {
   }
 };
 
-}  // namespace
-
-TEST_CASE("the agent owning a local endpoint hosts it; the others connect", "[rendezvous]") {
-  asio::io_context io;
+// A two-node job on a free local port.
+RendezvousOptions two_node_options(asio::io_context& io) {
   RendezvousOptions o;
   o.endpoint = HostPort{"127.0.0.1", free_port(io)};
   o.run_id = "job7";
   o.min_nodes = o.max_nodes = 2;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("the agent owning a local endpoint hosts it; the others connect", "[rendezvous]") {
+  asio::io_context io;
+  RendezvousOptions o = two_node_options(io);
   Node a(io, o);
   a.handler->join({2, 31000});
   // The first agent binds the endpoint before the second one tries.
@@ -99,10 +105,7 @@ TEST_CASE("is_host=1 on a taken port fails with a clear message", "[rendezvous]"
 
 TEST_CASE("the waiting status is logged", "[rendezvous]") {
   asio::io_context io;
-  RendezvousOptions o;
-  o.endpoint = HostPort{"127.0.0.1", free_port(io)};
-  o.run_id = "job7";
-  o.min_nodes = o.max_nodes = 2;
+  RendezvousOptions o = two_node_options(io);
   Node a(io, o);
   a.handler->join({1, 31000});
   REQUIRE(run_until(io, [&] {
@@ -116,10 +119,7 @@ TEST_CASE("the waiting status is logged", "[rendezvous]") {
 
 TEST_CASE("after the job ends the hosting agent's loop runs out of work at once", "[rendezvous]") {
   asio::io_context io;
-  RendezvousOptions o;
-  o.endpoint = HostPort{"127.0.0.1", free_port(io)};
-  o.run_id = "job7";
-  o.min_nodes = o.max_nodes = 2;
+  RendezvousOptions o = two_node_options(io);
   Node a(io, o);
   a.handler->join({1, 31000});
   REQUIRE(run_until(io, [&] { return a.handler->hosting(); }));
