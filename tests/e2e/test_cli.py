@@ -1,6 +1,5 @@
 """Command line: validation, help, version, PET_* defaults, entrypoint checks."""
 import os
-import stat
 
 import pytest
 

@@ -7,20 +7,13 @@ with the reason where that is not permitted.
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
 
 import pytest
 
-from conftest import TRAINRUN, alive, read_pids, run, start, wait_for, wait_for_pids
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import TRAINRUN, alive, free_port, read_pids, run, start, wait_for, wait_for_pids
 
 
 def rank_dir(log_dir, attempt=0, local_rank=0):

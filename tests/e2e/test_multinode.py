@@ -5,13 +5,7 @@ import time
 
 import pytest
 
-from conftest import read_envs, wait_for, wait_for_pids
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import free_port, read_envs, wait_for, wait_for_pids
 
 
 def dynamic(port, nnodes, nproc, *extra, run_id="job"):

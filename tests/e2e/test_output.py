@@ -2,9 +2,7 @@
 import os
 import subprocess
 
-import pytest
-
-from conftest import TRAINRUN, alive, read_pids, run, wait_for
+from conftest import TRAINRUN, run
 
 
 def rank_dirs(logs):

@@ -1,5 +1,4 @@
 """Supervision: failures stop the group, exit codes, summary, restarts, signals, no survivors."""
-import json
 import os
 import signal
 import time

@@ -1,6 +1,7 @@
 """trainrun as a drop-in for torchrun: the same environment, real collectives, no port races."""
 import json
 import os
+import random
 import socket
 import subprocess
 import uuid
@@ -20,9 +21,19 @@ FORM_ONLY = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port that is free now and outside the kernel's ephemeral range, so that no other
+    process's outgoing connection or bind(0) can take it before the test binds it."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low, high = (int(x) for x in f.read().split())
+    candidates = [p for p in range(20000, 65535) if not low <= p <= high]
+    for port in random.sample(candidates, len(candidates)):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port outside the ephemeral range")
 
 
 def run(cmd, timeout=300, **kw):
