@@ -1,12 +1,14 @@
 """Shared helpers for the end-to-end tests: they run the real trainrun binary."""
 import os
-import random
 import signal
-import socket
 import subprocess
+import sys
 import time
 
 import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ports import free_port  # noqa: E402,F401  (re-exported to the tests)
 
 TRAINRUN = os.environ.get("TRAINRUN_BIN", "")
 WORKER = os.environ.get("TEST_WORKER_BIN", "")
@@ -15,22 +17,6 @@ WORKER = os.environ.get("TEST_WORKER_BIN", "")
 def pytest_configure(config):
     if not TRAINRUN or not os.access(TRAINRUN, os.X_OK):
         raise pytest.UsageError("set TRAINRUN_BIN to the built trainrun binary (ctest does)")
-
-
-def free_port():
-    """A port that is free now and outside the kernel's ephemeral range, so that no other
-    process's outgoing connection or bind(0) can take it before the test binds it."""
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        low, high = (int(x) for x in f.read().split())
-    candidates = [p for p in range(20000, 65535) if not low <= p <= high]
-    for port in random.sample(candidates, len(candidates)):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port outside the ephemeral range")
 
 
 def run(args, timeout=60, env=None, **kw):

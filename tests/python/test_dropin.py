@@ -1,14 +1,17 @@
 """trainrun as a drop-in for torchrun: the same environment, real collectives, no port races."""
 import json
 import os
-import random
 import socket
 import subprocess
+import sys
 import uuid
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from ports import free_port  # noqa: E402
+
 TRAINRUN = os.environ.get("TRAINRUN_BIN", "")
 TORCHRUN = os.environ.get("REFERENCE_TORCHRUN", os.path.join(HERE, "../../../shared/peer/torchrun113.py"))
 ALLREDUCE_DEMO = os.environ.get("ALLREDUCE_DEMO_BIN", "")
@@ -18,22 +21,6 @@ ENV = dict(os.environ, PYTHON_EXEC=PY)
 # Set by torchrun releases newer than the reference, or per-run by design.
 NEWER_ONLY = {"TORCH_NCCL_ASYNC_ERROR_HANDLING"}
 FORM_ONLY = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
-
-
-def free_port():
-    """A port that is free now and outside the kernel's ephemeral range, so that no other
-    process's outgoing connection or bind(0) can take it before the test binds it."""
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        low, high = (int(x) for x in f.read().split())
-    candidates = [p for p in range(20000, 65535) if not low <= p <= high]
-    for port in random.sample(candidates, len(candidates)):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port outside the ephemeral range")
 
 
 def run(cmd, timeout=300, **kw):
