@@ -5,9 +5,11 @@
 #   scripts/gpu-check.sh                    # uses `python3` from PATH
 #   PYTHON=/opt/venv/bin/python scripts/gpu-check.sh
 #
-# Needs: a PyTorch with CUDA and a visible GPU, the CUDA toolkit LibTorch's CMake files look for,
-# and the packages the rest of the build needs (cmake, a C++17 compiler, fmt, CLI11, Boost,
-# nlohmann-json). Exits 0 when every check passes.
+# Needs: a PyTorch with CUDA and a visible GPU, the CUDA toolkit LibTorch's CMake files look for
+# (nvcc), cmake, a C++17 compiler and nlohmann-json (its CMake package; put its prefix in the
+# CMAKE_PREFIX_PATH environment variable if it is not installed system-wide). Only the runtime
+# library is built: the launcher's packages (fmt, CLI11, Boost) are not needed. nccl.h is taken
+# from the nvidia-nccl wheel next to PyTorch, or from NCCL_ROOT. Exits 0 when every check passes.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,10 +22,15 @@ if ! "$python" -c 'import torch' 2>/dev/null; then
   say "$python cannot import torch; set PYTHON to an interpreter with a CUDA build of PyTorch"
   exit 2
 fi
-read -r torch_version cuda_version prefix devices < <("$python" -c '
-import torch
+read -r torch_version cuda_version prefix devices nccl_include < <("$python" -c '
+import os, torch
+try:
+    import nvidia.nccl
+    nccl = os.path.join(list(nvidia.nccl.__path__)[0], "include")
+except Exception:
+    nccl = "-"
 print(torch.__version__, torch.version.cuda or "none", torch.utils.cmake_prefix_path,
-      torch.cuda.device_count() if torch.cuda.is_available() else 0)')
+      torch.cuda.device_count() if torch.cuda.is_available() else 0, nccl)')
 say "PyTorch $torch_version, CUDA $cuda_version, LibTorch CMake files in $prefix, $devices GPU(s)"
 if [[ $cuda_version == none ]]; then
   say "this PyTorch was built without CUDA; install a CUDA build (pip install torch) and rerun"
@@ -34,10 +41,23 @@ if [[ $devices -lt 1 ]]; then
   exit 2
 fi
 
+if ! command -v nvcc >/dev/null; then
+  for dir in /usr/local/cuda/bin /opt/cuda/bin; do
+    [[ -x $dir/nvcc ]] && PATH=$dir:$PATH && break
+  done
+fi
+if ! command -v nvcc >/dev/null; then
+  say "nvcc not found: LibTorch's CMake files need the CUDA toolkit; put its bin/ on PATH"
+  exit 2
+fi
+
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
+# Warnings are not errors here: this LibTorch is not the one the project's CI compiles against.
 cmake -S "$here" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$prefix" -DTRAINRUN_BUILD_TESTS=OFF | tee "$build.configure.log" >&2
+  -DCMAKE_PREFIX_PATH="$prefix${CMAKE_PREFIX_PATH:+;$CMAKE_PREFIX_PATH}" \
+  -DTRAINRUN_BUILD_LAUNCHER=OFF -DTRAINRUN_BUILD_TESTS=OFF -DTRAINRUN_WERROR=OFF \
+  -DTRAINRUN_NCCL_INCLUDE_HINT="${nccl_include#-}" 2>&1 | tee "$build.configure.log" >&2
 if ! grep -q "trainrun runtime: NCCL ON" "$build.configure.log"; then
   say "LibTorch at $prefix was not detected as a CUDA build (see $build.configure.log)"
   exit 1

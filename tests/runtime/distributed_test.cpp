@@ -77,25 +77,28 @@ TEST_CASE("a partial launcher environment fails with the missing names") {
              Catch::Contains("LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT not set"));
 }
 
-TEST_CASE("prepare_model: data-parallel SGD equals one process on the full batch") {
-  const fs::path out = make_temp_dir("mlp");
+// Trains `variant` in local mode and on each of `worlds`, and checks every rank ends with the
+// parameters of the one-process run on the full batch.
+void check_matches_one_process(const std::string& variant, std::initializer_list<int> worlds) {
+  const fs::path out = make_temp_dir("mlp_" + variant);
   fs::create_directories(out / "local");
-  require_success(run_workers(kWorker, {"mlp", (out / "local").string(), "5"}, 0));
+  require_success(run_workers(kWorker, {"mlp", (out / "local").string(), "5", variant}, 0));
   const auto reference = read_numbers(out / "local" / "params_rank0.txt");
-  REQUIRE(reference.size() == 4 * 8 + 8 + 8 * 3 + 3 + 3 + 1);
+  REQUIRE(reference.size() > 0);
 
   // Training must change the parameters, or equality below would prove nothing.
   fs::create_directories(out / "untrained");
-  require_success(run_workers(kWorker, {"mlp", (out / "untrained").string(), "0"}, 0));
+  require_success(run_workers(kWorker, {"mlp", (out / "untrained").string(), "0", variant}, 0));
   const auto initial = read_numbers(out / "untrained" / "params_rank0.txt");
+  REQUIRE(initial.size() == reference.size());
   double moved = 0;
   for (std::size_t i = 0; i < initial.size(); ++i) moved += std::abs(initial[i] - reference[i]);
   CHECK(moved > 1e-2);
 
-  for (int world : {2, 4}) {
+  for (int world : worlds) {
     const fs::path dir = out / ("world" + std::to_string(world));
     fs::create_directories(dir);
-    require_success(run_workers(kWorker, {"mlp", dir.string(), "5"}, world));
+    require_success(run_workers(kWorker, {"mlp", dir.string(), "5", variant}, world));
     for (int r = 0; r < world; ++r) {
       const auto params = read_numbers(dir / ("params_rank" + std::to_string(r) + ".txt"));
       REQUIRE(params.size() == reference.size());
@@ -103,9 +106,21 @@ TEST_CASE("prepare_model: data-parallel SGD equals one process on the full batch
       for (std::size_t i = 0; i < params.size(); ++i) {
         worst = std::max(worst, std::abs(params[i] - reference[i]));
       }
-      INFO("world " << world << " rank " << r);
+      INFO(variant << ": world " << world << " rank " << r);
       CHECK(worst < 1e-5);
     }
+  }
+}
+
+TEST_CASE("prepare_model: data-parallel SGD equals one process on the full batch") {
+  SECTION("one backward pass per step, 2 and 4 ranks") {
+    check_matches_one_process("plain", {2, 4});
+  }
+  SECTION("gradient accumulation: two backward passes per step") {
+    check_matches_one_process("accumulate", {2});
+  }
+  SECTION("several buckets and a parameter forward never uses") {
+    check_matches_one_process("wide", {2});
   }
 }
 

@@ -1,7 +1,7 @@
 // A training program for the runtime's multi-process tests. Each mode exercises one part of the
 // runtime and writes what it saw, so the test process can compare ranks and runs.
 //   collectives                      all-reduce rank+1 through get_process_group()
-//   mlp OUT_DIR STEPS                SGD on a small MLP, this rank's shard of a fixed batch
+//   mlp OUT_DIR STEPS [VARIANT]      SGD on a small MLP, this rank's shard of a fixed batch
 //   shards OUT_DIR EPOCHS SIZE       the indices prepare_data_loader gives this rank per epoch
 //   train EPOCHS NUM_WORKERS [CRASH_EPOCH MARKER]   TorchTrainer with report/get_checkpoint
 //   fail                             TorchTrainer whose train_func throws
@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -40,32 +41,71 @@ int collectives() {
   return ok ? 0 : 3;
 }
 
-int mlp(const fs::path& out_dir, int steps) {
+// The "wide" model: one layer too big to share a bucket, and one layer forward never uses.
+struct WideNet : torch::nn::Module {
+  WideNet()
+      : in(register_module("in", torch::nn::Linear(4, 600))),
+        hidden(register_module("hidden", torch::nn::Linear(600, 600))),
+        unused(register_module("unused", torch::nn::Linear(3, 3))),
+        out(register_module("out", torch::nn::Linear(600, 1))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return out(torch::tanh(hidden(torch::tanh(in(x)))));
+  }
+  torch::nn::Linear in, hidden, unused, out;
+};
+
+// variant: "plain" (one backward per step), "accumulate" (two half-batch backward passes per
+// step) or "wide" (WideNet, several buckets and an unused parameter).
+int mlp(const fs::path& out_dir, int steps, const std::string& variant) {
   const auto& context = rt::get_context();
   // Each rank starts from different weights: prepare_model must replace them by rank 0's.
   torch::manual_seed(100 + static_cast<std::uint64_t>(context.world_rank()));
-  auto model = rt::prepare_model(torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::Tanh(),
-                                                       torch::nn::Linear(8, 3), torch::nn::Tanh(),
-                                                       torch::nn::Linear(3, 1)));
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
+  std::shared_ptr<torch::nn::Module> module;
+  // The wide model trains in double precision: its 600-wide sums would differ between a full
+  // batch and a shard by float rounding alone.
+  const auto dtype = variant == "wide" ? torch::kDouble : torch::kFloat;
+  if (variant == "wide") {
+    auto net = std::make_shared<WideNet>();
+    net->to(dtype);
+    rt::prepare_model(net);
+    forward = [net](const torch::Tensor& x) { return net->forward(x); };
+    module = net;
+  } else {
+    auto net = rt::prepare_model(torch::nn::Sequential(
+        torch::nn::Linear(4, 8), torch::nn::Tanh(), torch::nn::Linear(8, 3), torch::nn::Tanh(),
+        torch::nn::Linear(3, 1)));
+    forward = [net](const torch::Tensor& x) mutable { return net->forward(x); };
+    module = net.ptr();
+  }
   torch::manual_seed(7);
-  const auto inputs = torch::randn({16, 4});
-  const auto targets = torch::randn({16, 1});
+  const auto inputs = torch::randn({16, 4}).to(dtype);
+  const auto targets = torch::randn({16, 1}).to(dtype);
   const int64_t per_rank = 16 / context.world_size();
   const auto x = inputs.narrow(0, context.world_rank() * per_rank, per_rank);
   const auto y = targets.narrow(0, context.world_rank() * per_rank, per_rank);
-  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  torch::optim::SGD optimizer(module->parameters(), torch::optim::SGDOptions(0.1));
   for (int step = 0; step < steps; ++step) {
     optimizer.zero_grad();
-    auto loss = torch::mse_loss(model->forward(x), y);
-    loss.backward();
+    if (variant == "accumulate") {
+      // Gradient accumulation: the mean of two half-batch losses, one backward pass each.
+      const int64_t half = per_rank / 2;
+      for (int64_t start : {int64_t{0}, half}) {
+        auto loss = torch::mse_loss(forward(x.narrow(0, start, half)), y.narrow(0, start, half));
+        (loss / 2).backward();
+      }
+    } else {
+      torch::mse_loss(forward(x), y).backward();
+    }
     optimizer.step();
   }
   std::ofstream out(out_dir / ("params_rank" + std::to_string(context.world_rank()) + ".txt"));
   char text[64];
-  for (const auto& param : model->parameters()) {
-    const auto flat = param.detach().reshape({-1});
+  for (const auto& param : module->parameters()) {
+    const auto flat = param.detach().to(torch::kDouble).reshape({-1});
+    const auto values = flat.accessor<double, 1>();
     for (int64_t i = 0; i < flat.numel(); ++i) {
-      std::snprintf(text, sizeof(text), "%.9g\n", flat[i].item<double>());
+      std::snprintf(text, sizeof(text), "%.9g\n", values[i]);
       out << text;
     }
   }
@@ -155,7 +195,9 @@ int fail() {
 int run(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "collectives") return collectives();
-  if (mode == "mlp" && argc == 4) return mlp(argv[2], std::stoi(argv[3]));
+  if (mode == "mlp" && (argc == 4 || argc == 5)) {
+    return mlp(argv[2], std::stoi(argv[3]), argc == 5 ? argv[4] : "plain");
+  }
   if (mode == "shards" && argc == 5) {
     return shards(argv[2], std::stoi(argv[3]), static_cast<std::size_t>(std::stoul(argv[4])));
   }

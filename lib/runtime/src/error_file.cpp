@@ -77,6 +77,18 @@ void write_error_file(const std::filesystem::path& path, const std::string& mess
   }
 }
 
+namespace {
+
+// c10::Error::backtrace() is a string in LibTorch 1.x and a lazily formatted value (a shared
+// pointer to something with get()) from 2.2 on.
+std::string backtrace_text(const std::string& text) { return text; }
+template <typename Lazy>
+std::string backtrace_text(const Lazy& lazy) {
+  return lazy ? std::string(lazy->get()) : std::string();
+}
+
+}  // namespace
+
 ExceptionReport describe_current_exception() {
   ExceptionReport report;
   if (!std::current_exception()) {
@@ -89,7 +101,7 @@ ExceptionReport describe_current_exception() {
     throw;
   } catch (const c10::Error& e) {
     report.message = type_name + ": " + e.what_without_backtrace();
-    report.stack = e.backtrace();
+    report.stack = backtrace_text(e.backtrace());
   } catch (const std::exception& e) {
     report.message = type_name + ": " + e.what();
     report.stack = "C++ stack where the exception was caught:\n" + current_stack();

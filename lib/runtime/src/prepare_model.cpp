@@ -1,6 +1,9 @@
 #include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <string>
@@ -18,12 +21,18 @@ namespace trainrun::runtime {
 namespace detail {
 namespace {
 
-// Tensors of one dtype and device, split into flat buckets of at most `cap_bytes` (a tensor
-// larger than the cap gets a bucket of its own). Order is kept within each group.
+// Tensors of one dtype and device, split into flat buckets of at most `cap_bytes` (the first
+// bucket of each dtype and device at most `first_cap_bytes`; a tensor larger than the cap gets a
+// bucket of its own). Order is kept within each group.
 std::vector<std::vector<std::size_t>> make_buckets(const std::vector<torch::Tensor>& tensors,
-                                                   std::size_t cap_bytes) {
-  std::map<std::tuple<int, int, int>, std::vector<std::size_t>> open;
-  std::map<std::tuple<int, int, int>, std::size_t> open_bytes;
+                                                   std::size_t cap_bytes,
+                                                   std::size_t first_cap_bytes) {
+  struct Open {
+    std::vector<std::size_t> members;
+    std::size_t bytes = 0;
+    bool first = true;
+  };
+  std::map<std::tuple<int, int, int>, Open> open;
   std::vector<std::vector<std::size_t>> buckets;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
@@ -32,16 +41,18 @@ std::vector<std::vector<std::size_t>> make_buckets(const std::vector<torch::Tens
                         static_cast<int>(t.device().index()));
     const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
     auto& bucket = open[key];
-    if (!bucket.empty() && open_bytes[key] + bytes > cap_bytes) {
-      buckets.push_back(std::move(bucket));
-      bucket.clear();
-      open_bytes[key] = 0;
+    const std::size_t cap = bucket.first ? first_cap_bytes : cap_bytes;
+    if (!bucket.members.empty() && bucket.bytes + bytes > cap) {
+      buckets.push_back(std::move(bucket.members));
+      bucket.members.clear();
+      bucket.bytes = 0;
+      bucket.first = false;
     }
-    bucket.push_back(i);
-    open_bytes[key] += bytes;
+    bucket.members.push_back(i);
+    bucket.bytes += bytes;
   }
   for (auto& [key, bucket] : open) {
-    if (!bucket.empty()) buckets.push_back(std::move(bucket));
+    if (!bucket.members.empty()) buckets.push_back(std::move(bucket.members));
   }
   return buckets;
 }
@@ -59,7 +70,7 @@ void wait_all(std::vector<c10::intrusive_ptr<c10d::Work>>& works, const char* wh
 void broadcast_from_rank0(const c10::intrusive_ptr<ProcessGroup>& group,
                           const std::vector<torch::Tensor>& tensors, std::size_t cap_bytes) {
   torch::NoGradGuard no_grad;
-  const auto buckets = make_buckets(tensors, cap_bytes);
+  const auto buckets = make_buckets(tensors, cap_bytes, cap_bytes);
   std::vector<std::vector<torch::Tensor>> flats(buckets.size());
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   for (std::size_t b = 0; b < buckets.size(); ++b) {
@@ -82,82 +93,177 @@ void broadcast_from_rank0(const c10::intrusive_ptr<ProcessGroup>& group,
   }
 }
 
-// After each backward pass, replaces every parameter's gradient by its mean over all ranks.
-// The first gradient hook of a pass queues one engine callback, which runs when backward has
-// accumulated every gradient; the callback all-reduces the gradients bucket by bucket.
+// After each backward pass, replaces every parameter's gradient by its mean over all ranks, as
+// DDP's reducer does: a hook after each parameter's gradient accumulation copies the gradient
+// into its bucket's persistent flat buffer, and a bucket whose gradients are all there starts
+// its all-reduce at once, while backward goes on computing the earlier layers. Buckets are
+// formed in reverse parameter order (the order backward produces gradients) and always started
+// in that order, so every rank issues the same collectives in the same sequence. A callback at
+// the end of backward starts what is left (parameters this pass did not reach contribute their
+// current gradient, or zeros), waits, and writes the means back.
 class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchronizer> {
  public:
   GradientSynchronizer(c10::intrusive_ptr<ProcessGroup> group, std::vector<torch::Tensor> params,
                        std::size_t cap_bytes, int world_size)
-      : group_(std::move(group)),
-        params_(std::move(params)),
-        buckets_(make_buckets(params_, cap_bytes)),
-        world_size_(world_size) {}
+      : group_(std::move(group)), params_(std::move(params)), world_size_(world_size) {
+    std::vector<torch::Tensor> reversed(params_.rbegin(), params_.rend());
+    // As DDP: a small first bucket, so that communication starts early in backward.
+    const auto groups =
+        make_buckets(reversed, cap_bytes, std::min<std::size_t>(cap_bytes, kFirstBucketBytes));
+    slot_of_.resize(params_.size());
+    for (std::size_t b = 0; b < groups.size(); ++b) {
+      Bucket bucket;
+      std::int64_t offset = 0;
+      for (std::size_t r : groups[b]) {
+        const std::size_t i = params_.size() - 1 - r;
+        bucket.members.push_back(i);
+        bucket.offsets.push_back(offset);
+        slot_of_[i] = {b, bucket.members.size() - 1};
+        offset += params_[i].numel();
+      }
+      bucket.flat = torch::empty({offset}, params_[bucket.members.front()].options());
+      buckets_.push_back(std::move(bucket));
+    }
+    ready_.assign(params_.size(), false);
+  }
 
   void attach() {
     std::weak_ptr<GradientSynchronizer> weak = shared_from_this();
-    for (auto& param : params_) {
-      param.register_hook([weak](const torch::Tensor& grad) {
-        if (auto self = weak.lock()) self->on_gradient();
-        return grad;
-      });
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      // The accumulator node is held here: a parameter keeps only a weak reference to it, and a
+      // new one (without the hook) would be made for the next forward pass.
+      auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+      if (!accumulator) {
+        throw ConfigError("prepare_model: a trainable parameter is not a leaf tensor");
+      }
+      accumulator->add_post_hook(std::make_unique<AccumulatedHook>(weak, i));
+      accumulators_.push_back(std::move(accumulator));
     }
   }
 
  private:
-  void on_gradient() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (queued_) return;
-    queued_ = true;
-    std::weak_ptr<GradientSynchronizer> weak = shared_from_this();
-    torch::autograd::Engine::get_default_engine().queue_callback([weak] {
-      if (auto self = weak.lock()) self->synchronize();
-    });
+  static constexpr std::size_t kFirstBucketBytes = 1024 * 1024;
+
+  struct Bucket {
+    std::vector<std::size_t> members;  // indices into params_
+    std::vector<std::int64_t> offsets;
+    torch::Tensor flat;
+    std::size_t ready = 0;
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+
+  struct AccumulatedHook : torch::autograd::FunctionPostHook {
+    AccumulatedHook(std::weak_ptr<GradientSynchronizer> owner, std::size_t index)
+        : owner(std::move(owner)), index(index) {}
+    torch::autograd::variable_list operator()(
+        const torch::autograd::variable_list& outputs,
+        const torch::autograd::variable_list& /*inputs*/) override {
+      if (auto self = owner.lock()) self->on_accumulated(index);
+      return outputs;
+    }
+    std::weak_ptr<GradientSynchronizer> owner;
+    std::size_t index;
+  };
+
+  torch::Tensor slot(std::size_t i) {
+    const auto [b, k] = slot_of_[i];
+    const auto& param = params_[i];
+    return buckets_[b].flat.narrow(0, buckets_[b].offsets[k], param.numel()).view(param.sizes());
   }
 
-  void synchronize() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      queued_ = false;
+  void on_accumulated(std::size_t i) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!in_pass_) {
+      in_pass_ = true;
+      std::weak_ptr<GradientSynchronizer> weak = shared_from_this();
+      torch::autograd::Engine::get_default_engine().queue_callback([weak] {
+        if (auto self = weak.lock()) self->finish_pass();
+      });
     }
+    if (ready_[i]) return;
+    const auto& grad = params_[i].grad();
+    if (grad.is_sparse()) {
+      reset_pass();
+      throw ConfigError(
+          "prepare_model: sparse gradients are not supported (an embedding with sparse=true?); "
+          "use dense gradients");
+    }
+    try {
+      torch::NoGradGuard no_grad;
+      slot(i).copy_(grad);
+      ready_[i] = true;
+      ++buckets_[slot_of_[i].first].ready;
+      start_ready_buckets();
+    } catch (...) {
+      reset_pass();  // backward fails; the next one starts afresh
+      throw;
+    }
+  }
+
+  void reset_pass() {
+    in_pass_ = false;
+    next_start_ = 0;
+    std::fill(ready_.begin(), ready_.end(), false);
+    for (auto& bucket : buckets_) {
+      bucket.ready = 0;
+      bucket.work.reset();
+    }
+  }
+
+  // Starts buckets strictly in order, each once all of its gradients are in.
+  void start_ready_buckets() {
+    while (next_start_ < buckets_.size() &&
+           buckets_[next_start_].ready == buckets_[next_start_].members.size()) {
+      std::vector<torch::Tensor> flat = {buckets_[next_start_].flat};
+      buckets_[next_start_].work = group_->allreduce(flat);
+      ++next_start_;
+    }
+  }
+
+  void finish_pass() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    struct EndPass {
+      GradientSynchronizer& self;
+      ~EndPass() { self.reset_pass(); }
+    } end_pass{*this};
     torch::NoGradGuard no_grad;
-    std::vector<std::vector<torch::Tensor>> flats(buckets_.size());
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;
-    for (std::size_t b = 0; b < buckets_.size(); ++b) {
-      std::vector<torch::Tensor> pieces;
-      for (std::size_t i : buckets_[b]) {
-        const auto& grad = params_[i].grad();
-        // A parameter this rank did not use contributes zeros, as in DDP.
-        pieces.push_back(grad.defined() ? grad.reshape({-1})
-                                        : torch::zeros_like(params_[i]).reshape({-1}));
+    // A parameter this pass did not reach contributes its current gradient, or zeros (as DDP).
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (ready_[i]) continue;
+      const auto& grad = params_[i].grad();
+      if (grad.defined()) {
+        slot(i).copy_(grad);
+      } else {
+        slot(i).zero_();
       }
-      flats[b] = {torch::cat(pieces)};
-      works.push_back(group_->allreduce(flats[b]));
+      ready_[i] = true;
+      ++buckets_[slot_of_[i].first].ready;
     }
+    start_ready_buckets();
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    for (auto& bucket : buckets_) works.push_back(bucket.work);
     wait_all(works, "gradient all-reduce");
-    for (std::size_t b = 0; b < buckets_.size(); ++b) {
-      flats[b][0].div_(world_size_);
-      std::int64_t offset = 0;
-      for (std::size_t i : buckets_[b]) {
-        auto& param = params_[i];
-        const std::int64_t n = param.numel();
-        auto mean = flats[b][0].narrow(0, offset, n).view_as(param);
-        if (param.grad().defined()) {
-          param.mutable_grad().copy_(mean);
-        } else {
-          param.mutable_grad() = mean.clone();
-        }
-        offset += n;
+    for (auto& bucket : buckets_) bucket.flat.div_(world_size_);
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      auto& param = params_[i];
+      if (param.grad().defined()) {
+        param.mutable_grad().copy_(slot(i));
+      } else {
+        param.mutable_grad() = slot(i).clone();
       }
     }
   }
 
   c10::intrusive_ptr<ProcessGroup> group_;
   std::vector<torch::Tensor> params_;
-  std::vector<std::vector<std::size_t>> buckets_;
   int world_size_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::pair<std::size_t, std::size_t>> slot_of_;  // parameter -> (bucket, member)
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::mutex mutex_;
-  bool queued_ = false;
+  std::vector<bool> ready_;
+  std::size_t next_start_ = 0;
+  bool in_pass_ = false;
 };
 
 std::mutex synchronizers_mutex;

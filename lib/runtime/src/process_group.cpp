@@ -25,6 +25,8 @@ namespace {
 std::mutex group_mutex;
 c10::intrusive_ptr<c10d::Store> group_store;
 c10::intrusive_ptr<ProcessGroup> group;
+// The GPU of this rank's NCCL group, named to barriers (NCCL would otherwise guess it); -1: Gloo.
+int group_gpu = -1;
 
 std::string where(const TrainContext& context) {
   return "rank " + std::to_string(context.world_rank()) + " (store " +
@@ -114,6 +116,7 @@ void start_process_group(const TrainContext& context, std::chrono::milliseconds 
   }
   try {
     group = context.use_gpu() ? make_nccl(context, timeout) : make_gloo(context, timeout);
+    group_gpu = context.use_gpu() ? (context.launched() ? context.local_rank() : 0) : -1;
   } catch (const ConfigError&) {
     group_store.reset();
     throw;
@@ -128,6 +131,7 @@ void stop_process_group() {
   std::lock_guard<std::mutex> lock(group_mutex);
   // The group goes first: its threads may still talk to peers the store introduced.
   group.reset();
+  group_gpu = -1;
   group_store.reset();
 }
 
@@ -138,13 +142,15 @@ bool process_group_started() {
 
 void barrier() {
   c10::intrusive_ptr<ProcessGroup> current;
+  c10d::BarrierOptions options;
   {
     std::lock_guard<std::mutex> lock(group_mutex);
     current = group;
+    if (group_gpu >= 0) options.device_ids = {group_gpu};
   }
   if (!current) return;
   try {
-    current->barrier()->wait();
+    current->barrier(options)->wait();
   } catch (const std::exception& e) {
     throw RuntimeError(std::string("barrier across ranks failed: ") + e.what() +
                        "; another worker probably stopped");
