@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -71,8 +73,9 @@ class Agent {
       : config_(config),
         program_(std::move(program)),
         watchdog_(watchdog),
-        console_out_(1),
-        console_err_(2),
+        console_out_(io_, 1),
+        separate_err_(Console::same_file(1, 2) ? nullptr : std::make_unique<Console>(io_, 2)),
+        console_err_(separate_err_ ? *separate_err_ : console_out_),
         supervisor_(io_, watchdog_, console_out_, console_err_),
         signals_(io_),
         grace_timer_(io_),
@@ -80,6 +83,17 @@ class Agent {
         inherited_(current_environment()) {}
 
   int run() {
+    const int code = run_job();
+    flush_consoles();
+    return code;
+  }
+
+ private:
+  // idle: waiting for the rendezvous (no workers); running; stopping: stop signal sent;
+  // finishing: all workers ended, sweeping what they left; done.
+  enum class State { idle, running, stopping, finishing, done };
+
+  int run_job() {
     job_.role = config_.role;
     job_.max_restarts = config_.max_restarts;
     job_.use_agent_store = false;
@@ -125,7 +139,8 @@ class Agent {
     wait_for_signal();
 
     if (use_rendezvous) {
-      rdzv_ = rdzv::make_rendezvous_handler(io_, *rdzv_options, [](const std::string& line) { say(line); });
+      rdzv_ = rdzv::make_rendezvous_handler(io_, *rdzv_options,
+                                            [this](const std::string& line) { say(line); });
       rdzv::ClientEvents events;
       events.on_assignment = [this](const rdzv::Assignment& a) { on_assignment(a); };
       events.on_restart = [this](const rdzv::Restart& r) { on_restart(r); };
@@ -162,10 +177,72 @@ class Agent {
     return exit_code_;
   }
 
- private:
-  // idle: waiting for the rendezvous (no workers); running; stopping: stop signal sent;
-  // finishing: all workers ended, sweeping what they left; done.
-  enum class State { idle, running, stopping, finishing, done };
+  // trainrun's own lines go through the console as well: they keep their place among the
+  // workers' lines, and a paused reader cannot block the event loop on them.
+  void say(const std::string& line) { console_err_.write("trainrun: " + line + "\n"); }
+
+  // The job is over: write what the console has not taken yet. A reader that takes nothing for
+  // Console::kFlushSeconds, or a stop signal meanwhile, ends the wait, so that a paused console
+  // never keeps trainrun from exiting; the workers' log files have all of their output.
+  void flush_consoles() {
+    const bool separate = &console_err_ != &console_out_;
+    auto queued = [&] { return console_out_.queued() + (separate ? console_err_.queued() : 0); };
+    if (queued() == 0) return;
+    io_.restart();
+    auto flushed = [&] {
+      if (queued() == 0) io_.stop();
+    };
+    console_out_.when_flushed(flushed);
+    if (separate) console_err_.when_flushed(flushed);
+
+    asio::steady_timer stall(io_);
+    // Counted from the end of the job: the rendezvous' last messages take from the same time.
+    const auto start = ended_.value_or(std::chrono::steady_clock::now());
+    std::function<void()> watch_stall = [&] {
+      auto last = std::max(start, console_out_.last_progress());
+      if (separate) last = std::max(last, console_err_.last_progress());
+      const auto deadline = last + std::chrono::seconds(Console::kFlushSeconds);
+      if (std::chrono::steady_clock::now() >= deadline) {
+        io_.stop();
+        return;
+      }
+      stall.expires_at(deadline);
+      stall.async_wait([&](boost::system::error_code ec) {
+        if (!ec) watch_stall();
+      });
+    };
+    watch_stall();
+
+    int stopped_by = 0;
+    std::function<void()> watch_signals = [&] {
+      signals_.async_wait([&](boost::system::error_code ec, int sig) {
+        if (ec) return;
+        if (std::find(config_.stop_signals.begin(), config_.stop_signals.end(), sig) !=
+            config_.stop_signals.end()) {
+          stopped_by = sig;
+          io_.stop();
+          return;
+        }
+        watch_signals();
+      });
+    };
+    watch_signals();
+
+    io_.run();
+    stall.cancel();
+    signals_.cancel();
+    const size_t lost = console_out_.abandon() + (separate ? console_err_.abandon() : 0);
+    if (lost == 0) return;
+    const std::string why =
+        stopped_by != 0
+            ? fmt::format("received {} while the console was not taking output",
+                          signal_name(stopped_by))
+            : fmt::format("the console has taken no output for {} s", Console::kFlushSeconds);
+    console_err_.write_now(
+        fmt::format("trainrun: {}; {} bytes of console output were not written (log files keep the "
+                    "workers' output)\n",
+                    why, lost));
+  }
 
   void join() {
     rdzv::RendezvousHandler::JoinRequest request;
@@ -390,7 +467,7 @@ class Agent {
         return;
       } else {
         std::string text = s.failure && !s.failure->summary.empty() ? s.failure->summary : "";
-        if (!text.empty()) write_all(2, text.data(), text.size());
+        if (!text.empty()) console_err_.write(text);
         say(s.reason.empty() ? "the job stopped" : s.reason);
         exit_code_ = s.exit_code != 0 ? s.exit_code : 1;
       }
@@ -408,8 +485,7 @@ class Agent {
   }
 
   void fail_with_summary() {
-    std::string summary = format_failure_summary(config_.entrypoint, failures_);
-    write_all(2, summary.data(), summary.size());
+    console_err_.write(format_failure_summary(config_.entrypoint, failures_));
     exit_code_ = failures_[root_cause_index(failures_)].status.shell_code();
     if (exit_code_ == 0) exit_code_ = 1;
     finish();
@@ -417,6 +493,7 @@ class Agent {
 
   void finish() {
     state_ = State::done;
+    ended_ = std::chrono::steady_clock::now();
     signals_.cancel();
     grace_timer_.cancel();
     io_.stop();
@@ -427,7 +504,8 @@ class Agent {
   Watchdog& watchdog_;
   asio::io_context io_;
   Console console_out_;
-  Console console_err_;
+  std::unique_ptr<Console> separate_err_;  // none when stderr is stdout's file (`2>&1`)
+  Console& console_err_;
   Supervisor supervisor_;
   asio::signal_set signals_;
   asio::steady_timer grace_timer_;
@@ -446,6 +524,7 @@ class Agent {
   std::optional<rdzv::Stop> pending_stop_;
   int stop_signal_ = 0;
   int exit_code_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> ended_;
 };
 
 }  // namespace

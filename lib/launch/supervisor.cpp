@@ -119,6 +119,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
   on_exit_ = std::move(on_exit);
   workers_.clear();
   open_readers_ = 0;
+  readers_.clear();
   const pid_t parent = getpid();
   // Every worker is forked before we wait for any exec to succeed, so a large group starts in
   // one pass. Each child reports a failed exec through its close-on-exec pipe.
@@ -165,6 +166,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
       if (fds.keep_pipe < 0) continue;
       auto reader = std::make_shared<TeeReader>(io_, fds.keep_pipe, fds.keep_file, console, w.prefix);
       ++open_readers_;
+      readers_.push_back(reader);
       reader->start([this] {
         --open_readers_;
         if (finish_done_) finish_step();
@@ -239,12 +241,19 @@ void Supervisor::finish(double grace, std::function<void()> done) {
 void Supervisor::finish_step() {
   reap();
   const bool alive = leftovers(false, 0);
+  if (!alive) {
+    // No writer of ours is left: what the pipes still hold is bounded, so read it all even while
+    // the console is paused; the console's queue is flushed (bounded) when the agent finishes.
+    for (const auto& r : readers_)
+      if (auto reader = r.lock()) reader->drain();
+  }
   if (!alive && open_readers_ == 0) {
     finish_timer_.cancel();
     for (const auto& w : workers_) watchdog_.remove_group(w.pid);
     auto done = std::move(finish_done_);
     finish_done_ = nullptr;
     workers_.clear();
+    readers_.clear();
     done();
     return;
   }

@@ -50,7 +50,8 @@ class Supervisor {
   pid_t pid_of(int local_rank) const;
   // After every worker has ended: stops what they left behind (the rest of their process groups,
   // orphans re-parented to us) with SIGTERM, then SIGKILL after `grace` seconds, and waits for
-  // the tee'd output to drain. Calls `done` when nothing of this group is left.
+  // the tee'd output to drain (read to the end, into the log files and the console's queue,
+  // however full that queue is). Calls `done` when nothing of this group is left.
   void finish(double grace, std::function<void()> done);
 
  private:
@@ -69,6 +70,7 @@ class Supervisor {
   std::vector<Worker> workers_;
   ExitHandler on_exit_;
   size_t open_readers_ = 0;
+  std::vector<std::weak_ptr<TeeReader>> readers_;
   boost::asio::steady_timer finish_timer_;
   std::chrono::steady_clock::time_point finish_deadline_;
   bool finish_killed_ = false;

@@ -129,7 +129,8 @@ def test_flood_with_a_failure_stops_promptly(worker, tmp_path):
 
 
 def test_console_nobody_reads_does_not_wedge_the_stop(worker, tmp_path):
-    """trainrun's stdout is a pipe whose reader never reads: a failure must still end the job."""
+    """trainrun's stdout is a pipe whose reader never reads: the workers block on it, yet a stop
+    signal still ends the job, after a bounded wait for the console that is then reported."""
     logs = tmp_path / "logs"
     r, w = os.pipe()
     try:
@@ -149,6 +150,10 @@ def test_console_nobody_reads_does_not_wedge_the_stop(worker, tmp_path):
             p.wait()
             pytest.fail("trainrun wedged writing to a console that is not read")
         assert code == 128 + signal.SIGTERM
+        err = (tmp_path / "err").read_text()
+        assert "the console has taken no output for 5 s" in err, err
+        # Rank 0 was held back by the console, not dropping its output: its log is short.
+        assert os.path.getsize(os.path.join(rank_dir(logs), "stdout.log")) < 100000 * 100
     finally:
         os.close(r)
         if w >= 0:

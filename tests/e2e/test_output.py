@@ -1,8 +1,13 @@
-"""Output: direct by default, redirects, tee, prefixes, filters, odd lines, closed pipes."""
+"""Output: direct by default, redirects, tee, prefixes, filters, odd lines, closed and paused
+pipes."""
 import os
+import signal
 import subprocess
+import time
 
-from conftest import TRAINRUN, run
+import pytest
+
+from conftest import TRAINRUN, run, start, wait_for
 
 
 def rank_dirs(logs):
@@ -143,3 +148,97 @@ def test_temporary_log_dir_is_removed_when_empty(worker, tmp_path):
     r = run(["--nproc-per-node=2", worker, "exit", "0"], env={"TMPDIR": str(tmp_path)})
     assert r.returncode == 0
     assert os.listdir(tmp_path) == []
+
+
+def log_sizes(logs, name="stdout.log"):
+    d = rank_dirs(logs) / "attempt_0"
+    return [(d / rank / name).stat().st_size for rank in sorted(os.listdir(d))]
+
+
+def logged(logs):
+    """The bytes in the workers' stdout logs so far (0 before they exist)."""
+    try:
+        return sum(log_sizes(logs))
+    except (OSError, ValueError):
+        return 0
+
+
+def test_paused_reader_gets_every_line_and_supervision_goes_on(worker, tmp_path):
+    """`trainrun ... | less`, paused for 8 s: the workers wait for the reader, nothing is dropped,
+    and the launcher still handles signals meanwhile."""
+    logs = tmp_path / "logs"
+    usr1 = tmp_path / "usr1"
+    lines = 40000  # 4 MB a worker: twice what the console queues
+    # stderr is the same pipe (2>&1): trainrun's own lines and the workers' share one queue.
+    p = start(["--nproc-per-node=2", "--tee=3", f"--log-dir={logs}", worker, "on-usr1", str(usr1),
+               "spew", str(lines), "99", "stderr", "done"],
+              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        t0 = time.monotonic()
+        # The console fills, then the workers block: they cannot have written everything.
+        assert wait_for(lambda: logged(logs) > 0, 10)
+        time.sleep(3)
+        assert p.poll() is None
+        assert logged(logs) < 2 * lines * 100, "nothing held the workers back"
+        # The event loop is not stuck on the console: a forwarded signal reaches both workers.
+        p.send_signal(signal.SIGUSR1)
+        assert wait_for(lambda: usr1.exists() and usr1.read_text() == "usr1\n" * 2, 5), \
+            "SIGUSR1 was not forwarded while the console was paused"
+        time.sleep(max(0.0, 8 - (time.monotonic() - t0)))
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, out[-2000:]
+    got = out.split(b"\n")
+    assert got.pop() == b""
+    for rank in range(2):
+        prefix = f"[default{rank}]:".encode()
+        mine = [line for line in got if line.startswith(prefix)]
+        # stdout and stderr are two pipes: "done" may come before the last stdout lines.
+        assert mine.count(prefix + b"done") == 1
+        assert [line for line in mine if line != prefix + b"done"] == [prefix + b"x" * 99] * lines
+    assert len(got) == 2 * (lines + 1), [line[:80] for line in got if not line.startswith(b"[")]
+    assert log_sizes(logs) == [lines * 100] * 2
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_reader_that_never_reads_costs_the_console_not_the_exit(worker, tmp_path, fails):
+    """Nobody ever reads trainrun's stdout. A job whose output fits the queue ends, and so does a
+    job that fails while its other worker is blocked on the console: with the right code, after
+    a bounded wait, saying what was not written."""
+    logs = tmp_path / "logs"
+    script = tmp_path / "w.sh"
+    if fails:
+        body = f'[ "$LOCAL_RANK" = 1 ] && {{ sleep 3; exit 3; }}\nexec "{worker}" spew 100000 99 sleep 60\n'
+    else:
+        body = f'exec "{worker}" spew 10000 99\n'  # 1 MB a worker: the queue holds it all
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+    r, w = os.pipe()
+    try:
+        with open(tmp_path / "err", "w") as err:
+            p = start(["--nproc-per-node=2", "--tee=1", f"--log-dir={logs}", "--shutdown-timeout=2",
+                       str(script)], stdout=w, stderr=err)
+        os.close(w)
+        w = -1
+        try:
+            code = p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            pytest.fail("trainrun did not exit while its console was not read")
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+    err = (tmp_path / "err").read_text()
+    assert code == (3 if fails else 0), err
+    assert "the console has taken no output for 5 s" in err, err
+    assert "bytes of console output were not written" in err
+    if fails:
+        assert "exitcode  : 3" in err
+        assert log_sizes(logs)[0] < 100000 * 100  # rank 0 was blocked when the job stopped
+    else:
+        assert log_sizes(logs) == [10000 * 100] * 2

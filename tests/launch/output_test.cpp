@@ -1,4 +1,13 @@
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
+#include <memory>
+#include <string>
 
 #include "output.hpp"
 
@@ -54,4 +63,222 @@ TEST_CASE("output routes") {
   CHECK(p.err.route == StreamRoute::file);
   p = plan_output(c, 1, "/d");
   CHECK(p.err.route == StreamRoute::tee);
+}
+
+namespace {
+
+// A real pipe; either end may be handed over (set to -1) or closed early.
+struct Pipe {
+  int r = -1;
+  int w = -1;
+  Pipe() {
+    int p[2];
+    REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+    r = p[0];
+    w = p[1];
+  }
+  ~Pipe() {
+    if (r >= 0) ::close(r);
+    if (w >= 0) ::close(w);
+  }
+};
+
+void set_nonblocking(int fd) {
+  REQUIRE(::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK) == 0);
+}
+
+std::string read_available(int fd) {
+  std::string out;
+  char buf[65536];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+size_t write_some(int fd, const std::string& data, size_t from) {
+  ssize_t n = ::write(fd, data.data() + from, data.size() - from);
+  return n > 0 ? static_cast<size_t>(n) : 0;
+}
+
+bool writable(int fd) {
+  pollfd p{fd, POLLOUT, 0};
+  return ::poll(&p, 1, 0) == 1;
+}
+
+// Runs whatever handlers are ready, without waiting.
+void pump(boost::asio::io_context& io) {
+  io.restart();
+  io.poll();
+}
+
+std::string numbered_lines(size_t count, const std::string& prefix = "") {
+  std::string out;
+  for (size_t i = 0; i < count; ++i) out += prefix + "line " + std::to_string(i) + "\n";
+  return out;
+}
+
+// A tee reader between a worker's pipe and a console pipe that nobody reads yet; the worker
+// writes `lines` as fast as its pipe takes them.
+struct Tee {
+  boost::asio::io_context io;
+  Pipe worker;
+  Pipe console_pipe;
+  Console console{io, console_pipe.w};
+  std::shared_ptr<TeeReader> reader;
+  bool closed = false;
+  std::string raw;
+  size_t sent = 0;
+
+  explicit Tee(size_t lines, int log_fd = -1) : raw(numbered_lines(lines)) {
+    set_nonblocking(worker.w);
+    set_nonblocking(console_pipe.r);
+    reader = std::make_shared<TeeReader>(io, worker.r, log_fd, &console, "[w]:");
+    worker.r = -1;  // the reader's now
+    reader->start([this] { closed = true; });
+  }
+  // One step of the worker and the event loop.
+  void step() {
+    if (sent < raw.size()) {
+      sent += write_some(worker.w, raw, sent);
+    } else if (worker.w >= 0) {
+      ::close(worker.w);
+      worker.w = -1;
+    }
+    pump(io);
+  }
+  // Runs until the console is full and the reader has stopped, so the worker's pipe stays full.
+  void fill() {
+    for (int i = 0; i < 10000 && !reader->paused(); ++i) step();
+    REQUIRE(reader->paused());
+    for (int i = 0; i < 10; ++i) step();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a console on a pipe queues what its reader has not taken, without blocking") {
+  boost::asio::io_context io;
+  Pipe p;
+  set_nonblocking(p.r);
+  Console console(io, p.w);
+  const std::string text = numbered_lines(100000);  // far more than the pipe holds
+  console.write(text);
+  CHECK(console.queued() > 0);
+  CHECK(console.queued() < text.size());
+  CHECK_FALSE(console.full());
+  bool flushed = false;
+  console.when_flushed([&] { flushed = true; });
+  std::string got;
+  for (int i = 0; i < 100000 && !flushed; ++i) {
+    got += read_available(p.r);
+    pump(io);
+  }
+  CHECK(flushed);
+  got += read_available(p.r);
+  CHECK(got == text);
+}
+
+TEST_CASE("a full console stops the tee reader; the worker's pipe fills; nothing is lost") {
+  Tee t(1000000);  // about 12 MB, three times the console's bound
+  t.fill();
+  CHECK(t.console.full());
+  CHECK(t.console.queued() < Console::kQueueLimit + (1u << 20));
+  CHECK_FALSE(writable(t.worker.w));  // the worker would block in write()
+  CHECK(t.sent < t.raw.size() / 2);
+  // Someone reads the console now: everything arrives, in order, whole, prefixed.
+  std::string got;
+  for (int i = 0; i < 1000000 && !(t.closed && t.console.queued() == 0); ++i) {
+    got += read_available(t.console_pipe.r);
+    t.step();
+  }
+  CHECK(t.closed);
+  got += read_available(t.console_pipe.r);
+  CHECK(got == numbered_lines(1000000, "[w]:"));
+}
+
+TEST_CASE("when the console's reader goes, paused tee readers resume and the log gets it all") {
+  ::signal(SIGPIPE, SIG_IGN);  // as trainrun does: EPIPE instead of death
+  char path[] = "/tmp/output_test_log_XXXXXX";
+  const int log_fd = ::mkstemp(path);
+  REQUIRE(log_fd >= 0);
+  ::unlink(path);
+  const int log_read = ::dup(log_fd);
+  {
+    Tee t(1000000, log_fd);
+    t.fill();
+    ::close(t.console_pipe.r);
+    t.console_pipe.r = -1;
+    for (int i = 0; i < 1000000 && !t.closed; ++i) t.step();
+    CHECK(t.closed);
+    CHECK(t.console.closed());
+    CHECK(t.console.queued() == 0);
+    std::string logged(t.raw.size() + 1, '\0');
+    CHECK(::pread(log_read, logged.data(), logged.size(), 0) == static_cast<ssize_t>(t.raw.size()));
+    logged.resize(t.raw.size());
+    CHECK(logged == t.raw);
+  }
+  ::close(log_read);
+}
+
+TEST_CASE("a draining tee reader reads to the end whatever the console holds") {
+  Tee t(1000000);
+  t.fill();
+  const size_t left_in_pipe = 64 * 1024;  // what a worker that has ended may leave behind
+  t.raw.resize(std::min(t.raw.size(), t.sent + left_in_pipe));
+  t.reader->drain();
+  for (int i = 0; i < 100000 && !t.closed; ++i) t.step();
+  CHECK(t.closed);
+  std::string got;
+  for (int i = 0; i < 1000000 && t.console.queued() > 0; ++i) {
+    got += read_available(t.console_pipe.r);
+    pump(t.io);
+  }
+  got += read_available(t.console_pipe.r);
+  std::string expected;
+  LineSplitter s("[w]:");
+  s.feed(t.raw.data(), t.raw.size(), expected);
+  s.finish(expected);
+  CHECK(got == expected);
+}
+
+TEST_CASE("abandoning a console drops its queue and later output, and wakes who waits") {
+  boost::asio::io_context io;
+  Pipe p;
+  Console console(io, p.w);
+  console.write(numbered_lines(100000));
+  const size_t queued = console.queued();
+  REQUIRE(queued > 0);
+  bool flushed = false;
+  console.when_flushed([&] { flushed = true; });
+  CHECK(console.abandon() == queued);
+  CHECK(console.closed());
+  console.write("more\n");
+  CHECK(console.queued() == 0);
+  console.write_now("a note\n");  // the pipe is full: returns anyway
+  pump(io);
+  CHECK(flushed);
+}
+
+TEST_CASE("a console on a regular file writes straight through") {
+  boost::asio::io_context io;
+  char path[] = "/tmp/output_test_console_XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  ::unlink(path);
+  {
+    Console console(io, fd);
+    const std::string text = numbered_lines(500000);
+    console.write(text);
+    CHECK(console.queued() == 0);
+    CHECK(::lseek(fd, 0, SEEK_CUR) == static_cast<off_t>(text.size()));
+  }
+  ::close(fd);
+}
+
+TEST_CASE("stdout and stderr on one pipe are the same file") {
+  Pipe a, b;
+  const int a2 = ::dup(a.w);
+  CHECK(Console::same_file(a.w, a2));
+  CHECK_FALSE(Console::same_file(a.w, b.w));
+  ::close(a2);
 }
