@@ -1,18 +1,80 @@
 #include "watchdog.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <set>
+#include <string>
 
 namespace trainrun::launch {
 
 namespace {
 
 constexpr int kGoodbye = 0;
+// Followed by an int length and that many bytes: the environment marker.
+constexpr int kMarker = INT_MIN;
+constexpr int kMaxMarker = 64 * 1024;
+
+bool read_exactly(int fd, void* data, size_t size) {
+  auto* p = static_cast<char*>(data);
+  while (size > 0) {
+    ssize_t n = read(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Whether the environment of `pid` holds an entry starting with `marker`.
+bool carries_marker(pid_t pid, const std::string& marker, std::string& buffer) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/environ";
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;  // gone, or another user's
+  buffer.clear();
+  char chunk[16384];
+  ssize_t n;
+  while ((n = read(fd, chunk, sizeof chunk)) > 0) buffer.append(chunk, static_cast<size_t>(n));
+  close(fd);
+  for (size_t at = 0; at < buffer.size();) {
+    if (buffer.compare(at, marker.size(), marker) == 0) return true;
+    const size_t end = buffer.find('\0', at);
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return false;
+}
+
+// SIGKILLs every process but this one whose environment carries `marker`, until a pass finds
+// none (a process may be forking while the first pass runs). Bounded: a pass that kills only
+// processes already killed before makes no progress.
+void kill_marked(const std::string& marker) {
+  std::string buffer;
+  std::set<pid_t> killed;
+  for (int pass = 0; pass < 20; ++pass) {
+    DIR* proc = opendir("/proc");
+    if (proc == nullptr) return;
+    bool found_new = false;
+    while (dirent* entry = readdir(proc)) {
+      char* end = nullptr;
+      const long pid = std::strtol(entry->d_name, &end, 10);
+      if (end == entry->d_name || *end != '\0' || pid <= 1 || pid == getpid()) continue;
+      if (!carries_marker(static_cast<pid_t>(pid), marker, buffer)) continue;
+      kill(static_cast<pid_t>(pid), SIGKILL);
+      found_new |= killed.insert(static_cast<pid_t>(pid)).second;
+    }
+    closedir(proc);
+    if (!found_new) return;
+  }
+}
 
 [[noreturn]] void watchdog_main(int read_fd) {
   // Stay out of the launcher's process group and ignore terminal and job-control signals: the
@@ -29,18 +91,24 @@ constexpr int kGoodbye = 0;
     if (devnull > 2) close(devnull);
   }
   std::set<pid_t> groups;
+  std::string marker;
   while (true) {
     int value;
-    ssize_t n = read(read_fd, &value, sizeof value);
-    if (n < 0 && errno == EINTR) continue;
-    if (n != static_cast<ssize_t>(sizeof value)) break;  // the launcher is gone
+    if (!read_exactly(read_fd, &value, sizeof value)) break;  // the launcher is gone
     if (value == kGoodbye) _exit(0);
-    if (value > 0)
+    if (value == kMarker) {
+      int size = 0;
+      if (!read_exactly(read_fd, &size, sizeof size) || size < 0 || size > kMaxMarker) break;
+      marker.assign(static_cast<size_t>(size), '\0');
+      if (!read_exactly(read_fd, marker.data(), marker.size())) break;
+    } else if (value > 0) {
       groups.insert(value);
-    else
+    } else {
       groups.erase(-value);
+    }
   }
   for (pid_t pgid : groups) kill(-pgid, SIGKILL);
+  if (!marker.empty()) kill_marked(marker);
   _exit(0);
 }
 
@@ -81,6 +149,24 @@ void Watchdog::send(int value) {
   do {
     n = write(fd_, &value, sizeof value);
   } while (n < 0 && errno == EINTR);
+}
+
+void Watchdog::mark_environment(const std::string& entry_prefix) {
+  if (fd_ < 0 || entry_prefix.empty() || entry_prefix.size() > kMaxMarker) return;
+  // One write: under PIPE_BUF (4 KiB) bytes it cannot interleave with anything else.
+  std::string message(2 * sizeof(int) + entry_prefix.size(), '\0');
+  const int header[2] = {kMarker, static_cast<int>(entry_prefix.size())};
+  std::memcpy(message.data(), header, sizeof header);
+  std::memcpy(message.data() + sizeof header, entry_prefix.data(), entry_prefix.size());
+  const char* p = message.data();
+  size_t left = message.size();
+  while (left > 0) {
+    ssize_t n = write(fd_, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
 }
 
 void Watchdog::add_group(pid_t pgid) { send(static_cast<int>(pgid)); }

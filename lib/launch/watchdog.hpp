@@ -2,11 +2,16 @@
 
 #include <sys/types.h>
 
+#include <string>
+
 namespace trainrun::launch {
 
 // A tiny process forked at start that outlives a SIGKILLed launcher by a moment: it holds the
 // read end of a pipe from the launcher and, when that pipe closes without a goodbye, SIGKILLs
 // every worker process group it was told about. PDEATHSIG alone reaches only direct children.
+// Descendants that left their worker's process group (setsid, daemons) are found by an entry of
+// their inherited environment that only this job's processes carry (each worker's
+// TORCHELASTIC_ERROR_FILE lies in the job's own log directory), and killed too.
 class Watchdog {
  public:
   // Forks the watchdog. Call before starting threads or event loops, and before becoming a
@@ -14,6 +19,8 @@ class Watchdog {
   bool start();
   void add_group(pid_t pgid);
   void remove_group(pid_t pgid);
+  // The start of an environment entry ("NAME=value-prefix") that marks this job's processes.
+  void mark_environment(const std::string& entry_prefix);
   // Tells the watchdog the launcher is ending normally: it exits without killing anything.
   void dismiss();
 

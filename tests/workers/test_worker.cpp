@@ -8,7 +8,8 @@
 //   ignore-term            ignore SIGTERM from now on
 //   pidfile PATH           append "<pid>\n" to PATH
 //   grandchild PATH MODE   fork a child that appends its pid to PATH, then sleeps forever;
-//                          MODE is plain, ignore-term or setsid
+//                          MODE is plain, ignore-term, setsid, or daemon (fork, setsid, fork
+//                          again and let the middle process exit: the classic daemon)
 //   spew LINES BYTES       print LINES lines of BYTES bytes each to stdout
 //   stderr TEXT            print TEXT and a newline to stderr
 //   partial TEXT           print TEXT to stdout without a newline
@@ -90,6 +91,10 @@ int main(int argc, char** argv) {
       std::string path = next();
       std::string mode = next();
       pid_t pid = fork();
+      if (pid == 0 && mode == "daemon") {
+        setsid();
+        if (fork() != 0) _exit(0);
+      }
       if (pid == 0) {
         if (mode == "setsid") setsid();
         if (mode == "ignore-term") signal(SIGTERM, SIG_IGN);
