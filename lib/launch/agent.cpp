@@ -118,6 +118,9 @@ class Agent {
                              config_.tee.is_map || config_.tee.all_ranks != Std::none ||
                              config_.local_ranks_filter.has_value();
       logs_ = LogDir::create(config_.log_dir, job_.run_id, !log_files);
+      // Every worker's TORCHELASTIC_ERROR_FILE lies under the run directory: the watchdog finds
+      // this job's escaped descendants by it if trainrun itself is killed.
+      watchdog_.mark_environment("TORCHELASTIC_ERROR_FILE=" + logs_.run_dir() + "/");
       if (!use_rendezvous) {
         // A single-node job needs no fixed port: unless one was asked for, take a free one.
         port_.emplace(config_.master_port_given ? config_.master_port : 0);

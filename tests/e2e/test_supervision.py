@@ -198,6 +198,39 @@ def test_kill_9_of_trainrun_leaves_no_survivors(worker, tmp_path):
         [x for x in everyone if alive(x)]
 
 
+@pytest.mark.parametrize("mode", ["setsid", "daemon"])
+def test_kill_9_of_trainrun_also_stops_descendants_in_their_own_session(worker, tmp_path, mode):
+    # setsid: a child that left its worker's process group and session; daemon: a grandchild
+    # whose parent exited, so that it was adopted by trainrun (the subreaper), not the worker.
+    pids = tmp_path / "pids"
+    grand = tmp_path / "grand"
+    p = start(["--nproc-per-node=2", worker, "pidfile", str(pids), "grandchild", str(grand), mode,
+               "sleep", "60"])
+    workers = wait_for_pids(pids, 2)
+    escaped = wait_for_pids(grand, 2)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    everyone = workers + escaped
+    try:
+        assert wait_for(lambda: not any(alive(x) for x in everyone), 5.0), \
+            [x for x in everyone if alive(x)]
+    finally:
+        for pid in everyone:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_daemonized_grandchild_is_stopped_when_the_job_ends(worker, tmp_path):
+    grand = tmp_path / "grand"
+    r = run(["--nproc-per-node=2", "--shutdown-timeout=1", worker, "grandchild", str(grand),
+             "daemon", "wait-lines", str(grand), "2", "exit", "0"], timeout=30)
+    assert r.returncode == 0, r.stderr
+    pids = read_pids(grand)
+    assert len(pids) == 2
+    for pid in pids:
+        assert not alive(pid)
+
+
 def test_grandchild_ignoring_sigterm_is_stopped_when_the_job_ends(worker, tmp_path):
     grand = tmp_path / "grand"
     r = run(["--nproc-per-node=2", "--shutdown-timeout=1", worker, "grandchild", str(grand),
