@@ -17,12 +17,14 @@ struct Harness {
   RoundMachine machine;
   std::map<NodeId, std::vector<ServerMessage>> inbox;
   std::map<NodeId, bool> closed;
+  std::map<NodeId, bool> closed_as_lost;  // closed without waiting for the peer
   std::vector<std::string> log;
 
   void take(const Effects& fx) {
     for (const auto& m : fx.messages) {
       inbox[m.to].push_back(m.message);
       if (m.close) closed[m.to] = true;
+      if (m.peer_lost) closed_as_lost[m.to] = true;
     }
     log.insert(log.end(), fx.log.begin(), fx.log.end());
   }
@@ -282,7 +284,36 @@ TEST_CASE("missed heartbeats drop a node within the heartbeat timeout", "[rendez
   REQUIRE(h.last<Restart>(1));
   CHECK(h.last<Reject>(2));
   CHECK(h.closed[2]);
+  // Silent past the timeout: the host must not linger waiting for it to acknowledge the close.
+  CHECK(h.closed_as_lost[2]);
+  CHECK_FALSE(h.closed_as_lost[1]);
   CHECK_THAT(h.last<Restart>(1)->reason, Catch::Contains("heartbeat timeout"));
+}
+
+TEST_CASE("only a node declared lost is closed without waiting for it", "[rendezvous]") {
+  RoundConfig c = dynamic(2, 3, 0);
+  c.heartbeat_timeout = seconds(15);
+  Harness h(c);
+  h.connect_and_join(1, "a");
+  h.connect_and_join(2, "b");
+  h.connect_and_join(3, "c");
+  REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
+  SECTION("silent: the job ends, the others get their stop with the usual goodbye") {
+    h.run_for(seconds(15), {1, 2});
+    REQUIRE(h.last<Stop>(1));
+    CHECK(h.last<Stop>(1)->cause == StopCause::node_lost);
+    CHECK(h.closed_as_lost[3]);
+    for (NodeId id : {1, 2}) {
+      CHECK(h.closed[id]);
+      CHECK_FALSE(h.closed_as_lost[id]);
+    }
+  }
+  SECTION("a protocol violation is told to a live peer") {
+    h.send(3, Hello{});
+    REQUIRE(h.last<Reject>(3));
+    CHECK(h.closed[3]);
+    CHECK_FALSE(h.closed_as_lost[3]);
+  }
 }
 
 TEST_CASE("the join timeout fails the round naming endpoint and missing count", "[rendezvous]") {

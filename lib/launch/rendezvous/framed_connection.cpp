@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/socket.h>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
@@ -127,6 +128,23 @@ void FramedConnection::close_now() {
   on_frame_ = nullptr;
   on_error_ = nullptr;
   closing_ = true;
+  finish_close();
+}
+
+void FramedConnection::abandon() {
+  if (shut_down_) return;
+  on_frame_ = nullptr;
+  on_error_ = nullptr;
+  closing_ = true;
+  // A write in progress may have sent part of the front frame: nothing can follow it without
+  // waiting for the rest.
+  if (!writing_) {
+    for (const std::string& frame : queue_) {
+      ssize_t n =
+          ::send(socket_.native_handle(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n != static_cast<ssize_t>(frame.size())) break;
+    }
+  }
   finish_close();
 }
 

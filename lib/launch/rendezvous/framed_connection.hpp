@@ -42,6 +42,10 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   void close_gracefully(std::chrono::steady_clock::duration linger);
   // Closes at once. No handler is called after this.
   void close_now();
+  // For a peer that is gone or stopped, which would never acknowledge a graceful close: writes
+  // what is queued as far as the socket takes it without waiting (a stopped peer finds it when
+  // it resumes), then closes at once. No handler is called after this.
+  void abandon();
 
   bool closing() const { return closing_; }
   const std::string& peer() const { return peer_; }

@@ -88,8 +88,8 @@ Effects RoundMachine::disconnected(NodeId id, const std::string& why, Clock::tim
   return fx;
 }
 
-void RoundMachine::drop(Effects& fx, NodeId id, const std::string& reason) {
-  fx.messages.push_back({id, Reject{reason}, true});
+void RoundMachine::drop(Effects& fx, NodeId id, const std::string& reason, bool peer_lost) {
+  fx.messages.push_back({id, Reject{reason}, true, peer_lost});
   fx.log.push_back(fmt::format("dropping {}: {}", describe(id), reason));
 }
 
@@ -319,7 +319,7 @@ Effects RoundMachine::tick(Clock::time_point now) {
     if (phase_ == Phase::ended) return fx;
     std::string why = fmt::format("no message for {:.0f} s (heartbeat timeout)",
                                   seconds(config_.heartbeat_timeout));
-    drop(fx, id, why);
+    drop(fx, id, why, /*peer_lost=*/true);
     on_lost(fx, id, why, now);
   }
   if (phase_ == Phase::ended) return fx;

@@ -30,11 +30,14 @@ struct RoundConfig {
 };
 
 // What the machine asks its host to do: send `message` to `to`, then close that connection
-// if `close` (the machine has already forgotten the node).
+// if `close` (the machine has already forgotten the node). `peer_lost`: the node was declared
+// lost while its connection is still open (silent past the heartbeat timeout: dead, stopped or
+// cut off), so the host must not wait for it to acknowledge the close.
 struct Outgoing {
   NodeId to = 0;
   ServerMessage message;
   bool close = false;
+  bool peer_lost = false;
 };
 
 struct Effects {
@@ -88,7 +91,7 @@ class RoundMachine {
   void begin_forming(Effects& fx, Clock::time_point now, std::set<NodeId> expected,
                      const Restart& restart);
   void end_job(Effects& fx, Stop stop);
-  void drop(Effects& fx, NodeId id, const std::string& reason);
+  void drop(Effects& fx, NodeId id, const std::string& reason, bool peer_lost = false);
   Waiting waiting_status(Clock::time_point now) const;
   std::string describe(NodeId id) const;
   int count_requirement() const {

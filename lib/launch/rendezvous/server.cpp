@@ -18,6 +18,8 @@ using asio::ip::tcp;
 using boost::system::error_code;
 
 namespace {
+// How long a live peer may take to acknowledge its last message (the job's result) before its
+// connection is closed anyway. Peers declared lost get no linger: they would never answer.
 constexpr auto kLinger = std::chrono::seconds(5);
 constexpr auto kAcceptRetry = std::chrono::milliseconds(100);
 }  // namespace
@@ -139,8 +141,12 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     if (it == peers_.end()) return;
     log_refusal(
         fmt::format("closing connection from {}: {}", it->second.connection->peer(), reason));
-    if (tell) it->second.connection->send(encode(ServerMessage{Reject{reason}}));
-    it->second.connection->close_gracefully(std::chrono::seconds(1));
+    if (tell) {
+      it->second.connection->send(encode(ServerMessage{Reject{reason}}));
+      it->second.connection->close_gracefully(std::chrono::seconds(1));
+    } else {
+      it->second.connection->close_now();  // nothing to deliver: no reason to wait
+    }
     forget(id);
   }
 
@@ -211,7 +217,11 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
       if (it == peers_.end()) continue;
       it->second.connection->send(encode(out.message));
       if (out.close) {
-        it->second.connection->close_gracefully(kLinger);
+        if (out.peer_lost) {
+          it->second.connection->abandon();
+        } else {
+          it->second.connection->close_gracefully(kLinger);
+        }
         forget(out.to);
       }
     }
@@ -256,9 +266,12 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     round_timer_.cancel();
     keep_alive_timer_.cancel();
     accept_retry_timer_.cancel();
+    // The job's last messages went out (with their linger) when the machine decided them; what
+    // is left is connections with nothing owed, some perhaps to stopped peers that would never
+    // acknowledge a graceful close: close them at once.
     for (auto& [id, peer] : peers_) {
       if (peer.deadline) peer.deadline->cancel();
-      peer.connection->close_gracefully(kLinger);
+      peer.connection->abandon();
     }
     peers_.clear();
     pending_.clear();

@@ -43,7 +43,9 @@ class RendezvousServer {
   void listen(const boost::asio::ip::tcp::endpoint& endpoint);
   boost::asio::ip::tcp::endpoint local_endpoint() const;
 
-  // Stops accepting and closes every connection gracefully (queued messages are still sent).
+  // Stops accepting and closes every remaining connection at once, writing what is queued as
+  // far as the socket takes it without waiting. Connections the job's end was already sent to
+  // are not among them: those close gracefully, each bounded by the close linger.
   void close();
 
   const RoundMachine& machine() const;
