@@ -1,6 +1,8 @@
 """Several trainrun agents on this machine forming one job through the built-in rendezvous."""
 import os
+import signal
 import socket
+import threading
 import time
 
 import pytest
@@ -227,3 +229,124 @@ def test_wrong_token_is_refused(agents, tmp_path):
     assert "token" in b.err.lower(), b.err
     a.wait(30)
     assert "token" in a.err.lower(), a.err
+
+
+def test_port_held_by_a_process_that_does_not_listen_is_named_early(agents):
+    port = free_port()
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", port))  # bound, never listening: no agent can host or connect
+    try:
+        t0 = time.monotonic()
+        procs = [agents(n, dynamic(port, 2, 1, "--rdzv-conf=join_timeout=300") + ["/bin/true"])
+                 for n in ("a", "b")]
+        codes = [p.wait(120) for p in procs]
+        took = time.monotonic() - t0
+    finally:
+        holder.close()
+    expected = (f"trainrun: rendezvous endpoint 127.0.0.1:{port}: the port is in use by another "
+                "process that is not a trainrun rendezvous host (bind: Address already in use; "
+                "connect: Connection refused); free it or choose another --rdzv-endpoint port")
+    for p, code in zip(procs, codes):
+        assert code == 1, p.err
+        lines = p.err.splitlines()
+        assert expected in lines, p.err
+        assert sum("not a trainrun rendezvous host" in line for line in lines) == 1, p.err
+    # A few seconds' grace for a hosting agent that is starting, not the 300 s join timeout.
+    assert took < 60, took
+
+
+class _StrangeListener:
+    """A listener on `port` that answers every connection with `answer` and keeps it open."""
+
+    def __init__(self, port, answer):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(8)
+        self.sock.settimeout(0.1)
+        self.answer = answer
+        self.conns = []
+        self.running = True
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while self.running:
+            try:
+                conn, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.conns.append(conn)
+            conn.sendall(self.answer)
+
+    def close(self):
+        self.running = False
+        self.thread.join()
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("answer", [b"SSH-2.0-OpenSSH_9.2p1\r\n",
+                                    b"\x00\x00\x00\x0bhello there"])
+def test_listener_that_is_not_a_trainrun_agent_is_named_at_once(agents, answer):
+    port = free_port()
+    listener = _StrangeListener(port, answer)
+    try:
+        t0 = time.monotonic()
+        a = agents("a", dynamic(port, 2, 1, "--rdzv-conf=join_timeout=300") + ["/bin/true"])
+        code = a.wait(120)
+        took = time.monotonic() - t0
+    finally:
+        listener.close()
+    assert code == 1, a.err
+    lines = [line for line in a.err.splitlines() if "not a trainrun rendezvous host" in line]
+    assert len(lines) == 1, a.err
+    assert lines[0].startswith(f"trainrun: rendezvous endpoint 127.0.0.1:{port}: the process "
+                               "listening there is not a trainrun rendezvous host ("), a.err
+    assert took < 60, took
+
+
+def test_refused_remote_endpoint_is_retried_until_the_join_timeout(agents):
+    # is_host=0: the agent does not own the endpoint, as on another machine than its host, so a
+    # refusal may be a host that has not started yet.
+    port = free_port()
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", port))
+    try:
+        t0 = time.monotonic()
+        a = agents("a", dynamic(port, 2, 1, "--rdzv-conf=is_host=0,join_timeout=6") + ["/bin/true"])
+        code = a.wait(120)
+        took = time.monotonic() - t0
+    finally:
+        holder.close()
+    assert code == 1, a.err
+    assert took >= 5.5, took
+    assert (f"rendezvous endpoint 127.0.0.1:{port} not reachable after 6 s (last attempt: "
+            "Connection refused)") in a.err, a.err
+
+
+def test_stopped_agent_does_not_hold_up_the_hosts_exit(agents, worker, tmp_path):
+    port = free_port()
+    pids = tmp_path / "pids"
+    conf = "--rdzv-conf=heartbeat_timeout=2,keep_alive_interval=0.5"
+    args = [worker, "pidfile", str(pids), "sleep", "60"]
+    host = agents("host", dynamic(port, 2, 1, conf + ",is_host=1") + args)
+    other = agents("other", dynamic(port, 2, 1, conf + ",is_host=0") + args)
+    wait_for_pids(pids, 2, timeout=30)
+    os.kill(other.proc.pid, signal.SIGSTOP)
+    try:
+        assert wait_for(lambda: "lost:" in host.err, 30), host.err
+        declared = time.monotonic()
+        code = host.wait(30)
+        reacted = time.monotonic() - declared
+        still_stopped = other.proc.poll() is None
+    finally:
+        os.kill(other.proc.pid, signal.SIGCONT)
+    assert code == 1, host.err
+    assert still_stopped
+    # The host used to wait its whole 5 s close linger for the stopped peer to acknowledge.
+    assert reacted < 3, f"host exited {reacted:.1f} s after declaring the node lost:\n{host.err}"
+    # Resumed, the stopped agent learns that the job is over and stops its worker.
+    assert other.wait(30) != 0, other.err

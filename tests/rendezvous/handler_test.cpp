@@ -137,3 +137,49 @@ TEST_CASE("after the job ends the hosting agent's loop runs out of work at once"
   CHECK(std::chrono::steady_clock::now() - t0 < 2s);
   CHECK(io.stopped());
 }
+
+TEST_CASE("a local endpoint whose port a non-listening process holds fails clearly and early",
+          "[rendezvous]") {
+  asio::io_context io;
+  // Bound, never listening, without SO_REUSEADDR: the agent can neither host nor connect.
+  asio::ip::tcp::acceptor holder(io);
+  holder.open(asio::ip::tcp::v4());
+  holder.bind(asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  RendezvousOptions o = two_node_options(io);
+  o.endpoint.port = holder.local_endpoint().port();
+  o.join_timeout = 120s;
+  o.refused_grace = 500ms;
+  Node a(io, o);
+  a.handler->join({1, 31000});
+  auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(run_until(
+      io, [&] { return a.stop.has_value(); }, 20s));
+  CHECK(std::chrono::steady_clock::now() - t0 >= 500ms);
+  CHECK_FALSE(a.handler->hosting());
+  CHECK(a.stop->cause == StopCause::rejected);
+  CHECK(a.stop->exit_code == 1);
+  CHECK_THAT(a.stop->reason,
+             Catch::StartsWith("rendezvous endpoint 127.0.0.1:" + std::to_string(o.endpoint.port) +
+                               ": the port is in use by another process that is not a trainrun "
+                               "rendezvous host (bind: Address already in use; connect: "
+                               "Connection refused)"));
+}
+
+TEST_CASE("is_host=0 never judges the port: a host may still come", "[rendezvous]") {
+  asio::io_context io;
+  asio::ip::tcp::acceptor holder(io);
+  holder.open(asio::ip::tcp::v4());
+  holder.bind(asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  RendezvousOptions o = two_node_options(io);
+  o.endpoint.port = holder.local_endpoint().port();
+  o.is_host = false;
+  o.refused_grace = 100ms;
+  o.join_timeout = 1s;  // well past the grace
+  Node a(io, o);
+  a.handler->join({1, 31000});
+  REQUIRE(run_until(
+      io, [&] { return a.stop.has_value(); }, 20s));
+  CHECK(a.stop->cause == StopCause::join_timeout);
+  CHECK_THAT(a.stop->reason, Catch::Contains("not reachable after 1 s (last attempt: Connection "
+                                             "refused)"));
+}

@@ -1,3 +1,6 @@
+#include <fmt/format.h>
+
+#include <boost/asio/write.hpp>
 #include <catch2/catch.hpp>
 #include <memory>
 #include <vector>
@@ -398,4 +401,247 @@ TEST_CASE("1,000 connections at once neither crash nor stall the server", "[rend
   REQUIRE(run_until(
       f.io, [&] { return f.server->pending_connections() == 0; }, 5000ms));
   CHECK(f.server->admitted_connections() == 2);
+}
+
+TEST_CASE("a node declared lost does not hold up the server's end", "[rendezvous]") {
+  Fixture f;
+  ServerOptions o = server_options(2, 2, 0);
+  o.keep_alive_interval = 50ms;
+  o.round.heartbeat_timeout = 300ms;
+  int port = f.start_server(o);
+  Agent a(f.io, port);
+  a.join(1, "host-a");
+  // A peer that stops answering, as a SIGSTOPped agent does: it never closes its side.
+  RawPeer stopped(port);
+  REQUIRE(stopped.send_message(raw_hello()));
+  REQUIRE(stopped.read_message(f.io));  // welcome
+  Join j;
+  j.node = NodeDescriptor{"host-b", "", 1, 1, -1, 29500};
+  REQUIRE(stopped.send_message(j));
+  REQUIRE(run_until(f.io, [&] { return !a.assignments.empty(); }));
+  REQUIRE(run_until(f.io, [&] { return a.stop.has_value(); }));
+  CHECK(a.stop->cause == StopCause::node_lost);
+  f.server->close();  // what the hosting agent does once its own client has its stop
+  // The loop runs out of work as soon as the healthy agent has its stop: no goodbye is owed to
+  // the lost peer (this took the whole 5 s close linger before).
+  auto t0 = std::chrono::steady_clock::now();
+  f.io.restart();
+  f.io.run_for(5s);
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  CHECK(f.io.stopped());
+  // Best effort: the reason was written before the close, for the peer to find if it resumes
+  // (after what it had not read yet: waiting, assignment, heartbeats).
+  std::optional<ServerMessage> m;
+  do {
+    m = stopped.read_message(f.io);
+  } while (m && !std::holds_alternative<Reject>(*m));
+  REQUIRE(m);
+  CHECK_THAT(std::get<Reject>(*m).reason, Catch::Contains("heartbeat timeout"));
+  CHECK(stopped.wait_closed(f.io, 1000ms));
+}
+
+TEST_CASE("closing the server does not wait for peers that do not answer", "[rendezvous]") {
+  Fixture f;
+  int port = f.start_server(server_options(2, 2));
+  RawPeer admitted(port);
+  REQUIRE(admitted.send_message(raw_hello()));
+  REQUIRE(admitted.read_message(f.io));  // welcome
+  RawPeer pending(port);
+  REQUIRE(run_until(f.io, [&] {
+    return f.server->admitted_connections() == 1 && f.server->pending_connections() == 1;
+  }));
+  f.server->close();
+  auto t0 = std::chrono::steady_clock::now();
+  f.io.restart();
+  f.io.run_for(5s);
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  CHECK(f.io.stopped());
+  CHECK(admitted.wait_closed(f.io, 1000ms));
+  CHECK(pending.wait_closed(f.io, 1000ms));
+}
+
+TEST_CASE("a healthy peer still receives the job's end before its connection closes",
+          "[rendezvous]") {
+  Fixture f;
+  int port = f.start_server(server_options(1, 1));
+  RawPeer peer(port);
+  REQUIRE(peer.send_message(raw_hello()));
+  REQUIRE(peer.read_message(f.io));  // welcome
+  Join j;
+  j.node = NodeDescriptor{"host-a", "", 1, 1, -1, 29500};
+  REQUIRE(peer.send_message(j));
+  std::optional<ServerMessage> m;
+  do {
+    m = peer.read_message(f.io);
+  } while (m && !std::holds_alternative<Assignment>(*m));
+  REQUIRE(m);
+  REQUIRE(peer.send_message(Done{0}));
+  m = peer.read_message(f.io);
+  REQUIRE(m);
+  REQUIRE(std::holds_alternative<Stop>(*m));
+  CHECK(std::get<Stop>(*m).cause == StopCause::finished);
+  CHECK(peer.wait_closed(f.io));
+}
+
+namespace {
+
+// A port held by a socket that is bound but does not listen (no SO_REUSEADDR), as a process
+// that has not called listen() yet, or never will, holds it.
+struct BoundNotListening {
+  asio::ip::tcp::acceptor socket;
+  explicit BoundNotListening(asio::io_context& io) : socket(io) {
+    socket.open(asio::ip::tcp::v4());
+    socket.bind(asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  }
+  int port() const { return socket.local_endpoint().port(); }
+};
+
+// A listener that is not a trainrun server: it answers every connection with `answer`, or
+// closes it at once when `answer` is empty.
+struct StrangeListener {
+  asio::ip::tcp::acceptor acceptor;
+  std::string answer;
+  std::vector<std::shared_ptr<asio::ip::tcp::socket>> open;
+  int accepted = 0;
+
+  StrangeListener(asio::io_context& io, std::string a)
+      : acceptor(io, asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0)),
+        answer(std::move(a)) {
+    accept();
+  }
+  int port() const { return acceptor.local_endpoint().port(); }
+  void accept() {
+    acceptor.async_accept([this](boost::system::error_code ec, asio::ip::tcp::socket s) {
+      if (ec) return;
+      ++accepted;
+      auto socket = std::make_shared<asio::ip::tcp::socket>(std::move(s));
+      if (answer.empty()) {
+        socket->close();
+      } else {
+        asio::write(*socket, asio::buffer(answer));
+        open.push_back(socket);
+      }
+      accept();
+    });
+  }
+};
+
+struct LoneClient {
+  std::optional<Stop> stop;
+  std::vector<std::string> log;
+  std::unique_ptr<RendezvousClient> client;
+
+  LoneClient(asio::io_context& io, int port, ClientOptions o) {
+    o.host = "127.0.0.1";
+    o.port = port;
+    o.run_id = "job7";
+    o.log = [this](const std::string& l) { log.push_back(l); };
+    ClientEvents e;
+    e.on_stop = [this](const Stop& s) { stop = s; };
+    client = std::make_unique<RendezvousClient>(io, std::move(o), std::move(e));
+    client->start();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("refused while this machine cannot bind the port: not a trainrun host, said at once",
+          "[rendezvous]") {
+  asio::io_context io;
+  BoundNotListening holder(io);
+  ClientOptions o;
+  o.connect_deadline = 60s;
+  o.refused_grace = 300ms;
+  int probes = 0;
+  o.local_port_held = [&]() -> std::optional<std::string> {
+    ++probes;
+    return std::string("Address already in use");
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  LoneClient c(io, holder.port(), o);
+  REQUIRE(run_until(
+      io, [&] { return c.stop.has_value(); }, 10s));
+  auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(took >= 300ms);  // the grace for a hosting agent that is just starting
+  CHECK(took < 5s);
+  CHECK(probes >= 1);
+  CHECK(c.stop->cause == StopCause::rejected);
+  CHECK(c.stop->exit_code == 1);
+  CHECK(c.stop->reason ==
+        fmt::format("rendezvous endpoint 127.0.0.1:{}: the port is in use by another process "
+                    "that is not a trainrun rendezvous host (bind: Address already in use; "
+                    "connect: Connection refused); free it or choose another --rdzv-endpoint port",
+                    holder.port()));
+}
+
+TEST_CASE("refused without local knowledge (a remote host not up yet) is retried to the deadline",
+          "[rendezvous]") {
+  asio::io_context io;
+  BoundNotListening holder(io);
+  SECTION("remote endpoint") {
+    ClientOptions o;
+    o.connect_deadline = 800ms;
+    auto t0 = std::chrono::steady_clock::now();
+    LoneClient c(io, holder.port(), o);
+    REQUIRE(run_until(
+        io, [&] { return c.stop.has_value(); }, 10s));
+    CHECK(std::chrono::steady_clock::now() - t0 >= 800ms);
+    CHECK(c.stop->cause == StopCause::join_timeout);
+    CHECK_THAT(c.stop->reason, Catch::Contains("not reachable after 1 s (last attempt: "
+                                               "Connection refused)"));
+  }
+  SECTION("the port was freed since the bind failed: no verdict, keep retrying") {
+    ClientOptions o;
+    o.connect_deadline = 800ms;
+    o.refused_grace = 100ms;
+    o.local_port_held = []() -> std::optional<std::string> { return std::nullopt; };
+    LoneClient c(io, holder.port(), o);
+    REQUIRE(run_until(
+        io, [&] { return c.stop.has_value(); }, 10s));
+    CHECK(c.stop->cause == StopCause::join_timeout);
+    CHECK_THAT(c.stop->reason, Catch::Contains("last attempt: Connection refused"));
+  }
+}
+
+TEST_CASE("a listener that does not speak the protocol is named at once", "[rendezvous]") {
+  asio::io_context io;
+  ClientOptions o;
+  o.connect_deadline = 60s;
+  SECTION("not a frame") {
+    StrangeListener http(io, "HTTP/1.1 400 Bad Request\r\n\r\n");
+    LoneClient c(io, http.port(), o);
+    REQUIRE(run_until(
+        io, [&] { return c.stop.has_value(); }, 5s));
+    CHECK(c.stop->cause == StopCause::rejected);
+    CHECK_THAT(c.stop->reason,
+               Catch::StartsWith(fmt::format("rendezvous endpoint 127.0.0.1:{}: the process "
+                                             "listening there is not a trainrun rendezvous host",
+                                             http.port())) &&
+                   Catch::Contains("not a trainrun frame"));
+    CHECK(http.accepted == 1);
+  }
+  SECTION("a frame, but not a message") {
+    StrangeListener framed(io, encode_frame("hello, who are you?"));
+    LoneClient c(io, framed.port(), o);
+    REQUIRE(run_until(
+        io, [&] { return c.stop.has_value(); }, 5s));
+    CHECK(c.stop->cause == StopCause::rejected);
+    CHECK_THAT(c.stop->reason, Catch::Contains("not a trainrun rendezvous host") &&
+                                   Catch::Contains("not the trainrun protocol"));
+  }
+}
+
+TEST_CASE("connections closed during the handshake are retried, and the deadline says so",
+          "[rendezvous]") {
+  asio::io_context io;
+  StrangeListener closer(io, "");  // as a flooded server drops pending handshakes
+  ClientOptions o;
+  o.connect_deadline = 1s;
+  LoneClient c(io, closer.port(), o);
+  REQUIRE(run_until(
+      io, [&] { return c.stop.has_value(); }, 10s));
+  CHECK(closer.accepted >= 2);
+  CHECK(c.stop->cause == StopCause::join_timeout);
+  CHECK_THAT(c.stop->reason, Catch::Contains("no handshake completed in 1 s") &&
+                                 Catch::Contains("during the handshake"));
 }

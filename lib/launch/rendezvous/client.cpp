@@ -64,11 +64,13 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
 
   void attempt() {
     state_ = State::connecting;
+    attempt_timed_out_ = false;
     std::weak_ptr<Impl> weak = shared_from_this();
     timer_.expires_after(options_.attempt_timeout);
     timer_.async_wait([weak](error_code ec) {
       auto self = weak.lock();
       if (ec || !self || self->state_ != State::connecting) return;
+      self->attempt_timed_out_ = true;
       self->resolver_.cancel();
       if (self->socket_) self->socket_->close();
     });
@@ -77,31 +79,78 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
         [weak](error_code ec, tcp::resolver::results_type results) {
           auto self = weak.lock();
           if (!self || self->state_ != State::connecting) return;
-          if (ec)
+          if (ec) {
             return self->retry(
-                fmt::format("cannot resolve {}: {}", self->options_.host, ec.message()));
+                self->attempt_timed_out_
+                    ? fmt::format("resolving {} took longer than {:.0f} s", self->options_.host,
+                                  seconds(self->options_.attempt_timeout))
+                    : fmt::format("cannot resolve {}: {}", self->options_.host, ec.message()));
+          }
           self->socket_ = std::make_unique<tcp::socket>(self->io_);
           asio::async_connect(*self->socket_, results,
                               [weak](error_code ec2, const tcp::endpoint&) {
                                 auto self2 = weak.lock();
                                 if (!self2 || self2->state_ != State::connecting) return;
-                                if (ec2) return self2->retry(ec2.message());
+                                if (ec2) return self2->on_connect_failed(ec2);
                                 self2->on_connected();
                               });
         });
   }
 
-  void retry(const std::string& why) {
+  void on_connect_failed(const error_code& ec) {
+    if (attempt_timed_out_) {
+      return retry(fmt::format("no answer to connecting within {:.0f} s",
+                               seconds(options_.attempt_timeout)));
+    }
+    // Refused while this machine cannot bind the port: whatever holds it does not listen, so no
+    // trainrun agent hosts the endpoint. The grace covers a hosting agent caught between its
+    // bind and its listen.
+    if (ec == asio::error::connection_refused && options_.local_port_held) {
+      Clock::time_point judge_at =
+          started_at_ + std::min(options_.refused_grace, options_.connect_deadline);
+      if (Clock::now() < judge_at) return retry(ec.message(), judge_at);
+      if (std::optional<std::string> bind_error = options_.local_port_held()) {
+        return end(Stop{StopCause::rejected,
+                        fmt::format("rendezvous endpoint {}: the port is in use by another process "
+                                    "that is not a trainrun rendezvous host (bind: {}; connect: "
+                                    "{}); free it or choose another --rdzv-endpoint port",
+                                    endpoint(), *bind_error, ec.message()),
+                        1, std::nullopt});
+      }
+    }
+    retry(ec.message());
+  }
+
+  // The endpoint answered, but not with the protocol: no retry can change that.
+  void not_a_host(const std::string& what) {
+    connection_->close_now();
+    end(Stop{StopCause::rejected,
+             fmt::format("rendezvous endpoint {}: the process listening there is not a trainrun "
+                         "rendezvous host ({}); check --rdzv-endpoint, or free the port",
+                         endpoint(), what),
+             1, std::nullopt});
+  }
+
+  // `by`: try again no later than this.
+  void retry(const std::string& why, std::optional<Clock::time_point> by = std::nullopt) {
     timer_.cancel();
     socket_.reset();
     connection_.reset();
     auto now = Clock::now();
     if (now - started_at_ >= options_.connect_deadline) {
-      return end(Stop{StopCause::join_timeout,
-                      fmt::format("rendezvous endpoint {} not reachable after {:.0f} s ({}); is "
-                                  "the node that hosts it running, and is --rdzv-endpoint right?",
-                                  endpoint(), seconds(options_.connect_deadline), why),
-                      1, std::nullopt});
+      std::string reason =
+          connections_ == 0
+              ? fmt::format(
+                    "rendezvous endpoint {} not reachable after {:.0f} s (last attempt: "
+                    "{}); is the node that hosts it running, and is --rdzv-endpoint right?",
+                    endpoint(), seconds(options_.connect_deadline), why)
+              : fmt::format(
+                    "rendezvous endpoint {}: no handshake completed in {:.0f} s ({} "
+                    "connection{}, last attempt: {}); is a trainrun agent of this job "
+                    "hosting it, and is --rdzv-endpoint right?",
+                    endpoint(), seconds(options_.connect_deadline), connections_,
+                    connections_ == 1 ? "" : "s", why);
+      return end(Stop{StopCause::join_timeout, reason, 1, std::nullopt});
     }
     if (!last_retry_log_ || now - *last_retry_log_ >= options_.retry_log_interval) {
       log(fmt::format("rendezvous endpoint {} not reachable yet ({}), retrying", endpoint(), why));
@@ -110,6 +159,9 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     // Jitter spreads many agents' retries so a restarted host is not hit all at once.
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
     auto wait = std::chrono::duration_cast<Clock::duration>(backoff_ * jitter(random_));
+    // The last try falls on the deadline, so that giving up is not late by a whole back-off.
+    wait = std::min(wait, options_.connect_deadline - (now - started_at_));
+    if (by) wait = std::max(Clock::duration::zero(), std::min(wait, *by - now));
     backoff_ = std::min(backoff_ * 2, options_.max_backoff);
     state_ = State::connecting;
     timer_.expires_after(wait);
@@ -122,6 +174,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
 
   void on_connected() {
     timer_.cancel();
+    ++connections_;
     prepare_socket(*socket_);
     error_code ec;
     local_address_ = socket_->local_endpoint(ec).address();
@@ -134,8 +187,8 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
         [weak](std::string body) {
           if (auto self = weak.lock()) self->on_frame(body);
         },
-        [weak](const std::string& why, bool) {
-          if (auto self = weak.lock()) self->on_connection_lost(why);
+        [weak](const std::string& why, bool violation) {
+          if (auto self = weak.lock()) self->on_connection_lost(why, violation);
         });
     connection_->send(encode(ClientMessage{handshake_->hello()}));
     timer_.expires_after(options_.handshake_timeout);
@@ -143,12 +196,17 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
       auto self = weak.lock();
       if (e || !self || self->state_ != State::handshaking) return;
       self->connection_->close_now();
-      self->retry("no answer to the handshake");
+      self->retry(fmt::format("no answer to the handshake within {:.0f} s",
+                              seconds(self->options_.handshake_timeout)));
     });
   }
 
-  void on_connection_lost(const std::string& why) {
-    if (state_ == State::handshaking) return retry(why);
+  // `violation`: the peer broke the framing rules (the connection is still open).
+  void on_connection_lost(const std::string& why, bool violation) {
+    if (state_ == State::handshaking) {
+      if (violation) return not_a_host("it sent data that is not a trainrun frame: " + why);
+      return retry(why + " during the handshake");
+    }
     if (state_ == State::admitted) {
       end(Stop{StopCause::server_lost,
                fmt::format("lost the rendezvous server at {}: {}", endpoint(), why), 1,
@@ -161,6 +219,10 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     try {
       message = decode_server_message(body);
     } catch (const ProtocolError& e) {
+      if (state_ == State::handshaking) {
+        return not_a_host(
+            fmt::format("it sent a message that is not the trainrun protocol: {}", e.what()));
+      }
       return end(Stop{StopCause::server_lost,
                       fmt::format("the rendezvous server at {} sent an invalid message: {}",
                                   endpoint(), e.what()),
@@ -300,6 +362,8 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   Clock::time_point started_at_;
   Clock::time_point last_heard_;
   std::optional<Clock::time_point> last_retry_log_;
+  bool attempt_timed_out_ = false;
+  int connections_ = 0;  // TCP connections made while not yet admitted
   Clock::duration backoff_;
   Clock::duration keep_alive_ = std::chrono::seconds(5);
   Clock::duration heartbeat_timeout_ = std::chrono::seconds(15);

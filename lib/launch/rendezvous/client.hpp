@@ -24,6 +24,13 @@ struct ClientOptions {
   Clock::duration initial_backoff = std::chrono::milliseconds(100);
   Clock::duration max_backoff = std::chrono::seconds(5);
   Clock::duration retry_log_interval = std::chrono::seconds(10);
+  // Set when the endpoint is on this machine and this agent could not bind its port. Called on
+  // a refused connection, it returns the bind error while the port is still held, else nothing.
+  // Held but refusing means the holder does not listen: it is not a trainrun host, and waiting
+  // cannot help. Past refused_grace (a hosting agent may be starting) the client gives up.
+  // Unset (remote endpoints): refusals are retried until connect_deadline.
+  std::function<std::optional<std::string>()> local_port_held;
+  Clock::duration refused_grace = std::chrono::seconds(3);
   LogFunction log;  // lines without prefix; nothing is logged when empty
 };
 
@@ -37,7 +44,9 @@ struct ClientEvents {
 // One agent's connection to the rendezvous server, on the agent's io_context, never blocking.
 // start() connects (retrying with back-off until connect_deadline) and authenticates; join()
 // may be called before that and is sent once admitted. Exactly one on_stop ends its life; after
-// on_stop, or after leave(), no event is delivered.
+// on_stop, or after leave(), no event is delivered. Connections lost during the handshake are
+// retried (a flooded server drops pending handshakes); a peer that answers with something that
+// is not the protocol is not a trainrun host, and ends the client at once (StopCause::rejected).
 class RendezvousClient {
  public:
   RendezvousClient(boost::asio::io_context& io, ClientOptions options, ClientEvents events);

@@ -34,6 +34,9 @@ struct RendezvousOptions {
   Clock::duration heartbeat_timeout = std::chrono::seconds(15);
   Clock::duration status_interval = std::chrono::seconds(10);
   Clock::duration handshake_timeout = std::chrono::seconds(10);
+  // How long refusals are taken for a hosting agent that is starting, when this agent found the
+  // local endpoint's port taken; past it the port's holder is judged not a trainrun host.
+  Clock::duration refused_grace = std::chrono::seconds(3);
 };
 
 // The --rdzv-conf keys understood (others are refused, so a typo does not pass silently):

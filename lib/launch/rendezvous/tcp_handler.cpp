@@ -14,6 +14,17 @@ using boost::system::error_code;
 
 namespace {
 
+// Whether this process could bind `where` now, as the server does (SO_REUSEADDR); the error if
+// not. Binding without listening: a client connecting meanwhile is refused, not misled.
+error_code try_bind(const tcp::endpoint& where) {
+  tcp::acceptor probe(asio::system_executor{});
+  error_code ec;
+  probe.open(where.protocol(), ec);
+  if (!ec) probe.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) probe.bind(where, ec);
+  return ec;
+}
+
 bool is_local_address(const asio::ip::address& address) {
   tcp::acceptor probe(asio::system_executor{});
   error_code ec;
@@ -145,7 +156,9 @@ class TcpRendezvousHandler : public RendezvousHandler {
             where.address().to_string(), where.port(), e.code().message(),
             options_.static_backend ? " with --rdzv-conf rdzv_port=N" : " in --rdzv-endpoint"));
       }
-      // Another agent on this machine got there first: it hosts, we are a client.
+      // Another agent on this machine got there first: it hosts, we are a client. Unless what
+      // holds the port is not an agent; the client finds out if it is refused (see connect).
+      if (e.code() == asio::error::address_in_use) port_held_ = where;
       return;
     }
     actual_port_ = server->local_endpoint().port();
@@ -166,6 +179,14 @@ class TcpRendezvousHandler : public RendezvousHandler {
     co.token = options_.token;
     co.connect_deadline = options_.join_timeout;
     co.handshake_timeout = options_.handshake_timeout;
+    co.refused_grace = options_.refused_grace;
+    if (port_held_) {
+      co.local_port_held = [where = *port_held_]() -> std::optional<std::string> {
+        error_code ec = try_bind(where);
+        if (ec == asio::error::address_in_use) return ec.message();
+        return std::nullopt;
+      };
+    }
     co.log = log_;
     ClientEvents events = events_;
     events.on_waiting = [this](const Waiting& w) {
@@ -196,6 +217,7 @@ class TcpRendezvousHandler : public RendezvousHandler {
   std::unique_ptr<RendezvousClient> client_;
   std::optional<NodeDescriptor> pending_join_;
   unsigned short actual_port_ = 0;
+  std::optional<tcp::endpoint> port_held_;  // the endpoint we could not bind: address in use
 };
 
 }  // namespace
