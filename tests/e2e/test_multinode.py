@@ -231,18 +231,31 @@ def test_wrong_token_is_refused(agents, tmp_path):
     assert "token" in a.err.lower(), a.err
 
 
-def test_port_held_by_a_process_that_does_not_listen_is_named_early(agents):
+def _held_port():
+    """A free port and a socket bound to it that never listens: no agent can host or connect."""
     port = free_port()
     holder = socket.socket()
-    holder.bind(("127.0.0.1", port))  # bound, never listening: no agent can host or connect
+    holder.bind(("127.0.0.1", port))
+    return port, holder
+
+
+def _run_agents_while(blocker, agents, port, conf, names=("a",)):
+    """Starts one agent per name on `port` with `conf`, runs /bin/true, waits for them all, then
+    closes `blocker` (what stands at the port); returns the agents, their exit codes, and the
+    seconds from their start to the last one's end."""
     try:
         t0 = time.monotonic()
-        procs = [agents(n, dynamic(port, 2, 1, "--rdzv-conf=join_timeout=300") + ["/bin/true"])
-                 for n in ("a", "b")]
+        procs = [agents(n, dynamic(port, 2, 1, conf) + ["/bin/true"]) for n in names]
         codes = [p.wait(120) for p in procs]
-        took = time.monotonic() - t0
+        return procs, codes, time.monotonic() - t0
     finally:
-        holder.close()
+        blocker.close()
+
+
+def test_port_held_by_a_process_that_does_not_listen_is_named_early(agents):
+    port, holder = _held_port()
+    procs, codes, took = _run_agents_while(holder, agents, port, "--rdzv-conf=join_timeout=300",
+                                           names=("a", "b"))
     expected = (f"trainrun: rendezvous endpoint 127.0.0.1:{port}: the port is in use by another "
                 "process that is not a trainrun rendezvous host (bind: Address already in use; "
                 "connect: Connection refused); free it or choose another --rdzv-endpoint port")
@@ -293,13 +306,7 @@ class _StrangeListener:
 def test_listener_that_is_not_a_trainrun_agent_is_named_at_once(agents, answer):
     port = free_port()
     listener = _StrangeListener(port, answer)
-    try:
-        t0 = time.monotonic()
-        a = agents("a", dynamic(port, 2, 1, "--rdzv-conf=join_timeout=300") + ["/bin/true"])
-        code = a.wait(120)
-        took = time.monotonic() - t0
-    finally:
-        listener.close()
+    (a,), (code,), took = _run_agents_while(listener, agents, port, "--rdzv-conf=join_timeout=300")
     assert code == 1, a.err
     lines = [line for line in a.err.splitlines() if "not a trainrun rendezvous host" in line]
     assert len(lines) == 1, a.err
@@ -311,16 +318,9 @@ def test_listener_that_is_not_a_trainrun_agent_is_named_at_once(agents, answer):
 def test_refused_remote_endpoint_is_retried_until_the_join_timeout(agents):
     # is_host=0: the agent does not own the endpoint, as on another machine than its host, so a
     # refusal may be a host that has not started yet.
-    port = free_port()
-    holder = socket.socket()
-    holder.bind(("127.0.0.1", port))
-    try:
-        t0 = time.monotonic()
-        a = agents("a", dynamic(port, 2, 1, "--rdzv-conf=is_host=0,join_timeout=6") + ["/bin/true"])
-        code = a.wait(120)
-        took = time.monotonic() - t0
-    finally:
-        holder.close()
+    port, holder = _held_port()
+    (a,), (code,), took = _run_agents_while(holder, agents, port,
+                                            "--rdzv-conf=is_host=0,join_timeout=6")
     assert code == 1, a.err
     assert took >= 5.5, took
     assert (f"rendezvous endpoint 127.0.0.1:{port} not reachable after 6 s (last attempt: "

@@ -33,12 +33,22 @@ struct Node {
   }
 };
 
-// A two-node job on a free local port.
-RendezvousOptions two_node_options(asio::io_context& io) {
+// A two-node job on a local port.
+RendezvousOptions two_node_options(int port) {
   RendezvousOptions o;
-  o.endpoint = HostPort{"127.0.0.1", free_port(io)};
+  o.endpoint = HostPort{"127.0.0.1", port};
   o.run_id = "job7";
   o.min_nodes = o.max_nodes = 2;
+  return o;
+}
+
+// A two-node job on the port `holder` holds: the agent can neither host nor connect there.
+RendezvousOptions held_port_options(const BoundNotListening& holder,
+                                    std::chrono::milliseconds refused_grace,
+                                    std::chrono::milliseconds join_timeout) {
+  RendezvousOptions o = two_node_options(holder.port());
+  o.refused_grace = refused_grace;
+  o.join_timeout = join_timeout;
   return o;
 }
 
@@ -46,7 +56,7 @@ RendezvousOptions two_node_options(asio::io_context& io) {
 
 TEST_CASE("the agent owning a local endpoint hosts it; the others connect", "[rendezvous]") {
   asio::io_context io;
-  RendezvousOptions o = two_node_options(io);
+  RendezvousOptions o = two_node_options(free_port(io));
   Node a(io, o);
   a.handler->join({2, 31000});
   // The first agent binds the endpoint before the second one tries.
@@ -105,7 +115,7 @@ TEST_CASE("is_host=1 on a taken port fails with a clear message", "[rendezvous]"
 
 TEST_CASE("the waiting status is logged", "[rendezvous]") {
   asio::io_context io;
-  RendezvousOptions o = two_node_options(io);
+  RendezvousOptions o = two_node_options(free_port(io));
   Node a(io, o);
   a.handler->join({1, 31000});
   REQUIRE(run_until(io, [&] {
@@ -119,7 +129,7 @@ TEST_CASE("the waiting status is logged", "[rendezvous]") {
 
 TEST_CASE("after the job ends the hosting agent's loop runs out of work at once", "[rendezvous]") {
   asio::io_context io;
-  RendezvousOptions o = two_node_options(io);
+  RendezvousOptions o = two_node_options(free_port(io));
   Node a(io, o);
   a.handler->join({1, 31000});
   REQUIRE(run_until(io, [&] { return a.handler->hosting(); }));
@@ -131,10 +141,7 @@ TEST_CASE("after the job ends the hosting agent's loop runs out of work at once"
   REQUIRE(run_until(io, [&] { return a.stop && b.stop; }));
   // What an agent does after on_stop: run the loop until it has no work left. The server's
   // acceptor and keep-alive timer must not hold it for the whole bound.
-  auto t0 = std::chrono::steady_clock::now();
-  io.restart();
-  io.run_for(5s);
-  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  CHECK(run_out_of_work(io) < 2s);
   CHECK(io.stopped());
 }
 
@@ -142,13 +149,8 @@ TEST_CASE("a local endpoint whose port a non-listening process holds fails clear
           "[rendezvous]") {
   asio::io_context io;
   // Bound, never listening, without SO_REUSEADDR: the agent can neither host nor connect.
-  asio::ip::tcp::acceptor holder(io);
-  holder.open(asio::ip::tcp::v4());
-  holder.bind(asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
-  RendezvousOptions o = two_node_options(io);
-  o.endpoint.port = holder.local_endpoint().port();
-  o.join_timeout = 120s;
-  o.refused_grace = 500ms;
+  BoundNotListening holder(io);
+  RendezvousOptions o = held_port_options(holder, 500ms, 120s);
   Node a(io, o);
   a.handler->join({1, 31000});
   auto t0 = std::chrono::steady_clock::now();
@@ -167,14 +169,9 @@ TEST_CASE("a local endpoint whose port a non-listening process holds fails clear
 
 TEST_CASE("is_host=0 never judges the port: a host may still come", "[rendezvous]") {
   asio::io_context io;
-  asio::ip::tcp::acceptor holder(io);
-  holder.open(asio::ip::tcp::v4());
-  holder.bind(asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
-  RendezvousOptions o = two_node_options(io);
-  o.endpoint.port = holder.local_endpoint().port();
+  BoundNotListening holder(io);
+  RendezvousOptions o = held_port_options(holder, 100ms, 1s);  // the timeout well past the grace
   o.is_host = false;
-  o.refused_grace = 100ms;
-  o.join_timeout = 1s;  // well past the grace
   Node a(io, o);
   a.handler->join({1, 31000});
   REQUIRE(run_until(

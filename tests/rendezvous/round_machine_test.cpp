@@ -40,6 +40,12 @@ struct Harness {
     connect(id);
     join(id, host, nproc, node_rank);
   }
+  // Connects and joins one node per host, as nodes 1, 2, ... in that order.
+  void connect_and_join_all(const std::vector<std::string>& hosts) {
+    for (std::size_t i = 0; i < hosts.size(); ++i) {
+      connect_and_join(static_cast<NodeId>(i + 1), hosts[i]);
+    }
+  }
   void advance(Clock::duration d) {
     now += d;
     take(machine.tick(now));
@@ -82,6 +88,11 @@ RoundConfig dynamic(int min, int max, int restarts = 0) {
   c.max_nodes = max;
   c.max_restarts = restarts;
   c.endpoint = "node0:29400";
+  return c;
+}
+
+RoundConfig with_heartbeat_timeout(RoundConfig c, Clock::duration timeout) {
+  c.heartbeat_timeout = timeout;
   return c;
 }
 
@@ -271,11 +282,8 @@ TEST_CASE("a lost node: smaller round with restarts left and MIN nodes, else sto
 }
 
 TEST_CASE("missed heartbeats drop a node within the heartbeat timeout", "[rendezvous]") {
-  RoundConfig c = dynamic(1, 2, 1);
-  c.heartbeat_timeout = seconds(15);
-  Harness h(c);
-  h.connect_and_join(1, "a");
-  h.connect_and_join(2, "b");
+  Harness h(with_heartbeat_timeout(dynamic(1, 2, 1), seconds(15)));
+  h.connect_and_join_all({"a", "b"});
   REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
   // Node 2 goes silent; node 1 keeps sending heartbeats.
   h.run_for(seconds(14), {1});
@@ -291,12 +299,8 @@ TEST_CASE("missed heartbeats drop a node within the heartbeat timeout", "[rendez
 }
 
 TEST_CASE("only a node declared lost is closed without waiting for it", "[rendezvous]") {
-  RoundConfig c = dynamic(2, 3, 0);
-  c.heartbeat_timeout = seconds(15);
-  Harness h(c);
-  h.connect_and_join(1, "a");
-  h.connect_and_join(2, "b");
-  h.connect_and_join(3, "c");
+  Harness h(with_heartbeat_timeout(dynamic(2, 3, 0), seconds(15)));
+  h.connect_and_join_all({"a", "b", "c"});
   REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
   SECTION("silent: the job ends, the others get their stop with the usual goodbye") {
     h.run_for(seconds(15), {1, 2});

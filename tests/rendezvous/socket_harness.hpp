@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "rendezvous/frame.hpp"
@@ -30,6 +32,26 @@ inline bool run_until(boost::asio::io_context& io, const std::function<bool()>& 
   }
   return true;
 }
+
+// Runs the loop until it runs out of work, for at most `limit`; returns how long that took.
+inline std::chrono::steady_clock::duration run_out_of_work(
+    boost::asio::io_context& io, std::chrono::milliseconds limit = std::chrono::seconds(5)) {
+  auto t0 = std::chrono::steady_clock::now();
+  io.restart();
+  io.run_for(limit);
+  return std::chrono::steady_clock::now() - t0;
+}
+
+// A port held by a socket that is bound but does not listen (no SO_REUSEADDR), as a process
+// that has not called listen() yet, or never will, holds it: no one can host on it or connect.
+struct BoundNotListening {
+  boost::asio::ip::tcp::acceptor socket;
+  explicit BoundNotListening(boost::asio::io_context& io) : socket(io) {
+    socket.open(boost::asio::ip::tcp::v4());
+    socket.bind(boost::asio::ip::tcp::endpoint(boost::asio::ip::address_v4::loopback(), 0));
+  }
+  int port() const { return socket.local_endpoint().port(); }
+};
 
 inline void raise_fd_limit() {
   rlimit r{};
@@ -82,6 +104,16 @@ class RawPeer {
     auto f = read_frame(io);
     if (!f) return std::nullopt;
     return decode_server_message(*f);
+  }
+  // The next message of type T, dropping those before it; nothing if the connection closed or
+  // time ran out first.
+  template <class T>
+  std::optional<ServerMessage> read_until(boost::asio::io_context& io) {
+    std::optional<ServerMessage> m;
+    do {
+      m = read_message(io);
+    } while (m && !std::holds_alternative<T>(*m));
+    return m;
   }
   // Whether the server closed the connection within `limit` (frames before that are dropped).
   bool wait_closed(boost::asio::io_context& io,
