@@ -119,6 +119,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
   on_exit_ = std::move(on_exit);
   workers_.clear();
   open_readers_ = 0;
+  ++generation_;  // readers of an earlier group, given up on, must not count against this one
   readers_.clear();
   const pid_t parent = getpid();
   // Every worker is forked before we wait for any exec to succeed, so a large group starts in
@@ -167,7 +168,8 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
       auto reader = std::make_shared<TeeReader>(io_, fds.keep_pipe, fds.keep_file, console, w.prefix);
       ++open_readers_;
       readers_.push_back(reader);
-      reader->start([this] {
+      reader->start([this, generation = generation_] {
+        if (generation != generation_ || open_readers_ == 0) return;
         --open_readers_;
         if (finish_done_) finish_step();
       });
@@ -262,6 +264,7 @@ void Supervisor::finish_step() {
   // not wait for it forever.
   if (!alive && now >= finish_deadline_ + std::chrono::seconds(1)) {
     open_readers_ = 0;
+    ++generation_;
     finish_step();
     return;
   }

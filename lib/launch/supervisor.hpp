@@ -70,6 +70,9 @@ class Supervisor {
   std::vector<Worker> workers_;
   ExitHandler on_exit_;
   size_t open_readers_ = 0;
+  // Bumped when a group starts or its remaining readers are given up on: a late reader's close
+  // then no longer counts.
+  unsigned generation_ = 0;
   std::vector<std::weak_ptr<TeeReader>> readers_;
   boost::asio::steady_timer finish_timer_;
   std::chrono::steady_clock::time_point finish_deadline_;
