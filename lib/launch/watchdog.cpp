@@ -13,6 +13,8 @@
 #include <set>
 #include <string>
 
+extern char** environ;
+
 namespace trainrun::launch {
 
 namespace {
@@ -80,6 +82,13 @@ void kill_marked(const std::string& marker) {
   // Stay out of the launcher's process group and ignore terminal and job-control signals: the
   // watchdog must live until the launcher is gone, however the launcher is stopped.
   setpgid(0, 0);
+  // A trainrun started inside another job's worker inherits that job's marker; the enclosing
+  // job's watchdog must not take this one for an escaped worker, or this job's own escaped
+  // processes would be left behind. /proc/<pid>/environ shows the original environment block,
+  // so the entry is renamed in place.
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    if (std::strncmp(*entry, "TORCHELASTIC_ERROR_FILE=", 24) == 0) (*entry)[0] = '_';
+  }
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTSTP, SIGTTIN,
                   SIGTTOU})
     signal(sig, SIG_IGN);

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conftest import alive, read_pids, run, start, wait_for, wait_for_pids
+from conftest import TRAINRUN, alive, read_pids, run, start, wait_for, wait_for_pids
 
 
 def test_success_exits_zero_at_once(worker):
@@ -206,6 +206,27 @@ def test_kill_9_of_trainrun_also_stops_descendants_in_their_own_session(worker, 
     grand = tmp_path / "grand"
     p = start(["--nproc-per-node=2", worker, "pidfile", str(pids), "grandchild", str(grand), mode,
                "sleep", "60"])
+    workers = wait_for_pids(pids, 2)
+    escaped = wait_for_pids(grand, 2)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    everyone = workers + escaped
+    try:
+        assert wait_for(lambda: not any(alive(x) for x in everyone), 5.0), \
+            [x for x in everyone if alive(x)]
+    finally:
+        for pid in everyone:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_kill_9_of_trainrun_running_trainrun_leaves_no_survivors(worker, tmp_path):
+    # The inner trainrun's watchdog inherits the outer job's marker; the outer watchdog must not
+    # kill it, or the inner job's setsid child would be left behind.
+    pids = tmp_path / "pids"
+    grand = tmp_path / "grand"
+    p = start(["--nproc-per-node=1", "--no-python", TRAINRUN, "--nproc-per-node=2", worker,
+               "pidfile", str(pids), "grandchild", str(grand), "setsid", "sleep", "60"])
     workers = wait_for_pids(pids, 2)
     escaped = wait_for_pids(grand, 2)
     os.kill(p.pid, signal.SIGKILL)
