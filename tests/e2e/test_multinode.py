@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import free_port, read_envs, wait_for, wait_for_pids
+from conftest import alive, free_port, read_envs, read_pids, wait_for, wait_for_pids
 
 
 def dynamic(port, nnodes, nproc, *extra, run_id="job"):
@@ -350,3 +350,51 @@ def test_stopped_agent_does_not_hold_up_the_hosts_exit(agents, worker, tmp_path)
     assert reacted < 3, f"host exited {reacted:.1f} s after declaring the node lost:\n{host.err}"
     # Resumed, the stopped agent learns that the job is over and stops its worker.
     assert other.wait(30) != 0, other.err
+
+
+@pytest.mark.parametrize("stopped", ["host", "other"])
+def test_node_stopped_by_a_signal_is_named_on_the_others(agents, worker, tmp_path, stopped):
+    port = free_port()
+    pids = tmp_path / "pids"
+    args = [worker, "pidfile", str(pids), "sleep", "60"]
+    extra = ["--max-restarts=2", "--shutdown-timeout=5"]
+    host = agents("host", dynamic(port, 2, 1, "--rdzv-conf=is_host=1", *extra) + args)
+    other = agents("other", dynamic(port, 2, 1, "--rdzv-conf=is_host=0", *extra) + args)
+    workers = wait_for_pids(pids, 2, timeout=30)
+    target, survivor = (host, other) if stopped == "host" else (other, host)
+    t0 = time.monotonic()
+    os.kill(target.proc.pid, signal.SIGTERM)
+    assert target.wait(30) == 143, target.err
+    assert time.monotonic() - t0 < 5, target.err
+    # The same code either way: a node stopped mid-job is a lost node (exit 1), on every other.
+    assert survivor.wait(30) == 1, survivor.err
+    name = socket.gethostname()
+    expected = (f"trainrun: node {name} (127.0.0.1, pid {target.proc.pid}) lost (left: {name} "
+                "stopped by SIGTERM); ")
+    expected += (f"it hosted the rendezvous at 127.0.0.1:{port}, so the job cannot continue"
+                 if stopped == "host" else "1 nodes remain, fewer than the minimum of 2")
+    # The host used to leave only "lost the rendezvous server at ...: connection closed by peer".
+    assert expected in survivor.err.splitlines(), survivor.err
+    assert "lost the rendezvous server" not in survivor.err, survivor.err
+    assert wait_for(lambda: not any(alive(p) for p in workers), 10)
+
+
+def test_failure_on_the_host_stops_every_node_with_its_code(agents, tmp_path):
+    port = free_port()
+    pids = tmp_path / "pids"
+    script = tmp_path / "w.sh"
+    script.write_text(f"#!/bin/sh\necho $$ >> {pids}\n"
+                      f"[ \"$FAIL\" = 1 ] && while [ $(wc -l < {pids}) -lt 2 ]; do sleep 0.05; done"
+                      " && exit 7\nexec sleep 60\n")
+    script.chmod(0o755)
+    host = agents("host", dynamic(port, 2, 1, "--rdzv-conf=is_host=1") + [str(script)],
+                  env={"FAIL": "1"})
+    other = agents("other", dynamic(port, 2, 1, "--rdzv-conf=is_host=0") + [str(script)],
+                   env={"FAIL": "0"})
+    assert host.wait(60) == 7, host.err
+    assert other.wait(60) == 7, other.err
+    for agent in (host, other):
+        assert "FAILED" in agent.err, agent.err
+        assert "exitcode  : 7" in agent.err, agent.err
+    assert "lost the rendezvous server" not in other.err, other.err
+    assert wait_for(lambda: not any(alive(p) for p in read_pids(pids)), 10)

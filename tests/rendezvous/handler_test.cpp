@@ -1,5 +1,8 @@
 #include "rendezvous/handler.hpp"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <memory>
 
@@ -179,4 +182,39 @@ TEST_CASE("is_host=0 never judges the port: a host may still come", "[rendezvous
   CHECK(a.stop->cause == StopCause::join_timeout);
   CHECK_THAT(a.stop->reason, Catch::Contains("not reachable after 1 s (last attempt: Connection "
                                              "refused)"));
+}
+
+TEST_CASE("a stopped hosting agent ends the job for the others as a stopped node does",
+          "[rendezvous]") {
+  asio::io_context io;
+  RendezvousOptions o = two_node_options(free_port(io));
+  o.is_host = true;
+  Node host(io, o);
+  host.handler->join({1, 31000});
+  o.is_host = false;
+  Node other(io, o);
+  other.handler->join({1, 31001});
+  REQUIRE(run_until(io, [&] { return host.assignment && other.assignment; }));
+  REQUIRE(host.handler->hosting());
+  SECTION("the other node stopped: the host is told") {
+    other.handler->shutdown("node1 stopped by SIGTERM");
+    REQUIRE(run_until(io, [&] { return host.stop.has_value(); }));
+    CHECK(host.stop->cause == StopCause::node_lost);
+    CHECK(host.stop->exit_code == 1);
+    CHECK_THAT(host.stop->reason, Catch::Contains("(left: node1 stopped by SIGTERM)"));
+  }
+  SECTION("the host stopped: the other node is told who and why, not only that it lost it") {
+    host.handler->shutdown("node0 stopped by SIGTERM");
+    REQUIRE(run_until(io, [&] { return other.stop.has_value(); }));
+    CHECK(other.stop->cause == StopCause::node_lost);
+    CHECK(other.stop->exit_code == 1);
+    CHECK_THAT(other.stop->reason,
+               Catch::Contains(fmt::format("pid {}) lost (left: node0 stopped by SIGTERM); it "
+                                           "hosted the rendezvous at 127.0.0.1:{}",
+                                           ::getpid(), o.endpoint.port)));
+    CHECK_FALSE(host.stop);  // it left: no event after shutdown
+    // The host's loop runs out of work once the other node has its stop.
+    CHECK(run_out_of_work(io) < 2s);
+    CHECK(io.stopped());
+  }
 }

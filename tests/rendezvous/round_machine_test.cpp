@@ -398,3 +398,71 @@ TEST_CASE("a waiting node that leaves is forgotten before the round forms", "[re
   REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
   CHECK(h.last<Assignment>(2)->group_world_size == 2);
 }
+
+TEST_CASE("the hosting agent leaving ends the job for every other node, restarts or not",
+          "[rendezvous]") {
+  // Restarts left and MIN nodes remaining: a lost node would restart the job, but nothing can
+  // go on without the server.
+  Harness h(with_heartbeat_timeout(dynamic(1, 3, 2), seconds(15)));
+  h.connect_and_join_all({"node0", "node1", "node2"});
+  REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
+  SECTION("named, with the reason, the same stop as a node lost without restarts") {
+    h.take(h.machine.host_left(1, "left: node0 stopped by SIGTERM", h.now));
+    CHECK(h.machine.phase() == RoundMachine::Phase::ended);
+    for (NodeId id : {2, 3}) {
+      REQUIRE(h.last<Stop>(id));
+      CHECK(h.count<Restart>(id) == 0);
+      CHECK(h.last<Stop>(id)->cause == StopCause::node_lost);
+      CHECK(h.last<Stop>(id)->exit_code == 1);
+      CHECK(h.last<Stop>(id)->reason ==
+            "node node0 (10.0.0.1, pid 1001) lost (left: node0 stopped by SIGTERM); it hosted the "
+            "rendezvous at node0:29400, so the job cannot continue");
+      CHECK(h.closed[id]);
+      CHECK_FALSE(h.closed_as_lost[id]);
+    }
+    // The host's own connection is not told: its agent knows why it stops.
+    CHECK_FALSE(h.last<Stop>(1));
+    CHECK_FALSE(h.closed[1]);
+    // Late arrivals learn the outcome, as after any end.
+    h.connect(4);
+    REQUIRE(h.last<Stop>(4));
+    CHECK_THAT(h.last<Stop>(4)->reason, Catch::Contains("it hosted the rendezvous"));
+  }
+  SECTION("a peer already silent past the heartbeat timeout is not waited for") {
+    h.now += seconds(15);
+    h.take(h.machine.received(2, Heartbeat{}, h.now));
+    h.take(h.machine.host_left(1, "left: node0 stopped by SIGINT", h.now));
+    REQUIRE(h.last<Stop>(3));
+    CHECK(h.closed_as_lost[3]);
+    CHECK_FALSE(h.closed_as_lost[2]);
+  }
+  SECTION("after the job ended nothing more is sent") {
+    for (NodeId id : {1, 2, 3}) h.send(id, Done{0});
+    REQUIRE(h.last<Stop>(2));
+    const std::size_t before = h.inbox[2].size();
+    h.take(h.machine.host_left(1, "left: node0 stopped by SIGTERM", h.now));
+    CHECK(h.inbox[2].size() == before);
+    CHECK(h.last<Stop>(2)->cause == StopCause::finished);
+  }
+}
+
+TEST_CASE("the hosting agent leaving while a round forms stops the waiting nodes", "[rendezvous]") {
+  Harness h(dynamic(3, 3));
+  h.connect_and_join(2, "node1");
+  SECTION("its own connection not admitted yet: the stop names the endpoint") {
+    h.take(h.machine.host_left(std::nullopt, "left: node0 stopped by SIGINT", h.now));
+    REQUIRE(h.last<Stop>(2));
+    CHECK(h.last<Stop>(2)->exit_code == 1);
+    CHECK(h.last<Stop>(2)->reason ==
+          "the node hosting the rendezvous at node0:29400 is gone (left: node0 stopped by "
+          "SIGINT), so the job cannot continue");
+  }
+  SECTION("joined: the stop names it") {
+    h.connect_and_join(1, "node0");
+    REQUIRE(h.machine.phase() == RoundMachine::Phase::forming);
+    h.take(h.machine.host_left(1, "left: node0 stopped by SIGINT", h.now));
+    REQUIRE(h.last<Stop>(2));
+    CHECK_THAT(h.last<Stop>(2)->reason, Catch::StartsWith("node node0 (10.0.0.1, pid 1001) lost"));
+  }
+  CHECK(h.machine.phase() == RoundMachine::Phase::ended);
+}

@@ -209,6 +209,32 @@ TEST_CASE("losing the server is reported to the agent", "[rendezvous]") {
   CHECK_THAT(a.stop->reason, Catch::Contains("lost the rendezvous server at 127.0.0.1:"));
 }
 
+TEST_CASE("the hosting agent leaving names it to the others and closes the server",
+          "[rendezvous]") {
+  Fixture f;
+  int port = f.start_server(server_options(1, 2, 1));  // a lost node would mean a restart
+  Agent host(f.io, port), other(f.io, port);
+  host.join(1, "host-a");
+  other.join(1, "host-b");
+  REQUIRE(run_until(f.io, [&] { return !host.assignments.empty() && !other.assignments.empty(); }));
+  REQUIRE(host.client->local_endpoint());
+  f.server->leave("host-a stopped by SIGTERM", host.client->local_endpoint());
+  host.client->leave("host-a stopped by SIGTERM");
+  REQUIRE(run_until(f.io, [&] { return other.stop.has_value(); }));
+  CHECK(other.restarts.empty());
+  CHECK(other.stop->cause == StopCause::node_lost);
+  CHECK(other.stop->exit_code == 1);
+  CHECK_THAT(other.stop->reason,
+             Catch::StartsWith(fmt::format("node host-a (127.0.0.1, pid {}) lost (left: host-a "
+                                           "stopped by SIGTERM); it hosted the rendezvous",
+                                           ::getpid())));
+  CHECK(f.logged("job ends (node_lost): node host-a"));
+  // Closed: nobody can join any more, and nothing keeps the loop running.
+  CHECK(f.server->admitted_connections() == 0);
+  CHECK(run_out_of_work(f.io) < 2s);
+  CHECK(f.io.stopped());
+}
+
 TEST_CASE("an endpoint not up yet is retried, then joined", "[rendezvous]") {
   asio::io_context io;
   // Find a free port, release it, and start the server there only after the client tried.

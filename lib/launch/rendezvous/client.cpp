@@ -177,7 +177,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     ++connections_;
     prepare_socket(*socket_);
     error_code ec;
-    local_address_ = socket_->local_endpoint(ec).address();
+    local_endpoint_ = socket_->local_endpoint(ec);
     state_ = State::handshaking;
     connection_ = std::make_shared<FramedConnection>(std::move(*socket_), kMaxFrameSize);
     socket_.reset();
@@ -305,8 +305,9 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     NodeDescriptor node = *pending_join_;
     pending_join_.reset();
     if (node.addr.empty()) {
-      if (!local_address_.is_loopback() || is_literal_loopback(options_.host)) {
-        node.addr = local_address_.to_string();
+      const asio::ip::address local = local_endpoint_.address();
+      if (!local.is_loopback() || is_literal_loopback(options_.host)) {
+        node.addr = local.to_string();
       } else {
         node.addr = host_name();
       }
@@ -358,7 +359,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   std::unique_ptr<tcp::socket> socket_;
   std::shared_ptr<FramedConnection> connection_;
   std::optional<ClientHandshake> handshake_;
-  asio::ip::address local_address_;
+  tcp::endpoint local_endpoint_;
   Clock::time_point started_at_;
   Clock::time_point last_heard_;
   std::optional<Clock::time_point> last_retry_log_;
@@ -385,5 +386,9 @@ void RendezvousClient::report_failure(const WorkerFailure& failure) {
 void RendezvousClient::report_done() { impl_->report_done(); }
 void RendezvousClient::leave(const std::string& reason) { impl_->leave(reason); }
 std::optional<Assignment> RendezvousClient::assignment() const { return impl_->assignment_; }
+std::optional<tcp::endpoint> RendezvousClient::local_endpoint() const {
+  if (impl_->state_ != Impl::State::admitted) return std::nullopt;
+  return impl_->local_endpoint_;
+}
 
 }  // namespace trainrun::launch::rdzv

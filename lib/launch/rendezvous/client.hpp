@@ -1,6 +1,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -64,6 +65,9 @@ class RendezvousClient {
   void leave(const std::string& reason);
 
   std::optional<Assignment> assignment() const;
+  // This end of the connection while admitted: how the server tells this client's connection
+  // from the others (the hosting agent's own, for RendezvousServer::leave).
+  std::optional<boost::asio::ip::tcp::endpoint> local_endpoint() const;
 
  private:
   struct Impl;

@@ -24,7 +24,9 @@ namespace trainrun::launch::rdzv {
 //                                   node is done (the exit barrier)
 //   events.on_restart(r)          → stop workers, then rdzv->join(...) again for the next round
 //   events.on_stop(s)             → stop workers if running; exit with s.exit_code. Terminal.
-//   local stop signal             → rdzv->shutdown(reason): the others see this node leave
+//   local stop signal             → rdzv->shutdown(reason): the others see this node leave; when
+//                                   it hosts the server, the job ends for them with a stop
+//                                   naming this node and `reason`
 // After on_stop or shutdown() keep running the io_context until it has no work left: the
 // server's last messages are flushed and its connections closed (bounded by a few seconds).
 class RendezvousHandler {

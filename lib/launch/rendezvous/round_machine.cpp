@@ -307,6 +307,37 @@ void RoundMachine::end_job(Effects& fx, Stop stop) {
   done_.clear();
 }
 
+Effects RoundMachine::host_left(std::optional<NodeId> host, const std::string& why,
+                                Clock::time_point now) {
+  Effects fx;
+  if (phase_ == Phase::ended) return fx;
+  std::string reason;
+  auto it = host ? sessions_.find(*host) : sessions_.end();
+  if (it != sessions_.end() && it->second.node) {
+    std::string who = describe(*host);
+    fx.log.push_back(fmt::format("node {} lost: {}", who, why));
+    reason = fmt::format("node {} lost ({}); it hosted the rendezvous at {}", who, why,
+                         config_.endpoint);
+  } else {
+    reason =
+        fmt::format("the node hosting the rendezvous at {} is gone ({})", config_.endpoint, why);
+  }
+  reason += ", so the job cannot continue";
+  if (it != sessions_.end()) sessions_.erase(it);
+  // Peers already silent past the heartbeat timeout would never acknowledge the stop: the
+  // hosting agent must not linger for them on its way out.
+  std::set<NodeId> silent;
+  for (const auto& [id, s] : sessions_) {
+    if (now - s.last_heard >= config_.heartbeat_timeout) silent.insert(id);
+  }
+  const std::size_t first = fx.messages.size();
+  end_job(fx, Stop{StopCause::node_lost, reason, 1, std::nullopt});
+  for (std::size_t i = first; i < fx.messages.size(); ++i) {
+    fx.messages[i].peer_lost = silent.count(fx.messages[i].to) > 0;
+  }
+  return fx;
+}
+
 Effects RoundMachine::tick(Clock::time_point now) {
   Effects fx;
   if (phase_ == Phase::ended) return fx;

@@ -65,6 +65,10 @@ class RoundMachine {
   Effects disconnected(NodeId id, const std::string& why, Clock::time_point now);
   // Time passed: heartbeats, last call, join timeouts, status messages.
   Effects tick(Clock::time_point now);
+  // The agent hosting this machine is going away (`why`: what stopped it): without the server no
+  // node can go on, so the job ends for every other node, whatever restarts are left, with a
+  // stop naming the host. `host`: that agent's own connection, when it has been admitted.
+  Effects host_left(std::optional<NodeId> host, const std::string& why, Clock::time_point now);
 
   std::optional<Clock::time_point> next_deadline() const;
 

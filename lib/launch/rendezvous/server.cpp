@@ -29,7 +29,8 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     std::shared_ptr<FramedConnection> connection;
     std::optional<ServerHandshake> handshake;  // engaged until accepted
     std::shared_ptr<asio::steady_timer> deadline;
-    std::string address;  // the peer's IP as this server sees it
+    tcp::endpoint remote;  // the peer's end of the connection, as this server sees it
+    std::string address;   // its IP
   };
 
   Impl(asio::io_context& io, ServerOptions options)
@@ -107,7 +108,10 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     error_code ec;
     auto remote = socket.remote_endpoint(ec);
     Peer peer;
-    peer.address = ec ? std::string() : remote.address().to_string();
+    if (!ec) {
+      peer.remote = remote;
+      peer.address = remote.address().to_string();
+    }
     peer.connection = std::make_shared<FramedConnection>(std::move(socket), kMaxHandshakeFrameSize);
     peer.handshake.emplace(
         options_.run_id, options_.token, random_hex(32),
@@ -278,6 +282,17 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     admitted_.clear();
   }
 
+  void leave(const std::string& reason, const std::optional<tcp::endpoint>& own) {
+    if (closed_) return;
+    std::optional<NodeId> host;
+    for (NodeId id : admitted_) {
+      if (own && peers_.at(id).remote == *own) host = id;
+    }
+    // Its own connection is not told: the hosting agent knows why it stops. close() drops it.
+    apply(machine_.host_left(host, "left: " + reason, Clock::now()));
+    close();
+  }
+
   asio::io_context& io_;
   ServerOptions options_;
   tcp::acceptor acceptor_;
@@ -305,6 +320,10 @@ void RendezvousServer::listen(const tcp::endpoint& endpoint) { impl_->listen(end
 tcp::endpoint RendezvousServer::local_endpoint() const { return impl_->acceptor_.local_endpoint(); }
 
 void RendezvousServer::close() { impl_->close(); }
+
+void RendezvousServer::leave(const std::string& reason, std::optional<tcp::endpoint> own) {
+  impl_->leave(reason, own);
+}
 
 const RoundMachine& RendezvousServer::machine() const { return impl_->machine_; }
 

@@ -47,6 +47,11 @@ class RendezvousServer {
   // far as the socket takes it without waiting. Connections the job's end was already sent to
   // are not among them: those close gracefully, each bounded by the close linger.
   void close();
+  // The hosting agent is going away mid-job (`reason`: what stopped it). Every other node gets a
+  // stop naming the host and the reason, delivered within the close linger (at once for peers
+  // already silent past the heartbeat timeout); then as close(). `own`: the local endpoint of
+  // the hosting agent's own client connection, to name that node.
+  void leave(const std::string& reason, std::optional<boost::asio::ip::tcp::endpoint> own);
 
   const RoundMachine& machine() const;
   std::size_t pending_connections() const;

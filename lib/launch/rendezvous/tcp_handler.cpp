@@ -103,8 +103,10 @@ class TcpRendezvousHandler : public RendezvousHandler {
 
   void shutdown(const std::string& reason) override {
     resolver_.cancel();
+    // A server we host goes away with us: it tells the other nodes who stopped and why, which
+    // our own leave could not (the server would close before reading it).
+    if (server_) server_->leave(reason, client_ ? client_->local_endpoint() : std::nullopt);
     if (client_) client_->leave(reason);
-    if (server_) server_->close();
   }
 
   std::string endpoint() const override {
