@@ -198,19 +198,15 @@ def test_kill_9_of_trainrun_leaves_no_survivors(worker, tmp_path):
         [x for x in everyone if alive(x)]
 
 
-@pytest.mark.parametrize("mode", ["setsid", "daemon"])
-def test_kill_9_of_trainrun_also_stops_descendants_in_their_own_session(worker, tmp_path, mode):
-    # setsid: a child that left its worker's process group and session; daemon: a grandchild
-    # whose parent exited, so that it was adopted by trainrun (the subreaper), not the worker.
+def _kill_9_leaves_no_escaped_descendant(tmp_path, launch, worker_args):
+    """Starts `launch + worker_args` (two workers that each start one escaping child), SIGKILLs
+    trainrun, and checks every worker and child is gone within 5 s."""
     pids = tmp_path / "pids"
     grand = tmp_path / "grand"
-    p = start(["--nproc-per-node=2", worker, "pidfile", str(pids), "grandchild", str(grand), mode,
-               "sleep", "60"])
-    workers = wait_for_pids(pids, 2)
-    escaped = wait_for_pids(grand, 2)
+    p = start(launch + ["pidfile", str(pids), "grandchild", str(grand), *worker_args])
+    everyone = wait_for_pids(pids, 2) + wait_for_pids(grand, 2)
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
-    everyone = workers + escaped
     try:
         assert wait_for(lambda: not any(alive(x) for x in everyone), 5.0), \
             [x for x in everyone if alive(x)]
@@ -218,27 +214,22 @@ def test_kill_9_of_trainrun_also_stops_descendants_in_their_own_session(worker, 
         for pid in everyone:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("mode", ["setsid", "daemon"])
+def test_kill_9_of_trainrun_also_stops_descendants_in_their_own_session(worker, tmp_path, mode):
+    # setsid: a child that left its worker's process group and session; daemon: a grandchild
+    # whose parent exited, so that it was adopted by trainrun (the subreaper), not the worker.
+    _kill_9_leaves_no_escaped_descendant(tmp_path, ["--nproc-per-node=2", worker],
+                                         [mode, "sleep", "60"])
 
 
 def test_kill_9_of_trainrun_running_trainrun_leaves_no_survivors(worker, tmp_path):
     # The inner trainrun's watchdog inherits the outer job's marker; the outer watchdog must not
     # kill it, or the inner job's setsid child would be left behind.
-    pids = tmp_path / "pids"
-    grand = tmp_path / "grand"
-    p = start(["--nproc-per-node=1", "--no-python", TRAINRUN, "--nproc-per-node=2", worker,
-               "pidfile", str(pids), "grandchild", str(grand), "setsid", "sleep", "60"])
-    workers = wait_for_pids(pids, 2)
-    escaped = wait_for_pids(grand, 2)
-    os.kill(p.pid, signal.SIGKILL)
-    p.wait()
-    everyone = workers + escaped
-    try:
-        assert wait_for(lambda: not any(alive(x) for x in everyone), 5.0), \
-            [x for x in everyone if alive(x)]
-    finally:
-        for pid in everyone:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+    _kill_9_leaves_no_escaped_descendant(
+        tmp_path, ["--nproc-per-node=1", "--no-python", TRAINRUN, "--nproc-per-node=2", worker],
+        ["setsid", "sleep", "60"])
 
 
 def test_daemonized_grandchild_is_stopped_when_the_job_ends(worker, tmp_path):
