@@ -6,8 +6,8 @@
 #   PYTHON=/opt/venv/bin/python scripts/gpu-check.sh
 #
 # Needs: a PyTorch with CUDA and a visible GPU, the CUDA toolkit LibTorch's CMake files look for
-# (nvcc), cmake, a C++17 compiler and nlohmann-json (its CMake package; put its prefix in the
-# CMAKE_PREFIX_PATH environment variable if it is not installed system-wide). Only the runtime
+# (nvcc), cmake, a C++17 compiler and nlohmann-json (its CMake package, or a directory holding
+# nlohmann/json.hpp named by NLOHMANN_JSON_INCLUDE_DIR in the environment). Only the runtime
 # library is built: the launcher's packages (fmt, CLI11, Boost) are not needed. nccl.h is taken
 # from the nvidia-nccl wheel next to PyTorch, or from NCCL_ROOT. Exits 0 when every check passes.
 set -euo pipefail
@@ -57,9 +57,14 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S "$here" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix${CMAKE_PREFIX_PATH:+;$CMAKE_PREFIX_PATH}" \
   -DTRAINRUN_BUILD_LAUNCHER=OFF -DTRAINRUN_BUILD_TESTS=OFF -DTRAINRUN_WERROR=OFF \
-  -DTRAINRUN_NCCL_INCLUDE_HINT="${nccl_include#-}" 2>&1 | tee "$build.configure.log" >&2
+  -DTRAINRUN_NCCL_INCLUDE_HINT="${nccl_include#-}" \
+  ${NLOHMANN_JSON_INCLUDE_DIR:+-DNLOHMANN_JSON_INCLUDE_DIR="$NLOHMANN_JSON_INCLUDE_DIR"} 2>&1 | tee "$build.configure.log" >&2
 if ! grep -q "trainrun runtime: NCCL ON" "$build.configure.log"; then
-  say "LibTorch at $prefix was not detected as a CUDA build (see $build.configure.log)"
+  if grep -q "nccl.h was not found" "$build.configure.log"; then
+    say "nccl.h not found (no nvidia-nccl wheel beside PyTorch); set NCCL_ROOT and rerun"
+  else
+    say "LibTorch at $prefix was not detected as a CUDA build (see $build.configure.log)"
+  fi
   exit 1
 fi
 cmake --build "$build" -j"$(nproc)" --target trainrun_gpu_check >&2
