@@ -79,7 +79,9 @@ TEST_CASE("a partial launcher environment fails with the missing names") {
 
 // Trains `variant` in local mode and on each of `worlds`, and checks every rank ends with the
 // parameters of the one-process run on the full batch.
-void check_matches_one_process(const std::string& variant, std::initializer_list<int> worlds) {
+// Returns the outputs of the runs on each world, rank by rank.
+std::vector<std::string> check_matches_one_process(const std::string& variant,
+                                                   std::initializer_list<int> worlds) {
   const fs::path out = make_temp_dir("mlp_" + variant);
   fs::create_directories(out / "local");
   require_success(run_workers(kWorker, {"mlp", (out / "local").string(), "5", variant}, 0));
@@ -95,10 +97,13 @@ void check_matches_one_process(const std::string& variant, std::initializer_list
   for (std::size_t i = 0; i < initial.size(); ++i) moved += std::abs(initial[i] - reference[i]);
   CHECK(moved > 1e-2);
 
+  std::vector<std::string> outputs;
   for (int world : worlds) {
     const fs::path dir = out / ("world" + std::to_string(world));
     fs::create_directories(dir);
-    require_success(run_workers(kWorker, {"mlp", dir.string(), "5", variant}, world));
+    const auto run = run_workers(kWorker, {"mlp", dir.string(), "5", variant}, world);
+    require_success(run);
+    outputs.insert(outputs.end(), run.outputs.begin(), run.outputs.end());
     for (int r = 0; r < world; ++r) {
       const auto params = read_numbers(dir / ("params_rank" + std::to_string(r) + ".txt"));
       REQUIRE(params.size() == reference.size());
@@ -110,6 +115,7 @@ void check_matches_one_process(const std::string& variant, std::initializer_list
       CHECK(worst < 1e-5);
     }
   }
+  return outputs;
 }
 
 TEST_CASE("prepare_model: data-parallel SGD equals one process on the full batch") {
@@ -118,6 +124,11 @@ TEST_CASE("prepare_model: data-parallel SGD equals one process on the full batch
   }
   SECTION("gradient accumulation: two backward passes per step") {
     check_matches_one_process("accumulate", {2});
+  }
+  SECTION("NoSync: the first of two passes stays local, the second averages both") {
+    for (const auto& output : check_matches_one_process("no_sync", {2})) {
+      CHECK_THAT(output, Catch::Contains("gradients after a no_sync pass differ across ranks"));
+    }
   }
   SECTION("several buckets and a parameter forward never uses") {
     check_matches_one_process("wide", {2});

@@ -54,8 +54,24 @@ struct WideNet : torch::nn::Module {
   torch::nn::Linear in, hidden, unused, out;
 };
 
+// Prints whether `grad` differs between ranks (it does not once gradients are averaged).
+void report_gradient_spread(const torch::Tensor& grad) {
+  auto group = rt::get_process_group();
+  if (!group) return;
+  std::vector<torch::Tensor> high = {grad.detach().clone()};
+  std::vector<torch::Tensor> low = {-grad.detach()};
+  c10d::AllreduceOptions max;
+  max.reduceOp = c10d::ReduceOp::MAX;
+  group->allreduce(high, max)->wait();
+  group->allreduce(low, max)->wait();
+  const double spread = (high[0] + low[0]).abs().max().item<double>();
+  std::printf("gradients after a no_sync pass %s across ranks\n",
+              spread > 0 ? "differ" : "are equal");
+}
+
 // variant: "plain" (one backward per step), "accumulate" (two half-batch backward passes per
-// step) or "wide" (WideNet, several buckets and an unused parameter).
+// step), "no_sync" (the same, the first pass under NoSync) or "wide" (WideNet, several buckets
+// and an unused parameter).
 int mlp(const fs::path& out_dir, int steps, const std::string& variant) {
   const auto& context = rt::get_context();
   // Each rank starts from different weights: prepare_model must replace them by rank 0's.
@@ -87,13 +103,24 @@ int mlp(const fs::path& out_dir, int steps, const std::string& variant) {
   torch::optim::SGD optimizer(module->parameters(), torch::optim::SGDOptions(0.1));
   for (int step = 0; step < steps; ++step) {
     optimizer.zero_grad();
-    if (variant == "accumulate") {
-      // Gradient accumulation: the mean of two half-batch losses, one backward pass each.
+    if (variant == "accumulate" || variant == "no_sync") {
+      // Gradient accumulation: the mean of two half-batch losses, one backward pass each; with
+      // no_sync, the first pass keeps its gradients local and the second averages both.
       const int64_t half = per_rank / 2;
-      for (int64_t start : {int64_t{0}, half}) {
+      auto half_backward = [&](int64_t start) {
         auto loss = torch::mse_loss(forward(x.narrow(0, start, half)), y.narrow(0, start, half));
         (loss / 2).backward();
+      };
+      if (variant == "no_sync") {
+        {
+          rt::NoSync no_sync(module);
+          half_backward(0);
+        }
+        if (step == 0) report_gradient_spread(module->parameters().front().grad());
+      } else {
+        half_backward(0);
       }
+      half_backward(half);
     } else {
       torch::mse_loss(forward(x), y).backward();
     }

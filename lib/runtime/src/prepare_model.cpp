@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -127,6 +128,17 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
     ready_.assign(params_.size(), false);
   }
 
+  // While paused (no_sync), backward passes leave gradients local; the first pass after the pause
+  // all-reduces what has accumulated, as DDP's no_sync().
+  void pause(bool paused) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (paused) {
+      ++pauses_;
+    } else if (pauses_ > 0) {
+      --pauses_;
+    }
+  }
+
   void attach() {
     std::weak_ptr<GradientSynchronizer> weak = shared_from_this();
     for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -173,6 +185,7 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
 
   void on_accumulated(std::size_t i) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (pauses_ > 0 && !in_pass_) return;
     if (!in_pass_) {
       in_pass_ = true;
       std::weak_ptr<GradientSynchronizer> weak = shared_from_this();
@@ -264,10 +277,13 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
   std::vector<bool> ready_;
   std::size_t next_start_ = 0;
   bool in_pass_ = false;
+  int pauses_ = 0;
 };
 
 std::mutex synchronizers_mutex;
-std::vector<std::shared_ptr<GradientSynchronizer>> synchronizers;
+// Each prepared module (by address) and the synchronizer of its gradients.
+std::vector<std::pair<const torch::nn::Module*, std::shared_ptr<GradientSynchronizer>>>
+    synchronizers;
 
 }  // namespace
 
@@ -301,7 +317,25 @@ void prepare_module(const std::shared_ptr<torch::nn::Module>& module,
                                                              context.world_size());
   synchronizer->attach();
   std::lock_guard<std::mutex> lock(synchronizers_mutex);
-  synchronizers.push_back(std::move(synchronizer));
+  synchronizers.emplace_back(module.get(), std::move(synchronizer));
+}
+
+std::function<void()> pause_gradient_sync(const std::shared_ptr<torch::nn::Module>& module) {
+  if (!module) throw ConfigError("no_sync: the model is null");
+  std::shared_ptr<GradientSynchronizer> synchronizer;
+  {
+    std::lock_guard<std::mutex> lock(synchronizers_mutex);
+    for (const auto& [prepared, sync] : synchronizers) {
+      if (prepared == module.get()) synchronizer = sync;
+    }
+  }
+  // Local mode, or a model prepare_model did not see: there is nothing to pause.
+  if (!synchronizer) return [] {};
+  synchronizer->pause(true);
+  std::weak_ptr<GradientSynchronizer> weak = synchronizer;
+  return [weak] {
+    if (auto sync = weak.lock()) sync->pause(false);
+  };
 }
 
 }  // namespace detail
