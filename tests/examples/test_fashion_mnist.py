@@ -206,7 +206,14 @@ def test_modes_reach_the_same_accuracy_band(tmp_path, mode):
                              "--no_python", PROGRAM, *args],
         "num_workers": lambda: [PROGRAM, "--num-workers", "2", *args],
     }[mode]()
-    out = ok(run(cmd, tmp_path, timeout=600))
+    result = run(cmd, tmp_path, timeout=600)
+    if mode == "torchrun" and result.returncode != 0 and \
+            "RendezvousConnectionError" in result.stderr:
+        # The reference torchrun's own c10d rendezvous sometimes breaks on a loaded machine
+        # ("Broken pipe" before or after the workers ran); that is not the program's doing.
+        shutil.rmtree(tmp_path / "results", ignore_errors=True)
+        result = run(cmd, tmp_path, timeout=600)
+    out = ok(result)
     seen = epochs(out)
     assert [e[0] for e in seen] == [1, 2], out
     # A ResNet-18 on 4,096 images for 2 epochs: far above chance (10%), and loss going down.
