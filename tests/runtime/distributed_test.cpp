@@ -36,21 +36,18 @@ void require_success(const WorkerRun& run) {
   for (int code : run.exit_codes) REQUIRE(code == 0);
 }
 
-std::vector<double> read_numbers(const fs::path& path) {
+// The whitespace-separated values of a file the worker wrote.
+template <typename T>
+std::vector<T> read_values(const fs::path& path) {
   std::ifstream in(path);
-  std::vector<double> values;
-  double value = 0;
+  std::vector<T> values;
+  T value{};
   while (in >> value) values.push_back(value);
   return values;
 }
 
-std::vector<long> read_indices(const fs::path& path) {
-  std::ifstream in(path);
-  std::vector<long> values;
-  long value = 0;
-  while (in >> value) values.push_back(value);
-  return values;
-}
+std::vector<double> read_numbers(const fs::path& path) { return read_values<double>(path); }
+std::vector<long> read_indices(const fs::path& path) { return read_values<long>(path); }
 
 }  // namespace
 
