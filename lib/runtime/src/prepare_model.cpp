@@ -117,12 +117,11 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
       std::int64_t offset = 0;
       for (std::size_t r : groups[b]) {
         const std::size_t i = params_.size() - 1 - r;
-        bucket.members.push_back(i);
-        bucket.offsets.push_back(offset);
-        slot_of_[i] = {b, bucket.members.size() - 1};
+        slot_of_[i] = {b, offset};
         offset += params_[i].numel();
       }
-      bucket.flat = torch::empty({offset}, params_[bucket.members.front()].options());
+      bucket.size = groups[b].size();
+      bucket.flat = torch::empty({offset}, reversed[groups[b].front()].options());
       buckets_.push_back(std::move(bucket));
     }
     ready_.assign(params_.size(), false);
@@ -157,10 +156,9 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
   static constexpr std::size_t kFirstBucketBytes = 1024 * 1024;
 
   struct Bucket {
-    std::vector<std::size_t> members;  // indices into params_
-    std::vector<std::int64_t> offsets;
-    torch::Tensor flat;
-    std::size_t ready = 0;
+    torch::Tensor flat;    // the gradients of its parameters, one after another
+    std::size_t size = 0;  // how many parameters
+    std::size_t ready = 0;  // how many of them this pass has copied in
     c10::intrusive_ptr<c10d::Work> work;
   };
 
@@ -178,9 +176,21 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
   };
 
   torch::Tensor slot(std::size_t i) {
-    const auto [b, k] = slot_of_[i];
+    const auto [b, offset] = slot_of_[i];
     const auto& param = params_[i];
-    return buckets_[b].flat.narrow(0, buckets_[b].offsets[k], param.numel()).view(param.sizes());
+    return buckets_[b].flat.narrow(0, offset, param.numel()).view(param.sizes());
+  }
+
+  // Parameter i's gradient for this pass (zeros when it has none) is in its bucket.
+  void mark_ready(std::size_t i, const torch::Tensor& grad) {
+    torch::NoGradGuard no_grad;
+    if (grad.defined()) {
+      slot(i).copy_(grad);
+    } else {
+      slot(i).zero_();
+    }
+    ready_[i] = true;
+    ++buckets_[slot_of_[i].first].ready;
   }
 
   void on_accumulated(std::size_t i) {
@@ -202,10 +212,7 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
           "use dense gradients");
     }
     try {
-      torch::NoGradGuard no_grad;
-      slot(i).copy_(grad);
-      ready_[i] = true;
-      ++buckets_[slot_of_[i].first].ready;
+      mark_ready(i, grad);
       start_ready_buckets();
     } catch (...) {
       reset_pass();  // backward fails; the next one starts afresh
@@ -226,7 +233,7 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
   // Starts buckets strictly in order, each once all of its gradients are in.
   void start_ready_buckets() {
     while (next_start_ < buckets_.size() &&
-           buckets_[next_start_].ready == buckets_[next_start_].members.size()) {
+           buckets_[next_start_].ready == buckets_[next_start_].size) {
       std::vector<torch::Tensor> flat = {buckets_[next_start_].flat};
       buckets_[next_start_].work = group_->allreduce(flat);
       ++next_start_;
@@ -242,15 +249,7 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
     torch::NoGradGuard no_grad;
     // A parameter this pass did not reach contributes its current gradient, or zeros (as DDP).
     for (std::size_t i = 0; i < params_.size(); ++i) {
-      if (ready_[i]) continue;
-      const auto& grad = params_[i].grad();
-      if (grad.defined()) {
-        slot(i).copy_(grad);
-      } else {
-        slot(i).zero_();
-      }
-      ready_[i] = true;
-      ++buckets_[slot_of_[i].first].ready;
+      if (!ready_[i]) mark_ready(i, params_[i].grad());
     }
     start_ready_buckets();
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
@@ -271,7 +270,7 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
   std::vector<torch::Tensor> params_;
   int world_size_;
   std::vector<Bucket> buckets_;
-  std::vector<std::pair<std::size_t, std::size_t>> slot_of_;  // parameter -> (bucket, member)
+  std::vector<std::pair<std::size_t, std::int64_t>> slot_of_;  // parameter -> (bucket, offset)
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::mutex mutex_;
   std::vector<bool> ready_;

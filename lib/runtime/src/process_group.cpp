@@ -28,6 +28,11 @@ c10::intrusive_ptr<ProcessGroup> group;
 // The GPU of this rank's NCCL group, named to barriers (NCCL would otherwise guess it); -1: Gloo.
 int group_gpu = -1;
 
+// The GPU a rank uses with use_gpu: its LOCAL_RANK when launched, else the first.
+int gpu_index(const TrainContext& context) {
+  return context.launched() ? context.local_rank() : 0;
+}
+
 std::string where(const TrainContext& context) {
   return "rank " + std::to_string(context.world_rank()) + " (store " +
          context.launch_env().master_addr + ":" + std::to_string(context.launch_env().master_port) +
@@ -75,7 +80,7 @@ void prepare_device(const TrainContext& context) {
                       "; check CUDA_VISIBLE_DEVICES and the driver, or set use_gpu = false");
   }
   const auto devices = static_cast<int>(torch::cuda::device_count());
-  const int index = context.launched() ? context.local_rank() : 0;
+  const int index = gpu_index(context);
   if (index >= devices) {
     throw ConfigError("ScalingConfig::use_gpu: LOCAL_RANK " + std::to_string(index) +
                       " has no GPU of its own (" + std::to_string(devices) +
@@ -116,7 +121,7 @@ void start_process_group(const TrainContext& context, std::chrono::milliseconds 
   }
   try {
     group = context.use_gpu() ? make_nccl(context, timeout) : make_gloo(context, timeout);
-    group_gpu = context.use_gpu() ? (context.launched() ? context.local_rank() : 0) : -1;
+    group_gpu = context.use_gpu() ? gpu_index(context) : -1;
   } catch (const ConfigError&) {
     group_store.reset();
     throw;
@@ -168,8 +173,7 @@ c10::intrusive_ptr<ProcessGroup> get_process_group() {
 c10::Device get_device() {
   const TrainContext& context = get_context();
   if (!context.use_gpu()) return c10::Device(c10::kCPU);
-  const int index = context.launched() ? context.local_rank() : 0;
-  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(detail::gpu_index(context)));
 }
 
 }  // namespace trainrun::runtime
