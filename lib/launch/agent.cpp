@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <vector>
 
 #include "entrypoint.hpp"
 #include "failure.hpp"
@@ -118,9 +119,8 @@ class Agent {
                              config_.tee.is_map || config_.tee.all_ranks != Std::none ||
                              config_.local_ranks_filter.has_value();
       logs_ = LogDir::create(config_.log_dir, job_.run_id, !log_files);
-      // Every worker's TORCHELASTIC_ERROR_FILE lies under the run directory: the watchdog finds
-      // this job's escaped descendants by it if trainrun itself is killed.
-      watchdog_.mark_environment("TORCHELASTIC_ERROR_FILE=" + logs_.run_dir() + "/");
+      // If trainrun itself is killed, the watchdog finds this job's escaped descendants by it.
+      watchdog_.mark_job_directory(logs_.run_dir());
       if (!use_rendezvous) {
         // A single-node job needs no fixed port: unless one was asked for, take a free one.
         port_.emplace(config_.master_port_given ? config_.master_port : 0);
@@ -188,22 +188,26 @@ class Agent {
   // Console::kFlushSeconds, or a stop signal meanwhile, ends the wait, so that a paused console
   // never keeps trainrun from exiting; the workers' log files have all of their output.
   void flush_consoles() {
-    const bool separate = &console_err_ != &console_out_;
-    auto queued = [&] { return console_out_.queued() + (separate ? console_err_.queued() : 0); };
+    std::vector<Console*> consoles = {&console_out_};
+    if (&console_err_ != &console_out_) consoles.push_back(&console_err_);
+    auto queued = [&] {
+      size_t total = 0;
+      for (Console* c : consoles) total += c->queued();
+      return total;
+    };
     if (queued() == 0) return;
     io_.restart();
     auto flushed = [&] {
       if (queued() == 0) io_.stop();
     };
-    console_out_.when_flushed(flushed);
-    if (separate) console_err_.when_flushed(flushed);
+    for (Console* c : consoles) c->when_flushed(flushed);
 
     asio::steady_timer stall(io_);
     // Counted from the end of the job: the rendezvous' last messages take from the same time.
     const auto start = ended_.value_or(std::chrono::steady_clock::now());
     std::function<void()> watch_stall = [&] {
-      auto last = std::max(start, console_out_.last_progress());
-      if (separate) last = std::max(last, console_err_.last_progress());
+      auto last = start;
+      for (Console* c : consoles) last = std::max(last, c->last_progress());
       const auto deadline = last + std::chrono::seconds(Console::kFlushSeconds);
       if (std::chrono::steady_clock::now() >= deadline) {
         io_.stop();
@@ -234,7 +238,8 @@ class Agent {
     io_.run();
     stall.cancel();
     signals_.cancel();
-    const size_t lost = console_out_.abandon() + (separate ? console_err_.abandon() : 0);
+    size_t lost = 0;
+    for (Console* c : consoles) lost += c->abandon();
     if (lost == 0) return;
     const std::string why =
         stopped_by != 0

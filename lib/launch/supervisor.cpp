@@ -169,7 +169,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
       ++open_readers_;
       readers_.push_back(reader);
       reader->start([this, generation = generation_] {
-        if (generation != generation_ || open_readers_ == 0) return;
+        if (generation != generation_) return;
         --open_readers_;
         if (finish_done_) finish_step();
       });

@@ -12,6 +12,9 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <string_view>
+
+#include "output.hpp"
 
 extern char** environ;
 
@@ -22,6 +25,8 @@ namespace {
 constexpr int kGoodbye = 0;
 // Followed by an int length and that many bytes: the environment marker.
 constexpr int kMarker = INT_MIN;
+// The variable whose value marks a job's processes (see mark_job_directory).
+constexpr std::string_view kMarkerVariable = "TORCHELASTIC_ERROR_FILE=";
 constexpr int kMaxMarker = 64 * 1024;
 
 bool read_exactly(int fd, void* data, size_t size) {
@@ -87,7 +92,9 @@ void kill_marked(const std::string& marker) {
   // processes would be left behind. /proc/<pid>/environ shows the original environment block,
   // so the entry is renamed in place.
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    if (std::strncmp(*entry, "TORCHELASTIC_ERROR_FILE=", 24) == 0) (*entry)[0] = '_';
+    if (std::string_view(*entry).substr(0, kMarkerVariable.size()) == kMarkerVariable) {
+      (*entry)[0] = '_';
+    }
   }
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTSTP, SIGTTIN,
                   SIGTTOU})
@@ -153,29 +160,18 @@ bool Watchdog::start() {
 }
 
 void Watchdog::send(int value) {
-  if (fd_ < 0) return;
-  ssize_t n;
-  do {
-    n = write(fd_, &value, sizeof value);
-  } while (n < 0 && errno == EINTR);
+  if (fd_ >= 0) write_all(fd_, reinterpret_cast<const char*>(&value), sizeof value);
 }
 
-void Watchdog::mark_environment(const std::string& entry_prefix) {
-  if (fd_ < 0 || entry_prefix.empty() || entry_prefix.size() > kMaxMarker) return;
-  // One write: under PIPE_BUF (4 KiB) bytes it cannot interleave with anything else.
-  std::string message(2 * sizeof(int) + entry_prefix.size(), '\0');
-  const int header[2] = {kMarker, static_cast<int>(entry_prefix.size())};
+void Watchdog::mark_job_directory(const std::string& run_dir) {
+  std::string marker(kMarkerVariable);
+  marker += run_dir + "/";
+  if (fd_ < 0 || marker.size() > kMaxMarker) return;
+  std::string message(2 * sizeof(int) + marker.size(), '\0');
+  const int header[2] = {kMarker, static_cast<int>(marker.size())};
   std::memcpy(message.data(), header, sizeof header);
-  std::memcpy(message.data() + sizeof header, entry_prefix.data(), entry_prefix.size());
-  const char* p = message.data();
-  size_t left = message.size();
-  while (left > 0) {
-    ssize_t n = write(fd_, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
+  std::memcpy(message.data() + sizeof header, marker.data(), marker.size());
+  write_all(fd_, message.data(), message.size());
 }
 
 void Watchdog::add_group(pid_t pgid) { send(static_cast<int>(pgid)); }

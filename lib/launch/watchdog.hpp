@@ -19,8 +19,9 @@ class Watchdog {
   bool start();
   void add_group(pid_t pgid);
   void remove_group(pid_t pgid);
-  // The start of an environment entry ("NAME=value-prefix") that marks this job's processes.
-  void mark_environment(const std::string& entry_prefix);
+  // The job's log run directory: every worker's TORCHELASTIC_ERROR_FILE lies under it, so the
+  // variable marks this job's processes and everything they start.
+  void mark_job_directory(const std::string& run_dir);
   // Tells the watchdog the launcher is ending normally: it exits without killing anything.
   void dismiss();
 

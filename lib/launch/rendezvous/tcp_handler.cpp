@@ -25,12 +25,9 @@ error_code try_bind(const tcp::endpoint& where) {
   return ec;
 }
 
+// Whether `address` is one of this machine's: something can be bound to it.
 bool is_local_address(const asio::ip::address& address) {
-  tcp::acceptor probe(asio::system_executor{});
-  error_code ec;
-  probe.open(address.is_v4() ? tcp::v4() : tcp::v6(), ec);
-  if (!ec) probe.bind(tcp::endpoint(address, 0), ec);
-  return !ec;
+  return !try_bind(tcp::endpoint(address, 0));
 }
 
 std::string format_waiting(const Waiting& w) {
