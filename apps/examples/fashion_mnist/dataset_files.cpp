@@ -64,6 +64,31 @@ FileBytes read_idx_file(const std::filesystem::path& dir, const std::string& bas
                   "with the four FashionMNIST files");
 }
 
+// The header of an IDX file: at least `header_bytes` long and starting with `magic`.
+void check_idx_header(const std::vector<std::uint8_t>& bytes, const std::string& name,
+                      std::size_t header_bytes, std::uint32_t magic, const std::string& kind) {
+  if (bytes.size() < header_bytes) {
+    throw DataError(name + ": too short for an IDX " + kind + " header (" +
+                    std::to_string(bytes.size()) + " bytes, need " +
+                    std::to_string(header_bytes) + ")");
+  }
+  const std::uint32_t found = read_be32(bytes, 0);
+  if (found != magic) {
+    throw DataError(name + ": not an IDX " + kind + " file (magic " + hex(found) + ", expected " +
+                    hex(magic) + ")");
+  }
+}
+
+// The whole file is `expected` bytes: the header and `what` (e.g. "10 labels").
+void check_idx_size(const std::vector<std::uint8_t>& bytes, const std::string& name,
+                    std::size_t expected, const std::string& what) {
+  if (bytes.size() != expected) {
+    throw DataError(name + ": " + std::to_string(bytes.size()) + " bytes for " + what +
+                    "; expected " + std::to_string(expected) +
+                    (bytes.size() < expected ? " (truncated)" : ""));
+  }
+}
+
 }  // namespace
 
 std::vector<std::uint8_t> gunzip(const std::vector<std::uint8_t>& compressed,
@@ -109,15 +134,7 @@ std::vector<std::uint8_t> gunzip(const std::vector<std::uint8_t>& compressed,
 }
 
 Images parse_idx_images(const std::vector<std::uint8_t>& bytes, const std::string& name) {
-  if (bytes.size() < 16) {
-    throw DataError(name + ": too short for an IDX image header (" + std::to_string(bytes.size()) +
-                    " bytes, need 16)");
-  }
-  const std::uint32_t magic = read_be32(bytes, 0);
-  if (magic != images_magic) {
-    throw DataError(name + ": not an IDX image file (magic " + hex(magic) + ", expected " +
-                    hex(images_magic) + ")");
-  }
+  check_idx_header(bytes, name, 16, images_magic, "image");
   Images images;
   images.count = read_be32(bytes, 4);
   images.rows = read_be32(bytes, 8);
@@ -126,33 +143,17 @@ Images parse_idx_images(const std::vector<std::uint8_t>& bytes, const std::strin
     throw DataError(name + ": images are " + std::to_string(images.rows) + "x" +
                     std::to_string(images.cols) + ", expected 28x28");
   }
-  const std::size_t expected = 16 + images.count * images.rows * images.cols;
-  if (bytes.size() != expected) {
-    throw DataError(name + ": " + std::to_string(bytes.size()) + " bytes for " +
-                    std::to_string(images.count) + " images of 28x28; expected " +
-                    std::to_string(expected) + (bytes.size() < expected ? " (truncated)" : ""));
-  }
+  check_idx_size(bytes, name, 16 + images.count * images.rows * images.cols,
+                 std::to_string(images.count) + " images of 28x28");
   images.pixels.assign(bytes.begin() + 16, bytes.end());
   return images;
 }
 
 std::vector<std::uint8_t> parse_idx_labels(const std::vector<std::uint8_t>& bytes,
                                            const std::string& name) {
-  if (bytes.size() < 8) {
-    throw DataError(name + ": too short for an IDX label header (" + std::to_string(bytes.size()) +
-                    " bytes, need 8)");
-  }
-  const std::uint32_t magic = read_be32(bytes, 0);
-  if (magic != labels_magic) {
-    throw DataError(name + ": not an IDX label file (magic " + hex(magic) + ", expected " +
-                    hex(labels_magic) + ")");
-  }
+  check_idx_header(bytes, name, 8, labels_magic, "label");
   const std::size_t count = read_be32(bytes, 4);
-  if (bytes.size() != 8 + count) {
-    throw DataError(name + ": " + std::to_string(bytes.size()) + " bytes for " +
-                    std::to_string(count) + " labels; expected " + std::to_string(8 + count) +
-                    (bytes.size() < 8 + count ? " (truncated)" : ""));
-  }
+  check_idx_size(bytes, name, 8 + count, std::to_string(count) + " labels");
   std::vector<std::uint8_t> labels(bytes.begin() + 8, bytes.end());
   const auto bad = std::find_if(labels.begin(), labels.end(),
                                 [](std::uint8_t label) { return label >= num_classes; });

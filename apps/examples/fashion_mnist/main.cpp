@@ -73,10 +73,7 @@ int main(int argc, char** argv) {
   } catch (const rt::ConfigError& e) {
     std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
     return 2;
-  } catch (const fm::DataError& e) {
-    std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // fm::DataError among them
     std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
     return 1;
   }
