@@ -17,7 +17,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <random>
 #include <vector>
 
 #include "entrypoint.hpp"
@@ -28,6 +27,7 @@
 #include "rendezvous/handler.hpp"
 #include "supervisor.hpp"
 #include "watchdog.hpp"
+#include "trainrun/base/system.hpp"
 #include "worker_env.hpp"
 
 namespace trainrun::launch {
@@ -39,26 +39,6 @@ namespace {
 double unix_now() {
   using namespace std::chrono;
   return duration_cast<duration<double>>(system_clock::now().time_since_epoch()).count();
-}
-
-std::string host_name() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
-  return buf;
-}
-
-std::string random_hex(size_t n) {
-  std::random_device rd;
-  std::string out;
-  const char* digits = "0123456789abcdef";
-  for (size_t i = 0; i < n; ++i) out += digits[rd() % 16];
-  return out;
-}
-
-std::string random_run_id() {
-  std::string h = random_hex(32);
-  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" +
-         h.substr(20);
 }
 
 void say(const std::string& line) {

@@ -23,12 +23,6 @@ namespace {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-std::string host_name() {
-  char buffer[256] = {};
-  if (::gethostname(buffer, sizeof(buffer) - 1) != 0) return "localhost";
-  return buffer;
-}
-
 bool is_literal_loopback(const std::string& host) {
   if (host == "localhost") return true;
   error_code ec;

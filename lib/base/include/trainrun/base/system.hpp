@@ -1,0 +1,18 @@
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace trainrun {
+
+// This machine's host name, as gethostname() gives it; "localhost" if it cannot be read.
+std::string host_name();
+
+// `n` random lower-case hexadecimal digits from the kernel's random source (getrandom): fit
+// for nonces. Throws std::runtime_error if the kernel gives none.
+std::string random_hex(std::size_t n);
+
+// A random identifier in the 8-4-4-4-12 form of a UUID (a standalone job's run id).
+std::string random_run_id();
+
+}  // namespace trainrun
