@@ -12,6 +12,7 @@
 #include "rendezvous/framed_connection.hpp"
 #include "rendezvous/handshake.hpp"
 #include "rendezvous/sha256.hpp"
+#include "trainrun/base/system.hpp"
 
 namespace trainrun::launch::rdzv {
 
@@ -303,10 +304,10 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
       if (!local.is_loopback() || is_literal_loopback(options_.host)) {
         node.addr = local.to_string();
       } else {
-        node.addr = host_name();
+        node.addr = trainrun::host_name();
       }
     }
-    if (node.host.empty()) node.host = host_name();
+    if (node.host.empty()) node.host = trainrun::host_name();
     connection_->send(encode(ClientMessage{Join{node}}));
   }
 
