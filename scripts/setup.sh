@@ -1,16 +1,35 @@
 #!/usr/bin/env bash
-# Installs the Debian packages trainrun needs (only those missing) and builds it.
-# Usage: scripts/setup.sh            (build directory: build/, or $TRAINRUN_BUILD_DIR)
+# Installs what trainrun needs (only what is missing) and builds it.
+# Usage: scripts/setup.sh [--torch=debian | --torch=pypi]
+#   --torch=debian  (default) Debian's PyTorch 1.13 (CPU); build directory build/ or
+#                   $TRAINRUN_BUILD_DIR
+#   --torch=pypi    the current torch and torchvision from PyPI (their CUDA build) in the ignored
+#                   virtual environment .venv-pypi/, and a build against that LibTorch with NCCL
+#                   in build-pypi/ (or $TRAINRUN_PYPI_BUILD_DIR). The virtual environment is made
+#                   with $TRAINRUN_PYPI_PYTHON (default: the python3 first on PATH).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="${TRAINRUN_BUILD_DIR:-$root/build}"
+torch=debian
+for arg in "$@"; do
+  case "$arg" in
+    --torch=debian | --torch=pypi) torch="${arg#--torch=}" ;;
+    -h | --help)
+      sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+      exit 0
+      ;;
+    *)
+      echo "setup: unknown argument '$arg' (use --torch=debian or --torch=pypi)" >&2
+      exit 2
+      ;;
+  esac
+done
 
 packages=(
   cmake ninja-build g++ ccache pkg-config
   libcli11-dev libfmt-dev libboost-dev libboost-filesystem-dev nlohmann-json3-dev catch2
   libtorch-dev libgloo-dev zlib1g-dev
-  python3-torch python3-torchvision python3-pytest
+  python3-torch python3-torchvision python3-pytest python3-venv
   dataset-fashion-mnist
   iproute2 procps time
   clang libclang-rt-14-dev
@@ -28,5 +47,11 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}" </dev/null
 fi
 
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j2
+if [ "$torch" = debian ]; then
+  build="${TRAINRUN_BUILD_DIR:-$root/build}"
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$build" -j2
+  exit 0
+fi
+
+"$root/scripts/setup-pypi.sh"

@@ -11,8 +11,7 @@ namespace trainrun {
 namespace {
 
 bool plain(std::string_view text) {
-  return !text.empty() && !std::isspace(static_cast<unsigned char>(text.front())) &&
-         text.front() != '+';
+  return !text.empty() && !std::isspace(static_cast<unsigned char>(text.front()));
 }
 
 }  // namespace

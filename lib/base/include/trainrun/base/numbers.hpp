@@ -5,8 +5,9 @@
 
 namespace trainrun {
 
-// The strict number syntax every option and protocol field uses: the whole text, no blanks, no
-// sign other than a leading '-'. Callers check the range and word the error for their option.
+// The strict number syntax every option and protocol field uses: the whole text, no blanks, an
+// optional leading sign (as Python's int() takes "+2"). Callers check the range and word the error
+// for their option.
 
 // A base-10 integer that fits in a long long; nothing for anything else.
 std::optional<long long> parse_integer(std::string_view text);

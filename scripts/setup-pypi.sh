@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The PyTorch 2.x configuration: the current torch and torchvision from PyPI in .venv-pypi/, and
+# trainrun built against that LibTorch (CUDA build, NCCL enabled) in build-pypi/. Called by
+# `scripts/setup.sh --torch=pypi` once the Debian packages are in place. Idempotent: an
+# environment that already imports torch and torchvision is kept.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$root/.venv-pypi"
+build="${TRAINRUN_PYPI_BUILD_DIR:-$root/build-pypi}"
+python="${TRAINRUN_PYPI_PYTHON:-python3}"
+say() { echo "setup: $*" >&2; }
+
+if ! "$venv/bin/python" -c 'import torch, torchvision, pytest' 2>/dev/null; then
+  "$python" -m venv "$venv"
+  wheels="$(mktemp -d)"
+  trap 'rm -rf "$wheels"' EXIT
+  say "downloading torch and torchvision from PyPI into $venv"
+  start=$(date +%s)
+  if ! "$venv/bin/python" -m pip download -q -d "$wheels" torch torchvision pytest; then
+    say "cannot download torch from PyPI (no network?): the PyTorch 2.x configuration needs it"
+    exit 1
+  fi
+  fetched=$(date +%s)
+  say "downloaded $(du -sh "$wheels" | cut -f1) in $((fetched - start)) s"
+  "$venv/bin/python" -m pip install -q --no-index --find-links "$wheels" torch torchvision pytest
+  say "installed in $(($(date +%s) - fetched)) s"
+fi
+
+read -r torch_version cuda_version prefix nccl_include < <("$venv/bin/python" -c '
+import os, torch
+try:
+    import nvidia.nccl
+    nccl = os.path.join(list(nvidia.nccl.__path__)[0], "include")
+except ImportError:
+    nccl = "-"
+print(torch.__version__, torch.version.cuda or "none", torch.utils.cmake_prefix_path, nccl)')
+say "PyTorch $torch_version (CUDA $cuda_version) from $venv"
+
+cuda_args=()
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+  cuda_args=(-DCUDAToolkit_ROOT=/usr/local/cuda -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
+fi
+mkdir -p "$build"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_PREFIX_PATH="$prefix" -DTRAINRUN_NCCL_INCLUDE_HINT="${nccl_include#-}" \
+  -DTRAINRUN_PYTHON="$venv/bin/python" "${cuda_args[@]}" >"$build/configure.log" 2>&1 || {
+  cat "$build/configure.log" >&2
+  say "configuring against PyTorch $torch_version failed (log above)"
+  exit 1
+}
+if [ "$cuda_version" != none ] && ! grep -q "trainrun runtime: NCCL ON" "$build/configure.log"; then
+  grep -i "nccl" "$build/configure.log" >&2 || true
+  say "PyTorch $torch_version is a CUDA build but NCCL was not enabled (log: $build/configure.log)"
+  exit 1
+fi
+cmake --build "$build" -j2
