@@ -2,17 +2,12 @@
 
 #include <map>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-namespace trainrun::launch {
+#include "errors.hpp"
 
-// A bad command line or PET_* value: main prints "trainrun: <what>" and exits 2.
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+namespace trainrun::launch {
 
 // Which of a worker's streams go to log files (redirect) or to files and the console (tee).
 enum class Std : int { none = 0, out = 1, err = 2, all = 3 };
@@ -27,10 +22,24 @@ struct StdSpec {
 
 enum class EntryMode { python_script, python_module, executable };
 
+// --nproc-per-node as given: a number, or a word that asks the node how many it can run (cpu,
+// gpu, auto). Parsing keeps the word, so that reading a command line never asks the machine;
+// the agent counts when it starts (resolve_worker_count in worker_count.hpp).
+struct WorkerCount {
+  enum class Kind { number, cpu, gpu, automatic };
+  Kind kind = Kind::number;
+  int number = 1;      // the count, when kind is number
+  std::string source;  // how it was given ("--nproc-per-node=gpu"), to name it in an error
+
+  WorkerCount() = default;
+  // A plain count, as a program that builds its own LaunchConfig gives it.
+  WorkerCount(int n) : number(n) {}  // NOLINT(google-explicit-constructor)
+};
+
 struct LaunchConfig {
   int min_nodes = 1;
   int max_nodes = 1;
-  int nproc_per_node = 1;
+  WorkerCount nproc_per_node;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;

@@ -74,7 +74,8 @@ ErrorFileContents parse_error_file(const std::string& text) {
     out.message = m.get<std::string>();
     if (j.contains("timestamp")) out.timestamp = to_timestamp(j["timestamp"]);
   } else if (m.is_object()) {
-    if (m.contains("message") && m["message"].is_string()) out.message = m["message"].get<std::string>();
+    if (m.contains("message") && m["message"].is_string())
+      out.message = m["message"].get<std::string>();
     if (m.contains("extraInfo") && m["extraInfo"].is_object()) {
       const auto& extra = m["extraInfo"];
       if (extra.contains("py_callstack") && extra["py_callstack"].is_string())
@@ -88,7 +89,7 @@ ErrorFileContents parse_error_file(const std::string& text) {
 }
 
 std::optional<ErrorFileContents> read_error_file(const std::string& path, std::string* problem) {
-  struct stat st{};
+  struct stat st {};
   if (path.empty() || ::stat(path.c_str(), &st) != 0) return std::nullopt;
   if (!S_ISREG(st.st_mode)) {
     *problem = fmt::format("error file {} is not a regular file", path);
@@ -110,7 +111,7 @@ std::optional<ErrorFileContents> read_error_file(const std::string& path, std::s
   }
 }
 
-size_t root_cause_index(const std::vector<WorkerFailure>& failures) {
+size_t root_cause_index(const std::vector<ProcessFailure>& failures) {
   size_t best = 0;
   for (size_t i = 1; i < failures.size(); ++i) {
     const auto& a = failures[i];
@@ -135,7 +136,7 @@ std::string signal_name(int signal) {
 
 namespace {
 
-void append_failure(std::string& out, int index, const WorkerFailure& f) {
+void append_failure(std::string& out, int index, const ProcessFailure& f) {
   const bool by_signal = f.status.signal != 0;
   out += fmt::format("[{}]:\n", index);
   out += fmt::format("  time      : {}\n", format_time(f.timestamp));
@@ -167,7 +168,7 @@ void append_failure(std::string& out, int index, const WorkerFailure& f) {
 }  // namespace
 
 std::string format_failure_summary(const std::string& title,
-                                   const std::vector<WorkerFailure>& failures) {
+                                   const std::vector<ProcessFailure>& failures) {
   const std::string rule(60, '=');
   const std::string thin(60, '-');
   std::string out = rule + "\n" + title + " FAILED\n" + thin + "\nFailures:\n";

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "errors.hpp"
+
 namespace trainrun::launch {
 
 // The log directory tree, as torchrun lays it out:
@@ -11,7 +13,7 @@ namespace trainrun::launch {
 // under /dev/shm.
 class LogDir {
  public:
-  // Throws std::runtime_error naming the directory when it cannot be created.
+  // Throws SetupError naming the directory when it cannot be created.
   static LogDir create(const std::string& base, const std::string& run_id, bool small_files_only);
 
   std::string run_dir() const { return run_dir_; }
@@ -28,7 +30,7 @@ class LogDir {
   bool temporary_ = false;
 };
 
-// mkdir -p; throws std::runtime_error naming the directory and the reason.
+// mkdir -p; throws SetupError naming the directory and the reason.
 void make_directories(const std::string& path);
 
 }  // namespace trainrun::launch

@@ -12,21 +12,24 @@
 #include <cstring>
 #include <fstream>
 
+#include "file_io.hpp"
+
 namespace trainrun::launch {
 
 namespace {
 
 int open_log(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw SpawnError(fmt::format("cannot open log file {}: {}", path, std::strerror(errno)));
+  if (fd < 0)
+    throw SpawnError(fmt::format("cannot open log file {}: {}", path, std::strerror(errno)));
   return fd;
 }
 
 // The file descriptors one worker stream needs: what the child gets, and what we keep.
 struct StreamFds {
-  int child = -1;       // dup2'ed onto 1 or 2 in the child; -1 to inherit
-  int keep_file = -1;   // tee: the log file we write
-  int keep_pipe = -1;   // tee: the read end we watch
+  int child = -1;      // dup2'ed onto 1 or 2 in the child; -1 to inherit
+  int keep_file = -1;  // tee: the log file we write
+  int keep_pipe = -1;  // tee: the read end we watch
 };
 
 StreamFds open_stream(const StreamPlan& plan) {
@@ -62,8 +65,8 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 }
 
 // Runs in the child between fork and exec: async-signal-safe calls only.
-[[noreturn]] void exec_child(pid_t parent, const char* program, char** argv, char** envp, int out_fd,
-                             int err_fd, int report_fd) {
+[[noreturn]] void exec_child(pid_t parent, const char* program, char** argv, char** envp,
+                             int out_fd, int err_fd, int report_fd) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // the launcher died before prctl took effect
@@ -149,7 +152,8 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     } else {
       pid = fork();
       if (pid == 0)
-        exec_child(parent, w.program.c_str(), argv.data(), envp.data(), out.child, err.child, report[1]);
+        exec_child(parent, w.program.c_str(), argv.data(), envp.data(), out.child, err.child,
+                   report[1]);
       error = errno;
     }
     close_fd(report[1]);
@@ -165,7 +169,8 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     }
     for (auto [fds, console] : {std::pair{out, &out_}, std::pair{err, &err_}}) {
       if (fds.keep_pipe < 0) continue;
-      auto reader = std::make_shared<TeeReader>(io_, fds.keep_pipe, fds.keep_file, console, w.prefix);
+      auto reader =
+          std::make_shared<TeeReader>(io_, fds.keep_pipe, fds.keep_file, console, w.prefix);
       ++open_readers_;
       readers_.push_back(reader);
       reader->start([this, generation = generation_] {
@@ -179,12 +184,9 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
   }
   for (size_t i = 0; i < reports.size(); ++i) {
     int exec_errno = 0;
-    ssize_t n;
-    do {
-      n = ::read(reports[i], &exec_errno, sizeof exec_errno);
-    } while (n < 0 && errno == EINTR);
+    const bool exec_failed = read_exactly(reports[i], &exec_errno, sizeof exec_errno);
     close_fd(reports[i]);
-    if (n == sizeof exec_errno)
+    if (exec_failed)
       fail(fmt::format("cannot execute {}: {}", launches[i].program, std::strerror(exec_errno)));
   }
 }

@@ -9,8 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "console.hpp"
+#include "errors.hpp"
 #include "failure.hpp"
-#include "output.hpp"
+#include "output_plan.hpp"
+#include "tee_reader.hpp"
 #include "watchdog.hpp"
 
 namespace trainrun::launch {
@@ -18,17 +21,11 @@ namespace trainrun::launch {
 // Everything needed to start one worker process.
 struct WorkerLaunch {
   int local_rank = 0;
-  std::string program;             // path handed to execve (already resolved)
+  std::string program;  // path handed to execve (already resolved)
   std::vector<std::string> argv;
-  std::vector<std::string> envp;   // "NAME=value"
+  std::vector<std::string> envp;  // "NAME=value"
   OutputPlan output;
-  std::string prefix;              // console prefix for tee'd lines
-};
-
-// Starting a worker failed before it ran (log file, pipe, fork or exec).
-class SpawnError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
+  std::string prefix;  // console prefix for tee'd lines
 };
 
 // Starts, signals and reaps one node's group of workers. Each worker leads its own process

@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "output.hpp"
+#include "file_io.hpp"
 
 extern char** environ;
 
@@ -28,18 +28,6 @@ constexpr int kMarker = INT_MIN;
 // The variable whose value marks a job's processes (see mark_job_directory).
 constexpr std::string_view kMarkerVariable = "TORCHELASTIC_ERROR_FILE=";
 constexpr int kMaxMarker = 64 * 1024;
-
-bool read_exactly(int fd, void* data, size_t size) {
-  auto* p = static_cast<char*>(data);
-  while (size > 0) {
-    ssize_t n = read(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
 
 // Whether the environment of `pid` holds an entry starting with `marker`.
 bool carries_marker(pid_t pid, const std::string& marker, std::string& buffer) {
@@ -96,8 +84,8 @@ void kill_marked(const std::string& marker) {
       (*entry)[0] = '_';
     }
   }
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTSTP, SIGTTIN,
-                  SIGTTOU})
+  for (int sig :
+       {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU})
     signal(sig, SIG_IGN);
   int devnull = open("/dev/null", O_RDWR);
   if (devnull >= 0) {
