@@ -362,7 +362,6 @@ class Agent {
     f.pid = pid;
     f.status = status;
     f.host = host_;
-    f.role = config_.role;
     f.timestamp = unix_now();
     f.error_file = logs_.rank_dir(topology_.restart_count, local_rank) + "/error.json";
     std::string problem;

@@ -238,8 +238,9 @@ void read_supervision(const GivenValues& g, LaunchConfig& c) {
   c.shutdown_timeout = parse_seconds(g.value("shutdown-timeout"), g.named("shutdown-timeout"));
   c.role = g.value("role");
   if (c.role.empty()) fail(fmt::format("{}: must not be empty", g.named("role")));
-  c.start_method = g.value("start-method");
-  if (c.start_method != "spawn" && c.start_method != "fork" && c.start_method != "forkserver")
+  // Accepted for compatibility and checked, but trainrun always starts workers one way.
+  const std::string& start_method = g.value("start-method");
+  if (start_method != "spawn" && start_method != "fork" && start_method != "forkserver")
     fail(fmt::format("{}: use spawn, fork or forkserver", g.named("start-method")));
 }
 
@@ -268,7 +269,6 @@ void read_entrypoint(const GivenValues& g, const std::vector<std::string>& rest,
                      const std::map<std::string, std::string>& env, LaunchConfig& c) {
   c.module = g.flag("module");
   c.no_python = g.flag("no-python");
-  c.run_path = g.flag("run-path");
   if (c.module && c.no_python)
     fail("-m/--module and --no-python cannot be used together: a module needs Python");
   if (rest.empty())

@@ -54,7 +54,6 @@ struct LaunchConfig {
   std::string role = "default";
   bool module = false;
   bool no_python = false;
-  bool run_path = false;
   std::string log_dir;  // empty: a fresh temporary directory
   StdSpec redirects;
   StdSpec tee;
@@ -63,7 +62,6 @@ struct LaunchConfig {
   double shutdown_timeout = 30.0;
   std::vector<int> stop_signals;     // stop the job, forwarded to workers first
   std::vector<int> forward_signals;  // forwarded only (SIGUSR1, SIGUSR2)
-  std::string start_method = "spawn";
 
   EntryMode entry_mode = EntryMode::executable;
   std::string python_exec = "python3";  // $PYTHON_EXEC, for scripts and modules

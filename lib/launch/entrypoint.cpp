@@ -22,6 +22,20 @@ std::string path_variable(const std::map<std::string, std::string>& env) {
   return it != env.end() ? it->second : "/usr/local/bin:/usr/bin:/bin";
 }
 
+// PATH lookup as execvp does it; empty when not found.
+std::string find_in_path(const std::string& name, const std::string& path_variable) {
+  size_t start = 0;
+  while (start <= path_variable.size()) {
+    size_t end = path_variable.find(':', start);
+    if (end == std::string::npos) end = path_variable.size();
+    std::string dir = path_variable.substr(start, end - start);
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (is_executable_file(candidate)) return candidate;
+    start = end + 1;
+  }
+  return "";
+}
+
 // Resolves a program the way a shell would, or throws with the shell's exit code.
 std::string resolve_program(const std::string& name, const std::map<std::string, std::string>& env,
                             const std::string& hint) {
@@ -42,19 +56,6 @@ std::string resolve_program(const std::string& name, const std::map<std::string,
 }
 
 }  // namespace
-
-std::string find_in_path(const std::string& name, const std::string& path_variable) {
-  size_t start = 0;
-  while (start <= path_variable.size()) {
-    size_t end = path_variable.find(':', start);
-    if (end == std::string::npos) end = path_variable.size();
-    std::string dir = path_variable.substr(start, end - start);
-    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    if (is_executable_file(candidate)) return candidate;
-    start = end + 1;
-  }
-  return "";
-}
 
 ResolvedEntry resolve_entrypoint(const LaunchConfig& config,
                                  const std::map<std::string, std::string>& env) {

@@ -20,7 +20,4 @@ struct ResolvedEntry {
 ResolvedEntry resolve_entrypoint(const LaunchConfig& config,
                                  const std::map<std::string, std::string>& env);
 
-// PATH lookup as execvp does it; empty when not found.
-std::string find_in_path(const std::string& name, const std::string& path_variable);
-
 }  // namespace trainrun::launch

@@ -41,7 +41,6 @@ struct ProcessFailure {
   pid_t pid = 0;
   ExitStatus status;
   std::string host;
-  std::string role = "default";
   std::string error_file;  // path; "<N/A>" in the summary when the worker wrote none
   bool has_error_file = false;
   double timestamp = 0;  // unix seconds: from the error file, else when the exit was seen

@@ -33,8 +33,7 @@ bool remove_empty_tree(const std::string& path) {
   return empty && ::rmdir(path.c_str()) == 0;
 }
 
-}  // namespace
-
+// mkdir -p; throws SetupError naming the directory and the reason.
 void make_directories(const std::string& path) {
   if (path.empty()) return;
   std::string partial;
@@ -51,6 +50,8 @@ void make_directories(const std::string& path) {
   if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw SetupError(fmt::format("cannot create log directory {}: not a directory", path));
 }
+
+}  // namespace
 
 LogDir LogDir::create(const std::string& base, const std::string& run_id, bool small_files_only) {
   LogDir d;
@@ -81,10 +82,6 @@ LogDir LogDir::create(const std::string& base, const std::string& run_id, bool s
           fmt::format("cannot create log directory {}: {}", d.run_dir_, std::strerror(errno)));
   }
   return d;
-}
-
-std::string LogDir::attempt_dir(int attempt) const {
-  return fmt::format("{}/attempt_{}", run_dir_, attempt);
 }
 
 std::string LogDir::rank_dir(int attempt, int local_rank) const {

@@ -17,7 +17,6 @@ class LogDir {
   static LogDir create(const std::string& base, const std::string& run_id, bool small_files_only);
 
   std::string run_dir() const { return run_dir_; }
-  std::string attempt_dir(int attempt) const;
   std::string rank_dir(int attempt, int local_rank) const;
   // Creates the rank directory (and its parents); throws when it cannot.
   std::string make_rank_dir(int attempt, int local_rank) const;
@@ -29,8 +28,5 @@ class LogDir {
   std::string run_dir_;
   bool temporary_ = false;
 };
-
-// mkdir -p; throws SetupError naming the directory and the reason.
-void make_directories(const std::string& path);
 
 }  // namespace trainrun::launch

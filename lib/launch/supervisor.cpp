@@ -83,13 +83,13 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
   _exit(127);
 }
 
-}  // namespace
-
+// Whether any child of ours is left, ended or not (none is reaped here).
 bool has_children() {
   siginfo_t info{};
   return waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0;
 }
 
+// Our children that are still running (workers' orphans re-parented to us, as a subreaper).
 std::vector<pid_t> child_processes() {
   std::vector<pid_t> out;
   // Scanning /proc costs milliseconds; most jobs end with no child left to find.
@@ -114,6 +114,8 @@ std::vector<pid_t> child_processes() {
   closedir(proc);
   return out;
 }
+
+}  // namespace
 
 Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console& out, Console& err)
     : io_(io), watchdog_(watchdog), out_(out), err_(err), finish_timer_(io) {}
@@ -167,18 +169,8 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     } else {
       close_fd(report[0]);
     }
-    for (auto [fds, console] : {std::pair{out, &out_}, std::pair{err, &err_}}) {
-      if (fds.keep_pipe < 0) continue;
-      auto reader =
-          std::make_shared<TeeReader>(io_, fds.keep_pipe, fds.keep_file, console, w.prefix);
-      ++open_readers_;
-      readers_.push_back(reader);
-      reader->start([this, generation = generation_] {
-        if (generation != generation_) return;
-        --open_readers_;
-        if (finish_done_) finish_step();
-      });
-    }
+    for (auto [fds, console] : {std::pair{out, &out_}, std::pair{err, &err_}})
+      if (fds.keep_pipe >= 0) tee(fds.keep_pipe, fds.keep_file, *console, w.prefix);
     if (pid <= 0)
       fail(fmt::format("cannot start worker {}: {}", w.local_rank, std::strerror(error)));
   }
@@ -189,6 +181,17 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     if (exec_failed)
       fail(fmt::format("cannot execute {}: {}", launches[i].program, std::strerror(exec_errno)));
   }
+}
+
+void Supervisor::tee(int pipe_fd, int file_fd, Console& console, const std::string& prefix) {
+  auto reader = std::make_shared<TeeReader>(io_, pipe_fd, file_fd, &console, prefix);
+  ++open_readers_;
+  readers_.push_back(reader);
+  reader->start([this, generation = generation_] {
+    if (generation != generation_) return;
+    --open_readers_;
+    if (finish_done_) finish_step();
+  });
 }
 
 void Supervisor::reap() {
@@ -213,12 +216,6 @@ size_t Supervisor::running() const {
   size_t n = 0;
   for (const auto& w : workers_) n += w.running;
   return n;
-}
-
-pid_t Supervisor::pid_of(int local_rank) const {
-  for (const auto& w : workers_)
-    if (w.local_rank == local_rank) return w.pid;
-  return -1;
 }
 
 bool Supervisor::leftovers(bool send, int sig) {
