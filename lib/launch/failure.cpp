@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstring>
@@ -12,6 +11,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "trainrun/base/numbers.hpp"
 
 namespace trainrun::launch {
 
@@ -28,11 +29,7 @@ std::optional<double> to_timestamp(const nlohmann::json& j) {
   if (j.is_number()) {
     v = j.get<double>();
   } else if (j.is_string()) {
-    const std::string s = j.get<std::string>();
-    char* end = nullptr;
-    errno = 0;
-    double d = std::strtod(s.c_str(), &end);
-    if (!s.empty() && end && *end == '\0' && errno == 0) v = d;
+    v = parse_number(j.get<std::string>());
   }
   if (v && !(std::fabs(*v) <= kMaxAbsTimestamp)) return std::nullopt;
   return v;

@@ -5,8 +5,8 @@
 
 namespace trainrun::launch {
 
-// The launcher's own lines: "trainrun: <line>\n", for stderr. Workers' output is never prefixed
-// this way, so a reader can tell who said what.
+// One of the launcher's own lines: "trainrun: <line>\n", for stderr. The prefix tells them from
+// the workers' output that shares the console.
 std::string launcher_line(std::string_view line);
 
 // Writes launcher_line(line) to stderr at once (blocking): for what is said outside the agent's

@@ -9,10 +9,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
 #include "file_io.hpp"
+#include "trainrun/base/numbers.hpp"
 
 namespace trainrun::launch {
 
@@ -98,7 +101,8 @@ std::vector<pid_t> child_processes() {
   DIR* proc = opendir("/proc");
   if (!proc) return out;
   while (dirent* e = readdir(proc)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const std::optional<long long> pid = parse_integer(e->d_name);
+    if (!pid) continue;
     std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
     std::string line;
     if (!std::getline(stat, line)) continue;
@@ -108,8 +112,7 @@ std::vector<pid_t> child_processes() {
     char state = 0;
     int ppid = 0;
     if (std::sscanf(line.c_str() + close_paren + 1, " %c %d", &state, &ppid) != 2) continue;
-    pid_t pid = std::atoi(e->d_name);
-    if (ppid == self && state != 'Z') out.push_back(pid);
+    if (ppid == self && state != 'Z') out.push_back(static_cast<pid_t>(*pid));
   }
   closedir(proc);
   return out;

@@ -8,13 +8,14 @@
 
 #include <cerrno>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 
 #include "file_io.hpp"
+#include "trainrun/base/numbers.hpp"
 
 extern char** environ;
 
@@ -59,12 +60,11 @@ void kill_marked(const std::string& marker) {
     if (proc == nullptr) return;
     bool found_new = false;
     while (dirent* entry = readdir(proc)) {
-      char* end = nullptr;
-      const long pid = std::strtol(entry->d_name, &end, 10);
-      if (end == entry->d_name || *end != '\0' || pid <= 1 || pid == getpid()) continue;
-      if (!carries_marker(static_cast<pid_t>(pid), marker, buffer)) continue;
-      kill(static_cast<pid_t>(pid), SIGKILL);
-      found_new |= killed.insert(static_cast<pid_t>(pid)).second;
+      const std::optional<long long> pid = parse_integer(entry->d_name);
+      if (!pid || *pid <= 1 || *pid == getpid()) continue;
+      if (!carries_marker(static_cast<pid_t>(*pid), marker, buffer)) continue;
+      kill(static_cast<pid_t>(*pid), SIGKILL);
+      found_new |= killed.insert(static_cast<pid_t>(*pid)).second;
     }
     closedir(proc);
     if (!found_new) return;
