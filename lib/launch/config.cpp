@@ -5,8 +5,8 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
-#include <climits>
 #include <csignal>
+#include <cstdint>
 #include <set>
 
 #include "trainrun/base/numbers.hpp"

@@ -72,7 +72,8 @@ struct LaunchConfig {
   std::vector<std::string> worker_argv() const;
 };
 
-// Parses a command line (argv[0] excluded) with PET_* defaults read from `env`.
+// Parses a command line (argv[0] excluded) with PET_* defaults read from `env`. Pure: it reads
+// nothing else (no file, no other variable, no program), so it is fuzzed and tested as a function.
 // Throws UsageError with a one-line reason on bad input. `--help`/`--version` are reported
 // through `help_text` (then the returned config is meaningless and main exits 0).
 struct ParseOutcome {
