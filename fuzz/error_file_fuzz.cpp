@@ -16,13 +16,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   FUZZ_CHECK(!contents.timestamp || std::isfinite(*contents.timestamp));
   // The agent takes the root cause's time from the file: the summary must cope with any value.
-  WorkerFailure f;
+  ProcessFailure f;
   f.has_error_file = true;
   f.error_file = "/tmp/error.json";
   f.message = contents.message;
   f.traceback = contents.traceback;
   f.timestamp = contents.timestamp.value_or(0);
-  WorkerFailure other = f;
+  ProcessFailure other = f;
   other.rank = 1;
   other.timestamp = 1;
   std::string summary = format_failure_summary("job", {f, other});

@@ -5,10 +5,13 @@
 
 #include "agent.hpp"
 #include "config.hpp"
+#include "errors.hpp"
+#include "log.hpp"
 #include "worker_env.hpp"
 
 namespace launch = trainrun::launch;
 
+// The one place where an error becomes an exit status: each launcher error carries its own.
 int main(int argc, char** argv) {
   try {
     const std::vector<std::string> args(argv + 1, argv + argc);
@@ -18,11 +21,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     return launch::run_agent(outcome.config);
-  } catch (const launch::UsageError& e) {
-    std::fprintf(stderr, "trainrun: %s\n", e.what());
-    return 2;
+  } catch (const launch::LaunchError& e) {
+    launch::say(e.what());
+    return e.exit_code();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "trainrun: internal error: %s\n", e.what());
+    launch::say(std::string("internal error: ") + e.what());
     return 1;
   }
 }

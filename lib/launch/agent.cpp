@@ -19,15 +19,18 @@
 #include <optional>
 #include <vector>
 
+#include "console.hpp"
 #include "entrypoint.hpp"
 #include "failure.hpp"
+#include "log.hpp"
 #include "log_dir.hpp"
-#include "output.hpp"
+#include "output_plan.hpp"
 #include "port.hpp"
 #include "rendezvous/handler.hpp"
 #include "supervisor.hpp"
-#include "watchdog.hpp"
 #include "trainrun/base/system.hpp"
+#include "watchdog.hpp"
+#include "worker_count.hpp"
 #include "worker_env.hpp"
 
 namespace trainrun::launch {
@@ -39,11 +42,6 @@ namespace {
 double unix_now() {
   using namespace std::chrono;
   return duration_cast<duration<double>>(system_clock::now().time_since_epoch()).count();
-}
-
-void say(const std::string& line) {
-  std::string text = "trainrun: " + line + "\n";
-  write_all(2, text.data(), text.size());
 }
 
 // One node's life: get a topology (locally, or from the rendezvous), start the workers, watch
@@ -141,8 +139,8 @@ class Agent {
       topology_.group_rank = 0;
       topology_.group_world_size = 1;
       topology_.base_rank = 0;
-      topology_.local_world_size = config_.nproc_per_node;
-      topology_.world_size = config_.nproc_per_node;
+      topology_.local_world_size = config_.nproc_per_node.number;
+      topology_.world_size = config_.nproc_per_node.number;
       topology_.master_addr = config_.standalone ? "127.0.0.1" : config_.master_addr;
       topology_.master_port = port_->port();
       topology_.restart_count = 0;
@@ -234,7 +232,7 @@ class Agent {
 
   void join() {
     rdzv::RendezvousHandler::JoinRequest request;
-    request.nproc = config_.nproc_per_node;
+    request.nproc = config_.nproc_per_node.number;
     request.master_port = port_ ? port_->port() : 0;
     rdzv_->join(request);
   }
@@ -282,7 +280,7 @@ class Agent {
     std::vector<WorkerLaunch> launches;
     const std::vector<std::string> argv = config_.worker_argv();
     try {
-      for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
+      for (int lr = 0; lr < config_.nproc_per_node.number; ++lr) {
         const std::string rank_dir = logs_.make_rank_dir(topology_.restart_count, lr);
         WorkerLaunch w;
         w.local_rank = lr;
@@ -358,13 +356,12 @@ class Agent {
   }
 
   void record_failure(int local_rank, pid_t pid, ExitStatus status, bool first_wave) {
-    WorkerFailure f;
+    ProcessFailure f;
     f.local_rank = local_rank;
     f.rank = topology_.base_rank + local_rank;
     f.pid = pid;
     f.status = status;
     f.host = host_;
-    f.role = config_.role;
     f.timestamp = unix_now();
     f.error_file = logs_.rank_dir(topology_.restart_count, local_rank) + "/error.json";
     std::string problem;
@@ -506,7 +503,7 @@ class Agent {
   std::optional<HeldPort> port_;
   std::unique_ptr<rdzv::RendezvousHandler> rdzv_;
   State state_ = State::idle;
-  std::vector<WorkerFailure> failures_;
+  std::vector<ProcessFailure> failures_;
   bool reported_ = false;
   bool pending_restart_ = false;
   std::optional<rdzv::Stop> pending_stop_;
@@ -519,13 +516,10 @@ class Agent {
 
 int run_agent(const LaunchConfig& config) {
   const auto env = current_environment();
-  ResolvedEntry entry;
-  try {
-    entry = resolve_entrypoint(config, env);
-  } catch (const EntrypointError& e) {
-    say(e.what());
-    return e.exit_code;
-  }
+  // What the command line left to the node: how many workers it has room for, and the program.
+  LaunchConfig counted = config;
+  counted.nproc_per_node = resolve_worker_count(config.nproc_per_node);
+  const ResolvedEntry entry = resolve_entrypoint(counted, env);
   // Output to a closed pipe must not kill the launcher: it drops console output instead.
   ::signal(SIGPIPE, SIG_IGN);
   Watchdog watchdog;

@@ -1,17 +1,15 @@
 #include "config.hpp"
 
 #include <fmt/format.h>
-#include <sched.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
 #include <csignal>
-#include <cstring>
+#include <cstdint>
 #include <set>
 
-#include "gpu_count.hpp"
+#include "trainrun/base/numbers.hpp"
 #include "version.hpp"
 
 namespace trainrun::launch {
@@ -42,8 +40,7 @@ struct OptionSpec {
 const std::vector<OptionSpec>& option_specs() {
   static const std::vector<OptionSpec> specs = {
       {"nnodes", "", "1:1", "Topology", "Number of nodes, N or MIN:MAX (elastic)"},
-      {"nproc-per-node", "", "1", "Topology",
-       "Workers per node: an integer, cpu, gpu or auto"},
+      {"nproc-per-node", "", "1", "Topology", "Workers per node: an integer, cpu, gpu or auto"},
       {"node-rank", "", "0", "Topology", "This node's rank (static rendezvous)"},
       {"standalone", "", "0", "Topology",
        "Single-node job with its own rendezvous on a free local port", true},
@@ -59,12 +56,12 @@ const std::vector<OptionSpec>& option_specs() {
       {"max-restarts", "", "0", "Supervision", "Restarts of the worker group after a failure"},
       {"monitor-interval", "", "0.1", "Supervision",
        "Accepted for compatibility; trainrun watches workers by events"},
-      {"shutdown-timeout", "", "30", "Supervision",
-       "Seconds between the stop signal and SIGKILL"},
+      {"shutdown-timeout", "", "30", "Supervision", "Seconds between the stop signal and SIGKILL"},
       {"signals-to-handle", "", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2", "Supervision",
        "Signals forwarded to the workers (SIGUSR1/SIGUSR2 are forwarded without stopping)"},
       {"role", "", "default", "Supervision", "Role name for ROLE_NAME and the output prefix"},
-      {"start-method", "", "spawn", "Supervision", "Accepted for compatibility: spawn, fork, forkserver"},
+      {"start-method", "", "spawn", "Supervision",
+       "Accepted for compatibility: spawn, fork, forkserver"},
       {"log-dir", "", "", "Output", "Root of the per-attempt, per-rank log files"},
       {"redirects", "r", "0", "Output",
        "Streams to log files: 0 none, 1 stdout, 2 stderr, 3 both; or per rank 0:1,1:3"},
@@ -73,8 +70,7 @@ const std::vector<OptionSpec>& option_specs() {
        "Comma list of local ranks whose output reaches the console"},
       {"logs-specs", "", "", "Output", "Accepted for compatibility"},
       {"module", "m", "0", "Entrypoint", "Run ENTRYPOINT as a Python module (python -m)", true},
-      {"no-python", "", "0", "Entrypoint", "Execute ENTRYPOINT directly, not through Python",
-       true},
+      {"no-python", "", "0", "Entrypoint", "Execute ENTRYPOINT directly, not through Python", true},
       {"run-path", "", "0", "Entrypoint", "Run a Python script through runpy (as the default)",
        true},
       {"numa-binding", "", "", "Entrypoint", "Accepted for compatibility"},
@@ -94,30 +90,15 @@ class UsageFormatter : public CLI::Formatter {
 
 int parse_int(const std::string& value, const std::string& what, const char* rule) {
   if (value.empty()) fail(fmt::format("{}: expected {}, got an empty value", what, rule));
-  size_t pos = 0;
-  long long n = 0;
-  try {
-    n = std::stoll(value, &pos, 10);
-  } catch (const std::exception&) {
-    pos = 0;
-  }
-  if (pos != value.size() || n < INT32_MIN || n > INT32_MAX ||
-      std::isspace(static_cast<unsigned char>(value[0])))
-    fail(fmt::format("{}: expected {}", what, rule));
-  return static_cast<int>(n);
+  const std::optional<long long> n = parse_integer(value);
+  if (!n || *n < INT32_MIN || *n > INT32_MAX) fail(fmt::format("{}: expected {}", what, rule));
+  return static_cast<int>(*n);
 }
 
 double parse_seconds(const std::string& value, const std::string& what) {
-  size_t pos = 0;
-  double d = -1;
-  try {
-    d = std::stod(value, &pos);
-  } catch (const std::exception&) {
-    pos = 0;
-  }
-  if (value.empty() || pos != value.size() || !(d >= 0) || d > 1e9)
-    fail(fmt::format("{}: expected a number of seconds >= 0", what));
-  return d;
+  const std::optional<double> d = parse_number(value);
+  if (!d || *d < 0 || *d > 1e9) fail(fmt::format("{}: expected a number of seconds >= 0", what));
+  return *d;
 }
 
 bool parse_flag_env(const std::string& value, const std::string& what) {
@@ -145,35 +126,167 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return parts;
 }
 
-int count_usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    int n = CPU_COUNT(&set);
-    if (n > 0) return n;
+WorkerCount parse_worker_count(const std::string& value, const std::string& what) {
+  WorkerCount count;
+  count.source = what;
+  if (value == "cpu" || value == "gpu" || value == "auto") {
+    count.kind = value == "cpu"   ? WorkerCount::Kind::cpu
+                 : value == "gpu" ? WorkerCount::Kind::gpu
+                                  : WorkerCount::Kind::automatic;
+    return count;
   }
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
-}
-
-int parse_nproc(const std::string& value, const std::string& what) {
-  if (value == "cpu") return count_usable_cpus();
-  if (value == "gpu") {
-    int gpus = count_nvidia_gpus();
-    if (gpus <= 0) fail(fmt::format("{}: no NVIDIA GPU found on this node; use an integer or cpu", what));
-    return gpus;
-  }
-  if (value == "auto") {
-    int gpus = count_nvidia_gpus();
-    return gpus > 0 ? gpus : count_usable_cpus();
-  }
-  int n = parse_int(value, what, "a positive integer, cpu, gpu or auto");
-  if (n <= 0) fail(fmt::format("{}: must be at least 1, or cpu, gpu or auto", what));
-  return n;
+  count.number = parse_int(value, what, "a positive integer, cpu, gpu or auto");
+  if (count.number <= 0) fail(fmt::format("{}: must be at least 1, or cpu, gpu or auto", what));
+  return count;
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The options' values as written (on the command line, else in PET_*), and how to name each one
+// in an error ("--nnodes=0", "PET_NNODES=0").
+struct GivenValues {
+  std::map<std::string, std::string> values;
+  std::map<std::string, std::string> source;
+  std::map<std::string, bool> flags;
+  std::map<std::string, CLI::Option*> options;
+
+  const std::string& value(const std::string& name) const { return values.at(name); }
+  const std::string& named(const std::string& name) const { return source.at(name); }
+  bool flag(const std::string& name) const { return flags.at(name); }
+};
+
+// Declares every option of option_specs() to CLI11, bound to `given`.
+void add_options(CLI::App& app, GivenValues& given) {
+  for (const auto& spec : option_specs()) {
+    std::string names = "--" + spec.dashed;
+    if (spec.underscored() != spec.dashed) names += ",--" + spec.underscored();
+    if (!spec.short_name.empty()) names = "-" + spec.short_name + "," + names;
+    std::string help = spec.help + " [env " + spec.pet_name() + "]";
+    CLI::Option* opt;
+    if (spec.is_flag) {
+      given.flags[spec.dashed] = false;
+      opt = app.add_flag(names, given.flags[spec.dashed], help);
+    } else {
+      given.values[spec.dashed] = spec.default_value;
+      opt = app.add_option(names, given.values[spec.dashed], help);
+      if (!spec.default_value.empty()) opt->default_str(spec.default_value);
+      opt->type_name("VALUE");
+    }
+    opt->group(spec.group);
+    given.options[spec.dashed] = opt;
+  }
+}
+
+// Where an option is absent from the command line, PET_<NAME> supplies it.
+void apply_environment(const std::map<std::string, std::string>& env, GivenValues& given) {
+  for (const auto& spec : option_specs()) {
+    const bool on_command_line = given.options.at(spec.dashed)->count() > 0;
+    auto env_it = env.find(spec.pet_name());
+    const bool from_env = !on_command_line && env_it != env.end();
+    if (spec.is_flag) {
+      if (from_env)
+        given.flags[spec.dashed] =
+            parse_flag_env(env_it->second, spec.pet_name() + "=" + env_it->second);
+      continue;
+    }
+    if (from_env) {
+      given.values[spec.dashed] = env_it->second;
+      given.source[spec.dashed] = spec.pet_name() + "=" + env_it->second;
+    } else {
+      given.source[spec.dashed] = "--" + spec.dashed + "=" + given.values[spec.dashed];
+    }
+  }
+}
+
+void read_topology(const GivenValues& g, LaunchConfig& c) {
+  std::tie(c.min_nodes, c.max_nodes) = parse_nnodes(g.value("nnodes"), g.named("nnodes"));
+  c.nproc_per_node = parse_worker_count(g.value("nproc-per-node"), g.named("nproc-per-node"));
+  c.node_rank = parse_int(g.value("node-rank"), g.named("node-rank"), "an integer >= 0");
+  if (c.node_rank < 0) fail(fmt::format("{}: must be >= 0", g.named("node-rank")));
+  c.master_addr = g.value("master-addr");
+  if (c.master_addr.empty()) fail(fmt::format("{}: must not be empty", g.named("master-addr")));
+  c.master_port =
+      parse_int(g.value("master-port"), g.named("master-port"), "a port number 0..65535");
+  if (c.master_port < 0 || c.master_port > 65535)
+    fail(fmt::format("{}: must be a port number 0..65535", g.named("master-port")));
+  c.master_port_given =
+      g.named("master-port").rfind("PET_", 0) == 0 || g.options.at("master-port")->count() > 0;
+}
+
+void read_rendezvous(const GivenValues& g, LaunchConfig& c) {
+  c.rdzv_backend = g.value("rdzv-backend");
+  static const std::set<std::string> backends = {"static", "c10d", "etcd", "etcd-v2"};
+  if (!backends.count(c.rdzv_backend))
+    fail(fmt::format("{}: unknown rendezvous backend; use static, c10d, etcd or etcd-v2",
+                     g.named("rdzv-backend")));
+  c.rdzv_endpoint = g.value("rdzv-endpoint");
+  c.rdzv_id = g.value("rdzv-id");
+  if (c.rdzv_id.empty()) fail(fmt::format("{}: must not be empty", g.named("rdzv-id")));
+  c.rdzv_conf = parse_rdzv_conf(g.value("rdzv-conf"), g.named("rdzv-conf"));
+  c.standalone = g.flag("standalone");
+  c.local_addr = g.value("local-addr");
+}
+
+void read_supervision(const GivenValues& g, LaunchConfig& c) {
+  c.max_restarts = parse_int(g.value("max-restarts"), g.named("max-restarts"), "an integer >= 0");
+  if (c.max_restarts < 0) fail(fmt::format("{}: must be >= 0", g.named("max-restarts")));
+  c.monitor_interval = parse_seconds(g.value("monitor-interval"), g.named("monitor-interval"));
+  if (c.monitor_interval <= 0) fail(fmt::format("{}: must be > 0", g.named("monitor-interval")));
+  c.shutdown_timeout = parse_seconds(g.value("shutdown-timeout"), g.named("shutdown-timeout"));
+  c.role = g.value("role");
+  if (c.role.empty()) fail(fmt::format("{}: must not be empty", g.named("role")));
+  // Accepted for compatibility and checked, but trainrun always starts workers one way.
+  const std::string& start_method = g.value("start-method");
+  if (start_method != "spawn" && start_method != "fork" && start_method != "forkserver")
+    fail(fmt::format("{}: use spawn, fork or forkserver", g.named("start-method")));
+}
+
+void read_output(const GivenValues& g, LaunchConfig& c) {
+  c.log_dir = g.value("log-dir");
+  c.redirects = parse_std_spec(g.value("redirects"), g.named("redirects"));
+  c.tee = parse_std_spec(g.value("tee"), g.named("tee"));
+  if (!trim(g.value("local-ranks-filter")).empty())
+    c.local_ranks_filter =
+        parse_rank_list(g.value("local-ranks-filter"), g.named("local-ranks-filter"));
+}
+
+// SIGUSR1, SIGUSR2 and SIGCONT are only passed on to the workers; the others stop the job.
+void read_signals(const GivenValues& g, LaunchConfig& c) {
+  for (const auto& name : split(g.value("signals-to-handle"), ',')) {
+    if (trim(name).empty()) continue;
+    int sig = parse_signal_name(name, g.named("signals-to-handle"));
+    auto& list =
+        (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) ? c.forward_signals : c.stop_signals;
+    if (std::find(list.begin(), list.end(), sig) == list.end()) list.push_back(sig);
+  }
+}
+
+// The entrypoint, its arguments (everything after it), and how it runs.
+void read_entrypoint(const GivenValues& g, const std::vector<std::string>& rest,
+                     const std::map<std::string, std::string>& env, LaunchConfig& c) {
+  c.module = g.flag("module");
+  c.no_python = g.flag("no-python");
+  if (c.module && c.no_python)
+    fail("-m/--module and --no-python cannot be used together: a module needs Python");
+  if (rest.empty())
+    fail("no entrypoint given: trainrun [OPTIONS] ENTRYPOINT [ARGS...] (see trainrun --help)");
+  if (rest[0].size() > 1 && rest[0][0] == '-')
+    fail(fmt::format("unknown option {} (see trainrun --help)", rest[0]));
+  c.entrypoint = rest[0];
+  c.entry_args.assign(rest.begin() + 1, rest.end());
+
+  auto py = env.find("PYTHON_EXEC");
+  c.python_exec = (py != env.end() && !py->second.empty()) ? py->second : "python3";
+  if (c.module)
+    c.entry_mode = EntryMode::python_module;
+  else if (c.no_python)
+    c.entry_mode = EntryMode::executable;
+  else
+    c.entry_mode =
+        ends_with(c.entrypoint, ".py") ? EntryMode::python_script : EntryMode::executable;
 }
 
 }  // namespace
@@ -202,7 +315,8 @@ StdSpec parse_std_spec(const std::string& value, const std::string& what) {
   const char* rule = "0, 1, 2 or 3, or a per-rank map like 0:1,1:3";
   auto to_std = [&](const std::string& v) {
     int n = parse_int(v, what, rule);
-    if (n < 0 || n > 3) fail(fmt::format("{}: {} is not a stream selection; use {}", what, v, rule));
+    if (n < 0 || n > 3)
+      fail(fmt::format("{}: {} is not a stream selection; use {}", what, v, rule));
     return static_cast<Std>(n);
   };
   StdSpec spec;
@@ -213,10 +327,12 @@ StdSpec parse_std_spec(const std::string& value, const std::string& what) {
   spec.is_map = true;
   for (const auto& item : split(value, ',')) {
     auto colon = item.find(':');
-    if (colon == std::string::npos) fail(fmt::format("{}: '{}' is not RANK:VALUE; use {}", what, item, rule));
+    if (colon == std::string::npos)
+      fail(fmt::format("{}: '{}' is not RANK:VALUE; use {}", what, item, rule));
     int rank = parse_int(trim(item.substr(0, colon)), what, rule);
     if (rank < 0) fail(fmt::format("{}: local rank {} is negative", what, rank));
-    if (spec.per_rank.count(rank)) fail(fmt::format("{}: local rank {} is given twice", what, rank));
+    if (spec.per_rank.count(rank))
+      fail(fmt::format("{}: local rank {} is given twice", what, rank));
     spec.per_rank[rank] = to_std(trim(item.substr(colon + 1)));
   }
   return spec;
@@ -234,8 +350,8 @@ std::map<std::string, std::string> parse_rdzv_conf(const std::string& value,
     std::string key = trim(item.substr(0, eq));
     std::string val = trim(item.substr(eq + 1));
     if (key.empty()) fail(fmt::format("{}: '{}' has an empty key", what, item));
-    static const std::set<std::string> seconds_keys = {"join_timeout", "last_call_timeout",
-                                                       "close_timeout", "heartbeat_timeout",
+    static const std::set<std::string> seconds_keys = {"join_timeout",        "last_call_timeout",
+                                                       "close_timeout",       "heartbeat_timeout",
                                                        "keep_alive_interval", "timeout"};
     if (seconds_keys.count(key)) parse_seconds(val, fmt::format("{} {}", what, key));
     if (key == "is_host") parse_flag_env(val, fmt::format("{} is_host", what));
@@ -256,17 +372,18 @@ std::vector<int> parse_rank_list(const std::string& value, const std::string& wh
 
 int parse_signal_name(const std::string& name, const std::string& what) {
   static const std::vector<std::pair<const char*, int>> known = {
-      {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT},
-      {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGCONT", SIGCONT}, {"SIGALRM", SIGALRM},
-      {"SIGXCPU", SIGXCPU}};
+      {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},
+      {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2},
+      {"SIGCONT", SIGCONT}, {"SIGALRM", SIGALRM}, {"SIGXCPU", SIGXCPU}};
   std::string upper;
   for (char c : trim(name)) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (upper.rfind("SIG", 0) != 0) upper = "SIG" + upper;
   for (const auto& [n, v] : known)
     if (upper == n) return v;
-  fail(fmt::format("{}: '{}' is not a signal trainrun handles (SIGTERM, SIGINT, SIGHUP, SIGQUIT, "
-                   "SIGUSR1, SIGUSR2, SIGCONT, SIGALRM, SIGXCPU)",
-                   what, name));
+  fail(
+      fmt::format("{}: '{}' is not a signal trainrun handles (SIGTERM, SIGINT, SIGHUP, SIGQUIT, "
+                  "SIGUSR1, SIGUSR2, SIGCONT, SIGALRM, SIGXCPU)",
+                  what, name));
 }
 
 std::string expand_local_rank(const std::string& arg, int local_rank) {
@@ -312,33 +429,12 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
       "replacement).\n\nOptions take their defaults from PET_<OPTION> variables, e.g. "
       "PET_NPROC_PER_NODE=8.",
       "trainrun"};
-
   app.prefix_command();
   app.set_version_flag("--version", std::string("trainrun ") + kVersion);
   app.formatter(std::make_shared<UsageFormatter>());
   app.get_formatter()->column_width(38);
-
-  std::map<std::string, std::string> values;
-  std::map<std::string, CLI::Option*> options;
-  std::map<std::string, bool> flags;
-  for (const auto& spec : option_specs()) {
-    std::string names = "--" + spec.dashed;
-    if (spec.underscored() != spec.dashed) names += ",--" + spec.underscored();
-    if (!spec.short_name.empty()) names = "-" + spec.short_name + "," + names;
-    std::string help = spec.help + " [env " + spec.pet_name() + "]";
-    CLI::Option* opt;
-    if (spec.is_flag) {
-      flags[spec.dashed] = false;
-      opt = app.add_flag(names, flags[spec.dashed], help);
-    } else {
-      values[spec.dashed] = spec.default_value;
-      opt = app.add_option(names, values[spec.dashed], help);
-      if (!spec.default_value.empty()) opt->default_str(spec.default_value);
-      opt->type_name("VALUE");
-    }
-    opt->group(spec.group);
-    options[spec.dashed] = opt;
-  }
+  GivenValues given;
+  add_options(app, given);
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
@@ -353,98 +449,21 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
     std::string msg = e.what();
     fail(fmt::format("{} (see trainrun --help)", msg));
   }
+  apply_environment(env, given);
 
-  // Where an option is absent from the command line, PET_<NAME> supplies it.
-  std::map<std::string, std::string> source;  // how to name the value in an error
-  for (const auto& spec : option_specs()) {
-    const bool given = options[spec.dashed]->count() > 0;
-    auto env_it = env.find(spec.pet_name());
-    if (spec.is_flag) {
-      if (!given && env_it != env.end())
-        flags[spec.dashed] = parse_flag_env(env_it->second, spec.pet_name() + "=" + env_it->second);
-      continue;
-    }
-    if (!given && env_it != env.end()) {
-      values[spec.dashed] = env_it->second;
-      source[spec.dashed] = spec.pet_name() + "=" + env_it->second;
-    } else {
-      source[spec.dashed] = "--" + spec.dashed + "=" + values[spec.dashed];
-    }
-  }
-
+  // In this order, so that of several bad values the same one is reported first as always.
   LaunchConfig c;
-  std::tie(c.min_nodes, c.max_nodes) = parse_nnodes(values["nnodes"], source["nnodes"]);
-  c.nproc_per_node = parse_nproc(values["nproc-per-node"], source["nproc-per-node"]);
-  c.node_rank = parse_int(values["node-rank"], source["node-rank"], "an integer >= 0");
-  if (c.node_rank < 0) fail(fmt::format("{}: must be >= 0", source["node-rank"]));
-  c.master_addr = values["master-addr"];
-  if (c.master_addr.empty()) fail(fmt::format("{}: must not be empty", source["master-addr"]));
-  c.master_port = parse_int(values["master-port"], source["master-port"], "a port number 0..65535");
-  if (c.master_port < 0 || c.master_port > 65535)
-    fail(fmt::format("{}: must be a port number 0..65535", source["master-port"]));
-  c.master_port_given = source["master-port"].rfind("PET_", 0) == 0 || options["master-port"]->count() > 0;
-  c.rdzv_backend = values["rdzv-backend"];
-  static const std::set<std::string> backends = {"static", "c10d", "etcd", "etcd-v2"};
-  if (!backends.count(c.rdzv_backend))
-    fail(fmt::format("{}: unknown rendezvous backend; use static, c10d, etcd or etcd-v2",
-                     source["rdzv-backend"]));
-  c.rdzv_endpoint = values["rdzv-endpoint"];
-  c.rdzv_id = values["rdzv-id"];
-  if (c.rdzv_id.empty()) fail(fmt::format("{}: must not be empty", source["rdzv-id"]));
-  c.rdzv_conf = parse_rdzv_conf(values["rdzv-conf"], source["rdzv-conf"]);
-  c.standalone = flags["standalone"];
-  c.max_restarts = parse_int(values["max-restarts"], source["max-restarts"], "an integer >= 0");
-  if (c.max_restarts < 0) fail(fmt::format("{}: must be >= 0", source["max-restarts"]));
-  c.monitor_interval = parse_seconds(values["monitor-interval"], source["monitor-interval"]);
-  if (c.monitor_interval <= 0) fail(fmt::format("{}: must be > 0", source["monitor-interval"]));
-  c.shutdown_timeout = parse_seconds(values["shutdown-timeout"], source["shutdown-timeout"]);
-  c.role = values["role"];
-  if (c.role.empty()) fail(fmt::format("{}: must not be empty", source["role"]));
-  c.start_method = values["start-method"];
-  if (c.start_method != "spawn" && c.start_method != "fork" && c.start_method != "forkserver")
-    fail(fmt::format("{}: use spawn, fork or forkserver", source["start-method"]));
-  c.log_dir = values["log-dir"];
-  c.redirects = parse_std_spec(values["redirects"], source["redirects"]);
-  c.tee = parse_std_spec(values["tee"], source["tee"]);
-  if (!trim(values["local-ranks-filter"]).empty())
-    c.local_ranks_filter = parse_rank_list(values["local-ranks-filter"], source["local-ranks-filter"]);
-  c.local_addr = values["local-addr"];
-  for (const auto& name : split(values["signals-to-handle"], ',')) {
-    if (trim(name).empty()) continue;
-    int sig = parse_signal_name(name, source["signals-to-handle"]);
-    auto& list = (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) ? c.forward_signals
-                                                                      : c.stop_signals;
-    if (std::find(list.begin(), list.end(), sig) == list.end()) list.push_back(sig);
-  }
-  c.module = flags["module"];
-  c.no_python = flags["no-python"];
-  c.run_path = flags["run-path"];
-  if (c.module && c.no_python)
-    fail("-m/--module and --no-python cannot be used together: a module needs Python");
-
+  read_topology(given, c);
+  read_rendezvous(given, c);
+  read_supervision(given, c);
+  read_output(given, c);
+  read_signals(given, c);
+  read_entrypoint(given, app.remaining(), env, c);
   if (c.standalone) {
     c.min_nodes = c.max_nodes = 1;
     c.rdzv_backend = "c10d";
     c.rdzv_endpoint = "localhost:0";
   }
-
-  auto extra = app.remaining();
-  if (extra.empty())
-    fail("no entrypoint given: trainrun [OPTIONS] ENTRYPOINT [ARGS...] (see trainrun --help)");
-  if (extra[0].size() > 1 && extra[0][0] == '-')
-    fail(fmt::format("unknown option {} (see trainrun --help)", extra[0]));
-  c.entrypoint = extra[0];
-  c.entry_args.assign(extra.begin() + 1, extra.end());
-
-  auto py = env.find("PYTHON_EXEC");
-  c.python_exec = (py != env.end() && !py->second.empty()) ? py->second : "python3";
-  if (c.module)
-    c.entry_mode = EntryMode::python_module;
-  else if (c.no_python)
-    c.entry_mode = EntryMode::executable;
-  else
-    c.entry_mode = ends_with(c.entrypoint, ".py") ? EntryMode::python_script
-                                                  : EntryMode::executable;
   return {c, std::nullopt};
 }
 

@@ -2,17 +2,12 @@
 
 #include <map>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-namespace trainrun::launch {
+#include "errors.hpp"
 
-// A bad command line or PET_* value: main prints "trainrun: <what>" and exits 2.
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+namespace trainrun::launch {
 
 // Which of a worker's streams go to log files (redirect) or to files and the console (tee).
 enum class Std : int { none = 0, out = 1, err = 2, all = 3 };
@@ -27,10 +22,24 @@ struct StdSpec {
 
 enum class EntryMode { python_script, python_module, executable };
 
+// --nproc-per-node as given: a number, or a word that asks the node how many it can run (cpu,
+// gpu, auto). Parsing keeps the word, so that reading a command line never asks the machine;
+// the agent counts when it starts (resolve_worker_count in worker_count.hpp).
+struct WorkerCount {
+  enum class Kind { number, cpu, gpu, automatic };
+  Kind kind = Kind::number;
+  int number = 1;      // the count, when kind is number
+  std::string source;  // how it was given ("--nproc-per-node=gpu"), to name it in an error
+
+  WorkerCount() = default;
+  // A plain count, as a program that builds its own LaunchConfig gives it.
+  WorkerCount(int n) : number(n) {}  // NOLINT(google-explicit-constructor)
+};
+
 struct LaunchConfig {
   int min_nodes = 1;
   int max_nodes = 1;
-  int nproc_per_node = 1;
+  WorkerCount nproc_per_node;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
@@ -45,7 +54,6 @@ struct LaunchConfig {
   std::string role = "default";
   bool module = false;
   bool no_python = false;
-  bool run_path = false;
   std::string log_dir;  // empty: a fresh temporary directory
   StdSpec redirects;
   StdSpec tee;
@@ -54,7 +62,6 @@ struct LaunchConfig {
   double shutdown_timeout = 30.0;
   std::vector<int> stop_signals;     // stop the job, forwarded to workers first
   std::vector<int> forward_signals;  // forwarded only (SIGUSR1, SIGUSR2)
-  std::string start_method = "spawn";
 
   EntryMode entry_mode = EntryMode::executable;
   std::string python_exec = "python3";  // $PYTHON_EXEC, for scripts and modules
@@ -65,7 +72,8 @@ struct LaunchConfig {
   std::vector<std::string> worker_argv() const;
 };
 
-// Parses a command line (argv[0] excluded) with PET_* defaults read from `env`.
+// Parses a command line (argv[0] excluded) with PET_* defaults read from `env`. Pure: it reads
+// nothing else (no file, no other variable, no program), so it is fuzzed and tested as a function.
 // Throws UsageError with a one-line reason on bad input. `--help`/`--version` are reported
 // through `help_text` (then the returned config is meaningless and main exits 0).
 struct ParseOutcome {

@@ -9,7 +9,7 @@ namespace trainrun::launch {
 namespace {
 
 bool is_regular(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
@@ -22,26 +22,7 @@ std::string path_variable(const std::map<std::string, std::string>& env) {
   return it != env.end() ? it->second : "/usr/local/bin:/usr/bin:/bin";
 }
 
-// Resolves a program the way a shell would, or throws with the shell's exit code.
-std::string resolve_program(const std::string& name, const std::map<std::string, std::string>& env,
-                            const std::string& hint) {
-  if (name.find('/') != std::string::npos) {
-    struct stat st{};
-    if (::stat(name.c_str(), &st) != 0)
-      throw EntrypointError(fmt::format("{}: no such file{}", name, hint), 127);
-    if (S_ISDIR(st.st_mode)) throw EntrypointError(fmt::format("{}: is a directory", name), 126);
-    if (::access(name.c_str(), X_OK) != 0)
-      throw EntrypointError(
-          fmt::format("{}: permission denied (not executable; chmod +x it{})", name, hint), 126);
-    return name;
-  }
-  std::string found = find_in_path(name, path_variable(env));
-  if (found.empty()) throw EntrypointError(fmt::format("{}: command not found on PATH{}", name, hint), 127);
-  return found;
-}
-
-}  // namespace
-
+// PATH lookup as execvp does it; empty when not found.
 std::string find_in_path(const std::string& name, const std::string& path_variable) {
   size_t start = 0;
   while (start <= path_variable.size()) {
@@ -54,6 +35,27 @@ std::string find_in_path(const std::string& name, const std::string& path_variab
   }
   return "";
 }
+
+// Resolves a program the way a shell would, or throws with the shell's exit code.
+std::string resolve_program(const std::string& name, const std::map<std::string, std::string>& env,
+                            const std::string& hint) {
+  if (name.find('/') != std::string::npos) {
+    struct stat st {};
+    if (::stat(name.c_str(), &st) != 0)
+      throw EntrypointError(fmt::format("{}: no such file{}", name, hint), 127);
+    if (S_ISDIR(st.st_mode)) throw EntrypointError(fmt::format("{}: is a directory", name), 126);
+    if (::access(name.c_str(), X_OK) != 0)
+      throw EntrypointError(
+          fmt::format("{}: permission denied (not executable; chmod +x it{})", name, hint), 126);
+    return name;
+  }
+  std::string found = find_in_path(name, path_variable(env));
+  if (found.empty())
+    throw EntrypointError(fmt::format("{}: command not found on PATH{}", name, hint), 127);
+  return found;
+}
+
+}  // namespace
 
 ResolvedEntry resolve_entrypoint(const LaunchConfig& config,
                                  const std::map<std::string, std::string>& env) {
@@ -72,11 +74,12 @@ ResolvedEntry resolve_entrypoint(const LaunchConfig& config,
   }
   r.program = resolve_program(c.python_exec, env, " (set PYTHON_EXEC to the Python interpreter)");
   if (c.entry_mode == EntryMode::python_script) {
-    struct stat st{};
+    struct stat st {};
     if (::stat(c.entrypoint.c_str(), &st) != 0)
       throw EntrypointError(fmt::format("{}: no such file", c.entrypoint), 127);
     if (S_ISDIR(st.st_mode) && !is_regular(c.entrypoint + "/__main__.py"))
-      throw EntrypointError(fmt::format("{}: is a directory without __main__.py", c.entrypoint), 126);
+      throw EntrypointError(fmt::format("{}: is a directory without __main__.py", c.entrypoint),
+                            126);
     if (::access(c.entrypoint.c_str(), R_OK) != 0)
       throw EntrypointError(fmt::format("{}: permission denied (not readable)", c.entrypoint), 126);
   }

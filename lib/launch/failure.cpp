@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstring>
@@ -12,6 +11,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "trainrun/base/numbers.hpp"
 
 namespace trainrun::launch {
 
@@ -28,11 +29,7 @@ std::optional<double> to_timestamp(const nlohmann::json& j) {
   if (j.is_number()) {
     v = j.get<double>();
   } else if (j.is_string()) {
-    const std::string s = j.get<std::string>();
-    char* end = nullptr;
-    errno = 0;
-    double d = std::strtod(s.c_str(), &end);
-    if (!s.empty() && end && *end == '\0' && errno == 0) v = d;
+    v = parse_number(j.get<std::string>());
   }
   if (v && !(std::fabs(*v) <= kMaxAbsTimestamp)) return std::nullopt;
   return v;
@@ -74,7 +71,8 @@ ErrorFileContents parse_error_file(const std::string& text) {
     out.message = m.get<std::string>();
     if (j.contains("timestamp")) out.timestamp = to_timestamp(j["timestamp"]);
   } else if (m.is_object()) {
-    if (m.contains("message") && m["message"].is_string()) out.message = m["message"].get<std::string>();
+    if (m.contains("message") && m["message"].is_string())
+      out.message = m["message"].get<std::string>();
     if (m.contains("extraInfo") && m["extraInfo"].is_object()) {
       const auto& extra = m["extraInfo"];
       if (extra.contains("py_callstack") && extra["py_callstack"].is_string())
@@ -88,7 +86,7 @@ ErrorFileContents parse_error_file(const std::string& text) {
 }
 
 std::optional<ErrorFileContents> read_error_file(const std::string& path, std::string* problem) {
-  struct stat st{};
+  struct stat st {};
   if (path.empty() || ::stat(path.c_str(), &st) != 0) return std::nullopt;
   if (!S_ISREG(st.st_mode)) {
     *problem = fmt::format("error file {} is not a regular file", path);
@@ -110,7 +108,7 @@ std::optional<ErrorFileContents> read_error_file(const std::string& path, std::s
   }
 }
 
-size_t root_cause_index(const std::vector<WorkerFailure>& failures) {
+size_t root_cause_index(const std::vector<ProcessFailure>& failures) {
   size_t best = 0;
   for (size_t i = 1; i < failures.size(); ++i) {
     const auto& a = failures[i];
@@ -135,7 +133,7 @@ std::string signal_name(int signal) {
 
 namespace {
 
-void append_failure(std::string& out, int index, const WorkerFailure& f) {
+void append_failure(std::string& out, int index, const ProcessFailure& f) {
   const bool by_signal = f.status.signal != 0;
   out += fmt::format("[{}]:\n", index);
   out += fmt::format("  time      : {}\n", format_time(f.timestamp));
@@ -167,7 +165,7 @@ void append_failure(std::string& out, int index, const WorkerFailure& f) {
 }  // namespace
 
 std::string format_failure_summary(const std::string& title,
-                                   const std::vector<WorkerFailure>& failures) {
+                                   const std::vector<ProcessFailure>& failures) {
   const std::string rule(60, '=');
   const std::string thin(60, '-');
   std::string out = rule + "\n" + title + " FAILED\n" + thin + "\nFailures:\n";

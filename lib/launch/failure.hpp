@@ -21,7 +21,7 @@ struct ExitStatus {
 // What a worker left in its TORCHELASTIC_ERROR_FILE.
 struct ErrorFileContents {
   std::string message;
-  std::string traceback;  // py_callstack or a C++ stack trace; may be empty
+  std::string traceback;            // py_callstack or a C++ stack trace; may be empty
   std::optional<double> timestamp;  // unix seconds
 };
 
@@ -35,13 +35,12 @@ ErrorFileContents parse_error_file(const std::string& text);
 // malformed) comes back as a message in `problem`, never as an exception.
 std::optional<ErrorFileContents> read_error_file(const std::string& path, std::string* problem);
 
-struct WorkerFailure {
+struct ProcessFailure {
   int local_rank = 0;
   int rank = 0;
   pid_t pid = 0;
   ExitStatus status;
   std::string host;
-  std::string role = "default";
   std::string error_file;  // path; "<N/A>" in the summary when the worker wrote none
   bool has_error_file = false;
   double timestamp = 0;  // unix seconds: from the error file, else when the exit was seen
@@ -50,11 +49,11 @@ struct WorkerFailure {
 };
 
 // The earliest failure (by timestamp, then rank). `failures` must not be empty.
-size_t root_cause_index(const std::vector<WorkerFailure>& failures);
+size_t root_cause_index(const std::vector<ProcessFailure>& failures);
 
 // torchrun's failure summary, for a job named `title` (the entrypoint).
 std::string format_failure_summary(const std::string& title,
-                                   const std::vector<WorkerFailure>& failures);
+                                   const std::vector<ProcessFailure>& failures);
 
 // "SIGKILL" for 9, "SIG42" for unknown numbers.
 std::string signal_name(int signal);

@@ -8,21 +8,13 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <random>
-#include <stdexcept>
 #include <vector>
+
+#include "trainrun/base/system.hpp"
 
 namespace trainrun::launch {
 
 namespace {
-
-std::string random_suffix() {
-  std::random_device rd;
-  const char* chars = "abcdefghijklmnopqrstuvwxyz0123456789_";
-  std::string s;
-  for (int i = 0; i < 8; ++i) s += chars[rd() % 37];
-  return s;
-}
 
 // Removes `path` if it and everything under it are directories; true when it is gone.
 bool remove_empty_tree(const std::string& path) {
@@ -33,7 +25,7 @@ bool remove_empty_tree(const std::string& path) {
     std::string name = e->d_name;
     if (name == "." || name == "..") continue;
     std::string child = path + "/" + name;
-    struct stat st{};
+    struct stat st {};
     if (lstat(child.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && remove_empty_tree(child)) continue;
     empty = false;
   }
@@ -41,8 +33,7 @@ bool remove_empty_tree(const std::string& path) {
   return empty && ::rmdir(path.c_str()) == 0;
 }
 
-}  // namespace
-
+// mkdir -p; throws SetupError naming the directory and the reason.
 void make_directories(const std::string& path) {
   if (path.empty()) return;
   std::string partial;
@@ -52,13 +43,15 @@ void make_directories(const std::string& path) {
     partial = path.substr(0, pos);
     if (partial.empty()) continue;
     if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
-      throw std::runtime_error(
+      throw SetupError(
           fmt::format("cannot create log directory {}: {}", partial, std::strerror(errno)));
   }
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw std::runtime_error(fmt::format("cannot create log directory {}: not a directory", path));
+    throw SetupError(fmt::format("cannot create log directory {}: not a directory", path));
 }
+
+}  // namespace
 
 LogDir LogDir::create(const std::string& base, const std::string& run_id, bool small_files_only) {
   LogDir d;
@@ -72,8 +65,9 @@ LogDir LogDir::create(const std::string& base, const std::string& run_id, bool s
     std::vector<char> buf(templ.begin(), templ.end());
     buf.push_back('\0');
     if (!::mkdtemp(buf.data()))
-      throw std::runtime_error(fmt::format("cannot create a log directory under {}: {} (set TMPDIR or --log-dir)",
-                                           root, std::strerror(errno)));
+      throw SetupError(
+          fmt::format("cannot create a log directory under {}: {} (set TMPDIR or --log-dir)", root,
+                      std::strerror(errno)));
     d.base_ = buf.data();
     d.temporary_ = true;
   } else {
@@ -81,17 +75,13 @@ LogDir LogDir::create(const std::string& base, const std::string& run_id, bool s
     make_directories(base);
   }
   for (int tries = 0;; ++tries) {
-    d.run_dir_ = d.base_ + "/" + run_id + "_" + random_suffix();
+    d.run_dir_ = d.base_ + "/" + run_id + "_" + random_hex(8);
     if (::mkdir(d.run_dir_.c_str(), 0755) == 0) break;
     if (errno != EEXIST || tries > 10)
-      throw std::runtime_error(
+      throw SetupError(
           fmt::format("cannot create log directory {}: {}", d.run_dir_, std::strerror(errno)));
   }
   return d;
-}
-
-std::string LogDir::attempt_dir(int attempt) const {
-  return fmt::format("{}/attempt_{}", run_dir_, attempt);
 }
 
 std::string LogDir::rank_dir(int attempt, int local_rank) const {
@@ -104,8 +94,6 @@ std::string LogDir::make_rank_dir(int attempt, int local_rank) const {
   return dir;
 }
 
-void LogDir::remove_if_empty() const {
-  remove_empty_tree(temporary_ ? base_ : run_dir_);
-}
+void LogDir::remove_if_empty() const { remove_empty_tree(temporary_ ? base_ : run_dir_); }
 
 }  // namespace trainrun::launch

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "errors.hpp"
+
 namespace trainrun::launch {
 
 // The log directory tree, as torchrun lays it out:
@@ -11,11 +13,10 @@ namespace trainrun::launch {
 // under /dev/shm.
 class LogDir {
  public:
-  // Throws std::runtime_error naming the directory when it cannot be created.
+  // Throws SetupError naming the directory when it cannot be created.
   static LogDir create(const std::string& base, const std::string& run_id, bool small_files_only);
 
   std::string run_dir() const { return run_dir_; }
-  std::string attempt_dir(int attempt) const;
   std::string rank_dir(int attempt, int local_rank) const;
   // Creates the rank directory (and its parents); throws when it cannot.
   std::string make_rank_dir(int attempt, int local_rank) const;
@@ -27,8 +28,5 @@ class LogDir {
   std::string run_dir_;
   bool temporary_ = false;
 };
-
-// mkdir -p; throws std::runtime_error naming the directory and the reason.
-void make_directories(const std::string& path);
 
 }  // namespace trainrun::launch

@@ -12,7 +12,7 @@ namespace trainrun::launch {
 
 HeldPort::HeldPort(int port) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) throw std::runtime_error(fmt::format("cannot create a socket: {}", std::strerror(errno)));
+  if (fd_ < 0) throw SetupError(fmt::format("cannot create a socket: {}", std::strerror(errno)));
   int one = 1;
   ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in addr{};
@@ -23,8 +23,9 @@ HeldPort::HeldPort(int port) {
     int err = errno;
     ::close(fd_);
     fd_ = -1;
-    if (port == 0) throw std::runtime_error(fmt::format("cannot reserve a free port: {}", std::strerror(err)));
-    throw std::runtime_error(fmt::format(
+    if (port == 0)
+      throw SetupError(fmt::format("cannot reserve a free port: {}", std::strerror(err)));
+    throw SetupError(fmt::format(
         "MASTER_PORT {} is not free on this host ({}); another job may be using it: pick another "
         "--master-port, or leave it out on a single node to get a free one",
         port, std::strerror(err)));

@@ -1,7 +1,8 @@
 #pragma once
 
-#include <stdexcept>
 #include <string>
+
+#include "errors.hpp"
 
 namespace trainrun::launch {
 
@@ -10,8 +11,8 @@ namespace trainrun::launch {
 // and listen on it. Released when destroyed.
 class HeldPort {
  public:
-  // Binds `port` on all addresses, or a free port when 0. Throws std::runtime_error when the
-  // port is taken.
+  // Binds `port` on all addresses, or a free port when 0. Throws SetupError when the port
+  // is taken.
   explicit HeldPort(int port);
   ~HeldPort();
   HeldPort(const HeldPort&) = delete;

@@ -9,8 +9,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
+
+#include "file_io.hpp"
+#include "trainrun/base/numbers.hpp"
 
 namespace trainrun::launch {
 
@@ -18,15 +23,16 @@ namespace {
 
 int open_log(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw SpawnError(fmt::format("cannot open log file {}: {}", path, std::strerror(errno)));
+  if (fd < 0)
+    throw SpawnError(fmt::format("cannot open log file {}: {}", path, std::strerror(errno)));
   return fd;
 }
 
 // The file descriptors one worker stream needs: what the child gets, and what we keep.
 struct StreamFds {
-  int child = -1;       // dup2'ed onto 1 or 2 in the child; -1 to inherit
-  int keep_file = -1;   // tee: the log file we write
-  int keep_pipe = -1;   // tee: the read end we watch
+  int child = -1;      // dup2'ed onto 1 or 2 in the child; -1 to inherit
+  int keep_file = -1;  // tee: the log file we write
+  int keep_pipe = -1;  // tee: the read end we watch
 };
 
 StreamFds open_stream(const StreamPlan& plan) {
@@ -62,8 +68,8 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 }
 
 // Runs in the child between fork and exec: async-signal-safe calls only.
-[[noreturn]] void exec_child(pid_t parent, const char* program, char** argv, char** envp, int out_fd,
-                             int err_fd, int report_fd) {
+[[noreturn]] void exec_child(pid_t parent, const char* program, char** argv, char** envp,
+                             int out_fd, int err_fd, int report_fd) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // the launcher died before prctl took effect
@@ -80,13 +86,13 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
   _exit(127);
 }
 
-}  // namespace
-
+// Whether any child of ours is left, ended or not (none is reaped here).
 bool has_children() {
   siginfo_t info{};
   return waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0;
 }
 
+// Our children that are still running (workers' orphans re-parented to us, as a subreaper).
 std::vector<pid_t> child_processes() {
   std::vector<pid_t> out;
   // Scanning /proc costs milliseconds; most jobs end with no child left to find.
@@ -95,7 +101,8 @@ std::vector<pid_t> child_processes() {
   DIR* proc = opendir("/proc");
   if (!proc) return out;
   while (dirent* e = readdir(proc)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const std::optional<long long> pid = parse_integer(e->d_name);
+    if (!pid) continue;
     std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
     std::string line;
     if (!std::getline(stat, line)) continue;
@@ -105,12 +112,13 @@ std::vector<pid_t> child_processes() {
     char state = 0;
     int ppid = 0;
     if (std::sscanf(line.c_str() + close_paren + 1, " %c %d", &state, &ppid) != 2) continue;
-    pid_t pid = std::atoi(e->d_name);
-    if (ppid == self && state != 'Z') out.push_back(pid);
+    if (ppid == self && state != 'Z') out.push_back(static_cast<pid_t>(*pid));
   }
   closedir(proc);
   return out;
 }
+
+}  // namespace
 
 Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console& out, Console& err)
     : io_(io), watchdog_(watchdog), out_(out), err_(err), finish_timer_(io) {}
@@ -149,7 +157,8 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     } else {
       pid = fork();
       if (pid == 0)
-        exec_child(parent, w.program.c_str(), argv.data(), envp.data(), out.child, err.child, report[1]);
+        exec_child(parent, w.program.c_str(), argv.data(), envp.data(), out.child, err.child,
+                   report[1]);
       error = errno;
     }
     close_fd(report[1]);
@@ -163,30 +172,29 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     } else {
       close_fd(report[0]);
     }
-    for (auto [fds, console] : {std::pair{out, &out_}, std::pair{err, &err_}}) {
-      if (fds.keep_pipe < 0) continue;
-      auto reader = std::make_shared<TeeReader>(io_, fds.keep_pipe, fds.keep_file, console, w.prefix);
-      ++open_readers_;
-      readers_.push_back(reader);
-      reader->start([this, generation = generation_] {
-        if (generation != generation_) return;
-        --open_readers_;
-        if (finish_done_) finish_step();
-      });
-    }
+    for (auto [fds, console] : {std::pair{out, &out_}, std::pair{err, &err_}})
+      if (fds.keep_pipe >= 0) tee(fds.keep_pipe, fds.keep_file, *console, w.prefix);
     if (pid <= 0)
       fail(fmt::format("cannot start worker {}: {}", w.local_rank, std::strerror(error)));
   }
   for (size_t i = 0; i < reports.size(); ++i) {
     int exec_errno = 0;
-    ssize_t n;
-    do {
-      n = ::read(reports[i], &exec_errno, sizeof exec_errno);
-    } while (n < 0 && errno == EINTR);
+    const bool exec_failed = read_exactly(reports[i], &exec_errno, sizeof exec_errno);
     close_fd(reports[i]);
-    if (n == sizeof exec_errno)
+    if (exec_failed)
       fail(fmt::format("cannot execute {}: {}", launches[i].program, std::strerror(exec_errno)));
   }
+}
+
+void Supervisor::tee(int pipe_fd, int file_fd, Console& console, const std::string& prefix) {
+  auto reader = std::make_shared<TeeReader>(io_, pipe_fd, file_fd, &console, prefix);
+  ++open_readers_;
+  readers_.push_back(reader);
+  reader->start([this, generation = generation_] {
+    if (generation != generation_) return;
+    --open_readers_;
+    if (finish_done_) finish_step();
+  });
 }
 
 void Supervisor::reap() {
@@ -211,12 +219,6 @@ size_t Supervisor::running() const {
   size_t n = 0;
   for (const auto& w : workers_) n += w.running;
   return n;
-}
-
-pid_t Supervisor::pid_of(int local_rank) const {
-  for (const auto& w : workers_)
-    if (w.local_rank == local_rank) return w.pid;
-  return -1;
 }
 
 bool Supervisor::leftovers(bool send, int sig) {

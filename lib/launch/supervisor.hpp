@@ -9,8 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "console.hpp"
+#include "errors.hpp"
 #include "failure.hpp"
-#include "output.hpp"
+#include "output_plan.hpp"
+#include "tee_reader.hpp"
 #include "watchdog.hpp"
 
 namespace trainrun::launch {
@@ -18,17 +21,11 @@ namespace trainrun::launch {
 // Everything needed to start one worker process.
 struct WorkerLaunch {
   int local_rank = 0;
-  std::string program;             // path handed to execve (already resolved)
+  std::string program;  // path handed to execve (already resolved)
   std::vector<std::string> argv;
-  std::vector<std::string> envp;   // "NAME=value"
+  std::vector<std::string> envp;  // "NAME=value"
   OutputPlan output;
-  std::string prefix;              // console prefix for tee'd lines
-};
-
-// Starting a worker failed before it ran (log file, pipe, fork or exec).
-class SpawnError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
+  std::string prefix;  // console prefix for tee'd lines
 };
 
 // Starts, signals and reaps one node's group of workers. Each worker leads its own process
@@ -47,7 +44,6 @@ class Supervisor {
   // Sends `sig` to the process group of every worker still running.
   void signal_all(int sig);
   size_t running() const;
-  pid_t pid_of(int local_rank) const;
   // After every worker has ended: stops what they left behind (the rest of their process groups,
   // orphans re-parented to us) with SIGTERM, then SIGKILL after `grace` seconds, and waits for
   // the tee'd output to drain (read to the end, into the log files and the console's queue,
@@ -60,6 +56,8 @@ class Supervisor {
     pid_t pid = -1;
     bool running = false;
   };
+  // Copies a worker stream's pipe to its log file and `console`; counted in open_readers_.
+  void tee(int pipe_fd, int file_fd, Console& console, const std::string& prefix);
   bool leftovers(bool signal, int sig);
   void finish_step();
 
@@ -79,8 +77,5 @@ class Supervisor {
   bool finish_killed_ = false;
   std::function<void()> finish_done_;
 };
-
-// Our children that are still running (workers' orphans re-parented to us, as a subreaper).
-std::vector<pid_t> child_processes();
 
 }  // namespace trainrun::launch

@@ -8,13 +8,14 @@
 
 #include <cerrno>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 
-#include "output.hpp"
+#include "file_io.hpp"
+#include "trainrun/base/numbers.hpp"
 
 extern char** environ;
 
@@ -28,18 +29,6 @@ constexpr int kMarker = INT_MIN;
 // The variable whose value marks a job's processes (see mark_job_directory).
 constexpr std::string_view kMarkerVariable = "TORCHELASTIC_ERROR_FILE=";
 constexpr int kMaxMarker = 64 * 1024;
-
-bool read_exactly(int fd, void* data, size_t size) {
-  auto* p = static_cast<char*>(data);
-  while (size > 0) {
-    ssize_t n = read(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
 
 // Whether the environment of `pid` holds an entry starting with `marker`.
 bool carries_marker(pid_t pid, const std::string& marker, std::string& buffer) {
@@ -71,12 +60,11 @@ void kill_marked(const std::string& marker) {
     if (proc == nullptr) return;
     bool found_new = false;
     while (dirent* entry = readdir(proc)) {
-      char* end = nullptr;
-      const long pid = std::strtol(entry->d_name, &end, 10);
-      if (end == entry->d_name || *end != '\0' || pid <= 1 || pid == getpid()) continue;
-      if (!carries_marker(static_cast<pid_t>(pid), marker, buffer)) continue;
-      kill(static_cast<pid_t>(pid), SIGKILL);
-      found_new |= killed.insert(static_cast<pid_t>(pid)).second;
+      const std::optional<long long> pid = parse_integer(entry->d_name);
+      if (!pid || *pid <= 1 || *pid == getpid()) continue;
+      if (!carries_marker(static_cast<pid_t>(*pid), marker, buffer)) continue;
+      kill(static_cast<pid_t>(*pid), SIGKILL);
+      found_new |= killed.insert(static_cast<pid_t>(*pid)).second;
     }
     closedir(proc);
     if (!found_new) return;
@@ -96,8 +84,8 @@ void kill_marked(const std::string& marker) {
       (*entry)[0] = '_';
     }
   }
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTSTP, SIGTTIN,
-                  SIGTTOU})
+  for (int sig :
+       {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU})
     signal(sig, SIG_IGN);
   int devnull = open("/dev/null", O_RDWR);
   if (devnull >= 0) {

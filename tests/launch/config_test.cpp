@@ -1,7 +1,9 @@
+#include "config.hpp"
+
 #include <catch2/catch.hpp>
 #include <csignal>
 
-#include "config.hpp"
+#include "worker_count.hpp"
 
 using namespace trainrun::launch;
 
@@ -17,7 +19,8 @@ TEST_CASE("defaults match torchrun") {
   auto c = parse({"train.py"});
   CHECK(c.min_nodes == 1);
   CHECK(c.max_nodes == 1);
-  CHECK(c.nproc_per_node == 1);
+  CHECK(c.nproc_per_node.kind == WorkerCount::Kind::number);
+  CHECK(c.nproc_per_node.number == 1);
   CHECK(c.master_addr == "127.0.0.1");
   CHECK(c.master_port == 29500);
   CHECK_FALSE(c.master_port_given);
@@ -32,9 +35,10 @@ TEST_CASE("defaults match torchrun") {
 }
 
 TEST_CASE("both spellings and both value forms") {
-  for (auto args : std::vector<std::vector<std::string>>{
-           {"--nproc-per-node=4", "x"}, {"--nproc_per_node=4", "x"}, {"--nproc-per-node", "4", "x"}}) {
-    CHECK(parse(args).nproc_per_node == 4);
+  for (auto args : std::vector<std::vector<std::string>>{{"--nproc-per-node=4", "x"},
+                                                         {"--nproc_per_node=4", "x"},
+                                                         {"--nproc-per-node", "4", "x"}}) {
+    CHECK(parse(args).nproc_per_node.number == 4);
   }
   CHECK(parse({"--max_restarts=3", "x"}).max_restarts == 3);
   CHECK(parse({"--rdzv_endpoint", "node0:29400", "x"}).rdzv_endpoint == "node0:29400");
@@ -42,24 +46,38 @@ TEST_CASE("both spellings and both value forms") {
 
 TEST_CASE("everything after the entrypoint belongs to it") {
   auto c = parse({"--nproc-per-node=2", "train.py", "--nproc-per-node=9", "-m", "--lr", "0.1"});
-  CHECK(c.nproc_per_node == 2);
+  CHECK(c.nproc_per_node.number == 2);
   CHECK(c.entrypoint == "train.py");
   CHECK(c.entry_args == std::vector<std::string>{"--nproc-per-node=9", "-m", "--lr", "0.1"});
   CHECK_FALSE(c.module);
 }
 
 TEST_CASE("PET variables give defaults; the command line wins") {
-  auto c = parse({"x"}, {{"PET_NPROC_PER_NODE", "8"}, {"PET_NNODES", "2:4"}, {"PET_STANDALONE", "0"},
+  auto c = parse({"x"}, {{"PET_NPROC_PER_NODE", "8"},
+                         {"PET_NNODES", "2:4"},
+                         {"PET_STANDALONE", "0"},
                          {"PET_MASTER_PORT", "1234"}});
-  CHECK(c.nproc_per_node == 8);
+  CHECK(c.nproc_per_node.number == 8);
   CHECK(c.min_nodes == 2);
   CHECK(c.max_nodes == 4);
   CHECK_FALSE(c.standalone);
   CHECK(c.master_port == 1234);
   CHECK(c.master_port_given);
-  CHECK(parse({"--nproc-per-node=2", "x"}, {{"PET_NPROC_PER_NODE", "8"}}).nproc_per_node == 2);
+  CHECK(parse({"--nproc-per-node=2", "x"}, {{"PET_NPROC_PER_NODE", "8"}}).nproc_per_node.number ==
+        2);
   CHECK(parse({"x"}, {{"PET_NO_PYTHON", "1"}}).no_python);
   CHECK_THROWS_WITH(parse({"x"}, {{"PET_NNODES", "0"}}), Catch::Contains("PET_NNODES=0"));
+}
+
+TEST_CASE("cpu, gpu and auto are kept as words and counted by the agent") {
+  auto gpu = parse({"x"}, {{"PET_NPROC_PER_NODE", "gpu"}}).nproc_per_node;
+  CHECK(gpu.kind == WorkerCount::Kind::gpu);
+  CHECK(gpu.source == "PET_NPROC_PER_NODE=gpu");
+  CHECK(parse({"--nproc-per-node=auto", "x"}).nproc_per_node.kind == WorkerCount::Kind::automatic);
+  auto cpu = parse({"--nproc-per-node=cpu", "x"}).nproc_per_node;
+  CHECK(cpu.kind == WorkerCount::Kind::cpu);
+  CHECK(resolve_worker_count(cpu) >= 1);
+  CHECK(resolve_worker_count(WorkerCount(3)) == 3);
 }
 
 TEST_CASE("entry modes") {
@@ -67,8 +85,10 @@ TEST_CASE("entry modes") {
   CHECK(parse({"--no-python", "prog.py"}).entry_mode == EntryMode::executable);
   CHECK(parse({"./train"}).entry_mode == EntryMode::executable);
   auto c = parse({"-m", "pkg.mod", "a"}, {{"PYTHON_EXEC", "/usr/bin/python3"}});
-  CHECK(c.worker_argv() == std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.mod", "a"});
-  CHECK(parse({"t.py", "b"}).worker_argv() == std::vector<std::string>{"python3", "-u", "t.py", "b"});
+  CHECK(c.worker_argv() ==
+        std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.mod", "a"});
+  CHECK(parse({"t.py", "b"}).worker_argv() ==
+        std::vector<std::string>{"python3", "-u", "t.py", "b"});
 }
 
 TEST_CASE("standalone is one node with its own rendezvous") {

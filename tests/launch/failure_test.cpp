@@ -1,7 +1,7 @@
+#include "failure.hpp"
+
 #include <catch2/catch.hpp>
 #include <csignal>
-
-#include "failure.hpp"
 
 using namespace trainrun::launch;
 
@@ -28,9 +28,8 @@ TEST_CASE("error file timestamps that are no time are ignored") {
   CHECK_FALSE(parse_error_file(R"({"message": "m", "timestamp": "inf"})").timestamp);
   CHECK_FALSE(parse_error_file(R"({"message": "m", "timestamp": "nan"})").timestamp);
   CHECK_FALSE(parse_error_file(R"({"message": "m", "timestamp": -1e300})").timestamp);
-  CHECK_FALSE(
-      parse_error_file(R"({"message": {"extraInfo": {"timestamp": 1e300}}})").timestamp);
-  WorkerFailure f;
+  CHECK_FALSE(parse_error_file(R"({"message": {"extraInfo": {"timestamp": 1e300}}})").timestamp);
+  ProcessFailure f;
   f.timestamp = 1e300;
   CHECK(format_failure_summary("job", {f}).find("<invalid time>") != std::string::npos);
 }
@@ -46,7 +45,7 @@ TEST_CASE("exit statuses") {
 }
 
 TEST_CASE("root cause is the earliest failure") {
-  std::vector<WorkerFailure> f(3);
+  std::vector<ProcessFailure> f(3);
   f[0].rank = 0, f[0].timestamp = 20;
   f[1].rank = 1, f[1].timestamp = 10;
   f[2].rank = 2, f[2].timestamp = 10;
@@ -54,14 +53,14 @@ TEST_CASE("root cause is the earliest failure") {
 }
 
 TEST_CASE("summary in torchrun's layout") {
-  WorkerFailure a;
+  ProcessFailure a;
   a.rank = 1;
   a.local_rank = 1;
   a.pid = 7739;
   a.host = "node0";
   a.status = {3, 0};
   a.timestamp = 100;
-  WorkerFailure b = a;
+  ProcessFailure b = a;
   b.rank = 2;
   b.local_rank = 0;
   b.pid = 42;

@@ -1,6 +1,9 @@
-#include "gpu_count.hpp"
+#include "worker_count.hpp"
 
 #include <dirent.h>
+#include <fmt/format.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -32,8 +35,6 @@ int count_nvidia_smi() {
   return n;
 }
 
-}  // namespace
-
 int count_nvidia_gpus() {
   int devices = count_driver_entries();
   if (devices < 0) devices = count_nvidia_smi();
@@ -45,6 +46,40 @@ int count_nvidia_gpus() {
     return devices > 0 && listed > devices ? devices : (devices > 0 ? listed : 0);
   }
   return devices;
+}
+
+int count_usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+}  // namespace
+
+int resolve_worker_count(const WorkerCount& count) {
+  switch (count.kind) {
+    case WorkerCount::Kind::number:
+      return count.number;
+    case WorkerCount::Kind::cpu:
+      return count_usable_cpus();
+    case WorkerCount::Kind::gpu: {
+      const int gpus = count_nvidia_gpus();
+      if (gpus <= 0)
+        throw UsageError(fmt::format("{}: no NVIDIA GPU found on this node; use an integer or cpu",
+                                     count.source));
+      return gpus;
+    }
+    case WorkerCount::Kind::automatic: {
+      const int gpus = count_nvidia_gpus();
+      return gpus > 0 ? gpus : count_usable_cpus();
+    }
+  }
+  return count.number;
 }
 
 }  // namespace trainrun::launch

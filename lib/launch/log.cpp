@@ -1,0 +1,19 @@
+#include "log.hpp"
+
+#include "file_io.hpp"
+
+namespace trainrun::launch {
+
+std::string launcher_line(std::string_view line) {
+  std::string text = "trainrun: ";
+  text += line;
+  text += '\n';
+  return text;
+}
+
+void say(std::string_view line) {
+  const std::string text = launcher_line(line);
+  write_all(2, text.data(), text.size());
+}
+
+}  // namespace trainrun::launch

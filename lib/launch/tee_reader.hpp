@@ -1,0 +1,62 @@
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "console.hpp"
+
+namespace trainrun::launch {
+
+// Splits a byte stream into lines and prefixes each one. Pure: used by the tee reader and tests.
+class LineSplitter {
+ public:
+  // Lines longer than this are emitted in pieces rather than held without bound.
+  static constexpr size_t kMaxLine = 8u << 20;
+
+  explicit LineSplitter(std::string prefix) : prefix_(std::move(prefix)) {}
+  // Appends the prefixed complete lines in `data` to `out`; keeps a trailing partial line.
+  void feed(const char* data, size_t size, std::string& out);
+  // At end of stream: the pending partial line, prefixed and newline-terminated.
+  void finish(std::string& out);
+
+ private:
+  std::string prefix_;
+  std::string partial_;
+};
+
+// Reads one worker stream's pipe on the event loop: raw bytes to the log file, prefixed lines to
+// the console. Stops reading while the console is full (the worker then blocks in write) and
+// resumes when it drains or closes. Calls `on_closed` once the pipe reaches end of file.
+class TeeReader : public std::enable_shared_from_this<TeeReader> {
+ public:
+  TeeReader(boost::asio::io_context& io, int pipe_fd, int file_fd, Console* console,
+            std::string prefix);
+  ~TeeReader();
+  void start(std::function<void()> on_closed);
+  // The worker and all it started have ended: read the rest of the pipe whatever the console's
+  // queue holds (no writer is left, so what remains is bounded), so the log file gets all of it.
+  void drain();
+  bool paused() const { return paused_; }
+
+ private:
+  void read_more();
+  void resume();
+
+  boost::asio::posix::stream_descriptor pipe_;
+  int file_fd_;
+  bool file_ok_ = true;
+  Console* console_;
+  LineSplitter splitter_;
+  std::vector<char> buffer_;
+  std::string lines_;
+  std::function<void()> on_closed_;
+  bool paused_ = false;
+  bool draining_ = false;
+};
+
+}  // namespace trainrun::launch
