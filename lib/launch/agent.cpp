@@ -1,6 +1,5 @@
 #include "agent.hpp"
 
-#include <fmt/format.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -15,8 +14,8 @@
 #include <vector>
 
 #include "agent_consoles.hpp"
+#include "agent_plan.hpp"
 #include "agent_policy.hpp"
-#include "agent_workers.hpp"
 #include "entrypoint.hpp"
 #include "failure.hpp"
 #include "log_dir.hpp"
@@ -54,11 +53,6 @@ class Agent {
       : config_(config),
         program_(std::move(program)),
         watchdog_(watchdog),
-        consoles_(io_),
-        supervisor_(io_, watchdog_, consoles_.out(), consoles_.err()),
-        signals_(io_),
-        grace_timer_(io_),
-        inherited_(current_environment()),
         policy_(config, host_name()) {}
 
   int run() {
@@ -70,16 +64,9 @@ class Agent {
 
  private:
   int run_job() {
-    job_.role = config_.role;
-    job_.max_restarts = config_.max_restarts;
-    job_.use_agent_store = false;
-    job_.run_id = config_.standalone ? random_run_id() : config_.rdzv_id;
-    // One node with the static backend needs nobody's agreement: no rendezvous at all.
-    const bool use_rendezvous =
-        !config_.standalone && (config_.max_nodes > 1 || config_.rdzv_backend != "static");
-
+    job_ = job_settings(config_, config_.standalone ? random_run_id() : config_.rdzv_id);
     std::optional<rdzv::RendezvousOptions> rdzv_options;
-    if (use_rendezvous) {
+    if (uses_rendezvous(config_)) {
       try {
         rdzv_options = rdzv::rendezvous_options(config_, inherited_);
       } catch (const std::invalid_argument& e) {
@@ -87,7 +74,15 @@ class Agent {
         return 2;
       }
     }
-    if (!prepare(rdzv_options)) return 1;
+    try {
+      logs_ = LogDir::create(config_.log_dir, job_.run_id, !logs_worker_output(config_));
+      // If trainrun itself is killed, the watchdog finds this job's escaped descendants by it.
+      watchdog_.mark_job_directory(logs_.run_dir());
+      if (auto port = port_to_hold(config_, rdzv_options.has_value())) port_.emplace(*port);
+    } catch (const std::exception& e) {
+      say(e.what());
+      return 1;
+    }
 
     signals_.add(SIGCHLD);
     for (int sig : config_.stop_signals) signals_.add(sig);
@@ -110,32 +105,6 @@ class Agent {
     }
     logs_.remove_if_empty();
     return exit_code_;
-  }
-
-  // The log directory and the port held for worker RANK 0's store. False when either failed.
-  bool prepare(const std::optional<rdzv::RendezvousOptions>& rdzv_options) {
-    try {
-      const bool log_files = config_.redirects.is_map || config_.redirects.all_ranks != Std::none ||
-                             config_.tee.is_map || config_.tee.all_ranks != Std::none ||
-                             config_.local_ranks_filter.has_value();
-      logs_ = LogDir::create(config_.log_dir, job_.run_id, !log_files);
-      // If trainrun itself is killed, the watchdog finds this job's escaped descendants by it.
-      watchdog_.mark_job_directory(logs_.run_dir());
-      if (!rdzv_options) {
-        // A single-node job needs no fixed port: unless one was asked for, take a free one.
-        port_.emplace(config_.master_port_given ? config_.master_port : 0);
-      } else if (rdzv_options->static_backend) {
-        // Static: MASTER_PORT is given; the node that will run RANK 0 holds it.
-        if (config_.node_rank == 0) port_.emplace(config_.master_port);
-      } else {
-        // Dynamic: any node may become group rank 0, so each holds a free port to offer.
-        port_.emplace(0);
-      }
-    } catch (const std::exception& e) {
-      say(e.what());
-      return false;
-    }
-    return true;
   }
 
   bool start_rendezvous(const rdzv::RendezvousOptions& options) {
@@ -169,24 +138,20 @@ class Agent {
   }
 
   void on_worker_exit(int local_rank, pid_t pid, ExitStatus status) {
-    WorkerExit exit{
-        local_rank, pid, status, unix_now(), error_file_in(logs_.rank_dir(attempt_, local_rank)),
-        {},         {}};
+    const std::string error_file = error_file_in(logs_.rank_dir(attempt_, local_rank));
+    WorkerExit exit{local_rank, pid, status, unix_now(), error_file, std::nullopt, ""};
     if (status.failed()) exit.contents = read_error_file(exit.error_file, &exit.problem);
     for (const AgentAction& a : policy_.worker_exited(exit, Clock::now())) {
       // Carried out after the supervisor's reaping loop has returned, never from inside it.
-      if (std::holds_alternative<action::Sweep>(a))
-        asio::post(io_, [this, a] { apply_one(a); });
+      if (auto* sweep = std::get_if<action::Sweep>(&a))
+        asio::post(io_, [this, s = *sweep] { carry_out(s); });
       else
-        apply_one(a);
+        std::visit([this](const auto& x) { carry_out(x); }, a);
     }
   }
 
   void apply(const AgentActions& actions) {
-    for (const AgentAction& a : actions) apply_one(a);
-  }
-  void apply_one(const AgentAction& a) {
-    std::visit([this](const auto& x) { carry_out(x); }, a);
+    for (const AgentAction& a : actions) std::visit([this](const auto& x) { carry_out(x); }, a);
   }
 
   void carry_out(const action::StartWorkers& a) {
@@ -244,11 +209,11 @@ class Agent {
   std::string program_;
   Watchdog& watchdog_;
   asio::io_context io_;
-  AgentConsoles consoles_;
-  Supervisor supervisor_;
-  asio::signal_set signals_;
-  asio::steady_timer grace_timer_;
-  std::map<std::string, std::string> inherited_;
+  AgentConsoles consoles_{io_};
+  Supervisor supervisor_{io_, watchdog_, consoles_.out(), consoles_.err()};
+  asio::signal_set signals_{io_};
+  asio::steady_timer grace_timer_{io_};
+  std::map<std::string, std::string> inherited_ = current_environment();
   JobSettings job_;
   LogDir logs_;
   std::optional<HeldPort> port_;
