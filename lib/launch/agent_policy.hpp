@@ -79,6 +79,9 @@ struct WorkerExit {
 // One node's decisions as a pure machine: when to start, stop, escalate, restart, report or
 // finish. Events and the current time go in, actions come out; it owns no process, socket or
 // clock, so the agent only carries the actions out and tests drive it with a fake clock.
+// Actions are carried out in the order given. The state is settled before an event returns, so
+// carrying an action out may deliver the next event at once (a Sweep with nothing left to wait
+// for calls attempt_ended() from inside).
 class AgentPolicy {
  public:
   using Clock = std::chrono::steady_clock;
@@ -101,6 +104,7 @@ class AgentPolicy {
   // A stop or forwarded signal (the agent reaps on SIGCHLD itself).
   AgentActions signal(int sig, Clock::time_point now);
   AgentActions grace_expired(Clock::time_point now);
+  // The rendezvous' decisions for the whole job.
   AgentActions assignment(const rdzv::Assignment& a, Clock::time_point now);
   AgentActions restart(const rdzv::Restart& r, Clock::time_point now);
   AgentActions stop(const rdzv::Stop& s, Clock::time_point now);
