@@ -1,0 +1,41 @@
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "config.hpp"
+#include "supervisor.hpp"
+#include "worker_env.hpp"
+
+namespace trainrun::launch {
+
+// What the agent sets up for a job, decided from the configuration alone (pure functions).
+
+// One node with the static backend needs nobody's agreement: no rendezvous at all.
+bool uses_rendezvous(const LaunchConfig& config);
+
+// Whether some worker output goes to log files (redirects, tee, a rank filter): the log
+// directory is then kept even when small.
+bool logs_worker_output(const LaunchConfig& config);
+
+// The port this node holds for worker RANK 0's store until that worker binds it: 0 for any free
+// port, none when this node cannot be the one to run RANK 0.
+std::optional<int> port_to_hold(const LaunchConfig& config, bool use_rendezvous);
+
+// What every worker shares beyond the topology; the rendezvous may change max_restarts.
+JobSettings job_settings(const LaunchConfig& config, const std::string& run_id);
+
+// Everything needed to start worker `local_rank` of an attempt whose rank directory is
+// `rank_dir`: `program` with the configured arguments (${local_rank} expanded), torchrun's
+// environment on top of `inherited`, the output plan and the console prefix
+// (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE in `inherited`). Creates nothing.
+WorkerLaunch worker_launch(const LaunchConfig& config, const std::string& program,
+                           const Topology& topology, const JobSettings& job, int local_rank,
+                           const std::string& rank_dir,
+                           const std::map<std::string, std::string>& inherited);
+
+// The worker's TORCHELASTIC_ERROR_FILE in its rank directory.
+std::string error_file_in(const std::string& rank_dir);
+
+}  // namespace trainrun::launch

@@ -1,0 +1,80 @@
+#include "agent_plan.hpp"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+
+using namespace trainrun::launch;
+
+namespace {
+
+bool has(const std::vector<std::string>& envp, const std::string& entry) {
+  return std::find(envp.begin(), envp.end(), entry) != envp.end();
+}
+
+}  // namespace
+
+TEST_CASE("a rendezvous only when more than one node may take part", "[agent]") {
+  LaunchConfig c;
+  CHECK_FALSE(uses_rendezvous(c));  // one node, static backend
+  c.max_nodes = 2;
+  CHECK(uses_rendezvous(c));
+  c.max_nodes = 1;
+  c.rdzv_backend = "c10d";
+  CHECK(uses_rendezvous(c));
+  c.standalone = true;
+  CHECK_FALSE(uses_rendezvous(c));
+}
+
+TEST_CASE("log files are kept when some output goes there", "[agent]") {
+  LaunchConfig c;
+  CHECK_FALSE(logs_worker_output(c));
+  c.tee.all_ranks = Std::err;
+  CHECK(logs_worker_output(c));
+  c.tee.all_ranks = Std::none;
+  c.local_ranks_filter = std::vector<int>{0};
+  CHECK(logs_worker_output(c));
+}
+
+TEST_CASE("the port held for worker RANK 0's store", "[agent]") {
+  LaunchConfig c;
+  c.master_port = 29511;
+  CHECK(port_to_hold(c, false) == 0);  // single node: any free port
+  c.master_port_given = true;
+  CHECK(port_to_hold(c, false) == 29511);
+  c.node_rank = 0;
+  CHECK(port_to_hold(c, true) == 29511);  // static: the node of RANK 0 holds the given port
+  c.node_rank = 1;
+  CHECK_FALSE(port_to_hold(c, true).has_value());
+  c.rdzv_backend = "c10d";
+  CHECK(port_to_hold(c, true) == 0);  // dynamic: every node offers a free port
+}
+
+TEST_CASE("a worker's launch: arguments, environment, output and prefix", "[agent]") {
+  LaunchConfig c;
+  c.entrypoint = "./train_${local_rank}";
+  c.entry_args = {"--rank=${local_rank}", "$$HOME"};
+  c.role = "trainer";
+  Topology t;
+  t.base_rank = 4;
+  t.local_world_size = 2;
+  t.world_size = 8;
+  t.master_addr = "node0";
+  t.master_port = 29500;
+  const JobSettings job = job_settings(c, "run7");
+  CHECK(job.run_id == "run7");
+  CHECK(job.role == "trainer");
+  const std::map<std::string, std::string> inherited = {
+      {"PATH", "/bin"}, {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${rank}]"}};
+  WorkerLaunch w =
+      worker_launch(c, "/work/train_${local_rank}", t, job, 1, "/logs/run7/0/1", inherited);
+  CHECK(w.local_rank == 1);
+  CHECK(w.program == "/work/train_${local_rank}");
+  // The program's own name is never expanded; its arguments are.
+  CHECK(w.argv == std::vector<std::string>{"./train_${local_rank}", "--rank=1", "$HOME"});
+  CHECK(has(w.envp, "PATH=/bin"));
+  CHECK(has(w.envp, "RANK=5"));
+  CHECK(has(w.envp, "TORCHELASTIC_RUN_ID=run7"));
+  CHECK(has(w.envp, "TORCHELASTIC_ERROR_FILE=/logs/run7/0/1/error.json"));
+  CHECK(w.prefix == "[5]");
+  CHECK(error_file_in("/logs/run7/0/1") == "/logs/run7/0/1/error.json");
+}

@@ -1,0 +1,377 @@
+#include "agent_policy.hpp"
+
+#include <fmt/format.h>
+
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <string>
+#include <vector>
+
+using namespace trainrun::launch;
+using std::chrono::seconds;
+using Lines = std::vector<std::string>;
+
+namespace {
+
+LaunchConfig config(int nproc, int max_restarts = 0) {
+  LaunchConfig c;
+  c.nproc_per_node = nproc;
+  c.max_restarts = max_restarts;
+  c.master_addr = "10.0.0.1";
+  c.entrypoint = "train.py";
+  c.shutdown_timeout = 30;
+  c.stop_signals = {SIGINT, SIGTERM};
+  c.forward_signals = {SIGUSR1};
+  return c;
+}
+
+// Drives an AgentPolicy with a fake clock and writes each action as one line, so that tests
+// compare whole sequences exactly. Summaries are kept aside: their layout is failure_test's.
+struct Harness {
+  explicit Harness(LaunchConfig c) : policy(std::move(c), "hosta") {}
+
+  AgentPolicy::Clock::time_point now = AgentPolicy::Clock::time_point{} + std::chrono::hours(1);
+  AgentPolicy policy;
+  std::vector<std::string> summaries;
+  std::vector<rdzv::WorkerFailure> reports;
+
+  Lines take(const AgentActions& actions) {
+    Lines out;
+    for (const AgentAction& a : actions) out.push_back(std::visit(*this, a));
+    return out;
+  }
+
+  std::string operator()(const action::StartWorkers& a) {
+    const Topology& t = a.topology;
+    return fmt::format("start group {}/{} base {} local {} world {} master {}:{} restart {} of {}",
+                       t.group_rank, t.group_world_size, t.base_rank, t.local_world_size,
+                       t.world_size, t.master_addr, t.master_port, t.restart_count, a.max_restarts);
+  }
+  std::string operator()(const action::SignalWorkers& a) {
+    return "signal " + signal_name(a.signal);
+  }
+  std::string operator()(const action::ArmGraceTimer& a) {
+    return fmt::format("grace timer +{}s",
+                       std::chrono::duration_cast<seconds>(a.deadline - now).count());
+  }
+  std::string operator()(const action::Sweep& a) { return fmt::format("sweep {}", a.grace); }
+  std::string operator()(const action::Join&) { return "join"; }
+  std::string operator()(const action::ReportFailure& a) {
+    reports.push_back(a.failure);
+    return fmt::format("report failure of rank {} (local rank {}) on {}: exit code {}",
+                       a.failure.rank, a.failure.local_rank, a.failure.host, a.failure.exit_code);
+  }
+  std::string operator()(const action::ReportDone&) { return "report done"; }
+  std::string operator()(const action::ShutdownRendezvous& a) { return "shutdown: " + a.reason; }
+  std::string operator()(const action::Say& a) { return "say: " + a.line; }
+  std::string operator()(const action::WriteSummary& a) {
+    summaries.push_back(a.text);
+    return "summary";
+  }
+  std::string operator()(const action::Finish& a) { return fmt::format("finish {}", a.exit_code); }
+
+  Lines start(int port = 29500) { return take(policy.start_single_node(port, now)); }
+  Lines join() { return take(policy.start_in_job(now)); }
+  // A worker's end; `message` non-empty: it left an error file written at `written`.
+  Lines exit(int local_rank, ExitStatus status, const std::string& message = "",
+             double written = 0) {
+    WorkerExit e;
+    e.local_rank = local_rank;
+    e.pid = 1000 + local_rank;
+    e.status = status;
+    e.seen_at = 5000 + local_rank;
+    e.error_file = fmt::format("/logs/{}/error.json", local_rank);
+    if (!message.empty()) e.contents = ErrorFileContents{message, "Traceback ...", written};
+    return take(policy.worker_exited(e, now));
+  }
+  Lines ended() { return take(policy.attempt_ended(now)); }
+  Lines signal(int sig) { return take(policy.signal(sig, now)); }
+  Lines grace() { return take(policy.grace_expired(now)); }
+  Lines assign(int group_rank, int base_rank, int restart_count) {
+    rdzv::Assignment a;
+    a.group_rank = group_rank;
+    a.group_world_size = 2;
+    a.base_rank = base_rank;
+    a.local_world_size = 2;
+    a.world_size = 4;
+    a.master_addr = "hostb";
+    a.master_port = 31000;
+    a.restart_count = restart_count;
+    a.max_restarts = 3;
+    return take(policy.assignment(a, now));
+  }
+  Lines restart(const rdzv::Restart& r) { return take(policy.restart(r, now)); }
+  Lines stop(const rdzv::Stop& s) { return take(policy.stop(s, now)); }
+};
+
+const ExitStatus ok{0, 0};
+ExitStatus code(int c) { return ExitStatus{c, 0}; }
+ExitStatus killed(int sig) { return ExitStatus{0, sig}; }
+
+rdzv::WorkerFailure failure_on(const std::string& host, int rank, int exit_code) {
+  rdzv::WorkerFailure f;
+  f.host = host;
+  f.rank = rank;
+  f.local_rank = rank % 2;
+  f.exit_code = exit_code;
+  f.summary = "the summary from " + host + "\n";
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("a single node whose workers all succeed exits 0", "[agent]") {
+  Harness h(config(2));
+  CHECK(h.start(29501) == Lines{"start group 0/1 base 0 local 2 world 2 master 10.0.0.1:29501 "
+                                "restart 0 of 0"});
+  CHECK(h.policy.state() == AgentPolicy::State::running);
+  CHECK(h.exit(1, ok).empty());
+  CHECK(h.exit(0, ok) == Lines{"sweep 30"});
+  CHECK(h.policy.state() == AgentPolicy::State::finishing);
+  CHECK(h.ended() == Lines{"finish 0"});
+  CHECK(h.policy.done());
+}
+
+TEST_CASE("standalone workers meet on the loopback address", "[agent]") {
+  LaunchConfig c = config(1);
+  c.standalone = true;
+  Harness h(c);
+  CHECK(h.start(40000) == Lines{"start group 0/1 base 0 local 1 world 1 master 127.0.0.1:40000 "
+                                "restart 0 of 0"});
+}
+
+TEST_CASE("a failure stops the group, SIGKILL follows the grace period", "[agent]") {
+  Harness h(config(2));
+  h.start();
+  CHECK(h.exit(0, code(3)) == Lines{"signal SIGTERM", "grace timer +30s"});
+  CHECK(h.policy.state() == AgentPolicy::State::stopping);
+  h.now += seconds(29);
+  CHECK(h.grace().empty());  // not due yet
+  h.now += seconds(1);
+  CHECK(h.grace() == Lines{"say: 1 worker(s) still running 30 s after the stop signal; "
+                           "sending SIGKILL",
+                           "signal SIGKILL"});
+  // Killed because we asked: not a failure of its own.
+  CHECK(h.exit(1, killed(SIGKILL)) == Lines{"sweep 30"});
+  CHECK(h.policy.failures().size() == 1);
+  CHECK(h.ended() == Lines{"summary", "finish 3"});
+  REQUIRE(h.summaries.size() == 1);
+  CHECK(h.summaries[0].find("train.py FAILED") != std::string::npos);
+  CHECK(h.summaries[0].find("<NO_OTHER_FAILURES>") != std::string::npos);
+}
+
+TEST_CASE("the grace timer finds every worker gone: no SIGKILL", "[agent]") {
+  Harness h(config(2));
+  h.start();
+  h.exit(0, code(1));
+  h.now += seconds(30);
+  CHECK(h.exit(1, killed(SIGTERM)) == Lines{"sweep 30"});
+  CHECK(h.grace().empty());
+}
+
+TEST_CASE("a worker that reports its own error while the group stops counts", "[agent]") {
+  Harness h(config(3));
+  h.start();
+  h.exit(0, code(2));
+  CHECK(h.exit(1, code(5), "RuntimeError: boom", 100).empty());
+  CHECK(h.exit(2, killed(SIGTERM)) == Lines{"sweep 30"});
+  REQUIRE(h.policy.failures().size() == 2);
+  // The root cause is the earliest: worker 1 wrote its error at 100, worker 0 was seen at 5000.
+  CHECK(h.ended() == Lines{"summary", "finish 5"});
+  CHECK(h.summaries[0].find("error_file: /logs/1/error.json") != std::string::npos);
+}
+
+TEST_CASE("an unreadable error file is said, the failure still counts", "[agent]") {
+  Harness h(config(1));
+  h.start();
+  WorkerExit e;
+  e.local_rank = 0;
+  e.status = code(1);
+  e.problem = "error file /logs/0/error.json: not JSON";
+  CHECK(h.take(h.policy.worker_exited(e, h.now)) ==
+        Lines{"say: worker 0 (local rank 0): error file /logs/0/error.json: not JSON",
+              "signal SIGTERM", "grace timer +30s", "sweep 30"});
+  CHECK(h.policy.failures().size() == 1);
+}
+
+TEST_CASE("restarts up to max_restarts, then the root cause's exit code", "[agent]") {
+  Harness h(config(1, 2));
+  h.start();
+  CHECK(h.exit(0, code(3)) == Lines{"signal SIGTERM", "grace timer +30s", "sweep 30"});
+  CHECK(h.ended() == Lines{"say: worker 0 (local rank 0) failed with exit code 3; restarting the "
+                           "worker group (1 of 2 restarts)",
+                           "start group 0/1 base 0 local 1 world 1 master 10.0.0.1:29500 "
+                           "restart 1 of 2"});
+  CHECK(h.policy.failures().empty());
+  h.exit(0, killed(SIGSEGV));
+  CHECK(h.ended() == Lines{"say: worker 0 (local rank 0) failed with exit code 139; restarting the "
+                           "worker group (2 of 2 restarts)",
+                           "start group 0/1 base 0 local 1 world 1 master 10.0.0.1:29500 "
+                           "restart 2 of 2"});
+  h.exit(0, killed(SIGKILL));
+  CHECK(h.ended() == Lines{"summary", "finish 137"});
+  CHECK(h.policy.restart_count() == 2);
+}
+
+TEST_CASE("a stop signal stops the workers and exits 128+N; a second one kills", "[agent]") {
+  Harness h(config(2));
+  h.start();
+  CHECK(h.signal(SIGINT) == Lines{"say: received SIGINT; stopping 2 worker(s) (30 s grace before "
+                                  "SIGKILL)",
+                                  "signal SIGINT", "grace timer +30s"});
+  h.now += seconds(2);
+  CHECK(h.signal(SIGTERM) ==
+        Lines{"say: received SIGTERM again; killing the workers now", "signal SIGKILL"});
+  // Ending as asked is no failure.
+  CHECK(h.exit(0, killed(SIGINT)).empty());
+  CHECK(h.exit(1, killed(SIGKILL)) == Lines{"sweep 30"});
+  CHECK(h.policy.failures().empty());
+  CHECK(h.signal(SIGINT).empty());  // finishing: nothing left to stop
+  CHECK(h.ended() == Lines{"finish 130"});
+}
+
+TEST_CASE("a stop signal after a failure takes over the exit code", "[agent]") {
+  Harness h(config(2));
+  h.start();
+  h.exit(0, code(4));
+  CHECK(h.signal(SIGTERM) == Lines{"say: received SIGTERM; stopping 1 worker(s) (30 s grace "
+                                   "before SIGKILL)",
+                                   "signal SIGTERM", "grace timer +30s"});
+  h.exit(1, killed(SIGTERM));
+  CHECK(h.ended() == Lines{"finish 143"});
+}
+
+TEST_CASE("forwarded signals only reach the workers", "[agent]") {
+  Harness h(config(2));
+  h.start();
+  CHECK(h.signal(SIGUSR1) == Lines{"signal SIGUSR1"});
+  CHECK(h.policy.state() == AgentPolicy::State::running);
+}
+
+TEST_CASE("a stop signal while waiting for the rendezvous ends at once", "[agent]") {
+  Harness h(config(2));
+  CHECK(h.join() == Lines{"join"});
+  CHECK(h.signal(SIGTERM) == Lines{"say: received SIGTERM; stopping 0 worker(s) (30 s grace "
+                                   "before SIGKILL)",
+                                   "shutdown: hosta stopped by SIGTERM", "finish 143"});
+  CHECK(h.policy.done());
+  CHECK(h.signal(SIGTERM).empty());
+  CHECK(h.assign(0, 0, 0).empty());
+  CHECK(h.stop(rdzv::Stop{}).empty());
+}
+
+TEST_CASE("in a job: done at the exit barrier, finished by the rendezvous", "[agent]") {
+  Harness h(config(2));
+  h.join();
+  CHECK(h.assign(1, 2, 0) ==
+        Lines{"start group 1/2 base 2 local 2 world 4 master hostb:31000 restart 0 of 3"});
+  CHECK(h.assign(0, 0, 0).empty());  // already running
+  h.exit(0, ok);
+  CHECK(h.exit(1, ok) == Lines{"sweep 30"});
+  CHECK(h.ended() == Lines{"report done"});
+  CHECK(h.policy.state() == AgentPolicy::State::idle);
+  CHECK(h.stop(rdzv::Stop{rdzv::StopCause::finished, "", 0, std::nullopt}) == Lines{"finish 0"});
+}
+
+TEST_CASE("in a job: a local failure is reported once, then the job decides", "[agent]") {
+  Harness h(config(2));
+  h.join();
+  h.assign(1, 2, 0);
+  CHECK(h.exit(1, code(7)) == Lines{"report failure of rank 3 (local rank 1) on hosta: exit code 7",
+                                    "signal SIGTERM", "grace timer +30s"});
+  REQUIRE(h.reports.size() == 1);
+  CHECK(h.reports[0].summary.find("train.py FAILED") != std::string::npos);
+  CHECK(h.exit(0, killed(SIGTERM)) == Lines{"sweep 30"});
+  // Our failure is reported and the decision is on its way: no exit barrier.
+  CHECK(h.ended().empty());
+
+  SECTION("restarted: join the next round") {
+    rdzv::Restart r;
+    r.restart_count = 1;
+    r.failure = failure_on("hosta", 3, 7);
+    CHECK(h.restart(r) == Lines{"join"});  // our own failure: nothing more to say
+    CHECK(h.assign(1, 2, 1) ==
+          Lines{"start group 1/2 base 2 local 2 world 4 master hostb:31000 restart 1 of 3"});
+  }
+  SECTION("stopped with our failure: our own summary and exit code") {
+    rdzv::Stop s{rdzv::StopCause::worker_failed, "restarts exhausted", 7,
+                 failure_on("hosta", 3, 7)};
+    CHECK(h.stop(s) == Lines{"summary", "finish 7"});
+    CHECK(h.summaries[0].find("train.py FAILED") != std::string::npos);
+  }
+}
+
+TEST_CASE("in a job: a failure on another host restarts this node's workers", "[agent]") {
+  Harness h(config(2));
+  h.join();
+  h.assign(0, 0, 0);
+  rdzv::Restart r;
+  r.restart_count = 1;
+  r.failure = failure_on("hostb", 3, 1);
+  CHECK(h.restart(r) == Lines{"say: worker 3 on hostb failed with exit code 1; restarting (1 of 3 "
+                              "restarts)",
+                              "signal SIGTERM", "grace timer +30s"});
+  // Stopped on request: neither a failure nor a report.
+  CHECK(h.exit(0, killed(SIGTERM)).empty());
+  CHECK(h.exit(1, code(1)) == Lines{"sweep 30"});
+  CHECK(h.policy.failures().empty());
+  CHECK(h.reports.empty());
+  CHECK(h.ended() == Lines{"join"});
+  CHECK(h.assign(0, 0, 1) ==
+        Lines{"start group 0/2 base 0 local 2 world 4 master hostb:31000 restart 1 of 3"});
+}
+
+TEST_CASE("in a job: a new round without a failure, while waiting", "[agent]") {
+  Harness h(config(1));
+  h.join();
+  h.assign(0, 0, 0);
+  h.exit(0, ok);
+  CHECK(h.ended() == Lines{"report done"});
+  rdzv::Restart r;
+  r.cause = rdzv::RestartCause::scale_up;
+  r.reason = "node hostc joined";
+  CHECK(h.restart(r) ==
+        Lines{"say: node hostc joined; restarting the workers in a new round", "join"});
+}
+
+TEST_CASE("in a job: stopped by another host's failure", "[agent]") {
+  Harness h(config(2));
+  h.join();
+  h.assign(0, 0, 0);
+  rdzv::Stop s{rdzv::StopCause::worker_failed, "worker 3 on hostb failed; no restarts left", 9,
+               failure_on("hostb", 3, 9)};
+  CHECK(h.stop(s) == Lines{"signal SIGTERM", "grace timer +30s"});
+  h.exit(0, killed(SIGTERM));
+  CHECK(h.exit(1, killed(SIGTERM)) == Lines{"sweep 30"});
+  CHECK(h.ended() ==
+        Lines{"summary", "say: worker 3 on hostb failed; no restarts left", "finish 9"});
+  CHECK(h.summaries == std::vector<std::string>{"the summary from hostb\n"});
+}
+
+TEST_CASE("in a job: a stop without a reason or an exit code while idle", "[agent]") {
+  Harness h(config(1));
+  h.join();
+  CHECK(h.stop(rdzv::Stop{rdzv::StopCause::server_lost, "", 0, std::nullopt}) ==
+        Lines{"say: the job stopped", "finish 1"});
+}
+
+TEST_CASE("workers that cannot start end the job with 1", "[agent]") {
+  SECTION("single node") {
+    Harness h(config(2));
+    h.start();
+    CHECK(h.take(h.policy.start_failed("cannot execute /bin/nope: No such file", h.now)) ==
+          Lines{"say: cannot execute /bin/nope: No such file", "sweep 0"});
+    // A worker started before the failure and killed by the supervisor: no failure of its own.
+    CHECK(h.exit(0, killed(SIGKILL)).empty());
+    CHECK(h.ended() == Lines{"finish 1"});
+  }
+  SECTION("in a job: the others are told") {
+    Harness h(config(2));
+    h.join();
+    h.assign(0, 0, 0);
+    CHECK(h.take(h.policy.start_failed("cannot open log file /x: Permission denied", h.now)) ==
+          Lines{"say: cannot open log file /x: Permission denied",
+                "shutdown: cannot open log file /x: Permission denied", "sweep 0"});
+    CHECK(h.ended() == Lines{"finish 1"});
+  }
+}
