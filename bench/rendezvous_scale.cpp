@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/client.hpp"
-#include "rendezvous/server.hpp"
+#include "trainrun/rendezvous/client.hpp"
+#include "trainrun/rendezvous/server.hpp"
 
-using namespace trainrun::launch::rdzv;
+using namespace trainrun::rendezvous;
 namespace asio = boost::asio;
 using SteadyClock = std::chrono::steady_clock;
 

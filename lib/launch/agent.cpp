@@ -24,7 +24,7 @@
 #include "log_dir.hpp"
 #include "output.hpp"
 #include "port.hpp"
-#include "rendezvous/handler.hpp"
+#include "rendezvous_options.hpp"
 #include "supervisor.hpp"
 #include "watchdog.hpp"
 #include "trainrun/base/system.hpp"

@@ -1,9 +1,9 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "rendezvous/sha256.hpp"
+#include "trainrun/rendezvous/sha256.hpp"
 
-using namespace trainrun::launch::rdzv;
+using namespace trainrun::rendezvous;
 
 TEST_CASE("sha256 matches the FIPS 180-4 examples", "[rendezvous]") {
   CHECK(to_hex(sha256("")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");

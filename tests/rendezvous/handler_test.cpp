@@ -1,4 +1,4 @@
-#include "rendezvous/handler.hpp"
+#include "trainrun/rendezvous/handler.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -8,8 +8,8 @@
 
 #include "socket_harness.hpp"
 
-using namespace trainrun::launch::rdzv;
-using namespace trainrun::launch::rdzv::test;
+using namespace trainrun::rendezvous;
+using namespace trainrun::rendezvous::test;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
 

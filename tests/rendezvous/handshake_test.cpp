@@ -1,10 +1,10 @@
-#include "rendezvous/handshake.hpp"
+#include "trainrun/rendezvous/handshake.hpp"
 
 #include <catch2/catch.hpp>
 
-#include "rendezvous/sha256.hpp"
+#include "trainrun/rendezvous/sha256.hpp"
 
-using namespace trainrun::launch::rdzv;
+using namespace trainrun::rendezvous;
 
 namespace {
 

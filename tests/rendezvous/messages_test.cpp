@@ -1,9 +1,9 @@
-#include "rendezvous/messages.hpp"
+#include "trainrun/rendezvous/messages.hpp"
 
 #include <catch2/catch.hpp>
 #include <string>
 
-using namespace trainrun::launch::rdzv;
+using namespace trainrun::rendezvous;
 
 namespace {
 

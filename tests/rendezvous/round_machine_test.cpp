@@ -1,10 +1,10 @@
-#include "rendezvous/round_machine.hpp"
+#include "trainrun/rendezvous/round_machine.hpp"
 
 #include <catch2/catch.hpp>
 #include <map>
 #include <vector>
 
-using namespace trainrun::launch::rdzv;
+using namespace trainrun::rendezvous;
 using std::chrono::seconds;
 
 namespace {

@@ -5,14 +5,14 @@
 #include <memory>
 #include <vector>
 
-#include "rendezvous/client.hpp"
-#include "rendezvous/handshake.hpp"
-#include "rendezvous/server.hpp"
-#include "rendezvous/sha256.hpp"
+#include "trainrun/rendezvous/client.hpp"
+#include "trainrun/rendezvous/handshake.hpp"
+#include "trainrun/rendezvous/server.hpp"
+#include "trainrun/rendezvous/sha256.hpp"
 #include "socket_harness.hpp"
 
-using namespace trainrun::launch::rdzv;
-using namespace trainrun::launch::rdzv::test;
+using namespace trainrun::rendezvous;
+using namespace trainrun::rendezvous::test;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
 

@@ -3,10 +3,10 @@
 
 #include <boost/asio/ip/tcp.hpp>
 
-#include "rendezvous/handler.hpp"
-#include "rendezvous/server.hpp"
+#include "trainrun/rendezvous/handler.hpp"
+#include "trainrun/rendezvous/server.hpp"
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
@@ -227,4 +227,4 @@ std::unique_ptr<RendezvousHandler> make_rendezvous_handler(asio::io_context& io,
   return std::make_unique<TcpRendezvousHandler>(io, std::move(options), std::move(log));
 }
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

@@ -1,4 +1,4 @@
-#include "rendezvous/token.hpp"
+#include "rendezvous_token.hpp"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::launch {
 namespace {
 
 constexpr std::size_t kMaxTokenBytes = 64 * 1024;
@@ -54,4 +54,4 @@ std::optional<std::string> load_token(const std::map<std::string, std::string>& 
   return std::nullopt;
 }
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::launch

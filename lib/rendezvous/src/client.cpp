@@ -1,4 +1,4 @@
-#include "rendezvous/client.hpp"
+#include "trainrun/rendezvous/client.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -9,12 +9,12 @@
 #include <boost/asio/steady_timer.hpp>
 #include <random>
 
-#include "rendezvous/framed_connection.hpp"
-#include "rendezvous/handshake.hpp"
-#include "rendezvous/sha256.hpp"
+#include "trainrun/rendezvous/framed_connection.hpp"
+#include "trainrun/rendezvous/handshake.hpp"
+#include "trainrun/rendezvous/sha256.hpp"
 #include "trainrun/base/system.hpp"
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
@@ -386,4 +386,4 @@ std::optional<tcp::endpoint> RendezvousClient::local_endpoint() const {
   return impl_->local_endpoint_;
 }
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

@@ -4,7 +4,7 @@
 #include <optional>
 #include <string>
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::launch {
 
 // The shared rendezvous token: the contents of --rdzv-conf token_file=PATH (trailing whitespace
 // removed), else the environment variable TRAINRUN_RDZV_TOKEN, else none. Throws
@@ -12,4 +12,4 @@ namespace trainrun::launch::rdzv {
 std::optional<std::string> load_token(const std::map<std::string, std::string>& rdzv_conf,
                                       const std::map<std::string, std::string>& env);
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::launch

@@ -1,4 +1,4 @@
-#include "rendezvous/options.hpp"
+#include "rendezvous_options.hpp"
 
 #include <unistd.h>
 
@@ -7,11 +7,11 @@
 #include <fstream>
 
 #include "config.hpp"
-#include "rendezvous/endpoint.hpp"
-#include "rendezvous/token.hpp"
+#include "rendezvous_token.hpp"
+#include "trainrun/rendezvous/endpoint.hpp"
 
 using namespace trainrun::launch;
-using namespace trainrun::launch::rdzv;
+using namespace trainrun::rendezvous;
 using std::chrono::seconds;
 
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 
 using Digest = std::array<std::uint8_t, 32>;
 
@@ -42,4 +42,4 @@ inline std::string to_hex(const Digest& d) { return to_hex(d.data(), d.size()); 
 // `count` bytes from the kernel's random source (getrandom), hex encoded. Throws on failure.
 std::string random_hex(std::size_t count);
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

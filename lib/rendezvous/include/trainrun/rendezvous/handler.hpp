@@ -4,11 +4,11 @@
 #include <memory>
 #include <string>
 
-#include "rendezvous/client.hpp"
-#include "rendezvous/messages.hpp"
-#include "rendezvous/options.hpp"
+#include "trainrun/rendezvous/client.hpp"
+#include "trainrun/rendezvous/messages.hpp"
+#include "trainrun/rendezvous/options.hpp"
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 
 // What an agent asks of the rendezvous, whatever coordinates the job behind it (the built-in TCP
 // server today; a store such as etcd would be another implementation of this interface).
@@ -60,4 +60,4 @@ std::unique_ptr<RendezvousHandler> make_rendezvous_handler(boost::asio::io_conte
                                                            RendezvousOptions options,
                                                            LogFunction log);
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 
 // A frame is a 4-byte big-endian body length followed by that many bytes (a JSON document).
 inline constexpr std::size_t kFrameHeaderSize = 4;
@@ -53,4 +53,4 @@ class FrameDecoder {
   bool complete_ = false;
 };
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

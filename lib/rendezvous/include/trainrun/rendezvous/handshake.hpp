@@ -3,9 +3,9 @@
 #include <optional>
 #include <string>
 
-#include "rendezvous/messages.hpp"
+#include "trainrun/rendezvous/messages.hpp"
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 
 // Token proofs: HMAC-SHA256 under the shared token over the run id and both sides' fresh nonces,
 // with the role in the message so a server proof cannot be replayed as a client proof. The token
@@ -68,4 +68,4 @@ class ClientHandshake {
   bool challenged_ = false;
 };
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

@@ -2,7 +2,7 @@
 
 #include <string>
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 
 inline constexpr int kDefaultRendezvousPort = 29400;
 
@@ -15,4 +15,4 @@ struct HostPort {
 // naming the problem (empty host, port not a number or out of 0..65535).
 HostPort parse_endpoint(const std::string& text, int default_port = kDefaultRendezvousPort);
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

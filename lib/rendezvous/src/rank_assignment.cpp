@@ -1,4 +1,4 @@
-#include "rendezvous/rank_assignment.hpp"
+#include "trainrun/rendezvous/rank_assignment.hpp"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <tuple>
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 
 std::vector<Assignment> assign_ranks(const std::vector<NodeDescriptor>& nodes, std::uint64_t round,
                                      bool use_node_rank, const MasterEndpoint* fixed_master) {
@@ -60,4 +60,4 @@ std::vector<Assignment> assign_ranks(const std::vector<NodeDescriptor>& nodes, s
   return out;
 }
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

@@ -8,10 +8,10 @@
 #include <optional>
 #include <string>
 
-#include "rendezvous/messages.hpp"
-#include "rendezvous/server.hpp"
+#include "trainrun/rendezvous/messages.hpp"
+#include "trainrun/rendezvous/server.hpp"
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 
 struct ClientOptions {
   std::string host;  // the rendezvous endpoint
@@ -74,4 +74,4 @@ class RendezvousClient {
   std::shared_ptr<Impl> impl_;
 };
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

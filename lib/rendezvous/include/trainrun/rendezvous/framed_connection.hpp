@@ -9,9 +9,9 @@
 #include <memory>
 #include <string>
 
-#include "rendezvous/frame.hpp"
+#include "trainrun/rendezvous/frame.hpp"
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 
 // FD_CLOEXEC (workers must not inherit the rendezvous socket, or a dead agent's connection would
 // stay open in its orphans) and TCP_NODELAY (messages are small and latency bound).
@@ -72,4 +72,4 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   ErrorHandler on_error_;
 };
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

@@ -1,4 +1,4 @@
-#include "rendezvous/options.hpp"
+#include "rendezvous_options.hpp"
 
 #include <fmt/format.h>
 
@@ -7,9 +7,14 @@
 #include <stdexcept>
 
 #include "config.hpp"
-#include "rendezvous/token.hpp"
+#include "rendezvous_token.hpp"
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::launch {
+
+using rendezvous::Clock;
+using rendezvous::HostPort;
+using rendezvous::MasterEndpoint;
+using rendezvous::RendezvousOptions;
 namespace {
 
 const std::set<std::string> kKnownKeys = {
@@ -124,7 +129,7 @@ RendezvousOptions rendezvous_options(const LaunchConfig& config,
           "--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT] (the same on every node)");
     }
     try {
-      o.endpoint = parse_endpoint(config.rdzv_endpoint);
+      o.endpoint = rendezvous::parse_endpoint(config.rdzv_endpoint);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(fmt::format("--rdzv-endpoint={}", e.what()));
     }
@@ -161,4 +166,4 @@ RendezvousOptions rendezvous_options(const LaunchConfig& config,
   return o;
 }
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::launch

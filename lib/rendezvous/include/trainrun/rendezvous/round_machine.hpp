@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/messages.hpp"
-#include "rendezvous/rank_assignment.hpp"
+#include "trainrun/rendezvous/messages.hpp"
+#include "trainrun/rendezvous/rank_assignment.hpp"
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 
 using Clock = std::chrono::steady_clock;
 using NodeId = std::uint64_t;
@@ -117,4 +117,4 @@ class RoundMachine {
   std::optional<Stop> final_stop_;
 };
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

@@ -1,4 +1,4 @@
-#include "rendezvous/sha256.hpp"
+#include "trainrun/rendezvous/sha256.hpp"
 
 #include <sys/random.h>
 
@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 namespace {
 
 constexpr std::array<std::uint32_t, 64> kRoundConstants = {
@@ -168,4 +168,4 @@ std::string random_hex(std::size_t count) {
   return to_hex(bytes.data(), bytes.size());
 }
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

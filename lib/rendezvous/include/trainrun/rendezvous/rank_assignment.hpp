@@ -3,9 +3,9 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/messages.hpp"
+#include "trainrun/rendezvous/messages.hpp"
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 
 // Where worker RANK 0's store lives. Dynamic rounds take it from group rank 0's descriptor;
 // the static backend is given it on the command line.
@@ -22,4 +22,4 @@ struct MasterEndpoint {
 std::vector<Assignment> assign_ranks(const std::vector<NodeDescriptor>& nodes, std::uint64_t round,
                                      bool use_node_rank, const MasterEndpoint* fixed_master);
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

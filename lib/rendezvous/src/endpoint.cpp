@@ -1,11 +1,11 @@
-#include "rendezvous/endpoint.hpp"
+#include "trainrun/rendezvous/endpoint.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <stdexcept>
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 namespace {
 
 int parse_port(const std::string& text, const std::string& whole) {
@@ -48,4 +48,4 @@ HostPort parse_endpoint(const std::string& text, int default_port) {
   return out;
 }
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

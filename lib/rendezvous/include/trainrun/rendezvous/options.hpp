@@ -1,21 +1,16 @@
 #pragma once
 
 #include <chrono>
-#include <map>
 #include <optional>
 #include <string>
 
-#include "rendezvous/endpoint.hpp"
-#include "rendezvous/rank_assignment.hpp"
-#include "rendezvous/round_machine.hpp"
+#include "trainrun/rendezvous/endpoint.hpp"
+#include "trainrun/rendezvous/rank_assignment.hpp"
+#include "trainrun/rendezvous/round_machine.hpp"
 
-namespace trainrun::launch {
-struct LaunchConfig;
-}
+namespace trainrun::rendezvous {
 
-namespace trainrun::launch::rdzv {
-
-// Everything the rendezvous needs from the command line, validated.
+// Everything the rendezvous handler needs, validated by its caller.
 struct RendezvousOptions {
   bool static_backend = false;
   HostPort endpoint;  // where agents meet (static: master_addr, port rdzv_port)
@@ -39,16 +34,4 @@ struct RendezvousOptions {
   Clock::duration refused_grace = std::chrono::seconds(3);
 };
 
-// The --rdzv-conf keys understood (others are refused, so a typo does not pass silently):
-// join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval,
-// keep_alive_max_attempt, is_host, token_file, rdzv_port (static backend), read_timeout and
-// timeout (accepted for torchrun compatibility, unused).
-//
-// The static backend's server listens on --master-addr at rdzv_port, by default MASTER_PORT + 1:
-// MASTER_PORT itself belongs to worker RANK 0's store.
-//
-// Throws std::invalid_argument with a one-line reason naming the option.
-RendezvousOptions rendezvous_options(const LaunchConfig& config,
-                                     const std::map<std::string, std::string>& env);
-
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

@@ -1,4 +1,4 @@
-#include "rendezvous/framed_connection.hpp"
+#include "trainrun/rendezvous/framed_connection.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -7,7 +7,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 
 namespace asio = boost::asio;
 using boost::system::error_code;
@@ -167,4 +167,4 @@ void FramedConnection::finish_close() {
   queued_bytes_ = 0;
 }
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

@@ -8,9 +8,9 @@
 #include <optional>
 #include <string>
 
-#include "rendezvous/round_machine.hpp"
+#include "trainrun/rendezvous/round_machine.hpp"
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 
 using LogFunction = std::function<void(const std::string& line)>;
 
@@ -62,4 +62,4 @@ class RendezvousServer {
   std::shared_ptr<Impl> impl_;
 };
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

@@ -1,10 +1,10 @@
-#include "rendezvous/handshake.hpp"
+#include "trainrun/rendezvous/handshake.hpp"
 
 #include <fmt/format.h>
 
-#include "rendezvous/sha256.hpp"
+#include "trainrun/rendezvous/sha256.hpp"
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 namespace {
 
 std::string proof(const char* role, const std::string& token, const std::string& run_id,
@@ -144,4 +144,4 @@ ClientHandshake::Step ClientHandshake::on_message(const ServerMessage& message) 
   return step;
 }
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

@@ -1,10 +1,10 @@
-#include "rendezvous/frame.hpp"
+#include "trainrun/rendezvous/frame.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 
 std::string encode_frame(std::string_view body) {
   if (body.empty() || body.size() > kMaxFrameSize) {
@@ -58,4 +58,4 @@ std::optional<std::string> FrameDecoder::next() {
   return out;
 }
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

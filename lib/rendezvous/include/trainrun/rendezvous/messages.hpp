@@ -7,7 +7,7 @@
 #include <string_view>
 #include <variant>
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 
 // Every frame body is one JSON object with a "type" field; docs/protocol.md is the reference.
 inline constexpr std::string_view kMagic = "trainrun-rdzv";
@@ -137,4 +137,4 @@ ServerMessage decode_server_message(std::string_view body);
 std::string_view type_name(const ClientMessage& message);
 std::string_view type_name(const ServerMessage& message);
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

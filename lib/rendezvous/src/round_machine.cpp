@@ -1,10 +1,10 @@
-#include "rendezvous/round_machine.hpp"
+#include "trainrun/rendezvous/round_machine.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 namespace {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -414,4 +414,4 @@ std::optional<Clock::time_point> RoundMachine::next_deadline() const {
   return best;
 }
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

@@ -1,4 +1,4 @@
-#include "rendezvous/server.hpp"
+#include "trainrun/rendezvous/server.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -7,11 +7,11 @@
 #include <map>
 #include <set>
 
-#include "rendezvous/framed_connection.hpp"
-#include "rendezvous/handshake.hpp"
-#include "rendezvous/sha256.hpp"
+#include "trainrun/rendezvous/framed_connection.hpp"
+#include "trainrun/rendezvous/handshake.hpp"
+#include "trainrun/rendezvous/sha256.hpp"
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
@@ -331,4 +331,4 @@ std::size_t RendezvousServer::pending_connections() const { return impl_->pendin
 
 std::size_t RendezvousServer::admitted_connections() const { return impl_->admitted_.size(); }
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous

@@ -1,11 +1,11 @@
-#include "rendezvous/messages.hpp"
+#include "trainrun/rendezvous/messages.hpp"
 
 #include <fmt/format.h>
 
 #include <limits>
 #include <nlohmann/json.hpp>
 
-namespace trainrun::launch::rdzv {
+namespace trainrun::rendezvous {
 namespace {
 
 using nlohmann::json;
@@ -372,4 +372,4 @@ std::string_view type_name(const ServerMessage& message) {
   return kNames[message.index()];
 }
 
-}  // namespace trainrun::launch::rdzv
+}  // namespace trainrun::rendezvous
