@@ -386,7 +386,7 @@ class Agent {
     if (!rdzv_ || reported_ || failures_.empty()) return;
     reported_ = true;
     const auto& root = failures_[root_cause_index(failures_)];
-    rdzv::WorkerFailure f;
+    rdzv::FailureReport f;
     f.host = root.host;
     f.rank = root.rank;
     f.local_rank = root.local_rank;

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "gpu_count.hpp"
+#include "rendezvous_options.hpp"
 #include "version.hpp"
 
 namespace trainrun::launch {
@@ -234,13 +235,9 @@ std::map<std::string, std::string> parse_rdzv_conf(const std::string& value,
     std::string key = trim(item.substr(0, eq));
     std::string val = trim(item.substr(eq + 1));
     if (key.empty()) fail(fmt::format("{}: '{}' has an empty key", what, item));
-    static const std::set<std::string> seconds_keys = {"join_timeout", "last_call_timeout",
-                                                       "close_timeout", "heartbeat_timeout",
-                                                       "keep_alive_interval", "timeout"};
-    if (seconds_keys.count(key)) parse_seconds(val, fmt::format("{} {}", what, key));
-    if (key == "is_host") parse_flag_env(val, fmt::format("{} is_host", what));
     conf[key] = val;
   }
+  check_rdzv_conf(conf);
   return conf;
 }
 
@@ -384,10 +381,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
     fail(fmt::format("{}: must be a port number 0..65535", source["master-port"]));
   c.master_port_given = source["master-port"].rfind("PET_", 0) == 0 || options["master-port"]->count() > 0;
   c.rdzv_backend = values["rdzv-backend"];
-  static const std::set<std::string> backends = {"static", "c10d", "etcd", "etcd-v2"};
-  if (!backends.count(c.rdzv_backend))
-    fail(fmt::format("{}: unknown rendezvous backend; use static, c10d, etcd or etcd-v2",
-                     source["rdzv-backend"]));
+  check_rdzv_backend(c.rdzv_backend, source["rdzv-backend"]);
   c.rdzv_endpoint = values["rdzv-endpoint"];
   c.rdzv_id = values["rdzv-id"];
   if (c.rdzv_id.empty()) fail(fmt::format("{}: must not be empty", source["rdzv-id"]));

@@ -22,13 +22,13 @@ std::string trim_trailing(std::string s) {
 
 }  // namespace
 
-std::optional<std::string> load_token(const std::map<std::string, std::string>& rdzv_conf,
+std::optional<std::string> load_token(const std::optional<std::string>& token_file,
                                       const std::map<std::string, std::string>& env) {
-  if (auto it = rdzv_conf.find("token_file"); it != rdzv_conf.end()) {
-    std::ifstream in(it->second, std::ios::binary);
+  if (token_file) {
+    std::ifstream in(*token_file, std::ios::binary);
     if (!in) {
       throw std::invalid_argument(fmt::format("--rdzv-conf token_file={}: cannot read it: {}",
-                                              it->second, std::strerror(errno)));
+                                              *token_file, std::strerror(errno)));
     }
     std::string text(kMaxTokenBytes + 1, '\0');
     in.read(text.data(), static_cast<std::streamsize>(text.size()));
@@ -36,12 +36,12 @@ std::optional<std::string> load_token(const std::map<std::string, std::string>& 
     if (text.size() > kMaxTokenBytes) {
       throw std::invalid_argument(
           fmt::format("--rdzv-conf token_file={}: larger than {} bytes; is it the right file?",
-                      it->second, kMaxTokenBytes));
+                      *token_file, kMaxTokenBytes));
     }
     text = trim_trailing(std::move(text));
     if (text.empty()) {
       throw std::invalid_argument(fmt::format(
-          "--rdzv-conf token_file={}: the file is empty; put the shared token in it", it->second));
+          "--rdzv-conf token_file={}: the file is empty; put the shared token in it", *token_file));
     }
     return text;
   }

@@ -41,8 +41,8 @@ TEST_CASE("client messages survive encode and decode", "[rendezvous]") {
   CHECK(j2.node.nproc == 3);
   CHECK(j2.node.master_port == 29500);
 
-  FailureReport f{3, WorkerFailure{"node1", 5, 1, 137, "Signal 9 (SIGKILL)"}};
-  FailureReport f2 = round_trip_client(f);
+  Failure f{3, FailureReport{"node1", 5, 1, 137, "Signal 9 (SIGKILL)"}};
+  Failure f2 = round_trip_client(f);
   CHECK(f2.round == 3);
   CHECK(f2.failure.rank == 5);
   CHECK(f2.failure.exit_code == 137);
@@ -60,7 +60,7 @@ TEST_CASE("server messages survive encode and decode", "[rendezvous]") {
   CHECK(a2.world_size == 5);
   CHECK(a2.master_addr == "10.0.0.1");
   CHECK(a2.restart_count == 1);
-  Stop s{StopCause::worker_failed, "worker failed", 3, WorkerFailure{"h", 1, 1, 3, "x"}};
+  Stop s{StopCause::worker_failed, "worker failed", 3, FailureReport{"h", 1, 1, 3, "x"}};
   Stop s2 = round_trip_server(s);
   CHECK(s2.cause == StopCause::worker_failed);
   CHECK(s2.exit_code == 3);

@@ -9,10 +9,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <random>
 
+#include "trainrun/base/system.hpp"
 #include "trainrun/rendezvous/framed_connection.hpp"
 #include "trainrun/rendezvous/handshake.hpp"
-#include "trainrun/rendezvous/sha256.hpp"
-#include "trainrun/base/system.hpp"
 
 namespace trainrun::rendezvous {
 
@@ -43,9 +42,11 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
         resolver_(io),
         timer_(io),
         keep_alive_timer_(io),
-        backoff_(options_.initial_backoff) {}
+        backoff_(options_.retry.initial_backoff) {}
 
-  std::string endpoint() const { return fmt::format("{}:{}", options_.host, options_.port); }
+  std::string endpoint() const {
+    return fmt::format("{}:{}", options_.endpoint.host, options_.endpoint.port);
+  }
 
   void log(const std::string& line) const {
     if (options_.log) options_.log(line);
@@ -61,7 +62,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     state_ = State::connecting;
     attempt_timed_out_ = false;
     std::weak_ptr<Impl> weak = shared_from_this();
-    timer_.expires_after(options_.attempt_timeout);
+    timer_.expires_after(options_.retry.attempt_timeout);
     timer_.async_wait([weak](error_code ec) {
       auto self = weak.lock();
       if (ec || !self || self->state_ != State::connecting) return;
@@ -70,16 +71,17 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
       if (self->socket_) self->socket_->close();
     });
     resolver_.async_resolve(
-        options_.host, std::to_string(options_.port),
+        options_.endpoint.host, std::to_string(options_.endpoint.port),
         [weak](error_code ec, tcp::resolver::results_type results) {
           auto self = weak.lock();
           if (!self || self->state_ != State::connecting) return;
           if (ec) {
-            return self->retry(
-                self->attempt_timed_out_
-                    ? fmt::format("resolving {} took longer than {:.0f} s", self->options_.host,
-                                  seconds(self->options_.attempt_timeout))
-                    : fmt::format("cannot resolve {}: {}", self->options_.host, ec.message()));
+            return self->retry(self->attempt_timed_out_
+                                   ? fmt::format("resolving {} took longer than {:.0f} s",
+                                                 self->options_.endpoint.host,
+                                                 seconds(self->options_.retry.attempt_timeout))
+                                   : fmt::format("cannot resolve {}: {}",
+                                                 self->options_.endpoint.host, ec.message()));
           }
           self->socket_ = std::make_unique<tcp::socket>(self->io_);
           asio::async_connect(*self->socket_, results,
@@ -95,14 +97,14 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   void on_connect_failed(const error_code& ec) {
     if (attempt_timed_out_) {
       return retry(fmt::format("no answer to connecting within {:.0f} s",
-                               seconds(options_.attempt_timeout)));
+                               seconds(options_.retry.attempt_timeout)));
     }
     // Refused while this machine cannot bind the port: whatever holds it does not listen, so no
     // trainrun agent hosts the endpoint. The grace covers a hosting agent caught between its
     // bind and its listen.
     if (ec == asio::error::connection_refused && options_.local_port_held) {
       Clock::time_point judge_at =
-          started_at_ + std::min(options_.refused_grace, options_.connect_deadline);
+          started_at_ + std::min(options_.retry.refused_grace, options_.retry.deadline);
       if (Clock::now() < judge_at) return retry(ec.message(), judge_at);
       if (std::optional<std::string> bind_error = options_.local_port_held()) {
         return end(Stop{StopCause::rejected,
@@ -132,22 +134,22 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     socket_.reset();
     connection_.reset();
     auto now = Clock::now();
-    if (now - started_at_ >= options_.connect_deadline) {
+    if (now - started_at_ >= options_.retry.deadline) {
       std::string reason =
           connections_ == 0
               ? fmt::format(
                     "rendezvous endpoint {} not reachable after {:.0f} s (last attempt: "
                     "{}); is the node that hosts it running, and is --rdzv-endpoint right?",
-                    endpoint(), seconds(options_.connect_deadline), why)
+                    endpoint(), seconds(options_.retry.deadline), why)
               : fmt::format(
                     "rendezvous endpoint {}: no handshake completed in {:.0f} s ({} "
                     "connection{}, last attempt: {}); is a trainrun agent of this job "
                     "hosting it, and is --rdzv-endpoint right?",
-                    endpoint(), seconds(options_.connect_deadline), connections_,
+                    endpoint(), seconds(options_.retry.deadline), connections_,
                     connections_ == 1 ? "" : "s", why);
       return end(Stop{StopCause::join_timeout, reason, 1, std::nullopt});
     }
-    if (!last_retry_log_ || now - *last_retry_log_ >= options_.retry_log_interval) {
+    if (!last_retry_log_ || now - *last_retry_log_ >= options_.retry.log_interval) {
       log(fmt::format("rendezvous endpoint {} not reachable yet ({}), retrying", endpoint(), why));
       last_retry_log_ = now;
     }
@@ -155,9 +157,9 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
     auto wait = std::chrono::duration_cast<Clock::duration>(backoff_ * jitter(random_));
     // The last try falls on the deadline, so that giving up is not late by a whole back-off.
-    wait = std::min(wait, options_.connect_deadline - (now - started_at_));
+    wait = std::min(wait, options_.retry.deadline - (now - started_at_));
     if (by) wait = std::max(Clock::duration::zero(), std::min(wait, *by - now));
-    backoff_ = std::min(backoff_ * 2, options_.max_backoff);
+    backoff_ = std::min(backoff_ * 2, options_.retry.max_backoff);
     state_ = State::connecting;
     timer_.expires_after(wait);
     timer_.async_wait([weak = std::weak_ptr<Impl>(shared_from_this())](error_code ec) {
@@ -176,7 +178,8 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     state_ = State::handshaking;
     connection_ = std::make_shared<FramedConnection>(std::move(*socket_), kMaxFrameSize);
     socket_.reset();
-    handshake_.emplace(options_.run_id, options_.token, random_hex(32));
+    handshake_.emplace(options_.credentials.run_id, options_.credentials.token,
+                       trainrun::random_hex(64));
     std::weak_ptr<Impl> weak = shared_from_this();
     connection_->start(
         [weak](std::string body) {
@@ -186,13 +189,13 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
           if (auto self = weak.lock()) self->on_connection_lost(why, violation);
         });
     connection_->send(encode(ClientMessage{handshake_->hello()}));
-    timer_.expires_after(options_.handshake_timeout);
+    timer_.expires_after(options_.connection.handshake_timeout);
     timer_.async_wait([weak](error_code e) {
       auto self = weak.lock();
       if (e || !self || self->state_ != State::handshaking) return;
       self->connection_->close_now();
       self->retry(fmt::format("no answer to the handshake within {:.0f} s",
-                              seconds(self->options_.handshake_timeout)));
+                              seconds(self->options_.connection.handshake_timeout)));
     });
   }
 
@@ -262,28 +265,30 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   void on_admitted(const Welcome& welcome) {
     timer_.cancel();
     state_ = State::admitted;
-    keep_alive_ = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(std::max(0.01, welcome.keep_alive_interval_s)));
-    heartbeat_timeout_ = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(std::max(0.02, welcome.heartbeat_timeout_s)));
+    // Floors, so that a server's zeros cannot make the keep-alive spin.
+    liveness_.keep_alive_interval = std::max<Clock::duration>(std::chrono::milliseconds(10),
+                                                              welcome.liveness.keep_alive_interval);
+    liveness_.heartbeat_timeout = std::max<Clock::duration>(std::chrono::milliseconds(20),
+                                                            welcome.liveness.heartbeat_timeout);
     arm_keep_alive();
     if (pending_join_) send_join();
   }
 
   void arm_keep_alive() {
-    keep_alive_timer_.expires_after(keep_alive_);
+    keep_alive_timer_.expires_after(liveness_.keep_alive_interval);
     keep_alive_timer_.async_wait([weak = std::weak_ptr<Impl>(shared_from_this())](error_code ec) {
       auto self = weak.lock();
       if (ec || !self || self->state_ != State::admitted) return;
-      if (Clock::now() - self->last_heard_ >= self->heartbeat_timeout_) {
+      if (Clock::now() - self->last_heard_ >= self->liveness_.heartbeat_timeout) {
         // Nothing more will get through: no lingering to deliver a goodbye, which would keep
         // the agent waiting past the heartbeat timeout.
         self->connection_->close_now();
-        return self->end(Stop{StopCause::server_lost,
-                              fmt::format("lost the rendezvous server at {}: no message for {:.0f} "
-                                          "s (heartbeat timeout)",
-                                          self->endpoint(), seconds(self->heartbeat_timeout_)),
-                              1, std::nullopt});
+        return self->end(
+            Stop{StopCause::server_lost,
+                 fmt::format("lost the rendezvous server at {}: no message for {:.0f} "
+                             "s (heartbeat timeout)",
+                             self->endpoint(), seconds(self->liveness_.heartbeat_timeout)),
+                 1, std::nullopt});
       }
       self->connection_->send(encode(ClientMessage{Heartbeat{}}));
       self->arm_keep_alive();
@@ -301,7 +306,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     pending_join_.reset();
     if (node.addr.empty()) {
       const asio::ip::address local = local_endpoint_.address();
-      if (!local.is_loopback() || is_literal_loopback(options_.host)) {
+      if (!local.is_loopback() || is_literal_loopback(options_.endpoint.host)) {
         node.addr = local.to_string();
       } else {
         node.addr = trainrun::host_name();
@@ -311,9 +316,9 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     connection_->send(encode(ClientMessage{Join{node}}));
   }
 
-  void report_failure(const WorkerFailure& failure) {
+  void report_failure(const FailureReport& failure) {
     if (state_ != State::admitted || !assignment_) return;
-    connection_->send(encode(ClientMessage{FailureReport{assignment_->round, failure}}));
+    connection_->send(encode(ClientMessage{Failure{assignment_->round, failure}}));
   }
 
   void report_done() {
@@ -361,8 +366,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   bool attempt_timed_out_ = false;
   int connections_ = 0;  // TCP connections made while not yet admitted
   Clock::duration backoff_;
-  Clock::duration keep_alive_ = std::chrono::seconds(5);
-  Clock::duration heartbeat_timeout_ = std::chrono::seconds(15);
+  LivenessOptions liveness_;  // the server's, from `welcome`
   std::optional<NodeDescriptor> pending_join_;
   std::optional<Assignment> assignment_;
   std::minstd_rand random_{std::random_device{}()};
@@ -375,7 +379,7 @@ RendezvousClient::~RendezvousClient() { impl_->shut(); }
 
 void RendezvousClient::start() { impl_->start(); }
 void RendezvousClient::join(const NodeDescriptor& node) { impl_->join(node); }
-void RendezvousClient::report_failure(const WorkerFailure& failure) {
+void RendezvousClient::report_failure(const FailureReport& failure) {
   impl_->report_failure(failure);
 }
 void RendezvousClient::report_done() { impl_->report_done(); }

@@ -3,20 +3,24 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
+
+#include "trainrun/base/numbers.hpp"
 
 namespace trainrun::rendezvous {
 namespace {
 
 int parse_port(const std::string& text, const std::string& whole) {
-  bool digits = !text.empty() && text.size() <= 5 &&
-                std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-  int port = digits ? std::stoi(text) : -1;
-  if (port < 0 || port > 65535) {
+  // Digits only: no sign, so "-0" is not a port either.
+  const bool digits = text.size() <= 5 && std::all_of(text.begin(), text.end(),
+                                                      [](char c) { return c >= '0' && c <= '9'; });
+  const std::optional<long long> port = digits ? trainrun::parse_integer(text) : std::nullopt;
+  if (!port || *port > 65535) {
     throw std::invalid_argument(
         fmt::format("\"{}\": port \"{}\" is not a number in 0..65535", whole, text));
   }
-  return port;
+  return static_cast<int>(*port);
 }
 
 }  // namespace

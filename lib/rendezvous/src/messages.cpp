@@ -111,6 +111,14 @@ double get_seconds(const json& j, const char* key) {
   return x;
 }
 
+// Whole microseconds, so that a duration decoded, encoded and decoded again stays the same.
+Clock::duration get_duration(const json& j, const char* key) {
+  const auto exact = std::chrono::duration<double>(get_seconds(j, key));
+  return std::chrono::round<std::chrono::microseconds>(exact);
+}
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
 bool get_bool(const json& j, const char* key) {
   const json& v = field(j, key);
   if (!v.is_boolean()) throw ProtocolError(fmt::format("field \"{}\" must be true or false", key));
@@ -146,7 +154,7 @@ NodeDescriptor node_from_json(const json& j) {
   return n;
 }
 
-json to_json(const WorkerFailure& f) {
+json to_json(const FailureReport& f) {
   return json{{"host", f.host},
               {"rank", f.rank},
               {"local_rank", f.local_rank},
@@ -154,9 +162,9 @@ json to_json(const WorkerFailure& f) {
               {"summary", f.summary}};
 }
 
-WorkerFailure failure_from_json(const json& j) {
+FailureReport failure_from_json(const json& j) {
   if (!j.is_object()) throw ProtocolError("field \"failure\" must be an object");
-  WorkerFailure f;
+  FailureReport f;
   f.host = get_string(j, "host", kMaxNameLength);
   f.rank = get_small(j, "rank", -1, std::numeric_limits<int>::max());
   f.local_rank = get_small(j, "local_rank", -1, 1 << 16);
@@ -165,11 +173,11 @@ WorkerFailure failure_from_json(const json& j) {
   return f;
 }
 
-void put_failure(json& j, const std::optional<WorkerFailure>& f) {
+void put_failure(json& j, const std::optional<FailureReport>& f) {
   if (f) j["failure"] = to_json(*f);
 }
 
-std::optional<WorkerFailure> optional_failure(const json& j) {
+std::optional<FailureReport> optional_failure(const json& j) {
   auto it = j.find("failure");
   if (it == j.end() || it->is_null()) return std::nullopt;
   return failure_from_json(*it);
@@ -211,7 +219,7 @@ std::string encode(const ClientMessage& message) {
           [](const Heartbeat&) {
             return json{{"type", "heartbeat"}};
           },
-          [](const FailureReport& m) {
+          [](const Failure& m) {
             return json{{"type", "failure"}, {"round", m.round}, {"failure", to_json(m.failure)}};
           },
           [](const Done& m) {
@@ -233,8 +241,8 @@ std::string encode(const ServerMessage& message) {
           },
           [](const Welcome& m) {
             return json{{"type", "welcome"},
-                        {"keep_alive_interval_s", m.keep_alive_interval_s},
-                        {"heartbeat_timeout_s", m.heartbeat_timeout_s}};
+                        {"keep_alive_interval_s", seconds(m.liveness.keep_alive_interval)},
+                        {"heartbeat_timeout_s", seconds(m.liveness.heartbeat_timeout)}};
           },
           [](const Reject& m) {
             return json{{"type", "reject"}, {"reason", m.reason}};
@@ -294,7 +302,7 @@ ClientMessage decode_client_message(std::string_view body) {
   if (type == "join") return Join{node_from_json(field(j, "node"))};
   if (type == "heartbeat") return Heartbeat{};
   if (type == "failure") {
-    FailureReport m;
+    Failure m;
     m.round = static_cast<std::uint64_t>(get_int(j, "round", 0, kMaxRound));
     m.failure = failure_from_json(field(j, "failure"));
     return m;
@@ -311,8 +319,8 @@ ServerMessage decode_server_message(std::string_view body) {
     return Challenge{get_hex(j, "nonce", kHexDigest), get_hex(j, "proof", kHexDigest)};
   if (type == "welcome") {
     Welcome m;
-    m.keep_alive_interval_s = get_seconds(j, "keep_alive_interval_s");
-    m.heartbeat_timeout_s = get_seconds(j, "heartbeat_timeout_s");
+    m.liveness.keep_alive_interval = get_duration(j, "keep_alive_interval_s");
+    m.liveness.heartbeat_timeout = get_duration(j, "heartbeat_timeout_s");
     return m;
   }
   if (type == "reject") return Reject{get_string(j, "reason", kMaxTextLength)};

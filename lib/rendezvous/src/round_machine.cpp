@@ -30,8 +30,12 @@ void keep_earliest(std::optional<Clock::time_point>& best, Clock::time_point t) 
 
 }  // namespace
 
-RoundMachine::RoundMachine(RoundConfig config, Clock::time_point now)
-    : config_(std::move(config)), next_status_(now) {}
+RoundMachine::RoundMachine(RoundOptions options, LivenessOptions liveness, std::string endpoint,
+                           Clock::time_point now)
+    : options_(std::move(options)),
+      liveness_(liveness),
+      endpoint_(std::move(endpoint)),
+      next_status_(now) {}
 
 std::string RoundMachine::describe(NodeId id) const {
   auto it = sessions_.find(id);
@@ -45,9 +49,9 @@ Waiting RoundMachine::waiting_status(Clock::time_point now) const {
   w.round = phase_ == Phase::forming ? round_ : round_ + 1;
   w.joined = static_cast<int>(waiting_.size());
   w.min_nodes = count_requirement();
-  w.max_nodes = config_.max_nodes;
+  w.max_nodes = options_.max_nodes;
   w.waited_s = forming_since_ ? seconds(now - *forming_since_) : 0.0;
-  w.timeout_s = seconds(config_.join_timeout);
+  w.timeout_s = seconds(options_.join_timeout);
   return w;
 }
 
@@ -68,7 +72,7 @@ Effects RoundMachine::received(NodeId id, const ClientMessage& message, Clock::t
   it->second.last_heard = now;
   std::visit(Overloaded{
                  [&](const Join& m) { on_join(fx, id, m.node, now); },
-                 [&](const FailureReport& m) { on_failure(fx, id, m, now); },
+                 [&](const Failure& m) { on_failure(fx, id, m, now); },
                  [&](const Done& m) { on_done(fx, id, m); },
                  [&](const Leave& m) { on_lost(fx, id, "left: " + m.reason, now); },
                  [&](const Heartbeat&) {},
@@ -103,12 +107,12 @@ void RoundMachine::on_join(Effects& fx, NodeId id, const NodeDescriptor& node,
   if (phase_ == Phase::running && contains(participants_, id)) {
     return refuse("joined again while its round is running");
   }
-  if (config_.static_ranks) {
-    if (node.node_rank < 0 || node.node_rank >= config_.max_nodes) {
+  if (options_.static_ranks) {
+    if (node.node_rank < 0 || node.node_rank >= options_.max_nodes) {
       return refuse(fmt::format(
           "node rank {} is out of range: this job has {} nodes (0..{}); check --node-rank and "
           "--nnodes",
-          node.node_rank, config_.max_nodes, config_.max_nodes - 1));
+          node.node_rank, options_.max_nodes, options_.max_nodes - 1));
     }
     for (const auto& [other_id, other] : sessions_) {
       if (other_id != id && other.node && other.node->node_rank == node.node_rank) {
@@ -128,14 +132,14 @@ void RoundMachine::on_join(Effects& fx, NodeId id, const NodeDescriptor& node,
   if (phase_ == Phase::forming) {
     if (!forming_since_) {
       forming_since_ = now;
-      next_status_ = now + config_.status_interval;
+      next_status_ = now + options_.status_interval;
     }
     fx.messages.push_back({id, waiting_status(now), false});
     maybe_complete(fx, now);
     return;
   }
-  bool can_grow = !config_.static_ranks &&
-                  static_cast<int>(participants_.size()) < config_.max_nodes && done_.empty();
+  bool can_grow = !options_.static_ranks &&
+                  static_cast<int>(participants_.size()) < options_.max_nodes && done_.empty();
   if (can_grow) {
     std::set<NodeId> expected(participants_.begin(), participants_.end());
     expected.insert(waiting_.begin(), waiting_.end());
@@ -145,31 +149,31 @@ void RoundMachine::on_join(Effects& fx, NodeId id, const NodeDescriptor& node,
                   Restart{RestartCause::scale_up, reason, restart_count_, std::nullopt});
     return;
   }
-  if (waiting_.size() == 1) next_status_ = now + config_.status_interval;
+  if (waiting_.size() == 1) next_status_ = now + options_.status_interval;
   fx.messages.push_back({id, waiting_status(now), false});
 }
 
-void RoundMachine::on_failure(Effects& fx, NodeId id, const FailureReport& report,
+void RoundMachine::on_failure(Effects& fx, NodeId id, const Failure& report,
                               Clock::time_point now) {
   // Reports from an earlier round (workers dying while being stopped) must not count twice.
   if (phase_ != Phase::running || report.round != round_ || !contains(participants_, id)) return;
-  const WorkerFailure& f = report.failure;
+  const FailureReport& f = report.failure;
   int code = f.exit_code > 0 ? f.exit_code : 1;
   std::string reason =
       fmt::format("worker failed on {}: rank {} (local rank {}) exited with code {}", f.host,
                   f.rank, f.local_rank, f.exit_code);
-  if (restart_count_ < config_.max_restarts) {
+  if (restart_count_ < options_.max_restarts) {
     ++restart_count_;
     std::set<NodeId> expected(participants_.begin(), participants_.end());
     expected.insert(waiting_.begin(), waiting_.end());
     begin_forming(fx, now, std::move(expected),
                   Restart{RestartCause::worker_failed,
                           fmt::format("{}; restarting ({} of {} restarts)", reason, restart_count_,
-                                      config_.max_restarts),
+                                      options_.max_restarts),
                           restart_count_, f});
     return;
   }
-  std::string why = config_.max_restarts == 0
+  std::string why = options_.max_restarts == 0
                         ? reason
                         : fmt::format("{}; no restarts left ({} used)", reason, restart_count_);
   end_job(fx, Stop{StopCause::worker_failed, why, code, f});
@@ -200,18 +204,18 @@ void RoundMachine::on_lost(Effects& fx, NodeId id, const std::string& why, Clock
     erase(participants_, id);
     std::string reason = fmt::format("node {} lost ({})", who, why);
     int remaining = static_cast<int>(participants_.size() + waiting_.size());
-    if (config_.static_ranks) {
+    if (options_.static_ranks) {
       end_job(fx, Stop{StopCause::node_lost, reason + "; a static job cannot continue without it",
                        1, std::nullopt});
-    } else if (restart_count_ >= config_.max_restarts) {
+    } else if (restart_count_ >= options_.max_restarts) {
       end_job(fx, Stop{StopCause::node_lost,
                        fmt::format("{}; no restarts left ({} of {} used)", reason, restart_count_,
-                                   config_.max_restarts),
+                                   options_.max_restarts),
                        1, std::nullopt});
-    } else if (remaining < config_.min_nodes) {
+    } else if (remaining < options_.min_nodes) {
       end_job(fx, Stop{StopCause::node_lost,
                        fmt::format("{}; {} nodes remain, fewer than the minimum of {}", reason,
-                                   remaining, config_.min_nodes),
+                                   remaining, options_.min_nodes),
                        1, std::nullopt});
     } else {
       ++restart_count_;
@@ -220,7 +224,7 @@ void RoundMachine::on_lost(Effects& fx, NodeId id, const std::string& why, Clock
       begin_forming(fx, now, std::move(expected),
                     Restart{RestartCause::node_lost,
                             fmt::format("{}; continuing with {} nodes ({} of {} restarts)", reason,
-                                        remaining, restart_count_, config_.max_restarts),
+                                        remaining, restart_count_, options_.max_restarts),
                             restart_count_, std::nullopt});
     }
     return;
@@ -245,7 +249,7 @@ void RoundMachine::begin_forming(Effects& fx, Clock::time_point now, std::set<No
   expected_ = std::move(expected);
   forming_since_ = now;
   min_reached_at_.reset();
-  next_status_ = now + config_.status_interval;
+  next_status_ = now + options_.status_interval;
   maybe_complete(fx, now);
 }
 
@@ -257,15 +261,15 @@ void RoundMachine::maybe_complete(Effects& fx, Clock::time_point now) {
     return;
   }
   if (!min_reached_at_) min_reached_at_ = now;
-  if (config_.static_ranks || n >= config_.max_nodes) {
+  if (options_.static_ranks || n >= options_.max_nodes) {
     return complete_round(
-        fx, std::vector<NodeId>(waiting_.begin(), waiting_.begin() + config_.max_nodes));
+        fx, std::vector<NodeId>(waiting_.begin(), waiting_.begin() + options_.max_nodes));
   }
   // After a restart the survivors are known: once they are all back there is nobody to wait for.
   bool all_expected_back =
       !expected_.empty() && std::all_of(expected_.begin(), expected_.end(),
                                         [&](NodeId e) { return contains(waiting_, e); });
-  if (all_expected_back || now - *min_reached_at_ >= config_.last_call_timeout) {
+  if (all_expected_back || now - *min_reached_at_ >= options_.last_call_timeout) {
     complete_round(fx, waiting_);
   }
 }
@@ -274,11 +278,12 @@ void RoundMachine::complete_round(Effects& fx, std::vector<NodeId> members) {
   std::vector<NodeDescriptor> nodes;
   nodes.reserve(members.size());
   for (NodeId id : members) nodes.push_back(*sessions_.at(id).node);
-  std::vector<Assignment> assignments = assign_ranks(
-      nodes, round_, config_.static_ranks, config_.static_ranks ? &config_.static_master : nullptr);
+  std::vector<Assignment> assignments =
+      assign_ranks(nodes, round_, options_.static_ranks,
+                   options_.static_ranks ? &options_.static_master : nullptr);
   for (std::size_t i = 0; i < members.size(); ++i) {
     assignments[i].restart_count = restart_count_;
-    assignments[i].max_restarts = config_.max_restarts;
+    assignments[i].max_restarts = options_.max_restarts;
     fx.messages.push_back({members[i], assignments[i], false});
   }
   for (NodeId id : members) erase(waiting_, id);
@@ -316,11 +321,9 @@ Effects RoundMachine::host_left(std::optional<NodeId> host, const std::string& w
   if (it != sessions_.end() && it->second.node) {
     std::string who = describe(*host);
     fx.log.push_back(fmt::format("node {} lost: {}", who, why));
-    reason = fmt::format("node {} lost ({}); it hosted the rendezvous at {}", who, why,
-                         config_.endpoint);
+    reason = fmt::format("node {} lost ({}); it hosted the rendezvous at {}", who, why, endpoint_);
   } else {
-    reason =
-        fmt::format("the node hosting the rendezvous at {} is gone ({})", config_.endpoint, why);
+    reason = fmt::format("the node hosting the rendezvous at {} is gone ({})", endpoint_, why);
   }
   reason += ", so the job cannot continue";
   if (it != sessions_.end()) sessions_.erase(it);
@@ -328,7 +331,7 @@ Effects RoundMachine::host_left(std::optional<NodeId> host, const std::string& w
   // hosting agent must not linger for them on its way out.
   std::set<NodeId> silent;
   for (const auto& [id, s] : sessions_) {
-    if (now - s.last_heard >= config_.heartbeat_timeout) silent.insert(id);
+    if (now - s.last_heard >= liveness_.heartbeat_timeout) silent.insert(id);
   }
   const std::size_t first = fx.messages.size();
   end_job(fx, Stop{StopCause::node_lost, reason, 1, std::nullopt});
@@ -344,12 +347,12 @@ Effects RoundMachine::tick(Clock::time_point now) {
 
   std::vector<NodeId> silent;
   for (const auto& [id, s] : sessions_) {
-    if (now - s.last_heard >= config_.heartbeat_timeout) silent.push_back(id);
+    if (now - s.last_heard >= liveness_.heartbeat_timeout) silent.push_back(id);
   }
   for (NodeId id : silent) {
     if (phase_ == Phase::ended) return fx;
     std::string why = fmt::format("no message for {:.0f} s (heartbeat timeout)",
-                                  seconds(config_.heartbeat_timeout));
+                                  seconds(liveness_.heartbeat_timeout));
     drop(fx, id, why, /*peer_lost=*/true);
     on_lost(fx, id, why, now);
   }
@@ -358,22 +361,22 @@ Effects RoundMachine::tick(Clock::time_point now) {
   if (phase_ == Phase::forming) {
     maybe_complete(fx, now);
     if (phase_ == Phase::forming && forming_since_ &&
-        now - *forming_since_ >= config_.join_timeout) {
+        now - *forming_since_ >= options_.join_timeout) {
       int need = count_requirement();
       int have = static_cast<int>(waiting_.size());
-      end_job(fx, Stop{StopCause::join_timeout,
-                       fmt::format("timed out after {:.0f} s waiting for nodes at {}: {} of {} "
-                                   "joined, {} missing",
-                                   seconds(config_.join_timeout), config_.endpoint, have, need,
-                                   need - have),
-                       1, std::nullopt});
+      end_job(fx,
+              Stop{StopCause::join_timeout,
+                   fmt::format("timed out after {:.0f} s waiting for nodes at {}: {} of {} "
+                               "joined, {} missing",
+                               seconds(options_.join_timeout), endpoint_, have, need, need - have),
+                   1, std::nullopt});
       return fx;
     }
   } else {
     // Newcomers waiting on a job that is full give up after the join timeout on their own.
     std::vector<NodeId> expired;
     for (NodeId id : waiting_) {
-      if (now - sessions_.at(id).joined_at >= config_.join_timeout) expired.push_back(id);
+      if (now - sessions_.at(id).joined_at >= options_.join_timeout) expired.push_back(id);
     }
     for (NodeId id : expired) {
       fx.messages.push_back(
@@ -381,7 +384,7 @@ Effects RoundMachine::tick(Clock::time_point now) {
            Stop{StopCause::join_timeout,
                 fmt::format("timed out after {:.0f} s: the job at {} is running with its maximum "
                             "of {} nodes",
-                            seconds(config_.join_timeout), config_.endpoint, config_.max_nodes),
+                            seconds(options_.join_timeout), endpoint_, options_.max_nodes),
                 1, std::nullopt},
            true});
       sessions_.erase(id);
@@ -391,7 +394,7 @@ Effects RoundMachine::tick(Clock::time_point now) {
   if (!waiting_.empty() && now >= next_status_) {
     Waiting status = waiting_status(now);
     for (NodeId id : waiting_) fx.messages.push_back({id, status, false});
-    next_status_ = now + config_.status_interval;
+    next_status_ = now + options_.status_interval;
   }
   return fx;
 }
@@ -400,14 +403,14 @@ std::optional<Clock::time_point> RoundMachine::next_deadline() const {
   std::optional<Clock::time_point> best;
   if (phase_ == Phase::ended) return best;
   for (const auto& entry : sessions_) {
-    keep_earliest(best, entry.second.last_heard + config_.heartbeat_timeout);
+    keep_earliest(best, entry.second.last_heard + liveness_.heartbeat_timeout);
   }
   if (phase_ == Phase::forming) {
-    if (min_reached_at_) keep_earliest(best, *min_reached_at_ + config_.last_call_timeout);
-    if (forming_since_) keep_earliest(best, *forming_since_ + config_.join_timeout);
+    if (min_reached_at_) keep_earliest(best, *min_reached_at_ + options_.last_call_timeout);
+    if (forming_since_) keep_earliest(best, *forming_since_ + options_.join_timeout);
   } else {
     for (NodeId id : waiting_) {
-      keep_earliest(best, sessions_.at(id).joined_at + config_.join_timeout);
+      keep_earliest(best, sessions_.at(id).joined_at + options_.join_timeout);
     }
   }
   if (!waiting_.empty()) keep_earliest(best, next_status_);

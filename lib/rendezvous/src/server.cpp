@@ -7,9 +7,9 @@
 #include <map>
 #include <set>
 
+#include "trainrun/base/system.hpp"
 #include "trainrun/rendezvous/framed_connection.hpp"
 #include "trainrun/rendezvous/handshake.hpp"
-#include "trainrun/rendezvous/sha256.hpp"
 
 namespace trainrun::rendezvous {
 
@@ -18,9 +18,6 @@ using asio::ip::tcp;
 using boost::system::error_code;
 
 namespace {
-// How long a live peer may take to acknowledge its last message (the job's result) before its
-// connection is closed anyway. Peers declared lost get no linger: they would never answer.
-constexpr auto kLinger = std::chrono::seconds(5);
 constexpr auto kAcceptRetry = std::chrono::milliseconds(100);
 }  // namespace
 
@@ -37,7 +34,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
       : io_(io),
         options_(std::move(options)),
         acceptor_(io),
-        machine_(options_.round, Clock::now()),
+        machine_(options_.round, options_.liveness, options_.endpoint, Clock::now()),
         round_timer_(io),
         keep_alive_timer_(io),
         accept_retry_timer_(io) {}
@@ -92,7 +89,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
 
   void on_accept(tcp::socket socket) {
     prepare_socket(socket);
-    if (admitted_.size() >= options_.max_admitted) {
+    if (admitted_.size() >= options_.limits.max_admitted) {
       auto connection =
           std::make_shared<FramedConnection>(std::move(socket), kMaxHandshakeFrameSize);
       log_refusal(fmt::format("refusing {}: {} connections already admitted", connection->peer(),
@@ -100,7 +97,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
       connection->close_now();
       return;
     }
-    if (pending_.size() >= options_.max_pending) {
+    if (pending_.size() >= options_.limits.max_pending) {
       NodeId oldest = *pending_.begin();
       drop_peer(oldest, "too many connections still in their handshake", false);
     }
@@ -113,11 +110,11 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
       peer.address = remote.address().to_string();
     }
     peer.connection = std::make_shared<FramedConnection>(std::move(socket), kMaxHandshakeFrameSize);
-    peer.handshake.emplace(
-        options_.run_id, options_.token, random_hex(32),
-        Welcome{seconds(options_.keep_alive_interval), seconds(options_.round.heartbeat_timeout)});
+    // 32 random bytes: a nonce fresh for every connection.
+    peer.handshake.emplace(options_.credentials.run_id, options_.credentials.token,
+                           trainrun::random_hex(64), Welcome{options_.liveness});
     peer.deadline = std::make_shared<asio::steady_timer>(io_);
-    peer.deadline->expires_after(options_.handshake_timeout);
+    peer.deadline->expires_after(options_.connection.handshake_timeout);
     std::weak_ptr<Impl> weak = shared_from_this();
     peer.deadline->async_wait([weak, id](error_code e) {
       auto self = weak.lock();
@@ -135,8 +132,6 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
           if (auto self = weak.lock()) self->on_error(id, why, violation);
         });
   }
-
-  static double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
   // Closes a connection the machine does not know (or has already forgotten). `tell`: say why
   // to the peer; without it the peer sees a plain close, which a client retries.
@@ -224,7 +219,8 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
         if (out.peer_lost) {
           it->second.connection->abandon();
         } else {
-          it->second.connection->close_gracefully(kLinger);
+          // Peers declared lost get no linger: they would never answer.
+          it->second.connection->close_gracefully(options_.connection.close_linger);
         }
         forget(out.to);
       }
@@ -252,7 +248,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void arm_keep_alive() {
-    keep_alive_timer_.expires_after(options_.keep_alive_interval);
+    keep_alive_timer_.expires_after(options_.liveness.keep_alive_interval);
     keep_alive_timer_.async_wait([weak = std::weak_ptr<Impl>(shared_from_this())](error_code ec) {
       auto self = weak.lock();
       if (ec || !self || self->closed_) return;

@@ -1,11 +1,6 @@
 #include "trainrun/rendezvous/sha256.hpp"
 
-#include <sys/random.h>
-
-#include <cerrno>
 #include <cstring>
-#include <stdexcept>
-#include <vector>
 
 namespace trainrun::rendezvous {
 namespace {
@@ -151,21 +146,6 @@ std::string to_hex(const std::uint8_t* data, std::size_t size) {
     out.push_back(kDigits[data[i] & 0x0f]);
   }
   return out;
-}
-
-std::string random_hex(std::size_t count) {
-  std::vector<std::uint8_t> bytes(count);
-  std::size_t filled = 0;
-  while (filled < count) {
-    ssize_t got = ::getrandom(bytes.data() + filled, count - filled, 0);
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error(std::string("rendezvous: cannot read random bytes for a nonce: ") +
-                               std::strerror(errno));
-    }
-    filled += static_cast<std::size_t>(got);
-  }
-  return to_hex(bytes.data(), bytes.size());
 }
 
 }  // namespace trainrun::rendezvous

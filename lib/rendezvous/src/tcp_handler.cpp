@@ -90,7 +90,7 @@ class TcpRendezvousHandler : public RendezvousHandler {
     }
   }
 
-  void report_failure(const WorkerFailure& failure) override {
+  void report_failure(const FailureReport& failure) override {
     if (client_) client_->report_failure(failure);
   }
 
@@ -129,20 +129,12 @@ class TcpRendezvousHandler : public RendezvousHandler {
       bind_address = asio::ip::address_v6::any();
 
     ServerOptions so;
-    so.run_id = options_.run_id;
-    so.token = options_.token;
-    so.keep_alive_interval = options_.keep_alive_interval;
-    so.handshake_timeout = options_.handshake_timeout;
+    so.credentials = options_.credentials;
+    so.round = options_.round;
     so.round.static_ranks = options_.static_backend;
-    so.round.min_nodes = options_.min_nodes;
-    so.round.max_nodes = options_.max_nodes;
-    so.round.max_restarts = options_.max_restarts;
-    so.round.last_call_timeout = options_.last_call_timeout;
-    so.round.join_timeout = options_.join_timeout;
-    so.round.heartbeat_timeout = options_.heartbeat_timeout;
-    so.round.status_interval = options_.status_interval;
-    so.round.static_master = options_.static_master;
-    so.round.endpoint = endpoint();
+    so.liveness = options_.liveness;
+    so.connection = options_.connection;
+    so.endpoint = endpoint();
     so.log = [this](const std::string& line) { log("rendezvous server: " + line); };
     auto server = std::make_unique<RendezvousServer>(io_, std::move(so));
     tcp::endpoint where(bind_address, static_cast<unsigned short>(options_.endpoint.port));
@@ -163,22 +155,20 @@ class TcpRendezvousHandler : public RendezvousHandler {
     actual_port_ = server->local_endpoint().port();
     server_ = std::move(server);
     log(fmt::format("hosting the rendezvous on {}:{} (run id \"{}\", {} nodes{})",
-                    where.address().to_string(), actual_port_, options_.run_id,
-                    options_.min_nodes == options_.max_nodes
-                        ? std::to_string(options_.max_nodes)
-                        : fmt::format("{}..{}", options_.min_nodes, options_.max_nodes),
-                    options_.token ? ", token required" : ""));
+                    where.address().to_string(), actual_port_, options_.credentials.run_id,
+                    options_.round.min_nodes == options_.round.max_nodes
+                        ? std::to_string(options_.round.max_nodes)
+                        : fmt::format("{}..{}", options_.round.min_nodes, options_.round.max_nodes),
+                    options_.credentials.token ? ", token required" : ""));
   }
 
   void connect() {
     ClientOptions co;
-    co.host = options_.endpoint.host;
-    co.port = server_ ? actual_port_ : options_.endpoint.port;
-    co.run_id = options_.run_id;
-    co.token = options_.token;
-    co.connect_deadline = options_.join_timeout;
-    co.handshake_timeout = options_.handshake_timeout;
-    co.refused_grace = options_.refused_grace;
+    co.endpoint = HostPort{options_.endpoint.host, server_ ? actual_port_ : options_.endpoint.port};
+    co.credentials = options_.credentials;
+    co.connection = options_.connection;
+    co.retry = options_.retry;
+    co.retry.deadline = options_.round.join_timeout;
     if (port_held_) {
       co.local_port_held = [where = *port_held_]() -> std::optional<std::string> {
         error_code ec = try_bind(where);

@@ -9,30 +9,22 @@
 #include <string>
 
 #include "trainrun/rendezvous/messages.hpp"
-#include "trainrun/rendezvous/server.hpp"
+#include "trainrun/rendezvous/options.hpp"
 
 namespace trainrun::rendezvous {
 
 struct ClientOptions {
-  std::string host;  // the rendezvous endpoint
-  int port = 29400;
-  std::string run_id;
-  std::optional<std::string> token;
-  // Until the server has admitted us, unreachable endpoints are retried until this passes.
-  Clock::duration connect_deadline = std::chrono::seconds(600);
-  Clock::duration attempt_timeout = std::chrono::seconds(5);
-  Clock::duration handshake_timeout = std::chrono::seconds(10);
-  Clock::duration initial_backoff = std::chrono::milliseconds(100);
-  Clock::duration max_backoff = std::chrono::seconds(5);
-  Clock::duration retry_log_interval = std::chrono::seconds(10);
+  HostPort endpoint;  // the rendezvous endpoint
+  Credentials credentials;
+  ConnectionOptions connection;
+  RetryOptions retry;
   // Set when the endpoint is on this machine and this agent could not bind its port. Called on
   // a refused connection, it returns the bind error while the port is still held, else nothing.
   // Held but refusing means the holder does not listen: it is not a trainrun host, and waiting
-  // cannot help. Past refused_grace (a hosting agent may be starting) the client gives up.
-  // Unset (remote endpoints): refusals are retried until connect_deadline.
+  // cannot help. Past retry.refused_grace (a hosting agent may be starting) the client gives up.
+  // Unset (remote endpoints): refusals are retried until retry.deadline.
   std::function<std::optional<std::string>()> local_port_held;
-  Clock::duration refused_grace = std::chrono::seconds(3);
-  LogFunction log;  // lines without prefix; nothing is logged when empty
+  LogFunction log;
 };
 
 struct ClientEvents {
@@ -43,7 +35,7 @@ struct ClientEvents {
 };
 
 // One agent's connection to the rendezvous server, on the agent's io_context, never blocking.
-// start() connects (retrying with back-off until connect_deadline) and authenticates; join()
+// start() connects (retrying with back-off until retry.deadline) and authenticates; join()
 // may be called before that and is sent once admitted. Exactly one on_stop ends its life; after
 // on_stop, or after leave(), no event is delivered. Connections lost during the handshake are
 // retried (a flooded server drops pending handshakes); a peer that answers with something that
@@ -59,7 +51,7 @@ class RendezvousClient {
   // An empty node.addr is filled in: the local address of the connection to the server, or the
   // host name when that is a loopback address reached through a host name.
   void join(const NodeDescriptor& node);
-  void report_failure(const WorkerFailure& failure);
+  void report_failure(const FailureReport& failure);
   void report_done();
   // Says goodbye (the server treats this node as lost) and closes. No events afterwards.
   void leave(const std::string& reason);

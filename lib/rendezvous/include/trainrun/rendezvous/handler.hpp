@@ -10,6 +10,25 @@
 
 namespace trainrun::rendezvous {
 
+// What make_rendezvous_handler needs: where agents meet, who this node is, and the options of
+// each part, which the handler passes on unchanged.
+struct RendezvousOptions {
+  // Static: node rank 0 hosts the server and ranks are the nodes' node_rank (round.static_ranks
+  // follows this flag). Dynamic: the agent owning the endpoint hosts it.
+  bool static_backend = false;
+  HostPort endpoint;
+  std::optional<bool> is_host;  // host (or not) whatever the address; empty: decided as above
+  int node_rank = -1;           // static backend only
+  std::string local_addr;       // the address advertised to the others; empty: derived
+  Credentials credentials;
+  RoundOptions round;
+  LivenessOptions liveness;
+  ConnectionOptions connection;
+  // retry.deadline is round.join_timeout here: a node that cannot reach the server gives up when
+  // a round it could join would have timed out.
+  RetryOptions retry;
+};
+
 // What an agent asks of the rendezvous, whatever coordinates the job behind it (the built-in TCP
 // server today; a store such as etcd would be another implementation of this interface).
 //
@@ -43,7 +62,7 @@ class RendezvousHandler {
   // Throws std::runtime_error when this node must host the server and cannot (port taken).
   virtual void start(ClientEvents events) = 0;
   virtual void join(const JoinRequest& request) = 0;
-  virtual void report_failure(const WorkerFailure& failure) = 0;
+  virtual void report_failure(const FailureReport& failure) = 0;
   virtual void report_done() = 0;
   virtual void shutdown(const std::string& reason) = 0;
 

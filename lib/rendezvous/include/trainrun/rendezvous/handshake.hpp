@@ -27,7 +27,8 @@ class ServerHandshake {
     std::string reason;  // for the server's log when rejected
   };
 
-  // `nonce` must be fresh per connection (random_hex(32)); `welcome` is sent on success.
+  // `nonce` must be fresh per connection (32 random bytes: trainrun::random_hex(64)); `welcome` is
+  // sent on success.
   ServerHandshake(std::string run_id, std::optional<std::string> token, std::string nonce,
                   Welcome welcome);
 

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <variant>
 
+#include "trainrun/rendezvous/options.hpp"
+
 namespace trainrun::rendezvous {
 
 // Every frame body is one JSON object with a "type" field; docs/protocol.md is the reference.
@@ -30,7 +32,9 @@ struct NodeDescriptor {
   int master_port = 0;   // a port this agent holds for worker RANK 0's store, 0 if none
 };
 
-struct WorkerFailure {
+// A worker's failure as its agent reports it; the server relays it to every node in `restart`
+// or `stop`. (The launcher's own record of a failed worker is trainrun::launch::WorkerFailure.)
+struct FailureReport {
   std::string host;
   int rank = -1;  // global rank of the failed worker
   int local_rank = -1;
@@ -67,9 +71,9 @@ struct Join {
   NodeDescriptor node;
 };
 struct Heartbeat {};
-struct FailureReport {
+struct Failure {  // "failure": a worker of this node failed in `round`
   std::uint64_t round = 0;
-  WorkerFailure failure;
+  FailureReport failure;
 };
 struct Done {
   std::uint64_t round = 0;
@@ -77,7 +81,7 @@ struct Done {
 struct Leave {
   std::string reason;
 };
-using ClientMessage = std::variant<Hello, Auth, Join, Heartbeat, FailureReport, Done, Leave>;
+using ClientMessage = std::variant<Hello, Auth, Join, Heartbeat, Failure, Done, Leave>;
 
 // Server to client.
 struct Challenge {
@@ -85,8 +89,7 @@ struct Challenge {
   std::string proof;  // the server's proof that it holds the token, hex
 };
 struct Welcome {
-  double keep_alive_interval_s = 5;
-  double heartbeat_timeout_s = 15;
+  LivenessOptions liveness;  // on the wire in seconds, to the microsecond
 };
 struct Reject {
   std::string reason;
@@ -115,13 +118,13 @@ struct Restart {
   RestartCause cause = RestartCause::worker_failed;
   std::string reason;
   int restart_count = 0;  // the count the next round runs with
-  std::optional<WorkerFailure> failure;
+  std::optional<FailureReport> failure;
 };
 struct Stop {
   StopCause cause = StopCause::finished;
   std::string reason;
   int exit_code = 0;
-  std::optional<WorkerFailure> failure;
+  std::optional<FailureReport> failure;
 };
 using ServerMessage =
     std::variant<Challenge, Welcome, Reject, Waiting, Assignment, Restart, Stop, Heartbeat>;

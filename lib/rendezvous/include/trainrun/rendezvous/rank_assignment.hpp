@@ -3,16 +3,10 @@
 #include <string>
 #include <vector>
 
+#include "trainrun/rendezvous/endpoint.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 
 namespace trainrun::rendezvous {
-
-// Where worker RANK 0's store lives. Dynamic rounds take it from group rank 0's descriptor;
-// the static backend is given it on the command line.
-struct MasterEndpoint {
-  std::string addr;
-  int port = 0;
-};
 
 // Group ranks, base global ranks and sizes for one round. The result is index-aligned with
 // `nodes`. Dynamic (`use_node_rank` false): group ranks follow the descriptors sorted by (host,

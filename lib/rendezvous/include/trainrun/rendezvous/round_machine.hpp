@@ -9,25 +9,12 @@
 #include <vector>
 
 #include "trainrun/rendezvous/messages.hpp"
+#include "trainrun/rendezvous/options.hpp"
 #include "trainrun/rendezvous/rank_assignment.hpp"
 
 namespace trainrun::rendezvous {
 
-using Clock = std::chrono::steady_clock;
 using NodeId = std::uint64_t;
-
-struct RoundConfig {
-  bool static_ranks = false;  // static backend: ranks are the nodes' --node-rank, count = max
-  int min_nodes = 1;
-  int max_nodes = 1;
-  int max_restarts = 0;
-  Clock::duration last_call_timeout = std::chrono::seconds(30);
-  Clock::duration join_timeout = std::chrono::seconds(600);
-  Clock::duration heartbeat_timeout = std::chrono::seconds(15);
-  Clock::duration status_interval = std::chrono::seconds(5);
-  MasterEndpoint static_master;  // static backend: the given --master-addr/--master-port
-  std::string endpoint;          // for messages: where agents meet
-};
 
 // What the machine asks its host to do: send `message` to `to`, then close that connection
 // if `close` (the machine has already forgotten the node). `peer_lost`: the node was declared
@@ -54,7 +41,9 @@ class RoundMachine {
  public:
   enum class Phase { forming, running, ended };
 
-  RoundMachine(RoundConfig config, Clock::time_point now);
+  // `endpoint`: where agents meet ("host:port"), for messages.
+  RoundMachine(RoundOptions options, LivenessOptions liveness, std::string endpoint,
+               Clock::time_point now);
 
   // A connection finished its handshake and may now join.
   Effects connected(NodeId id, Clock::time_point now);
@@ -87,7 +76,7 @@ class RoundMachine {
   };
 
   void on_join(Effects& fx, NodeId id, const NodeDescriptor& node, Clock::time_point now);
-  void on_failure(Effects& fx, NodeId id, const FailureReport& report, Clock::time_point now);
+  void on_failure(Effects& fx, NodeId id, const Failure& report, Clock::time_point now);
   void on_done(Effects& fx, NodeId id, const Done& done);
   void on_lost(Effects& fx, NodeId id, const std::string& why, Clock::time_point now);
   void maybe_complete(Effects& fx, Clock::time_point now);
@@ -99,10 +88,12 @@ class RoundMachine {
   Waiting waiting_status(Clock::time_point now) const;
   std::string describe(NodeId id) const;
   int count_requirement() const {
-    return config_.static_ranks ? config_.max_nodes : config_.min_nodes;
+    return options_.static_ranks ? options_.max_nodes : options_.min_nodes;
   }
 
-  RoundConfig config_;
+  RoundOptions options_;
+  LivenessOptions liveness_;
+  std::string endpoint_;
   Phase phase_ = Phase::forming;
   std::uint64_t round_ = 0;
   int restart_count_ = 0;

@@ -8,25 +8,19 @@
 #include <optional>
 #include <string>
 
+#include "trainrun/rendezvous/options.hpp"
 #include "trainrun/rendezvous/round_machine.hpp"
 
 namespace trainrun::rendezvous {
 
-using LogFunction = std::function<void(const std::string& line)>;
-
 struct ServerOptions {
-  std::string run_id;
-  std::optional<std::string> token;
-  RoundConfig round;
-  Clock::duration keep_alive_interval = std::chrono::seconds(5);
-  // A connection must finish its handshake within this time, however slowly it sends bytes.
-  Clock::duration handshake_timeout = std::chrono::seconds(10);
-  // Connections still in their handshake; beyond it the oldest is dropped, so a flood of idle
-  // connections cannot keep a real agent out.
-  std::size_t max_pending = 1024;
-  // Connections past the handshake; beyond it new ones are refused with a message.
-  std::size_t max_admitted = 8192;
-  LogFunction log;  // lines without prefix; nothing is logged when empty
+  Credentials credentials;
+  RoundOptions round;
+  LivenessOptions liveness;
+  ConnectionOptions connection;
+  ServerLimits limits;
+  std::string endpoint;  // where agents meet ("host:port"), for messages
+  LogFunction log;
 };
 
 // The rendezvous server: TCP, on the agent's io_context, never blocking. It frames and

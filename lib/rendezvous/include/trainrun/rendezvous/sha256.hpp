@@ -39,7 +39,4 @@ bool constant_time_equal(std::string_view a, std::string_view b);
 std::string to_hex(const std::uint8_t* data, std::size_t size);
 inline std::string to_hex(const Digest& d) { return to_hex(d.data(), d.size()); }
 
-// `count` bytes from the kernel's random source (getrandom), hex encoded. Throws on failure.
-std::string random_hex(std::size_t count);
-
 }  // namespace trainrun::rendezvous
