@@ -71,7 +71,12 @@ rendezvous::LivenessOptions liveness(const std::map<std::string, std::string>& e
       l.keep_alive_interval = std::min(l.keep_alive_interval, l.heartbeat_timeout / 3);
     }
   } else if (const auto* n = get("keep_alive_max_attempt")) {
-    l.heartbeat_timeout = l.keep_alive_interval * parse_int("keep_alive_max_attempt", *n, 1, 1000);
+    const int attempts = parse_int("keep_alive_max_attempt", *n, 1, 1000);
+    // Within the range of every other duration, and of the clock's count.
+    if (std::chrono::duration<double>(l.keep_alive_interval).count() * attempts > 1e7) {
+      refuse("keep_alive_max_attempt", *n, "keep_alive_interval times this exceeds 1e7 seconds");
+    }
+    l.heartbeat_timeout = l.keep_alive_interval * attempts;
   }
   if (l.heartbeat_timeout <= l.keep_alive_interval) {
     throw UsageError(fmt::format(

@@ -47,7 +47,8 @@ void check_rdzv_backend(const std::string& backend, const std::string& what);
 rendezvous::RendezvousOptions rendezvous_options(const LaunchConfig& config,
                                                  const std::map<std::string, std::string>& env);
 
-// The launcher's name for the rendezvous library, with the mapping above beside it.
+// The launcher's name for the rendezvous library. A namespace rather than an alias, so that
+// rdzv::rendezvous_options names the mapping above as well.
 namespace rdzv {
 using namespace ::trainrun::rendezvous;
 using ::trainrun::launch::rendezvous_options;

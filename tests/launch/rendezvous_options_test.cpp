@@ -132,6 +132,8 @@ TEST_CASE("--rdzv-conf is checked by one set of rules", "[rendezvous]") {
   refused({{"is_host", ""}}, "is_host=: expected 1 or 0");
   refused({{"rdzv_port", "65536"}}, "rdzv_port=65536: expected an integer in 1..65535");
   refused({{"keep_alive_max_attempt", "0"}}, "keep_alive_max_attempt=0");
+  refused({{"keep_alive_interval", "1e6"}, {"keep_alive_max_attempt", "1000"}},
+          "exceeds 1e7 seconds");
   refused({{"timeout", "-1"}}, "timeout=-1: expected a number of seconds >= 0");
   refused({{"keep_alive_interval", "20"}}, "must exceed keep_alive_interval");
 

@@ -33,7 +33,7 @@ struct NodeDescriptor {
 };
 
 // A worker's failure as its agent reports it; the server relays it to every node in `restart`
-// or `stop`. (The launcher's own record of a failed worker is trainrun::launch::WorkerFailure.)
+// or `stop`.
 struct FailureReport {
   std::string host;
   int rank = -1;  // global rank of the failed worker
