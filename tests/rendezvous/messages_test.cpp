@@ -74,6 +74,23 @@ TEST_CASE("server messages survive encode and decode", "[rendezvous]") {
   CHECK(round_trip_server(w).waited_s == Approx(12.5));
 }
 
+TEST_CASE("welcome carries the liveness options, to the microsecond", "[rendezvous]") {
+  Welcome w;
+  w.liveness.keep_alive_interval = std::chrono::milliseconds(500);
+  w.liveness.heartbeat_timeout = std::chrono::seconds(2);
+  Welcome w2 = round_trip_server(w);
+  CHECK(w2.liveness.keep_alive_interval == w.liveness.keep_alive_interval);
+  CHECK(w2.liveness.heartbeat_timeout == w.liveness.heartbeat_timeout);
+  // A value from a peer, finer than a microsecond or near the limit, re-encodes unchanged.
+  for (
+      const char* body :
+      {R"({"type":"welcome","keep_alive_interval_s":0.1234567891,"heartbeat_timeout_s":9999999.999999})",
+       R"({"type":"welcome","keep_alive_interval_s":1e7,"heartbeat_timeout_s":3.0000005})"}) {
+    std::string once = encode(decode_server_message(body));
+    CHECK(encode(decode_server_message(once)) == once);
+  }
+}
+
 TEST_CASE("invalid messages are refused with the offending field named", "[rendezvous]") {
   auto refused = [](const std::string& body, const std::string& what) {
     INFO(body);

@@ -53,7 +53,8 @@ class RendezvousHandler {
   struct JoinRequest {
     int nproc = 1;
     // A port this agent holds for worker RANK 0's store in case it becomes group rank 0
-    // (dynamic backend; required there). Ignored by the static backend (--master-port is used).
+    // (dynamic backend; required there). Ignored by the static backend (round.static_master is
+    // used).
     int master_port = 0;
   };
 

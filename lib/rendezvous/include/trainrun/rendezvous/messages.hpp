@@ -28,7 +28,7 @@ struct NodeDescriptor {
   std::string addr;      // advertised address; empty: the server uses the address it sees
   std::int64_t pid = 0;  // agent process id, a tie breaker between agents on one host
   int nproc = 1;         // workers on this node
-  int node_rank = -1;    // static backend: the given --node-rank; dynamic: -1
+  int node_rank = -1;    // static backend: this node's given rank; dynamic: -1
   int master_port = 0;   // a port this agent holds for worker RANK 0's store, 0 if none
 };
 
