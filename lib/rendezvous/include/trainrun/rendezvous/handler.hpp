@@ -11,7 +11,7 @@
 namespace trainrun::rendezvous {
 
 // What make_rendezvous_handler needs: where agents meet, who this node is, and the options of
-// each part, which the handler passes on unchanged.
+// each part, passed on to the server and the client as they are but for the two noted below.
 struct RendezvousOptions {
   // Static: node rank 0 hosts the server and ranks are the nodes' node_rank (round.static_ranks
   // follows this flag). Dynamic: the agent owning the endpoint hosts it.
