@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/client.hpp"
-#include "rendezvous/server.hpp"
+#include "trainrun/rendezvous/client.hpp"
+#include "trainrun/rendezvous/server.hpp"
 
-using namespace trainrun::launch::rdzv;
+using namespace trainrun::rendezvous;
 namespace asio = boost::asio;
 using SteadyClock = std::chrono::steady_clock;
 
@@ -41,11 +41,11 @@ double since(SteadyClock::time_point t) {
 Result measure(int n, bool token) {
   asio::io_context io;
   ServerOptions so;
-  so.run_id = "bench";
-  if (token) so.token = "bench-token";
+  so.credentials.run_id = "bench";
+  if (token) so.credentials.token = "bench-token";
   so.round.min_nodes = so.round.max_nodes = n;
-  so.round.endpoint = "127.0.0.1";
-  so.max_pending = static_cast<std::size_t>(n) + 16;
+  so.endpoint = "127.0.0.1";
+  so.limits.max_pending = static_cast<std::size_t>(n) + 16;
   RendezvousServer server(io, so);
   server.listen(asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
   int port = server.local_endpoint().port();
@@ -58,11 +58,9 @@ Result measure(int n, bool token) {
   auto start = SteadyClock::now();
   for (int i = 0; i < n; ++i) {
     ClientOptions co;
-    co.host = "127.0.0.1";
-    co.port = port;
-    co.run_id = "bench";
-    co.token = so.token;
-    co.connect_deadline = std::chrono::seconds(60);
+    co.endpoint = HostPort{"127.0.0.1", port};
+    co.credentials = so.credentials;
+    co.retry.deadline = std::chrono::seconds(60);
     ClientEvents e;
     e.on_assignment = [&](const Assignment&) { ++assigned; };
     e.on_stop = [&](const Stop& s) {

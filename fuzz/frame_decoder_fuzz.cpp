@@ -1,8 +1,8 @@
 // The rendezvous frame decoder on an arbitrary byte stream, fed in arbitrary pieces.
 #include "fuzz_util.hpp"
-#include "rendezvous/frame.hpp"
+#include "trainrun/rendezvous/frame.hpp"
 
-using namespace trainrun::launch::rdzv;
+using namespace trainrun::rendezvous;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 2) return 0;

@@ -1,8 +1,8 @@
 #pragma once
 
 #include "fuzz_util.hpp"
-#include "rendezvous/frame.hpp"
-#include "rendezvous/messages.hpp"
+#include "trainrun/rendezvous/frame.hpp"
+#include "trainrun/rendezvous/messages.hpp"
 
 namespace trainrun::fuzz {
 
@@ -10,14 +10,14 @@ namespace trainrun::fuzz {
 // ProtocolError; nothing else may escape.
 template <class Decode>
 void check_message(std::string_view body, Decode decode) {
-  using launch::rdzv::ProtocolError;
+  using rendezvous::ProtocolError;
   try {
     auto message = decode(body);
-    std::string once = launch::rdzv::encode(message);
+    std::string once = rendezvous::encode(message);
     auto again = decode(once);
     FUZZ_CHECK(again.index() == message.index());
-    FUZZ_CHECK(launch::rdzv::encode(again) == once);
-    FUZZ_CHECK(!launch::rdzv::type_name(message).empty());
+    FUZZ_CHECK(rendezvous::encode(again) == once);
+    FUZZ_CHECK(!rendezvous::type_name(message).empty());
   } catch (const ProtocolError&) {
   }
 }

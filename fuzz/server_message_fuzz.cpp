@@ -3,6 +3,6 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   trainrun::fuzz::check_message(trainrun::fuzz::as_view(data, size),
-                                trainrun::launch::rdzv::decode_server_message);
+                                trainrun::rendezvous::decode_server_message);
   return 0;
 }

@@ -23,7 +23,7 @@
 #include "log_dir.hpp"
 #include "output_plan.hpp"
 #include "port.hpp"
-#include "rendezvous/handler.hpp"
+#include "rendezvous_options.hpp"
 #include "supervisor.hpp"
 #include "trainrun/base/system.hpp"
 #include "watchdog.hpp"
@@ -63,10 +63,10 @@ class Agent {
  private:
   int run_job() {
     job_ = job_settings(config_, config_.standalone ? random_run_id() : config_.rdzv_id);
-    std::optional<rdzv::RendezvousOptions> rdzv_options;
+    std::optional<rendezvous::RendezvousOptions> rdzv_options;
     if (uses_rendezvous(config_)) {
       try {
-        rdzv_options = rdzv::rendezvous_options(config_, inherited_);
+        rdzv_options = rendezvous_options(config_, inherited_);
       } catch (const std::invalid_argument& e) {
         say_on_console(e.what());
         return 2;
@@ -105,15 +105,17 @@ class Agent {
     return exit_code_;
   }
 
-  bool start_rendezvous(const rdzv::RendezvousOptions& options) {
-    rdzv_ = rdzv::make_rendezvous_handler(
+  bool start_rendezvous(const rendezvous::RendezvousOptions& options) {
+    rdzv_ = rendezvous::make_rendezvous_handler(
         io_, options, [this](const std::string& line) { say_on_console(line); });
-    rdzv::ClientEvents events;
-    events.on_assignment = [this](const rdzv::Assignment& a) {
+    rendezvous::ClientEvents events;
+    events.on_assignment = [this](const rendezvous::Assignment& a) {
       apply(policy_.assignment(a, Clock::now()));
     };
-    events.on_restart = [this](const rdzv::Restart& r) { apply(policy_.restart(r, Clock::now())); };
-    events.on_stop = [this](const rdzv::Stop& s) { apply(policy_.stop(s, Clock::now())); };
+    events.on_restart = [this](const rendezvous::Restart& r) {
+      apply(policy_.restart(r, Clock::now()));
+    };
+    events.on_stop = [this](const rendezvous::Stop& s) { apply(policy_.stop(s, Clock::now())); };
     try {
       rdzv_->start(std::move(events));
     } catch (const std::exception& e) {
@@ -181,7 +183,7 @@ class Agent {
     supervisor_.finish(a.grace, [this] { apply(policy_.attempt_ended(Clock::now())); });
   }
   void carry_out(const action::Join&) {
-    rdzv::RendezvousHandler::JoinRequest request;
+    rendezvous::RendezvousHandler::JoinRequest request;
     request.nproc = config_.nproc_per_node.number;
     request.master_port = port_ ? port_->port() : 0;
     rdzv_->join(request);
@@ -215,7 +217,7 @@ class Agent {
   JobSettings job_;
   LogDir logs_;
   std::optional<HeldPort> port_;
-  std::unique_ptr<rdzv::RendezvousHandler> rdzv_;
+  std::unique_ptr<rendezvous::RendezvousHandler> rdzv_;
   AgentPolicy policy_;
   int attempt_ = 0;  // the running attempt's restart count: where its rank directories are
   int exit_code_ = 0;

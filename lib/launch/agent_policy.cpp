@@ -111,7 +111,7 @@ AgentActions AgentPolicy::grace_expired(Clock::time_point now) {
                  action::SignalWorkers{SIGKILL});
 }
 
-AgentActions AgentPolicy::assignment(const rdzv::Assignment& a, Clock::time_point) {
+AgentActions AgentPolicy::assignment(const rendezvous::Assignment& a, Clock::time_point) {
   AgentActions out;
   if (state_ != State::idle) return out;
   topology_.group_rank = a.group_rank;
@@ -127,7 +127,7 @@ AgentActions AgentPolicy::assignment(const rdzv::Assignment& a, Clock::time_poin
   return out;
 }
 
-AgentActions AgentPolicy::restart(const rdzv::Restart& r, Clock::time_point now) {
+AgentActions AgentPolicy::restart(const rendezvous::Restart& r, Clock::time_point now) {
   AgentActions out;
   if (state_ == State::done) return out;
   if (r.failure && r.failure->host != host_)
@@ -143,7 +143,7 @@ AgentActions AgentPolicy::restart(const rdzv::Restart& r, Clock::time_point now)
   return out;
 }
 
-AgentActions AgentPolicy::stop(const rdzv::Stop& s, Clock::time_point now) {
+AgentActions AgentPolicy::stop(const rendezvous::Stop& s, Clock::time_point now) {
   AgentActions out;
   if (state_ == State::done) return out;
   pending_stop_ = s;
@@ -191,7 +191,7 @@ void AgentPolicy::report_failure(AgentActions& out) {
   if (!in_job_ || reported_ || failures_.empty()) return;
   reported_ = true;
   const auto& root = failures_[root_cause_index(failures_)];
-  rdzv::WorkerFailure f;
+  rendezvous::FailureReport f;
   f.host = root.host;
   f.rank = root.rank;
   f.local_rank = root.local_rank;
@@ -230,8 +230,8 @@ void AgentPolicy::after_attempt(AgentActions& out) {
 // The same decision when the rendezvous decides for the whole job.
 void AgentPolicy::after_attempt_in_job(AgentActions& out) {
   if (pending_stop_) {
-    const rdzv::Stop& s = *pending_stop_;
-    if (s.cause == rdzv::StopCause::finished) return finish(out, 0);
+    const rendezvous::Stop& s = *pending_stop_;
+    if (s.cause == rendezvous::StopCause::finished) return finish(out, 0);
     if (s.failure && s.failure->host == host_ && !failures_.empty()) return fail_with_summary(out);
     if (s.failure && !s.failure->summary.empty())
       out.emplace_back(action::WriteSummary{s.failure->summary});

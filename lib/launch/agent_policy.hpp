@@ -10,7 +10,7 @@
 
 #include "config.hpp"
 #include "failure.hpp"
-#include "rendezvous/messages.hpp"
+#include "trainrun/rendezvous/messages.hpp"
 #include "worker_env.hpp"
 
 namespace trainrun::launch {
@@ -38,7 +38,7 @@ struct Sweep {
 // Join the rendezvous' next round.
 struct Join {};
 struct ReportFailure {
-  rdzv::WorkerFailure failure;
+  rendezvous::FailureReport failure;
 };
 // All of this node's workers succeeded: wait at the exit barrier.
 struct ReportDone {};
@@ -105,9 +105,9 @@ class AgentPolicy {
   AgentActions signal(int sig, Clock::time_point now);
   AgentActions grace_expired(Clock::time_point now);
   // The rendezvous' decisions for the whole job.
-  AgentActions assignment(const rdzv::Assignment& a, Clock::time_point now);
-  AgentActions restart(const rdzv::Restart& r, Clock::time_point now);
-  AgentActions stop(const rdzv::Stop& s, Clock::time_point now);
+  AgentActions assignment(const rendezvous::Assignment& a, Clock::time_point now);
+  AgentActions restart(const rendezvous::Restart& r, Clock::time_point now);
+  AgentActions stop(const rendezvous::Stop& s, Clock::time_point now);
 
   State state() const { return state_; }
   bool done() const { return state_ == State::done; }
@@ -137,7 +137,7 @@ class AgentPolicy {
   bool reported_ = false;
   bool start_failed_ = false;
   bool pending_restart_ = false;
-  std::optional<rdzv::Stop> pending_stop_;
+  std::optional<rendezvous::Stop> pending_stop_;
   int stop_signal_ = 0;
   Clock::time_point grace_deadline_;
 };

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "trainrun/base/numbers.hpp"
+#include "rendezvous_options.hpp"
 #include "version.hpp"
 
 namespace trainrun::launch {
@@ -218,10 +219,7 @@ void read_topology(const GivenValues& g, LaunchConfig& c) {
 
 void read_rendezvous(const GivenValues& g, LaunchConfig& c) {
   c.rdzv_backend = g.value("rdzv-backend");
-  static const std::set<std::string> backends = {"static", "c10d", "etcd", "etcd-v2"};
-  if (!backends.count(c.rdzv_backend))
-    fail(fmt::format("{}: unknown rendezvous backend; use static, c10d, etcd or etcd-v2",
-                     g.named("rdzv-backend")));
+  check_rdzv_backend(c.rdzv_backend, g.named("rdzv-backend"));
   c.rdzv_endpoint = g.value("rdzv-endpoint");
   c.rdzv_id = g.value("rdzv-id");
   if (c.rdzv_id.empty()) fail(fmt::format("{}: must not be empty", g.named("rdzv-id")));
@@ -350,13 +348,9 @@ std::map<std::string, std::string> parse_rdzv_conf(const std::string& value,
     std::string key = trim(item.substr(0, eq));
     std::string val = trim(item.substr(eq + 1));
     if (key.empty()) fail(fmt::format("{}: '{}' has an empty key", what, item));
-    static const std::set<std::string> seconds_keys = {"join_timeout",        "last_call_timeout",
-                                                       "close_timeout",       "heartbeat_timeout",
-                                                       "keep_alive_interval", "timeout"};
-    if (seconds_keys.count(key)) parse_seconds(val, fmt::format("{} {}", what, key));
-    if (key == "is_host") parse_flag_env(val, fmt::format("{} is_host", what));
     conf[key] = val;
   }
+  check_rdzv_conf(conf);
   return conf;
 }
 
@@ -459,6 +453,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   read_output(given, c);
   read_signals(given, c);
   read_entrypoint(given, app.remaining(), env, c);
+
   if (c.standalone) {
     c.min_nodes = c.max_nodes = 1;
     c.rdzv_backend = "c10d";

@@ -47,7 +47,7 @@ struct LaunchConfig {
   std::string rdzv_backend = "static";
   std::string rdzv_endpoint;
   std::string rdzv_id = "none";
-  std::map<std::string, std::string> rdzv_conf;
+  std::map<std::string, std::string> rdzv_conf;  // checked by check_rdzv_conf
   bool standalone = false;
   int max_restarts = 0;
   double monitor_interval = 0.1;

@@ -8,6 +8,7 @@
 #include <vector>
 
 using namespace trainrun::launch;
+namespace rendezvous = trainrun::rendezvous;
 using std::chrono::seconds;
 using Lines = std::vector<std::string>;
 
@@ -33,7 +34,7 @@ struct Harness {
   AgentPolicy::Clock::time_point now = AgentPolicy::Clock::time_point{} + std::chrono::hours(1);
   AgentPolicy policy;
   std::vector<std::string> summaries;
-  std::vector<rdzv::WorkerFailure> reports;
+  std::vector<rendezvous::FailureReport> reports;
 
   Lines take(const AgentActions& actions) {
     Lines out;
@@ -88,7 +89,7 @@ struct Harness {
   Lines signal(int sig) { return take(policy.signal(sig, now)); }
   Lines grace() { return take(policy.grace_expired(now)); }
   Lines assign(int group_rank, int base_rank, int restart_count) {
-    rdzv::Assignment a;
+    rendezvous::Assignment a;
     a.group_rank = group_rank;
     a.group_world_size = 2;
     a.base_rank = base_rank;
@@ -100,16 +101,16 @@ struct Harness {
     a.max_restarts = 3;
     return take(policy.assignment(a, now));
   }
-  Lines restart(const rdzv::Restart& r) { return take(policy.restart(r, now)); }
-  Lines stop(const rdzv::Stop& s) { return take(policy.stop(s, now)); }
+  Lines restart(const rendezvous::Restart& r) { return take(policy.restart(r, now)); }
+  Lines stop(const rendezvous::Stop& s) { return take(policy.stop(s, now)); }
 };
 
 const ExitStatus ok{0, 0};
 ExitStatus code(int c) { return ExitStatus{c, 0}; }
 ExitStatus killed(int sig) { return ExitStatus{0, sig}; }
 
-rdzv::WorkerFailure failure_on(const std::string& host, int rank, int exit_code) {
-  rdzv::WorkerFailure f;
+rendezvous::FailureReport failure_on(const std::string& host, int rank, int exit_code) {
+  rendezvous::FailureReport f;
   f.host = host;
   f.rank = rank;
   f.local_rank = rank % 2;
@@ -257,7 +258,7 @@ TEST_CASE("a stop signal while waiting for the rendezvous ends at once", "[agent
   CHECK(h.policy.done());
   CHECK(h.signal(SIGTERM).empty());
   CHECK(h.assign(0, 0, 0).empty());
-  CHECK(h.stop(rdzv::Stop{}).empty());
+  CHECK(h.stop(rendezvous::Stop{}).empty());
 }
 
 TEST_CASE("in a job: done at the exit barrier, finished by the rendezvous", "[agent]") {
@@ -270,7 +271,8 @@ TEST_CASE("in a job: done at the exit barrier, finished by the rendezvous", "[ag
   CHECK(h.exit(1, ok) == Lines{"sweep 30"});
   CHECK(h.ended() == Lines{"report done"});
   CHECK(h.policy.state() == AgentPolicy::State::idle);
-  CHECK(h.stop(rdzv::Stop{rdzv::StopCause::finished, "", 0, std::nullopt}) == Lines{"finish 0"});
+  CHECK(h.stop(rendezvous::Stop{rendezvous::StopCause::finished, "", 0, std::nullopt}) ==
+        Lines{"finish 0"});
 }
 
 TEST_CASE("in a job: a local failure is reported once, then the job decides", "[agent]") {
@@ -286,7 +288,7 @@ TEST_CASE("in a job: a local failure is reported once, then the job decides", "[
   CHECK(h.ended().empty());
 
   SECTION("restarted: join the next round") {
-    rdzv::Restart r;
+    rendezvous::Restart r;
     r.restart_count = 1;
     r.failure = failure_on("hosta", 3, 7);
     CHECK(h.restart(r) == Lines{"join"});  // our own failure: nothing more to say
@@ -294,8 +296,8 @@ TEST_CASE("in a job: a local failure is reported once, then the job decides", "[
           Lines{"start group 1/2 base 2 local 2 world 4 master hostb:31000 restart 1 of 3"});
   }
   SECTION("stopped with our failure: our own summary and exit code") {
-    rdzv::Stop s{rdzv::StopCause::worker_failed, "restarts exhausted", 7,
-                 failure_on("hosta", 3, 7)};
+    rendezvous::Stop s{rendezvous::StopCause::worker_failed, "restarts exhausted", 7,
+                       failure_on("hosta", 3, 7)};
     CHECK(h.stop(s) == Lines{"summary", "finish 7"});
     CHECK(h.summaries[0].find("train.py FAILED") != std::string::npos);
   }
@@ -305,7 +307,7 @@ TEST_CASE("in a job: a failure on another host restarts this node's workers", "[
   Harness h(config(2));
   h.join();
   h.assign(0, 0, 0);
-  rdzv::Restart r;
+  rendezvous::Restart r;
   r.restart_count = 1;
   r.failure = failure_on("hostb", 3, 1);
   CHECK(h.restart(r) == Lines{"say: worker 3 on hostb failed with exit code 1; restarting (1 of 3 "
@@ -327,8 +329,8 @@ TEST_CASE("in a job: a new round without a failure, while waiting", "[agent]") {
   h.assign(0, 0, 0);
   h.exit(0, ok);
   CHECK(h.ended() == Lines{"report done"});
-  rdzv::Restart r;
-  r.cause = rdzv::RestartCause::scale_up;
+  rendezvous::Restart r;
+  r.cause = rendezvous::RestartCause::scale_up;
   r.reason = "node hostc joined";
   CHECK(h.restart(r) ==
         Lines{"say: node hostc joined; restarting the workers in a new round", "join"});
@@ -338,8 +340,8 @@ TEST_CASE("in a job: stopped by another host's failure", "[agent]") {
   Harness h(config(2));
   h.join();
   h.assign(0, 0, 0);
-  rdzv::Stop s{rdzv::StopCause::worker_failed, "worker 3 on hostb failed; no restarts left", 9,
-               failure_on("hostb", 3, 9)};
+  rendezvous::Stop s{rendezvous::StopCause::worker_failed,
+                     "worker 3 on hostb failed; no restarts left", 9, failure_on("hostb", 3, 9)};
   CHECK(h.stop(s) == Lines{"signal SIGTERM", "grace timer +30s"});
   h.exit(0, killed(SIGTERM));
   CHECK(h.exit(1, killed(SIGTERM)) == Lines{"sweep 30"});
@@ -351,7 +353,7 @@ TEST_CASE("in a job: stopped by another host's failure", "[agent]") {
 TEST_CASE("in a job: a stop without a reason or an exit code while idle", "[agent]") {
   Harness h(config(1));
   h.join();
-  CHECK(h.stop(rdzv::Stop{rdzv::StopCause::server_lost, "", 0, std::nullopt}) ==
+  CHECK(h.stop(rendezvous::Stop{rendezvous::StopCause::server_lost, "", 0, std::nullopt}) ==
         Lines{"say: the job stopped", "finish 1"});
 }
 

@@ -1,9 +1,11 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "rendezvous/sha256.hpp"
+#include "trainrun/base/system.hpp"
+#include "trainrun/rendezvous/messages.hpp"
+#include "trainrun/rendezvous/sha256.hpp"
 
-using namespace trainrun::launch::rdzv;
+using namespace trainrun::rendezvous;
 
 TEST_CASE("sha256 matches the FIPS 180-4 examples", "[rendezvous]") {
   CHECK(to_hex(sha256("")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
@@ -36,10 +38,16 @@ TEST_CASE("constant_time_equal compares content and length", "[rendezvous]") {
   CHECK(constant_time_equal("", ""));
 }
 
-TEST_CASE("random_hex gives fresh hex strings", "[rendezvous]") {
-  std::string a = random_hex(32);
-  std::string b = random_hex(32);
+TEST_CASE("nonces are 32 fresh random bytes, in the hex a hello carries", "[rendezvous]") {
+  std::string a = trainrun::random_hex(64);
+  std::string b = trainrun::random_hex(64);
   CHECK(a.size() == 64);
   CHECK(a != b);
   CHECK(a.find_first_not_of("0123456789abcdef") == std::string::npos);
+  Hello hello;
+  hello.run_id = "job7";
+  hello.nonce = a;
+  ClientMessage decoded = decode_client_message(encode(ClientMessage{hello}));
+  REQUIRE(std::holds_alternative<Hello>(decoded));
+  CHECK(std::get<Hello>(decoded).nonce == a);
 }

@@ -1,10 +1,10 @@
-#include "rendezvous/frame.hpp"
+#include "trainrun/rendezvous/frame.hpp"
 
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
-using namespace trainrun::launch::rdzv;
+using namespace trainrun::rendezvous;
 
 namespace {
 

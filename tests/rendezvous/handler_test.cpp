@@ -1,4 +1,4 @@
-#include "rendezvous/handler.hpp"
+#include "trainrun/rendezvous/handler.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -8,8 +8,8 @@
 
 #include "socket_harness.hpp"
 
-using namespace trainrun::launch::rdzv;
-using namespace trainrun::launch::rdzv::test;
+using namespace trainrun::rendezvous;
+using namespace trainrun::rendezvous::test;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
 
@@ -40,8 +40,8 @@ struct Node {
 RendezvousOptions two_node_options(int port) {
   RendezvousOptions o;
   o.endpoint = HostPort{"127.0.0.1", port};
-  o.run_id = "job7";
-  o.min_nodes = o.max_nodes = 2;
+  o.credentials.run_id = "job7";
+  o.round.min_nodes = o.round.max_nodes = 2;
   return o;
 }
 
@@ -50,8 +50,8 @@ RendezvousOptions held_port_options(const BoundNotListening& holder,
                                     std::chrono::milliseconds refused_grace,
                                     std::chrono::milliseconds join_timeout) {
   RendezvousOptions o = two_node_options(holder.port());
-  o.refused_grace = refused_grace;
-  o.join_timeout = join_timeout;
+  o.retry.refused_grace = refused_grace;
+  o.round.join_timeout = join_timeout;
   return o;
 }
 
@@ -85,9 +85,9 @@ TEST_CASE("static backend: node 0 hosts, ranks are the given node ranks", "[rend
   RendezvousOptions o;
   o.static_backend = true;
   o.endpoint = HostPort{"127.0.0.1", free_port(io)};
-  o.run_id = "none";
-  o.min_nodes = o.max_nodes = 2;
-  o.static_master = MasterEndpoint{"127.0.0.1", 29555};
+  o.credentials.run_id = "none";
+  o.round.min_nodes = o.round.max_nodes = 2;
+  o.round.static_master = MasterEndpoint{"127.0.0.1", 29555};
   RendezvousOptions o1 = o;
   o1.node_rank = 1;
   Node one(io, o1);  // node 1 starts first and waits for the server to appear
@@ -110,7 +110,7 @@ TEST_CASE("is_host=1 on a taken port fails with a clear message", "[rendezvous]"
   asio::ip::tcp::acceptor taken(io, asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
   RendezvousOptions o;
   o.endpoint = HostPort{"127.0.0.1", taken.local_endpoint().port()};
-  o.run_id = "job7";
+  o.credentials.run_id = "job7";
   o.is_host = true;
   auto h = make_rendezvous_handler(io, o, nullptr);
   CHECK_THROWS_WITH(h->start({}), Catch::Contains("cannot host the rendezvous on 127.0.0.1:"));

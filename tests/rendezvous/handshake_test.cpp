@@ -1,10 +1,11 @@
-#include "rendezvous/handshake.hpp"
+#include "trainrun/rendezvous/handshake.hpp"
 
 #include <catch2/catch.hpp>
 
-#include "rendezvous/sha256.hpp"
+#include "trainrun/base/system.hpp"
+#include "trainrun/rendezvous/sha256.hpp"
 
-using namespace trainrun::launch::rdzv;
+using namespace trainrun::rendezvous;
 
 namespace {
 
@@ -18,8 +19,8 @@ struct Outcome {
 // Runs both halves against each other, passing messages through encode/decode as the wire does.
 Outcome run(const std::string& server_run, std::optional<std::string> server_token,
             const std::string& client_run, std::optional<std::string> client_token) {
-  ServerHandshake server(server_run, server_token, random_hex(32), Welcome{});
-  ClientHandshake client(client_run, client_token, random_hex(32));
+  ServerHandshake server(server_run, server_token, trainrun::random_hex(64), Welcome{});
+  ClientHandshake client(client_run, client_token, trainrun::random_hex(64));
   Outcome out;
   ClientMessage to_server = client.hello();
   for (int i = 0; i < 4; ++i) {
@@ -78,17 +79,17 @@ TEST_CASE("strangers are refused with a reason", "[rendezvous]") {
 TEST_CASE("the server refuses a wrong client proof, other versions and bad order", "[rendezvous]") {
   Hello hello;
   hello.run_id = "job7";
-  hello.nonce = random_hex(32);
+  hello.nonce = trainrun::random_hex(64);
   hello.auth = true;
   SECTION("wrong proof") {
-    ServerHandshake server("job7", std::string("s3cret"), random_hex(32), Welcome{});
+    ServerHandshake server("job7", std::string("s3cret"), trainrun::random_hex(64), Welcome{});
     REQUIRE(std::holds_alternative<Challenge>(*server.on_message(hello).reply));
     auto step = server.on_message(Auth{std::string(64, '0')});
     CHECK(step.outcome == HandshakeOutcome::rejected);
     CHECK_THAT(step.reason, Catch::Contains("token proof does not match"));
   }
   SECTION("another protocol version") {
-    ServerHandshake server("job7", std::nullopt, random_hex(32), Welcome{});
+    ServerHandshake server("job7", std::nullopt, trainrun::random_hex(64), Welcome{});
     hello.auth = false;
     hello.version = kProtocolVersion + 1;
     auto step = server.on_message(hello);
@@ -96,13 +97,13 @@ TEST_CASE("the server refuses a wrong client proof, other versions and bad order
     CHECK_THAT(step.reason, Catch::Contains("protocol version 2 is not supported"));
   }
   SECTION("another magic") {
-    ServerHandshake server("job7", std::nullopt, random_hex(32), Welcome{});
+    ServerHandshake server("job7", std::nullopt, trainrun::random_hex(64), Welcome{});
     hello.auth = false;
     hello.magic = "http";
     CHECK(server.on_message(hello).outcome == HandshakeOutcome::rejected);
   }
   SECTION("join before hello") {
-    ServerHandshake server("job7", std::nullopt, random_hex(32), Welcome{});
+    ServerHandshake server("job7", std::nullopt, trainrun::random_hex(64), Welcome{});
     auto step = server.on_message(Join{});
     CHECK(step.outcome == HandshakeOutcome::rejected);
     CHECK_THAT(step.reason, Catch::Contains("expected \"hello\" first"));
@@ -112,15 +113,15 @@ TEST_CASE("the server refuses a wrong client proof, other versions and bad order
 TEST_CASE("a recorded handshake cannot be replayed", "[rendezvous]") {
   const std::string token = "s3cret";
   // An eavesdropper records a legitimate exchange...
-  ServerHandshake first("job7", token, random_hex(32), Welcome{});
-  ClientHandshake client("job7", token, random_hex(32));
+  ServerHandshake first("job7", token, trainrun::random_hex(64), Welcome{});
+  ClientHandshake client("job7", token, trainrun::random_hex(64));
   Hello hello = client.hello();
   auto challenge = first.on_message(hello);
   auto auth = client.on_message(*challenge.reply);
   REQUIRE(auth.reply);
   REQUIRE(first.on_message(*auth.reply).outcome == HandshakeOutcome::accepted);
   // ...and replays hello and auth to a new connection, which has a fresh server nonce.
-  ServerHandshake second("job7", token, random_hex(32), Welcome{});
+  ServerHandshake second("job7", token, trainrun::random_hex(64), Welcome{});
   REQUIRE(std::holds_alternative<Challenge>(*second.on_message(hello).reply));
   auto replay = second.on_message(*auth.reply);
   CHECK(replay.outcome == HandshakeOutcome::rejected);
@@ -128,7 +129,7 @@ TEST_CASE("a recorded handshake cannot be replayed", "[rendezvous]") {
 
 TEST_CASE("proofs depend on role, run id and both nonces; the token is not in them",
           "[rendezvous]") {
-  std::string cn = random_hex(32), sn = random_hex(32);
+  std::string cn = trainrun::random_hex(64), sn = trainrun::random_hex(64);
   std::string p = client_proof("tok", "job", cn, sn);
   CHECK(p.size() == 64);
   CHECK(p != server_proof("tok", "job", cn, sn));

@@ -1,9 +1,9 @@
-#include "rendezvous/messages.hpp"
+#include "trainrun/rendezvous/messages.hpp"
 
 #include <catch2/catch.hpp>
 #include <string>
 
-using namespace trainrun::launch::rdzv;
+using namespace trainrun::rendezvous;
 
 namespace {
 
@@ -41,8 +41,8 @@ TEST_CASE("client messages survive encode and decode", "[rendezvous]") {
   CHECK(j2.node.nproc == 3);
   CHECK(j2.node.master_port == 29500);
 
-  FailureReport f{3, WorkerFailure{"node1", 5, 1, 137, "Signal 9 (SIGKILL)"}};
-  FailureReport f2 = round_trip_client(f);
+  Failure f{3, FailureReport{"node1", 5, 1, 137, "Signal 9 (SIGKILL)"}};
+  Failure f2 = round_trip_client(f);
   CHECK(f2.round == 3);
   CHECK(f2.failure.rank == 5);
   CHECK(f2.failure.exit_code == 137);
@@ -60,7 +60,7 @@ TEST_CASE("server messages survive encode and decode", "[rendezvous]") {
   CHECK(a2.world_size == 5);
   CHECK(a2.master_addr == "10.0.0.1");
   CHECK(a2.restart_count == 1);
-  Stop s{StopCause::worker_failed, "worker failed", 3, WorkerFailure{"h", 1, 1, 3, "x"}};
+  Stop s{StopCause::worker_failed, "worker failed", 3, FailureReport{"h", 1, 1, 3, "x"}};
   Stop s2 = round_trip_server(s);
   CHECK(s2.cause == StopCause::worker_failed);
   CHECK(s2.exit_code == 3);
@@ -72,6 +72,23 @@ TEST_CASE("server messages survive encode and decode", "[rendezvous]") {
   Waiting w{0, 1, 2, 4, 12.5, 600};
   CHECK(round_trip_server(w).joined == 1);
   CHECK(round_trip_server(w).waited_s == Approx(12.5));
+}
+
+TEST_CASE("welcome carries the liveness options, to the microsecond", "[rendezvous]") {
+  Welcome w;
+  w.liveness.keep_alive_interval = std::chrono::milliseconds(500);
+  w.liveness.heartbeat_timeout = std::chrono::seconds(2);
+  Welcome w2 = round_trip_server(w);
+  CHECK(w2.liveness.keep_alive_interval == w.liveness.keep_alive_interval);
+  CHECK(w2.liveness.heartbeat_timeout == w.liveness.heartbeat_timeout);
+  // A value from a peer, finer than a microsecond or near the limit, re-encodes unchanged.
+  for (
+      const char* body :
+      {R"({"type":"welcome","keep_alive_interval_s":0.1234567891,"heartbeat_timeout_s":9999999.999999})",
+       R"({"type":"welcome","keep_alive_interval_s":1e7,"heartbeat_timeout_s":3.0000005})"}) {
+    std::string once = encode(decode_server_message(body));
+    CHECK(encode(decode_server_message(once)) == once);
+  }
 }
 
 TEST_CASE("invalid messages are refused with the offending field named", "[rendezvous]") {

@@ -1,17 +1,25 @@
-#include "rendezvous/round_machine.hpp"
+#include "trainrun/rendezvous/round_machine.hpp"
 
 #include <catch2/catch.hpp>
 #include <map>
 #include <vector>
 
-using namespace trainrun::launch::rdzv;
+using namespace trainrun::rendezvous;
 using std::chrono::seconds;
 
 namespace {
 
+// What a RoundMachine is built from.
+struct Setup {
+  RoundOptions round;
+  LivenessOptions liveness;
+  std::string endpoint;
+};
+
 // Drives a RoundMachine with a fake clock and keeps what each node was sent.
 struct Harness {
-  explicit Harness(RoundConfig config) : machine(std::move(config), now) {}
+  explicit Harness(const Setup& setup)
+      : machine(setup.round, setup.liveness, setup.endpoint, now) {}
 
   Clock::time_point now = Clock::time_point{} + std::chrono::hours(1);
   RoundMachine machine;
@@ -82,17 +90,17 @@ struct Harness {
   }
 };
 
-RoundConfig dynamic(int min, int max, int restarts = 0) {
-  RoundConfig c;
-  c.min_nodes = min;
-  c.max_nodes = max;
-  c.max_restarts = restarts;
+Setup dynamic(int min, int max, int restarts = 0) {
+  Setup c;
+  c.round.min_nodes = min;
+  c.round.max_nodes = max;
+  c.round.max_restarts = restarts;
   c.endpoint = "node0:29400";
   return c;
 }
 
-RoundConfig with_heartbeat_timeout(RoundConfig c, Clock::duration timeout) {
-  c.heartbeat_timeout = timeout;
+Setup with_heartbeat_timeout(Setup c, Clock::duration timeout) {
+  c.liveness.heartbeat_timeout = timeout;
   return c;
 }
 
@@ -126,8 +134,8 @@ TEST_CASE("a round completes at MAX nodes at once", "[rendezvous]") {
 }
 
 TEST_CASE("with MIN < MAX a round completes after the last call", "[rendezvous]") {
-  RoundConfig c = dynamic(2, 4);
-  c.last_call_timeout = seconds(30);
+  Setup c = dynamic(2, 4);
+  c.round.last_call_timeout = seconds(30);
   Harness h(c);
   h.connect_and_join(1, "a");
   h.run_for(seconds(100), {1});  // below MIN: no last call yet, just waiting
@@ -144,8 +152,8 @@ TEST_CASE("with MIN < MAX a round completes after the last call", "[rendezvous]"
 
 TEST_CASE("a node arriving during a run makes every agent restart into a bigger round",
           "[rendezvous]") {
-  RoundConfig c = dynamic(2, 3);
-  c.last_call_timeout = seconds(5);
+  Setup c = dynamic(2, 3);
+  c.round.last_call_timeout = seconds(5);
   Harness h(c);
   h.connect_and_join(1, "a");
   h.connect_and_join(2, "b");
@@ -170,8 +178,8 @@ TEST_CASE("a node arriving during a run makes every agent restart into a bigger 
 }
 
 TEST_CASE("a newcomer waits when the job already runs at MAX", "[rendezvous]") {
-  RoundConfig c = dynamic(1, 1);
-  c.join_timeout = seconds(60);
+  Setup c = dynamic(1, 1);
+  c.round.join_timeout = seconds(60);
   Harness h(c);
   h.connect_and_join(1, "a");
   REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
@@ -193,7 +201,7 @@ TEST_CASE("a worker failure restarts every node while restarts remain, then stop
   h.connect_and_join(2, "b", 2);
   REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
 
-  h.send(2, FailureReport{0, WorkerFailure{"b", 3, 1, 7, "exit 7"}});
+  h.send(2, Failure{0, FailureReport{"b", 3, 1, 7, "exit 7"}});
   for (NodeId id : {1, 2}) {
     REQUIRE(h.last<Restart>(id));
     CHECK(h.last<Restart>(id)->cause == RestartCause::worker_failed);
@@ -202,7 +210,7 @@ TEST_CASE("a worker failure restarts every node while restarts remain, then stop
     CHECK(h.last<Restart>(id)->failure->host == "b");
   }
   // A second report from the same round (its neighbours dying) does not count again.
-  h.send(1, FailureReport{0, WorkerFailure{"a", 0, 0, 1, ""}});
+  h.send(1, Failure{0, FailureReport{"a", 0, 0, 1, ""}});
   CHECK(h.machine.restart_count() == 1);
   h.join(1, "a", 2);
   h.join(2, "b", 2);
@@ -211,7 +219,7 @@ TEST_CASE("a worker failure restarts every node while restarts remain, then stop
   CHECK(h.last<Assignment>(2)->restart_count == 1);
   CHECK(h.last<Assignment>(1)->round == 1);
 
-  h.send(1, FailureReport{1, WorkerFailure{"a", 1, 1, 139, "Signal 11"}});
+  h.send(1, Failure{1, FailureReport{"a", 1, 1, 139, "Signal 11"}});
   for (NodeId id : {1, 2}) {
     REQUIRE(h.last<Stop>(id));
     CHECK(h.last<Stop>(id)->cause == StopCause::worker_failed);
@@ -321,9 +329,9 @@ TEST_CASE("only a node declared lost is closed without waiting for it", "[rendez
 }
 
 TEST_CASE("the join timeout fails the round naming endpoint and missing count", "[rendezvous]") {
-  RoundConfig c = dynamic(3, 3);
-  c.join_timeout = seconds(600);
-  c.status_interval = seconds(10);
+  Setup c = dynamic(3, 3);
+  c.round.join_timeout = seconds(600);
+  c.round.status_interval = seconds(10);
   Harness h(c);
   h.connect_and_join(1, "a");
   h.run_for(seconds(12), {1});
@@ -345,10 +353,10 @@ TEST_CASE("the join timeout fails the round naming endpoint and missing count", 
 }
 
 TEST_CASE("static ranks: given node ranks, duplicates and out-of-range refused", "[rendezvous]") {
-  RoundConfig c;
-  c.static_ranks = true;
-  c.min_nodes = c.max_nodes = 3;
-  c.static_master = MasterEndpoint{"node0", 29500};
+  Setup c;
+  c.round.static_ranks = true;
+  c.round.min_nodes = c.round.max_nodes = 3;
+  c.round.static_master = MasterEndpoint{"node0", 29500};
   Harness h(c);
   h.connect_and_join(1, "z", 2, 0);
   h.connect_and_join(2, "a", 1, 2);

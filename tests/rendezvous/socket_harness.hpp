@@ -16,10 +16,10 @@
 #include <variant>
 #include <vector>
 
-#include "rendezvous/frame.hpp"
-#include "rendezvous/messages.hpp"
+#include "trainrun/rendezvous/frame.hpp"
+#include "trainrun/rendezvous/messages.hpp"
 
-namespace trainrun::launch::rdzv::test {
+namespace trainrun::rendezvous::test {
 
 // Runs the loop until `done` or `limit` passes; returns whether `done` became true.
 inline bool run_until(boost::asio::io_context& io, const std::function<bool()>& done,
@@ -159,4 +159,4 @@ class RawPeer {
   std::string all_;
 };
 
-}  // namespace trainrun::launch::rdzv::test
+}  // namespace trainrun::rendezvous::test

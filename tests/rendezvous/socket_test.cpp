@@ -5,14 +5,14 @@
 #include <memory>
 #include <vector>
 
-#include "rendezvous/client.hpp"
-#include "rendezvous/handshake.hpp"
-#include "rendezvous/server.hpp"
-#include "rendezvous/sha256.hpp"
 #include "socket_harness.hpp"
+#include "trainrun/base/system.hpp"
+#include "trainrun/rendezvous/client.hpp"
+#include "trainrun/rendezvous/handshake.hpp"
+#include "trainrun/rendezvous/server.hpp"
 
-using namespace trainrun::launch::rdzv;
-using namespace trainrun::launch::rdzv::test;
+using namespace trainrun::rendezvous;
+using namespace trainrun::rendezvous::test;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
 
@@ -39,12 +39,12 @@ struct Fixture {
 
 ServerOptions server_options(int min, int max, int restarts = 0) {
   ServerOptions o;
-  o.run_id = "job7";
+  o.credentials.run_id = "job7";
   o.round.min_nodes = min;
   o.round.max_nodes = max;
   o.round.max_restarts = restarts;
   o.round.last_call_timeout = 200ms;
-  o.round.endpoint = "127.0.0.1";
+  o.endpoint = "127.0.0.1";
   return o;
 }
 
@@ -59,11 +59,11 @@ struct Agent {
   Agent(asio::io_context& io, int port, std::optional<std::string> token = std::nullopt,
         std::string run_id = "job7") {
     ClientOptions o;
-    o.host = "127.0.0.1";
-    o.port = port;
-    o.run_id = std::move(run_id);
-    o.token = std::move(token);
-    o.connect_deadline = 5s;
+    o.endpoint.host = "127.0.0.1";
+    o.endpoint.port = port;
+    o.credentials.run_id = std::move(run_id);
+    o.credentials.token = std::move(token);
+    o.retry.deadline = 5s;
     o.log = [this](const std::string& l) { log.push_back(l); };
     ClientEvents e;
     e.on_assignment = [this](const Assignment& a) { assignments.push_back(a); };
@@ -85,7 +85,7 @@ struct Agent {
 Hello raw_hello(bool auth = false, const std::string& run_id = "job7") {
   Hello h;
   h.run_id = run_id;
-  h.nonce = random_hex(32);
+  h.nonce = trainrun::random_hex(64);
   h.auth = auth;
   return h;
 }
@@ -119,8 +119,8 @@ struct SilentPeerJob : Fixture {
 
   static ServerOptions heartbeat_options() {
     ServerOptions o = server_options(2, 2, 0);
-    o.keep_alive_interval = 50ms;
-    o.round.heartbeat_timeout = 300ms;
+    o.liveness.keep_alive_interval = 50ms;
+    o.liveness.heartbeat_timeout = 300ms;
     return o;
   }
 };
@@ -160,7 +160,7 @@ TEST_CASE("a worker failure on one node reaches every node", "[rendezvous]") {
   a.join(1, "host-a");
   b.join(1, "host-b");
   REQUIRE(run_until(f.io, [&] { return !a.assignments.empty() && !b.assignments.empty(); }));
-  b.client->report_failure(WorkerFailure{"host-b", 1, 0, 9, "exit 9"});
+  b.client->report_failure(FailureReport{"host-b", 1, 0, 9, "exit 9"});
   REQUIRE(run_until(f.io, [&] { return a.stop && b.stop; }));
   CHECK(a.stop->cause == StopCause::worker_failed);
   CHECK(a.stop->exit_code == 9);
@@ -260,10 +260,10 @@ TEST_CASE("an endpoint that never comes up fails after the deadline", "[rendezvo
   int port = probe.local_endpoint().port();
   probe.close();
   ClientOptions o;
-  o.host = "127.0.0.1";
-  o.port = port;
-  o.run_id = "job7";
-  o.connect_deadline = 300ms;
+  o.endpoint.host = "127.0.0.1";
+  o.endpoint.port = port;
+  o.credentials.run_id = "job7";
+  o.retry.deadline = 300ms;
   std::optional<Stop> stop;
   ClientEvents e;
   e.on_stop = [&](const Stop& s) { stop = s; };
@@ -277,7 +277,7 @@ TEST_CASE("an endpoint that never comes up fails after the deadline", "[rendezvo
 TEST_CASE("strangers are refused on both sides", "[rendezvous]") {
   Fixture f;
   ServerOptions o = server_options(1, 1);
-  o.token = "s3cret";
+  o.credentials.token = "s3cret";
   int port = f.start_server(o);
   SECTION("wrong token") {
     Agent a(f.io, port, std::string("guess"));
@@ -318,9 +318,9 @@ TEST_CASE("strangers are refused on both sides", "[rendezvous]") {
 TEST_CASE("the token never crosses the wire and a replayed handshake fails", "[rendezvous]") {
   Fixture f;
   ServerOptions o = server_options(2, 2);
-  o.token = "correct-horse-battery-staple";
+  o.credentials.token = "correct-horse-battery-staple";
   int port = f.start_server(o);
-  ClientHandshake client("job7", o.token, random_hex(32));
+  ClientHandshake client("job7", o.credentials.token, trainrun::random_hex(64));
   Hello hello = client.hello();
   RawPeer first(port);
   first.send_message(hello);
@@ -394,7 +394,7 @@ TEST_CASE("garbage, oversize frames and bad messages are refused; the job goes o
 TEST_CASE("slow and silent connections are closed at the handshake deadline", "[rendezvous]") {
   Fixture f;
   ServerOptions o = server_options(1, 1);
-  o.handshake_timeout = 300ms;
+  o.connection.handshake_timeout = 300ms;
   int port = f.start_server(o);
   RawPeer idle(port);
   RawPeer slow(port);
@@ -414,7 +414,7 @@ TEST_CASE("slow and silent connections are closed at the handshake deadline", "[
 TEST_CASE("the oldest handshake is dropped when too many are pending", "[rendezvous]") {
   Fixture f;
   ServerOptions o = server_options(1, 1);
-  o.max_pending = 4;
+  o.limits.max_pending = 4;
   int port = f.start_server(o);
   std::vector<std::unique_ptr<RawPeer>> idle;
   for (int i = 0; i < 8; ++i) idle.push_back(std::make_unique<RawPeer>(port));
@@ -430,7 +430,7 @@ TEST_CASE("1,000 connections at once neither crash nor stall the server", "[rend
   raise_fd_limit();
   Fixture f;
   ServerOptions o = server_options(2, 2);
-  o.handshake_timeout = 2s;
+  o.connection.handshake_timeout = 2s;
   int port = f.start_server(o);
   std::vector<std::unique_ptr<RawPeer>> flood;
   for (int i = 0; i < 1000; ++i) {
@@ -439,7 +439,7 @@ TEST_CASE("1,000 connections at once neither crash nor stall the server", "[rend
     if (i % 100 == 0) f.io.poll();
   }
   REQUIRE(run_until(f.io, [&] { return f.server->pending_connections() >= 900; }));
-  CHECK(f.server->pending_connections() <= o.max_pending);
+  CHECK(f.server->pending_connections() <= o.limits.max_pending);
   Agent a(f.io, port), b(f.io, port);
   a.join(1, "host-a");
   b.join(2, "host-b");
@@ -542,9 +542,9 @@ struct LoneClient {
   std::unique_ptr<RendezvousClient> client;
 
   LoneClient(asio::io_context& io, int port, ClientOptions o) {
-    o.host = "127.0.0.1";
-    o.port = port;
-    o.run_id = "job7";
+    o.endpoint.host = "127.0.0.1";
+    o.endpoint.port = port;
+    o.credentials.run_id = "job7";
     o.log = [this](const std::string& l) { log.push_back(l); };
     ClientEvents e;
     e.on_stop = [this](const Stop& s) { stop = s; };
@@ -560,8 +560,8 @@ TEST_CASE("refused while this machine cannot bind the port: not a trainrun host,
   asio::io_context io;
   BoundNotListening holder(io);
   ClientOptions o;
-  o.connect_deadline = 60s;
-  o.refused_grace = 300ms;
+  o.retry.deadline = 60s;
+  o.retry.refused_grace = 300ms;
   int probes = 0;
   o.local_port_held = [&]() -> std::optional<std::string> {
     ++probes;
@@ -590,7 +590,7 @@ TEST_CASE("refused without local knowledge (a remote host not up yet) is retried
   BoundNotListening holder(io);
   SECTION("remote endpoint") {
     ClientOptions o;
-    o.connect_deadline = 800ms;
+    o.retry.deadline = 800ms;
     auto t0 = std::chrono::steady_clock::now();
     LoneClient c(io, holder.port(), o);
     REQUIRE(run_until(
@@ -602,8 +602,8 @@ TEST_CASE("refused without local knowledge (a remote host not up yet) is retried
   }
   SECTION("the port was freed since the bind failed: no verdict, keep retrying") {
     ClientOptions o;
-    o.connect_deadline = 800ms;
-    o.refused_grace = 100ms;
+    o.retry.deadline = 800ms;
+    o.retry.refused_grace = 100ms;
     o.local_port_held = []() -> std::optional<std::string> { return std::nullopt; };
     LoneClient c(io, holder.port(), o);
     REQUIRE(run_until(
@@ -616,7 +616,7 @@ TEST_CASE("refused without local knowledge (a remote host not up yet) is retried
 TEST_CASE("a listener that does not speak the protocol is named at once", "[rendezvous]") {
   asio::io_context io;
   ClientOptions o;
-  o.connect_deadline = 60s;
+  o.retry.deadline = 60s;
   SECTION("not a frame") {
     StrangeListener http(io, "HTTP/1.1 400 Bad Request\r\n\r\n");
     LoneClient c(io, http.port(), o);
@@ -646,7 +646,7 @@ TEST_CASE("connections closed during the handshake are retried, and the deadline
   asio::io_context io;
   StrangeListener closer(io, "");  // as a flooded server drops pending handshakes
   ClientOptions o;
-  o.connect_deadline = 1s;
+  o.retry.deadline = 1s;
   LoneClient c(io, closer.port(), o);
   REQUIRE(run_until(
       io, [&] { return c.stop.has_value(); }, 10s));

@@ -1,0 +1,193 @@
+#include "rendezvous_options.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+#include <stdexcept>
+
+#include "config.hpp"
+#include "rendezvous_token.hpp"
+#include "trainrun/base/numbers.hpp"
+
+namespace trainrun::launch {
+
+using rendezvous::Clock;
+using rendezvous::RendezvousOptions;
+
+namespace {
+
+const std::set<std::string> kKnownKeys = {
+    "join_timeout",        "last_call_timeout",      "close_timeout", "heartbeat_timeout",
+    "keep_alive_interval", "keep_alive_max_attempt", "is_host",       "token_file",
+    "rdzv_port",           "read_timeout",           "timeout"};
+
+[[noreturn]] void refuse(const std::string& key, const std::string& text, const std::string& rule) {
+  throw UsageError(fmt::format("--rdzv-conf {}={}: {}", key, text, rule));
+}
+
+Clock::duration parse_duration(const std::string& key, const std::string& text) {
+  const std::optional<double> s = trainrun::parse_number(text);
+  if (!s || *s <= 0 || *s > 1e7) refuse(key, text, "expected a number of seconds > 0");
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*s));
+}
+
+// The keys torchrun knows and this rendezvous does not use: checked, then ignored.
+void check_unused_seconds(const std::string& key, const std::string& text) {
+  const std::optional<double> s = trainrun::parse_number(text);
+  if (!s || *s < 0 || *s > 1e9) refuse(key, text, "expected a number of seconds >= 0");
+}
+
+int parse_int(const std::string& key, const std::string& text, int low, int high) {
+  const std::optional<long long> v = trainrun::parse_integer(text);
+  if (!v || *v < low || *v > high) {
+    refuse(key, text, fmt::format("expected an integer in {}..{}", low, high));
+  }
+  return static_cast<int>(*v);
+}
+
+bool parse_bool(const std::string& key, const std::string& text) {
+  static const std::set<std::string> yes = {"1", "true", "True"};
+  static const std::set<std::string> no = {"0", "false", "False"};
+  if (yes.count(text)) return true;
+  if (no.count(text)) return false;
+  refuse(key, text, "expected 1 or 0");
+}
+
+// keep_alive_interval, heartbeat_timeout and keep_alive_max_attempt describe one thing.
+rendezvous::LivenessOptions liveness(const std::map<std::string, std::string>& entries) {
+  auto get = [&](const char* key) -> const std::string* {
+    auto it = entries.find(key);
+    return it == entries.end() ? nullptr : &it->second;
+  };
+  rendezvous::LivenessOptions l;
+  if (const auto* v = get("keep_alive_interval")) {
+    l.keep_alive_interval = parse_duration("keep_alive_interval", *v);
+  }
+  if (const auto* v = get("heartbeat_timeout")) {
+    l.heartbeat_timeout = parse_duration("heartbeat_timeout", *v);
+    // With only the timeout given, keep at least three keep-alives inside it.
+    if (!get("keep_alive_interval")) {
+      l.keep_alive_interval = std::min(l.keep_alive_interval, l.heartbeat_timeout / 3);
+    }
+  } else if (const auto* n = get("keep_alive_max_attempt")) {
+    const int attempts = parse_int("keep_alive_max_attempt", *n, 1, 1000);
+    // Within the range of every other duration, and of the clock's count.
+    if (std::chrono::duration<double>(l.keep_alive_interval).count() * attempts > 1e7) {
+      refuse("keep_alive_max_attempt", *n, "keep_alive_interval times this exceeds 1e7 seconds");
+    }
+    l.heartbeat_timeout = l.keep_alive_interval * attempts;
+  }
+  if (l.heartbeat_timeout <= l.keep_alive_interval) {
+    throw UsageError(fmt::format(
+        "--rdzv-conf: heartbeat_timeout ({:.3g} s) must exceed keep_alive_interval ({:.3g} s)",
+        std::chrono::duration<double>(l.heartbeat_timeout).count(),
+        std::chrono::duration<double>(l.keep_alive_interval).count()));
+  }
+  return l;
+}
+
+RendezvousOptions static_options(const LaunchConfig& config, const RendezvousConf& conf) {
+  RendezvousOptions o;
+  o.static_backend = true;
+  if (config.min_nodes != config.max_nodes) {
+    throw std::invalid_argument(fmt::format(
+        "--nnodes={}:{}: the static backend needs a fixed node count; use --rdzv-backend=c10d "
+        "with --rdzv-endpoint for elastic jobs",
+        config.min_nodes, config.max_nodes));
+  }
+  if (config.node_rank < 0 || config.node_rank >= config.max_nodes) {
+    throw std::invalid_argument(
+        fmt::format("--node-rank={}: out of range for --nnodes={} (use 0..{})", config.node_rank,
+                    config.max_nodes, config.max_nodes - 1));
+  }
+  o.node_rank = config.node_rank;
+  o.round.static_ranks = true;
+  o.round.static_master = rendezvous::MasterEndpoint{config.master_addr, config.master_port};
+  if (config.master_port <= 0) {
+    throw std::invalid_argument(
+        "--master-port=0: a multi-node static job needs a fixed --master-port that every node "
+        "knows");
+  }
+  if (!conf.rdzv_port && config.master_port + 1 > 65535) {
+    throw std::invalid_argument(
+        "--master-port=65535: the rendezvous needs MASTER_PORT + 1; give --rdzv-conf "
+        "rdzv_port=N");
+  }
+  o.endpoint =
+      rendezvous::HostPort{config.master_addr, conf.rdzv_port.value_or(config.master_port + 1)};
+  return o;
+}
+
+RendezvousOptions dynamic_options(const LaunchConfig& config) {
+  if (config.rdzv_endpoint.empty()) {
+    throw std::invalid_argument(
+        "--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT] (the same on every node)");
+  }
+  RendezvousOptions o;
+  try {
+    o.endpoint = rendezvous::parse_endpoint(config.rdzv_endpoint);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("--rdzv-endpoint={}", e.what()));
+  }
+  return o;
+}
+
+}  // namespace
+
+RendezvousConf check_rdzv_conf(const std::map<std::string, std::string>& entries) {
+  for (const auto& [key, value] : entries) {
+    if (!kKnownKeys.count(key)) {
+      std::string known;
+      for (const auto& k : kKnownKeys) known += (known.empty() ? "" : ", ") + k;
+      refuse(key, value, fmt::format("unknown key (known: {})", known));
+    }
+  }
+  RendezvousConf conf;
+  for (const auto& [key, value] : entries) {
+    if (key == "join_timeout") conf.join_timeout = parse_duration(key, value);
+    if (key == "last_call_timeout") conf.last_call_timeout = parse_duration(key, value);
+    if (key == "is_host") conf.is_host = parse_bool(key, value);
+    if (key == "token_file") conf.token_file = value;
+    if (key == "rdzv_port") conf.rdzv_port = parse_int(key, value, 1, 65535);
+    if (key == "close_timeout" || key == "timeout") check_unused_seconds(key, value);
+  }
+  conf.liveness = liveness(entries);
+  return conf;
+}
+
+void check_rdzv_backend(const std::string& backend, const std::string& what) {
+  if (backend == "etcd" || backend == "etcd-v2") {
+    throw UsageError(fmt::format("{}: not available in this build; use --rdzv-backend=c10d", what));
+  }
+  if (backend != "static" && backend != "c10d") {
+    throw UsageError(fmt::format("{}: unknown rendezvous backend; use static or c10d", what));
+  }
+}
+
+RendezvousOptions rendezvous_options(const LaunchConfig& config,
+                                     const std::map<std::string, std::string>& env) {
+  // Already checked when the command line was parsed: this only reads the values.
+  const RendezvousConf conf = check_rdzv_conf(config.rdzv_conf);
+  RendezvousOptions o =
+      config.rdzv_backend == "static" ? static_options(config, conf) : dynamic_options(config);
+  o.is_host = conf.is_host;
+  o.local_addr = config.local_addr;
+  o.credentials.run_id = config.rdzv_id;
+  o.round.min_nodes = config.min_nodes;
+  o.round.max_nodes = config.max_nodes;
+  o.round.max_restarts = config.max_restarts;
+  if (conf.join_timeout) o.round.join_timeout = *conf.join_timeout;
+  if (conf.last_call_timeout) o.round.last_call_timeout = *conf.last_call_timeout;
+  o.liveness = conf.liveness;
+  if (o.endpoint.port == 0 && o.is_host != true) {
+    throw std::invalid_argument(fmt::format(
+        "rendezvous endpoint {}:0: every node needs the real port; port 0 only works with "
+        "--rdzv-conf is_host=1",
+        o.endpoint.host));
+  }
+  o.credentials.token = load_token(conf.token_file, env);
+  return o;
+}
+
+}  // namespace trainrun::launch

@@ -1,0 +1,50 @@
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "trainrun/rendezvous/handler.hpp"
+#include "trainrun/rendezvous/options.hpp"
+
+namespace trainrun::launch {
+
+struct LaunchConfig;
+
+// --rdzv-conf, checked: each key's value of its type and in its range; keys not given are empty
+// (the rendezvous library's defaults apply). Liveness is resolved here because its keys depend
+// on each other.
+struct RendezvousConf {
+  std::optional<rendezvous::Clock::duration> join_timeout;
+  std::optional<rendezvous::Clock::duration> last_call_timeout;
+  rendezvous::LivenessOptions liveness;
+  std::optional<bool> is_host;
+  std::optional<std::string> token_file;
+  std::optional<int> rdzv_port;  // static backend: where node rank 0 serves the rendezvous
+};
+
+// The one set of rules for --rdzv-conf KEY=VALUE entries, applied when the command line is
+// parsed. Keys: join_timeout, last_call_timeout, heartbeat_timeout, keep_alive_interval (seconds
+// > 0), keep_alive_max_attempt (heartbeat_timeout as a count of keep-alives), is_host (1 or 0),
+// token_file, rdzv_port (1..65535), and, accepted for torchrun compatibility and unused,
+// close_timeout, timeout (seconds >= 0) and read_timeout. Other keys are refused, so that a typo
+// does not pass silently. Throws UsageError with a one-line reason naming the key.
+RendezvousConf check_rdzv_conf(const std::map<std::string, std::string>& entries);
+
+// --rdzv-backend: static and c10d run; etcd and etcd-v2 are not in this build, and other names
+// are unknown. `what` names the value as given ("--rdzv-backend=etcd"). Throws UsageError.
+void check_rdzv_backend(const std::string& backend, const std::string& what);
+
+// The rendezvous options of this job, from a parsed command line: its values combined and the
+// shared token read (--rdzv-conf token_file=PATH, else TRAINRUN_RDZV_TOKEN).
+//
+// The static backend's server listens on --master-addr at rdzv_port, by default MASTER_PORT + 1:
+// MASTER_PORT itself belongs to worker RANK 0's store.
+//
+// Throws std::invalid_argument with a one-line reason naming the option, for values that do not
+// fit together (a static job without a fixed node count, a missing endpoint) or an unreadable
+// token file.
+rendezvous::RendezvousOptions rendezvous_options(const LaunchConfig& config,
+                                                 const std::map<std::string, std::string>& env);
+
+}  // namespace trainrun::launch

@@ -1,0 +1,69 @@
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "trainrun/rendezvous/messages.hpp"
+#include "trainrun/rendezvous/options.hpp"
+
+namespace trainrun::rendezvous {
+
+struct ClientOptions {
+  HostPort endpoint;  // the rendezvous endpoint
+  Credentials credentials;
+  ConnectionOptions connection;
+  RetryOptions retry;
+  // Set when the endpoint is on this machine and this agent could not bind its port. Called on
+  // a refused connection, it returns the bind error while the port is still held, else nothing.
+  // Held but refusing means the holder does not listen: it is not a trainrun host, and waiting
+  // cannot help. Past retry.refused_grace (a hosting agent may be starting) the client gives up.
+  // Unset (remote endpoints): refusals are retried until retry.deadline.
+  std::function<std::optional<std::string>()> local_port_held;
+  LogFunction log;
+};
+
+struct ClientEvents {
+  std::function<void(const Assignment&)> on_assignment;  // a round formed: start workers
+  std::function<void(const Restart&)> on_restart;        // stop workers, then join() the next round
+  std::function<void(const Waiting&)> on_waiting;  // progress while a round forms (may be empty)
+  std::function<void(const Stop&)> on_stop;        // terminal: finished, failed, lost, refused
+};
+
+// One agent's connection to the rendezvous server, on the agent's io_context, never blocking.
+// start() connects (retrying with back-off until retry.deadline) and authenticates; join()
+// may be called before that and is sent once admitted. Exactly one on_stop ends its life; after
+// on_stop, or after leave(), no event is delivered. Connections lost during the handshake are
+// retried (a flooded server drops pending handshakes); a peer that answers with something that
+// is not the protocol is not a trainrun host, and ends the client at once (StopCause::rejected).
+class RendezvousClient {
+ public:
+  RendezvousClient(boost::asio::io_context& io, ClientOptions options, ClientEvents events);
+  ~RendezvousClient();
+  RendezvousClient(const RendezvousClient&) = delete;
+  RendezvousClient& operator=(const RendezvousClient&) = delete;
+
+  void start();
+  // An empty node.addr is filled in: the local address of the connection to the server, or the
+  // host name when that is a loopback address reached through a host name.
+  void join(const NodeDescriptor& node);
+  void report_failure(const FailureReport& failure);
+  void report_done();
+  // Says goodbye (the server treats this node as lost) and closes. No events afterwards.
+  void leave(const std::string& reason);
+
+  std::optional<Assignment> assignment() const;
+  // This end of the connection while admitted: how the server tells this client's connection
+  // from the others (the hosting agent's own, for RendezvousServer::leave).
+  std::optional<boost::asio::ip::tcp::endpoint> local_endpoint() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace trainrun::rendezvous

@@ -1,0 +1,75 @@
+#pragma once
+
+#include <array>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "trainrun/rendezvous/frame.hpp"
+
+namespace trainrun::rendezvous {
+
+// FD_CLOEXEC (workers must not inherit the rendezvous socket, or a dead agent's connection would
+// stay open in its orphans) and TCP_NODELAY (messages are small and latency bound).
+void prepare_socket(boost::asio::ip::tcp::socket& socket);
+
+// One TCP connection carrying frames, on an io_context, never blocking. Owned through
+// shared_ptr: pending operations keep it alive. Memory is bounded: one partial incoming frame
+// (at most the decoder's limit) and at most kMaxQueuedBytes of unsent frames.
+class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
+ public:
+  static constexpr std::size_t kMaxQueuedBytes = 8 << 20;
+
+  using FrameHandler = std::function<void(std::string body)>;
+  // `violation` true: the peer broke the framing rules and the connection is still open, so the
+  // owner can say why before closing it. false: the connection is closed (EOF, error).
+  using ErrorHandler = std::function<void(const std::string& why, bool violation)>;
+
+  FramedConnection(boost::asio::ip::tcp::socket socket, std::size_t max_frame);
+
+  void start(FrameHandler on_frame, ErrorHandler on_error);
+  void set_max_frame(std::size_t max_frame) { decoder_.set_max_size(max_frame); }
+
+  // Frames and queues `body`. Ignored once closing.
+  void send(const std::string& body);
+
+  // Sends what is queued, half-closes, and waits at most `linger` for the peer to close, so a
+  // last message is not lost to a reset. No handler is called after this.
+  void close_gracefully(std::chrono::steady_clock::duration linger);
+  // Closes at once. No handler is called after this.
+  void close_now();
+  // For a peer that is gone or stopped, which would never acknowledge a graceful close: writes
+  // what is queued as far as the socket takes it without waiting (a stopped peer finds it when
+  // it resumes), then closes at once. No handler is called after this.
+  void abandon();
+
+  bool closing() const { return closing_; }
+  const std::string& peer() const { return peer_; }
+  boost::asio::ip::tcp::socket& socket() { return socket_; }
+
+ private:
+  void read_more();
+  void write_more();
+  void fail(const std::string& why);
+  void finish_close();
+
+  boost::asio::ip::tcp::socket socket_;
+  boost::asio::steady_timer linger_timer_;
+  FrameDecoder decoder_;
+  std::array<char, 4096> read_buffer_{};
+  std::deque<std::string> queue_;
+  std::size_t queued_bytes_ = 0;
+  bool writing_ = false;
+  bool closing_ = false;
+  bool shut_down_ = false;
+  bool overflowed_ = false;  // too much unsent: failing soon, send nothing more
+  std::string peer_;
+  FrameHandler on_frame_;
+  ErrorHandler on_error_;
+};
+
+}  // namespace trainrun::rendezvous

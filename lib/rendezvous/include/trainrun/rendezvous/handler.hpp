@@ -1,0 +1,83 @@
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <memory>
+#include <string>
+
+#include "trainrun/rendezvous/client.hpp"
+#include "trainrun/rendezvous/messages.hpp"
+#include "trainrun/rendezvous/options.hpp"
+
+namespace trainrun::rendezvous {
+
+// What make_rendezvous_handler needs: where agents meet, who this node is, and the options of
+// each part, passed on to the server and the client as they are but for the two noted below.
+struct RendezvousOptions {
+  // Static: node rank 0 hosts the server and ranks are the nodes' node_rank (round.static_ranks
+  // follows this flag). Dynamic: the agent owning the endpoint hosts it.
+  bool static_backend = false;
+  HostPort endpoint;
+  std::optional<bool> is_host;  // host (or not) whatever the address; empty: decided as above
+  int node_rank = -1;           // static backend only
+  std::string local_addr;       // the address advertised to the others; empty: derived
+  Credentials credentials;
+  RoundOptions round;
+  LivenessOptions liveness;
+  ConnectionOptions connection;
+  // retry.deadline is round.join_timeout here: a node that cannot reach the server gives up when
+  // a round it could join would have timed out.
+  RetryOptions retry;
+};
+
+// What an agent asks of the rendezvous, whatever coordinates the job behind it (the built-in TCP
+// server today; a store such as etcd would be another implementation of this interface).
+//
+// Lifecycle, all on the agent's io_context (no call blocks, no thread is started):
+//   auto rdzv = make_rendezvous_handler(io, options, log);
+//   rdzv->start(events);          // hosts the server if this node owns the endpoint, connects
+//   rdzv->join({nproc, port});    // join the first round
+//   events.on_assignment(a)       → start workers with a's ranks, MASTER_ADDR/PORT, restart count
+//   a worker fails                → rdzv->report_failure(f), keep waiting: the decision comes back
+//                                   to every node (including this one) as on_restart or on_stop
+//   all local workers succeeded   → rdzv->report_done(); on_stop(finished, 0) follows once every
+//                                   node is done (the exit barrier)
+//   events.on_restart(r)          → stop workers, then rdzv->join(...) again for the next round
+//   events.on_stop(s)             → stop workers if running; exit with s.exit_code. Terminal.
+//   local stop signal             → rdzv->shutdown(reason): the others see this node leave; when
+//                                   it hosts the server, the job ends for them with a stop
+//                                   naming this node and `reason`
+// After on_stop or shutdown() keep running the io_context until it has no work left: the
+// server's last messages are flushed and its connections closed (bounded by a few seconds).
+class RendezvousHandler {
+ public:
+  struct JoinRequest {
+    int nproc = 1;
+    // A port this agent holds for worker RANK 0's store in case it becomes group rank 0
+    // (dynamic backend; required there). Ignored by the static backend (round.static_master is
+    // used).
+    int master_port = 0;
+  };
+
+  virtual ~RendezvousHandler() = default;
+
+  // Throws std::runtime_error when this node must host the server and cannot (port taken).
+  virtual void start(ClientEvents events) = 0;
+  virtual void join(const JoinRequest& request) = 0;
+  virtual void report_failure(const FailureReport& failure) = 0;
+  virtual void report_done() = 0;
+  virtual void shutdown(const std::string& reason) = 0;
+
+  // "host:port", for messages.
+  virtual std::string endpoint() const = 0;
+  // Whether this agent hosts the server (known once start() has decided).
+  virtual bool hosting() const = 0;
+};
+
+// The built-in TCP rendezvous for the c10d-style and static backends. `log` receives lines
+// without prefix (the agent adds "trainrun: "), including the waiting status
+// ("waiting for nodes: 1 of 2 joined, 12 s of 600 s").
+std::unique_ptr<RendezvousHandler> make_rendezvous_handler(boost::asio::io_context& io,
+                                                           RendezvousOptions options,
+                                                           LogFunction log);
+
+}  // namespace trainrun::rendezvous

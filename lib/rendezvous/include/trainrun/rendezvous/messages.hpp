@@ -1,0 +1,143 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "trainrun/rendezvous/options.hpp"
+
+namespace trainrun::rendezvous {
+
+// Every frame body is one JSON object with a "type" field; docs/protocol.md is the reference.
+inline constexpr std::string_view kMagic = "trainrun-rdzv";
+inline constexpr int kProtocolVersion = 1;
+
+// A message that is not valid for this protocol: bad JSON, unknown type, a field missing, of the
+// wrong type or out of range. The peer is told why and the connection is closed.
+class ProtocolError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// What an agent says about itself when it joins a round.
+struct NodeDescriptor {
+  std::string host;      // host name, for messages
+  std::string addr;      // advertised address; empty: the server uses the address it sees
+  std::int64_t pid = 0;  // agent process id, a tie breaker between agents on one host
+  int nproc = 1;         // workers on this node
+  int node_rank = -1;    // static backend: this node's given rank; dynamic: -1
+  int master_port = 0;   // a port this agent holds for worker RANK 0's store, 0 if none
+};
+
+// A worker's failure as its agent reports it; the server relays it to every node in `restart`
+// or `stop`.
+struct FailureReport {
+  std::string host;
+  int rank = -1;  // global rank of the failed worker
+  int local_rank = -1;
+  int exit_code = 1;    // as the agent reports it (128+N for signal N)
+  std::string summary;  // the agent's one-paragraph description, shown on every node
+};
+
+enum class StopCause {
+  finished,
+  worker_failed,
+  node_lost,
+  join_timeout,
+  rejected,
+  server_lost,
+  left
+};
+enum class RestartCause { worker_failed, node_lost, scale_up };
+
+std::string_view to_string(StopCause cause);
+std::string_view to_string(RestartCause cause);
+
+// Client to server.
+struct Hello {
+  std::string magic{kMagic};
+  int version = kProtocolVersion;
+  std::string run_id;
+  std::string nonce;  // 32 random bytes, hex
+  bool auth = false;  // the client holds a token
+};
+struct Auth {
+  std::string proof;  // hex HMAC, see handshake.hpp
+};
+struct Join {
+  NodeDescriptor node;
+};
+struct Heartbeat {};
+struct Failure {  // "failure": a worker of this node failed in `round`
+  std::uint64_t round = 0;
+  FailureReport failure;
+};
+struct Done {
+  std::uint64_t round = 0;
+};
+struct Leave {
+  std::string reason;
+};
+using ClientMessage = std::variant<Hello, Auth, Join, Heartbeat, Failure, Done, Leave>;
+
+// Server to client.
+struct Challenge {
+  std::string nonce;  // the server's fresh nonce, hex
+  std::string proof;  // the server's proof that it holds the token, hex
+};
+struct Welcome {
+  LivenessOptions liveness;  // on the wire in seconds, to the microsecond
+};
+struct Reject {
+  std::string reason;
+};
+struct Waiting {
+  std::uint64_t round = 0;
+  int joined = 0;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  double waited_s = 0;
+  double timeout_s = 0;
+};
+struct Assignment {
+  std::uint64_t round = 0;
+  int group_rank = 0;
+  int group_world_size = 1;
+  int base_rank = 0;
+  int local_world_size = 1;
+  int world_size = 1;
+  std::string master_addr;
+  int master_port = 0;
+  int restart_count = 0;
+  int max_restarts = 0;
+};
+struct Restart {
+  RestartCause cause = RestartCause::worker_failed;
+  std::string reason;
+  int restart_count = 0;  // the count the next round runs with
+  std::optional<FailureReport> failure;
+};
+struct Stop {
+  StopCause cause = StopCause::finished;
+  std::string reason;
+  int exit_code = 0;
+  std::optional<FailureReport> failure;
+};
+using ServerMessage =
+    std::variant<Challenge, Welcome, Reject, Waiting, Assignment, Restart, Stop, Heartbeat>;
+
+std::string encode(const ClientMessage& message);
+std::string encode(const ServerMessage& message);
+
+// Parse one frame body. Throw ProtocolError naming the offending field.
+ClientMessage decode_client_message(std::string_view body);
+ServerMessage decode_server_message(std::string_view body);
+
+// The "type" tag of a message, for logs.
+std::string_view type_name(const ClientMessage& message);
+std::string_view type_name(const ServerMessage& message);
+
+}  // namespace trainrun::rendezvous

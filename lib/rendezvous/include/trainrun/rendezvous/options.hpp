@@ -1,0 +1,84 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "trainrun/rendezvous/endpoint.hpp"
+
+// The rendezvous' options, one struct per concern, each default written here and nowhere else.
+// The server, the client, the round machine and the `welcome` message take the struct they need.
+namespace trainrun::rendezvous {
+
+using Clock = std::chrono::steady_clock;
+
+// Lines for a log, without prefix; nothing is logged when empty.
+using LogFunction = std::function<void(const std::string& line)>;
+
+// Who may take part: agents of this run id, proving the token when one is set.
+struct Credentials {
+  std::string run_id;
+  std::optional<std::string> token;
+};
+
+// How each end of a connection knows the other is alive: both send something at least every
+// keep_alive_interval, and a peer silent for heartbeat_timeout is lost. The server's values reach
+// every client in `welcome`.
+struct LivenessOptions {
+  Clock::duration keep_alive_interval = std::chrono::seconds(5);
+  Clock::duration heartbeat_timeout = std::chrono::seconds(15);
+};
+
+// How rounds form, restart and end (RoundMachine).
+struct RoundOptions {
+  bool static_ranks = false;  // static backend: ranks are the nodes' node_rank, count = max
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int max_restarts = 0;
+  // A forming round not complete this long after its first join ends the job.
+  Clock::duration join_timeout = std::chrono::seconds(600);
+  // Once min_nodes have joined, how long to wait for more.
+  Clock::duration last_call_timeout = std::chrono::seconds(30);
+  // How often nodes waiting in a forming round are told how it goes (`waiting`).
+  Clock::duration status_interval = std::chrono::seconds(10);
+  MasterEndpoint static_master;  // static backend: worker RANK 0's store
+};
+
+// One connection between a client and the server, on either end.
+struct ConnectionOptions {
+  // The server drops a connection whose handshake is not done within this, however slowly it
+  // sends bytes; a client retries a `hello` left unanswered this long.
+  Clock::duration handshake_timeout = std::chrono::seconds(10);
+  // After its last message (the job's `stop`) to a live peer, the server waits this long for the
+  // peer's close, so that the message is not lost to a reset.
+  Clock::duration close_linger = std::chrono::seconds(5);
+};
+
+// The server's bounds, so that a flood of connections cannot exhaust it.
+struct ServerLimits {
+  // Connections still in their handshake; beyond it the oldest is dropped, so a flood of idle
+  // connections cannot keep a real agent out.
+  std::size_t max_pending = 1024;
+  // Connections past the handshake; beyond it new ones are refused.
+  std::size_t max_admitted = 8192;
+};
+
+// How a client tries to reach the server until it is admitted.
+struct RetryOptions {
+  // Unreachable endpoints are retried until this passes: as long as a round may take to form.
+  Clock::duration deadline = RoundOptions{}.join_timeout;
+  Clock::duration attempt_timeout = std::chrono::seconds(5);
+  // Exponential back-off between attempts, with jitter.
+  Clock::duration initial_backoff = std::chrono::milliseconds(100);
+  Clock::duration max_backoff = std::chrono::seconds(5);
+  // "not reachable yet" is logged at most this often.
+  Clock::duration log_interval = std::chrono::seconds(10);
+  // When the endpoint's port is held on this machine by something that refuses connections:
+  // how long refusals are taken for a hosting agent that is starting (between its bind and its
+  // listen). Past it the holder is judged not a trainrun host.
+  Clock::duration refused_grace = std::chrono::seconds(3);
+};
+
+}  // namespace trainrun::rendezvous

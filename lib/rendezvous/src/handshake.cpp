@@ -1,0 +1,147 @@
+#include "trainrun/rendezvous/handshake.hpp"
+
+#include <fmt/format.h>
+
+#include "trainrun/rendezvous/sha256.hpp"
+
+namespace trainrun::rendezvous {
+namespace {
+
+std::string proof(const char* role, const std::string& token, const std::string& run_id,
+                  const std::string& client_nonce, const std::string& server_nonce) {
+  std::string message = fmt::format("{}/{} {}\n{}\n{}\n{}", kMagic, kProtocolVersion, role, run_id,
+                                    client_nonce, server_nonce);
+  return to_hex(hmac_sha256(token, message));
+}
+
+}  // namespace
+
+std::string client_proof(const std::string& token, const std::string& run_id,
+                         const std::string& client_nonce, const std::string& server_nonce) {
+  return proof("client", token, run_id, client_nonce, server_nonce);
+}
+
+std::string server_proof(const std::string& token, const std::string& run_id,
+                         const std::string& client_nonce, const std::string& server_nonce) {
+  return proof("server", token, run_id, client_nonce, server_nonce);
+}
+
+ServerHandshake::ServerHandshake(std::string run_id, std::optional<std::string> token,
+                                 std::string nonce, Welcome welcome)
+    : run_id_(std::move(run_id)),
+      token_(std::move(token)),
+      nonce_(std::move(nonce)),
+      welcome_(welcome) {}
+
+ServerHandshake::Step ServerHandshake::reject(std::string reason) {
+  outcome_ = HandshakeOutcome::rejected;
+  Step step;
+  step.reply = Reject{reason};
+  step.outcome = outcome_;
+  step.reason = std::move(reason);
+  return step;
+}
+
+ServerHandshake::Step ServerHandshake::on_message(const ClientMessage& message) {
+  if (outcome_ != HandshakeOutcome::pending) {
+    return reject("handshake already finished");
+  }
+  if (!challenged_) {
+    const auto* hello = std::get_if<Hello>(&message);
+    if (!hello) {
+      return reject(fmt::format("expected \"hello\" first, got \"{}\"", type_name(message)));
+    }
+    if (hello->magic != kMagic) {
+      return reject(fmt::format("not a trainrun rendezvous client (magic \"{}\")", hello->magic));
+    }
+    if (hello->version != kProtocolVersion) {
+      return reject(fmt::format(
+          "protocol version {} is not supported: this rendezvous speaks version {}; run the same "
+          "trainrun version on every node",
+          hello->version, kProtocolVersion));
+    }
+    if (hello->run_id != run_id_) {
+      // The job's own run id is not echoed: a stranger learns nothing about the job.
+      return reject(fmt::format(
+          "run id \"{}\" does not match this rendezvous's run id; check --rdzv-id", hello->run_id));
+    }
+    if (token_ && !hello->auth) {
+      return reject(
+          "this rendezvous requires a shared token; give every node the same one with "
+          "--rdzv-conf token_file=PATH or TRAINRUN_RDZV_TOKEN");
+    }
+    if (!token_ && hello->auth) {
+      return reject(
+          "the client holds a token but this rendezvous has none; give every node the same "
+          "token, or none");
+    }
+    if (!token_) {
+      outcome_ = HandshakeOutcome::accepted;
+      return Step{welcome_, outcome_, {}};
+    }
+    client_nonce_ = hello->nonce;
+    challenged_ = true;
+    return Step{Challenge{nonce_, server_proof(*token_, run_id_, client_nonce_, nonce_)},
+                HandshakeOutcome::pending,
+                {}};
+  }
+  const auto* auth = std::get_if<Auth>(&message);
+  if (!auth) return reject(fmt::format("expected \"auth\", got \"{}\"", type_name(message)));
+  if (!constant_time_equal(auth->proof, client_proof(*token_, run_id_, client_nonce_, nonce_))) {
+    return reject("token proof does not match: the nodes hold different tokens");
+  }
+  outcome_ = HandshakeOutcome::accepted;
+  return Step{welcome_, outcome_, {}};
+}
+
+ClientHandshake::ClientHandshake(std::string run_id, std::optional<std::string> token,
+                                 std::string nonce)
+    : run_id_(std::move(run_id)), token_(std::move(token)), nonce_(std::move(nonce)) {}
+
+Hello ClientHandshake::hello() const {
+  Hello h;
+  h.run_id = run_id_;
+  h.nonce = nonce_;
+  h.auth = token_.has_value();
+  return h;
+}
+
+ClientHandshake::Step ClientHandshake::on_message(const ServerMessage& message) {
+  Step step;
+  if (const auto* reject = std::get_if<Reject>(&message)) {
+    step.outcome = HandshakeOutcome::rejected;
+    step.reason = reject->reason;
+    return step;
+  }
+  if (const auto* welcome = std::get_if<Welcome>(&message)) {
+    if (token_ && !challenged_) {
+      step.outcome = HandshakeOutcome::rejected;
+      step.reason = "the server accepted without proving it holds the token; refusing it";
+      return step;
+    }
+    step.outcome = HandshakeOutcome::accepted;
+    step.welcome = *welcome;
+    return step;
+  }
+  if (const auto* challenge = std::get_if<Challenge>(&message)) {
+    if (!token_ || challenged_) {
+      step.outcome = HandshakeOutcome::rejected;
+      step.reason = "unexpected token challenge from the server";
+      return step;
+    }
+    if (!constant_time_equal(challenge->proof,
+                             server_proof(*token_, run_id_, nonce_, challenge->nonce))) {
+      step.outcome = HandshakeOutcome::rejected;
+      step.reason = "the server's token proof does not match: the nodes hold different tokens";
+      return step;
+    }
+    challenged_ = true;
+    step.reply = Auth{client_proof(*token_, run_id_, nonce_, challenge->nonce)};
+    return step;
+  }
+  step.outcome = HandshakeOutcome::rejected;
+  step.reason = fmt::format("unexpected \"{}\" during the handshake", type_name(message));
+  return step;
+}
+
+}  // namespace trainrun::rendezvous

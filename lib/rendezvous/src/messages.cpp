@@ -1,0 +1,383 @@
+#include "trainrun/rendezvous/messages.hpp"
+
+#include <fmt/format.h>
+
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace trainrun::rendezvous {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::size_t kMaxNameLength = 255;
+constexpr std::size_t kMaxTextLength = 64 * 1024;
+constexpr int kMaxNesting = 16;
+constexpr std::int64_t kMaxRound = std::int64_t{1} << 53;
+
+template <class... Fs>
+struct Overloaded : Fs... {
+  using Fs::operator()...;
+};
+template <class... Fs>
+Overloaded(Fs...) -> Overloaded<Fs...>;
+
+// nlohmann's parser keeps its own stack, but the tree it builds is walked recursively later;
+// a cheap scan rejects absurd nesting before anything is built.
+void check_nesting(std::string_view body) {
+  int depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > kMaxNesting) {
+        throw ProtocolError(fmt::format("message nests deeper than {} levels", kMaxNesting));
+      }
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+}
+
+json parse_object(std::string_view body) {
+  check_nesting(body);
+  json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw ProtocolError("message is not valid JSON");
+  if (!j.is_object()) throw ProtocolError("message is not a JSON object");
+  return j;
+}
+
+const json& field(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end()) throw ProtocolError(fmt::format("field \"{}\" is missing", key));
+  return *it;
+}
+
+std::string get_string(const json& j, const char* key, std::size_t max_length) {
+  const json& v = field(j, key);
+  if (!v.is_string()) throw ProtocolError(fmt::format("field \"{}\" must be a string", key));
+  const auto& s = v.get_ref<const std::string&>();
+  if (s.size() > max_length) {
+    throw ProtocolError(fmt::format("field \"{}\" is {} bytes long, at most {} allowed", key,
+                                    s.size(), max_length));
+  }
+  return s;
+}
+
+std::int64_t get_int(const json& j, const char* key, std::int64_t low, std::int64_t high) {
+  const json& v = field(j, key);
+  if (!v.is_number_integer()) {
+    throw ProtocolError(fmt::format("field \"{}\" must be an integer", key));
+  }
+  bool in_range;
+  std::int64_t x = 0;
+  if (v.is_number_unsigned()) {
+    auto u = v.get<std::uint64_t>();
+    in_range = u <= static_cast<std::uint64_t>(high);
+    x = in_range ? static_cast<std::int64_t>(u) : 0;
+  } else {
+    x = v.get<std::int64_t>();
+    in_range = x >= low && x <= high;
+  }
+  if (!in_range || x < low) {
+    throw ProtocolError(fmt::format("field \"{}\" must be in [{}, {}]", key, low, high));
+  }
+  return x;
+}
+
+int get_small(const json& j, const char* key, int low, int high) {
+  return static_cast<int>(get_int(j, key, low, high));
+}
+
+double get_seconds(const json& j, const char* key) {
+  const json& v = field(j, key);
+  if (!v.is_number()) throw ProtocolError(fmt::format("field \"{}\" must be a number", key));
+  double x = v.get<double>();
+  if (!(x >= 0 && x <= 1e7)) {
+    throw ProtocolError(fmt::format("field \"{}\" must be in [0, 1e7] seconds", key));
+  }
+  return x;
+}
+
+// Whole microseconds, so that a duration decoded, encoded and decoded again stays the same.
+Clock::duration get_duration(const json& j, const char* key) {
+  const auto exact = std::chrono::duration<double>(get_seconds(j, key));
+  return std::chrono::round<std::chrono::microseconds>(exact);
+}
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+bool get_bool(const json& j, const char* key) {
+  const json& v = field(j, key);
+  if (!v.is_boolean()) throw ProtocolError(fmt::format("field \"{}\" must be true or false", key));
+  return v.get<bool>();
+}
+
+std::string get_hex(const json& j, const char* key, std::size_t length) {
+  std::string s = get_string(j, key, length);
+  bool ok = s.size() == length;
+  for (char c : s) ok = ok && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+  if (!ok) {
+    throw ProtocolError(fmt::format("field \"{}\" must be {} lowercase hex digits", key, length));
+  }
+  return s;
+}
+
+constexpr std::size_t kHexDigest = 64;
+
+json to_json(const NodeDescriptor& n) {
+  return json{{"host", n.host},   {"addr", n.addr},           {"pid", n.pid},
+              {"nproc", n.nproc}, {"node_rank", n.node_rank}, {"master_port", n.master_port}};
+}
+
+NodeDescriptor node_from_json(const json& j) {
+  if (!j.is_object()) throw ProtocolError("field \"node\" must be an object");
+  NodeDescriptor n;
+  n.host = get_string(j, "host", kMaxNameLength);
+  n.addr = get_string(j, "addr", kMaxNameLength);
+  n.pid = get_int(j, "pid", 0, std::numeric_limits<std::int32_t>::max());
+  n.nproc = get_small(j, "nproc", 1, 1 << 16);
+  n.node_rank = get_small(j, "node_rank", -1, 1 << 20);
+  n.master_port = get_small(j, "master_port", 0, 65535);
+  return n;
+}
+
+json to_json(const FailureReport& f) {
+  return json{{"host", f.host},
+              {"rank", f.rank},
+              {"local_rank", f.local_rank},
+              {"exit_code", f.exit_code},
+              {"summary", f.summary}};
+}
+
+FailureReport failure_from_json(const json& j) {
+  if (!j.is_object()) throw ProtocolError("field \"failure\" must be an object");
+  FailureReport f;
+  f.host = get_string(j, "host", kMaxNameLength);
+  f.rank = get_small(j, "rank", -1, std::numeric_limits<int>::max());
+  f.local_rank = get_small(j, "local_rank", -1, 1 << 16);
+  f.exit_code = get_small(j, "exit_code", -1024, 1024);
+  f.summary = get_string(j, "summary", kMaxTextLength);
+  return f;
+}
+
+void put_failure(json& j, const std::optional<FailureReport>& f) {
+  if (f) j["failure"] = to_json(*f);
+}
+
+std::optional<FailureReport> optional_failure(const json& j) {
+  auto it = j.find("failure");
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  return failure_from_json(*it);
+}
+
+constexpr std::string_view kStopCauses[] = {
+    "finished", "worker_failed", "node_lost", "join_timeout", "rejected", "server_lost", "left"};
+constexpr std::string_view kRestartCauses[] = {"worker_failed", "node_lost", "scale_up"};
+
+template <class Enum, std::size_t N>
+Enum get_enum(const json& j, const char* key, const std::string_view (&names)[N]) {
+  std::string s = get_string(j, key, 64);
+  for (std::size_t i = 0; i < N; ++i) {
+    if (names[i] == s) return static_cast<Enum>(i);
+  }
+  throw ProtocolError(fmt::format("field \"{}\" has unknown value \"{}\"", key, s));
+}
+
+std::string get_type(const json& j) { return get_string(j, "type", 32); }
+
+}  // namespace
+
+std::string_view to_string(StopCause cause) { return kStopCauses[static_cast<int>(cause)]; }
+std::string_view to_string(RestartCause cause) { return kRestartCauses[static_cast<int>(cause)]; }
+
+std::string encode(const ClientMessage& message) {
+  json j = std::visit(
+      Overloaded{
+          [](const Hello& m) {
+            return json{{"type", "hello"},    {"magic", m.magic}, {"version", m.version},
+                        {"run_id", m.run_id}, {"nonce", m.nonce}, {"auth", m.auth}};
+          },
+          [](const Auth& m) {
+            return json{{"type", "auth"}, {"proof", m.proof}};
+          },
+          [](const Join& m) {
+            return json{{"type", "join"}, {"node", to_json(m.node)}};
+          },
+          [](const Heartbeat&) {
+            return json{{"type", "heartbeat"}};
+          },
+          [](const Failure& m) {
+            return json{{"type", "failure"}, {"round", m.round}, {"failure", to_json(m.failure)}};
+          },
+          [](const Done& m) {
+            return json{{"type", "done"}, {"round", m.round}};
+          },
+          [](const Leave& m) {
+            return json{{"type", "leave"}, {"reason", m.reason}};
+          },
+      },
+      message);
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string encode(const ServerMessage& message) {
+  json j = std::visit(
+      Overloaded{
+          [](const Challenge& m) {
+            return json{{"type", "challenge"}, {"nonce", m.nonce}, {"proof", m.proof}};
+          },
+          [](const Welcome& m) {
+            return json{{"type", "welcome"},
+                        {"keep_alive_interval_s", seconds(m.liveness.keep_alive_interval)},
+                        {"heartbeat_timeout_s", seconds(m.liveness.heartbeat_timeout)}};
+          },
+          [](const Reject& m) {
+            return json{{"type", "reject"}, {"reason", m.reason}};
+          },
+          [](const Waiting& m) {
+            return json{{"type", "waiting"},        {"round", m.round},
+                        {"joined", m.joined},       {"min_nodes", m.min_nodes},
+                        {"max_nodes", m.max_nodes}, {"waited_s", m.waited_s},
+                        {"timeout_s", m.timeout_s}};
+          },
+          [](const Assignment& m) {
+            return json{{"type", "assignment"},          {"round", m.round},
+                        {"group_rank", m.group_rank},    {"group_world_size", m.group_world_size},
+                        {"base_rank", m.base_rank},      {"local_world_size", m.local_world_size},
+                        {"world_size", m.world_size},    {"master_addr", m.master_addr},
+                        {"master_port", m.master_port},  {"restart_count", m.restart_count},
+                        {"max_restarts", m.max_restarts}};
+          },
+          [](const Restart& m) {
+            json r{{"type", "restart"},
+                   {"cause", to_string(m.cause)},
+                   {"reason", m.reason},
+                   {"restart_count", m.restart_count}};
+            put_failure(r, m.failure);
+            return r;
+          },
+          [](const Stop& m) {
+            json r{{"type", "stop"},
+                   {"cause", to_string(m.cause)},
+                   {"reason", m.reason},
+                   {"exit_code", m.exit_code}};
+            put_failure(r, m.failure);
+            return r;
+          },
+          [](const Heartbeat&) {
+            return json{{"type", "heartbeat"}};
+          },
+      },
+      message);
+  // Text from peers (host names, summaries) may hold invalid UTF-8: replace, never throw.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+ClientMessage decode_client_message(std::string_view body) {
+  json j = parse_object(body);
+  std::string type = get_type(j);
+  if (type == "hello") {
+    Hello m;
+    m.magic = get_string(j, "magic", 64);
+    m.version = get_small(j, "version", 0, 1 << 20);
+    m.run_id = get_string(j, "run_id", kMaxNameLength);
+    m.nonce = get_hex(j, "nonce", kHexDigest);
+    m.auth = get_bool(j, "auth");
+    return m;
+  }
+  if (type == "auth") return Auth{get_hex(j, "proof", kHexDigest)};
+  if (type == "join") return Join{node_from_json(field(j, "node"))};
+  if (type == "heartbeat") return Heartbeat{};
+  if (type == "failure") {
+    Failure m;
+    m.round = static_cast<std::uint64_t>(get_int(j, "round", 0, kMaxRound));
+    m.failure = failure_from_json(field(j, "failure"));
+    return m;
+  }
+  if (type == "done") return Done{static_cast<std::uint64_t>(get_int(j, "round", 0, kMaxRound))};
+  if (type == "leave") return Leave{get_string(j, "reason", kMaxTextLength)};
+  throw ProtocolError(fmt::format("unknown message type \"{}\"", type));
+}
+
+ServerMessage decode_server_message(std::string_view body) {
+  json j = parse_object(body);
+  std::string type = get_type(j);
+  if (type == "challenge")
+    return Challenge{get_hex(j, "nonce", kHexDigest), get_hex(j, "proof", kHexDigest)};
+  if (type == "welcome") {
+    Welcome m;
+    m.liveness.keep_alive_interval = get_duration(j, "keep_alive_interval_s");
+    m.liveness.heartbeat_timeout = get_duration(j, "heartbeat_timeout_s");
+    return m;
+  }
+  if (type == "reject") return Reject{get_string(j, "reason", kMaxTextLength)};
+  if (type == "waiting") {
+    Waiting m;
+    m.round = static_cast<std::uint64_t>(get_int(j, "round", 0, kMaxRound));
+    m.joined = get_small(j, "joined", 0, 1 << 20);
+    m.min_nodes = get_small(j, "min_nodes", 1, 1 << 20);
+    m.max_nodes = get_small(j, "max_nodes", 1, 1 << 20);
+    m.waited_s = get_seconds(j, "waited_s");
+    m.timeout_s = get_seconds(j, "timeout_s");
+    return m;
+  }
+  if (type == "assignment") {
+    Assignment m;
+    m.round = static_cast<std::uint64_t>(get_int(j, "round", 0, kMaxRound));
+    m.group_world_size = get_small(j, "group_world_size", 1, 1 << 20);
+    m.group_rank = get_small(j, "group_rank", 0, m.group_world_size - 1);
+    m.world_size = get_small(j, "world_size", 1, std::numeric_limits<int>::max());
+    m.local_world_size = get_small(j, "local_world_size", 1, m.world_size);
+    m.base_rank = get_small(j, "base_rank", 0, m.world_size - m.local_world_size);
+    m.master_addr = get_string(j, "master_addr", kMaxNameLength);
+    m.master_port = get_small(j, "master_port", 1, 65535);
+    m.restart_count = get_small(j, "restart_count", 0, 1 << 20);
+    m.max_restarts = get_small(j, "max_restarts", 0, 1 << 20);
+    return m;
+  }
+  if (type == "restart") {
+    Restart m;
+    m.cause = get_enum<RestartCause>(j, "cause", kRestartCauses);
+    m.reason = get_string(j, "reason", kMaxTextLength);
+    m.restart_count = get_small(j, "restart_count", 0, 1 << 20);
+    m.failure = optional_failure(j);
+    return m;
+  }
+  if (type == "stop") {
+    Stop m;
+    m.cause = get_enum<StopCause>(j, "cause", kStopCauses);
+    m.reason = get_string(j, "reason", kMaxTextLength);
+    m.exit_code = get_small(j, "exit_code", -1024, 1024);
+    m.failure = optional_failure(j);
+    return m;
+  }
+  if (type == "heartbeat") return Heartbeat{};
+  throw ProtocolError(fmt::format("unknown message type \"{}\"", type));
+}
+
+std::string_view type_name(const ClientMessage& message) {
+  static constexpr std::string_view kNames[] = {"hello",   "auth", "join", "heartbeat",
+                                                "failure", "done", "leave"};
+  return kNames[message.index()];
+}
+
+std::string_view type_name(const ServerMessage& message) {
+  static constexpr std::string_view kNames[] = {"challenge",  "welcome", "reject", "waiting",
+                                                "assignment", "restart", "stop",   "heartbeat"};
+  return kNames[message.index()];
+}
+
+}  // namespace trainrun::rendezvous

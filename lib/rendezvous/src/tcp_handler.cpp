@@ -1,0 +1,220 @@
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include "trainrun/rendezvous/handler.hpp"
+#include "trainrun/rendezvous/server.hpp"
+
+namespace trainrun::rendezvous {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using boost::system::error_code;
+
+namespace {
+
+// Whether this process could bind `where` now, as the server does (SO_REUSEADDR); the error if
+// not. Binding without listening: a client connecting meanwhile is refused, not misled.
+error_code try_bind(const tcp::endpoint& where) {
+  tcp::acceptor probe(asio::system_executor{});
+  error_code ec;
+  probe.open(where.protocol(), ec);
+  if (!ec) probe.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) probe.bind(where, ec);
+  return ec;
+}
+
+// Whether `address` is one of this machine's: something can be bound to it.
+bool is_local_address(const asio::ip::address& address) {
+  return !try_bind(tcp::endpoint(address, 0));
+}
+
+std::string format_waiting(const Waiting& w) {
+  std::string wanted = w.min_nodes == w.max_nodes
+                           ? std::to_string(w.min_nodes)
+                           : fmt::format("{} (up to {})", w.min_nodes, w.max_nodes);
+  return fmt::format("waiting for nodes: {} of {} joined, {:.0f} s of {:.0f} s", w.joined, wanted,
+                     w.waited_s, w.timeout_s);
+}
+
+class TcpRendezvousHandler : public RendezvousHandler {
+ public:
+  TcpRendezvousHandler(asio::io_context& io, RendezvousOptions options, LogFunction log)
+      : io_(io), options_(std::move(options)), log_(std::move(log)), resolver_(io) {}
+
+  ~TcpRendezvousHandler() override {
+    client_.reset();
+    if (server_) server_->close();
+  }
+
+  void start(ClientEvents events) override {
+    events_ = std::move(events);
+    if (options_.static_backend) {
+      if (options_.node_rank == 0) host_on(options_.endpoint.host, /*required=*/true);
+      return connect();
+    }
+    if (options_.is_host) {
+      if (*options_.is_host) host_on(options_.endpoint.host, true);
+      return connect();
+    }
+    // Whether this node owns the endpoint is known only after resolving it, which must not
+    // block the loop; the first try of the client waits for the answer.
+    resolver_.async_resolve(options_.endpoint.host, std::to_string(options_.endpoint.port),
+                            [this](error_code ec, tcp::resolver::results_type results) {
+                              // Cancelled: the handler may be gone, touch nothing.
+                              if (ec == asio::error::operation_aborted) return;
+                              if (!ec) {
+                                for (const auto& entry : results) {
+                                  if (is_local_address(entry.endpoint().address())) {
+                                    host_on(options_.endpoint.host, false);
+                                    break;
+                                  }
+                                }
+                              }
+                              connect();
+                            });
+  }
+
+  void join(const JoinRequest& request) override {
+    NodeDescriptor node;
+    node.addr = options_.local_addr;
+    node.pid = ::getpid();
+    node.nproc = request.nproc;
+    node.node_rank = options_.static_backend ? options_.node_rank : -1;
+    node.master_port = options_.static_backend ? 0 : request.master_port;
+    pending_join_ = node;
+    if (client_) {
+      client_->join(node);
+      pending_join_.reset();
+    }
+  }
+
+  void report_failure(const FailureReport& failure) override {
+    if (client_) client_->report_failure(failure);
+  }
+
+  void report_done() override {
+    if (client_) client_->report_done();
+  }
+
+  void shutdown(const std::string& reason) override {
+    resolver_.cancel();
+    // A server we host goes away with us: it tells the other nodes who stopped and why, which
+    // our own leave could not (the server would close before reading it).
+    if (server_) server_->leave(reason, client_ ? client_->local_endpoint() : std::nullopt);
+    if (client_) client_->leave(reason);
+  }
+
+  std::string endpoint() const override {
+    return fmt::format("{}:{}", options_.endpoint.host, options_.endpoint.port);
+  }
+
+  bool hosting() const override { return server_ != nullptr; }
+
+ private:
+  void log(const std::string& line) const {
+    if (log_) log_(line);
+  }
+
+  void host_on(const std::string& host, bool required) {
+    // Bind where the endpoint is meant to be reached: loopback stays private to this machine;
+    // any other name is served on every interface, as c10d's store does.
+    asio::ip::address bind_address = asio::ip::address_v4::any();
+    error_code ec;
+    auto literal = asio::ip::make_address(host, ec);
+    if (!ec && literal.is_loopback()) bind_address = literal;
+    if (ec && host == "localhost") bind_address = asio::ip::address_v4::loopback();
+    if (!ec && literal.is_v6() && !literal.is_loopback())
+      bind_address = asio::ip::address_v6::any();
+
+    ServerOptions so;
+    so.credentials = options_.credentials;
+    so.round = options_.round;
+    so.round.static_ranks = options_.static_backend;
+    so.liveness = options_.liveness;
+    so.connection = options_.connection;
+    so.endpoint = endpoint();
+    so.log = [this](const std::string& line) { log("rendezvous server: " + line); };
+    auto server = std::make_unique<RendezvousServer>(io_, std::move(so));
+    tcp::endpoint where(bind_address, static_cast<unsigned short>(options_.endpoint.port));
+    try {
+      server->listen(where);
+    } catch (const boost::system::system_error& e) {
+      if (required) {
+        throw std::runtime_error(fmt::format(
+            "cannot host the rendezvous on {}:{}: {}; free the port or choose another one{}",
+            where.address().to_string(), where.port(), e.code().message(),
+            options_.static_backend ? " with --rdzv-conf rdzv_port=N" : " in --rdzv-endpoint"));
+      }
+      // Another agent on this machine got there first: it hosts, we are a client. Unless what
+      // holds the port is not an agent; the client finds out if it is refused (see connect).
+      if (e.code() == asio::error::address_in_use) port_held_ = where;
+      return;
+    }
+    actual_port_ = server->local_endpoint().port();
+    server_ = std::move(server);
+    log(fmt::format("hosting the rendezvous on {}:{} (run id \"{}\", {} nodes{})",
+                    where.address().to_string(), actual_port_, options_.credentials.run_id,
+                    options_.round.min_nodes == options_.round.max_nodes
+                        ? std::to_string(options_.round.max_nodes)
+                        : fmt::format("{}..{}", options_.round.min_nodes, options_.round.max_nodes),
+                    options_.credentials.token ? ", token required" : ""));
+  }
+
+  void connect() {
+    ClientOptions co;
+    co.endpoint = HostPort{options_.endpoint.host, server_ ? actual_port_ : options_.endpoint.port};
+    co.credentials = options_.credentials;
+    co.connection = options_.connection;
+    co.retry = options_.retry;
+    co.retry.deadline = options_.round.join_timeout;
+    if (port_held_) {
+      co.local_port_held = [where = *port_held_]() -> std::optional<std::string> {
+        error_code ec = try_bind(where);
+        if (ec == asio::error::address_in_use) return ec.message();
+        return std::nullopt;
+      };
+    }
+    co.log = log_;
+    ClientEvents events = events_;
+    events.on_waiting = [this](const Waiting& w) {
+      log(format_waiting(w));
+      if (events_.on_waiting) events_.on_waiting(w);
+    };
+    events.on_stop = [this](const Stop& s) {
+      // The job is over for this node. A server we host queued its last message to every peer
+      // before ours arrived: stop accepting and ticking, so the loop runs out of work once those
+      // are delivered instead of keeping the agent alive for its whole drain bound.
+      if (server_) server_->close();
+      if (events_.on_stop) events_.on_stop(s);
+    };
+    client_ = std::make_unique<RendezvousClient>(io_, std::move(co), std::move(events));
+    client_->start();
+    if (pending_join_) {
+      client_->join(*pending_join_);
+      pending_join_.reset();
+    }
+  }
+
+  asio::io_context& io_;
+  RendezvousOptions options_;
+  LogFunction log_;
+  tcp::resolver resolver_;
+  ClientEvents events_;
+  std::unique_ptr<RendezvousServer> server_;
+  std::unique_ptr<RendezvousClient> client_;
+  std::optional<NodeDescriptor> pending_join_;
+  unsigned short actual_port_ = 0;
+  std::optional<tcp::endpoint> port_held_;  // the endpoint we could not bind: address in use
+};
+
+}  // namespace
+
+std::unique_ptr<RendezvousHandler> make_rendezvous_handler(asio::io_context& io,
+                                                           RendezvousOptions options,
+                                                           LogFunction log) {
+  return std::make_unique<TcpRendezvousHandler>(io, std::move(options), std::move(log));
+}
+
+}  // namespace trainrun::rendezvous

@@ -1,0 +1,172 @@
+#include "rendezvous_options.hpp"
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+
+#include "config.hpp"
+#include "rendezvous_token.hpp"
+
+using namespace trainrun::launch;
+using namespace trainrun::rendezvous;
+using std::chrono::seconds;
+
+namespace {
+
+LaunchConfig c10d(const std::string& endpoint, int min = 2, int max = 2) {
+  LaunchConfig c;
+  c.rdzv_backend = "c10d";
+  c.rdzv_endpoint = endpoint;
+  c.rdzv_id = "job7";
+  c.min_nodes = min;
+  c.max_nodes = max;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("c10d options take defaults and --rdzv-conf keys", "[rendezvous]") {
+  LaunchConfig c = c10d("node0:29401", 2, 4);
+  c.max_restarts = 3;
+  RendezvousOptions o = rendezvous_options(c, {});
+  CHECK_FALSE(o.static_backend);
+  CHECK(o.endpoint.host == "node0");
+  CHECK(o.endpoint.port == 29401);
+  CHECK(o.round.min_nodes == 2);
+  CHECK(o.round.max_nodes == 4);
+  CHECK(o.round.max_restarts == 3);
+  CHECK(o.round.join_timeout == seconds(600));
+  CHECK(o.round.last_call_timeout == seconds(30));
+  CHECK(o.liveness.heartbeat_timeout <= seconds(15));
+  CHECK_FALSE(o.is_host);
+  CHECK_FALSE(o.credentials.token);
+
+  c.rdzv_conf = {{"join_timeout", "20"},
+                 {"heartbeat_timeout", "3"},
+                 {"is_host", "1"},
+                 {"last_call_timeout", "0.5"}};
+  o = rendezvous_options(c, {});
+  CHECK(o.round.join_timeout == seconds(20));
+  CHECK(o.liveness.heartbeat_timeout == seconds(3));
+  CHECK(o.liveness.keep_alive_interval == seconds(1));
+  CHECK(o.is_host == true);
+  CHECK(o.round.last_call_timeout == std::chrono::milliseconds(500));
+}
+
+TEST_CASE("bad rendezvous options are refused naming the option", "[rendezvous]") {
+  auto refused = [](LaunchConfig c, const std::string& what) {
+    CHECK_THROWS_WITH(rendezvous_options(c, {}), Catch::Contains(what));
+  };
+  refused(c10d(""), "needs --rdzv-endpoint");
+  refused(c10d("node0:x"), "--rdzv-endpoint=");
+  LaunchConfig c = c10d("node0");
+  c.rdzv_conf = {{"join_timout", "5"}};
+  refused(c, "unknown key");
+  c.rdzv_conf = {{"join_timeout", "-5"}};
+  refused(c, "join_timeout=-5");
+  c.rdzv_conf = {{"heartbeat_timeout", "2"}, {"keep_alive_interval", "5"}};
+  refused(c, "must exceed keep_alive_interval");
+  c.rdzv_conf = {{"is_host", "maybe"}};
+  refused(c, "is_host=maybe");
+  c = c10d("node0:0");
+  refused(c, "port 0 only works with");
+
+  LaunchConfig s;
+  s.rdzv_backend = "static";
+  s.min_nodes = 2;
+  s.max_nodes = 3;
+  refused(s, "needs a fixed node count");
+  s.min_nodes = 3;
+  s.node_rank = 3;
+  refused(s, "--node-rank=3: out of range");
+}
+
+TEST_CASE("the static backend serves on MASTER_PORT + 1 unless rdzv_port is given",
+          "[rendezvous]") {
+  LaunchConfig s;
+  s.rdzv_backend = "static";
+  s.min_nodes = s.max_nodes = 2;
+  s.node_rank = 1;
+  s.master_addr = "node0";
+  s.master_port = 29500;
+  RendezvousOptions o = rendezvous_options(s, {});
+  CHECK(o.static_backend);
+  CHECK(o.node_rank == 1);
+  CHECK(o.endpoint.host == "node0");
+  CHECK(o.endpoint.port == 29501);
+  CHECK(o.round.static_master.port == 29500);
+  CHECK(o.round.static_ranks);
+  s.rdzv_conf = {{"rdzv_port", "4000"}};
+  CHECK(rendezvous_options(s, {}).endpoint.port == 4000);
+}
+
+TEST_CASE("the token comes from token_file, else TRAINRUN_RDZV_TOKEN", "[rendezvous]") {
+  CHECK_FALSE(load_token(std::nullopt, {}));
+  CHECK(load_token(std::nullopt, {{"TRAINRUN_RDZV_TOKEN", "abc\n"}}) == std::string("abc"));
+  CHECK_THROWS_WITH(load_token(std::nullopt, {{"TRAINRUN_RDZV_TOKEN", " \n"}}),
+                    Catch::Contains("blank"));
+  std::string path = "rdzv_token_test_" + std::to_string(::getpid());
+  {
+    std::ofstream out(path);
+    out << "from-file\n";
+  }
+  CHECK(load_token(path, {{"TRAINRUN_RDZV_TOKEN", "env"}}) == std::string("from-file"));
+  { std::ofstream out(path); }
+  CHECK_THROWS_WITH(load_token(path, {}), Catch::Contains("the file is empty"));
+  std::remove(path.c_str());
+  CHECK_THROWS_WITH(load_token(path, {}), Catch::Contains("cannot read it"));
+}
+
+TEST_CASE("--rdzv-conf is checked by one set of rules", "[rendezvous]") {
+  auto refused = [](std::map<std::string, std::string> entries, const std::string& what) {
+    CHECK_THROWS_AS(check_rdzv_conf(entries), UsageError);
+    CHECK_THROWS_WITH(check_rdzv_conf(entries), Catch::Contains(what));
+  };
+  refused({{"join_timout", "5"}}, "--rdzv-conf join_timout=5: unknown key (known: ");
+  refused({{"join_timeout", "0"}}, "join_timeout=0: expected a number of seconds > 0");
+  refused({{"last_call_timeout", "soon"}}, "last_call_timeout=soon");
+  refused({{"keep_alive_interval", "+1"}}, "keep_alive_interval=+1");
+  refused({{"is_host", "yes"}}, "is_host=yes: expected 1 or 0");
+  refused({{"is_host", ""}}, "is_host=: expected 1 or 0");
+  refused({{"rdzv_port", "65536"}}, "rdzv_port=65536: expected an integer in 1..65535");
+  refused({{"keep_alive_max_attempt", "0"}}, "keep_alive_max_attempt=0");
+  refused({{"keep_alive_interval", "1e6"}, {"keep_alive_max_attempt", "1000"}},
+          "exceeds 1e7 seconds");
+  refused({{"timeout", "-1"}}, "timeout=-1: expected a number of seconds >= 0");
+  refused({{"keep_alive_interval", "20"}}, "must exceed keep_alive_interval");
+
+  RendezvousConf conf = check_rdzv_conf({{"join_timeout", "20"},
+                                         {"keep_alive_interval", "2"},
+                                         {"keep_alive_max_attempt", "4"},
+                                         {"is_host", "True"},
+                                         {"token_file", "/t"},
+                                         {"rdzv_port", "4000"},
+                                         {"read_timeout", "anything"}});
+  CHECK(conf.join_timeout == seconds(20));
+  CHECK_FALSE(conf.last_call_timeout);
+  CHECK(conf.liveness.keep_alive_interval == seconds(2));
+  CHECK(conf.liveness.heartbeat_timeout == seconds(8));
+  CHECK(conf.is_host == true);
+  CHECK(conf.token_file == std::string("/t"));
+  CHECK(conf.rdzv_port == 4000);
+  // Nothing given: the rendezvous library's defaults.
+  CHECK(check_rdzv_conf({}).liveness.heartbeat_timeout == LivenessOptions{}.heartbeat_timeout);
+}
+
+TEST_CASE("a backend that cannot run is refused when the command line is parsed", "[rendezvous]") {
+  CHECK_NOTHROW(check_rdzv_backend("static", "b"));
+  CHECK_NOTHROW(check_rdzv_backend("c10d", "b"));
+  CHECK_THROWS_WITH(check_rdzv_backend("etcd", "--rdzv-backend=etcd"),
+                    "--rdzv-backend=etcd: not available in this build; use --rdzv-backend=c10d");
+  CHECK_THROWS_AS(check_rdzv_backend("etcd-v2", "b"), UsageError);
+  CHECK_THROWS_WITH(check_rdzv_backend("zookeeper", "--rdzv-backend=zookeeper"),
+                    Catch::Contains("unknown rendezvous backend"));
+  auto parse = [](std::vector<std::string> args) { return parse_command_line(args, {}); };
+  CHECK_THROWS_AS(parse({"--rdzv-backend=etcd", "x"}), UsageError);
+  CHECK_THROWS_WITH(parse({"--rdzv-conf=join_timout=5", "x"}), Catch::Contains("unknown key"));
+  CHECK_THROWS_WITH(parse({"--rdzv-conf=heartbeat_timeout=2,keep_alive_interval=5", "x"}),
+                    Catch::Contains("must exceed keep_alive_interval"));
+  CHECK_NOTHROW(parse({"--rdzv-conf=join_timeout=5,is_host=1", "x"}));
+}
