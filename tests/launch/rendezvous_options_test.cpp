@@ -127,7 +127,6 @@ TEST_CASE("--rdzv-conf is checked by one set of rules", "[rendezvous]") {
   refused({{"join_timout", "5"}}, "--rdzv-conf join_timout=5: unknown key (known: ");
   refused({{"join_timeout", "0"}}, "join_timeout=0: expected a number of seconds > 0");
   refused({{"last_call_timeout", "soon"}}, "last_call_timeout=soon");
-  refused({{"keep_alive_interval", "+1"}}, "keep_alive_interval=+1");
   refused({{"is_host", "yes"}}, "is_host=yes: expected 1 or 0");
   refused({{"is_host", ""}}, "is_host=: expected 1 or 0");
   refused({{"rdzv_port", "65536"}}, "rdzv_port=65536: expected an integer in 1..65535");
