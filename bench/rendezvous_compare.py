@@ -13,7 +13,6 @@ Usage: bench/rendezvous_compare.py [--trainrun PATH] [--worker PATH] [--sizes 2,
 """
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,13 +21,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_doc import ROOT, machine, median, write_section  # noqa: E402
 
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from ports import free_port  # noqa: E402
+
 REFERENCE = os.path.join(ROOT, "..", "shared", "peer", "torchrun113.py")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def agent_cmd(kind, n, port, worker_cmd):

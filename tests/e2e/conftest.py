@@ -8,7 +8,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ports import free_port  # noqa: E402,F401  (re-exported to the tests)
+from agents import Agents, ip_binary  # noqa: E402
 
 TRAINRUN = os.environ.get("TRAINRUN_BIN", "")
 WORKER = os.environ.get("TEST_WORKER_BIN", "")
@@ -64,53 +64,87 @@ def wait_for_pids(path, count, timeout=10.0):
     return read_pids(path)
 
 
-class Agent:
-    """One trainrun process whose output goes to files, so that many can run at once.
-    `prefix` wraps the command (for example `ip netns exec NS`)."""
+@pytest.fixture
+def agents(tmp_path):
+    """agents(name, args, env=None, netns=None) starts `trainrun ARGS` as one agent of a job, its
+    output in tmp_path/NAME.out and .err (see agents.Agents); whatever is still running at the
+    end of the test is killed."""
+    with Agents(TRAINRUN, tmp_path) as started:
+        yield started
 
-    def __init__(self, tmp_path, name, args, env=None, prefix=()):
-        self.name = name
-        self.out_path = tmp_path / f"{name}.out"
-        self.err_path = tmp_path / f"{name}.err"
-        full_env = dict(os.environ, **(env or {}))
-        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
-            self.proc = subprocess.Popen([*prefix, TRAINRUN, *args], env=full_env, stdout=out,
-                                         stderr=err)
 
-    def wait(self, timeout=90):
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"agent {self.name} still running after {timeout} s:\n{self.err}")
+class Namespace:
+    def __init__(self, name, veth, addr):
+        self.name, self.veth, self.addr = name, veth, addr
 
-    @property
-    def out(self):
-        return self.out_path.read_text()
 
-    @property
-    def err(self):
-        return self.err_path.read_text()
+class NamespacePair:
+    """Two network namespaces ns[0], ns[1], each with lo up and one end of a veth pair."""
 
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+    def __init__(self, ip):
+        self.ip = ip
+        tag = os.getpid()
+        # A /30 that exists only inside the two namespaces: nothing else is reached.
+        subnet = f"10.213.{tag % 250}"
+        # Interface names hold at most 15 bytes: "trv" + pid (≤ 7 digits) + "a".
+        self.ns = [Namespace(f"trainrun-{tag}-{side}", f"trv{tag}{side}", f"{subnet}.{i + 1}")
+                   for i, side in enumerate("ab")]
+        self.created = []
+
+    def sh(self, *args):
+        r = subprocess.run([self.ip, *args], capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            raise RuntimeError(f"ip {' '.join(args)}: {r.stderr.strip() or r.returncode}")
+
+    def create(self):
+        """Creates what is missing (the first namespace may exist already)."""
+        for ns in self.ns:
+            if ns.name not in self.created:
+                self.sh("netns", "add", ns.name)
+                self.created.append(ns.name)
+        a, b = self.ns
+        # Both ends are created straight inside the namespaces: the host's own stack never
+        # sees them.
+        self.sh("link", "add", a.veth, "netns", a.name, "type", "veth", "peer", "name", b.veth,
+                "netns", b.name)
+        for ns in self.ns:
+            self.sh("-n", ns.name, "addr", "add", f"{ns.addr}/30", "dev", ns.veth)
+            self.sh("-n", ns.name, "link", "set", "lo", "up")
+            self.sh("-n", ns.name, "link", "set", ns.veth, "up")
+
+    def destroy(self):
+        for name in self.created:
+            # Processes still inside (a failed test's agents) would keep the namespace alive.
+            r = subprocess.run([self.ip, "netns", "pids", name], capture_output=True, text=True)
+            for pid in r.stdout.split():
+                try:
+                    os.kill(int(pid), 9)
+                except (ProcessLookupError, ValueError):
+                    pass
+            subprocess.run([self.ip, "netns", "del", name], capture_output=True)
+        self.created = []
 
 
 @pytest.fixture
-def agents(tmp_path):
-    """A factory of Agents; whatever is still running at the end of the test is killed."""
-    started = []
-
-    def make(name, args, env=None, prefix=()):
-        a = Agent(tmp_path, name, args, env, prefix)
-        started.append(a)
-        return a
-
-    yield make
-    for a in started:
-        a.kill()
+def netns_pair():
+    """A NamespacePair for agents(..., netns=NAME), removed after the test; skips where network
+    namespaces cannot be made (no iproute2, not root, not permitted)."""
+    ip = ip_binary()
+    if ip is None:
+        pytest.skip("the `ip` command (iproute2) is not installed: cannot create network namespaces")
+    if os.geteuid() != 0:
+        pytest.skip("creating network namespaces needs root (run the test as root)")
+    pair = NamespacePair(ip)
+    try:
+        try:
+            pair.sh("netns", "add", pair.ns[0].name)
+        except RuntimeError as e:
+            pytest.skip(f"`ip netns add` is not permitted here: {e}")
+        pair.created.append(pair.ns[0].name)
+        pair.create()
+        yield pair
+    finally:
+        pair.destroy()
 
 
 def read_envs(directory):

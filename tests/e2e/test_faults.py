@@ -5,7 +5,6 @@ test_output.py and test_multinode.py. Cases that need root (mounts, network name
 with the reason where that is not permitted.
 """
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -13,7 +12,8 @@ import time
 
 import pytest
 
-from conftest import TRAINRUN, alive, free_port, read_pids, run, start, wait_for, wait_for_pids
+from conftest import TRAINRUN, alive, read_pids, run, start, wait_for, wait_for_pids
+from ports import free_port
 
 
 def rank_dir(log_dir, attempt=0, local_rank=0):
@@ -300,44 +300,16 @@ def dynamic(endpoint, nnodes, *extra):
 HEARTBEAT = "heartbeat_timeout=2,keep_alive_interval=0.5"
 
 
-class Agent:
-    def __init__(self, tmp_path, name, argv):
-        self.err_path = tmp_path / f"{name}.err"
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
-                                     stderr=open(self.err_path, "w"))
-
-    @property
-    def err(self):
-        return self.err_path.read_text()
-
-
-@pytest.fixture
-def agents():
-    started = []
-
-    def make(tmp_path, name, argv):
-        a = Agent(tmp_path, name, argv)
-        started.append(a)
-        return a
-
-    yield make
-    for a in started:
-        if a.proc.poll() is None:
-            a.proc.kill()
-            a.proc.wait()
-
-
 def test_rendezvous_host_killed_stops_the_other_agent_with_a_clear_message(agents, worker,
                                                                          tmp_path):
     port = free_port()
     pids = tmp_path / "pids"
     endpoint = f"127.0.0.1:{port}"
     cmd = [worker, "pidfile", str(pids), "sleep", "60"]
-    host = agents(tmp_path, "host", [TRAINRUN, *dynamic(endpoint, 2, f"--rdzv-conf={HEARTBEAT},is_host=1"), *cmd])
+    host = agents("host", [*dynamic(endpoint, 2, f"--rdzv-conf={HEARTBEAT},is_host=1"), *cmd])
     # is_host=0: started at the same moment, it must not take the local endpoint first.
-    other = agents(tmp_path, "other", [TRAINRUN, *dynamic(endpoint, 2,
-                                                          f"--rdzv-conf={HEARTBEAT},is_host=0",
-                                                          "--shutdown-timeout=1"), *cmd])
+    other = agents("other", [*dynamic(endpoint, 2, f"--rdzv-conf={HEARTBEAT},is_host=0",
+                                      "--shutdown-timeout=1"), *cmd])
     workers = wait_for_pids(pids, 2, timeout=30)
     host.proc.kill()
     host.proc.wait()
@@ -348,63 +320,22 @@ def test_rendezvous_host_killed_stops_the_other_agent_with_a_clear_message(agent
     assert wait_for(lambda: not any(alive(x) for x in workers), 2.0)
 
 
-NETNS = shutil.which("ip")
-
-
-@pytest.fixture
-def two_namespaces():
-    """Two network namespaces joined by a veth pair: 10.213.7.1 and 10.213.7.2 exist only there."""
-    if os.geteuid() != 0 or not NETNS:
-        pytest.skip("network namespaces need root and iproute2")
-    tag = f"{os.getpid() % 100000}"
-    a, b = f"trf{tag}a", f"trf{tag}b"
-    va, vb = f"trf{tag}va", f"trf{tag}vb"
-
-    def ip(*args, check=True):
-        return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
-
-    try:
-        ip("netns", "add", a)
-        ip("netns", "add", b)
-        ip("link", "add", va, "type", "veth", "peer", "name", vb)
-        ip("link", "set", va, "netns", a)
-        ip("link", "set", vb, "netns", b)
-        ip("-n", a, "addr", "add", "10.213.7.1/24", "dev", va)
-        ip("-n", b, "addr", "add", "10.213.7.2/24", "dev", vb)
-        for ns, dev in ((a, va), (b, vb)):
-            ip("-n", ns, "link", "set", "lo", "up")
-            ip("-n", ns, "link", "set", dev, "up")
-    except subprocess.CalledProcessError as e:
-        ip("netns", "del", a, check=False)
-        ip("netns", "del", b, check=False)
-        pytest.skip(f"cannot create network namespaces here: {e.stderr.strip()}")
-
-    def partition():
-        # B's end goes down: nothing crosses and nobody is told (no RST, no FIN); A keeps its
-        # address, so the host's own agent still reaches its server.
-        ip("-n", b, "link", "set", vb, "down")
-
-    yield a, b, partition
-    ip("netns", "del", a, check=False)
-    ip("netns", "del", b, check=False)
-
-
 def test_network_partition_stops_both_sides_within_the_heartbeat_timeout(agents, worker,
-                                                                        tmp_path, two_namespaces):
-    ns_a, ns_b, partition = two_namespaces
+                                                                        tmp_path, netns_pair):
+    a, b = netns_pair.ns
     pids = tmp_path / "pids"
-    endpoint = "10.213.7.1:29411"
+    endpoint = f"{a.addr}:29411"
     cmd = [worker, "pidfile", str(pids), "sleep", "60"]
-    host = agents(tmp_path, "host", ["ip", "netns", "exec", ns_a, TRAINRUN,
-                                     *dynamic(endpoint, 2, f"--rdzv-conf={HEARTBEAT},is_host=1",
-                                              "--local-addr=10.213.7.1", "--shutdown-timeout=1"),
-                                     *cmd])
-    other = agents(tmp_path, "other", ["ip", "netns", "exec", ns_b, TRAINRUN,
-                                       *dynamic(endpoint, 2, f"--rdzv-conf={HEARTBEAT}",
-                                                "--local-addr=10.213.7.2", "--shutdown-timeout=1"),
-                                       *cmd])
+    host = agents("host", [*dynamic(endpoint, 2, f"--rdzv-conf={HEARTBEAT},is_host=1",
+                                    f"--local-addr={a.addr}", "--shutdown-timeout=1"), *cmd],
+                  netns=a.name)
+    other = agents("other", [*dynamic(endpoint, 2, f"--rdzv-conf={HEARTBEAT}",
+                                      f"--local-addr={b.addr}", "--shutdown-timeout=1"), *cmd],
+                   netns=b.name)
     workers = wait_for_pids(pids, 2, timeout=30)
-    partition()
+    # B's end goes down: nothing crosses and nobody is told (no RST, no FIN); A keeps its
+    # address, so the host's own agent still reaches its server.
+    netns_pair.sh("-n", b.name, "link", "set", b.veth, "down")
     t0 = time.monotonic()
     other_code, other_s = stopped_within(other.proc, 30)
     host_code = host.proc.wait(timeout=30)
@@ -415,5 +346,5 @@ def test_network_partition_stops_both_sides_within_the_heartbeat_timeout(agents,
     assert other_s < 2 + 1 + 3, f"the cut-off agent took {other_s:.1f} s"
     assert host_s < 2 + 1 + 3, f"the host took {host_s:.1f} s"
     assert "lost: no message for 2 s (heartbeat timeout)" in host.err, host.err
-    assert "lost the rendezvous server at 10.213.7.1:29411" in other.err, other.err
+    assert f"lost the rendezvous server at {endpoint}" in other.err, other.err
     assert wait_for(lambda: not any(alive(x) for x in workers), 2.0)

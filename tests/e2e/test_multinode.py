@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from conftest import alive, free_port, read_envs, read_pids, wait_for, wait_for_pids
+from conftest import alive, read_envs, read_pids, wait_for, wait_for_pids
+from ports import free_port, held_port
 
 
 def dynamic(port, nnodes, nproc, *extra, run_id="job"):
@@ -231,14 +232,6 @@ def test_wrong_token_is_refused(agents, tmp_path):
     assert "token" in a.err.lower(), a.err
 
 
-def _held_port():
-    """A free port and a socket bound to it that never listens: no agent can host or connect."""
-    port = free_port()
-    holder = socket.socket()
-    holder.bind(("127.0.0.1", port))
-    return port, holder
-
-
 def _run_agents_while(blocker, agents, port, conf, names=("a",)):
     """Starts one agent per name on `port` with `conf`, runs /bin/true, waits for them all, then
     closes `blocker` (what stands at the port); returns the agents, their exit codes, and the
@@ -253,7 +246,9 @@ def _run_agents_while(blocker, agents, port, conf, names=("a",)):
 
 
 def test_port_held_by_a_process_that_does_not_listen_is_named_early(agents):
-    port, holder = _held_port()
+    # A socket bound to the port that never listens: no agent can host or connect.
+    holder = held_port()
+    port = holder.getsockname()[1]
     procs, codes, took = _run_agents_while(holder, agents, port, "--rdzv-conf=join_timeout=300",
                                            names=("a", "b"))
     expected = (f"trainrun: rendezvous endpoint 127.0.0.1:{port}: the port is in use by another "
@@ -269,11 +264,11 @@ def test_port_held_by_a_process_that_does_not_listen_is_named_early(agents):
 
 
 class _StrangeListener:
-    """A listener on `port` that answers every connection with `answer` and keeps it open."""
+    """A listener on a free port that answers every connection with `answer` and keeps it open."""
 
-    def __init__(self, port, answer):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", port))
+    def __init__(self, answer):
+        self.sock = held_port()
+        self.port = self.sock.getsockname()[1]
         self.sock.listen(8)
         self.sock.settimeout(0.1)
         self.answer = answer
@@ -304,8 +299,8 @@ class _StrangeListener:
 @pytest.mark.parametrize("answer", [b"SSH-2.0-OpenSSH_9.2p1\r\n",
                                     b"\x00\x00\x00\x0bhello there"])
 def test_listener_that_is_not_a_trainrun_agent_is_named_at_once(agents, answer):
-    port = free_port()
-    listener = _StrangeListener(port, answer)
+    listener = _StrangeListener(answer)
+    port = listener.port
     (a,), (code,), took = _run_agents_while(listener, agents, port, "--rdzv-conf=join_timeout=300")
     assert code == 1, a.err
     lines = [line for line in a.err.splitlines() if "not a trainrun rendezvous host" in line]
@@ -318,7 +313,8 @@ def test_listener_that_is_not_a_trainrun_agent_is_named_at_once(agents, answer):
 def test_refused_remote_endpoint_is_retried_until_the_join_timeout(agents):
     # is_host=0: the agent does not own the endpoint, as on another machine than its host, so a
     # refusal may be a host that has not started yet.
-    port, holder = _held_port()
+    holder = held_port()
+    port = holder.getsockname()[1]
     (a,), (code,), took = _run_agents_while(holder, agents, port,
                                             "--rdzv-conf=is_host=0,join_timeout=6")
     assert code == 1, a.err

@@ -1,7 +1,6 @@
 """trainrun as a drop-in for torchrun: the same environment, real collectives, no port races."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -10,7 +9,8 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from ports import free_port  # noqa: E402
+from agents import Agents  # noqa: E402
+from ports import free_port, held_port  # noqa: E402
 
 TRAINRUN = os.environ.get("TRAINRUN_BIN", "")
 TORCHRUN = os.environ.get("REFERENCE_TORCHRUN", os.path.join(HERE, "../../../shared/peer/torchrun113.py"))
@@ -116,30 +116,23 @@ def test_sixteen_jobs_at_once_never_collide_on_ports():
 
 
 def test_explicit_master_port_in_use_is_refused_before_start():
-    s = socket.socket()
-    s.bind(("0.0.0.0", 0))
-    s.listen()
-    port = s.getsockname()[1]
-    try:
+    with held_port("0.0.0.0") as s:
+        s.listen()
+        port = s.getsockname()[1]
         r = run([TRAINRUN, f"--master-port={port}", "/bin/true"])
         assert r.returncode == 1
         assert f"MASTER_PORT {port} is not free" in r.stderr
-    finally:
-        s.close()
 
 
-def test_gloo_all_reduce_across_two_agents():
+def test_gloo_all_reduce_across_two_agents(tmp_path):
     port = free_port()
     script = os.path.join(HERE, "allreduce.py")
     common = ["--nnodes=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
               "--rdzv-id=pyjob"]
-    a = subprocess.Popen([TRAINRUN, *common, "--nproc-per-node=2", script], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=ENV)
-    b = subprocess.Popen([TRAINRUN, *common, "--nproc-per-node=1", script], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=ENV)
-    out_a, err_a = a.communicate(timeout=300)
-    out_b, err_b = b.communicate(timeout=300)
-    assert a.returncode == 0, err_a
-    assert b.returncode == 0, err_b
-    lines = sorted((out_a + out_b).splitlines())
+    with Agents(TRAINRUN, tmp_path, env=ENV) as agents:
+        a = agents("a", [*common, "--nproc-per-node=2", script])
+        b = agents("b", [*common, "--nproc-per-node=1", script])
+        assert a.wait(300) == 0, a.err
+        assert b.wait(300) == 0, b.err
+        lines = sorted((a.out + b.out).splitlines())
     assert lines == [f"rank {i}/3: sum=6 expected=6" for i in range(3)]

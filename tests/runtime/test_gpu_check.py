@@ -3,7 +3,6 @@ refusal is one clear line and exit 2, and the runtime-only configuration works w
 launcher's packages being asked for."""
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,19 +28,18 @@ def test_cpu_only_pytorch_is_refused_before_building():
     assert "Building" not in result.stdout + result.stderr
 
 
-def configure(*options):
-    with tempfile.TemporaryDirectory() as build:
-        return subprocess.run(["cmake", "-S", str(ROOT), "-B", build, *options],
-                              capture_output=True, text=True, timeout=300)
+def configure(build, *options):
+    return subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), *options],
+                          capture_output=True, text=True, timeout=300)
 
 
-def test_runtime_only_build_needs_tests_off():
-    result = configure("-DTRAINRUN_BUILD_LAUNCHER=OFF")
+def test_runtime_only_build_needs_tests_off(tmp_path):
+    result = configure(tmp_path, "-DTRAINRUN_BUILD_LAUNCHER=OFF")
     assert result.returncode != 0
     assert "the tests and fuzz targets need the launcher" in result.stderr
 
 
-def test_runtime_only_configuration():
-    result = configure("-DTRAINRUN_BUILD_LAUNCHER=OFF", "-DTRAINRUN_BUILD_TESTS=OFF")
+def test_runtime_only_configuration(tmp_path):
+    result = configure(tmp_path, "-DTRAINRUN_BUILD_LAUNCHER=OFF", "-DTRAINRUN_BUILD_TESTS=OFF")
     assert result.returncode == 0, result.stderr
     assert "trainrun runtime: NCCL OFF, num_workers launching OFF" in result.stdout

@@ -6,7 +6,8 @@
 set -u
 python=$1 torchrun=$2 program=$3
 shift 3
-port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+tests=$(cd "$(dirname "$0")/.." && pwd)
+port=$(PYTHONPATH="$tests" "$python" -c 'from ports import free_port; print(free_port())')
 out=$("$python" "$torchrun" --nnodes=1 --nproc_per_node=2 --master_addr=127.0.0.1 \
   --master_port="$port" --monitor_interval=0.1 --no_python "$program" "$@" 2>&1)
 code=$?
