@@ -5,11 +5,13 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <exception>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <system_error>
+#include <type_traits>
 #include <trainrun/runtime/error_file.hpp>
 #include <trainrun/runtime/errors.hpp>
 #include <typeinfo>
@@ -81,10 +83,13 @@ namespace {
 
 // c10::Error::backtrace() is a string in LibTorch 1.x and a lazily formatted value (a shared
 // pointer to something with get()) from 2.2 on.
-std::string backtrace_text(const std::string& text) { return text; }
-template <typename Lazy>
-std::string backtrace_text(const Lazy& lazy) {
-  return lazy ? std::string(lazy->get()) : std::string();
+template <typename Backtrace>
+std::string backtrace_text(const Backtrace& backtrace) {
+  if constexpr (std::is_convertible_v<Backtrace, std::string>) {
+    return backtrace;
+  } else {
+    return backtrace ? std::string(backtrace->get()) : std::string();
+  }
 }
 
 }  // namespace
