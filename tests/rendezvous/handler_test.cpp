@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "socket_harness.hpp"
+#include "test_support.hpp"
 
 using namespace trainrun::rendezvous;
 using namespace trainrun::rendezvous::test;
@@ -14,11 +15,6 @@ using namespace std::chrono_literals;
 namespace asio = boost::asio;
 
 namespace {
-
-int free_port(asio::io_context& io) {
-  asio::ip::tcp::acceptor probe(io, asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
-  return probe.local_endpoint().port();
-}
 
 struct Node {
   std::unique_ptr<RendezvousHandler> handler;
@@ -59,7 +55,7 @@ RendezvousOptions held_port_options(const BoundNotListening& holder,
 
 TEST_CASE("the agent owning a local endpoint hosts it; the others connect", "[rendezvous]") {
   asio::io_context io;
-  RendezvousOptions o = two_node_options(free_port(io));
+  RendezvousOptions o = two_node_options(trainrun::test::free_port());
   Node a(io, o);
   a.handler->join({2, 31000});
   // The first agent binds the endpoint before the second one tries.
@@ -84,7 +80,7 @@ TEST_CASE("static backend: node 0 hosts, ranks are the given node ranks", "[rend
   asio::io_context io;
   RendezvousOptions o;
   o.static_backend = true;
-  o.endpoint = HostPort{"127.0.0.1", free_port(io)};
+  o.endpoint = HostPort{"127.0.0.1", trainrun::test::free_port()};
   o.credentials.run_id = "none";
   o.round.min_nodes = o.round.max_nodes = 2;
   o.round.static_master = MasterEndpoint{"127.0.0.1", 29555};
@@ -118,7 +114,7 @@ TEST_CASE("is_host=1 on a taken port fails with a clear message", "[rendezvous]"
 
 TEST_CASE("the waiting status is logged", "[rendezvous]") {
   asio::io_context io;
-  RendezvousOptions o = two_node_options(free_port(io));
+  RendezvousOptions o = two_node_options(trainrun::test::free_port());
   Node a(io, o);
   a.handler->join({1, 31000});
   REQUIRE(run_until(io, [&] {
@@ -132,7 +128,7 @@ TEST_CASE("the waiting status is logged", "[rendezvous]") {
 
 TEST_CASE("after the job ends the hosting agent's loop runs out of work at once", "[rendezvous]") {
   asio::io_context io;
-  RendezvousOptions o = two_node_options(free_port(io));
+  RendezvousOptions o = two_node_options(trainrun::test::free_port());
   Node a(io, o);
   a.handler->join({1, 31000});
   REQUIRE(run_until(io, [&] { return a.handler->hosting(); }));
@@ -187,7 +183,7 @@ TEST_CASE("is_host=0 never judges the port: a host may still come", "[rendezvous
 TEST_CASE("a stopped hosting agent ends the job for the others as a stopped node does",
           "[rendezvous]") {
   asio::io_context io;
-  RendezvousOptions o = two_node_options(free_port(io));
+  RendezvousOptions o = two_node_options(trainrun::test::free_port());
   o.is_host = true;
   Node host(io, o);
   host.handler->join({1, 31000});
