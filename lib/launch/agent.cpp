@@ -77,8 +77,9 @@ class Agent {
     job_.max_restarts = config_.max_restarts;
     job_.use_agent_store = false;
     job_.run_id = config_.standalone ? random_run_id() : config_.rdzv_id;
-    if (auto it = inherited_.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != inherited_.end())
-      prefix_template_ = it->second;
+    job_.signals_to_handle = config_.signals_to_handle;
+    job_.virtual_local_rank = config_.virtual_local_rank;
+    prefix_template_ = config_.log_line_prefix_template;
     // One node with the static backend needs nobody's agreement: no rendezvous at all.
     const bool use_rendezvous =
         !config_.standalone && (config_.max_nodes > 1 || config_.rdzv_backend != "static");
@@ -291,7 +292,7 @@ class Agent {
         ::unlink(error_file.c_str());
         w.envp = merge_environment(inherited_, worker_variables(topology_, job_, lr, error_file, inherited_));
         w.output = plan_output(config_, lr, rank_dir);
-        w.prefix = line_prefix(prefix_template_, config_.role, topology_.base_rank + lr, lr);
+        w.prefix = line_prefix(prefix_template_, config_.role, topology_.base_rank + lr, lr, host_);
         launches.push_back(std::move(w));
       }
       supervisor_.start(launches, [this](int lr, pid_t pid, ExitStatus st) { on_worker_exit(lr, pid, st); });
@@ -519,6 +520,7 @@ int run_agent(const LaunchConfig& config) {
   // What the command line left to the node: how many workers it has room for, and the program.
   LaunchConfig counted = config;
   counted.nproc_per_node = resolve_worker_count(config.nproc_per_node);
+  if (config.virtual_local_rank) check_virtual_local_rank(counted.nproc_per_node.number, env);
   const ResolvedEntry entry = resolve_entrypoint(counted, env);
   // Output to a closed pipe must not kill the launcher: it drops console output instead.
   ::signal(SIGPIPE, SIG_IGN);
