@@ -59,8 +59,7 @@ const std::vector<OptionSpec>& option_specs() {
       {"max-restarts", "", "0", "Supervision", "Restarts of the worker group after a failure"},
       {"monitor-interval", "", "0.1", "Supervision",
        "Accepted for compatibility; trainrun watches workers by events"},
-      {"shutdown-timeout", "", "30", "Supervision",
-       "Seconds between the stop signal and SIGKILL [else env TORCH_ELASTIC_SHUTDOWN_TIMEOUT]",
+      {"shutdown-timeout", "", "30", "Supervision", "Seconds between the stop signal and SIGKILL",
        false, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
       {"signals-to-handle", "", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2", "Supervision",
        "Signals forwarded to the workers (SIGUSR1/SIGUSR2 are forwarded without stopping)"},
@@ -81,9 +80,8 @@ const std::vector<OptionSpec>& option_specs() {
       {"numa-binding", "", "", "Entrypoint",
        "node, socket, exclusive or core-complex: accepted for compatibility (warns: no effect)"},
       {"log-line-prefix-template", "", "", "Output",
-       "Console prefix of tee'd lines: ${role_name}, ${rank}, ${local_rank}, ${hostname} "
-       "[else env TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE]",
-       false, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
+       "Console prefix of tee'd lines: ${role_name}, ${rank}, ${local_rank}, ${hostname}", false,
+       "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
       {"duplicate-stdout-filters", "", "", "Output",
        "Comma list (,, for a comma): tee'd stdout lines containing one are also written to "
        "attempt_<k>/filtered_stdout.log"},
@@ -189,7 +187,11 @@ void add_options(CLI::App& app, GivenValues& given) {
     std::string names = "--" + spec.dashed;
     if (spec.underscored() != spec.dashed) names += ",--" + spec.underscored();
     if (!spec.short_name.empty()) names = "-" + spec.short_name + "," + names;
-    std::string help = spec.help + " [env " + spec.pet_name() + "]";
+    std::string help = spec.help;
+    // --print-completion acts at once, as in torchrun: no variable can ask for it.
+    if (spec.group != "Help")
+      help += " [env " + spec.pet_name() +
+              (spec.fallback_env.empty() ? "" : ", then " + spec.fallback_env) + "]";
     CLI::Option* opt;
     if (spec.is_flag) {
       given.flags[spec.dashed] = false;
@@ -208,6 +210,7 @@ void add_options(CLI::App& app, GivenValues& given) {
 // Where an option is absent from the command line, PET_<NAME> supplies it.
 void apply_environment(const std::map<std::string, std::string>& env, GivenValues& given) {
   for (const auto& spec : option_specs()) {
+    if (spec.group == "Help") continue;
     const bool on_command_line = given.options.at(spec.dashed)->count() > 0;
     auto env_it = env.find(spec.pet_name());
     const bool from_env = !on_command_line && env_it != env.end();

@@ -16,13 +16,12 @@ namespace {
 // A log file that cannot be written (disk full, I/O error) costs the file, not the job: say so
 // once, on trainrun's stderr, and keep the console copy going. The reader is given only the
 // descriptor, so the name comes from /proc.
-void report_log_write_failure(int file_fd, int error) {
+void report_log_write_failure(int file_fd, int error, const char* consequence) {
   char path[4096];
   std::string link = "/proc/self/fd/" + std::to_string(file_fd);
   ssize_t n = ::readlink(link.c_str(), path, sizeof path - 1);
   std::string name = n > 0 ? std::string(path, static_cast<size_t>(n)) : "a log file";
-  say("cannot write " + name + ": " + std::strerror(error) +
-      "; the rest of this stream goes to the console only");
+  say("cannot write " + name + ": " + std::strerror(error) + "; " + consequence);
 }
 
 }  // namespace
@@ -104,7 +103,8 @@ void TeeReader::resume() {
 void TeeReader::on_read(const char* data, size_t n) {
   if (file_ok_ && file_fd_ >= 0) {
     file_ok_ = write_all(file_fd_, data, n);
-    if (!file_ok_) report_log_write_failure(file_fd_, errno);
+    if (!file_ok_)
+      report_log_write_failure(file_fd_, errno, "the rest of this stream goes to the console only");
   }
   if (!console_->closed()) {
     lines_.clear();
@@ -123,7 +123,8 @@ void TeeReader::write_duplicate() {
   if (duplicate_lines_.empty() || !duplicate_file_->ok) return;
   duplicate_file_->ok =
       write_all(duplicate_file_->fd, duplicate_lines_.data(), duplicate_lines_.size());
-  if (!duplicate_file_->ok) report_log_write_failure(duplicate_file_->fd, errno);
+  if (!duplicate_file_->ok)
+    report_log_write_failure(duplicate_file_->fd, errno, "no more lines are duplicated there");
 }
 
 void TeeReader::read_more() {
