@@ -20,7 +20,8 @@ std::pair<std::string, std::optional<std::vector<std::string>>> visible_gpus(
     const std::map<std::string, std::string>& inherited) {
   for (const char* name : {"HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}) {
     auto it = inherited.find(name);
-    if (it == inherited.end() || (it->second.empty() && name[0] == 'H')) continue;
+    const bool hip = std::string(name) == "HIP_VISIBLE_DEVICES";
+    if (it == inherited.end() || (hip && it->second.empty())) continue;  // torchrun: "" is unset
     std::vector<std::string> ids;
     std::stringstream items(it->second);
     for (std::string id; std::getline(items, id, ',');) ids.push_back(id);
