@@ -154,7 +154,8 @@ SHORT = {"-r": "--redirects", "-t": "--tee"}
 def parse_help(text):
     """{spelling: value placeholder or None for a flag} for every option in argparse's help."""
     options = {}
-    section = text.split("\noptions:\n", 1)[1]
+    # argparse names the section "options:" since Python 3.10, "optional arguments:" before.
+    section = re.split(r"\n(?:options|optional arguments):\n", text, maxsplit=1)[1]
     for line in section.splitlines():
         m = re.match(r"^  (-\S.*?)(?:\s{2,}\S.*)?$", line)
         if not m:
