@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
       std::fputs(outcome.help_text->c_str(), stdout);
       return 0;
     }
+    for (const auto& warning : outcome.warnings) launch::say(warning);
     return launch::run_agent(outcome.config);
   } catch (const launch::LaunchError& e) {
     launch::say(e.what());

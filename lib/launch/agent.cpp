@@ -51,7 +51,8 @@ class Agent {
       : config_(config),
         program_(std::move(program)),
         watchdog_(watchdog),
-        policy_(config, host_name()) {}
+        host_(host_name()),
+        policy_(config, host_) {}
 
   int run() {
     const int code = run_job();
@@ -163,7 +164,7 @@ class Agent {
         const std::string rank_dir = logs_.make_rank_dir(attempt_, lr);
         ::unlink(error_file_in(rank_dir).c_str());
         launches.push_back(
-            worker_launch(config_, program_, a.topology, job_, lr, rank_dir, inherited_));
+            worker_launch(config_, program_, a.topology, job_, lr, rank_dir, host_, inherited_));
       }
       supervisor_.start(launches,
                         [this](int lr, pid_t pid, ExitStatus st) { on_worker_exit(lr, pid, st); });
@@ -214,6 +215,7 @@ class Agent {
   asio::signal_set signals_{io_};
   asio::steady_timer grace_timer_{io_};
   std::map<std::string, std::string> inherited_ = current_environment();
+  std::string host_;
   JobSettings job_;
   LogDir logs_;
   std::optional<HeldPort> port_;
@@ -231,6 +233,7 @@ int run_agent(const LaunchConfig& config) {
   // What the command line left to the node: how many workers it has room for, and the program.
   LaunchConfig counted = config;
   counted.nproc_per_node = resolve_worker_count(config.nproc_per_node);
+  if (config.virtual_local_rank) check_virtual_local_rank(counted.nproc_per_node.number, env);
   const ResolvedEntry entry = resolve_entrypoint(counted, env);
   // Output to a closed pipe must not kill the launcher: it drops console output instead.
   ::signal(SIGPIPE, SIG_IGN);

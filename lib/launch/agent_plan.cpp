@@ -31,6 +31,8 @@ JobSettings job_settings(const LaunchConfig& config, const std::string& run_id) 
   job.run_id = run_id;
   job.max_restarts = config.max_restarts;
   job.use_agent_store = false;
+  job.signals_to_handle = config.signals_to_handle;
+  job.virtual_local_rank = config.virtual_local_rank;
   return job;
 }
 
@@ -38,11 +40,8 @@ std::string error_file_in(const std::string& rank_dir) { return rank_dir + "/err
 
 WorkerLaunch worker_launch(const LaunchConfig& config, const std::string& program,
                            const Topology& topology, const JobSettings& job, int local_rank,
-                           const std::string& rank_dir,
+                           const std::string& rank_dir, const std::string& host,
                            const std::map<std::string, std::string>& inherited) {
-  std::optional<std::string> prefix_template;
-  if (auto it = inherited.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != inherited.end())
-    prefix_template = it->second;
   const std::vector<std::string> argv = config.worker_argv();
   WorkerLaunch w;
   w.local_rank = local_rank;
@@ -53,7 +52,8 @@ WorkerLaunch worker_launch(const LaunchConfig& config, const std::string& progra
   w.envp = merge_environment(
       inherited, worker_variables(topology, job, local_rank, error_file_in(rank_dir), inherited));
   w.output = plan_output(config, local_rank, rank_dir);
-  w.prefix = line_prefix(prefix_template, config.role, topology.base_rank + local_rank, local_rank);
+  w.prefix = line_prefix(config.log_line_prefix_template, config.role,
+                         topology.base_rank + local_rank, local_rank, host);
   return w;
 }
 

@@ -28,11 +28,11 @@ JobSettings job_settings(const LaunchConfig& config, const std::string& run_id);
 
 // Everything needed to start worker `local_rank` of an attempt whose rank directory is
 // `rank_dir`: `program` with the configured arguments (${local_rank} expanded), torchrun's
-// environment on top of `inherited`, the output plan and the console prefix
-// (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE in `inherited`). Creates nothing.
+// environment on top of `inherited`, the output plan and the console prefix (the configured
+// template, ${hostname} being `host`). Creates nothing.
 WorkerLaunch worker_launch(const LaunchConfig& config, const std::string& program,
                            const Topology& topology, const JobSettings& job, int local_rank,
-                           const std::string& rank_dir,
+                           const std::string& rank_dir, const std::string& host,
                            const std::map<std::string, std::string>& inherited);
 
 // The worker's TORCHELASTIC_ERROR_FILE in its rank directory.

@@ -25,6 +25,8 @@ struct OptionSpec {
   std::string group;
   std::string help;
   bool is_flag = false;
+  // Read where neither the command line nor PET_<NAME> gives a value, as torchrun does.
+  std::string fallback_env = {};
 
   std::string underscored() const {
     std::string s = dashed;
@@ -41,7 +43,8 @@ struct OptionSpec {
 const std::vector<OptionSpec>& option_specs() {
   static const std::vector<OptionSpec> specs = {
       {"nnodes", "", "1:1", "Topology", "Number of nodes, N or MIN:MAX (elastic)"},
-      {"nproc-per-node", "", "1", "Topology", "Workers per node: an integer, cpu, gpu or auto"},
+      {"nproc-per-node", "", "1", "Topology",
+       "Workers per node: an integer, cpu, gpu, xpu or auto"},
       {"node-rank", "", "0", "Topology", "This node's rank (static rendezvous)"},
       {"standalone", "", "0", "Topology",
        "Single-node job with its own rendezvous on a free local port", true},
@@ -57,7 +60,8 @@ const std::vector<OptionSpec>& option_specs() {
       {"max-restarts", "", "0", "Supervision", "Restarts of the worker group after a failure"},
       {"monitor-interval", "", "0.1", "Supervision",
        "Accepted for compatibility; trainrun watches workers by events"},
-      {"shutdown-timeout", "", "30", "Supervision", "Seconds between the stop signal and SIGKILL"},
+      {"shutdown-timeout", "", "30", "Supervision", "Seconds between the stop signal and SIGKILL",
+       false, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
       {"signals-to-handle", "", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2", "Supervision",
        "Signals forwarded to the workers (SIGUSR1/SIGUSR2 are forwarded without stopping)"},
       {"role", "", "default", "Supervision", "Role name for ROLE_NAME and the output prefix"},
@@ -69,12 +73,27 @@ const std::vector<OptionSpec>& option_specs() {
       {"tee", "t", "0", "Output", "Streams to log files and the console, same values"},
       {"local-ranks-filter", "", "", "Output",
        "Comma list of local ranks whose output reaches the console"},
-      {"logs-specs", "", "", "Output", "Accepted for compatibility"},
+      {"logs-specs", "", "", "Output", "Accepted for compatibility (warns: no effect)"},
       {"module", "m", "0", "Entrypoint", "Run ENTRYPOINT as a Python module (python -m)", true},
       {"no-python", "", "0", "Entrypoint", "Execute ENTRYPOINT directly, not through Python", true},
       {"run-path", "", "0", "Entrypoint", "Run a Python script through runpy (as the default)",
        true},
-      {"numa-binding", "", "", "Entrypoint", "Accepted for compatibility"},
+      {"numa-binding", "", "", "Entrypoint",
+       "node, socket, exclusive or core-complex: accepted for compatibility (warns: no effect)"},
+      {"log-line-prefix-template", "", "", "Output",
+       "Console prefix of tee'd lines: ${role_name}, ${rank}, ${local_rank}, ${hostname}", false,
+       "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
+      {"duplicate-stdout-filters", "", "", "Output",
+       "Comma list (,, for a comma): tee'd stdout lines containing one are also written to "
+       "attempt_<k>/filtered_stdout.log"},
+      {"duplicate-stderr-filters", "", "", "Output",
+       "The same for stderr, into attempt_<k>/filtered_stderr.log"},
+      {"virtual-local-rank", "", "0", "Topology",
+       "Every worker gets LOCAL_RANK=0 and its own GPU as the only one in CUDA_VISIBLE_DEVICES",
+       true},
+      {"event-log-handler", "", "null", "Supervision",
+       "null, console or dynamic_rendezvous: accepted (warns unless null: no events recorded)"},
+      {"print-completion", "", "", "Help", "Print a bash, zsh or tcsh completion script and exit"},
   };
   return specs;
 }
@@ -130,14 +149,18 @@ std::vector<std::string> split(const std::string& s, char sep) {
 WorkerCount parse_worker_count(const std::string& value, const std::string& what) {
   WorkerCount count;
   count.source = what;
-  if (value == "cpu" || value == "gpu" || value == "auto") {
-    count.kind = value == "cpu"   ? WorkerCount::Kind::cpu
-                 : value == "gpu" ? WorkerCount::Kind::gpu
-                                  : WorkerCount::Kind::automatic;
+  static const std::map<std::string, WorkerCount::Kind> words = {
+      {"cpu", WorkerCount::Kind::cpu},
+      {"gpu", WorkerCount::Kind::gpu},
+      {"xpu", WorkerCount::Kind::xpu},
+      {"auto", WorkerCount::Kind::automatic}};
+  if (auto it = words.find(value); it != words.end()) {
+    count.kind = it->second;
     return count;
   }
-  count.number = parse_int(value, what, "a positive integer, cpu, gpu or auto");
-  if (count.number <= 0) fail(fmt::format("{}: must be at least 1, or cpu, gpu or auto", what));
+  count.number = parse_int(value, what, "a positive integer, cpu, gpu, xpu or auto");
+  if (count.number <= 0)
+    fail(fmt::format("{}: must be at least 1, or cpu, gpu, xpu or auto", what));
   return count;
 }
 
@@ -165,7 +188,11 @@ void add_options(CLI::App& app, GivenValues& given) {
     std::string names = "--" + spec.dashed;
     if (spec.underscored() != spec.dashed) names += ",--" + spec.underscored();
     if (!spec.short_name.empty()) names = "-" + spec.short_name + "," + names;
-    std::string help = spec.help + " [env " + spec.pet_name() + "]";
+    std::string help = spec.help;
+    // --print-completion acts at once, as in torchrun: no variable can ask for it.
+    if (spec.group != "Help")
+      help += " [env " + spec.pet_name() +
+              (spec.fallback_env.empty() ? "" : ", then " + spec.fallback_env) + "]";
     CLI::Option* opt;
     if (spec.is_flag) {
       given.flags[spec.dashed] = false;
@@ -184,6 +211,7 @@ void add_options(CLI::App& app, GivenValues& given) {
 // Where an option is absent from the command line, PET_<NAME> supplies it.
 void apply_environment(const std::map<std::string, std::string>& env, GivenValues& given) {
   for (const auto& spec : option_specs()) {
+    if (spec.group == "Help") continue;
     const bool on_command_line = given.options.at(spec.dashed)->count() > 0;
     auto env_it = env.find(spec.pet_name());
     const bool from_env = !on_command_line && env_it != env.end();
@@ -193,9 +221,13 @@ void apply_environment(const std::map<std::string, std::string>& env, GivenValue
             parse_flag_env(env_it->second, spec.pet_name() + "=" + env_it->second);
       continue;
     }
+    auto fallback_it = spec.fallback_env.empty() ? env.end() : env.find(spec.fallback_env);
     if (from_env) {
       given.values[spec.dashed] = env_it->second;
       given.source[spec.dashed] = spec.pet_name() + "=" + env_it->second;
+    } else if (!on_command_line && fallback_it != env.end()) {
+      given.values[spec.dashed] = fallback_it->second;
+      given.source[spec.dashed] = spec.fallback_env + "=" + fallback_it->second;
     } else {
       given.source[spec.dashed] = "--" + spec.dashed + "=" + given.values[spec.dashed];
     }
@@ -204,6 +236,7 @@ void apply_environment(const std::map<std::string, std::string>& env, GivenValue
 
 void read_topology(const GivenValues& g, LaunchConfig& c) {
   std::tie(c.min_nodes, c.max_nodes) = parse_nnodes(g.value("nnodes"), g.named("nnodes"));
+  c.virtual_local_rank = g.flag("virtual-local-rank");
   c.nproc_per_node = parse_worker_count(g.value("nproc-per-node"), g.named("nproc-per-node"));
   c.node_rank = parse_int(g.value("node-rank"), g.named("node-rank"), "an integer >= 0");
   if (c.node_rank < 0) fail(fmt::format("{}: must be >= 0", g.named("node-rank")));
@@ -240,6 +273,12 @@ void read_supervision(const GivenValues& g, LaunchConfig& c) {
   const std::string& start_method = g.value("start-method");
   if (start_method != "spawn" && start_method != "fork" && start_method != "forkserver")
     fail(fmt::format("{}: use spawn, fork or forkserver", g.named("start-method")));
+  // The handlers torchrun registers; a name it does not know fails there too.
+  c.event_log_handler = g.value("event-log-handler");
+  static const std::set<std::string> handlers = {"null", "console", "dynamic_rendezvous"};
+  if (!handlers.count(c.event_log_handler))
+    fail(fmt::format("{}: unknown event log handler; use null, console or dynamic_rendezvous",
+                     g.named("event-log-handler")));
 }
 
 void read_output(const GivenValues& g, LaunchConfig& c) {
@@ -249,10 +288,42 @@ void read_output(const GivenValues& g, LaunchConfig& c) {
   if (!trim(g.value("local-ranks-filter")).empty())
     c.local_ranks_filter =
         parse_rank_list(g.value("local-ranks-filter"), g.named("local-ranks-filter"));
+  // An empty template means the default prefix, as in torchrun.
+  if (!g.value("log-line-prefix-template").empty())
+    c.log_line_prefix_template = g.value("log-line-prefix-template");
+  c.duplicate_stdout_filters = parse_filter_list(g.value("duplicate-stdout-filters"));
+  c.duplicate_stderr_filters = parse_filter_list(g.value("duplicate-stderr-filters"));
+}
+
+// Options trainrun accepts for torchrun's sake and checks, but that change nothing here.
+void read_ignored(const GivenValues& g, LaunchConfig& c) {
+  c.numa_binding = g.value("numa-binding");
+  static const std::set<std::string> numa_modes = {"node", "socket", "exclusive", "core-complex"};
+  if (!c.numa_binding.empty() && !numa_modes.count(c.numa_binding))
+    fail(fmt::format("{}: use node, socket, exclusive or core-complex", g.named("numa-binding")));
+}
+
+std::vector<std::string> ignored_option_warnings(const GivenValues& g, const LaunchConfig& c) {
+  std::vector<std::string> out;
+  if (c.event_log_handler != "null")
+    out.push_back(
+        fmt::format("warning: {} is accepted but ignored: trainrun records no elastic events",
+                    g.named("event-log-handler")));
+  if (!c.numa_binding.empty())
+    out.push_back(fmt::format(
+        "warning: {} is accepted but ignored: trainrun does not bind workers to NUMA nodes",
+        g.named("numa-binding")));
+  if (!g.value("logs-specs").empty())
+    out.push_back(fmt::format(
+        "warning: {} is accepted but ignored: trainrun has no pluggable log specs; logs follow "
+        "--log-dir, --redirects and --tee",
+        g.named("logs-specs")));
+  return out;
 }
 
 // SIGUSR1, SIGUSR2 and SIGCONT are only passed on to the workers; the others stop the job.
 void read_signals(const GivenValues& g, LaunchConfig& c) {
+  c.signals_to_handle = g.value("signals-to-handle");
   for (const auto& name : split(g.value("signals-to-handle"), ',')) {
     if (trim(name).empty()) continue;
     int sig = parse_signal_name(name, g.named("signals-to-handle"));
@@ -269,12 +340,15 @@ void read_entrypoint(const GivenValues& g, const std::vector<std::string>& rest,
   c.no_python = g.flag("no-python");
   if (c.module && c.no_python)
     fail("-m/--module and --no-python cannot be used together: a module needs Python");
-  if (rest.empty())
+  // "--" ends the options: what follows is the entrypoint, even one that starts with "-".
+  const bool after_dashes = !rest.empty() && rest[0] == "--";
+  const size_t entry = after_dashes ? 1 : 0;
+  if (rest.size() <= entry)
     fail("no entrypoint given: trainrun [OPTIONS] ENTRYPOINT [ARGS...] (see trainrun --help)");
-  if (rest[0].size() > 1 && rest[0][0] == '-')
+  if (!after_dashes && rest[0].size() > 1 && rest[0][0] == '-')
     fail(fmt::format("unknown option {} (see trainrun --help)", rest[0]));
-  c.entrypoint = rest[0];
-  c.entry_args.assign(rest.begin() + 1, rest.end());
+  c.entrypoint = rest[entry];
+  c.entry_args.assign(rest.begin() + static_cast<std::ptrdiff_t>(entry) + 1, rest.end());
 
   auto py = env.find("PYTHON_EXEC");
   c.python_exec = (py != env.end() && !py->second.empty()) ? py->second : "python3";
@@ -380,6 +454,43 @@ int parse_signal_name(const std::string& name, const std::string& what) {
                   what, name));
 }
 
+std::vector<std::string> parse_filter_list(const std::string& value) {
+  std::vector<std::string> items;
+  std::string item;
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] != ',') {
+      item += value[i];
+    } else if (i + 1 < value.size() && value[i + 1] == ',') {
+      item += ',';  // torchrun's escape, read left to right: ",,," is a comma, then a separator
+      ++i;
+    } else {
+      if (!item.empty()) items.push_back(item);
+      item.clear();
+    }
+  }
+  if (!item.empty()) items.push_back(item);
+  return items;
+}
+
+std::string completion_script(const std::string& shell, const std::string& what) {
+  std::string words = "-h --help --version -m -r -t";
+  for (const auto& spec : option_specs()) {
+    words += " --" + spec.dashed;
+    if (spec.underscored() != spec.dashed) words += " --" + spec.underscored();
+  }
+  if (shell == "bash")
+    return "# bash completion for trainrun\ncomplete -o default -W \"" + words + "\" trainrun\n";
+  if (shell == "zsh")
+    return "#compdef trainrun\nif [[ $words[CURRENT] == -* ]]; then\n  compadd -- " + words +
+           "\nelse\n  _files\nfi\n";
+  if (shell == "tcsh") {
+    std::string bare;  // tcsh completes the word after the "--" it matched
+    for (const auto& spec : option_specs()) bare += (bare.empty() ? "" : " ") + spec.dashed;
+    return "complete trainrun 'c/--/(" + bare + ")/' 'p/*/f/'\n";
+  }
+  fail(fmt::format("{}: use bash, zsh or tcsh", what));
+}
+
 std::string expand_local_rank(const std::string& arg, int local_rank) {
   std::string out;
   const std::string rank = std::to_string(local_rank);
@@ -434,16 +545,21 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   try {
     app.parse(reversed);
   } catch (const CLI::CallForHelp&) {
-    return {LaunchConfig{}, app.help()};
+    return {LaunchConfig{}, app.help(), {}};
   } catch (const CLI::CallForAllHelp&) {
-    return {LaunchConfig{}, app.help("", CLI::AppFormatMode::All)};
+    return {LaunchConfig{}, app.help("", CLI::AppFormatMode::All), {}};
   } catch (const CLI::CallForVersion& e) {
-    return {LaunchConfig{}, std::string(e.what()) + "\n"};
+    return {LaunchConfig{}, std::string(e.what()) + "\n", {}};
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     fail(fmt::format("{} (see trainrun --help)", msg));
   }
   apply_environment(env, given);
+  if (given.options.at("print-completion")->count() > 0)
+    return {LaunchConfig{},
+            completion_script(given.value("print-completion"),
+                              "--print-completion=" + given.value("print-completion")),
+            {}};
 
   // In this order, so that of several bad values the same one is reported first as always.
   LaunchConfig c;
@@ -452,6 +568,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   read_supervision(given, c);
   read_output(given, c);
   read_signals(given, c);
+  read_ignored(given, c);
   read_entrypoint(given, app.remaining(), env, c);
 
   if (c.standalone) {
@@ -459,7 +576,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
     c.rdzv_backend = "c10d";
     c.rdzv_endpoint = "localhost:0";
   }
-  return {c, std::nullopt};
+  return {c, std::nullopt, ignored_option_warnings(given, c)};
 }
 
 }  // namespace trainrun::launch

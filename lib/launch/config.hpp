@@ -23,10 +23,10 @@ struct StdSpec {
 enum class EntryMode { python_script, python_module, executable };
 
 // --nproc-per-node as given: a number, or a word that asks the node how many it can run (cpu,
-// gpu, auto). Parsing keeps the word, so that reading a command line never asks the machine;
+// gpu, xpu, auto). Parsing keeps the word, so that reading a command line never asks the machine;
 // the agent counts when it starts (resolve_worker_count in worker_count.hpp).
 struct WorkerCount {
-  enum class Kind { number, cpu, gpu, automatic };
+  enum class Kind { number, cpu, gpu, xpu, automatic };
   Kind kind = Kind::number;
   int number = 1;      // the count, when kind is number
   std::string source;  // how it was given ("--nproc-per-node=gpu"), to name it in an error
@@ -62,6 +62,15 @@ struct LaunchConfig {
   double shutdown_timeout = 30.0;
   std::vector<int> stop_signals;     // stop the job, forwarded to workers first
   std::vector<int> forward_signals;  // forwarded only (SIGUSR1, SIGUSR2)
+  std::string signals_to_handle;     // as given: workers see it in TORCHELASTIC_SIGNALS_TO_HANDLE
+  // --log-line-prefix-template, else TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; none: "[role0]:".
+  std::optional<std::string> log_line_prefix_template;
+  // Tee'd console lines containing any of these are also written to filtered_std{out,err}.log.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  bool virtual_local_rank = false;         // LOCAL_RANK=0, one GPU per worker
+  std::string event_log_handler = "null";  // accepted; trainrun records no elastic events
+  std::string numa_binding;                // accepted; trainrun binds nothing
 
   EntryMode entry_mode = EntryMode::executable;
   std::string python_exec = "python3";  // $PYTHON_EXEC, for scripts and modules
@@ -76,9 +85,11 @@ struct LaunchConfig {
 // nothing else (no file, no other variable, no program), so it is fuzzed and tested as a function.
 // Throws UsageError with a one-line reason on bad input. `--help`/`--version` are reported
 // through `help_text` (then the returned config is meaningless and main exits 0).
+// `warnings` name the options that were accepted but change nothing here; main prints them.
 struct ParseOutcome {
   LaunchConfig config;
   std::optional<std::string> help_text;
+  std::vector<std::string> warnings;
 };
 ParseOutcome parse_command_line(const std::vector<std::string>& args,
                                 const std::map<std::string, std::string>& env);
@@ -90,6 +101,12 @@ std::map<std::string, std::string> parse_rdzv_conf(const std::string& value,
                                                    const std::string& what);
 std::vector<int> parse_rank_list(const std::string& value, const std::string& what);
 int parse_signal_name(const std::string& name, const std::string& what);
+// torchrun's --duplicate-std*-filters list: comma-separated, ",," is a literal comma. Empty
+// items are dropped: an empty list duplicates nothing.
+std::vector<std::string> parse_filter_list(const std::string& value);
+// A shell completion script for trainrun's options (bash, zsh or tcsh); throws UsageError naming
+// `what` for another shell.
+std::string completion_script(const std::string& shell, const std::string& what);
 
 // "${local_rank}" and "$local_rank" become the rank; "$$" becomes "$".
 std::string expand_local_rank(const std::string& arg, int local_rank);

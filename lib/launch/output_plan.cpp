@@ -14,23 +14,31 @@ OutputPlan plan_output(const LaunchConfig& config, int local_rank, const std::st
     const auto& f = *config.local_ranks_filter;
     console_allowed = std::find(f.begin(), f.end(), local_rank) != f.end();
   }
-  auto decide = [&](int bit, const char* name) {
+  const std::string attempt_dir = rank_dir.substr(0, rank_dir.find_last_of('/'));
+  auto decide = [&](int bit, const char* name, const std::vector<std::string>& filters) {
     StreamPlan p;
     const bool to_file = (redirect & bit) || (tee & bit) || !console_allowed;
     if (!to_file) return p;
-    p.file = rank_dir + "/" + name;
+    p.file = rank_dir + "/" + name + ".log";
     p.route = ((tee & bit) && console_allowed) ? StreamRoute::tee : StreamRoute::file;
+    // As in torchrun, only what is tee'd to the console is duplicated.
+    if (p.route == StreamRoute::tee && !filters.empty()) {
+      p.duplicate_file = attempt_dir + "/filtered_" + name + ".log";
+      p.filters = filters;
+    }
     return p;
   };
-  return {decide(1, "stdout.log"), decide(2, "stderr.log")};
+  return {decide(1, "stdout", config.duplicate_stdout_filters),
+          decide(2, "stderr", config.duplicate_stderr_filters)};
 }
 
 std::string line_prefix(const std::optional<std::string>& templ, const std::string& role, int rank,
-                        int local_rank) {
+                        int local_rank, const std::string& hostname) {
   if (!templ) return "[" + role + std::to_string(local_rank) + "]:";
   const std::pair<const char*, std::string> names[] = {{"role_name", role},
                                                        {"rank", std::to_string(rank)},
-                                                       {"local_rank", std::to_string(local_rank)}};
+                                                       {"local_rank", std::to_string(local_rank)},
+                                                       {"hostname", hostname}};
   const std::string& t = *templ;
   std::string out;
   for (size_t i = 0; i < t.size();) {

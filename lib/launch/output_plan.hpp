@@ -2,6 +2,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "config.hpp"
 
@@ -17,6 +18,10 @@ enum class StreamRoute {
 struct StreamPlan {
   StreamRoute route = StreamRoute::inherit;
   std::string file;  // log file path for file and tee
+  // tee only, with --duplicate-std*-filters: console lines containing one of `filters` are also
+  // appended, prefixed, to `duplicate_file` (shared by the attempt's workers).
+  std::string duplicate_file;
+  std::vector<std::string> filters;
 };
 
 struct OutputPlan {
@@ -26,11 +31,14 @@ struct OutputPlan {
 
 // Decides the routes of one worker's streams from --redirects, --tee and --local-ranks-filter.
 // A rank outside the filter never reaches the console, so its output goes to its log files.
+// Tee'd streams matched by --duplicate-std*-filters are duplicated into
+// <attempt dir>/filtered_std{out,err}.log, the attempt dir being `rank_dir`'s parent.
 OutputPlan plan_output(const LaunchConfig& config, int local_rank, const std::string& rank_dir);
 
-// The console prefix: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE with ${role_name}, ${rank} and
-// ${local_rank} (also $name; $$ is $; other names stay as written), or "[<role><local_rank>]:".
+// The console prefix: --log-line-prefix-template (or TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE) with
+// ${role_name}, ${rank}, ${local_rank} and ${hostname} (also $name; $$ is $; other names stay as
+// written), or "[<role><local_rank>]:".
 std::string line_prefix(const std::optional<std::string>& templ, const std::string& role, int rank,
-                        int local_rank);
+                        int local_rank, const std::string& hostname = "");
 
 }  // namespace trainrun::launch

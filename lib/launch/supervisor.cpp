@@ -129,6 +129,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
   open_readers_ = 0;
   ++generation_;  // readers of an earlier group, given up on, must not count against this one
   readers_.clear();
+  duplicate_files_.clear();
   const pid_t parent = getpid();
   // Every worker is forked before we wait for any exec to succeed, so a large group starts in
   // one pass. Each child reports a failed exec through its close-on-exec pipe.
@@ -140,7 +141,10 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
   };
   for (const auto& w : launches) {
     StreamFds out, err;
+    Duplicate out_duplicate, err_duplicate;
     try {
+      out_duplicate = duplicate_for(w.output.out);
+      err_duplicate = duplicate_for(w.output.err);
       out = open_stream(w.output.out);
       err = open_stream(w.output.err);
     } catch (const SpawnError& e) {
@@ -172,8 +176,10 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     } else {
       close_fd(report[0]);
     }
-    for (auto [fds, console] : {std::pair{out, &out_}, std::pair{err, &err_}})
-      if (fds.keep_pipe >= 0) tee(fds.keep_pipe, fds.keep_file, *console, w.prefix);
+    if (out.keep_pipe >= 0)
+      tee(out.keep_pipe, out.keep_file, out_, w.prefix, std::move(out_duplicate));
+    if (err.keep_pipe >= 0)
+      tee(err.keep_pipe, err.keep_file, err_, w.prefix, std::move(err_duplicate));
     if (pid <= 0)
       fail(fmt::format("cannot start worker {}: {}", w.local_rank, std::strerror(error)));
   }
@@ -186,8 +192,24 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
   }
 }
 
-void Supervisor::tee(int pipe_fd, int file_fd, Console& console, const std::string& prefix) {
-  auto reader = std::make_shared<TeeReader>(io_, pipe_fd, file_fd, &console, prefix);
+Duplicate Supervisor::duplicate_for(const StreamPlan& plan) {
+  if (plan.duplicate_file.empty()) return {};
+  auto& file = duplicate_files_[plan.duplicate_file];
+  if (!file) {
+    const int fd = ::open(plan.duplicate_file.c_str(),
+                          O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0)
+      throw SpawnError(
+          fmt::format("cannot open log file {}: {}", plan.duplicate_file, std::strerror(errno)));
+    file = std::make_shared<SharedLogFile>(fd);
+  }
+  return {file, plan.filters};
+}
+
+void Supervisor::tee(int pipe_fd, int file_fd, Console& console, const std::string& prefix,
+                     Duplicate duplicate) {
+  auto reader =
+      std::make_shared<TeeReader>(io_, pipe_fd, file_fd, &console, prefix, std::move(duplicate));
   ++open_readers_;
   readers_.push_back(reader);
   reader->start([this, generation = generation_] {

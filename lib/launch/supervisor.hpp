@@ -5,6 +5,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,7 +58,10 @@ class Supervisor {
     bool running = false;
   };
   // Copies a worker stream's pipe to its log file and `console`; counted in open_readers_.
-  void tee(int pipe_fd, int file_fd, Console& console, const std::string& prefix);
+  void tee(int pipe_fd, int file_fd, Console& console, const std::string& prefix,
+           Duplicate duplicate);
+  // The attempt's file for lines duplicated by --duplicate-std*-filters, opened (emptied) once.
+  Duplicate duplicate_for(const StreamPlan& plan);
   bool leftovers(bool signal, int sig);
   void finish_step();
 
@@ -72,6 +76,7 @@ class Supervisor {
   // then no longer counts.
   unsigned generation_ = 0;
   std::vector<std::weak_ptr<TeeReader>> readers_;
+  std::map<std::string, std::shared_ptr<SharedLogFile>> duplicate_files_;  // of this start()
   boost::asio::steady_timer finish_timer_;
   std::chrono::steady_clock::time_point finish_deadline_;
   bool finish_killed_ = false;

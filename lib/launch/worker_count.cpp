@@ -5,9 +5,13 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 
 namespace trainrun::launch {
@@ -48,6 +52,12 @@ int count_nvidia_gpus() {
   return devices;
 }
 
+// ZE_AFFINITY_MASK narrows Level Zero's devices as CUDA_VISIBLE_DEVICES does CUDA's.
+int count_visible_xpus() {
+  const char* mask = std::getenv("ZE_AFFINITY_MASK");
+  return count_intel_xpus("/sys/class/drm", mask ? std::optional<std::string>(mask) : std::nullopt);
+}
+
 int count_usable_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -60,6 +70,26 @@ int count_usable_cpus() {
 }
 
 }  // namespace
+
+int count_intel_xpus(const std::string& drm_dir, const std::optional<std::string>& affinity_mask) {
+  int devices = 0;
+  if (DIR* dir = opendir(drm_dir.c_str())) {
+    while (dirent* e = readdir(dir)) {
+      if (std::strncmp(e->d_name, "renderD", 7) != 0) continue;
+      std::ifstream vendor(drm_dir + "/" + e->d_name + "/device/vendor");
+      std::string id;
+      if (vendor >> id && (id == "0x8086" || id == "0X8086")) ++devices;
+    }
+    closedir(dir);
+  }
+  if (!affinity_mask || affinity_mask->empty() || devices == 0) return devices;
+  // Sub-devices ("0.1") count as the device they belong to.
+  std::set<std::string> listed;
+  std::stringstream items(*affinity_mask);
+  for (std::string item; std::getline(items, item, ',');)
+    if (!item.empty()) listed.insert(item.substr(0, item.find('.')));
+  return std::min(devices, static_cast<int>(listed.size()));
+}
 
 int resolve_worker_count(const WorkerCount& count) {
   switch (count.kind) {
@@ -74,9 +104,19 @@ int resolve_worker_count(const WorkerCount& count) {
                                      count.source));
       return gpus;
     }
+    case WorkerCount::Kind::xpu: {
+      const int xpus = count_visible_xpus();
+      if (xpus <= 0)
+        throw UsageError(fmt::format(
+            "{}: no Intel XPU found on this node; use an integer, cpu or gpu", count.source));
+      return xpus;
+    }
     case WorkerCount::Kind::automatic: {
+      // The accelerator the node has, as torch.accelerator picks it; else the CPUs.
       const int gpus = count_nvidia_gpus();
-      return gpus > 0 ? gpus : count_usable_cpus();
+      if (gpus > 0) return gpus;
+      const int xpus = count_visible_xpus();
+      return xpus > 0 ? xpus : count_usable_cpus();
     }
   }
   return count.number;

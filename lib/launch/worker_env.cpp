@@ -1,10 +1,63 @@
 #include "worker_env.hpp"
 
+#include <fmt/format.h>
 #include <unistd.h>
+
+#include <optional>
+#include <sstream>
+#include <utility>
+
+#include "errors.hpp"
 
 extern char** environ;
 
 namespace trainrun::launch {
+
+namespace {
+
+// The variable that says which GPUs the launcher sees, and its list: HIP's wins on ROCm.
+std::pair<std::string, std::optional<std::vector<std::string>>> visible_gpus(
+    const std::map<std::string, std::string>& inherited) {
+  for (const char* name : {"HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}) {
+    auto it = inherited.find(name);
+    const bool hip = std::string(name) == "HIP_VISIBLE_DEVICES";
+    if (it == inherited.end() || (hip && it->second.empty())) continue;  // torchrun: "" is unset
+    std::vector<std::string> ids;
+    std::stringstream items(it->second);
+    for (std::string id; std::getline(items, id, ',');) ids.push_back(id);
+    return {name, ids};
+  }
+  return {"CUDA_VISIBLE_DEVICES", std::nullopt};
+}
+
+std::string trimmed(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+// torchrun 2.x's virtual local rank: every worker is local rank 0 of a one-GPU node.
+void set_virtual_local_rank(int local_rank, const std::map<std::string, std::string>& inherited,
+                            std::map<std::string, std::string>& v) {
+  v["LOCAL_RANK"] = "0";
+  const auto [name, ids] = visible_gpus(inherited);
+  const std::string gpu =
+      ids ? trimmed(ids->at(static_cast<size_t>(local_rank))) : std::to_string(local_rank);
+  v["CUDA_VISIBLE_DEVICES"] = gpu;
+  if (name == "HIP_VISIBLE_DEVICES") v["HIP_VISIBLE_DEVICES"] = gpu;
+}
+
+}  // namespace
+
+void check_virtual_local_rank(int local_world_size,
+                              const std::map<std::string, std::string>& inherited) {
+  const auto [name, ids] = visible_gpus(inherited);
+  if (ids && static_cast<int>(ids->size()) < local_world_size)
+    throw UsageError(fmt::format(
+        "--virtual-local-rank: {} workers per node but {}={} lists {} GPU(s); give each worker "
+        "one, or lower --nproc-per-node",
+        local_world_size, name, inherited.at(name), ids->size()));
+}
 
 std::map<std::string, std::string> worker_variables(
     const Topology& t, const JobSettings& job, int local_rank, const std::string& error_file,
@@ -28,7 +81,9 @@ std::map<std::string, std::string> worker_variables(
       {"TORCHELASTIC_RUN_ID", job.run_id},
       {"TORCHELASTIC_USE_AGENT_STORE", job.use_agent_store ? "True" : "False"},
       {"TORCHELASTIC_ERROR_FILE", error_file},
+      {"TORCHELASTIC_SIGNALS_TO_HANDLE", job.signals_to_handle},
   };
+  if (job.virtual_local_rank) set_virtual_local_rank(local_rank, inherited, v);
   for (const char* name : {"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"})
     if (!inherited.count(name)) v[name] = "1";
   if (t.local_world_size > 1 && !inherited.count("OMP_NUM_THREADS")) v["OMP_NUM_THREADS"] = "1";

@@ -24,15 +24,23 @@ struct JobSettings {
   std::string run_id = "none";
   int max_restarts = 0;
   bool use_agent_store = false;
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2";
+  // torchrun's --virtual-local-rank: LOCAL_RANK=0 and only the worker's own GPU visible.
+  bool virtual_local_rank = false;
 };
 
 // The variables torchrun gives worker `local_rank` (every value a string). `error_file` is that
 // worker's TORCHELASTIC_ERROR_FILE. `inherited` is the launcher's environment: variables the
 // user set themselves (OMP_NUM_THREADS, NCCL_ASYNC_ERROR_HANDLING) are left alone.
-std::map<std::string, std::string> worker_variables(const Topology& topology,
-                                                    const JobSettings& job, int local_rank,
-                                                    const std::string& error_file,
-                                                    const std::map<std::string, std::string>& inherited);
+std::map<std::string, std::string> worker_variables(
+    const Topology& topology, const JobSettings& job, int local_rank, const std::string& error_file,
+    const std::map<std::string, std::string>& inherited);
+
+// With --virtual-local-rank, the GPU list each worker picks its own from
+// (HIP_VISIBLE_DEVICES when set, else CUDA_VISIBLE_DEVICES) must have one for every local rank:
+// throws UsageError naming the variable otherwise. Without that list, worker i gets GPU i.
+void check_virtual_local_rank(int local_world_size,
+                              const std::map<std::string, std::string>& inherited);
 
 // The launcher's environment with `variables` set on top, as "NAME=value" strings for execve.
 std::vector<std::string> merge_environment(const std::map<std::string, std::string>& inherited,

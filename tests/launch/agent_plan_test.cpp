@@ -54,6 +54,7 @@ TEST_CASE("a worker's launch: arguments, environment, output and prefix", "[agen
   c.entrypoint = "./train_${local_rank}";
   c.entry_args = {"--rank=${local_rank}", "$$HOME"};
   c.role = "trainer";
+  c.log_line_prefix_template = "[${rank}@${hostname}]";
   Topology t;
   t.base_rank = 4;
   t.local_world_size = 2;
@@ -63,10 +64,9 @@ TEST_CASE("a worker's launch: arguments, environment, output and prefix", "[agen
   const JobSettings job = job_settings(c, "run7");
   CHECK(job.run_id == "run7");
   CHECK(job.role == "trainer");
-  const std::map<std::string, std::string> inherited = {
-      {"PATH", "/bin"}, {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${rank}]"}};
-  WorkerLaunch w =
-      worker_launch(c, "/work/train_${local_rank}", t, job, 1, "/logs/run7/0/1", inherited);
+  const std::map<std::string, std::string> inherited = {{"PATH", "/bin"}};
+  WorkerLaunch w = worker_launch(c, "/work/train_${local_rank}", t, job, 1, "/logs/run7/0/1",
+                                 "node1", inherited);
   CHECK(w.local_rank == 1);
   CHECK(w.program == "/work/train_${local_rank}");
   // The program's own name is never expanded; its arguments are.
@@ -75,6 +75,6 @@ TEST_CASE("a worker's launch: arguments, environment, output and prefix", "[agen
   CHECK(has(w.envp, "RANK=5"));
   CHECK(has(w.envp, "TORCHELASTIC_RUN_ID=run7"));
   CHECK(has(w.envp, "TORCHELASTIC_ERROR_FILE=/logs/run7/0/1/error.json"));
-  CHECK(w.prefix == "[5]");
+  CHECK(w.prefix == "[5@node1]");
   CHECK(error_file_in("/logs/run7/0/1") == "/logs/run7/0/1/error.json");
 }

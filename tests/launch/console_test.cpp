@@ -41,6 +41,23 @@ TEST_CASE("over-long lines are emitted in pieces") {
   CHECK(out.size() == LineSplitter::kMaxLine + 10 + 1);
 }
 
+TEST_CASE("a splitter with filters keeps the lines that contain one, across reads") {
+  LineSplitter s("[p]:", {"loss", "a,b"});
+  std::string out;
+  s.feed("step 1 lo", 9, out);
+  CHECK(out.empty());
+  s.feed("ss=2\nnothing\nx a,b y\nlast loss", 30, out);
+  CHECK(out == "[p]:step 1 loss=2\n[p]:x a,b y\n");
+  out.clear();
+  s.finish(out);
+  CHECK(out == "[p]:last loss\n");
+  out.clear();
+  // The prefix is not searched: a filter that only the prefix holds matches nothing.
+  LineSplitter by_prefix("[p]:", {"[p]"});
+  by_prefix.feed("a\n", 2, out);
+  CHECK(out.empty());
+}
+
 namespace {
 
 // A real pipe; either end may be handed over (set to -1) or closed early.
@@ -257,4 +274,56 @@ TEST_CASE("stdout and stderr on one pipe are the same file") {
   CHECK(Console::same_file(a.w, a2));
   CHECK_FALSE(Console::same_file(a.w, b.w));
   ::close(a2);
+}
+
+namespace {
+std::string read_file(const std::string& path) {
+  std::string out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+int create(const std::string& path) {
+  return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+}
+}  // namespace
+
+TEST_CASE("tee readers duplicate matching lines, prefixed, into one shared file") {
+  char dir[] = "/tmp/output_test_duplicate_XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string d = dir;
+  {
+    boost::asio::io_context io;
+    const int console_fd = create(d + "/console");
+    Console console(io, console_fd);
+    auto file = std::make_shared<SharedLogFile>(create(d + "/filtered"));
+    Pipe a, b;
+    auto ra = std::make_shared<TeeReader>(io, a.r, create(d + "/a.log"), &console,
+                                          "[w0]:", Duplicate{file, {"loss"}});
+    auto rb = std::make_shared<TeeReader>(io, b.r, create(d + "/b.log"), &console,
+                                          "[w1]:", Duplicate{file, {"loss"}});
+    a.r = b.r = -1;
+    const std::string out_a = "loss=1\nother\n", out_b = "x\nfinal loss";
+    REQUIRE(::write(a.w, out_a.data(), out_a.size()) == static_cast<ssize_t>(out_a.size()));
+    REQUIRE(::write(b.w, out_b.data(), out_b.size()) == static_cast<ssize_t>(out_b.size()));
+    ::close(a.w), ::close(b.w);
+    a.w = b.w = -1;
+    ra->start({});
+    rb->start({});
+    io.run();
+    ::close(console_fd);
+  }
+  const std::string filtered = read_file(d + "/filtered");
+  CHECK(filtered.find("[w0]:loss=1\n") != std::string::npos);
+  CHECK(filtered.find("[w1]:final loss\n") != std::string::npos);
+  CHECK(filtered.size() == std::string("[w0]:loss=1\n[w1]:final loss\n").size());
+  CHECK(read_file(d + "/a.log") == "loss=1\nother\n");
+  const std::string console = read_file(d + "/console");
+  CHECK(console.find("[w0]:other\n") != std::string::npos);
+  CHECK(console.find("[w1]:x\n") != std::string::npos);
+  for (const char* f : {"/console", "/filtered", "/a.log", "/b.log"}) ::unlink((d + f).c_str());
+  ::rmdir(dir);
 }

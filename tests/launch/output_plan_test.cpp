@@ -9,6 +9,27 @@ TEST_CASE("prefix template") {
   CHECK(line_prefix(std::string("${role_name}:${rank}:${local_rank}|"), "r", 5, 1) == "r:5:1|");
   CHECK(line_prefix(std::string("$rank $local_rank $$ $other $rank_x"), "r", 5, 1) ==
         "5 1 $ $other $rank_x");
+  CHECK(line_prefix(std::string("${hostname}:${rank}: "), "r", 3, 0, "r12i0n8") == "r12i0n8:3: ");
+  CHECK(line_prefix(std::string("$hostname|"), "r", 3, 0, "h") == "h|");
+}
+
+TEST_CASE("duplicate filters: only tee'd console streams, one file per attempt") {
+  LaunchConfig c;
+  c.duplicate_stdout_filters = {"loss", "a,b"};
+  auto p = plan_output(c, 0, "/logs/run/attempt_0/0");
+  CHECK(p.out.duplicate_file.empty());  // not tee'd: nothing reaches the console to duplicate
+  c.tee = parse_std_spec("3", "-t");
+  p = plan_output(c, 0, "/logs/run/attempt_0/0");
+  CHECK(p.out.duplicate_file == "/logs/run/attempt_0/filtered_stdout.log");
+  CHECK(p.out.filters == std::vector<std::string>{"loss", "a,b"});
+  CHECK(p.err.duplicate_file.empty());  // no stderr filters
+  c.duplicate_stderr_filters = {"warn"};
+  p = plan_output(c, 1, "/logs/run/attempt_2/1");
+  CHECK(p.err.duplicate_file == "/logs/run/attempt_2/filtered_stderr.log");
+  c.local_ranks_filter = std::vector<int>{0};
+  p = plan_output(c, 1, "/logs/run/attempt_2/1");
+  CHECK(p.out.duplicate_file.empty());
+  CHECK(p.err.duplicate_file.empty());
 }
 
 TEST_CASE("output routes") {

@@ -1,6 +1,8 @@
+#include "worker_env.hpp"
+
 #include <catch2/catch.hpp>
 
-#include "worker_env.hpp"
+#include "errors.hpp"
 
 using namespace trainrun::launch;
 
@@ -38,13 +40,63 @@ TEST_CASE("worker variables follow torchrun") {
   CHECK(v.at("NCCL_ASYNC_ERROR_HANDLING") == "1");
   CHECK(v.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
   CHECK(v.at("OMP_NUM_THREADS") == "1");
-  CHECK(v.size() == 19);
+  CHECK(v.at("TORCHELASTIC_SIGNALS_TO_HANDLE") == "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2");
+  CHECK(v.count("CUDA_VISIBLE_DEVICES") == 0);
+  CHECK(v.size() == 20);
+}
+
+TEST_CASE("signals to handle are passed on as given") {
+  JobSettings job;
+  job.signals_to_handle = "SIGTERM,SIGUSR1";
+  CHECK(worker_variables({}, job, 0, "e", {}).at("TORCHELASTIC_SIGNALS_TO_HANDLE") ==
+        "SIGTERM,SIGUSR1");
+}
+
+TEST_CASE("virtual local rank: LOCAL_RANK 0 and the worker's own GPU") {
+  Topology t;
+  t.local_world_size = 3;
+  t.base_rank = 6;
+  JobSettings job;
+  job.virtual_local_rank = true;
+  auto v = worker_variables(t, job, 2, "e", {});
+  CHECK(v.at("LOCAL_RANK") == "0");
+  CHECK(v.at("RANK") == "8");
+  CHECK(v.at("CUDA_VISIBLE_DEVICES") == "2");
+  CHECK(v.count("HIP_VISIBLE_DEVICES") == 0);
+
+  v = worker_variables(t, job, 1, "e", {{"CUDA_VISIBLE_DEVICES", "4, 6,7"}});
+  CHECK(v.at("CUDA_VISIBLE_DEVICES") == "6");
+  v = worker_variables(t, job, 2, "e",
+                       {{"CUDA_VISIBLE_DEVICES", "4,6,7"}, {"HIP_VISIBLE_DEVICES", "1,2,3"}});
+  CHECK(v.at("CUDA_VISIBLE_DEVICES") == "3");
+  CHECK(v.at("HIP_VISIBLE_DEVICES") == "3");
+  // An empty HIP list does not count, as in torchrun.
+  v = worker_variables(t, job, 0, "e",
+                       {{"CUDA_VISIBLE_DEVICES", "5"}, {"HIP_VISIBLE_DEVICES", ""}});
+  CHECK(v.at("CUDA_VISIBLE_DEVICES") == "5");
+  CHECK(v.count("HIP_VISIBLE_DEVICES") == 0);
+
+  job.virtual_local_rank = false;
+  v = worker_variables(t, job, 2, "e", {{"CUDA_VISIBLE_DEVICES", "4,6,7"}});
+  CHECK(v.at("LOCAL_RANK") == "2");
+  CHECK(v.count("CUDA_VISIBLE_DEVICES") == 0);  // inherited unchanged
+}
+
+TEST_CASE("virtual local rank needs a GPU per worker in the visible list") {
+  CHECK_NOTHROW(check_virtual_local_rank(8, {}));
+  CHECK_NOTHROW(check_virtual_local_rank(2, {{"CUDA_VISIBLE_DEVICES", "0,1"}}));
+  CHECK_THROWS_WITH(check_virtual_local_rank(3, {{"CUDA_VISIBLE_DEVICES", "0,1"}}),
+                    "--virtual-local-rank: 3 workers per node but CUDA_VISIBLE_DEVICES=0,1 lists "
+                    "2 GPU(s); give each worker one, or lower --nproc-per-node");
+  CHECK_THROWS_AS(check_virtual_local_rank(2, {{"HIP_VISIBLE_DEVICES", "0"}}), UsageError);
+  CHECK_THROWS_AS(check_virtual_local_rank(1, {{"CUDA_VISIBLE_DEVICES", ""}}), UsageError);
 }
 
 TEST_CASE("the user's own settings are left alone") {
   Topology t;
   t.local_world_size = 4;
-  auto v = worker_variables(t, {}, 0, "e", {{"OMP_NUM_THREADS", "8"}, {"NCCL_ASYNC_ERROR_HANDLING", "0"}});
+  auto v = worker_variables(t, {}, 0, "e",
+                            {{"OMP_NUM_THREADS", "8"}, {"NCCL_ASYNC_ERROR_HANDLING", "0"}});
   CHECK(v.count("OMP_NUM_THREADS") == 0);
   CHECK(v.count("NCCL_ASYNC_ERROR_HANDLING") == 0);
   t.local_world_size = 1;

@@ -1,0 +1,223 @@
+"""trainrun against the newest torchrun (PyTorch 2.x): the same worker environment, and every
+option of its --help accepted. Run with TRAINRUN_PYTHON, an interpreter that imports torch 2.x."""
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from ports import free_port  # noqa: E402
+
+TRAINRUN = os.environ.get("TRAINRUN_BIN", "")
+PY = os.environ.get("TRAINRUN_PYTHON", "")
+ENV = dict(os.environ, PYTHON_EXEC=PY)
+SCRIPT = os.path.join(HERE, "env_dump.py")
+
+# Set by torchrun 1.13, which trainrun matches too (NCCL before 2.x reads only this name).
+OLDER_ONLY = {"NCCL_ASYNC_ERROR_HANDLING"}
+# Per run by nature: compared by form, not value.
+FORM_ONLY = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
+# Values that differ by design (docs/cli.md): worker RANK 0 hosts the c10d store, and trainrun
+# also forwards SIGUSR1/SIGUSR2 unless --signals-to-handle says otherwise.
+BY_DESIGN = {
+    "TORCHELASTIC_USE_AGENT_STORE": "False",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2",
+}
+
+
+def torchrun():
+    return [PY, "-m", "torch.distributed.run"]
+
+
+def test_the_reference_interpreter_has_torch_2():
+    # A missing or wrong interpreter fails here rather than skipping the comparison.
+    assert PY, "set TRAINRUN_PYTHON to an interpreter with PyTorch 2.x (cmake -DTRAINRUN_PYTHON=...)"
+    r = subprocess.run([PY, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, f"{PY} cannot import torch:\n{r.stderr}"
+    assert int(r.stdout.split(".")[0]) >= 2, r.stdout
+    assert TRAINRUN and os.access(TRAINRUN, os.X_OK), "set TRAINRUN_BIN (ctest does)"
+
+
+def read_dumps(out_dir, ranks):
+    envs = {}
+    for rank in range(ranks):
+        with open(os.path.join(out_dir, f"{rank}.json")) as f:
+            envs[rank] = json.load(f)
+    return envs
+
+
+def wait_all(procs, timeout=600):
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=timeout)
+        results.append((p.returncode, err))
+    for code, err in results:
+        assert code == 0, err[-4000:]
+
+
+def launch(launchers, out_dir):
+    os.makedirs(out_dir)
+    procs = [subprocess.Popen(cmd + [SCRIPT, out_dir], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=ENV) for cmd in launchers]
+    wait_all(procs)
+
+
+def added(env):
+    """What the launcher set or changed, against the environment it was given."""
+    env = dict(env)
+    env.pop("_", None)  # the worker's own interpreter path differs by nature
+    return {k: v for k, v in env.items() if ENV.get(k) != v}
+
+
+def compare(ours, theirs, by_design=BY_DESIGN):
+    assert set(ours) == set(theirs)
+    for rank in sorted(theirs):
+        a, b = added(ours[rank]), added(theirs[rank])
+        missing = set(b) - set(a)
+        assert not missing, f"rank {rank}: torchrun 2.x sets {sorted(missing)}, trainrun does not"
+        extra = set(a) - set(b) - OLDER_ONLY
+        assert not extra, f"rank {rank}: trainrun sets {sorted(extra)}, torchrun 2.x does not"
+        for k in set(b) - FORM_ONLY:
+            expected = by_design.get(k, b[k])
+            assert a[k] == expected, (rank, k, a[k], b[k])
+        assert a["MASTER_ADDR"] and 0 < int(a["MASTER_PORT"]) < 65536
+        assert a["TORCHELASTIC_RUN_ID"] and a["TORCHELASTIC_RUN_ID"] != "none"
+        assert a["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{a['LOCAL_RANK']}/error.json")
+    # One job: the same store address for every worker.
+    assert len({(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in ours.values()}) == 1
+
+
+@pytest.mark.parametrize("nproc", [1, 2, 4])
+def test_environment_matches_torchrun2_standalone(nproc, tmp_path):
+    launch([[TRAINRUN, "--standalone", f"--nproc-per-node={nproc}"]], str(tmp_path / "ours"))
+    launch([torchrun() + ["--standalone", f"--nproc-per-node={nproc}"]], str(tmp_path / "theirs"))
+    compare(read_dumps(str(tmp_path / "ours"), nproc), read_dumps(str(tmp_path / "theirs"), nproc))
+
+
+def two_agents(launcher, run_id):
+    # The same signal list on both sides, so that its value is compared as well.
+    common = ["--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
+              f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--rdzv-id={run_id}",
+              "--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT"]
+    return [launcher + common, launcher + common]
+
+
+def test_environment_matches_torchrun2_two_nodes_c10d(tmp_path):
+    run_id = f"job-{uuid.uuid4().hex[:8]}"
+    launch(two_agents([TRAINRUN], run_id), str(tmp_path / "ours"))
+    launch(two_agents(torchrun(), run_id), str(tmp_path / "theirs"))
+    ours, theirs = read_dumps(str(tmp_path / "ours"), 4), read_dumps(str(tmp_path / "theirs"), 4)
+    compare(ours, theirs, {"TORCHELASTIC_USE_AGENT_STORE": "False"})
+    for rank in range(4):
+        assert ours[rank]["TORCHELASTIC_RUN_ID"] == theirs[rank]["TORCHELASTIC_RUN_ID"] == run_id
+        assert ours[rank]["GROUP_RANK"] == str(rank // 2)
+        assert ours[rank]["LOCAL_RANK"] == str(rank % 2)
+
+
+# Values for the options that take one; a new option of torchrun without an entry here fails the
+# test below until it is given one. Choices ({a,b}) take their first.
+VALUES = {
+    "--nnodes": "1",
+    "--nproc-per-node": "1",
+    "--rdzv-backend": "c10d",
+    "--rdzv-endpoint": "localhost:29400",
+    "--rdzv-id": "job",
+    "--rdzv-conf": "join_timeout=60",
+    "--max-restarts": "0",
+    "--monitor-interval": "0.5",
+    "--event-log-handler": "null",
+    "--role": "trainer",
+    "--log-dir": None,  # a fresh directory, filled in per run
+    "--redirects": "3",
+    "--tee": "3",
+    "--log-line-prefix-template": "[${rank}]:",
+    "--local-ranks-filter": "0",
+    "--duplicate-stdout-filters": "loss",
+    "--duplicate-stderr-filters": "warn",
+    "--node-rank": "0",
+    "--master-addr": "127.0.0.1",
+    "--master-port": None,  # a free port, per run
+    "--local-addr": "127.0.0.1",
+    "--logs-specs": "default",
+    "--signals-to-handle": "SIGTERM,SIGINT",
+    "--shutdown-timeout": "5",
+}
+SHORT = {"-r": "--redirects", "-t": "--tee"}
+
+
+def parse_help(text):
+    """{spelling: value placeholder or None for a flag} for every option in argparse's help."""
+    options = {}
+    # argparse names the section "options:" since Python 3.10, "optional arguments:" before.
+    section = re.split(r"\n(?:options|optional arguments):\n", text, maxsplit=1)[1]
+    for line in section.splitlines():
+        m = re.match(r"^  (-\S.*?)(?:\s{2,}\S.*)?$", line)
+        if not m:
+            continue
+        for spelling in m.group(1).split(", "):
+            name, _, metavar = spelling.partition(" ")
+            options[name] = metavar or None
+    return options
+
+
+def canonical(name):
+    name = SHORT.get(name, name)
+    return name.replace("_", "-") if name.startswith("--") else name
+
+
+def value_for(name, metavar, tmp_path):
+    if metavar.startswith("{"):
+        return metavar.strip("{}").split(",")[0]
+    key = canonical(name)
+    assert key in VALUES, f"no test value for torchrun's {name}: add one to VALUES"
+    if key == "--log-dir":
+        return str(tmp_path / f"logs-{uuid.uuid4().hex[:6]}")
+    if key == "--master-port":
+        return str(free_port())
+    return VALUES[key]
+
+
+def invocations(name, metavar, tmp_path):
+    """Command lines (after trainrun) that give `name` a valid value in each form."""
+    entry = ["--no-python", "/bin/true"]
+    if canonical(name) in ("-m", "--module"):
+        entry = ["this"]  # a module that exists and exits 0
+    elif canonical(name) == "--no-python":
+        entry = ["/bin/true"]
+    if metavar is None:
+        return [["--standalone", name, *entry]]
+    value = value_for(name, metavar, tmp_path)
+    forms = [[name, value]]
+    if name.startswith("--"):
+        forms.append([f"{name}={value}"])
+    return [["--standalone", *form, *entry] for form in forms]
+
+
+def test_every_option_of_torchrun2_help_is_accepted(tmp_path):
+    r = subprocess.run(torchrun() + ["--help"], capture_output=True, text=True, timeout=300,
+                       env=ENV)
+    assert r.returncode == 0, r.stderr
+    options = parse_help(r.stdout)
+    # The help parser must see what argparse itself knows, or the check below proves nothing.
+    known = subprocess.run(
+        [PY, "-c", "from torch.distributed.run import get_args_parser as g\n"
+         "print('\\n'.join(s for a in g()._actions for s in a.option_strings))"],
+        capture_output=True, text=True, timeout=300, env=ENV)
+    assert known.returncode == 0, known.stderr
+    assert set(options) == set(known.stdout.split()), set(options) ^ set(known.stdout.split())
+    assert "--nproc_per_node" in options and "--virtual-local-rank" in options
+
+    rejected = []
+    for name, metavar in sorted(options.items()):
+        for args in invocations(name, metavar, tmp_path):
+            run = subprocess.run([TRAINRUN, *args], capture_output=True, text=True, timeout=120,
+                                 env=ENV, stdin=subprocess.DEVNULL)
+            if run.returncode == 2 or "unknown option" in run.stderr:
+                rejected.append(f"{' '.join(args)}: exit {run.returncode}: {run.stderr.strip()}")
+    assert not rejected, "trainrun rejects torchrun 2.x options:\n" + "\n".join(rejected)
