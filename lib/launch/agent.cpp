@@ -18,6 +18,7 @@
 #include "agent_policy.hpp"
 #include "console.hpp"
 #include "entrypoint.hpp"
+#include "errors.hpp"
 #include "failure.hpp"
 #include "log.hpp"
 #include "log_dir.hpp"
@@ -65,22 +66,16 @@ class Agent {
   int run_job() {
     job_ = job_settings(config_, config_.standalone ? random_run_id() : config_.rdzv_id);
     std::optional<rendezvous::RendezvousOptions> rdzv_options;
-    if (uses_rendezvous(config_)) {
-      try {
-        rdzv_options = rendezvous_options(config_, inherited_);
-      } catch (const std::invalid_argument& e) {
-        say_on_console(e.what());
-        return 2;
-      }
-    }
+    if (uses_rendezvous(config_)) rdzv_options = rendezvous_options(config_, inherited_);
+    logs_ = LogDir::create(config_.log_dir, job_.run_id, !logs_worker_output(config_));
+    // If trainrun itself is killed, the watchdog finds this job's escaped descendants by it.
+    watchdog_.mark_job_directory(logs_.run_dir());
     try {
-      logs_ = LogDir::create(config_.log_dir, job_.run_id, !logs_worker_output(config_));
-      // If trainrun itself is killed, the watchdog finds this job's escaped descendants by it.
-      watchdog_.mark_job_directory(logs_.run_dir());
       if (auto port = port_to_hold(config_, rdzv_options.has_value())) port_.emplace(*port);
-    } catch (const std::exception& e) {
-      say_on_console(e.what());
-      return 1;
+      if (rdzv_options) start_rendezvous(*rdzv_options);
+    } catch (const LaunchError&) {
+      logs_.remove_if_empty();
+      throw;
     }
 
     signals_.add(SIGCHLD);
@@ -89,7 +84,6 @@ class Agent {
     wait_for_signal();
 
     if (rdzv_options) {
-      if (!start_rendezvous(*rdzv_options)) return 1;
       apply(policy_.start_in_job(Clock::now()));
     } else {
       asio::post(io_, [this] { apply(policy_.start_single_node(port_->port(), Clock::now())); });
@@ -106,7 +100,8 @@ class Agent {
     return exit_code_;
   }
 
-  bool start_rendezvous(const rendezvous::RendezvousOptions& options) {
+  // Throws SetupError when this node must host the rendezvous and cannot.
+  void start_rendezvous(const rendezvous::RendezvousOptions& options) {
     rdzv_ = rendezvous::make_rendezvous_handler(
         io_, options, [this](const std::string& line) { say_on_console(line); });
     rendezvous::ClientEvents events;
@@ -119,12 +114,9 @@ class Agent {
     events.on_stop = [this](const rendezvous::Stop& s) { apply(policy_.stop(s, Clock::now())); };
     try {
       rdzv_->start(std::move(events));
-    } catch (const std::exception& e) {
-      say_on_console(e.what());
-      logs_.remove_if_empty();
-      return false;
+    } catch (const std::runtime_error& e) {
+      throw SetupError(e.what());
     }
-    return true;
   }
 
   void wait_for_signal() {
@@ -243,9 +235,13 @@ int run_agent(const LaunchConfig& config) {
   // the watchdog has started, so that it is not one of them.)
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   int code;
-  {
+  try {
     Agent agent(entry.config, entry.program, watchdog);
     code = agent.run();
+  } catch (const LaunchError&) {
+    // Nothing of the job was started: the watchdog has nothing to stop.
+    watchdog.dismiss();
+    throw;
   }
   watchdog.dismiss();
   return code;

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "config.hpp"
+#include "errors.hpp"
 #include "rendezvous_token.hpp"
 #include "trainrun/base/numbers.hpp"
 
@@ -91,26 +92,25 @@ RendezvousOptions static_options(const LaunchConfig& config, const RendezvousCon
   RendezvousOptions o;
   o.static_backend = true;
   if (config.min_nodes != config.max_nodes) {
-    throw std::invalid_argument(fmt::format(
+    throw UsageError(fmt::format(
         "--nnodes={}:{}: the static backend needs a fixed node count; use --rdzv-backend=c10d "
         "with --rdzv-endpoint for elastic jobs",
         config.min_nodes, config.max_nodes));
   }
   if (config.node_rank < 0 || config.node_rank >= config.max_nodes) {
-    throw std::invalid_argument(
-        fmt::format("--node-rank={}: out of range for --nnodes={} (use 0..{})", config.node_rank,
-                    config.max_nodes, config.max_nodes - 1));
+    throw UsageError(fmt::format("--node-rank={}: out of range for --nnodes={} (use 0..{})",
+                                 config.node_rank, config.max_nodes, config.max_nodes - 1));
   }
   o.node_rank = config.node_rank;
   o.round.static_ranks = true;
   o.round.static_master = rendezvous::MasterEndpoint{config.master_addr, config.master_port};
   if (config.master_port <= 0) {
-    throw std::invalid_argument(
+    throw UsageError(
         "--master-port=0: a multi-node static job needs a fixed --master-port that every node "
         "knows");
   }
   if (!conf.rdzv_port && config.master_port + 1 > 65535) {
-    throw std::invalid_argument(
+    throw UsageError(
         "--master-port=65535: the rendezvous needs MASTER_PORT + 1; give --rdzv-conf "
         "rdzv_port=N");
   }
@@ -121,14 +121,14 @@ RendezvousOptions static_options(const LaunchConfig& config, const RendezvousCon
 
 RendezvousOptions dynamic_options(const LaunchConfig& config) {
   if (config.rdzv_endpoint.empty()) {
-    throw std::invalid_argument(
+    throw UsageError(
         "--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT] (the same on every node)");
   }
   RendezvousOptions o;
   try {
     o.endpoint = rendezvous::parse_endpoint(config.rdzv_endpoint);
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(fmt::format("--rdzv-endpoint={}", e.what()));
+    throw UsageError(fmt::format("--rdzv-endpoint={}", e.what()));
   }
   return o;
 }
@@ -181,7 +181,7 @@ RendezvousOptions rendezvous_options(const LaunchConfig& config,
   if (conf.last_call_timeout) o.round.last_call_timeout = *conf.last_call_timeout;
   o.liveness = conf.liveness;
   if (o.endpoint.port == 0 && o.is_host != true) {
-    throw std::invalid_argument(fmt::format(
+    throw UsageError(fmt::format(
         "rendezvous endpoint {}:0: every node needs the real port; port 0 only works with "
         "--rdzv-conf is_host=1",
         o.endpoint.host));

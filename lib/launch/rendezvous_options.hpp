@@ -41,7 +41,7 @@ void check_rdzv_backend(const std::string& backend, const std::string& what);
 // The static backend's server listens on --master-addr at rdzv_port, by default MASTER_PORT + 1:
 // MASTER_PORT itself belongs to worker RANK 0's store.
 //
-// Throws std::invalid_argument with a one-line reason naming the option, for values that do not
+// Throws UsageError (exit 2) with a one-line reason naming the option, for values that do not
 // fit together (a static job without a fixed node count, a missing endpoint) or an unreadable
 // token file.
 rendezvous::RendezvousOptions rendezvous_options(const LaunchConfig& config,

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "errors.hpp"
+
 namespace trainrun::launch {
 namespace {
 
@@ -27,20 +29,20 @@ std::optional<std::string> load_token(const std::optional<std::string>& token_fi
   if (token_file) {
     std::ifstream in(*token_file, std::ios::binary);
     if (!in) {
-      throw std::invalid_argument(fmt::format("--rdzv-conf token_file={}: cannot read it: {}",
-                                              *token_file, std::strerror(errno)));
+      throw UsageError(fmt::format("--rdzv-conf token_file={}: cannot read it: {}", *token_file,
+                                   std::strerror(errno)));
     }
     std::string text(kMaxTokenBytes + 1, '\0');
     in.read(text.data(), static_cast<std::streamsize>(text.size()));
     text.resize(static_cast<std::size_t>(in.gcount()));
     if (text.size() > kMaxTokenBytes) {
-      throw std::invalid_argument(
+      throw UsageError(
           fmt::format("--rdzv-conf token_file={}: larger than {} bytes; is it the right file?",
                       *token_file, kMaxTokenBytes));
     }
     text = trim_trailing(std::move(text));
     if (text.empty()) {
-      throw std::invalid_argument(fmt::format(
+      throw UsageError(fmt::format(
           "--rdzv-conf token_file={}: the file is empty; put the shared token in it", *token_file));
     }
     return text;
@@ -48,7 +50,7 @@ std::optional<std::string> load_token(const std::optional<std::string>& token_fi
   if (auto it = env.find("TRAINRUN_RDZV_TOKEN"); it != env.end() && !it->second.empty()) {
     std::string token = trim_trailing(it->second);
     if (token.empty())
-      throw std::invalid_argument("TRAINRUN_RDZV_TOKEN is blank; set the shared token or unset it");
+      throw UsageError("TRAINRUN_RDZV_TOKEN is blank; set the shared token or unset it");
     return token;
   }
   return std::nullopt;
