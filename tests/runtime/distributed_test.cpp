@@ -154,6 +154,31 @@ TEST_CASE("prepare_model: data-parallel SGD equals one process on the full batch
   }
 }
 
+TEST_CASE("prepare_model on 2 ranks ends where torch's DistributedDataParallel does") {
+  const fs::path out = make_temp_dir("ddp_reference");
+  fs::create_directories(out / "initial");
+  fs::create_directories(out / "world2");
+  // The initial parameters (rank 0's, which prepare_model broadcasts), then 5 steps on 2 ranks.
+  require_success(run_workers(kWorker, {"mlp", (out / "initial").string(), "0", "plain"}, 0));
+  require_success(run_workers(kWorker, {"mlp", (out / "world2").string(), "5", "plain"}, 2));
+  trainrun::runtime::testing::command_output(
+      std::string(TRAINRUN_TORCH_PYTHON) + " " + TRAINRUN_DDP_REFERENCE + " " +
+      (out / "initial" / "params_rank0.txt").string() + " 5 " + (out / "ddp.txt").string());
+  const auto initial = read_numbers(out / "initial" / "params_rank0.txt");
+  const auto ddp = read_numbers(out / "ddp.txt");
+  const auto ours = read_numbers(out / "world2" / "params_rank0.txt");
+  REQUIRE(ddp.size() == ours.size());
+  REQUIRE(initial.size() == ours.size());
+  double worst = 0;
+  double moved = 0;
+  for (std::size_t i = 0; i < ours.size(); ++i) {
+    worst = std::max(worst, std::abs(ours[i] - ddp[i]));
+    moved += std::abs(ddp[i] - initial[i]);
+  }
+  CHECK(moved > 1e-2);  // training moved the parameters, so agreeing means something
+  CHECK(worst < 1e-5);
+}
+
 TEST_CASE("prepare_model: parameters no rank used keep an undefined gradient; frozen ones stay") {
   for (const std::string optimizer : {"adam", "sgd"}) {
     const auto run = run_workers(kWorker, {"unused", optimizer}, 2);
