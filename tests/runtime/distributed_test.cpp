@@ -299,25 +299,16 @@ TEST_CASE("report: rank 0 persists metrics and checkpoints; a restarted job resu
   }
 }
 
-// Starts 2 workers of "train 4 0 2 MARKER" under torchrun 1.13 with `rendezvous` options and
-// one restart: the last rank crashes once at epoch 2, the restarted job must resume from the
-// checkpoint of the first attempt, in the same run directory.
-void check_torchrun_restart_resumes(const std::vector<std::string>& rendezvous) {
-  if (!fs::exists(TRAINRUN_REFERENCE_TORCHRUN)) {
-    WARN("no reference torchrun at " TRAINRUN_REFERENCE_TORCHRUN);
-    return;
-  }
-  const fs::path storage = make_temp_dir("torchrun_restart");
+// Starts 2 workers of "train 4 0 2 MARKER" with `launcher` (a command line that ends before the
+// program) allowing one restart: the last rank crashes once at epoch 2, and the restarted job
+// must resume from the checkpoint of the first attempt, in the same run directory.
+void check_restart_resumes(const std::string& program, std::vector<std::string> launcher) {
+  const fs::path storage = make_temp_dir("restart");
   const fs::path marker = storage / "crashed.marker";
-  std::vector<std::string> args = {TRAINRUN_REFERENCE_TORCHRUN, "--nnodes=1", "--nproc_per_node=2",
-                                   "--max_restarts=1", "--monitor_interval=0.1"};
-  args.insert(args.end(), rendezvous.begin(), rendezvous.end());
-  const std::vector<std::string> program = {"--no_python", kWorker, "train", "4", "0", "2",
-                                            marker.string()};
-  args.insert(args.end(), program.begin(), program.end());
-  const auto run =
-      run_workers(TRAINRUN_TORCH_PYTHON, args, 0, {{"TRAINRUN_STORAGE_PATH", storage.string()}},
-                  std::chrono::seconds(180));
+  for (const std::string arg : {"train", "4", "0", "2"}) launcher.push_back(arg);
+  launcher.push_back(marker.string());
+  const auto run = run_workers(program, launcher, 0, {{"TRAINRUN_STORAGE_PATH", storage.string()}},
+                               std::chrono::seconds(180));
   INFO(describe(run));
   REQUIRE(run.exit_codes[0] == 0);
   CHECK(fs::exists(marker));
@@ -330,6 +321,19 @@ void check_torchrun_restart_resumes(const std::vector<std::string>& rendezvous) 
   std::vector<int> epochs;
   for (const auto& line : metric_lines(run_dirs[0])) epochs.push_back(line["epoch"]);
   CHECK(epochs == std::vector<int>{0, 1, 2, 3});
+}
+
+void check_torchrun_restart_resumes(const std::vector<std::string>& rendezvous) {
+  if (!fs::exists(TRAINRUN_REFERENCE_TORCHRUN)) {
+    WARN("no reference torchrun at " TRAINRUN_REFERENCE_TORCHRUN);
+    return;
+  }
+  std::vector<std::string> args = {TRAINRUN_REFERENCE_TORCHRUN, "--nnodes=1", "--nproc_per_node=2",
+                                   "--max_restarts=1", "--monitor_interval=0.1"};
+  args.insert(args.end(), rendezvous.begin(), rendezvous.end());
+  args.push_back("--no_python");
+  args.push_back(kWorker);
+  check_restart_resumes(TRAINRUN_TORCH_PYTHON, args);
 }
 
 TEST_CASE("a job restarted by torchrun resumes from its last checkpoint, with or without an id") {
@@ -348,14 +352,28 @@ TEST_CASE("a job restarted by torchrun resumes from its last checkpoint, with or
   }
 }
 
+#ifdef TRAINRUN_LAUNCHER_BIN
+TEST_CASE("a job restarted by trainrun resumes from its last checkpoint, with or without an id") {
+  const std::string endpoint =
+      "--rdzv-endpoint=127.0.0.1:" + std::to_string(trainrun::runtime::testing::free_port());
+  std::vector<std::string> args = {"--nnodes=1",          "--nproc-per-node=2",
+                                   "--max-restarts=1",    "--monitor-interval=0.1",
+                                   "--rdzv-backend=c10d", endpoint};
+  SECTION("c10d rendezvous without --rdzv-id") {}
+  SECTION("c10d rendezvous with --rdzv-id") { args.push_back("--rdzv-id=job7"); }
+  args.push_back(kWorker);
+  check_restart_resumes(TRAINRUN_LAUNCHER_BIN, args);
+}
+#endif
+
 TEST_CASE("two runs started in the same second keep to their own directories") {
   const fs::path storage = make_temp_dir("same_second");
   const std::map<std::string, std::string> env = {{"TRAINRUN_STORAGE_PATH", storage.string()}};
   // No experiment name: both take the default, <program>_<date_time>_<pid>.
   require_success(run_workers(
       "/bin/sh",
-      {"-c", "\"$0\" train 20 0 & a=$!; \"$0\" train 20 0 & b=$!; wait $a && wait $b", kWorker},
-      0, env));
+      {"-c", "\"$0\" train 20 0 & a=$!; \"$0\" train 20 0 & b=$!; wait $a && wait $b", kWorker}, 0,
+      env));
   std::vector<fs::path> run_dirs;
   for (const auto& entry : fs::directory_iterator(storage)) run_dirs.push_back(entry.path());
   REQUIRE(run_dirs.size() == 2);
