@@ -104,7 +104,7 @@ void report_gradient_spread(const torch::Tensor& grad) {
 // variant: "plain" (one backward per step), "accumulate" (two half-batch backward passes per
 // step), "no_sync" (the same, the first pass under NoSync), "wide" (WideNet, several buckets
 // and an unused parameter), "throw" (a backward that throws before each no_sync step),
-// "prepare_twice" or "load_after_prepare".
+// "prepare_twice", "load_after_prepare" or "batchnorm" (for the comparison with Python's DDP).
 int mlp(const fs::path& out_dir, int steps, const std::string& variant) {
   const auto& context = rt::get_context();
   // Each rank starts from different weights: prepare_model must replace them by rank 0's.
@@ -120,6 +120,13 @@ int mlp(const fs::path& out_dir, int steps, const std::string& variant) {
     rt::prepare_model(net);
     forward = [net](const torch::Tensor& x) { return net->forward(x); };
     module = net;
+  } else if (variant == "batchnorm") {
+    // Compared with Python's DDP only: BatchNorm's batch statistics differ per shard.
+    auto net =
+        rt::prepare_model(torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::BatchNorm1d(8),
+                                                torch::nn::Tanh(), torch::nn::Linear(8, 1)));
+    forward = [net](const torch::Tensor& x) mutable { return net->forward(x); };
+    module = net.ptr();
   } else {
     auto net = rt::prepare_model(torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::Tanh(),
                                                        torch::nn::Linear(8, 3), torch::nn::Tanh(),
@@ -177,7 +184,10 @@ int mlp(const fs::path& out_dir, int steps, const std::string& variant) {
   }
   std::ofstream out(out_dir / ("params_rank" + std::to_string(context.world_rank()) + ".txt"));
   char text[64];
-  for (const auto& param : module->parameters()) {
+  // Parameters, then buffers (BatchNorm's running statistics), in registration order.
+  std::vector<torch::Tensor> state = module->parameters();
+  for (const auto& buffer : module->buffers()) state.push_back(buffer);
+  for (const auto& param : state) {
     const auto flat = param.detach().to(torch::kDouble).reshape({-1});
     const auto values = flat.accessor<double, 1>();
     for (int64_t i = 0; i < flat.numel(); ++i) {
