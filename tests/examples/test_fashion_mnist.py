@@ -299,3 +299,37 @@ def test_python_bad_data_is_one_line(tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip().startswith("train_fashion_mnist: ")
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+# --- state dicts shared with Python -------------------------------------------------------
+
+def python_resnet18():
+    """The Python example's ResNet-18 (torchvision's, with a 1-channel first convolution)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("train_fashion_mnist", PY_EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.resnet18()
+
+
+def test_state_dict_model_pt_both_directions(tmp_path):
+    import torch
+    # C++ -> Python: the checkpoint's model.pt is a state dict of tensors for the Python model.
+    ok(run([PROGRAM, *SMALL, "--name", "to_python"], tmp_path, timeout=100))
+    [ckpt] = checkpoints(tmp_path, "to_python")
+    state = torch.load(tmp_path / "results" / "to_python" / ckpt / "model.pt")
+    assert isinstance(state, dict) and state
+    assert all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items())
+    python_resnet18().load_state_dict(state)  # strict: the same names and shapes, all of them
+
+    # Python -> C++: a state dict saved by Python is where the C++ model starts.
+    torch.manual_seed(3)
+    saved = python_resnet18().state_dict()
+    # A plain dict: LibTorch's unpickler reads an OrderedDict as None.
+    torch.save(dict(saved), tmp_path / "python.pt")
+    expected = sum(float(v.double().sum()) for v in saved.values())
+    out = ok(run([PROGRAM, *SMALL, "--name", "from_python", "--init-model",
+                  str(tmp_path / "python.pt")], tmp_path, timeout=100))
+    found = re.findall(r"initial state dict .*: sum (-?[0-9.]+)", out)
+    assert found, out
+    assert float(found[0]) == pytest.approx(expected, rel=1e-6, abs=1e-3)

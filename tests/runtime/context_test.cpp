@@ -107,6 +107,12 @@ TEST_CASE("experiment names are stable for a launched job and unique for local r
   CHECK(rt::resolve_experiment_name(defaults, launch, {}, "train", now + 100) == "train_3f2a-uuid");
   launch.run_id = "none";
   CHECK(rt::resolve_experiment_name(defaults, launch, {}, "train", now) == "train_node0_29500");
+  // A dynamic rendezvous without a run id: the launcher's log directory, which restarts keep.
+  launch.error_file = "/tmp/torchelastic_x/none_k2j3/attempt_1/0/error.json";
+  CHECK(rt::resolve_experiment_name(defaults, launch, {}, "train", now) == "train_none_k2j3");
+  launch.use_agent_store = true;  // static: the master's address and port stay
+  CHECK(rt::resolve_experiment_name(defaults, launch, {}, "train", now) == "train_node0_29500");
+  launch.use_agent_store = false;
   launch.run_id = "a/b c";
   CHECK(rt::resolve_experiment_name(defaults, launch, {}, "train", now) == "train_a_b_c");
 
@@ -115,6 +121,9 @@ TEST_CASE("experiment names are stable for a launched job and unique for local r
   const auto later = rt::resolve_experiment_name(defaults, local, {}, "train", now + 1);
   CHECK(first.rfind("train_", 0) == 0);
   CHECK(first != later);
+  // Two runs started in the same second by different processes get different directories.
+  CHECK(rt::resolve_experiment_name(defaults, local, {}, "train", now, 100) !=
+        rt::resolve_experiment_name(defaults, local, {}, "train", now, 101));
 
   CHECK(rt::resolve_experiment_name(defaults, local, {{"TRAINRUN_EXPERIMENT_NAME", "e1"}}, "t",
                                     now) == "e1");

@@ -67,6 +67,12 @@ TEST_CASE("the process group all-reduces across 1, 2 and 4 ranks") {
   CHECK_THAT(local.outputs[0], Catch::Contains("no process group (local mode)"));
 }
 
+TEST_CASE("GLOO_SOCKET_IFNAME takes a comma-separated list of interfaces, as Gloo does") {
+  const auto run = run_workers(kWorker, {"collectives"}, 2, {{"GLOO_SOCKET_IFNAME", "lo,lo"}});
+  require_success(run);
+  CHECK_THAT(run.outputs[1], Catch::Contains("sum=3 ") && Catch::Contains("ok"));
+}
+
 TEST_CASE("a partial launcher environment fails with the missing names") {
   const auto run = run_workers(kWorker, {"collectives"}, 0, {{"RANK", "0"}, {"WORLD_SIZE", "2"}});
   CHECK(run.exit_codes[0] == 5);
@@ -124,40 +130,130 @@ TEST_CASE("prepare_model: data-parallel SGD equals one process on the full batch
   }
   SECTION("NoSync: the first of two passes stays local, the second averages both") {
     for (const auto& output : check_matches_one_process("no_sync", {2})) {
-      CHECK_THAT(output, Catch::Contains("gradients after a no_sync pass differ across ranks"));
+      CHECK_THAT(output,
+                 Catch::Contains("gradients after a local or no_sync pass differ across ranks"));
     }
   }
   SECTION("several buckets and a parameter forward never uses") {
     check_matches_one_process("wide", {2});
   }
+  SECTION("a backward that throws leaves synchronisation and NoSync working") {
+    for (const auto& output : check_matches_one_process("throw", {2})) {
+      CHECK_THAT(output, Catch::Contains("backward threw: ") &&
+                             Catch::Contains(
+                                 "gradients after a local or no_sync pass differ across ranks"));
+    }
+  }
+  SECTION("prepare_model twice on one model is harmless") {
+    check_matches_one_process("prepare_twice", {2});
+  }
+  SECTION("loading a state dict after prepare_model keeps gradients synchronised") {
+    for (const auto& output : check_matches_one_process("load_after_prepare", {2})) {
+      CHECK_THAT(output, Catch::Contains("gradients after a local or no_sync pass are equal"));
+    }
+  }
 }
 
-TEST_CASE("prepare_data_loader: disjoint shards that cover the epoch and reshuffle per epoch") {
+// Trains `variant` for 5 steps on 2 ranks, and the same with Python's DistributedDataParallel
+// from the same start on the same data; rank 0's parameters and buffers must agree.
+void check_matches_python_ddp(const std::string& variant) {
+  const fs::path out = make_temp_dir("ddp_" + variant);
+  fs::create_directories(out / "initial");
+  fs::create_directories(out / "world2");
+  // The initial state (rank 0's, which prepare_model broadcasts), then 5 steps on 2 ranks.
+  require_success(run_workers(kWorker, {"mlp", (out / "initial").string(), "0", variant}, 0));
+  require_success(run_workers(kWorker, {"mlp", (out / "world2").string(), "5", variant}, 2));
+  trainrun::runtime::testing::command_output(
+      std::string(TRAINRUN_TORCH_PYTHON) + " " + TRAINRUN_DDP_REFERENCE + " " + variant + " " +
+      (out / "initial" / "params_rank0.txt").string() + " 5 " + (out / "ddp.txt").string());
+  const auto initial = read_numbers(out / "initial" / "params_rank0.txt");
+  const auto ddp = read_numbers(out / "ddp.txt");
+  const auto ours = read_numbers(out / "world2" / "params_rank0.txt");
+  REQUIRE(ddp.size() == ours.size());
+  REQUIRE(initial.size() == ours.size());
+  double worst = 0;
+  double moved = 0;
+  for (std::size_t i = 0; i < ours.size(); ++i) {
+    worst = std::max(worst, std::abs(ours[i] - ddp[i]));
+    moved += std::abs(ddp[i] - initial[i]);
+  }
+  INFO(variant);
+  CHECK(moved > 1e-2);  // training moved the state, so agreeing means something
+  CHECK(worst < 1e-5);
+}
+
+TEST_CASE("prepare_model on 2 ranks ends where torch's DistributedDataParallel does") {
+  SECTION("an MLP") { check_matches_python_ddp("plain"); }
+  SECTION("with BatchNorm: parameters and running statistics") {
+    check_matches_python_ddp("batchnorm");
+  }
+}
+
+TEST_CASE("prepare_model: parameters no rank used keep an undefined gradient; frozen ones stay") {
+  for (const std::string optimizer : {"adam", "sgd"}) {
+    const auto run = run_workers(kWorker, {"unused", optimizer}, 2);
+    require_success(run);
+    for (const auto& output : run.outputs) {
+      INFO(optimizer << ": " << output);
+      CHECK_THAT(output, Catch::Contains("unused and frozen untouched: yes") &&
+                             Catch::Contains("rank0_only averaged: yes") &&
+                             Catch::Contains("spread: 0\n"));
+    }
+  }
+}
+
+TEST_CASE("prepare_model: every rank holds rank 0's buffers after each step") {
+  const auto run = run_workers(kWorker, {"batchnorm", "1"}, 2);
+  require_success(run);
+  for (const auto& output : run.outputs) {
+    CHECK_THAT(output,
+               Catch::Contains("step 0 buffers equal") && Catch::Contains("step 2 buffers equal"));
+  }
+  // Without broadcast_buffers each rank keeps its own statistics: the check above can fail.
+  const auto off = run_workers(kWorker, {"batchnorm", "0"}, 2);
+  require_success(off);
+  CHECK_THAT(off.outputs[0], Catch::Contains("step 2 buffers differ"));
+}
+
+TEST_CASE("prepare_model: converting the model afterwards fails the next backward clearly") {
+  const auto run = run_workers(kWorker, {"convert"}, 2);
+  require_success(run);
+  for (const auto& output : run.outputs) {
+    CHECK_THAT(output, Catch::Contains("refused: prepare_model: a parameter of a prepared model "
+                                       "was moved or converted after prepare_model"));
+  }
+}
+
+TEST_CASE("prepare_data_loader: each rank gets DistributedSampler's shard, reshuffled per epoch") {
   const fs::path out = make_temp_dir("shards");
   const int world = 4;
-  const long size = 64;
-  require_success(run_workers(kWorker, {"shards", out.string(), "2", std::to_string(size)}, world));
-  std::vector<long> first_epoch_rank0;
-  for (int epoch = 0; epoch < 2; ++epoch) {
-    std::multiset<long> seen;
+  const int epochs = 2;
+  // 10 does not divide by 4: every rank gets 3 indices, two of them repeated (torch's padding).
+  const long size = 10;
+  require_success(run_workers(
+      kWorker, {"shards", out.string(), std::to_string(epochs), std::to_string(size)}, world));
+  std::string command = std::string(TRAINRUN_TORCH_PYTHON) + " " + TRAINRUN_SAMPLER_REFERENCE;
+  for (int epoch = 0; epoch < epochs; ++epoch) {
     for (int r = 0; r < world; ++r) {
+      command += " " + std::to_string(size) + "," + std::to_string(world) + "," +
+                 std::to_string(r) + ",1,0," + std::to_string(epoch) + ",0";
+    }
+  }
+  std::istringstream python(trainrun::runtime::testing::command_output(command));
+  std::string line;
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    std::set<long> seen;
+    for (int r = 0; r < world; ++r) {
+      REQUIRE(std::getline(python, line));
+      const auto expected = nlohmann::json::parse(line)["indices"].get<std::vector<long>>();
       const auto indices = read_indices(
           out / ("shard_r" + std::to_string(r) + "_e" + std::to_string(epoch) + ".txt"));
-      CHECK(indices.size() == static_cast<std::size_t>(size / world));
+      INFO("rank " << r << " epoch " << epoch);
+      CHECK(indices == expected);
       seen.insert(indices.begin(), indices.end());
-      if (r == 0 && epoch == 0) first_epoch_rank0 = indices;
-      if (r == 0 && epoch == 1) CHECK(indices != first_epoch_rank0);
     }
     CHECK(seen.size() == static_cast<std::size_t>(size));
-    CHECK(std::set<long>(seen.begin(), seen.end()).size() == static_cast<std::size_t>(size));
   }
-
-  const fs::path local = out / "local";
-  fs::create_directories(local);
-  require_success(run_workers(kWorker, {"shards", local.string(), "1", "10"}, 0));
-  const auto all = read_indices(local / "shard_r0_e0.txt");
-  CHECK(std::set<long>(all.begin(), all.end()).size() == 10);
-  CHECK(all.size() == 10);
 }
 
 TEST_CASE("report: rank 0 persists metrics and checkpoints; a restarted job resumes") {
@@ -178,6 +274,12 @@ TEST_CASE("report: rank 0 persists metrics and checkpoints; a restarted job resu
       run_workers(kWorker, {"train", "4", "0", "2", marker.string()}, 2, restarted_env);
   require_success(resumed);
   CHECK_THAT(resumed.outputs[1], Catch::Contains("resuming at epoch"));
+  // get_checkpoint() is rank 0's choice on every rank.
+  auto resumed_from = [](const std::string& output) {
+    const auto at = output.find("resuming at epoch");
+    return at == std::string::npos ? std::string() : output.substr(at, output.find('\n', at) - at);
+  };
+  CHECK(resumed_from(resumed.outputs[0]) == resumed_from(resumed.outputs[1]));
 
   const auto lines = metric_lines(storage / "exp");
   std::vector<int> epochs;
@@ -189,7 +291,8 @@ TEST_CASE("report: rank 0 persists metrics and checkpoints; a restarted job resu
   CHECK(epochs == std::vector<int>{0, 1, 2, 3});
   std::vector<std::string> kept;
   for (const auto& entry : fs::directory_iterator(storage / "exp")) {
-    kept.push_back(entry.path().filename().string());
+    const std::string name = entry.path().filename().string();
+    if (name != ".trainrun.lock") kept.push_back(name);
   }
   std::sort(kept.begin(), kept.end());
   CHECK(kept ==
@@ -199,6 +302,117 @@ TEST_CASE("report: rank 0 persists metrics and checkpoints; a restarted job resu
              Catch::Contains("result: ok=1 epoch=3 checkpoint=checkpoint_000003"));
   CHECK_THAT(resumed.outputs[1],
              Catch::Contains("result: ok=1 epoch=3 checkpoint=checkpoint_000003"));
+  // Result carries the whole history and the kept checkpoints (newest first without a score).
+  for (const auto& output : resumed.outputs) {
+    CHECK_THAT(output, Catch::Contains("history: 4 lines, last epoch 3; best: "
+                                       "checkpoint_000003(epoch 3) checkpoint_000002(epoch 2)"));
+  }
+}
+
+// Starts 2 workers of "train 4 0 2 MARKER" with `launcher` (a command line that ends before the
+// program) allowing one restart: the last rank crashes once at epoch 2, and the restarted job
+// must resume from the checkpoint of the first attempt, in the same run directory.
+void check_restart_resumes(const std::string& program, std::vector<std::string> launcher) {
+  const fs::path storage = make_temp_dir("restart");
+  const fs::path marker = storage / "crashed.marker";
+  for (const std::string arg : {"train", "4", "0", "2"}) launcher.push_back(arg);
+  launcher.push_back(marker.string());
+  const auto run = run_workers(program, launcher, 0, {{"TRAINRUN_STORAGE_PATH", storage.string()}},
+                               std::chrono::seconds(180));
+  INFO(describe(run));
+  REQUIRE(run.exit_codes[0] == 0);
+  CHECK(fs::exists(marker));
+  CHECK_THAT(run.outputs[0], Catch::Contains("resuming at epoch"));
+  std::vector<fs::path> run_dirs;
+  for (const auto& entry : fs::directory_iterator(storage)) {
+    if (entry.is_directory()) run_dirs.push_back(entry.path());
+  }
+  REQUIRE(run_dirs.size() == 1);  // the restarted job found the first attempt's directory
+  std::vector<int> epochs;
+  for (const auto& line : metric_lines(run_dirs[0])) epochs.push_back(line["epoch"]);
+  CHECK(epochs == std::vector<int>{0, 1, 2, 3});
+}
+
+void check_torchrun_restart_resumes(const std::vector<std::string>& rendezvous) {
+  if (!fs::exists(TRAINRUN_REFERENCE_TORCHRUN)) {
+    WARN("no reference torchrun at " TRAINRUN_REFERENCE_TORCHRUN);
+    return;
+  }
+  std::vector<std::string> args = {TRAINRUN_REFERENCE_TORCHRUN, "--nnodes=1", "--nproc_per_node=2",
+                                   "--max_restarts=1", "--monitor_interval=0.1"};
+  args.insert(args.end(), rendezvous.begin(), rendezvous.end());
+  args.push_back("--no_python");
+  args.push_back(kWorker);
+  check_restart_resumes(TRAINRUN_TORCH_PYTHON, args);
+}
+
+TEST_CASE("a job restarted by torchrun resumes from its last checkpoint, with or without an id") {
+  const std::string endpoint =
+      "--rdzv_endpoint=127.0.0.1:" + std::to_string(trainrun::runtime::testing::free_port());
+  SECTION("c10d rendezvous without --rdzv_id") {
+    check_torchrun_restart_resumes({"--rdzv_backend=c10d", endpoint});
+  }
+  SECTION("c10d rendezvous with --rdzv_id") {
+    check_torchrun_restart_resumes({"--rdzv_backend=c10d", endpoint, "--rdzv_id=job7"});
+  }
+  SECTION("static rendezvous") {
+    check_torchrun_restart_resumes(
+        {"--master_addr=127.0.0.1",
+         "--master_port=" + std::to_string(trainrun::runtime::testing::free_port())});
+  }
+}
+
+#ifdef TRAINRUN_LAUNCHER_BIN
+TEST_CASE("a job restarted by trainrun resumes from its last checkpoint, with or without an id") {
+  const std::string endpoint =
+      "--rdzv-endpoint=127.0.0.1:" + std::to_string(trainrun::runtime::testing::free_port());
+  std::vector<std::string> args = {"--nnodes=1",          "--nproc-per-node=2",
+                                   "--max-restarts=1",    "--monitor-interval=0.1",
+                                   "--rdzv-backend=c10d", endpoint};
+  SECTION("c10d rendezvous without --rdzv-id") {}
+  SECTION("c10d rendezvous with --rdzv-id") { args.push_back("--rdzv-id=job7"); }
+  args.push_back(kWorker);
+  check_restart_resumes(TRAINRUN_LAUNCHER_BIN, args);
+}
+#endif
+
+TEST_CASE("two runs started in the same second keep to their own directories") {
+  const fs::path storage = make_temp_dir("same_second");
+  const std::map<std::string, std::string> env = {{"TRAINRUN_STORAGE_PATH", storage.string()}};
+  // No experiment name: both take the default, <program>_<date_time>_<pid>.
+  require_success(run_workers(
+      "/bin/sh",
+      {"-c", "\"$0\" train 20 0 & a=$!; \"$0\" train 20 0 & b=$!; wait $a && wait $b", kWorker}, 0,
+      env));
+  std::vector<fs::path> run_dirs;
+  for (const auto& entry : fs::directory_iterator(storage)) run_dirs.push_back(entry.path());
+  REQUIRE(run_dirs.size() == 2);
+  for (const auto& dir : run_dirs) {
+    std::vector<int> epochs;
+    for (const auto& line : metric_lines(dir)) epochs.push_back(line["epoch"]);
+    CHECK(epochs.size() == 20);
+    CHECK(epochs.back() == 19);
+  }
+}
+
+TEST_CASE("an invalid launcher environment reaches the error file and Result::error") {
+  const fs::path dir = make_temp_dir("bad_env");
+  const auto run = run_workers(kWorker, {"train", "1", "0"}, 0,
+                               {{"RANK", "2"},
+                                {"LOCAL_RANK", "0"},
+                                {"WORLD_SIZE", "2"},
+                                {"LOCAL_WORLD_SIZE", "1"},
+                                {"MASTER_ADDR", "127.0.0.1"},
+                                {"MASTER_PORT", "1"},
+                                {"TORCHELASTIC_ERROR_FILE", (dir / "error.json").string()},
+                                {"TRAINRUN_STORAGE_PATH", dir.string()}});
+  INFO(describe(run));
+  CHECK(run.exit_codes[0] == 4);
+  CHECK_THAT(run.outputs[0], Catch::Contains("result: ok=0") && Catch::Contains("ConfigError") &&
+                                 Catch::Contains("RANK"));
+  REQUIRE(fs::exists(dir / "error.json"));
+  const auto record = nlohmann::json::parse(read_file((dir / "error.json").string()));
+  CHECK_THAT(record["message"]["message"].get<std::string>(), Catch::Contains("RANK"));
 }
 
 TEST_CASE("an exception in train_func: error file in a worker, Result::error in local mode") {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <thread>
 #include <trainrun/runtime/errors.hpp>
@@ -99,6 +100,62 @@ TEST_CASE("with a score attribute the best are kept, and always the newest") {
   reopened.record({{"accuracy", 0.6}}, rt::Checkpoint::from_directory(make_source(root, "z")));
   CHECK(names(reopened.checkpoints()) ==
         std::vector<std::string>{"checkpoint_000004", "checkpoint_000005"});
+}
+
+TEST_CASE("NaN and infinite scores rank as the worst, in either order") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const auto order : {rt::ScoreOrder::max, rt::ScoreOrder::min}) {
+    const fs::path root = make_temp_dir("nan_score");
+    rt::CheckpointConfig config;
+    config.num_to_keep = 2;
+    config.checkpoint_score_attribute = "loss";
+    config.checkpoint_score_order = order;
+    rt::RunStorage storage(root / "run", config);
+    const double scores[] = {nan, 0.5, inf, nan, -inf, 0.7, nan, 0.2, nan};
+    for (int i = 0; i < 9; ++i) {
+      storage.record({{"loss", scores[i]}},
+                     rt::Checkpoint::from_directory(make_source(root, std::to_string(i))));
+    }
+    // The best two finite scores, and the newest (8, NaN) for resuming.
+    const std::vector<std::string> expected =
+        order == rt::ScoreOrder::max
+            ? std::vector<std::string>{"checkpoint_000001", "checkpoint_000005",
+                                       "checkpoint_000008"}
+            : std::vector<std::string>{"checkpoint_000001", "checkpoint_000007",
+                                       "checkpoint_000008"};
+    CHECK(names(storage.checkpoints()) == expected);
+  }
+}
+
+TEST_CASE("a run directory another live process has open is refused, and free once it ends") {
+  const fs::path root = make_temp_dir("shared_name");
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    rt::RunStorage storage(root / "run", {});
+    storage.record({{"n", 0}}, rt::Checkpoint::from_directory(make_source(root, "child")));
+    (void)!::write(ready[1], "x", 1);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char byte = 0;
+  REQUIRE(::read(ready[0], &byte, 1) == 1);
+  ::close(ready[0]);
+  try {
+    rt::RunStorage second(root / "run", {});
+    FAIL("a second run opened a directory in use");
+  } catch (const rt::ConfigError& e) {
+    CHECK_THAT(e.what(),
+               Catch::Contains("is in use by another run (process " + std::to_string(pid) + ")"));
+  }
+  CHECK(fs::exists(root / "run" / "checkpoint_000000"));  // the refused run touched nothing
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  rt::RunStorage after(root / "run", {});
+  CHECK(after.latest_checkpoint()->path().filename() == "checkpoint_000000");
 }
 
 TEST_CASE("a reopened run continues numbering and finds its latest checkpoint") {

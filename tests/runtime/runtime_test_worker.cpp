@@ -5,6 +5,9 @@
 //   shards OUT_DIR EPOCHS SIZE       the indices prepare_data_loader gives this rank per epoch
 //   train EPOCHS NUM_WORKERS [CRASH_EPOCH MARKER]   TorchTrainer with report/get_checkpoint
 //   fail                             TorchTrainer whose train_func throws
+//   unused adam|sgd                  unused, rank-0-only and frozen parameters under an optimizer
+//   batchnorm 0|1                    BatchNorm statistics across ranks (broadcast_buffers)
+//   convert                          to(kDouble) after prepare_model
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -54,24 +57,54 @@ struct WideNet : torch::nn::Module {
   torch::nn::Linear in, hidden, unused, out;
 };
 
-// Prints whether `grad` differs between ranks (it does not once gradients are averaged).
-void report_gradient_spread(const torch::Tensor& grad) {
+// An identity whose backward throws, as a user's autograd function can.
+struct ThrowingBackward : torch::autograd::Function<ThrowingBackward> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* /*context*/,
+                               const torch::Tensor& x) {
+    return x.clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* /*context*/,
+                                                 const torch::autograd::variable_list& /*grads*/) {
+    throw std::runtime_error("a user's backward failed");
+  }
+};
+
+// Saves the module and loads it back into itself (as resuming from a checkpoint would).
+void reload(const std::shared_ptr<torch::nn::Module>& module, const fs::path& dir, int rank) {
+  const std::string path = (dir / ("reload_" + std::to_string(rank) + ".pt")).string();
+  torch::serialize::OutputArchive out;
+  module->save(out);
+  out.save_to(path);
+  torch::serialize::InputArchive in;
+  in.load_from(path);
+  module->load(in);
+}
+
+// The largest difference of `tensor` between ranks (0 in local mode).
+double spread_across_ranks(const torch::Tensor& tensor) {
   auto group = rt::get_process_group();
-  if (!group) return;
-  std::vector<torch::Tensor> high = {grad.detach().clone()};
-  std::vector<torch::Tensor> low = {-grad.detach()};
+  if (!group) return 0;
+  std::vector<torch::Tensor> high = {tensor.detach().to(torch::kDouble).clone()};
+  std::vector<torch::Tensor> low = {-tensor.detach().to(torch::kDouble)};
   c10d::AllreduceOptions max;
   max.reduceOp = c10d::ReduceOp::MAX;
   group->allreduce(high, max)->wait();
   group->allreduce(low, max)->wait();
-  const double spread = (high[0] + low[0]).abs().max().item<double>();
-  std::printf("gradients after a no_sync pass %s across ranks\n",
+  return (high[0] + low[0]).abs().max().item<double>();
+}
+
+// Prints whether `grad` differs between ranks (it does not once gradients are averaged).
+void report_gradient_spread(const torch::Tensor& grad) {
+  if (!rt::get_process_group()) return;
+  const double spread = spread_across_ranks(grad);
+  std::printf("gradients after a local or no_sync pass %s across ranks\n",
               spread > 0 ? "differ" : "are equal");
 }
 
 // variant: "plain" (one backward per step), "accumulate" (two half-batch backward passes per
-// step), "no_sync" (the same, the first pass under NoSync) or "wide" (WideNet, several buckets
-// and an unused parameter).
+// step), "no_sync" (the same, the first pass under NoSync), "wide" (WideNet, several buckets
+// and an unused parameter), "throw" (a backward that throws before each no_sync step),
+// "prepare_twice", "load_after_prepare" or "batchnorm" (for the comparison with Python's DDP).
 int mlp(const fs::path& out_dir, int steps, const std::string& variant) {
   const auto& context = rt::get_context();
   // Each rank starts from different weights: prepare_model must replace them by rank 0's.
@@ -87,10 +120,19 @@ int mlp(const fs::path& out_dir, int steps, const std::string& variant) {
     rt::prepare_model(net);
     forward = [net](const torch::Tensor& x) { return net->forward(x); };
     module = net;
+  } else if (variant == "batchnorm") {
+    // Compared with Python's DDP only: BatchNorm's batch statistics differ per shard.
+    auto net =
+        rt::prepare_model(torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::BatchNorm1d(8),
+                                                torch::nn::Tanh(), torch::nn::Linear(8, 1)));
+    forward = [net](const torch::Tensor& x) mutable { return net->forward(x); };
+    module = net.ptr();
   } else {
-    auto net = rt::prepare_model(torch::nn::Sequential(
-        torch::nn::Linear(4, 8), torch::nn::Tanh(), torch::nn::Linear(8, 3), torch::nn::Tanh(),
-        torch::nn::Linear(3, 1)));
+    auto net = rt::prepare_model(torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::Tanh(),
+                                                       torch::nn::Linear(8, 3), torch::nn::Tanh(),
+                                                       torch::nn::Linear(3, 1)));
+    if (variant == "prepare_twice") rt::prepare_model(net);
+    if (variant == "load_after_prepare") reload(net.ptr(), out_dir, context.world_rank());
     forward = [net](const torch::Tensor& x) mutable { return net->forward(x); };
     module = net.ptr();
   }
@@ -103,7 +145,18 @@ int mlp(const fs::path& out_dir, int steps, const std::string& variant) {
   torch::optim::SGD optimizer(module->parameters(), torch::optim::SGDOptions(0.1));
   for (int step = 0; step < steps; ++step) {
     optimizer.zero_grad();
-    if (variant == "accumulate" || variant == "no_sync") {
+    if (variant == "throw") {
+      // Every rank's backward throws after all gradients are in (and all-reduces started); the
+      // next backward must average again, and NoSync must still work.
+      try {
+        auto input = x.clone().requires_grad_(true);
+        torch::mse_loss(forward(ThrowingBackward::apply(input)), y).backward();
+      } catch (const std::exception& e) {
+        if (step == 0) std::printf("backward threw: %s\n", e.what());
+      }
+      optimizer.zero_grad();
+    }
+    if (variant == "accumulate" || variant == "no_sync" || variant == "throw") {
       // Gradient accumulation: the mean of two half-batch losses, one backward pass each; with
       // no_sync, the first pass keeps its gradients local and the second averages both.
       const int64_t half = per_rank / 2;
@@ -111,7 +164,7 @@ int mlp(const fs::path& out_dir, int steps, const std::string& variant) {
         auto loss = torch::mse_loss(forward(x.narrow(0, start, half)), y.narrow(0, start, half));
         (loss / 2).backward();
       };
-      if (variant == "no_sync") {
+      if (variant == "no_sync" || variant == "throw") {
         {
           rt::NoSync no_sync(module);
           half_backward(0);
@@ -123,12 +176,18 @@ int mlp(const fs::path& out_dir, int steps, const std::string& variant) {
       half_backward(half);
     } else {
       torch::mse_loss(forward(x), y).backward();
+      if (step == 0 && variant == "load_after_prepare") {
+        report_gradient_spread(module->parameters().front().grad());
+      }
     }
     optimizer.step();
   }
   std::ofstream out(out_dir / ("params_rank" + std::to_string(context.world_rank()) + ".txt"));
   char text[64];
-  for (const auto& param : module->parameters()) {
+  // Parameters, then buffers (BatchNorm's running statistics), in registration order.
+  std::vector<torch::Tensor> state = module->parameters();
+  for (const auto& buffer : module->buffers()) state.push_back(buffer);
+  for (const auto& param : state) {
     const auto flat = param.detach().to(torch::kDouble).reshape({-1});
     const auto values = flat.accessor<double, 1>();
     for (int64_t i = 0; i < flat.numel(); ++i) {
@@ -162,6 +221,103 @@ int shards(const fs::path& out_dir, int epochs, std::size_t size) {
     }
   }
   return 0;
+}
+
+// A layer every rank uses, one only rank 0 uses, one none uses and a frozen one.
+struct PartlyUsedNet : torch::nn::Module {
+  PartlyUsedNet()
+      : used(register_module("used", torch::nn::Linear(4, 1))),
+        rank0_only(register_module("rank0_only", torch::nn::Linear(4, 1))),
+        unused(register_module("unused", torch::nn::Linear(3, 3))),
+        frozen(register_module("frozen", torch::nn::Linear(4, 1))) {
+    for (auto& param : frozen->parameters()) param.set_requires_grad(false);
+  }
+  torch::Tensor forward(const torch::Tensor& x, bool rank0) {
+    auto out = used(x) + frozen(x);
+    return rank0 ? out + rank0_only(x) : out;
+  }
+  torch::nn::Linear used, rank0_only, unused, frozen;
+};
+
+// optimizer: "adam" or "sgd" (with momentum), both with weight decay, which would move a
+// parameter whose gradient is zeros rather than undefined.
+int unused(const std::string& optimizer_name) {
+  const auto& context = rt::get_context();
+  torch::manual_seed(100 + static_cast<std::uint64_t>(context.world_rank()));
+  auto net = rt::prepare_model(std::make_shared<PartlyUsedNet>());
+  std::vector<torch::Tensor> unused_before;
+  for (const auto& p : net->unused->parameters()) unused_before.push_back(p.detach().clone());
+  for (const auto& p : net->frozen->parameters()) unused_before.push_back(p.detach().clone());
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (optimizer_name == "adam") {
+    optimizer = std::make_unique<torch::optim::Adam>(
+        net->parameters(), torch::optim::AdamOptions(0.1).weight_decay(0.1));
+  } else {
+    optimizer = std::make_unique<torch::optim::SGD>(
+        net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.1));
+  }
+  torch::manual_seed(7 + static_cast<std::uint64_t>(context.world_rank()));
+  for (int step = 0; step < 3; ++step) {
+    optimizer->zero_grad();
+    const auto x = torch::randn({4, 4});
+    torch::mse_loss(net->forward(x, context.world_rank() == 0), torch::zeros({4, 1})).backward();
+    optimizer->step();
+  }
+  bool untouched = true;
+  std::size_t k = 0;
+  for (const auto& p : net->unused->parameters()) {
+    untouched = untouched && !p.grad().defined() && torch::equal(p, unused_before[k++]);
+  }
+  for (const auto& p : net->frozen->parameters()) {
+    untouched = untouched && !p.grad().defined() && torch::equal(p, unused_before[k++]);
+  }
+  bool averaged = net->rank0_only->weight.grad().defined();
+  double spread = 0;
+  for (const auto& p : net->parameters()) spread = std::max(spread, spread_across_ranks(p));
+  std::printf("unused and frozen untouched: %s\nrank0_only averaged: %s\nspread: %g\n",
+              untouched ? "yes" : "no", averaged ? "yes" : "no", spread);
+  return 0;
+}
+
+// BatchNorm's running statistics on every rank after each step, each rank on its own data.
+int batchnorm(bool broadcast_buffers) {
+  const auto& context = rt::get_context();
+  rt::PrepareModelOptions options;
+  options.broadcast_buffers = broadcast_buffers;
+  auto net =
+      rt::prepare_model(torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::BatchNorm1d(8),
+                                              torch::nn::Linear(8, 1)),
+                        options);
+  torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.1));
+  torch::manual_seed(7 + static_cast<std::uint64_t>(context.world_rank()));
+  for (int step = 0; step < 3; ++step) {
+    optimizer.zero_grad();
+    const auto x = torch::randn({8, 4}) * (context.world_rank() + 1);
+    torch::mse_loss(net->forward(x), torch::zeros({8, 1})).backward();
+    optimizer.step();
+    double spread = 0;
+    for (const auto& buffer : net->buffers()) {
+      spread = std::max(spread, spread_across_ranks(buffer));
+    }
+    std::printf("step %d buffers %s\n", step, spread == 0 ? "equal" : "differ");
+  }
+  return 0;
+}
+
+// prepare_model, then converting the model: the next backward must refuse, not stop averaging.
+int convert_after_prepare() {
+  auto net = rt::prepare_model(torch::nn::Linear(4, 1));
+  net->to(torch::kDouble);
+  try {
+    torch::mse_loss(net->forward(torch::randn({2, 4}, torch::kDouble)),
+                    torch::zeros({2, 1}, torch::kDouble))
+        .backward();
+  } catch (const std::exception& e) {
+    std::printf("refused: %s\n", e.what());
+    return 0;
+  }
+  std::printf("converted model trained without complaint\n");
+  return 3;
 }
 
 int train(int epochs, int num_workers, int crash_epoch, const std::string& marker) {
@@ -207,6 +363,15 @@ int train(int epochs, int num_workers, int crash_epoch, const std::string& marke
                   : "none",
               result.checkpoint ? result.checkpoint->path().filename().c_str() : "none",
               result.path.c_str());
+  std::string best;
+  for (const auto& [checkpoint, metrics] : result.best_checkpoints) {
+    best += checkpoint.path().filename().string() + "(epoch " + metrics["epoch"].dump() + ") ";
+  }
+  std::printf("history: %zu lines, last epoch %s; best: %s\n", result.metrics_history.size(),
+              result.metrics_history.empty()
+                  ? "none"
+                  : result.metrics_history.back()["epoch"].dump().c_str(),
+              best.c_str());
   if (!result.ok()) std::printf("error: %s\n", result.error->c_str());
   return result.ok() ? 0 : 4;
 }
@@ -233,6 +398,9 @@ int run(int argc, char** argv) {
                  argc == 6 ? argv[5] : "");
   }
   if (mode == "fail") return fail();
+  if (mode == "unused" && argc == 3) return unused(argv[2]);
+  if (mode == "batchnorm" && argc == 3) return batchnorm(std::string(argv[2]) == "1");
+  if (mode == "convert") return convert_after_prepare();
   std::fprintf(stderr, "runtime_test_worker: unknown mode or wrong arguments (see the source)\n");
   return 2;
 }

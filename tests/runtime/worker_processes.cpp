@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -58,6 +59,21 @@ std::string make_temp_dir(const std::string& tag) {
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string command_output(const std::string& command) {
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) throw std::runtime_error("cannot run " + command);
+  std::string output;
+  char buffer[65536];
+  std::size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  if (status != 0) {
+    throw std::runtime_error(command.substr(0, 200) + " failed (status " + std::to_string(status) +
+                             "):\n" + output);
+  }
+  return output;
 }
 
 std::vector<nlohmann::json> metric_lines(const std::string& run_dir) {

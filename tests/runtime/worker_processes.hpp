@@ -30,6 +30,9 @@ std::string make_temp_dir(const std::string& tag);
 
 std::string read_file(const std::string& path);
 
+// The standard output of `command` (run by sh); throws when it fails.
+std::string command_output(const std::string& command);
+
 // The records of <run_dir>/metrics.jsonl, one JSON object per line.
 std::vector<nlohmann::json> metric_lines(const std::string& run_dir);
 

@@ -52,6 +52,12 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
   app.add_option("--storage-path", storage_path,
                  "Where runs are kept (default: $TRAINRUN_STORAGE_PATH, else ~/trainrun_results)");
 
+  std::string init_model;
+  app.add_option(
+      "--init-model", init_model,
+      "Start from this state dict (a model.pt of ours, or torch.save(model.state_dict()) "
+      "of the Python script's ResNet-18) instead of random weights");
+
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
     app.parse(reversed);
@@ -79,6 +85,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
   if (data_dir.empty()) throw UsageError("--data-dir must not be empty");
   o.data_dir = data_dir;
   o.storage_path = storage_path;
+  o.init_model = init_model;
   return parsed;
 }
 

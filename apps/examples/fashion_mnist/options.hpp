@@ -32,6 +32,7 @@ struct Options {
   std::size_t log_every = 0;  // print the loss every N steps (rank 0); 0: only per epoch
   std::string name;           // experiment name (RunConfig::name)
   std::filesystem::path storage_path;
+  std::filesystem::path init_model;  // a state dict (torch.save's format) to start from
 };
 
 struct ParsedCommandLine {

@@ -142,6 +142,50 @@ void crash_once(const Options& options, int epoch) {
   std::_Exit(3);
 }
 
+// model.pt holds a state dict in torch.save's format (a dict of name to tensor): Python reads it
+// with torch.load and load_state_dict, and a state dict Python saved loads here.
+void save_state_dict(const torch::nn::Module& model, const fs::path& path) {
+  c10::Dict<std::string, torch::Tensor> state;
+  for (const auto& item : model.named_parameters()) state.insert(item.key(), item.value().detach());
+  for (const auto& item : model.named_buffers()) state.insert(item.key(), item.value().detach());
+  const std::vector<char> bytes = torch::pickle_save(c10::IValue(state));
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+// Copies every parameter and buffer of `model` from the state dict in `path`; returns the sum of
+// all values loaded (printed, so a test can compare it with Python's).
+double load_state_dict(torch::nn::Module& model, const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path.string());
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+  const torch::IValue loaded = torch::pickle_load(bytes);
+  // LibTorch reads Python's OrderedDict (what state_dict() returns) as None: Python must save
+  // a plain dict.
+  if (!loaded.isGenericDict()) {
+    throw std::runtime_error(path.string() +
+                             ": not a state dict saved as a plain dict; in Python save "
+                             "torch.save(dict(model.state_dict()), path)");
+  }
+  const auto state = loaded.toGenericDict();
+  torch::NoGradGuard no_grad;
+  double sum = 0;
+  auto copy = [&](const std::string& name, torch::Tensor& target) {
+    if (!state.contains(name)) {
+      throw std::runtime_error(path.string() + ": no \"" + name +
+                               "\" in the state dict: not a ResNet-18 of this example");
+    }
+    const torch::Tensor value = state.at(name).toTensor();
+    target.copy_(value);
+    sum += value.to(torch::kDouble).sum().item<double>();
+  };
+  for (auto& item : model.named_parameters()) copy(item.key(), item.value());
+  for (auto& item : model.named_buffers()) copy(item.key(), item.value());
+  return sum;
+}
+
 // A fresh directory for one checkpoint; report() copies it into the run directory.
 fs::path write_checkpoint(ResNet& model, torch::optim::Adam& optimizer, int epoch) {
   std::string pattern = (fs::temp_directory_path() / "fashion_mnist_ckpt_XXXXXX").string();
@@ -150,7 +194,7 @@ fs::path write_checkpoint(ResNet& model, torch::optim::Adam& optimizer, int epoc
                              fs::temp_directory_path().string());
   }
   const fs::path dir = pattern;
-  torch::save(model, (dir / "model.pt").string());
+  save_state_dict(*model, dir / "model.pt");
   torch::save(optimizer, (dir / "optimizer.pt").string());
   std::ofstream(dir / "train_state.json") << nlohmann::json{{"epoch", epoch}}.dump() << "\n";
   return dir;
@@ -179,7 +223,12 @@ void train(const Options& options, const Data& data) {
   ResNet model = resnet18(/*in_channels=*/1, num_classes);
   // After a restart, the last reported checkpoint (the previous attempt's) is where to resume.
   const std::optional<rt::Checkpoint> checkpoint = rt::get_checkpoint();
-  if (checkpoint) torch::load(model, (checkpoint->path() / "model.pt").string());
+  if (checkpoint) {
+    load_state_dict(*model, checkpoint->path() / "model.pt");
+  } else if (!options.init_model.empty()) {
+    const double sum = load_state_dict(*model, options.init_model);
+    if (leader) std::printf("initial state dict %s: sum %.6f\n", options.init_model.c_str(), sum);
+  }
   // Broadcasts rank 0's weights, then averages gradients over all ranks after each backward.
   model = rt::prepare_model(model);
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(options.lr));

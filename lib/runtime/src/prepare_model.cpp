@@ -101,30 +101,20 @@ void broadcast_from_rank0(const c10::intrusive_ptr<ProcessGroup>& group,
 // formed in reverse parameter order (the order backward produces gradients) and always started
 // in that order, so every rank issues the same collectives in the same sequence. A callback at
 // the end of backward starts what is left (parameters this pass did not reach contribute their
-// current gradient, or zeros), waits, and writes the means back.
+// current gradient, or zeros), waits, writes the means back to the parameters some rank used
+// (DDP with find_unused_parameters) and broadcasts rank 0's buffers.
 class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchronizer> {
  public:
   GradientSynchronizer(c10::intrusive_ptr<ProcessGroup> group, std::vector<torch::Tensor> params,
-                       std::size_t cap_bytes, int world_size)
-      : group_(std::move(group)), params_(std::move(params)), world_size_(world_size) {
-    std::vector<torch::Tensor> reversed(params_.rbegin(), params_.rend());
-    // As DDP: a small first bucket, so that communication starts early in backward.
-    const auto groups =
-        make_buckets(reversed, cap_bytes, std::min<std::size_t>(cap_bytes, kFirstBucketBytes));
-    slot_of_.resize(params_.size());
-    for (std::size_t b = 0; b < groups.size(); ++b) {
-      Bucket bucket;
-      std::int64_t offset = 0;
-      for (std::size_t r : groups[b]) {
-        const std::size_t i = params_.size() - 1 - r;
-        slot_of_[i] = {b, offset};
-        offset += params_[i].numel();
-      }
-      bucket.size = groups[b].size();
-      bucket.flat = torch::empty({offset}, reversed[groups[b].front()].options());
-      buckets_.push_back(std::move(bucket));
-    }
+                       std::vector<torch::Tensor> buffers, std::size_t cap_bytes, int world_size)
+      : group_(std::move(group)),
+        params_(std::move(params)),
+        buffers_(std::move(buffers)),
+        cap_bytes_(cap_bytes),
+        world_size_(world_size) {
+    make_gradient_buckets();
     ready_.assign(params_.size(), false);
+    used_.assign(params_.size(), false);
   }
 
   // While paused (no_sync), backward passes leave gradients local; the first pass after the pause
@@ -149,6 +139,12 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
       }
       accumulator->add_post_hook(std::make_unique<AccumulatedHook>(weak, i));
       accumulators_.push_back(std::move(accumulator));
+      // Moving or converting a parameter (to(device), to(dtype)) gives it a new accumulator
+      // without the hook above; this hook stays with the tensor and notices.
+      params_[i].register_hook([weak, i](const torch::Tensor& grad) {
+        if (auto self = weak.lock()) self->check_accumulator(i);
+        return grad;
+      });
     }
   }
 
@@ -156,8 +152,8 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
   static constexpr std::size_t kFirstBucketBytes = 1024 * 1024;
 
   struct Bucket {
-    torch::Tensor flat;    // the gradients of its parameters, one after another
-    std::size_t size = 0;  // how many parameters
+    torch::Tensor flat;     // the gradients of its parameters, one after another
+    std::size_t size = 0;   // how many parameters
     std::size_t ready = 0;  // how many of them this pass has copied in
     c10::intrusive_ptr<c10d::Work> work;
   };
@@ -174,6 +170,54 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
     std::weak_ptr<GradientSynchronizer> owner;
     std::size_t index;
   };
+
+  void make_gradient_buckets() {
+    std::vector<torch::Tensor> reversed(params_.rbegin(), params_.rend());
+    // As DDP: a small first bucket, so that communication starts early in backward.
+    const auto groups =
+        make_buckets(reversed, cap_bytes_, std::min<std::size_t>(cap_bytes_, kFirstBucketBytes));
+    slot_of_.resize(params_.size());
+    for (std::size_t b = 0; b < groups.size(); ++b) {
+      Bucket bucket;
+      std::int64_t offset = 0;
+      for (std::size_t r : groups[b]) {
+        const std::size_t i = params_.size() - 1 - r;
+        slot_of_[i] = {b, offset};
+        offset += params_[i].numel();
+      }
+      bucket.size = groups[b].size();
+      bucket.flat = torch::empty({offset}, reversed[groups[b].front()].options());
+      buckets_.push_back(std::move(bucket));
+    }
+  }
+
+  // Runs before parameter i's gradient is accumulated. Loading a state dict can give the
+  // parameter a new accumulator of the same dtype and device: the hook moves to it, and
+  // synchronisation goes on. A parameter moved or converted (to(device), to(dtype)) no longer
+  // fits its bucket: the backward pass fails at once, saying what to do, rather than
+  // synchronising silently stopping.
+  void check_accumulator(std::size_t i) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto current = torch::autograd::impl::try_get_grad_accumulator(params_[i]);
+    if (current == accumulators_[i]) return;
+    const auto& bucket = buckets_[slot_of_[i].first].flat;
+    if (current && params_[i].dtype() == bucket.dtype() && params_[i].device() == bucket.device()) {
+      current->add_post_hook(std::make_unique<AccumulatedHook>(weak_from_this(), i));
+      accumulators_[i] = current;
+      // LibTorch 1.x runs a hook added now only from the next pass on: this pass, the end of
+      // backward picks the accumulated gradient up instead.
+      if (in_pass_ && pass_token_.expired()) abandon_pass();
+      used_[i] = true;
+      if (pauses_ == 0 || in_pass_) begin_pass_if_needed();
+      return;
+    }
+    abandon_pass();
+    throw ConfigError(
+        "prepare_model: a parameter of a prepared model was moved or converted after "
+        "prepare_model (to(device) or to(dtype)), so its gradient would no longer be averaged "
+        "across ranks; move or convert the model before prepare_model, or call prepare_model "
+        "on it again after moving it");
+  }
 
   torch::Tensor slot(std::size_t i) {
     const auto [b, offset] = slot_of_[i];
@@ -193,20 +237,31 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
     ++buckets_[slot_of_[i].first].ready;
   }
 
+  // The first hook of a pass queues the end-of-backward callback. A pass whose backward threw
+  // never runs it; its callback (and the token it holds) dies with the failed graph, so the
+  // next pass sees the expired token (on_accumulated) and starts afresh instead of never
+  // synchronising again.
+  void begin_pass_if_needed() {
+    if (in_pass_) return;
+    in_pass_ = true;
+    auto token = std::make_shared<char>();
+    pass_token_ = token;
+    std::weak_ptr<GradientSynchronizer> weak = shared_from_this();
+    torch::autograd::Engine::get_default_engine().queue_callback([weak, token] {
+      if (auto self = weak.lock()) self->finish_pass();
+    });
+  }
+
   void on_accumulated(std::size_t i) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (in_pass_ && pass_token_.expired()) abandon_pass();
+    used_[i] = true;  // also under no_sync: DDP counts use since the last synchronisation
     if (pauses_ > 0 && !in_pass_) return;
-    if (!in_pass_) {
-      in_pass_ = true;
-      std::weak_ptr<GradientSynchronizer> weak = shared_from_this();
-      torch::autograd::Engine::get_default_engine().queue_callback([weak] {
-        if (auto self = weak.lock()) self->finish_pass();
-      });
-    }
+    begin_pass_if_needed();
     if (ready_[i]) return;
     const auto& grad = params_[i].grad();
     if (grad.is_sparse()) {
-      reset_pass();
+      abandon_pass();
       throw ConfigError(
           "prepare_model: sparse gradients are not supported (an embedding with sparse=true?); "
           "use dense gradients");
@@ -215,13 +270,29 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
       mark_ready(i, grad);
       start_ready_buckets();
     } catch (...) {
-      reset_pass();  // backward fails; the next one starts afresh
+      abandon_pass();  // backward fails; the next one starts afresh
       throw;
     }
   }
 
+  // Ends a pass that will not finish: all-reduces it started still complete (every rank started
+  // the same ones), so their buffers are free before the next pass reuses them.
+  void abandon_pass() {
+    for (auto& bucket : buckets_) {
+      if (!bucket.work) continue;
+      try {
+        bucket.work->wait();
+      } catch (const std::exception&) {
+        // The pass is being discarded; a broken group fails the next collective with its cause.
+      }
+    }
+    reset_pass();
+    std::fill(used_.begin(), used_.end(), false);
+  }
+
   void reset_pass() {
     in_pass_ = false;
+    pass_token_.reset();
     next_start_ = 0;
     std::fill(ready_.begin(), ready_.end(), false);
     for (auto& bucket : buckets_) {
@@ -240,23 +311,40 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
     }
   }
 
+  // How many ranks used each parameter since the last synchronisation.
+  c10::intrusive_ptr<c10d::Work> count_users(std::vector<torch::Tensor>& counts) {
+    auto local = torch::zeros({static_cast<std::int64_t>(params_.size())}, torch::kInt32);
+    auto* flags = local.data_ptr<std::int32_t>();
+    for (std::size_t i = 0; i < params_.size(); ++i) flags[i] = used_[i] ? 1 : 0;
+    counts = {local.to(buckets_.front().flat.device())};
+    return group_->allreduce(counts);
+  }
+
   void finish_pass() {
     std::lock_guard<std::mutex> lock(mutex_);
     struct EndPass {
       GradientSynchronizer& self;
-      ~EndPass() { self.reset_pass(); }
+      ~EndPass() {
+        self.reset_pass();
+        std::fill(self.used_.begin(), self.used_.end(), false);
+      }
     } end_pass{*this};
     torch::NoGradGuard no_grad;
-    // A parameter this pass did not reach contributes its current gradient, or zeros (as DDP).
     for (std::size_t i = 0; i < params_.size(); ++i) {
       if (!ready_[i]) mark_ready(i, params_[i].grad());
     }
     start_ready_buckets();
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<torch::Tensor> counts;
+    std::vector<c10::intrusive_ptr<c10d::Work>> works = {count_users(counts)};
     for (auto& bucket : buckets_) works.push_back(bucket.work);
     wait_all(works, "gradient all-reduce");
+    const auto users = counts[0].cpu();
+    const auto* used_by = users.data_ptr<std::int32_t>();
     for (auto& bucket : buckets_) bucket.flat.div_(world_size_);
     for (std::size_t i = 0; i < params_.size(); ++i) {
+      // A parameter no rank used keeps its gradient as it was, undefined included, so that
+      // momentum, weight decay and Adam leave it alone (as DDP).
+      if (used_by[i] == 0) continue;
       auto& param = params_[i];
       if (param.grad().defined()) {
         param.mutable_grad().copy_(slot(i));
@@ -264,16 +352,23 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
         param.mutable_grad() = slot(i).clone();
       }
     }
+    // As DDP's broadcast_buffers, once per synchronised pass: every rank continues from rank 0's
+    // running statistics.
+    if (!buffers_.empty()) broadcast_from_rank0(group_, buffers_, cap_bytes_);
   }
 
   c10::intrusive_ptr<ProcessGroup> group_;
   std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> buffers_;  // empty unless broadcast_buffers
+  std::size_t cap_bytes_;
   int world_size_;
   std::vector<Bucket> buckets_;
   std::vector<std::pair<std::size_t, std::int64_t>> slot_of_;  // parameter -> (bucket, offset)
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::mutex mutex_;
-  std::vector<bool> ready_;
+  std::vector<bool> ready_;  // copied into its bucket in this pass
+  std::vector<bool> used_;   // reached by backward since the last synchronisation
+  std::weak_ptr<char> pass_token_;
   std::size_t next_start_ = 0;
   bool in_pass_ = false;
   int pauses_ = 0;
@@ -301,10 +396,20 @@ void prepare_module(const std::shared_ptr<torch::nn::Module>& module,
   if (options.move_to_device) module->to(get_device());
   auto group = get_process_group();
   if (!group) return;
+  // Preparing a model again replaces its earlier synchronisation (whose hooks then do nothing),
+  // so a model moved after prepare_model can be prepared again.
+  {
+    std::lock_guard<std::mutex> lock(synchronizers_mutex);
+    synchronizers.erase(
+        std::remove_if(synchronizers.begin(), synchronizers.end(),
+                       [&](const auto& entry) { return entry.first == module.get(); }),
+        synchronizers.end());
+  }
 
   const std::size_t cap_bytes = options.bucket_cap_mb * 1024 * 1024;
+  const std::vector<torch::Tensor> buffers = module->buffers();
   std::vector<torch::Tensor> state = module->parameters();
-  for (const auto& buffer : module->buffers()) state.push_back(buffer);
+  state.insert(state.end(), buffers.begin(), buffers.end());
   broadcast_from_rank0(group, state, cap_bytes);
 
   std::vector<torch::Tensor> trainable;
@@ -312,8 +417,10 @@ void prepare_module(const std::shared_ptr<torch::nn::Module>& module,
     if (param.requires_grad()) trainable.push_back(param);
   }
   if (trainable.empty()) return;
-  auto synchronizer = std::make_shared<GradientSynchronizer>(group, std::move(trainable), cap_bytes,
-                                                             context.world_size());
+  auto synchronizer = std::make_shared<GradientSynchronizer>(
+      group, std::move(trainable),
+      options.broadcast_buffers ? buffers : std::vector<torch::Tensor>{}, cap_bytes,
+      context.world_size());
   synchronizer->attach();
   std::lock_guard<std::mutex> lock(synchronizers_mutex);
   synchronizers.emplace_back(module.get(), std::move(synchronizer));

@@ -3,12 +3,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <trainrun/runtime/errors.hpp>
 #include <trainrun/runtime/process_group.hpp>
+#include <vector>
 
 #include "session.hpp"
 
@@ -29,9 +31,7 @@ c10::intrusive_ptr<ProcessGroup> group;
 int group_gpu = -1;
 
 // The GPU a rank uses with use_gpu: its LOCAL_RANK when launched, else the first.
-int gpu_index(const TrainContext& context) {
-  return context.launched() ? context.local_rank() : 0;
-}
+int gpu_index(const TrainContext& context) { return context.launched() ? context.local_rank() : 0; }
 
 std::string where(const TrainContext& context) {
   return "rank " + std::to_string(context.world_rank()) + " (store " +
@@ -39,19 +39,23 @@ std::string where(const TrainContext& context) {
          ")";
 }
 
-std::shared_ptr<::gloo::transport::Device> gloo_device() {
-  // As torch.distributed: GLOO_SOCKET_IFNAME picks the interface, else the host name's address.
-  const char* interface = std::getenv("GLOO_SOCKET_IFNAME");
-  if (interface != nullptr && *interface != '\0') {
-    return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
+// As torch.distributed: GLOO_SOCKET_IFNAME names the interfaces, comma-separated (one Gloo
+// device each, used in turn), else the host name's address.
+std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices() {
+  std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
+  const char* interfaces = std::getenv("GLOO_SOCKET_IFNAME");
+  std::istringstream names(interfaces != nullptr ? interfaces : "");
+  for (std::string name; std::getline(names, name, ',');) {
+    if (!name.empty()) devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
   }
-  return c10d::ProcessGroupGloo::createDefaultDevice();
+  if (devices.empty()) devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  return devices;
 }
 
 c10::intrusive_ptr<ProcessGroup> make_gloo(const TrainContext& context,
                                            std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-  options->devices.push_back(gloo_device());
+  options->devices = gloo_devices();
   return c10::make_intrusive<c10d::ProcessGroupGloo>(group_store, context.world_rank(),
                                                      context.world_size(), options);
 }
@@ -159,6 +163,26 @@ void barrier() {
   } catch (const std::exception& e) {
     throw RuntimeError(std::string("barrier across ranks failed: ") + e.what() +
                        "; another worker probably stopped");
+  }
+}
+
+std::string share_from_rank0(int rank, const std::string& key, const std::string& value) {
+  c10::intrusive_ptr<c10d::Store> store;
+  {
+    std::lock_guard<std::mutex> lock(group_mutex);
+    store = group_store;
+  }
+  if (!store) return value;
+  try {
+    if (rank == 0) {
+      store->set(key, std::vector<std::uint8_t>(value.begin(), value.end()));
+      return value;
+    }
+    const auto bytes = store->get(key);
+    return std::string(bytes.begin(), bytes.end());
+  } catch (const std::exception& e) {
+    throw RuntimeError("cannot read rank 0's " + key + " from the job's store: " + e.what() +
+                       "; rank 0 probably stopped");
   }
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -100,7 +101,60 @@ std::string local_timestamp(std::time_t now) {
   return text;
 }
 
+// A metric's value as a score; NaN and infinities rank as no score, the worst: a diverged loss is
+// never "best", and NaN's comparisons would break the ordering the pruning sort needs.
+std::optional<double> score_in(const Metrics& metrics, const CheckpointConfig& config) {
+  if (config.checkpoint_score_attribute.empty() || !metrics.is_object()) return std::nullopt;
+  const auto value = metrics.find(config.checkpoint_score_attribute);
+  if (value == metrics.end() || !value->is_number()) return std::nullopt;
+  const double score = value->get<double>();
+  if (!std::isfinite(score)) return std::nullopt;
+  return score;
+}
+
+// Whether checkpoint a (its index and score) ranks before b: by score when configured (those
+// without a score last), newest on ties.
+bool ranks_before(int index_a, const std::optional<double>& score_a, int index_b,
+                  const std::optional<double>& score_b, const CheckpointConfig& config) {
+  if (!config.checkpoint_score_attribute.empty()) {
+    if (score_a.has_value() != score_b.has_value()) return score_a.has_value();
+    if (score_a && *score_a != *score_b) {
+      return config.checkpoint_score_order == ScoreOrder::max ? *score_a > *score_b
+                                                              : *score_a < *score_b;
+    }
+  }
+  return index_a > index_b;
+}
+
+// Locks <run_dir>/.trainrun.lock for this process (a POSIX record lock: released when the
+// process ends, however it ends), or says which process holds it.
+int lock_run_dir(const fs::path& run_dir) {
+  const fs::path path = run_dir / ".trainrun.lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw RuntimeError("cannot open " + path.string() + ": " + errno_text() +
+                       "; set RunConfig::storage_path to a writable place");
+  }
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  if (::fcntl(fd, F_SETLK, &lock) == 0) return fd;
+  struct flock holder {};
+  holder.l_type = F_WRLCK;
+  holder.l_whence = SEEK_SET;
+  const bool known = ::fcntl(fd, F_GETLK, &holder) == 0 && holder.l_type != F_UNLCK;
+  ::close(fd);
+  throw ConfigError("the run directory " + run_dir.string() + " is in use by another run" +
+                    (known ? " (process " + std::to_string(holder.l_pid) + ")" : "") +
+                    "; two runs must not share one: give this one another RunConfig::name or "
+                    "TRAINRUN_EXPERIMENT_NAME");
+}
+
 }  // namespace
+
+RunStorage::~RunStorage() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
 
 RunStorage::RunStorage(fs::path run_dir, CheckpointConfig config)
     : run_dir_(std::move(run_dir)), config_(std::move(config)) {
@@ -115,6 +169,8 @@ RunStorage::RunStorage(fs::path run_dir, CheckpointConfig config)
                        (error ? error.message() : "not a directory") +
                        "; set RunConfig::storage_path to a writable place");
   }
+  // Before anything is cleaned or renumbered: another live run's files are not ours to touch.
+  lock_fd_ = lock_run_dir(run_dir_);
   for (fs::directory_iterator it(run_dir_, error), end; !error && it != end; it.increment(error)) {
     if (it->path().filename().string().rfind(kTempPrefix, 0) == 0) {
       std::error_code ignored;
@@ -167,10 +223,7 @@ RunStorage::RunStorage(fs::path run_dir, CheckpointConfig config)
 }
 
 std::optional<double> RunStorage::score_of(const Metrics& metrics) const {
-  if (config_.checkpoint_score_attribute.empty() || !metrics.is_object()) return std::nullopt;
-  const auto value = metrics.find(config_.checkpoint_score_attribute);
-  if (value == metrics.end() || !value->is_number()) return std::nullopt;
-  return value->get<double>();
+  return score_in(metrics, config_);
 }
 
 std::optional<Checkpoint> RunStorage::record(const Metrics& metrics,
@@ -258,17 +311,9 @@ void RunStorage::prune() {
   }
   std::vector<std::size_t> ranked(entries_.size());
   for (std::size_t i = 0; i < ranked.size(); ++i) ranked[i] = i;
-  const bool by_score = !config_.checkpoint_score_attribute.empty();
-  const bool maximize = config_.checkpoint_score_order == ScoreOrder::max;
-  // Best first: by score when configured (checkpoints without a score last), newest on ties.
   std::stable_sort(ranked.begin(), ranked.end(), [&](std::size_t a, std::size_t b) {
-    if (by_score) {
-      const auto& sa = entries_[a].score;
-      const auto& sb = entries_[b].score;
-      if (sa.has_value() != sb.has_value()) return sa.has_value();
-      if (sa && *sa != *sb) return maximize ? *sa > *sb : *sa < *sb;
-    }
-    return entries_[a].index > entries_[b].index;
+    return ranks_before(entries_[a].index, entries_[a].score, entries_[b].index, entries_[b].score,
+                        config_);
   });
   std::vector<bool> keep(entries_.size(), false);
   for (int i = 0; i < *config_.num_to_keep; ++i) keep[ranked[static_cast<std::size_t>(i)]] = true;
@@ -302,19 +347,70 @@ std::optional<Checkpoint> find_latest_checkpoint(const fs::path& run_dir) {
 }
 
 Metrics read_last_metrics(const fs::path& run_dir) {
+  auto history = read_metrics_history(run_dir);
+  return history.empty() ? Metrics() : std::move(history.back());
+}
+
+std::vector<Metrics> read_metrics_history(const fs::path& run_dir) {
   std::ifstream in(run_dir / RunStorage::metrics_file_name);
-  Metrics last;
+  std::vector<Metrics> history;
   std::string line;
   while (std::getline(in, line)) {
     Metrics parsed = Metrics::parse(line, nullptr, false);
-    if (!parsed.is_discarded() && parsed.is_object()) last = std::move(parsed);
+    if (!parsed.is_discarded() && parsed.is_object()) history.push_back(std::move(parsed));
   }
-  return last;
+  return history;
 }
+
+std::vector<std::pair<Checkpoint, Metrics>> read_best_checkpoints(const fs::path& run_dir,
+                                                                  const CheckpointConfig& config) {
+  std::map<std::string, Metrics> metrics_by_name;
+  for (auto& line : read_metrics_history(run_dir)) {
+    const auto name = line.find("checkpoint_dir_name");
+    if (name != line.end() && name->is_string()) {
+      const std::string key = name->get<std::string>();
+      metrics_by_name[key] = std::move(line);
+    }
+  }
+  struct Found {
+    int index;
+    fs::path path;
+    Metrics metrics;
+    std::optional<double> score;
+  };
+  std::vector<Found> found;
+  for (const auto& [index, path] : scan_checkpoints(run_dir)) {
+    Metrics metrics = metrics_by_name[path.filename().string()];
+    const auto score = score_in(metrics, config);
+    found.push_back({index, path, std::move(metrics), score});
+  }
+  std::stable_sort(found.begin(), found.end(), [&](const Found& a, const Found& b) {
+    return ranks_before(a.index, a.score, b.index, b.score, config);
+  });
+  std::vector<std::pair<Checkpoint, Metrics>> best;
+  for (auto& f : found) best.emplace_back(Checkpoint::from_directory(f.path), std::move(f.metrics));
+  return best;
+}
+
+namespace {
+
+// The launcher's log directory of this job, from TORCHELASTIC_ERROR_FILE
+// (<dir>/attempt_<n>/<local rank>/error.json under torchrun and trainrun): the same on every
+// restart of one launcher, different for each launcher started.
+std::string launcher_log_dir_name(const std::string& error_file) {
+  const fs::path path(error_file);
+  const fs::path attempt = path.parent_path().parent_path();
+  if (path.filename() != "error.json" || attempt.filename().string().rfind("attempt_", 0) != 0) {
+    return "";
+  }
+  return attempt.parent_path().filename().string();
+}
+
+}  // namespace
 
 std::string resolve_experiment_name(const RunConfig& config, const LaunchEnv& launch,
                                     const std::map<std::string, std::string>& env,
-                                    const std::string& program, std::time_t now) {
+                                    const std::string& program, std::time_t now, long pid) {
   std::string name = config.name;
   const char* origin = "RunConfig::name";
   if (name.empty()) {
@@ -335,10 +431,18 @@ std::string resolve_experiment_name(const RunConfig& config, const LaunchEnv& la
     if (!launch.run_id.empty() && launch.run_id != "none") {
       return prefix + "_" + sanitize_name_part(launch.run_id);
     }
+    // Without a run id, a dynamic rendezvous (c10d) picks a new MASTER_PORT on every restart;
+    // the launcher's log directory stays. A static one keeps MASTER_ADDR:MASTER_PORT.
+    const std::string log_dir = launcher_log_dir_name(launch.error_file);
+    if (!launch.use_agent_store && !log_dir.empty()) {
+      return prefix + "_" + sanitize_name_part(log_dir);
+    }
     return prefix + "_" + sanitize_name_part(launch.master_addr) + "_" +
            std::to_string(launch.master_port);
   }
-  return prefix + "_" + local_timestamp(now);
+  // The process id keeps two runs started in the same second apart.
+  const std::string local = prefix + "_" + local_timestamp(now);
+  return pid > 0 ? local + "_" + std::to_string(pid) : local;
 }
 
 fs::path resolve_storage_path(const RunConfig& config,

@@ -16,11 +16,18 @@ std::recursive_mutex session_mutex;
 std::unique_ptr<Session> session;
 bool session_explicit = false;
 
+// fit() calls in this process: every rank makes the same number, so it names keys in the store.
+int session_serial = 0;
+
+std::string checkpoint_key(int serial, long reports) {
+  return "trainrun/checkpoint/" + std::to_string(serial) + "/" + std::to_string(reports);
+}
+
 std::unique_ptr<Session> make_session(const SessionOptions& options) {
   const auto env = current_environment();
   const LaunchEnv launch = parse_launch_env(env);
-  const std::string name =
-      resolve_experiment_name(options.run, launch, env, program_name(), std::time(nullptr));
+  const std::string name = resolve_experiment_name(options.run, launch, env, program_name(),
+                                                   std::time(nullptr), ::getpid());
   const auto run_dir = resolve_storage_path(options.run, env) / name;
   return std::make_unique<Session>(options, launch, name, run_dir);
 }
@@ -40,7 +47,39 @@ RunStorage& Session::storage() {
 
 std::optional<Checkpoint> Session::latest_checkpoint() {
   if (context_.world_rank() == 0) return storage().latest_checkpoint();
-  return find_latest_checkpoint(run_dir_);
+  if (!sharing_checkpoints_) return find_latest_checkpoint(run_dir_);
+  const std::string chosen =
+      share_from_rank0(context_.world_rank(), checkpoint_key(serial_, reports_), "");
+  if (chosen.empty()) return std::nullopt;
+  if (!std::filesystem::is_directory(chosen)) {
+    throw RuntimeError("rank 0 resumes from " + chosen + ", which rank " +
+                       std::to_string(context_.world_rank()) +
+                       " cannot see; several nodes need the storage path on a shared file "
+                       "system (RunConfig::storage_path, TRAINRUN_STORAGE_PATH)");
+  }
+  return Checkpoint::from_directory(chosen);
+}
+
+void Session::adopt_rank0_run_dir(int serial) {
+  serial_ = serial;
+  if (!context_.launched()) return;
+  const std::filesystem::path chosen(share_from_rank0(
+      context_.world_rank(), "trainrun/run_dir/" + std::to_string(serial), run_dir_.string()));
+  if (chosen == run_dir_) return;
+  run_dir_ = chosen;
+  context_ = TrainContext(context_.launch_env(), chosen.filename().string(), options_.use_gpu);
+}
+
+void Session::start_sharing_checkpoints() {
+  if (!context_.launched()) return;
+  sharing_checkpoints_ = true;
+  publish_checkpoint();
+}
+
+void Session::publish_checkpoint() {
+  if (!sharing_checkpoints_ || context_.world_rank() != 0) return;
+  const auto latest = storage().latest_checkpoint();
+  share_from_rank0(0, checkpoint_key(serial_, reports_), latest ? latest->path().string() : "");
 }
 
 Session& current_session() {
@@ -86,9 +125,11 @@ Session& begin_session(const SessionOptions& options) {
     }
   }
   session_explicit = true;
+  session->adopt_rank0_run_dir(++session_serial);
   // Rank 0 opens the run directory now: this repairs a save cut short by a crash before any
-  // rank asks for the checkpoint to resume from.
+  // rank asks for the checkpoint to resume from, and refuses a directory another run has open.
   if (session->context().world_rank() == 0) session->storage();
+  session->start_sharing_checkpoints();
   // ...and no rank looks for that checkpoint until the repair is done.
   barrier();
   return *session;
@@ -132,6 +173,14 @@ void report(const Metrics& metrics, const std::optional<Checkpoint>& checkpoint)
   if (session.context().world_rank() == 0) {
     try {
       session.storage().record(metrics, checkpoint);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  session.count_report();
+  if (!failure) {
+    try {
+      session.publish_checkpoint();
     } catch (...) {
       failure = std::current_exception();
     }

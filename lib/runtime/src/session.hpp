@@ -28,12 +28,25 @@ class Session {
   // Rank 0's writer for the run directory, opened on first use.
   RunStorage& storage();
   std::optional<Checkpoint> latest_checkpoint();
+  // Takes rank 0's run directory (and experiment name), so that every rank of the fit() call
+  // numbered `serial` uses one even where their launchers' variables differ (each node's log
+  // directory, say).
+  void adopt_rank0_run_dir(int serial);
+  // From now on rank 0 decides get_checkpoint() for every rank: it publishes its latest
+  // checkpoint now and after each report (publish_checkpoint), the others read it.
+  void start_sharing_checkpoints();
+  void publish_checkpoint();
+  // Counts a report() on every rank, so that all read the same generation of rank 0's choice.
+  void count_report() { ++reports_; }
 
  private:
   SessionOptions options_;
   TrainContext context_;
   std::filesystem::path run_dir_;
   std::unique_ptr<RunStorage> storage_;
+  int serial_ = 0;  // which session of this job, for keys in the store
+  long reports_ = 0;
+  bool sharing_checkpoints_ = false;
 };
 
 // The running session; one with default options is started on first use when there is none.
@@ -52,6 +65,9 @@ void start_process_group(const TrainContext& context, std::chrono::milliseconds 
 void stop_process_group();
 bool process_group_started();
 void barrier();
+// Rank 0's `value` under `key` on every rank: rank 0 stores it in the job's store and returns
+// it, the others wait for it. Without a process group, `value` itself.
+std::string share_from_rank0(int rank, const std::string& key, const std::string& value);
 void clear_gradient_synchronizers();
 
 // The running executable's file name, for default experiment names.

@@ -1,8 +1,11 @@
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <trainrun/runtime/error_file.hpp>
 #include <trainrun/runtime/errors.hpp>
+#include <trainrun/runtime/run_storage.hpp>
 #include <trainrun/runtime/trainer.hpp>
 #include <utility>
 
@@ -35,9 +38,29 @@ TorchTrainer::TorchTrainer(std::function<void()> train_func, ScalingConfig scali
   }
 }
 
+namespace {
+
+// Fills what the run directory holds: the metrics and checkpoints reported so far.
+void read_run(Result& result, const CheckpointConfig& config) {
+  if (result.path.empty()) return;
+  result.checkpoint = find_latest_checkpoint(result.path);
+  result.metrics_history = read_metrics_history(result.path);
+  result.metrics = result.metrics_history.empty() ? Metrics() : result.metrics_history.back();
+  result.best_checkpoints = read_best_checkpoints(result.path, config);
+}
+
+}  // namespace
+
 Result TorchTrainer::fit() {
-  const LaunchEnv launch = parse_launch_env(current_environment());
-  if (scaling_config_.num_workers > 0 && !launch.launched) return fit_with_workers();
+  bool launched = false;
+  try {
+    launched = parse_launch_env(current_environment()).launched;
+  } catch (const ConfigError&) {
+    // A bad environment (RANK >= WORLD_SIZE, ...) is reported below like any other failure:
+    // error file and Result::error.
+    return fit_in_process();
+  }
+  if (scaling_config_.num_workers > 0 && !launched) return fit_with_workers();
   return fit_in_process();
 }
 
@@ -59,9 +82,7 @@ Result TorchTrainer::fit_in_process() {
     train_func_();
     // Rank 0 hosts the store: nobody leaves while another rank may still need it.
     detail::barrier();
-    result.checkpoint = session.latest_checkpoint();
-    result.metrics = session.context().world_rank() == 0 ? session.storage().last_metrics()
-                                                         : read_last_metrics(session.run_dir());
+    read_run(result, run_config_.checkpoint_config);
     detail::end_session();
     return result;
   } catch (...) {
@@ -89,10 +110,7 @@ Result TorchTrainer::fit_in_process() {
       std::exit(1);
     }
     result.error = report.message;
-    if (!result.path.empty()) {
-      result.checkpoint = find_latest_checkpoint(result.path);
-      result.metrics = read_last_metrics(result.path);
-    }
+    read_run(result, run_config_.checkpoint_config);
     return result;
   }
 }
@@ -100,8 +118,8 @@ Result TorchTrainer::fit_in_process() {
 Result TorchTrainer::fit_with_workers() {
   const auto env = current_environment();
   const LaunchEnv launch = parse_launch_env(env);
-  const std::string name =
-      resolve_experiment_name(run_config_, launch, env, detail::program_name(), std::time(nullptr));
+  const std::string name = resolve_experiment_name(run_config_, launch, env, detail::program_name(),
+                                                   std::time(nullptr), ::getpid());
   const auto storage = resolve_storage_path(run_config_, env);
 
   Result result;
@@ -113,8 +131,7 @@ Result TorchTrainer::fit_with_workers() {
                    "-worker job failed with exit code " + std::to_string(code) +
                    " (the launcher's failure summary above names the worker)";
   }
-  result.checkpoint = find_latest_checkpoint(result.path);
-  result.metrics = read_last_metrics(result.path);
+  read_run(result, run_config_.checkpoint_config);
   return result;
 }
 

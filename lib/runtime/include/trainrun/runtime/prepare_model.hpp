@@ -13,6 +13,9 @@ struct PrepareModelOptions {
   bool move_to_device = true;
   // Gradients are all-reduced in flattened buckets of about this size.
   std::size_t bucket_cap_mb = 25;
+  // Rank 0's buffers (BatchNorm running statistics) replace every rank's after each synchronised
+  // backward pass, so all ranks hold the same before the next forward (DDP's broadcast_buffers).
+  bool broadcast_buffers = true;
 };
 
 namespace detail {

@@ -7,14 +7,25 @@
 #include <trainrun/runtime/checkpoint.hpp>
 #include <trainrun/runtime/config.hpp>
 #include <trainrun/runtime/report.hpp>
+#include <utility>
+#include <vector>
 
 namespace trainrun::runtime {
 
+// What fit() returns, as Ray Train's Result: read from the run directory once training ended
+// (or failed), so it is the same in local mode, in a launched worker and in the parent of
+// num_workers.
 struct Result {
   Metrics metrics;  // the last reported metrics (null when nothing was reported)
   std::optional<Checkpoint> checkpoint;  // the latest persisted checkpoint
-  std::filesystem::path path;            // <storage_path>/<name>
-  std::optional<std::string> error;      // set when training failed
+  // Every reported metrics line, oldest first (Ray's metrics_dataframe, one row a line).
+  std::vector<Metrics> metrics_history;
+  // The kept checkpoints with their metrics, best first by
+  // CheckpointConfig::checkpoint_score_attribute (newest first without one), as Ray's
+  // best_checkpoints.
+  std::vector<std::pair<Checkpoint, Metrics>> best_checkpoints;
+  std::filesystem::path path;        // <storage_path>/<name>
+  std::optional<std::string> error;  // set when training failed
   bool ok() const { return !error; }
 };
 
