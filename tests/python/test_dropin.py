@@ -13,10 +13,8 @@ from agents import Agents  # noqa: E402
 from ports import free_port, held_port  # noqa: E402
 
 TRAINRUN = os.environ.get("TRAINRUN_BIN", "")
-# The reference: a torchrun script (1.13's, run by PY) or a module of PY's torch
-# ("torch.distributed.run", the newest).
+# The reference torchrun, a script run by PY: 1.13's, or torchrun_current.py for PY's own.
 TORCHRUN = os.environ.get("REFERENCE_TORCHRUN", os.path.join(HERE, "../../../shared/peer/torchrun113.py"))
-TORCHRUN_CMD = ["-m", TORCHRUN] if not TORCHRUN.endswith(".py") else [TORCHRUN]
 ALLREDUCE_DEMO = os.environ.get("ALLREDUCE_DEMO_BIN", "")
 PY = os.environ.get("TEST_PYTHON", "/usr/bin/python3")
 ENV = dict(os.environ, PYTHON_EXEC=PY)
@@ -38,7 +36,7 @@ def dump_env(launcher, nproc, out_dir):
     else:
         # --standalone exactly, except that 1.13's standalone always takes port 29400, which
         # collides when tests run in parallel.
-        cmd = [PY, *TORCHRUN_CMD, "--rdzv_backend=c10d", f"--rdzv_endpoint=localhost:{free_port()}",
+        cmd = [PY, TORCHRUN, "--rdzv_backend=c10d", f"--rdzv_endpoint=localhost:{free_port()}",
                f"--rdzv_id={uuid.uuid4()}", "--nnodes=1", f"--nproc_per_node={nproc}",
                "--monitor_interval=0.1", script, out_dir]
     r = run(cmd)
@@ -50,7 +48,7 @@ def dump_env(launcher, nproc, out_dir):
     return envs
 
 
-@pytest.mark.skipif(TORCHRUN.endswith(".py") and not os.path.exists(TORCHRUN),
+@pytest.mark.skipif(not os.path.exists(TORCHRUN),
                     reason=f"the reference torchrun is not at {TORCHRUN} (set REFERENCE_TORCHRUN)")
 @pytest.mark.parametrize("nproc", [1, 2, 4])
 def test_environment_matches_torchrun(nproc, tmp_path):

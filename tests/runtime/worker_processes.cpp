@@ -22,40 +22,6 @@
 
 namespace trainrun::runtime::testing {
 
-// A port free now and outside the kernel's ephemeral range, so that no other process's outgoing
-// connection or bind(0) can take it before rank 0 binds it (as tests/ports.py).
-int free_port() {
-  int low = 32768;
-  int high = 60999;
-  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
-  range >> low >> high;
-  std::vector<int> candidates;
-  for (int port = 20000; port < 65535; ++port) {
-    if (port < low || port > high) candidates.push_back(port);
-  }
-  std::shuffle(candidates.begin(), candidates.end(), std::mt19937(std::random_device{}()));
-  for (int port : candidates) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) break;
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(static_cast<std::uint16_t>(port));
-    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
-    ::close(fd);
-    if (ok) return port;
-  }
-  throw std::runtime_error("free_port: no free port on 127.0.0.1 outside the ephemeral range");
-}
-
-std::string make_temp_dir(const std::string& tag) {
-  std::string pattern = "/tmp/trainrun_rt_" + tag + "_XXXXXX";
-  if (::mkdtemp(pattern.data()) == nullptr) {
-    throw std::runtime_error("make_temp_dir: mkdtemp failed for " + pattern);
-  }
-  return pattern;
-}
-
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

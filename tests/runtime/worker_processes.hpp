@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "test_support.hpp"
+
 namespace trainrun::runtime::testing {
 
 struct WorkerRun {
@@ -14,8 +16,8 @@ struct WorkerRun {
   bool timed_out = false;
 };
 
-// A TCP port that was free a moment ago (bound to port 0, then closed).
-int free_port();
+using trainrun::test::free_port;
+using trainrun::test::make_temp_dir;
 
 // Starts `world` copies of `program args...` with the launcher variables torchrun sets (RANK,
 // LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...) plus `extra_env`, and
@@ -24,9 +26,6 @@ int free_port();
 WorkerRun run_workers(const std::string& program, const std::vector<std::string>& args, int world,
                       const std::map<std::string, std::string>& extra_env = {},
                       std::chrono::seconds timeout = std::chrono::seconds(90));
-
-// A fresh empty directory under the system temporary directory.
-std::string make_temp_dir(const std::string& tag);
 
 std::string read_file(const std::string& path);
 

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -37,12 +39,41 @@ int free_port() {
   throw std::runtime_error("free_port: no free port on 127.0.0.1 outside the ephemeral range");
 }
 
+namespace {
+
+// Directories made by this test process, removed when it exits (never by a forked worker that
+// happens to run exit handlers).
+struct TempDirs {
+  std::mutex mutex;
+  std::vector<std::string> paths;
+  pid_t owner = ::getpid();
+};
+
+TempDirs& temp_dirs() {
+  static TempDirs* dirs = [] {
+    auto* d = new TempDirs;
+    std::atexit([] {
+      TempDirs& t = temp_dirs();
+      if (::getpid() != t.owner) return;
+      std::error_code ignored;
+      for (const auto& path : t.paths) std::filesystem::remove_all(path, ignored);
+    });
+    return d;
+  }();
+  return *dirs;
+}
+
+}  // namespace
+
 std::string make_temp_dir(const std::string& tag) {
   const char* base = std::getenv("TMPDIR");
   std::string pattern = std::string(base && *base ? base : "/tmp") + "/trainrun_" + tag + "_XXXXXX";
   if (::mkdtemp(pattern.data()) == nullptr) {
     throw std::runtime_error("make_temp_dir: mkdtemp failed for " + pattern);
   }
+  TempDirs& dirs = temp_dirs();
+  std::lock_guard<std::mutex> lock(dirs.mutex);
+  dirs.paths.push_back(pattern);
   return pattern;
 }
 

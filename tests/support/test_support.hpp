@@ -9,7 +9,8 @@ namespace trainrun::test {
 // as tests/ports.py).
 int free_port();
 
-// A fresh directory under $TMPDIR (default /tmp) named after `tag`; the caller removes it.
+// A fresh directory under $TMPDIR (default /tmp) named after `tag`, removed with everything in it
+// when the test process exits.
 std::string make_temp_dir(const std::string& tag);
 
 }  // namespace trainrun::test

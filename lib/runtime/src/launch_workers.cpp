@@ -13,6 +13,8 @@
 
 #include "agent.hpp"
 #include "config.hpp"
+#include "errors.hpp"
+#include "log.hpp"
 
 namespace trainrun::runtime::detail {
 namespace {
@@ -96,7 +98,13 @@ int launch_workers(int num_workers, int max_failures, const std::string& experim
   ScopedEnv env;
   env.set("TRAINRUN_EXPERIMENT_NAME", experiment_name);
   env.set("TRAINRUN_STORAGE_PATH", storage_path.string());
-  return launch::run_agent(config);
+  try {
+    return launch::run_agent(config);
+  } catch (const launch::LaunchError& e) {
+    // What trainrun's main would print and exit with: here the trainer's result carries it.
+    launch::say(e.what());
+    return e.exit_code();
+  }
 }
 
 }  // namespace trainrun::runtime::detail

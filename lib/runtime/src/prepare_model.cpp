@@ -364,7 +364,10 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
   int world_size_;
   std::vector<Bucket> buckets_;
   std::vector<std::pair<std::size_t, std::int64_t>> slot_of_;  // parameter -> (bucket, offset)
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  // A shared_ptr in LibTorch 1.x, an intrusive_ptr in later releases.
+  using NodePtr =
+      decltype(torch::autograd::impl::grad_accumulator(std::declval<const torch::Tensor&>()));
+  std::vector<NodePtr> accumulators_;
   std::mutex mutex_;
   std::vector<bool> ready_;  // copied into its bucket in this pass
   std::vector<bool> used_;   // reached by backward since the last synchronisation
