@@ -18,7 +18,7 @@ PROGRAM = os.environ.get("FASHION_MNIST_BIN", "")
 REFERENCE = os.environ.get("REFERENCE_TORCHRUN", "")
 PYTHON = os.environ.get("PYTHON_EXEC", "/usr/bin/python3")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PY_EXAMPLE = os.path.join(ROOT, "examples", "python", "train_fashion_mnist.py")
+PY_EXAMPLE = os.path.join(ROOT, "apps", "examples", "fashion_mnist", "train_fashion_mnist.py")
 DATA = "/usr/share/datasets/fashion-mnist"
 FILES = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
          "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
@@ -317,7 +317,8 @@ def test_state_dict_model_pt_both_directions(tmp_path):
     # C++ -> Python: the checkpoint's model.pt is a state dict of tensors for the Python model.
     ok(run([PROGRAM, *SMALL, "--name", "to_python"], tmp_path, timeout=100))
     [ckpt] = checkpoints(tmp_path, "to_python")
-    state = torch.load(tmp_path / "results" / "to_python" / ckpt / "model.pt")
+    # weights_only: what torch.load does by default from PyTorch 2.6 on, and the safe way to load.
+    state = torch.load(tmp_path / "results" / "to_python" / ckpt / "model.pt", weights_only=True)
     assert isinstance(state, dict) and state
     assert all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items())
     python_resnet18().load_state_dict(state)  # strict: the same names and shapes, all of them

@@ -19,8 +19,12 @@ ALLREDUCE_DEMO = os.environ.get("ALLREDUCE_DEMO_BIN", "")
 PY = os.environ.get("TEST_PYTHON", "/usr/bin/python3")
 ENV = dict(os.environ, PYTHON_EXEC=PY)
 
-# Set by torchrun releases newer than the reference, or per-run by design.
-NEWER_ONLY = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"}
+# trainrun sets what every torchrun generation sets, so scripts written for either see what they
+# expect; the reference sets only its own generation's.
+REFERENCE_MAJOR = int(subprocess.run([PY, "-c", "import torch; print(torch.__version__)"],
+                                     capture_output=True, text=True).stdout.split(".")[0] or 0)
+NEWER_ONLY = ({"NCCL_ASYNC_ERROR_HANDLING"} if REFERENCE_MAJOR >= 2 else
+              {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"})
 FORM_ONLY = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
 
 

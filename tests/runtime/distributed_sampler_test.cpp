@@ -11,6 +11,7 @@
 #include <trainrun/runtime/distributed_sampler.hpp>
 #include <vector>
 
+#include "index_dataset.hpp"
 #include "worker_processes.hpp"
 
 namespace rt = trainrun::runtime;
@@ -62,15 +63,7 @@ std::vector<rt::ShardSpec> grid() {
   return specs;
 }
 
-// Example i holds the number i.
-struct IndexDataset : torch::data::datasets::Dataset<IndexDataset> {
-  explicit IndexDataset(std::size_t size) : size_(size) {}
-  torch::data::Example<> get(std::size_t index) override {
-    return {torch::tensor(static_cast<int64_t>(index)), torch::tensor(0)};
-  }
-  torch::optional<std::size_t> size() const override { return size_; }
-  std::size_t size_;
-};
+using trainrun::runtime::testing::IndexDataset;
 
 }  // namespace
 

@@ -1,5 +1,6 @@
 # Installs the build tree into a fresh prefix, builds install_consumer against it with
-# find_package(trainrun), and runs the result. -D BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR.
+# find_package(trainrun), and runs the result. -D BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR, and
+# CONSUMER_ARGS (cache settings for the consumer, separated by |).
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 
@@ -24,8 +25,9 @@ if(NOT libraries)
   message(FATAL_ERROR "install test: libtrainrun_runtime.so was not installed")
 endif()
 
+string(REPLACE "|" ";" consumer_args "${CONSUMER_ARGS}")
 step(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
-     "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DCMAKE_BUILD_TYPE=Release)
+     "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DCMAKE_BUILD_TYPE=Release ${consumer_args})
 step(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
 step("${WORK_DIR}/build/consumer" "${WORK_DIR}/results")
 message(STATUS "${step_output}")

@@ -21,6 +21,8 @@
 #include <string>
 #include <trainrun/runtime/runtime.hpp>
 
+#include "index_dataset.hpp"
+
 namespace rt = trainrun::runtime;
 namespace fs = std::filesystem;
 
@@ -198,15 +200,7 @@ int mlp(const fs::path& out_dir, int steps, const std::string& variant) {
   return out ? 0 : 3;
 }
 
-// Example i holds the number i.
-struct IndexDataset : torch::data::datasets::Dataset<IndexDataset> {
-  explicit IndexDataset(std::size_t size) : size_(size) {}
-  torch::data::Example<> get(std::size_t index) override {
-    return {torch::tensor(static_cast<int64_t>(index)), torch::tensor(0)};
-  }
-  torch::optional<std::size_t> size() const override { return size_; }
-  std::size_t size_;
-};
+using trainrun::runtime::testing::IndexDataset;
 
 int shards(const fs::path& out_dir, int epochs, std::size_t size) {
   const auto& context = rt::get_context();

@@ -1,5 +1,8 @@
 #include "train.hpp"
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/data/datasets/base.h>
 #include <torch/data/example.h>
 #include <torch/nn/functional/loss.h>
@@ -142,13 +145,36 @@ void crash_once(const Options& options, int epoch) {
   std::_Exit(3);
 }
 
+// torch::pickle_save's format (torch.save's zip) without the type tags it puts on a typed dict:
+// torch.load's default weights_only=True (PyTorch 2.6 on) refuses the function that restores them.
+std::vector<char> save_plain(const c10::IValue& value) {
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler(
+      [&](const char* bytes, size_t size) { pickle.insert(pickle.end(), bytes, bytes + size); },
+      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+      /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  std::vector<char> container;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
+    const char* bytes = static_cast<const char*>(data);
+    container.insert(container.end(), bytes, bytes + size);
+    return size;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(),
+                                     writer);
+  writer.writeEndOfFile();
+  return container;
+}
+
 // model.pt holds a state dict in torch.save's format (a dict of name to tensor): Python reads it
-// with torch.load and load_state_dict, and a state dict Python saved loads here.
+// with torch.load (weights_only too) and load_state_dict, and a state dict Python saved loads here.
 void save_state_dict(const torch::nn::Module& model, const fs::path& path) {
   c10::Dict<std::string, torch::Tensor> state;
   for (const auto& item : model.named_parameters()) state.insert(item.key(), item.value().detach());
   for (const auto& item : model.named_buffers()) state.insert(item.key(), item.value().detach());
-  const std::vector<char> bytes = torch::pickle_save(c10::IValue(state));
+  const std::vector<char> bytes = save_plain(c10::IValue(state));
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   if (!out) throw std::runtime_error("cannot write " + path.string());

@@ -3,8 +3,8 @@
 DistributedSampler, init_process_group from the launcher's environment. The same training as
 apps/examples/fashion_mnist, for trainrun and torchrun alike:
 
-    trainrun --standalone --nproc-per-node=2 examples/python/train_fashion_mnist.py --epochs 2
-    torchrun --standalone --nproc_per_node=2 examples/python/train_fashion_mnist.py --epochs 2
+    trainrun --standalone --nproc-per-node=2 apps/examples/fashion_mnist/train_fashion_mnist.py --epochs 2
+    torchrun --standalone --nproc_per_node=2 apps/examples/fashion_mnist/train_fashion_mnist.py --epochs 2
 
 Alone (no launcher variables) it trains in one process.
 """
