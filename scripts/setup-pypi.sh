@@ -44,8 +44,11 @@ if [ -x /usr/local/cuda/bin/nvcc ]; then
   cuda_args=(-DCUDAToolkit_ROOT=/usr/local/cuda -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
 fi
 mkdir -p "$build"
+# TorchConfig.cmake looks for its libraries after the system's: with Debian's libtorch-dev also
+# installed it would pick that one. The prefix path puts the wheel's torch/lib first.
+torch_root="$(dirname "$(dirname "$prefix")")"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_PREFIX_PATH="$prefix" -DTRAINRUN_NCCL_INCLUDE_HINT="${nccl_include#-}" \
+  -DCMAKE_PREFIX_PATH="$prefix;$torch_root" -DTRAINRUN_NCCL_INCLUDE_HINT="${nccl_include#-}" \
   -DTRAINRUN_PYTHON="$venv/bin/python" "${cuda_args[@]}" >"$build/configure.log" 2>&1 || {
   cat "$build/configure.log" >&2
   say "configuring against PyTorch $torch_version failed (log above)"

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the test suite.
+# Installs what is missing, builds, and runs the test suite in both PyTorch configurations.
 # Usage: scripts/test.sh [quick | CTEST_ARGS...]
 #   quick      skip tests labelled slow
 #   otherwise  extra arguments go to ctest (e.g. -L e2e, -R python_dropin)
-# Then, unless TRAINRUN_SANITIZE_SUITE=0, the launcher's suite again under ASan + UBSan + LSan
-# (scripts/sanitize.sh, its own build directory), with the same arguments.
+# 1. Debian's PyTorch 1.13 (build/): the whole suite.
+# 2. Unless TRAINRUN_SANITIZE_SUITE=0: the launcher's suite again under ASan + UBSan + LSan
+#    (scripts/sanitize.sh, build-asan/), with the same arguments.
+# 3. Unless TRAINRUN_PYPI_SUITE=0: the current PyTorch from PyPI (scripts/setup.sh --torch=pypi,
+#    build-pypi/): every test that involves torch (runtime, examples, Python drop-in, parity with
+#    the newest torchrun). It needs PyPI: without it this part fails, it is never skipped silently.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,8 +17,7 @@ build="${TRAINRUN_BUILD_DIR:-$root/build}"
 
 args=("$@")
 if [ "${1:-}" = "quick" ]; then args=(-LE slow "${@:2}"); fi
-cd "$build"
-ctest --output-on-failure -j2 "${args[@]}"
+(cd "$build" && ctest --output-on-failure -j2 "${args[@]}")
 
 if [ "${TRAINRUN_SANITIZE_SUITE:-1}" != "0" ]; then
   if [ "${1:-}" = "quick" ]; then
@@ -22,4 +25,13 @@ if [ "${TRAINRUN_SANITIZE_SUITE:-1}" != "0" ]; then
   else
     "$root/scripts/sanitize.sh" "${args[@]}"
   fi
+fi
+
+if [ "${TRAINRUN_PYPI_SUITE:-1}" != "0" ]; then
+  echo "test: the PyTorch 2.x configuration (PyPI)" >&2
+  "$root/scripts/setup.sh" --torch=pypi
+  cd "${TRAINRUN_PYPI_BUILD_DIR:-$root/build-pypi}"
+  ctest --output-on-failure -j2 -L torch "${args[@]}"
+else
+  echo "test: TRAINRUN_PYPI_SUITE=0: the PyTorch 2.x configuration was not tested" >&2
 fi

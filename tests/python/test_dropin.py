@@ -26,6 +26,11 @@ REFERENCE_MAJOR = int(subprocess.run([PY, "-c", "import torch; print(torch.__ver
 NEWER_ONLY = ({"NCCL_ASYNC_ERROR_HANDLING"} if REFERENCE_MAJOR >= 2 else
               {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"})
 FORM_ONLY = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
+if REFERENCE_MAJOR >= 2:
+    # torchrun 2.x's c10d backend lets workers use its own store; trainrun keeps worker RANK 0 as
+    # the store's host (docs/cli.md), which every torch version's workers accept.
+    # trainrun also forwards SIGUSR1/SIGUSR2 by default (preemption notices), and says so.
+    FORM_ONLY |= {"TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_SIGNALS_TO_HANDLE"}
 
 
 def run(cmd, timeout=300, **kw):

@@ -1,6 +1,7 @@
 # Installs the build tree into a fresh prefix, builds install_consumer against it with
 # find_package(trainrun), and runs the result. -D BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR, and
-# CONSUMER_ARGS (cache settings for the consumer, separated by |).
+# CONSUMER_ARGS (cache settings for the consumer) and CONSUMER_PREFIX_PATH (where this build found
+# LibTorch, searched after the install prefix), each separated by |.
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 
@@ -26,7 +27,10 @@ if(NOT libraries)
 endif()
 
 string(REPLACE "|" ";" consumer_args "${CONSUMER_ARGS}")
-step(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
+# The environment's CMAKE_PREFIX_PATH (":"-separated) is searched after the cache variable's.
+string(REPLACE "|" ":" torch_prefix_path "${CONSUMER_PREFIX_PATH}")
+step(${CMAKE_COMMAND} -E env "CMAKE_PREFIX_PATH=${torch_prefix_path}"
+     ${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
      "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DCMAKE_BUILD_TYPE=Release ${consumer_args})
 step(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
 step("${WORK_DIR}/build/consumer" "${WORK_DIR}/results")
