@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """FashionMNIST training: images per second per epoch of the C++ example
 (apps/examples/fashion_mnist) against the same training in Python
-(examples/python/train_fashion_mnist.py), both under `trainrun --standalone` with the same
+(apps/examples/fashion_mnist/train_fashion_mnist.py), both under `trainrun --standalone` with the same
 workers, threads per worker and data, side by side in one run. With --accuracy, instead the full run
 that shows it learns: 2 epochs on all 60,000 images with 2 workers, and its test accuracy
 (target: at least 85%).
@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_doc import ROOT, machine, median, write_section  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
-PY_EXAMPLE = os.path.join(ROOT, "examples", "python", "train_fashion_mnist.py")
+PY_EXAMPLE = os.path.join(ROOT, "apps", "examples", "fashion_mnist", "train_fashion_mnist.py")
 EPOCH = re.compile(r"epoch (\d+)/\d+: loss ([0-9.]+), train accuracy ([0-9.]+)%, "
                    r"test accuracy ([0-9.]+)%, (\d+) images/s \(([0-9.]+) s\)")
 FINAL = re.compile(r"^test accuracy: ([0-9.]+)%", re.M)
@@ -83,7 +83,7 @@ def speed(args, program, trainrun, storage):
 
 `bench/fashion_mnist_speed.py` — the ResNet-18 FashionMNIST training of
 `apps/examples/fashion_mnist` (LibTorch, libtrainrun_runtime) and of
-`examples/python/train_fashion_mnist.py` (PyTorch DDP, torchvision's resnet18), each as
+`apps/examples/fashion_mnist/train_fashion_mnist.py` (PyTorch DDP, torchvision's resnet18), each as
 `trainrun --standalone --nproc-per-node={args.workers} PROGRAM --epochs {args.epochs}
 --threads {args.threads} --subset {args.subset} --test-subset {args.test_subset}`: {args.workers}
 workers of {args.threads} thread(s), batch 128 per worker, Adam 1e-3, the first {args.subset}
