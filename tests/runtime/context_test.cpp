@@ -2,6 +2,7 @@
 #include <string>
 #include <trainrun/runtime/context.hpp>
 #include <trainrun/runtime/errors.hpp>
+#include <trainrun/runtime/process_group.hpp>
 #include <trainrun/runtime/run_storage.hpp>
 
 namespace rt = trainrun::runtime;
@@ -143,4 +144,18 @@ TEST_CASE("storage path: config, then TRAINRUN_STORAGE_PATH, then ~/trainrun_res
   config.storage_path = "/explicit";
   CHECK(rt::resolve_storage_path(config, {{"TRAINRUN_STORAGE_PATH", "/s"}}) == "/explicit");
   CHECK_THROWS_AS(rt::resolve_storage_path(rt::RunConfig{}, {}), rt::ConfigError);
+}
+
+TEST_CASE("the GPU a rank uses: the only one it sees, else LOCAL_RANK, else the first", "[gpu]") {
+  // One GPU visible per process (CUDA_VISIBLE_DEVICES set per worker by Slurm, Kubernetes or
+  // --virtual-local-rank): device 0 whatever LOCAL_RANK says.
+  REQUIRE(rt::choose_gpu(true, 3, 1) == 0);
+  REQUIRE(rt::choose_gpu(true, 0, 1) == 0);
+  // Every GPU of the node visible: one per local rank, as with torchrun.
+  REQUIRE(rt::choose_gpu(true, 2, 4) == 2);
+  REQUIRE(rt::choose_gpu(true, 0, 8) == 0);
+  // Local mode: the first GPU. (REQUIRE: LibTorch's logging headers redefine CHECK.)
+  REQUIRE(rt::choose_gpu(false, 0, 4) == 0);
+  // More ranks than GPUs: LOCAL_RANK, which prepare_device refuses with one line.
+  REQUIRE(rt::choose_gpu(true, 5, 4) == 5);
 }

@@ -1,4 +1,5 @@
 #include <torch/cuda.h>
+#include <torch/version.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -30,8 +31,10 @@ c10::intrusive_ptr<ProcessGroup> group;
 // The GPU of this rank's NCCL group, named to barriers (NCCL would otherwise guess it); -1: Gloo.
 int group_gpu = -1;
 
-// The GPU a rank uses with use_gpu: its LOCAL_RANK when launched, else the first.
-int gpu_index(const TrainContext& context) { return context.launched() ? context.local_rank() : 0; }
+int gpu_index(const TrainContext& context) {
+  return choose_gpu(context.launched(), context.local_rank(),
+                    static_cast<int>(torch::cuda::device_count()));
+}
 
 std::string where(const TrainContext& context) {
   return "rank " + std::to_string(context.world_rank()) + " (store " +
@@ -88,7 +91,8 @@ void prepare_device(const TrainContext& context) {
   if (index >= devices) {
     throw ConfigError("ScalingConfig::use_gpu: LOCAL_RANK " + std::to_string(index) +
                       " has no GPU of its own (" + std::to_string(devices) +
-                      " visible); start at most one worker per GPU on each node");
+                      " visible); start at most one worker per GPU on each node, or give each "
+                      "worker one GPU in CUDA_VISIBLE_DEVICES");
   }
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
 #else
@@ -138,6 +142,12 @@ void start_process_group(const TrainContext& context, std::chrono::milliseconds 
 
 void stop_process_group() {
   std::lock_guard<std::mutex> lock(group_mutex);
+#if defined(TRAINRUN_RUNTIME_WITH_NCCL) && \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2))
+  // A NCCL group destroyed without a shutdown leaks its communicators, and PyTorch 2.x warns
+  // about it at exit.
+  if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(group.get())) nccl->shutdown();
+#endif
   // The group goes first: its threads may still talk to peers the store introduced.
   group.reset();
   group_gpu = -1;
@@ -192,6 +202,11 @@ c10::intrusive_ptr<ProcessGroup> get_process_group() {
   detail::current_session();
   std::lock_guard<std::mutex> lock(detail::group_mutex);
   return detail::group;
+}
+
+int choose_gpu(bool launched, int local_rank, int visible) {
+  if (visible == 1 || !launched) return 0;
+  return local_rank;
 }
 
 c10::Device get_device() {

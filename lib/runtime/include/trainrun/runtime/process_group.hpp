@@ -26,7 +26,12 @@ using ProcessGroup = c10d::ProcessGroup;
 // MASTER_ADDR:MASTER_PORT and the others connect to it within TorchConfig::timeout.
 c10::intrusive_ptr<ProcessGroup> get_process_group();
 
-// Where this worker's model and tensors belong: cuda:LOCAL_RANK with use_gpu, else cpu.
+// Where this worker's model and tensors belong with use_gpu: cuda:choose_gpu(...), else cpu.
 c10::Device get_device();
+
+// The CUDA device a rank uses among the `visible` ones it sees: the only one when it sees one (a
+// per-process CUDA_VISIBLE_DEVICES, as Slurm, Kubernetes and --virtual-local-rank give it), else
+// its LOCAL_RANK when launched, else the first.
+int choose_gpu(bool launched, int local_rank, int visible);
 
 }  // namespace trainrun::runtime
