@@ -11,7 +11,8 @@ struct ScalingConfig {
   // 0: run in this process (local mode, or as one worker when started by trainrun/torchrun).
   // N > 0 outside a launcher: fit() starts N worker processes of this program and waits for them.
   int num_workers = 0;
-  // One GPU per worker (cuda:LOCAL_RANK) and NCCL; needs a CUDA build of LibTorch.
+  // One GPU per worker (cuda:LOCAL_RANK, or cuda:0 when a worker sees one) and NCCL; needs a
+  // CUDA build of LibTorch.
   bool use_gpu = false;
 };
 
