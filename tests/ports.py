@@ -24,3 +24,11 @@ def free_port():
     """A port that is free now and outside the ephemeral range, for a server the test starts."""
     with held_port() as s:
         return s.getsockname()[1]
+
+
+def standalone_args():
+    """torchrun's --standalone on a free port: torchrun 1.13's --standalone always takes
+    localhost:29400, so two at once (tests run in parallel) join each other's rendezvous."""
+    import uuid
+    return ["--rdzv_backend=c10d", f"--rdzv_endpoint=localhost:{free_port()}",
+            f"--rdzv_id={uuid.uuid4()}", "--nnodes=1"]

@@ -10,8 +10,12 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 
 import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ports import standalone_args  # noqa: E402
 
 TRAINRUN = os.environ.get("TRAINRUN_BIN", "")
 PROGRAM = os.environ.get("FASHION_MNIST_BIN", "")
@@ -202,7 +206,7 @@ def test_modes_reach_the_same_accuracy_band(tmp_path, mode):
     cmd = {
         "local": lambda: [PROGRAM, *args],
         "trainrun": lambda: [TRAINRUN, "--standalone", "--nproc-per-node=2", PROGRAM, *args],
-        "torchrun": lambda: [*reference_torchrun(), "--standalone", "--nproc_per_node=2",
+        "torchrun": lambda: [*reference_torchrun(), *standalone_args(), "--nproc_per_node=2",
                              "--no_python", PROGRAM, *args],
         "num_workers": lambda: [PROGRAM, "--num-workers", "2", *args],
     }[mode]()
@@ -278,7 +282,7 @@ def step_losses(out):
 def test_python_same_losses_under_trainrun_and_torchrun(tmp_path):
     ours = ok(run([TRAINRUN, "--standalone", "--nproc-per-node=2", PY_EXAMPLE, *PY_ARGS],
                   tmp_path, timeout=300, env={"PYTHON_EXEC": PYTHON}))
-    ref = ok(run([*reference_torchrun(), "--standalone", "--nproc_per_node=2", PY_EXAMPLE,
+    ref = ok(run([*reference_torchrun(), *standalone_args(), "--nproc_per_node=2", PY_EXAMPLE,
                   *PY_ARGS], tmp_path, timeout=300))
     a, b = step_losses(ours), step_losses(ref)
     assert [s for s, _ in a] == [1, 2, 3, 4], ours

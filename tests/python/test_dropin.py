@@ -3,14 +3,13 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from agents import Agents  # noqa: E402
-from ports import free_port, held_port  # noqa: E402
+from ports import free_port, held_port, standalone_args  # noqa: E402
 
 TRAINRUN = os.environ.get("TRAINRUN_BIN", "")
 # The reference torchrun, a script run by PY: 1.13's, or torchrun_current.py for PY's own.
@@ -38,10 +37,7 @@ def dump_env(launcher, nproc, out_dir):
     if launcher == "trainrun":
         cmd = [TRAINRUN, "--standalone", f"--nproc-per-node={nproc}", script, out_dir]
     else:
-        # --standalone exactly, except that 1.13's standalone always takes port 29400, which
-        # collides when tests run in parallel.
-        cmd = [PY, TORCHRUN, "--rdzv_backend=c10d", f"--rdzv_endpoint=localhost:{free_port()}",
-               f"--rdzv_id={uuid.uuid4()}", "--nnodes=1", f"--nproc_per_node={nproc}",
+        cmd = [PY, TORCHRUN, *standalone_args(), f"--nproc_per_node={nproc}",
                "--monitor_interval=0.1", script, out_dir]
     r = run(cmd)
     assert r.returncode == 0, r.stderr
