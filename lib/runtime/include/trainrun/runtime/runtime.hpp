@@ -10,4 +10,5 @@
 #include <trainrun/runtime/process_group.hpp>
 #include <trainrun/runtime/report.hpp>
 #include <trainrun/runtime/run_storage.hpp>
+#include <trainrun/runtime/state_dict.hpp>
 #include <trainrun/runtime/trainer.hpp>
