@@ -305,6 +305,21 @@ def test_python_bad_data_is_one_line(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+def test_smoke_use_gpu_without_a_gpu_is_refused_in_one_line(tmp_path):
+    """--use-gpu where no GPU can be used (no CUDA build, or no device): one clear line, exit 1,
+    in the C++ program and in its Python twin alike."""
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: scripts/gpu-check.sh trains on it")
+    for cmd, prefix in (([PROGRAM, *SMALL, "--use-gpu"], "fashion_mnist: "),
+                        ([PYTHON, PY_EXAMPLE, *SMALL, "--use-gpu"], "train_fashion_mnist: ")):
+        result = run(cmd, tmp_path, timeout=100)
+        assert result.returncode == 1, result
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(prefix), result.stderr
+        assert "GPU" in lines[0] or "CUDA" in lines[0], lines[0]
+
+
 # --- state dicts shared with Python -------------------------------------------------------
 
 def python_resnet18():

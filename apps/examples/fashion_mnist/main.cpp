@@ -43,6 +43,7 @@ int run(const fm::Options& options) {
   run_config.failure_config.max_failures = options.max_failures;
   rt::ScalingConfig scaling_config;
   scaling_config.num_workers = options.num_workers;
+  scaling_config.use_gpu = options.use_gpu;
 
   rt::TorchTrainer trainer([&] { fm::train(options, data); }, scaling_config, run_config);
   const rt::Result result = trainer.fit();

@@ -43,6 +43,8 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
                  "Rank 1 (rank 0 when alone) exits with status 3 at the start of epoch K, once "
                  "per experiment (a file in the run directory marks it), to exercise resuming")
       ->check(CLI::Range(1, 100000));
+  app.add_flag("--use-gpu", o.use_gpu,
+               "Train on one GPU per worker (cuda:LOCAL_RANK) with NCCL; needs a CUDA LibTorch");
   app.add_option("--threads", o.threads, "Intra-op threads per worker (0: LibTorch's default)")
       ->check(CLI::Range(0, 1024));
   app.add_option("--seed", o.seed, "Seed for the model's initial weights and the data order");

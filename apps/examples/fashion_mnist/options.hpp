@@ -27,6 +27,7 @@ struct Options {
   int max_failures = 0;  // restarts of the workers started with --num-workers
   std::filesystem::path data_dir;
   std::optional<int> crash_once_at_epoch;  // rank 1 (rank 0 alone) exits once, at that epoch
+  bool use_gpu = false;  // one GPU per worker and NCCL (ScalingConfig::use_gpu)
   int threads = 0;                         // intra-op threads; 0 keeps LibTorch's default
   std::uint64_t seed = 0;
   std::size_t log_every = 0;  // print the loss every N steps (rank 0); 0: only per epoch

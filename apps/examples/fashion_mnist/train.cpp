@@ -1,8 +1,5 @@
 #include "train.hpp"
 
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/export.h>
-#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/data/datasets/base.h>
 #include <torch/data/example.h>
 #include <torch/nn/functional/loss.h>
@@ -76,18 +73,20 @@ class ImageDataset
   torch::Tensor labels_;
 };
 
-// Sums `values` over all ranks (a no-op in local mode).
+// Sums `values` over all ranks (a no-op in local mode), on the training device: NCCL reduces
+// GPU tensors only.
 torch::Tensor all_ranks_sum(torch::Tensor values) {
   if (auto group = rt::get_process_group()) {
-    std::vector<torch::Tensor> tensors = {values};
+    std::vector<torch::Tensor> tensors = {values.to(rt::get_device())};
     group->allreduce(tensors)->wait();
+    return tensors[0].cpu();
   }
   return values;
 }
 
 // Rank 0's value everywhere, so all ranks resume at the same epoch whatever they read.
 std::int64_t from_rank0(std::int64_t value) {
-  torch::Tensor tensor = torch::tensor({value}, torch::kInt64);
+  torch::Tensor tensor = torch::tensor({value}, torch::kInt64).to(rt::get_device());
   if (auto group = rt::get_process_group()) {
     std::vector<torch::Tensor> tensors = {tensor};
     group->broadcast(tensors)->wait();
@@ -108,7 +107,9 @@ double evaluate(ResNet& model, const Split& test) {
   for (std::int64_t begin = 0; begin < mine.size(0); begin += eval_batch_size) {
     const torch::Tensor index = mine.slice(0, begin, begin + eval_batch_size);
     const torch::Tensor predicted =
-        model->forward(normalize(images.index_select(0, index))).argmax(1);
+        model->forward(normalize(images.index_select(0, index)).to(rt::get_device()))
+            .argmax(1)
+            .cpu();
     correct += predicted.eq(labels.index_select(0, index)).sum().item<std::int64_t>();
   }
   model->train();
@@ -145,70 +146,15 @@ void crash_once(const Options& options, int epoch) {
   std::_Exit(3);
 }
 
-// torch::pickle_save's format (torch.save's zip) without the type tags it puts on a typed dict:
-// torch.load's default weights_only=True (PyTorch 2.6 on) refuses the function that restores them.
-std::vector<char> save_plain(const c10::IValue& value) {
-  std::vector<char> pickle;
-  torch::jit::Pickler pickler(
-      [&](const char* bytes, size_t size) { pickle.insert(pickle.end(), bytes, bytes + size); },
-      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
-      /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
-  pickler.protocol();
-  pickler.pushIValue(value);
-  pickler.stop();
-  std::vector<char> container;
-  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
-    const char* bytes = static_cast<const char*>(data);
-    container.insert(container.end(), bytes, bytes + size);
-    return size;
-  });
-  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(),
-                                     writer);
-  writer.writeEndOfFile();
-  return container;
-}
-
-// model.pt holds a state dict in torch.save's format (a dict of name to tensor): Python reads it
-// with torch.load (weights_only too) and load_state_dict, and a state dict Python saved loads here.
-void save_state_dict(const torch::nn::Module& model, const fs::path& path) {
-  c10::Dict<std::string, torch::Tensor> state;
-  for (const auto& item : model.named_parameters()) state.insert(item.key(), item.value().detach());
-  for (const auto& item : model.named_buffers()) state.insert(item.key(), item.value().detach());
-  const std::vector<char> bytes = save_plain(c10::IValue(state));
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!out) throw std::runtime_error("cannot write " + path.string());
-}
-
-// Copies every parameter and buffer of `model` from the state dict in `path`; returns the sum of
-// all values loaded (printed, so a test can compare it with Python's).
-double load_state_dict(torch::nn::Module& model, const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + path.string());
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
-                                std::istreambuf_iterator<char>());
-  const torch::IValue loaded = torch::pickle_load(bytes);
-  // LibTorch reads Python's OrderedDict (what state_dict() returns) as None: Python must save
-  // a plain dict.
-  if (!loaded.isGenericDict()) {
-    throw std::runtime_error(path.string() +
-                             ": not a state dict saved as a plain dict; in Python save "
-                             "torch.save(dict(model.state_dict()), path)");
-  }
-  const auto state = loaded.toGenericDict();
-  torch::NoGradGuard no_grad;
+// The sum of every parameter and buffer, printed so that a test can compare it with Python's.
+double state_sum(const torch::nn::Module& model) {
   double sum = 0;
-  auto copy = [&](const std::string& name, torch::Tensor& target) {
-    if (!state.contains(name)) {
-      throw std::runtime_error(path.string() + ": no \"" + name +
-                               "\" in the state dict: not a ResNet-18 of this example");
-    }
-    const torch::Tensor value = state.at(name).toTensor();
-    target.copy_(value);
-    sum += value.to(torch::kDouble).sum().item<double>();
-  };
-  for (auto& item : model.named_parameters()) copy(item.key(), item.value());
-  for (auto& item : model.named_buffers()) copy(item.key(), item.value());
+  for (const auto& item : model.named_parameters()) {
+    sum += item.value().to(torch::kDouble).sum().item<double>();
+  }
+  for (const auto& item : model.named_buffers()) {
+    sum += item.value().to(torch::kDouble).sum().item<double>();
+  }
   return sum;
 }
 
@@ -220,7 +166,7 @@ fs::path write_checkpoint(ResNet& model, torch::optim::Adam& optimizer, int epoc
                              fs::temp_directory_path().string());
   }
   const fs::path dir = pattern;
-  save_state_dict(*model, dir / "model.pt");
+  rt::save_state_dict(*model, dir / "model.pt");
   torch::save(optimizer, (dir / "optimizer.pt").string());
   std::ofstream(dir / "train_state.json") << nlohmann::json{{"epoch", epoch}}.dump() << "\n";
   return dir;
@@ -250,9 +196,10 @@ void train(const Options& options, const Data& data) {
   // After a restart, the last reported checkpoint (the previous attempt's) is where to resume.
   const std::optional<rt::Checkpoint> checkpoint = rt::get_checkpoint();
   if (checkpoint) {
-    load_state_dict(*model, checkpoint->path() / "model.pt");
+    rt::load_state_dict(*model, checkpoint->path() / "model.pt");
   } else if (!options.init_model.empty()) {
-    const double sum = load_state_dict(*model, options.init_model);
+    rt::load_state_dict(*model, options.init_model);
+    const double sum = state_sum(*model);
     if (leader) std::printf("initial state dict %s: sum %.6f\n", options.init_model.c_str(), sum);
   }
   // Broadcasts rank 0's weights, then averages gradients over all ranks after each backward.
@@ -260,7 +207,7 @@ void train(const Options& options, const Data& data) {
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(options.lr));
   int first_epoch = 1;
   if (checkpoint) {
-    torch::load(optimizer, (checkpoint->path() / "optimizer.pt").string());
+    torch::load(optimizer, (checkpoint->path() / "optimizer.pt").string(), rt::get_device());
     first_epoch = checkpoint_epoch(checkpoint->path()) + 1;
   }
   // Every rank must run the same epochs: rank 0's checkpoint decides.

@@ -78,13 +78,19 @@ def resnet18():
 # reference to a tensor Python created, it needs the GIL, and torch 1.13 can then deadlock at
 # exit while the main thread tears the process group down.
 _SUMS = torch.zeros(3, dtype=torch.float64)
+DEVICE = torch.device("cpu")  # cuda:N with --use-gpu
 
 
 def all_ranks_sum(values):
     _SUMS.zero_()
     _SUMS[:len(values)] = torch.tensor(values, dtype=torch.float64)
     if dist.is_initialized():
-        dist.all_reduce(_SUMS)
+        if DEVICE.type == "cpu":
+            dist.all_reduce(_SUMS)
+        else:  # NCCL reduces GPU tensors only
+            sums = _SUMS.to(DEVICE)
+            dist.all_reduce(sums)
+            _SUMS.copy_(sums)
     return _SUMS.tolist()[:len(values)]
 
 
@@ -95,7 +101,8 @@ def evaluate(model, images, labels, rank, world):
     with torch.no_grad():
         for begin in range(0, mine.numel(), 1000):
             index = mine[begin:begin + 1000]
-            correct += (model(normalize(images[index])).argmax(1) == labels[index]).sum().item()
+            predicted = model(normalize(images[index]).to(DEVICE)).argmax(1).cpu()
+            correct += (predicted == labels[index]).sum().item()
     model.train()
     correct, total = all_ranks_sum([correct, mine.numel()])
     return correct / total
@@ -113,6 +120,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's default)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--log-every", type=int, default=0, help="print the loss every N steps")
+    ap.add_argument("--use-gpu", action="store_true",
+                    help="one GPU per worker (cuda:LOCAL_RANK, cuda:0 when one is visible), NCCL")
     args = ap.parse_args()
 
     try:
@@ -121,18 +130,26 @@ def main():
     except DataError as e:
         sys.exit(f"train_fashion_mnist: {e}")
 
+    global DEVICE
     launched = "RANK" in os.environ
+    if args.use_gpu:
+        if not torch.cuda.is_available():
+            sys.exit("train_fashion_mnist: --use-gpu, but this PyTorch sees no GPU")
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        DEVICE = torch.device("cuda", 0 if torch.cuda.device_count() == 1 else local_rank)
+        torch.cuda.set_device(DEVICE)
     if launched:
-        dist.init_process_group("gloo")  # env:// : MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+        # env:// : MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+        dist.init_process_group("nccl" if args.use_gpu else "gloo")
     rank = dist.get_rank() if launched else 0
     world = dist.get_world_size() if launched else 1
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
-    model = resnet18()
+    model = resnet18().to(DEVICE)
     if launched:
-        model = DistributedDataParallel(model)
+        model = DistributedDataParallel(model, device_ids=[DEVICE] if args.use_gpu else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     train_set = TensorDataset(train_images, train_labels)
     sampler = DistributedSampler(train_set, shuffle=True, seed=args.seed) if launched else None
@@ -153,6 +170,7 @@ def main():
         for pixels, target in loader:
             if args.max_steps and steps == args.max_steps:
                 break
+            pixels, target = pixels.to(DEVICE), target.to(DEVICE)
             optimizer.zero_grad()
             output = model(normalize(pixels))
             loss = F.cross_entropy(output, target)
