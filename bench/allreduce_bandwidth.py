@@ -7,7 +7,9 @@ is the median over the rounds of each run's median all-reduce time.
 
 Usage: bench/allreduce_bandwidth.py [--trainrun PATH] [--bench-bin PATH] [--nproc N] [--rounds N]
                                     [--threads N] [--warmup N] [--iters N] [--min-bytes B]
-                                    [--max-bytes B] [--factor F] [--no-doc]
+                                    [--max-bytes B] [--factor F] [--python PATH] [--no-doc]
+The PyTorch 2.x configuration: --trainrun build-pypi/apps/trainrun/trainrun --bench-bin
+build-pypi/bench/allreduce/allreduce_bench --python .venv-pypi/bin/python (a section of its own).
 """
 import argparse
 import json
@@ -18,7 +20,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import ROOT, machine, median, write_section  # noqa: E402
+from bench_doc import ROOT, machine, median, torch_config, write_section  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
 PY_BENCH = os.path.join(ROOT, "bench", "allreduce", "allreduce_bench.py")
@@ -69,8 +71,10 @@ def main():
     ap.add_argument("--min-bytes", type=int, default=1 << 10)
     ap.add_argument("--max-bytes", type=int, default=64 << 20)
     ap.add_argument("--factor", type=int, default=4)
+    ap.add_argument("--python", default=PYTHON, help="the Python (and its torch) of the twin")
     ap.add_argument("--no-doc", action="store_true")
     args = ap.parse_args()
+    described, section = torch_config(args.python)
     for path in (args.trainrun, args.bench_bin):
         if not os.access(path, os.X_OK):
             sys.exit(f"allreduce_bandwidth: {path}: not an executable; build it first "
@@ -81,7 +85,7 @@ def main():
               "--factor", str(args.factor), "--warmup", str(args.warmup), "--iters", str(args.iters)]
     launch = [args.trainrun, "--standalone", f"--nproc-per-node={args.nproc}"]
     commands = {RUNTIME: [*launch, args.bench_bin, *common],
-                TORCH: [*launch, "--no-python", PYTHON, PY_BENCH, *common]}
+                TORCH: [*launch, "--no-python", args.python, PY_BENCH, *common]}
 
     results = {RUNTIME: [], TORCH: []}
     with tempfile.TemporaryDirectory(prefix="allreduce_bandwidth_") as storage:
@@ -121,14 +125,15 @@ def main():
     oversubscribed = (f" {world} workers on {cpus} CPUs is oversubscribed: every all-reduce waits "
                       "for ranks the scheduler has parked, so the absolute numbers are low and "
                       "noisy; the ratio is what this section is about." if world > cpus else "")
-    body = f"""## All-reduce bandwidth: runtime process group against torch.distributed
+    title = f", PyTorch {section[len('_torch'):]}.x" if section else ""
+    body = f"""## All-reduce bandwidth: runtime process group against torch.distributed{title}
 
 `bench/allreduce_bandwidth.py` — in-place SUM all-reduce of a float32 tensor across {world}
 workers, Gloo on CPU over loopback, through `trainrun::runtime::get_process_group()`
 (`bench/allreduce/allreduce_bench.cpp`) and through Python's `torch.distributed.all_reduce`
 (`bench/allreduce/allreduce_bench.py`, `init_process_group("gloo")` from the environment), both
 as `trainrun --standalone --nproc-per-node={world} PROGRAM {' '.join(common)}` with
-`OMP_NUM_THREADS={args.threads}`, on Debian's LibTorch and PyTorch 1.13 (the same Gloo). Per size:
+`OMP_NUM_THREADS={args.threads}`, on {described} (one Gloo for both). Per size:
 {args.warmup} warm-up all-reduces (the first checks the sum), then the timed ones; an iteration's
 time is the longest over the ranks, a run's time the median over its iterations, and the table
 the median over {args.rounds} runs of each program, alternating between the two run by run.
@@ -140,7 +145,7 @@ Machine: {machine()}.{oversubscribed}
 """ + "\n".join(table)
     print(body)
     if not args.no_doc:
-        write_section("allreduce_bandwidth", body)
+        write_section("allreduce_bandwidth" + section, body)
 
 
 if __name__ == "__main__":

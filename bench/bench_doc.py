@@ -37,6 +37,19 @@ def peak_rss_kib(cmd, env=None):
     return int(r.stderr.strip().splitlines()[-1])
 
 
+def torch_config(python):
+    """(description, section suffix) of the PyTorch that `python` imports: Debian's 1.13 keeps the
+    plain section names, another release (PyPI's 2.x) gets sections of its own beside them."""
+    version = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
+                             capture_output=True, text=True).stdout.strip()
+    if not version:
+        raise SystemExit(f"{python} cannot import torch")
+    if version.startswith("1.13"):
+        return "Debian's LibTorch and PyTorch 1.13 (CPU)", ""
+    return f"PyPI's PyTorch {version} and its LibTorch (scripts/setup.sh --torch=pypi; CPU)", \
+        "_torch" + version.split(".")[0]
+
+
 def median(xs):
     xs = sorted(xs)
     n = len(xs)

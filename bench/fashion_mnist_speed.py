@@ -6,8 +6,10 @@ workers, threads per worker and data, side by side in one run. With --accuracy, 
 that shows it learns: 2 epochs on all 60,000 images with 2 workers, and its test accuracy
 (target: at least 85%).
 
-Usage: bench/fashion_mnist_speed.py [--build DIR] [--workers N] [--threads N] [--subset N]
-                                    [--epochs N] [--runs N] [--accuracy] [--no-doc]
+Usage: bench/fashion_mnist_speed.py [--build DIR] [--python PATH] [--workers N] [--threads N]
+                                    [--subset N] [--epochs N] [--runs N] [--accuracy] [--no-doc]
+The PyTorch 2.x configuration: --build build-pypi --python .venv-pypi/bin/python (its own
+section of docs/benchmarks.md, beside 1.13's).
 """
 import argparse
 import os
@@ -18,9 +20,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import ROOT, machine, median, write_section  # noqa: E402
+from bench_doc import ROOT, machine, median, torch_config, write_section  # noqa: E402
 
-PYTHON = "/usr/bin/python3"
+PYTHON = "/usr/bin/python3"  # --python
 PY_EXAMPLE = os.path.join(ROOT, "apps", "examples", "fashion_mnist", "train_fashion_mnist.py")
 EPOCH = re.compile(r"epoch (\d+)/\d+: loss ([0-9.]+), train accuracy ([0-9.]+)%, "
                    r"test accuracy ([0-9.]+)%, (\d+) images/s \(([0-9.]+) s\)")
@@ -66,7 +68,7 @@ def speed(args, program, trainrun, storage):
     # Alternating, so a change in the machine's load falls on both programs alike.
     for i in range(args.runs):
         cpp_runs.append(train([*launch, program, *common, "--name", f"speed_cpp_{i}"], storage))
-        py_runs.append(train([*launch, PY_EXAMPLE, *common], storage))
+        py_runs.append(train([*launch, "--no-python", PYTHON, PY_EXAMPLE, *common], storage))
     cpp = per_epoch_median([r[0] for r in cpp_runs])
     py = per_epoch_median([r[0] for r in py_runs])
 
@@ -79,7 +81,7 @@ def speed(args, program, trainrun, storage):
                 f"{median([r[1] for r in py_runs]):.2f}% | | | |")
     rows.append(f"| job wall time | {median([r[2] for r in cpp_runs]):.0f} s | "
                 f"{median([r[2] for r in py_runs]):.0f} s | | | |")
-    body = f"""## FashionMNIST training speed: C++ example against Python
+    body = f"""## FashionMNIST training speed: C++ example against Python{title_suffix()}
 
 `bench/fashion_mnist_speed.py` — the ResNet-18 FashionMNIST training of
 `apps/examples/fashion_mnist` (LibTorch, libtrainrun_runtime) and of
@@ -89,11 +91,16 @@ def speed(args, program, trainrun, storage):
 workers of {args.threads} thread(s), batch 128 per worker, Adam 1e-3, the first {args.subset}
 training images. {args.runs} runs of each program, alternating, in one run of the benchmark; each
 figure is the median over the runs. Images/s counts the training images of all workers in an
-epoch over that epoch's training time (without evaluation). Debian's LibTorch and PyTorch 1.13
-(CPU). Machine: {machine()}; {load()}. Target: the C++ program at least as fast.
+epoch over that epoch's training time (without evaluation). {torch_config(PYTHON)[0]}.
+Machine: {machine()}; {load()}. Target: the C++ program at least as fast.
 
 """ + "\n".join(rows)
     return body, cpp, py
+
+
+def title_suffix():
+    suffix = torch_config(PYTHON)[1]
+    return f", PyTorch {suffix[len('_torch'):]}.x" if suffix else ""
 
 
 def accuracy(args, program, trainrun, storage):
@@ -117,6 +124,7 @@ Adam 1e-3; evaluated on all 10,000 test images after each epoch. Final test accu
 
 
 def main():
+    global PYTHON
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--workers", type=int, default=2)
@@ -127,8 +135,11 @@ def main():
     ap.add_argument("--runs", type=int, default=2, help="runs of each program, alternating")
     ap.add_argument("--accuracy", action="store_true",
                     help="instead train 2 full epochs with 2 workers and record the test accuracy")
+    ap.add_argument("--python", default=PYTHON, help="the Python (and its torch) of the twin")
     ap.add_argument("--no-doc", action="store_true")
     args = ap.parse_args()
+    PYTHON = args.python
+    section = torch_config(PYTHON)[1]
 
     trainrun = os.path.join(args.build, "apps", "trainrun", "trainrun")
     program = os.path.join(args.build, "apps", "examples", "fashion_mnist", "fashion_mnist")
@@ -140,14 +151,14 @@ def main():
         if args.accuracy:
             body, final = accuracy(args, program, trainrun, storage)
             if not args.no_doc:
-                write_section("fashion_mnist_accuracy", body)
+                write_section("fashion_mnist_accuracy" + section, body)
             print(body, flush=True)
             if final < 85:
                 sys.exit(f"fashion_mnist_speed: test accuracy {final:.2f}% is below 85%")
         else:
             body, _, _ = speed(args, program, trainrun, storage)
             if not args.no_doc:
-                write_section("fashion_mnist_speed", body)
+                write_section("fashion_mnist_speed" + section, body)
             print(body, flush=True)
 
 

@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
-# Builds libtrainrun_runtime against the LibTorch of a CUDA-enabled PyTorch and runs, on one GPU,
-# a one-process NCCL all-reduce and a short training run (lib/runtime/tools/gpu_check.cpp).
+# Builds libtrainrun_runtime against the LibTorch of a CUDA-enabled PyTorch and runs, on one GPU:
+# a one-process NCCL all-reduce, two prepare_model SGD steps on cuda:0 against the same steps on
+# the CPU, a state dict saved from the GPU read onto the CPU, a short training run
+# (lib/runtime/tools/gpu_check.cpp); then the FashionMNIST example for one epoch on the GPU
+# (C++, --use-gpu) against its Python twin on the same GPU, images/s side by side.
 #
 #   scripts/gpu-check.sh                    # uses `python3` from PATH
 #   PYTHON=/opt/venv/bin/python scripts/gpu-check.sh
+#   GPU_CHECK_BUILD_ONLY=1 scripts/gpu-check.sh   # configure and build only: no GPU needed
 #
 # Needs: a PyTorch with CUDA and a visible GPU, the CUDA toolkit LibTorch's CMake files look for
 # (nvcc), cmake, a C++17 compiler and nlohmann-json (its CMake package, or a directory holding
 # nlohmann/json.hpp named by NLOHMANN_JSON_INCLUDE_DIR in the environment). Only the runtime
 # library is built: the launcher's packages (fmt, CLI11, Boost) are not needed. nccl.h is taken
-# from the nvidia-nccl wheel next to PyTorch, or from NCCL_ROOT. Exits 0 when every check passes.
+# from the nvidia-nccl wheel next to PyTorch, or from NCCL_ROOT. The FashionMNIST comparison also
+# needs CLI11 (libcli11-dev, or its CMake package on CMAKE_PREFIX_PATH), torchvision beside torch,
+# and the data set's four files in FASHION_MNIST_DIR (default /usr/share/datasets/fashion-mnist,
+# Debian's fashion-mnist package). Results go to stdout and to $RESULTS (default
+# $BUILD_DIR/gpu-check-results.txt). Exits 0 when every check passes, 1 when one fails, 2 when
+# this machine cannot run them, 3 when the core checks passed but the FashionMNIST comparison
+# could not run here (the line before says why).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -36,7 +46,8 @@ if [[ $cuda_version == none ]]; then
   say "this PyTorch was built without CUDA; install a CUDA build (pip install torch) and rerun"
   exit 2
 fi
-if [[ $devices -lt 1 ]]; then
+build_only=${GPU_CHECK_BUILD_ONLY:-0}
+if [[ $devices -lt 1 && $build_only != 1 ]]; then
   say "no GPU is visible (torch.cuda.is_available() is False); check the driver and CUDA_VISIBLE_DEVICES"
   exit 2
 fi
@@ -67,7 +78,15 @@ if ! grep -q "trainrun runtime: NCCL ON" "$build.configure.log"; then
   fi
   exit 1
 fi
-cmake --build "$build" -j"$(nproc)" --target trainrun_gpu_check >&2
+targets=(trainrun_gpu_check)
+grep -q '^CLI11_DIR:PATH=.*-NOTFOUND' "$build/CMakeCache.txt" || targets+=(fashion_mnist)
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >&2
+if [[ $build_only == 1 ]]; then
+  say "built ${targets[*]} (GPU_CHECK_BUILD_ONLY=1); stopping before the checks, which need a GPU"
+  exit 0
+fi
+results=${RESULTS:-$build/gpu-check-results.txt}
+: >"$results"
 
 port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 storage=$(mktemp -d)
@@ -77,5 +96,29 @@ say "running the NCCL all-reduce and the training check on cuda:0"
 env RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 GROUP_RANK=0 \
   MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" TORCHELASTIC_RESTART_COUNT=0 \
   TRAINRUN_STORAGE_PATH="$storage" TRAINRUN_EXPERIMENT_NAME=gpu_check \
-  "$build/lib/runtime/trainrun_gpu_check"
+  "$build/lib/runtime/trainrun_gpu_check" | tee -a "$results"
+
+# The FashionMNIST example, one epoch on the GPU, C++ against Python.
+data=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+incomplete() { say "core checks passed; FashionMNIST comparison not run: $*"; exit 3; }
+[[ -x $build/apps/examples/fashion_mnist/fashion_mnist ]] ||
+  incomplete "the example was not built (CLI11 not found: apt-get install libcli11-dev)"
+[[ -e $data/train-images-idx3-ubyte.gz || -e $data/train-images-idx3-ubyte ]] ||
+  incomplete "no FashionMNIST files in $data (set FASHION_MNIST_DIR)"
+"$python" -c 'import torchvision' 2>/dev/null ||
+  incomplete "$python cannot import torchvision (pip install torchvision)"
+epoch_line() { grep -E '^epoch 1/1: ' | tail -1; }
+images_per_s() { sed -E 's/.* ([0-9]+) images\/s.*/\1/'; }
+say "FashionMNIST, one epoch on cuda:0: the C++ example"
+cpp=$(TRAINRUN_STORAGE_PATH="$storage" "$build/apps/examples/fashion_mnist/fashion_mnist" \
+  --use-gpu --epochs 1 --data-dir "$data" --name gpu_check | tee /dev/stderr | epoch_line)
+say "FashionMNIST, one epoch on cuda:0: the Python script"
+py=$("$python" "$here/apps/examples/fashion_mnist/train_fashion_mnist.py" --use-gpu --epochs 1 \
+  --data-dir "$data" | tee /dev/stderr | epoch_line)
+[[ -n $cpp && -n $py ]] || { say "FAILED: an epoch line is missing"; exit 1; }
+{
+  echo "fashion_mnist C++    (cuda:0): $cpp"
+  echo "fashion_mnist Python (cuda:0): $py"
+  echo "images/s C++ / Python: $(images_per_s <<<"$cpp") / $(images_per_s <<<"$py")"
+} | tee -a "$results"
 say "passed"

@@ -1,9 +1,12 @@
-// GPU check for CUDA builds of the runtime: a one-process NCCL all-reduce and a short training
-// run on cuda:LOCAL_RANK through TorchTrainer. Run by scripts/gpu-check.sh with the launcher
+// GPU check for CUDA builds of the runtime: a one-process NCCL all-reduce, one prepare_model
+// training step on the GPU against the same step on the CPU, a state dict written on the GPU read
+// back onto the CPU, and a short training run on cuda:LOCAL_RANK through TorchTrainer. Run by scripts/gpu-check.sh with the launcher
 // variables of a one-worker job set. Exits 0 when both pass.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <trainrun/runtime/runtime.hpp>
@@ -16,6 +19,50 @@ void check(bool ok, const std::string& what) {
   std::printf("gpu_check: %s: %s\n", what.c_str(), ok ? "ok" : "FAILED");
   std::fflush(stdout);
   if (!ok) throw std::runtime_error(what + " failed");
+}
+
+torch::nn::Sequential small_model() {
+  torch::manual_seed(7);
+  return torch::nn::Sequential(torch::nn::Linear(16, 32), torch::nn::Tanh(),
+                               torch::nn::Linear(32, 1));
+}
+
+// One SGD step of a prepared model on the GPU gives the parameters the same step gives on the CPU.
+void step_matches_cpu(const c10::Device& device) {
+  torch::manual_seed(11);
+  const auto x = torch::randn({64, 16});
+  const auto y = torch::randn({64, 1});
+  auto on_cpu = small_model();
+  auto on_gpu = rt::prepare_model(small_model());
+  check(on_gpu->parameters()[0].device() == device, "prepare_model moved the model to " +
+                                                        device.str());
+  torch::optim::SGD cpu_sgd(on_cpu->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  torch::optim::SGD gpu_sgd(on_gpu->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  for (int step = 0; step < 2; ++step) {
+    cpu_sgd.zero_grad();
+    torch::mse_loss(on_cpu->forward(x), y).backward();
+    cpu_sgd.step();
+    gpu_sgd.zero_grad();
+    torch::mse_loss(on_gpu->forward(x.to(device)), y.to(device)).backward();
+    gpu_sgd.step();
+  }
+  double worst = 0;
+  for (std::size_t i = 0; i < on_cpu->parameters().size(); ++i) {
+    const auto diff = (on_gpu->parameters()[i].cpu() - on_cpu->parameters()[i]).abs().max();
+    worst = std::max(worst, diff.item<double>());
+  }
+  check(worst < 1e-5, "two prepare_model SGD steps on " + device.str() +
+                          " equal the CPU's (largest difference " + std::to_string(worst) + ")");
+
+  // A state dict written from the GPU reads back onto the CPU (map_location).
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "trainrun_gpu_check_state.pt").string();
+  rt::save_state_dict(*on_gpu, path);
+  const auto tensors = rt::load_tensors(path, torch::kCPU);
+  check(tensors.at("0.weight").device().is_cpu() &&
+            torch::equal(tensors.at("0.weight"), on_gpu->parameters()[0].cpu()),
+        "a state dict saved from " + device.str() + " loads onto the CPU");
+  std::remove(path.c_str());
 }
 
 void train_func() {
@@ -31,6 +78,7 @@ void train_func() {
   const double world = context.world_size();
   check(torch::allclose(tensors[0].cpu(), torch::full({1024}, world * (world + 1) / 2)),
         "NCCL all-reduce sum");
+  step_matches_cpu(device);
 
   torch::manual_seed(0);
   auto model = rt::prepare_model(torch::nn::Sequential(torch::nn::Linear(16, 64), torch::nn::ReLU(),
