@@ -85,6 +85,9 @@ ServerHandshake::Step ServerHandshake::on_message(const ClientMessage& message) 
                 HandshakeOutcome::pending,
                 {}};
   }
+  // A client that refused our proof says why before it goes.
+  if (const auto* leave = std::get_if<Leave>(&message))
+    return reject(fmt::format("the client refused this rendezvous: {}", leave->reason));
   const auto* auth = std::get_if<Auth>(&message);
   if (!auth) return reject(fmt::format("expected \"auth\", got \"{}\"", type_name(message)));
   if (!constant_time_equal(auth->proof, client_proof(*token_, run_id_, client_nonce_, nonce_))) {
