@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "trainrun/rendezvous/byte_budget.hpp"
 #include "trainrun/rendezvous/frame.hpp"
 
 namespace trainrun::rendezvous {
@@ -33,6 +34,12 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
 
   void start(FrameHandler on_frame, ErrorHandler on_error);
   void set_max_frame(std::size_t max_frame) { decoder_.set_max_size(max_frame); }
+  // Counts this connection's partial incoming frame against `budget` (shared with other
+  // connections), moving its charge from the budget it had. When the next bytes would take the
+  // budget past its limit, the partial frame is dropped and the connection closed as by an
+  // error (the error handler's `violation` false; over_budget() true).
+  void set_budget(std::shared_ptr<ByteBudget> budget);
+  bool over_budget() const { return over_budget_; }
 
   // Frames and queues `body`. Ignored once closing.
   void send(const std::string& body);
@@ -56,6 +63,7 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   void write_more();
   void fail(const std::string& why);
   void finish_close();
+  bool charge_partial_frame();
 
   boost::asio::ip::tcp::socket socket_;
   boost::asio::steady_timer linger_timer_;
@@ -67,6 +75,9 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   bool closing_ = false;
   bool shut_down_ = false;
   bool overflowed_ = false;  // too much unsent: failing soon, send nothing more
+  std::shared_ptr<ByteBudget> budget_;
+  std::size_t charged_ = 0;  // what decoder_ holds, as counted in budget_
+  bool over_budget_ = false;
   std::string peer_;
   FrameHandler on_frame_;
   ErrorHandler on_error_;
