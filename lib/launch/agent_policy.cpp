@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "trainrun/base/wording.hpp"
+
 namespace trainrun::launch {
 
 namespace {
@@ -45,7 +47,7 @@ AgentActions AgentPolicy::start_in_job(Clock::time_point) {
 }
 
 AgentActions AgentPolicy::start_failed(const std::string& reason, Clock::time_point) {
-  AgentActions out = actions(action::Say{reason});
+  AgentActions out = actions(action::Say{reason, Level::error});
   start_failed_ = true;
   running_ = 0;
   state_ = State::finishing;
@@ -85,13 +87,15 @@ AgentActions AgentPolicy::signal(int sig, Clock::time_point now) {
   if (state_ == State::stopping && stop_signal_ != 0) {
     // Asked twice: no more grace.
     return actions(
-        action::Say{fmt::format("received {} again; killing the workers now", signal_name(sig))},
+        action::Say{fmt::format("received {} again; killing the workers now", signal_name(sig)),
+                    Level::warning},
         action::SignalWorkers{SIGKILL});
   }
   if (state_ == State::finishing || state_ == State::done) return {};
   AgentActions out = actions(
-      action::Say{fmt::format("received {}; stopping {} worker(s) ({} s grace before SIGKILL)",
-                              signal_name(sig), running_, config_.shutdown_timeout)});
+      action::Say{fmt::format("received {}; stopping {} ({} s grace before SIGKILL)",
+                              signal_name(sig), count_of(static_cast<long long>(running_), "worker"),
+                              config_.shutdown_timeout)});
   stop_signal_ = sig;
   if (in_job_)
     out.emplace_back(
@@ -106,8 +110,10 @@ AgentActions AgentPolicy::signal(int sig, Clock::time_point now) {
 AgentActions AgentPolicy::grace_expired(Clock::time_point now) {
   if (state_ != State::stopping || now < grace_deadline_ || running_ == 0) return {};
   return actions(action::Say{fmt::format(
-                     "{} worker(s) still running {} s after the stop signal; sending SIGKILL",
-                     running_, config_.shutdown_timeout)},
+                                 "{} still running {} s after the stop signal; sending SIGKILL",
+                                 count_of(static_cast<long long>(running_), "worker"),
+                                 config_.shutdown_timeout),
+                             Level::warning},
                  action::SignalWorkers{SIGKILL});
 }
 
@@ -131,9 +137,11 @@ AgentActions AgentPolicy::restart(const rendezvous::Restart& r, Clock::time_poin
   AgentActions out;
   if (state_ == State::done) return out;
   if (r.failure && r.failure->host != host_)
-    out.emplace_back(action::Say{fmt::format(
-        "worker {} on {} failed with exit code {}; restarting ({} of {} restarts)", r.failure->rank,
-        r.failure->host, r.failure->exit_code, r.restart_count, max_restarts_)});
+    out.emplace_back(action::Say{
+        fmt::format("worker {} on {} failed with exit code {}; restarting ({} of {})",
+                    r.failure->rank, r.failure->host, r.failure->exit_code, r.restart_count,
+                    count_of(max_restarts_, "restart")),
+        Level::warning});
   else if (!r.failure)
     out.emplace_back(
         action::Say{fmt::format("{}; restarting the workers in a new round", r.reason)});
@@ -179,7 +187,8 @@ void AgentPolicy::record_failure(AgentActions& out, const WorkerExit& exit, bool
     if (exit.contents->timestamp) f.timestamp = *exit.contents->timestamp;
   } else if (!exit.problem.empty()) {
     out.emplace_back(action::Say{
-        fmt::format("worker {} (local rank {}): {}", f.rank, f.local_rank, exit.problem)});
+        fmt::format("worker {} (local rank {}): {}", f.rank, f.local_rank, exit.problem),
+        Level::warning});
   }
   // Once the group is being stopped, only workers that left their own error report count as
   // failures: the rest are ending because we asked them to.
@@ -217,11 +226,12 @@ void AgentPolicy::after_attempt(AgentActions& out) {
   if (topology_.restart_count < config_.max_restarts) {
     const auto& root = failures_[root_cause_index(failures_)];
     ++topology_.restart_count;
-    out.emplace_back(action::Say{fmt::format(
-        "worker {} (local rank {}) failed with exit code {}; restarting the worker group ({} of {} "
-        "restarts)",
-        root.rank, root.local_rank, root.status.shell_code(), topology_.restart_count,
-        config_.max_restarts)});
+    out.emplace_back(action::Say{
+        fmt::format("worker {} (local rank {}) failed with exit code {}; restarting the worker "
+                    "group ({} of {})",
+                    root.rank, root.local_rank, root.status.shell_code(), topology_.restart_count,
+                    count_of(config_.max_restarts, "restart")),
+        Level::warning});
     return start_attempt(out);
   }
   fail_with_summary(out);
@@ -235,7 +245,7 @@ void AgentPolicy::after_attempt_in_job(AgentActions& out) {
     if (s.failure && s.failure->host == host_ && !failures_.empty()) return fail_with_summary(out);
     if (s.failure && !s.failure->summary.empty())
       out.emplace_back(action::WriteSummary{s.failure->summary});
-    out.emplace_back(action::Say{s.reason.empty() ? "the job stopped" : s.reason});
+    out.emplace_back(action::Say{s.reason.empty() ? "the job stopped" : s.reason, Level::error});
     return finish(out, s.exit_code != 0 ? s.exit_code : 1);
   }
   if (pending_restart_) {

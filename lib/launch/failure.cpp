@@ -151,7 +151,7 @@ void append_failure(std::string& out, int index, const ProcessFailure& f) {
   else if (!f.message.empty())
     traceback = f.message;
   else
-    traceback = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
+    traceback = "To enable traceback see: docs/cli.md#error-files (man trainrun: ERROR FILES)";
   // Multi-line tracebacks are indented under the field, as torchrun does.
   std::string indented;
   for (size_t i = 0; i < traceback.size(); ++i) {

@@ -3,6 +3,7 @@
 
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/system.hpp"
+#include "trainrun/base/wording.hpp"
 
 using namespace trainrun;
 
@@ -38,3 +39,11 @@ TEST_CASE("random_hex gives fresh hex digits of the length asked", "[base]") {
 }
 
 TEST_CASE("host_name is never empty", "[base]") { CHECK_FALSE(host_name().empty()); }
+
+TEST_CASE("count_of is singular for exactly one", "[base]") {
+  CHECK(count_of(1, "node") == "1 node");
+  CHECK(count_of(2, "node") == "2 nodes");
+  CHECK(count_of(0, "worker") == "0 workers");
+  CHECK(count_of(1, "process", "processes") == "1 process");
+  CHECK(count_of(3, "process", "processes") == "3 processes");
+}
