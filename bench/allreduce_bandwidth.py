@@ -7,7 +7,7 @@ is the median over the rounds of each run's median all-reduce time.
 
 Usage: bench/allreduce_bandwidth.py [--trainrun PATH] [--bench-bin PATH] [--nproc N] [--rounds N]
                                     [--threads N] [--warmup N] [--iters N] [--min-bytes B]
-                                    [--max-bytes B] [--factor F] [--no-doc]
+                                    [--max-bytes B] [--factor F] [--no-doc] [--json PATH]
 """
 import argparse
 import json
@@ -18,7 +18,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import ROOT, machine, median, write_section  # noqa: E402
+from bench_doc import ROOT, add_json_option, machine, median, write_json, write_section  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
 PY_BENCH = os.path.join(ROOT, "bench", "allreduce", "allreduce_bench.py")
@@ -70,6 +70,7 @@ def main():
     ap.add_argument("--max-bytes", type=int, default=64 << 20)
     ap.add_argument("--factor", type=int, default=4)
     ap.add_argument("--no-doc", action="store_true")
+    add_json_option(ap)
     args = ap.parse_args()
     for path in (args.trainrun, args.bench_bin):
         if not os.access(path, os.X_OK):
@@ -141,6 +142,13 @@ Machine: {machine()}.{oversubscribed}
     print(body)
     if not args.no_doc:
         write_section("allreduce_bandwidth", body)
+    write_json(args.json, "allreduce_bandwidth", [
+        {"bytes": nbytes, "iters": iters,
+         "runtime": {"time_s": rt, "algbw_gbps": ra, "busbw_gbps": rb},
+         "torch": {"time_s": pt, "algbw_gbps": pa, "busbw_gbps": pb},
+         "fastest_ratio": best_ratio}
+        for nbytes, iters, rt, ra, rb, pt, pa, pb, best_ratio in rows],
+        workers=world, rounds=args.rounds, threads=args.threads)
 
 
 if __name__ == "__main__":
