@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     for (const auto& warning : outcome.warnings) launch::say(warning);
+    for (const auto& note : outcome.notes) launch::say(note);
     return launch::run_agent(outcome.config);
   } catch (const launch::LaunchError& e) {
     launch::say(e.what());
