@@ -74,7 +74,7 @@ def main():
     ap.add_argument("--python", default=PYTHON, help="the Python (and its torch) of the twin")
     ap.add_argument("--no-doc", action="store_true")
     args = ap.parse_args()
-    described, section = torch_config(args.python)
+    described, section, title = torch_config(args.python)
     for path in (args.trainrun, args.bench_bin):
         if not os.access(path, os.X_OK):
             sys.exit(f"allreduce_bandwidth: {path}: not an executable; build it first "
@@ -125,7 +125,6 @@ def main():
     oversubscribed = (f" {world} workers on {cpus} CPUs is oversubscribed: every all-reduce waits "
                       "for ranks the scheduler has parked, so the absolute numbers are low and "
                       "noisy; the ratio is what this section is about." if world > cpus else "")
-    title = f", PyTorch {section[len('_torch'):]}.x" if section else ""
     body = f"""## All-reduce bandwidth: runtime process group against torch.distributed{title}
 
 `bench/allreduce_bandwidth.py` — in-place SUM all-reduce of a float32 tensor across {world}

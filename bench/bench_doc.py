@@ -38,16 +38,17 @@ def peak_rss_kib(cmd, env=None):
 
 
 def torch_config(python):
-    """(description, section suffix) of the PyTorch that `python` imports: Debian's 1.13 keeps the
-    plain section names, another release (PyPI's 2.x) gets sections of its own beside them."""
+    """(description, section suffix, title suffix) of the PyTorch that `python` imports: Debian's
+    1.13 keeps the plain section names, another release (PyPI's 2.x) gets sections of its own."""
     version = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
                              capture_output=True, text=True).stdout.strip()
     if not version:
         raise SystemExit(f"{python} cannot import torch")
     if version.startswith("1.13"):
-        return "Debian's LibTorch and PyTorch 1.13 (CPU)", ""
-    return f"PyPI's PyTorch {version} and its LibTorch (scripts/setup.sh --torch=pypi; CPU)", \
-        "_torch" + version.split(".")[0]
+        return "Debian's LibTorch and PyTorch 1.13 (CPU)", "", ""
+    major = version.split(".")[0]
+    return (f"PyPI's PyTorch {version} and its LibTorch (scripts/setup.sh --torch=pypi; CPU)",
+            f"_torch{major}", f", PyTorch {major}.x")
 
 
 def median(xs):

@@ -22,7 +22,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_doc import ROOT, machine, median, torch_config, write_section  # noqa: E402
 
-PYTHON = "/usr/bin/python3"  # --python
+PYTHON = "/usr/bin/python3"
 PY_EXAMPLE = os.path.join(ROOT, "apps", "examples", "fashion_mnist", "train_fashion_mnist.py")
 EPOCH = re.compile(r"epoch (\d+)/\d+: loss ([0-9.]+), train accuracy ([0-9.]+)%, "
                    r"test accuracy ([0-9.]+)%, (\d+) images/s \(([0-9.]+) s\)")
@@ -36,7 +36,7 @@ def load():
 def train(cmd, storage):
     """Runs one training job; returns (per-epoch [(epoch, loss, test acc, images/s, s)],
     final test accuracy, wall seconds)."""
-    env = dict(os.environ, TRAINRUN_STORAGE_PATH=storage, PYTHON_EXEC=PYTHON)
+    env = dict(os.environ, TRAINRUN_STORAGE_PATH=storage)
     print("$", " ".join(cmd), flush=True)
     t0 = time.perf_counter()
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -68,7 +68,7 @@ def speed(args, program, trainrun, storage):
     # Alternating, so a change in the machine's load falls on both programs alike.
     for i in range(args.runs):
         cpp_runs.append(train([*launch, program, *common, "--name", f"speed_cpp_{i}"], storage))
-        py_runs.append(train([*launch, "--no-python", PYTHON, PY_EXAMPLE, *common], storage))
+        py_runs.append(train([*launch, "--no-python", args.python, PY_EXAMPLE, *common], storage))
     cpp = per_epoch_median([r[0] for r in cpp_runs])
     py = per_epoch_median([r[0] for r in py_runs])
 
@@ -81,7 +81,8 @@ def speed(args, program, trainrun, storage):
                 f"{median([r[1] for r in py_runs]):.2f}% | | | |")
     rows.append(f"| job wall time | {median([r[2] for r in cpp_runs]):.0f} s | "
                 f"{median([r[2] for r in py_runs]):.0f} s | | | |")
-    body = f"""## FashionMNIST training speed: C++ example against Python{title_suffix()}
+    described, _, title = args.torch
+    body = f"""## FashionMNIST training speed: C++ example against Python{title}
 
 `bench/fashion_mnist_speed.py` — the ResNet-18 FashionMNIST training of
 `apps/examples/fashion_mnist` (LibTorch, libtrainrun_runtime) and of
@@ -91,16 +92,11 @@ def speed(args, program, trainrun, storage):
 workers of {args.threads} thread(s), batch 128 per worker, Adam 1e-3, the first {args.subset}
 training images. {args.runs} runs of each program, alternating, in one run of the benchmark; each
 figure is the median over the runs. Images/s counts the training images of all workers in an
-epoch over that epoch's training time (without evaluation). {torch_config(PYTHON)[0]}.
+epoch over that epoch's training time (without evaluation). {described}.
 Machine: {machine()}; {load()}. Target: the C++ program at least as fast.
 
 """ + "\n".join(rows)
     return body, cpp, py
-
-
-def title_suffix():
-    suffix = torch_config(PYTHON)[1]
-    return f", PyTorch {suffix[len('_torch'):]}.x" if suffix else ""
 
 
 def accuracy(args, program, trainrun, storage):
@@ -124,7 +120,6 @@ Adam 1e-3; evaluated on all 10,000 test images after each epoch. Final test accu
 
 
 def main():
-    global PYTHON
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--workers", type=int, default=2)
@@ -138,8 +133,8 @@ def main():
     ap.add_argument("--python", default=PYTHON, help="the Python (and its torch) of the twin")
     ap.add_argument("--no-doc", action="store_true")
     args = ap.parse_args()
-    PYTHON = args.python
-    section = torch_config(PYTHON)[1]
+    args.torch = torch_config(args.python)
+    section = args.torch[1]
 
     trainrun = os.path.join(args.build, "apps", "trainrun", "trainrun")
     program = os.path.join(args.build, "apps", "examples", "fashion_mnist", "fashion_mnist")
