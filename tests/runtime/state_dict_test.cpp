@@ -4,7 +4,6 @@
 
 #include <catch2/catch.hpp>
 #include <fstream>
-#include <iterator>
 #include <string>
 #include <trainrun/runtime/errors.hpp>
 #include <trainrun/runtime/state_dict.hpp>
@@ -25,11 +24,6 @@ std::string python(const std::string& code) {
   return command_output(std::string(TRAINRUN_TORCH_PYTHON) + " -c '" + code + "'");
 }
 
-std::vector<char> file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 }  // namespace
 
 TEST_CASE("a state dict saved on cuda:0 loads onto the CPU (torch.load's map_location)") {
@@ -41,7 +35,8 @@ TEST_CASE("a state dict saved on cuda:0 loads onto the CPU (torch.load's map_loc
       "torch.save({\"w\": torch.arange(6.).reshape(2, 3), \"b\": torch.tensor([7.])}, \"" +
       path + "\")");
   // LibTorch's own loader restores the recorded device, which this machine does not have.
-  REQUIRE_THROWS(torch::pickle_load(file_bytes(path)));
+  const std::string bytes = rt::testing::read_file(path);
+  REQUIRE_THROWS(torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())));
 
   const auto tensors = rt::load_tensors(path, torch::kCPU);
   REQUIRE(tensors.size() == 2);
