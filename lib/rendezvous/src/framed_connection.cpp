@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 #include <sys/socket.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include <boost/asio/post.hpp>
-#include <boost/asio/write.hpp>
 
 namespace trainrun::rendezvous {
 
@@ -88,28 +90,51 @@ void FramedConnection::send(const std::string& body) {
   write_more();
 }
 
+// Frames go to the kernel at once when it takes them (the common case: small messages), so
+// what was sent is always known to the byte. Only a full socket buffer waits for the loop.
 void FramedConnection::write_more() {
-  if (writing_ || shut_down_) return;
-  if (queue_.empty()) {
-    if (closing_) {
-      error_code ignored;
-      socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+  if (waiting_writable_ || shut_down_ || write_failed_) return;
+  while (!queue_.empty()) {
+    const std::string& frame = queue_.front();
+    ssize_t n = ::send(socket_.native_handle(), frame.data() + front_sent_,
+                       frame.size() - front_sent_, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        waiting_writable_ = true;
+        socket_.async_wait(asio::ip::tcp::socket::wait_write,
+                           [self = shared_from_this()](error_code ec) {
+                             self->waiting_writable_ = false;
+                             if (self->shut_down_) return;
+                             if (ec) return self->write_failed(ec.message());
+                             self->write_more();
+                           });
+        return;
+      }
+      // Reported from the loop, not from inside send(): the caller may be iterating its peers.
+      write_failed_ = true;
+      std::string why = std::strerror(errno);
+      asio::post(socket_.get_executor(),
+                 [self = shared_from_this(), why] { self->write_failed(why); });
+      return;
     }
-    return;
+    front_sent_ += static_cast<std::size_t>(n);
+    if (front_sent_ == frame.size()) {
+      queued_bytes_ -= frame.size();
+      queue_.pop_front();
+      front_sent_ = 0;
+    }
   }
-  writing_ = true;
-  asio::async_write(socket_, asio::buffer(queue_.front()),
-                    [self = shared_from_this()](error_code ec, std::size_t) {
-                      self->writing_ = false;
-                      if (self->shut_down_) return;
-                      self->queued_bytes_ -= self->queue_.front().size();
-                      self->queue_.pop_front();
-                      if (ec) {
-                        if (self->closing_) return self->finish_close();
-                        return self->fail(ec.message());
-                      }
-                      self->write_more();
-                    });
+  if (closing_) {
+    error_code ignored;
+    socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+  }
+}
+
+void FramedConnection::write_failed(const std::string& why) {
+  if (shut_down_) return;
+  if (closing_) return finish_close();
+  fail(why);
 }
 
 void FramedConnection::close_gracefully(std::chrono::steady_clock::duration linger) {
@@ -136,14 +161,16 @@ void FramedConnection::abandon() {
   on_frame_ = nullptr;
   on_error_ = nullptr;
   closing_ = true;
-  // A write in progress may have sent part of the front frame: nothing can follow it without
-  // waiting for the rest.
-  if (!writing_) {
-    for (const std::string& frame : queue_) {
-      ssize_t n =
-          ::send(socket_.native_handle(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n != static_cast<ssize_t>(frame.size())) break;
-    }
+  // Without waiting: a frame is finished from the byte where it stopped, and nothing follows a
+  // frame the socket did not take whole.
+  std::size_t offset = front_sent_;
+  for (const std::string& frame : queue_) {
+    if (write_failed_) break;
+    std::size_t left = frame.size() - offset;
+    ssize_t n = ::send(socket_.native_handle(), frame.data() + offset, left,
+                       MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n != static_cast<ssize_t>(left)) break;
+    offset = 0;
   }
   finish_close();
 }
@@ -164,6 +191,7 @@ void FramedConnection::finish_close() {
   error_code ignored;
   socket_.close(ignored);
   queue_.clear();
+  front_sent_ = 0;
   queued_bytes_ = 0;
 }
 

@@ -54,6 +54,7 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
  private:
   void read_more();
   void write_more();
+  void write_failed(const std::string& why);
   void fail(const std::string& why);
   void finish_close();
 
@@ -63,7 +64,9 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   std::array<char, 4096> read_buffer_{};
   std::deque<std::string> queue_;
   std::size_t queued_bytes_ = 0;
-  bool writing_ = false;
+  std::size_t front_sent_ = 0;  // bytes of queue_.front() already in the kernel
+  bool waiting_writable_ = false;
+  bool write_failed_ = false;
   bool closing_ = false;
   bool shut_down_ = false;
   bool overflowed_ = false;  // too much unsent: failing soon, send nothing more
