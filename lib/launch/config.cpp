@@ -55,7 +55,7 @@ const std::vector<OptionSpec>& option_specs() {
       {"rdzv-id", "", "none", "Rendezvous", "Job id: agents of other jobs never join this one"},
       {"rdzv-conf", "", "", "Rendezvous",
        "k=v,...: join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, "
-       "keep_alive_interval, is_host, token_file"},
+       "keep_alive_interval, is_host, token_file, token_file_mode"},
       {"local-addr", "", "", "Rendezvous", "Address this node advertises"},
       {"max-restarts", "", "0", "Supervision", "Restarts of the worker group after a failure"},
       {"monitor-interval", "", "0.1", "Supervision",

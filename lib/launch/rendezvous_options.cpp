@@ -21,7 +21,7 @@ namespace {
 const std::set<std::string> kKnownKeys = {
     "join_timeout",        "last_call_timeout",      "close_timeout", "heartbeat_timeout",
     "keep_alive_interval", "keep_alive_max_attempt", "is_host",       "token_file",
-    "rdzv_port",           "read_timeout",           "timeout"};
+    "token_file_mode",     "rdzv_port",              "read_timeout",  "timeout"};
 
 [[noreturn]] void refuse(const std::string& key, const std::string& text, const std::string& rule) {
   throw UsageError(fmt::format("--rdzv-conf {}={}: {}", key, text, rule));
@@ -53,6 +53,13 @@ bool parse_bool(const std::string& key, const std::string& text) {
   if (yes.count(text)) return true;
   if (no.count(text)) return false;
   refuse(key, text, "expected 1 or 0");
+}
+
+// Whether a token file others may read is accepted: "private" (the default) or "any".
+bool parse_token_file_mode(const std::string& key, const std::string& text) {
+  if (text == "private") return false;
+  if (text == "any") return true;
+  refuse(key, text, "expected private or any");
 }
 
 // keep_alive_interval, heartbeat_timeout and keep_alive_max_attempt describe one thing.
@@ -148,9 +155,13 @@ RendezvousConf check_rdzv_conf(const std::map<std::string, std::string>& entries
     if (key == "join_timeout") conf.join_timeout = parse_duration(key, value);
     if (key == "last_call_timeout") conf.last_call_timeout = parse_duration(key, value);
     if (key == "is_host") conf.is_host = parse_bool(key, value);
-    if (key == "token_file") conf.token_file = value;
+    if (key == "token_file") conf.token.file = value;
+    if (key == "token_file_mode") conf.token.any_mode = parse_token_file_mode(key, value);
     if (key == "rdzv_port") conf.rdzv_port = parse_int(key, value, 1, 65535);
     if (key == "close_timeout" || key == "timeout") check_unused_seconds(key, value);
+  }
+  if (entries.count("token_file_mode") && !conf.token.file) {
+    refuse("token_file_mode", entries.at("token_file_mode"), "applies only with token_file=PATH");
   }
   conf.liveness = liveness(entries);
   return conf;
@@ -186,7 +197,7 @@ RendezvousOptions rendezvous_options(const LaunchConfig& config,
         "--rdzv-conf is_host=1",
         o.endpoint.host));
   }
-  o.credentials.token = load_token(conf.token_file, env);
+  o.credentials.token = load_token(conf.token, env);
   return o;
 }
 

@@ -6,10 +6,23 @@
 
 namespace trainrun::launch {
 
-// The shared rendezvous token: the contents of --rdzv-conf token_file=PATH (trailing whitespace
-// removed), else the environment variable TRAINRUN_RDZV_TOKEN, else none. Throws
-// UsageError (exit 2) when the file cannot be read or the token is empty.
-std::optional<std::string> load_token(const std::optional<std::string>& token_file,
+// The environment variable that may carry the shared token. The launcher reads it and never
+// passes it on: workers do not see it (merge_environment leaves it out).
+inline constexpr const char* kTokenVariable = "TRAINRUN_RDZV_TOKEN";
+
+// Where the shared token comes from: --rdzv-conf token_file=PATH, and whether a file that others
+// than its owner may read is accepted (--rdzv-conf token_file_mode=any).
+struct TokenSource {
+  std::optional<std::string> file;
+  bool any_mode = false;
+};
+
+// The shared rendezvous token: the contents of the token file (trailing whitespace removed),
+// else the environment variable TRAINRUN_RDZV_TOKEN, else none. Throws UsageError (exit 2) with
+// one line naming the file when it cannot be opened, is not a regular file (a directory, a FIFO:
+// never waited on), is readable by group or others (unless any_mode), is too large, or holds an
+// empty token.
+std::optional<std::string> load_token(const TokenSource& source,
                                       const std::map<std::string, std::string>& env);
 
 }  // namespace trainrun::launch

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "errors.hpp"
+#include "rendezvous_token.hpp"
 
 extern char** environ;
 
@@ -93,6 +94,9 @@ std::map<std::string, std::string> worker_variables(
 std::vector<std::string> merge_environment(const std::map<std::string, std::string>& inherited,
                                            const std::map<std::string, std::string>& variables) {
   std::map<std::string, std::string> merged = inherited;
+  // The rendezvous token is the launcher's secret: a worker has no use for it, and whatever a
+  // worker runs (and every core dump or /proc/PID/environ reader) would learn it.
+  merged.erase(kTokenVariable);
   for (const auto& [k, val] : variables) merged[k] = val;
   std::vector<std::string> out;
   out.reserve(merged.size());

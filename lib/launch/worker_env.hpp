@@ -43,6 +43,7 @@ void check_virtual_local_rank(int local_world_size,
                               const std::map<std::string, std::string>& inherited);
 
 // The launcher's environment with `variables` set on top, as "NAME=value" strings for execve.
+// TRAINRUN_RDZV_TOKEN, the rendezvous' secret, is left out.
 std::vector<std::string> merge_environment(const std::map<std::string, std::string>& inherited,
                                            const std::map<std::string, std::string>& variables);
 

@@ -1,5 +1,6 @@
 #include "rendezvous_options.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -103,20 +104,55 @@ TEST_CASE("the static backend serves on MASTER_PORT + 1 unless rdzv_port is give
 }
 
 TEST_CASE("the token comes from token_file, else TRAINRUN_RDZV_TOKEN", "[rendezvous]") {
-  CHECK_FALSE(load_token(std::nullopt, {}));
-  CHECK(load_token(std::nullopt, {{"TRAINRUN_RDZV_TOKEN", "abc\n"}}) == std::string("abc"));
-  CHECK_THROWS_WITH(load_token(std::nullopt, {{"TRAINRUN_RDZV_TOKEN", " \n"}}),
-                    Catch::Contains("blank"));
+  CHECK_FALSE(load_token({}, {}));
+  CHECK(load_token({}, {{"TRAINRUN_RDZV_TOKEN", "abc\n"}}) == std::string("abc"));
+  CHECK_THROWS_WITH(load_token({}, {{"TRAINRUN_RDZV_TOKEN", " \n"}}), Catch::Contains("blank"));
   std::string path = "rdzv_token_test_" + std::to_string(::getpid());
   {
     std::ofstream out(path);
     out << "from-file\n";
   }
-  CHECK(load_token(path, {{"TRAINRUN_RDZV_TOKEN", "env"}}) == std::string("from-file"));
+  ::chmod(path.c_str(), 0600);
+  CHECK(load_token({path}, {{"TRAINRUN_RDZV_TOKEN", "env"}}) == std::string("from-file"));
   { std::ofstream out(path); }
-  CHECK_THROWS_WITH(load_token(path, {}), Catch::Contains("the file is empty"));
+  CHECK_THROWS_WITH(load_token({path}, {}), Catch::Contains("the file is empty"));
   std::remove(path.c_str());
-  CHECK_THROWS_WITH(load_token(path, {}), Catch::Contains("cannot read it"));
+  CHECK_THROWS_WITH(load_token({path}, {}), Catch::Contains("cannot read it"));
+}
+
+TEST_CASE("a token file others can read, or that is not a regular file, is refused",
+          "[rendezvous]") {
+  const std::string path = "rdzv_token_mode_test_" + std::to_string(::getpid());
+  {
+    std::ofstream out(path);
+    out << "s3cret\n";
+  }
+  ::chmod(path.c_str(), 0640);
+  CHECK_THROWS_AS(load_token({path}, {}), UsageError);
+  CHECK_THROWS_WITH(load_token({path}, {}),
+                    "--rdzv-conf token_file=" + path +
+                        ": readable by its group (mode 0640); make it private with `chmod 600 " +
+                        path + "`, or accept it with --rdzv-conf token_file_mode=any");
+  ::chmod(path.c_str(), 0604);
+  CHECK_THROWS_WITH(load_token({path}, {}), Catch::Contains("readable by others (mode 0604)"));
+  CHECK(load_token({path, true}, {}) == std::string("s3cret"));
+  ::chmod(path.c_str(), 0400);
+  CHECK(load_token({path}, {}) == std::string("s3cret"));
+  std::remove(path.c_str());
+
+  const std::string dir = path + "_dir";
+  REQUIRE(::mkdir(dir.c_str(), 0700) == 0);
+  CHECK_THROWS_WITH(load_token({dir}, {}),
+                    "--rdzv-conf token_file=" + dir +
+                        ": it is a directory, not a regular file; put the token in a file");
+  ::rmdir(dir.c_str());
+
+  // A FIFO nobody writes to: refused at once, not waited on.
+  const std::string fifo = path + "_fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(load_token({fifo, true}, {}),
+                    Catch::Contains("it is a FIFO, not a regular file"));
+  std::remove(fifo.c_str());
 }
 
 TEST_CASE("--rdzv-conf is checked by one set of rules", "[rendezvous]") {
@@ -148,7 +184,12 @@ TEST_CASE("--rdzv-conf is checked by one set of rules", "[rendezvous]") {
   CHECK(conf.liveness.keep_alive_interval == seconds(2));
   CHECK(conf.liveness.heartbeat_timeout == seconds(8));
   CHECK(conf.is_host == true);
-  CHECK(conf.token_file == std::string("/t"));
+  CHECK(conf.token.file == std::string("/t"));
+  CHECK_FALSE(conf.token.any_mode);
+  CHECK(check_rdzv_conf({{"token_file", "/t"}, {"token_file_mode", "any"}}).token.any_mode);
+  refused({{"token_file", "/t"}, {"token_file_mode", "all"}},
+          "token_file_mode=all: expected private or any");
+  refused({{"token_file_mode", "any"}}, "token_file_mode=any: applies only with token_file=PATH");
   CHECK(conf.rdzv_port == 4000);
   // Nothing given: the rendezvous library's defaults.
   CHECK(check_rdzv_conf({}).liveness.heartbeat_timeout == LivenessOptions{}.heartbeat_timeout);

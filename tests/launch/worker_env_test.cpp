@@ -104,3 +104,8 @@ TEST_CASE("the user's own settings are left alone") {
   auto env = merge_environment({{"PATH", "/bin"}, {"RANK", "old"}}, {{"RANK", "4"}});
   CHECK(env == std::vector<std::string>{"PATH=/bin", "RANK=4"});
 }
+
+TEST_CASE("the rendezvous token is not passed on to workers", "[launch]") {
+  auto env = merge_environment({{"PATH", "/bin"}, {"TRAINRUN_RDZV_TOKEN", "s3cret"}}, {{"RANK", "0"}});
+  CHECK(env == std::vector<std::string>{"PATH=/bin", "RANK=0"});
+}

@@ -2,8 +2,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "trainrun/base/system.hpp"
-#include "trainrun/rendezvous/sha256.hpp"
+#include "trainrun/rendezvous/crypto.hpp"
 
 using namespace trainrun::rendezvous;
 
@@ -14,23 +13,27 @@ struct Outcome {
   HandshakeOutcome client = HandshakeOutcome::pending;
   std::string server_reason;
   std::string client_reason;
+  std::optional<SessionKeys> server_keys;
+  std::optional<SessionKeys> client_keys;
 };
 
 // Runs both halves against each other, passing messages through encode/decode as the wire does.
 Outcome run(const std::string& server_run, std::optional<std::string> server_token,
             const std::string& client_run, std::optional<std::string> client_token) {
-  ServerHandshake server(server_run, server_token, trainrun::random_hex(64), Welcome{});
-  ClientHandshake client(client_run, client_token, trainrun::random_hex(64));
+  ServerHandshake server(server_run, server_token, random_nonce(), Welcome{});
+  ClientHandshake client(client_run, client_token, random_nonce());
   Outcome out;
   ClientMessage to_server = client.hello();
   for (int i = 0; i < 4; ++i) {
     auto s = server.on_message(decode_client_message(encode(to_server)));
     out.server = s.outcome;
     out.server_reason = s.reason;
+    if (s.keys) out.server_keys = s.keys;
     if (!s.reply) break;
     auto c = client.on_message(decode_server_message(encode(*s.reply)));
     out.client = c.outcome;
     out.client_reason = c.reason;
+    if (c.keys) out.client_keys = c.keys;
     if (!c.reply) break;
     to_server = *c.reply;
   }
@@ -49,6 +52,40 @@ TEST_CASE("matching tokens are proven both ways", "[rendezvous]") {
   Outcome o = run("job7", "s3cret", "job7", "s3cret");
   CHECK(o.server == HandshakeOutcome::accepted);
   CHECK(o.client == HandshakeOutcome::accepted);
+}
+
+TEST_CASE("a handshake with a token gives both ends the same session keys", "[rendezvous]") {
+  Outcome o = run("job7", "s3cret", "job7", "s3cret");
+  REQUIRE(o.server_keys);
+  REQUIRE(o.client_keys);
+  CHECK(o.client_keys->send == o.server_keys->receive);
+  CHECK(o.client_keys->receive == o.server_keys->send);
+  CHECK(o.client_keys->send != o.client_keys->receive);  // one key per direction
+  CHECK(o.client_keys->send.size() == 32);
+  CHECK(o.client_keys->send.find("s3cret") == std::string::npos);
+  // Fresh nonces: another connection of the same job has other keys.
+  Outcome again = run("job7", "s3cret", "job7", "s3cret");
+  REQUIRE(again.client_keys);
+  CHECK(again.client_keys->send != o.client_keys->send);
+  // Without a token there is nothing to key frames with.
+  Outcome open = run("job7", std::nullopt, "job7", std::nullopt);
+  CHECK_FALSE(open.server_keys);
+  CHECK_FALSE(open.client_keys);
+}
+
+TEST_CASE("sealed frames open only with the peer's keys", "[rendezvous]") {
+  const std::string cn = random_nonce(), sn = random_nonce();
+  FrameAuth client(client_session_keys("s3cret", "job7", cn, sn));
+  FrameAuth server(server_session_keys("s3cret", "job7", cn, sn));
+  CHECK(server.open(client.seal("{\"type\":\"join\"}")) == "{\"type\":\"join\"}");
+  CHECK(client.open(server.seal("{\"type\":\"welcome\"}")) == "{\"type\":\"welcome\"}");
+  // A frame sealed on another connection (other nonces) does not open on this one.
+  FrameAuth other(client_session_keys("s3cret", "job7", random_nonce(), sn));
+  CHECK_THROWS_WITH(server.open(other.seal("{}")), Catch::Contains("authentication failed"));
+  // Nor does one sealed with another token.
+  FrameAuth stranger(client_session_keys("guess", "job7", cn, sn));
+  FrameAuth fresh(server_session_keys("s3cret", "job7", cn, sn));
+  CHECK_THROWS_WITH(fresh.open(stranger.seal("{}")), Catch::Contains("authentication failed"));
 }
 
 TEST_CASE("strangers are refused with a reason", "[rendezvous]") {
@@ -79,31 +116,43 @@ TEST_CASE("strangers are refused with a reason", "[rendezvous]") {
 TEST_CASE("the server refuses a wrong client proof, other versions and bad order", "[rendezvous]") {
   Hello hello;
   hello.run_id = "job7";
-  hello.nonce = trainrun::random_hex(64);
+  hello.nonce = random_nonce();
   hello.auth = true;
   SECTION("wrong proof") {
-    ServerHandshake server("job7", std::string("s3cret"), trainrun::random_hex(64), Welcome{});
+    ServerHandshake server("job7", std::string("s3cret"), random_nonce(), Welcome{});
     REQUIRE(std::holds_alternative<Challenge>(*server.on_message(hello).reply));
     auto step = server.on_message(Auth{std::string(64, '0')});
     CHECK(step.outcome == HandshakeOutcome::rejected);
     CHECK_THAT(step.reason, Catch::Contains("token proof does not match"));
+    // The reject is sealed, as a welcome would be: a client that holds the token opens it.
+    CHECK(step.keys);
+  }
+  SECTION("a version 1 peer, which does not authenticate its frames") {
+    ServerHandshake server("job7", std::nullopt, random_nonce(), Welcome{});
+    hello.auth = false;
+    hello.version = 1;
+    auto step = server.on_message(hello);
+    CHECK(step.outcome == HandshakeOutcome::rejected);
+    CHECK_THAT(step.reason, Catch::Contains("protocol version 1 is not supported: this rendezvous "
+                                            "speaks version 2; run the same trainrun version on "
+                                            "every node"));
   }
   SECTION("another protocol version") {
-    ServerHandshake server("job7", std::nullopt, trainrun::random_hex(64), Welcome{});
+    ServerHandshake server("job7", std::nullopt, random_nonce(), Welcome{});
     hello.auth = false;
     hello.version = kProtocolVersion + 1;
     auto step = server.on_message(hello);
     CHECK(step.outcome == HandshakeOutcome::rejected);
-    CHECK_THAT(step.reason, Catch::Contains("protocol version 2 is not supported"));
+    CHECK_THAT(step.reason, Catch::Contains("protocol version 3 is not supported"));
   }
   SECTION("another magic") {
-    ServerHandshake server("job7", std::nullopt, trainrun::random_hex(64), Welcome{});
+    ServerHandshake server("job7", std::nullopt, random_nonce(), Welcome{});
     hello.auth = false;
     hello.magic = "http";
     CHECK(server.on_message(hello).outcome == HandshakeOutcome::rejected);
   }
   SECTION("join before hello") {
-    ServerHandshake server("job7", std::nullopt, trainrun::random_hex(64), Welcome{});
+    ServerHandshake server("job7", std::nullopt, random_nonce(), Welcome{});
     auto step = server.on_message(Join{});
     CHECK(step.outcome == HandshakeOutcome::rejected);
     CHECK_THAT(step.reason, Catch::Contains("expected \"hello\" first"));
@@ -113,15 +162,15 @@ TEST_CASE("the server refuses a wrong client proof, other versions and bad order
 TEST_CASE("a recorded handshake cannot be replayed", "[rendezvous]") {
   const std::string token = "s3cret";
   // An eavesdropper records a legitimate exchange...
-  ServerHandshake first("job7", token, trainrun::random_hex(64), Welcome{});
-  ClientHandshake client("job7", token, trainrun::random_hex(64));
+  ServerHandshake first("job7", token, random_nonce(), Welcome{});
+  ClientHandshake client("job7", token, random_nonce());
   Hello hello = client.hello();
   auto challenge = first.on_message(hello);
   auto auth = client.on_message(*challenge.reply);
   REQUIRE(auth.reply);
   REQUIRE(first.on_message(*auth.reply).outcome == HandshakeOutcome::accepted);
   // ...and replays hello and auth to a new connection, which has a fresh server nonce.
-  ServerHandshake second("job7", token, trainrun::random_hex(64), Welcome{});
+  ServerHandshake second("job7", token, random_nonce(), Welcome{});
   REQUIRE(std::holds_alternative<Challenge>(*second.on_message(hello).reply));
   auto replay = second.on_message(*auth.reply);
   CHECK(replay.outcome == HandshakeOutcome::rejected);
@@ -129,7 +178,7 @@ TEST_CASE("a recorded handshake cannot be replayed", "[rendezvous]") {
 
 TEST_CASE("proofs depend on role, run id and both nonces; the token is not in them",
           "[rendezvous]") {
-  std::string cn = trainrun::random_hex(64), sn = trainrun::random_hex(64);
+  std::string cn = random_nonce(), sn = random_nonce();
   std::string p = client_proof("tok", "job", cn, sn);
   CHECK(p.size() == 64);
   CHECK(p != server_proof("tok", "job", cn, sn));

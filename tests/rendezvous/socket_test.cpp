@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "socket_harness.hpp"
-#include "trainrun/base/system.hpp"
+#include "trainrun/rendezvous/crypto.hpp"
 #include "trainrun/rendezvous/client.hpp"
 #include "trainrun/rendezvous/handshake.hpp"
 #include "trainrun/rendezvous/server.hpp"
@@ -85,7 +85,7 @@ struct Agent {
 Hello raw_hello(bool auth = false, const std::string& run_id = "job7") {
   Hello h;
   h.run_id = run_id;
-  h.nonce = trainrun::random_hex(64);
+  h.nonce = random_nonce();
   h.auth = auth;
   return h;
 }
@@ -315,34 +315,82 @@ TEST_CASE("strangers are refused on both sides", "[rendezvous]") {
   }
 }
 
+// Takes a raw peer through the token handshake of `client`; returns the keys its frames are
+// sealed with from then on, and the server's sealed answer to its proof (the welcome).
+std::pair<SessionKeys, std::optional<std::string>> raw_token_handshake(RawPeer& peer,
+                                                                      ClientHandshake& client,
+                                                                      asio::io_context& io) {
+  peer.send_message(client.hello());
+  auto challenge = peer.read_message(io);
+  REQUIRE(challenge);
+  auto step = client.on_message(*challenge);
+  REQUIRE(step.reply);
+  REQUIRE(step.keys);
+  peer.send_message(*step.reply);
+  return {*step.keys, peer.read_frame(io)};
+}
+
 TEST_CASE("the token never crosses the wire and a replayed handshake fails", "[rendezvous]") {
   Fixture f;
   ServerOptions o = server_options(2, 2);
   o.credentials.token = "correct-horse-battery-staple";
   int port = f.start_server(o);
-  ClientHandshake client("job7", o.credentials.token, trainrun::random_hex(64));
+  ClientHandshake client("job7", o.credentials.token, random_nonce());
   Hello hello = client.hello();
   RawPeer first(port);
-  first.send_message(hello);
-  auto challenge = first.read_message(f.io);
-  REQUIRE(challenge);
-  auto step = client.on_message(*challenge);
-  REQUIRE(step.reply);
-  first.send_message(*step.reply);
-  auto welcome = first.read_message(f.io);
-  REQUIRE(welcome);
-  CHECK(std::holds_alternative<Welcome>(*welcome));
+  auto [keys, sealed_welcome] = raw_token_handshake(first, client, f.io);
+  REQUIRE(sealed_welcome);
+  FrameAuth auth(keys);
+  CHECK(std::holds_alternative<Welcome>(decode_server_message(auth.open(*sealed_welcome))));
   CHECK(first.received_text().find("correct-horse") == std::string::npos);
 
+  // A recorded hello and auth replayed on a new connection, which has a fresh server nonce.
+  ClientHandshake recorded("job7", o.credentials.token, random_nonce());
+  RawPeer original(port);
+  original.send_message(recorded.hello());
+  auto step = recorded.on_message(*original.read_message(f.io));
+  REQUIRE(step.reply);
   RawPeer replay(port);
-  replay.send_message(hello);
+  replay.send_message(recorded.hello());
   REQUIRE(replay.read_message(f.io));  // a challenge with a fresh nonce
   replay.send_message(*step.reply);    // the recorded proof
-  auto answer = replay.read_message(f.io);
+  auto answer = replay.read_frame(f.io);
   REQUIRE(answer);
-  REQUIRE(std::holds_alternative<Reject>(*answer));
-  CHECK_THAT(std::get<Reject>(*answer).reason, Catch::Contains("token proof does not match"));
+  // Sealed with keys the replayer does not have, but not encrypted: the reason is readable.
+  CHECK_THAT(*answer, Catch::Contains("token proof does not match"));
   CHECK(replay.wait_closed(f.io));
+}
+
+TEST_CASE("after a token handshake, an altered, replayed or unsealed frame ends the connection",
+          "[rendezvous]") {
+  Fixture f;
+  ServerOptions o = server_options(2, 2);
+  o.credentials.token = "s3cret";
+  int port = f.start_server(o);
+  Agent a(f.io, port, std::string("s3cret"));
+  a.join(1, "host-a");
+  REQUIRE(run_until(f.io, [&] { return f.server->admitted_connections() == 1; }));
+
+  ClientHandshake client("job7", o.credentials.token, random_nonce());
+  RawPeer peer(port);
+  auto [keys, welcome] = raw_token_handshake(peer, client, f.io);
+  REQUIRE(welcome);
+  FrameAuth auth(keys);
+  const std::string beat = encode(ClientMessage{Heartbeat{}});
+  const std::string sealed = encode_frame(auth.seal(beat));
+  std::string attack;
+  SECTION("one byte altered") {
+    attack = sealed;
+    attack[20] ^= 0x01;
+  }
+  SECTION("a frame replayed") { attack = sealed + sealed; }
+  SECTION("a frame without its tag") { attack = encode_frame(beat); }
+  peer.send_bytes(attack);
+  CHECK(peer.wait_closed(f.io));
+  CHECK(f.logged("authentication failed"));
+  CHECK(f.server->admitted_connections() == 1);
+  // The real agent's connection, sealed the same way, is untouched.
+  CHECK_FALSE(a.stop);
 }
 
 TEST_CASE("garbage, oversize frames and bad messages are refused; the job goes on",

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "trainrun/base/system.hpp"
+#include "trainrun/rendezvous/crypto.hpp"
 #include "trainrun/rendezvous/framed_connection.hpp"
 #include "trainrun/rendezvous/handshake.hpp"
 
@@ -178,8 +179,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     state_ = State::handshaking;
     connection_ = std::make_shared<FramedConnection>(std::move(*socket_), kMaxFrameSize);
     socket_.reset();
-    handshake_.emplace(options_.credentials.run_id, options_.credentials.token,
-                       trainrun::random_hex(64));
+    handshake_.emplace(options_.credentials.run_id, options_.credentials.token, random_nonce());
     std::weak_ptr<Impl> weak = shared_from_this();
     connection_->start(
         [weak](std::string body) {
@@ -201,6 +201,16 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
 
   // `violation`: the peer broke the framing rules (the connection is still open).
   void on_connection_lost(const std::string& why, bool violation) {
+    // A sealed frame that does not open: someone between us and the server (which proved it
+    // holds the token) altered or injected it. Nothing on this connection can be trusted.
+    if (violation && connection_->authenticated()) {
+      connection_->close_now();
+      return end(Stop{state_ == State::admitted ? StopCause::server_lost : StopCause::rejected,
+                      fmt::format("the connection to the rendezvous server at {} was tampered "
+                                  "with: {}",
+                                  endpoint(), why),
+                      1, std::nullopt});
+    }
     if (state_ == State::handshaking) {
       if (violation) return not_a_host("it sent data that is not a trainrun frame: " + why);
       return retry(why + " during the handshake");
@@ -236,6 +246,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
                  1, std::nullopt});
       }
       if (step.reply) connection_->send(encode(*step.reply));
+      if (step.keys) connection_->authenticate(std::move(*step.keys));
       if (step.outcome == HandshakeOutcome::accepted) on_admitted(step.welcome);
       return;
     }

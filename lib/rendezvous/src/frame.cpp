@@ -4,7 +4,48 @@
 
 #include <algorithm>
 
+#include "trainrun/rendezvous/crypto.hpp"
+
 namespace trainrun::rendezvous {
+
+namespace {
+
+void put_big_endian(std::string& out, std::uint64_t value, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i) out.push_back(static_cast<char>(value >> (8 * i)));
+}
+
+// The tag of frame `sequence` of one direction: HMAC-SHA-256 under that direction's key of the
+// 8-byte big-endian sequence number, the 4-byte big-endian payload length and the payload.
+std::string frame_tag(const std::string& key, std::uint64_t sequence, std::string_view payload) {
+  std::string header;
+  put_big_endian(header, sequence, 8);
+  put_big_endian(header, payload.size(), 4);
+  Digest mac = hmac_sha256(key, {header, payload});
+  return std::string(reinterpret_cast<const char*>(mac.data()), kFrameTagSize);
+}
+
+}  // namespace
+
+std::string FrameAuth::seal(std::string_view payload) {
+  std::string body(payload);
+  body += frame_tag(keys_.send, sent_++, payload);
+  return body;
+}
+
+std::string FrameAuth::open(std::string body) {
+  const std::uint64_t sequence = received_++;
+  const std::string_view payload(body.data(), body.size() - std::min(body.size(), kFrameTagSize));
+  if (body.size() <= kFrameTagSize ||
+      !constant_time_equal(std::string_view(body).substr(payload.size()),
+                           frame_tag(keys_.receive, sequence, payload))) {
+    throw FrameError(fmt::format(
+        "authentication failed on frame {} after the handshake: it was altered, replayed, "
+        "reordered or not sent by a holder of the token",
+        sequence));
+  }
+  body.resize(payload.size());
+  return body;
+}
 
 std::string encode_frame(std::string_view body) {
   if (body.empty() || body.size() > kMaxFrameSize) {

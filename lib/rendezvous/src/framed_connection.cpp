@@ -58,6 +58,7 @@ void FramedConnection::read_more() {
       while (used < n && !self->closing_) {
         used += self->decoder_.feed(self->read_buffer_.data() + used, n - used);
         while (auto frame = self->decoder_.next()) {
+          if (self->auth_) *frame = self->auth_->open(std::move(*frame));
           if (self->on_frame_) self->on_frame_(std::move(*frame));
           if (self->closing_) break;
         }
@@ -73,7 +74,7 @@ void FramedConnection::read_more() {
 
 void FramedConnection::send(const std::string& body) {
   if (closing_ || overflowed_) return;
-  std::string frame = encode_frame(body);
+  std::string frame = encode_frame(auth_ ? auth_->seal(body) : body);
   if (queued_bytes_ + frame.size() > kMaxQueuedBytes) {
     // Reported from the loop, not from inside send(): the caller may be iterating its peers.
     overflowed_ = true;

@@ -2,19 +2,47 @@
 
 #include <fmt/format.h>
 
-#include "trainrun/rendezvous/sha256.hpp"
+#include "trainrun/rendezvous/crypto.hpp"
 
 namespace trainrun::rendezvous {
 namespace {
 
-std::string proof(const char* role, const std::string& token, const std::string& run_id,
-                  const std::string& client_nonce, const std::string& server_nonce) {
-  std::string message = fmt::format("{}/{} {}\n{}\n{}\n{}", kMagic, kProtocolVersion, role, run_id,
+// HMAC-SHA256 under the token of "trainrun-rdzv/VERSION LABEL\nrun_id\nclient_nonce\nserver_nonce":
+// the proofs and the session keys differ only in the label.
+Digest handshake_mac(const char* label, const std::string& token, const std::string& run_id,
+                     const std::string& client_nonce, const std::string& server_nonce) {
+  std::string message = fmt::format("{}/{} {}\n{}\n{}\n{}", kMagic, kProtocolVersion, label, run_id,
                                     client_nonce, server_nonce);
-  return to_hex(hmac_sha256(token, message));
+  return hmac_sha256(token, message);
 }
 
+std::string proof(const char* role, const std::string& token, const std::string& run_id,
+                  const std::string& client_nonce, const std::string& server_nonce) {
+  return to_hex(handshake_mac(role, token, run_id, client_nonce, server_nonce));
+}
+
+std::string session_key(const char* direction, const std::string& token, const std::string& run_id,
+                        const std::string& client_nonce, const std::string& server_nonce) {
+  Digest key = handshake_mac(direction, token, run_id, client_nonce, server_nonce);
+  return std::string(reinterpret_cast<const char*>(key.data()), key.size());
+}
+
+constexpr const char* kClientToServer = "session client-to-server";
+constexpr const char* kServerToClient = "session server-to-client";
+
 }  // namespace
+
+SessionKeys client_session_keys(const std::string& token, const std::string& run_id,
+                                const std::string& client_nonce, const std::string& server_nonce) {
+  return {session_key(kClientToServer, token, run_id, client_nonce, server_nonce),
+          session_key(kServerToClient, token, run_id, client_nonce, server_nonce)};
+}
+
+SessionKeys server_session_keys(const std::string& token, const std::string& run_id,
+                                const std::string& client_nonce, const std::string& server_nonce) {
+  return {session_key(kServerToClient, token, run_id, client_nonce, server_nonce),
+          session_key(kClientToServer, token, run_id, client_nonce, server_nonce)};
+}
 
 std::string client_proof(const std::string& token, const std::string& run_id,
                          const std::string& client_nonce, const std::string& server_nonce) {
@@ -77,21 +105,30 @@ ServerHandshake::Step ServerHandshake::on_message(const ClientMessage& message) 
     }
     if (!token_) {
       outcome_ = HandshakeOutcome::accepted;
-      return Step{welcome_, outcome_, {}};
+      return Step{welcome_, outcome_, {}, {}};
     }
     client_nonce_ = hello->nonce;
     challenged_ = true;
     return Step{Challenge{nonce_, server_proof(*token_, run_id_, client_nonce_, nonce_)},
                 HandshakeOutcome::pending,
+                {},
                 {}};
   }
+  // The answer to `auth`, welcome or reject, is sealed: the client, which checked our proof,
+  // opens it with the same keys.
+  Step step;
   const auto* auth = std::get_if<Auth>(&message);
-  if (!auth) return reject(fmt::format("expected \"auth\", got \"{}\"", type_name(message)));
-  if (!constant_time_equal(auth->proof, client_proof(*token_, run_id_, client_nonce_, nonce_))) {
-    return reject("token proof does not match: the nodes hold different tokens");
+  if (!auth) {
+    step = reject(fmt::format("expected \"auth\", got \"{}\"", type_name(message)));
+  } else if (!constant_time_equal(auth->proof,
+                                  client_proof(*token_, run_id_, client_nonce_, nonce_))) {
+    step = reject("token proof does not match: the nodes hold different tokens");
+  } else {
+    outcome_ = HandshakeOutcome::accepted;
+    step = Step{welcome_, outcome_, {}, {}};
   }
-  outcome_ = HandshakeOutcome::accepted;
-  return Step{welcome_, outcome_, {}};
+  step.keys = server_session_keys(*token_, run_id_, client_nonce_, nonce_);
+  return step;
 }
 
 ClientHandshake::ClientHandshake(std::string run_id, std::optional<std::string> token,
@@ -137,6 +174,7 @@ ClientHandshake::Step ClientHandshake::on_message(const ServerMessage& message) 
     }
     challenged_ = true;
     step.reply = Auth{client_proof(*token_, run_id_, nonce_, challenge->nonce)};
+    step.keys = client_session_keys(*token_, run_id_, nonce_, challenge->nonce);
     return step;
   }
   step.outcome = HandshakeOutcome::rejected;

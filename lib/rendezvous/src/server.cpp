@@ -7,7 +7,7 @@
 #include <map>
 #include <set>
 
-#include "trainrun/base/system.hpp"
+#include "trainrun/rendezvous/crypto.hpp"
 #include "trainrun/rendezvous/framed_connection.hpp"
 #include "trainrun/rendezvous/handshake.hpp"
 
@@ -112,7 +112,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     peer.connection = std::make_shared<FramedConnection>(std::move(socket), kMaxHandshakeFrameSize);
     // 32 random bytes: a nonce fresh for every connection.
     peer.handshake.emplace(options_.credentials.run_id, options_.credentials.token,
-                           trainrun::random_hex(64), Welcome{options_.liveness});
+                           random_nonce(), Welcome{options_.liveness});
     peer.deadline = std::make_shared<asio::steady_timer>(io_);
     peer.deadline->expires_after(options_.connection.handshake_timeout);
     std::weak_ptr<Impl> weak = shared_from_this();
@@ -185,6 +185,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     }
     if (peer.handshake) {
       ServerHandshake::Step step = peer.handshake->on_message(message);
+      if (step.keys) peer.connection->authenticate(std::move(*step.keys));
       if (step.outcome == HandshakeOutcome::rejected) {
         log_refusal(fmt::format("rejected {}: {}", peer.connection->peer(), step.reason));
         peer.connection->send(encode(*step.reply));

@@ -7,6 +7,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "trainrun/rendezvous/frame.hpp"
@@ -33,6 +34,10 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
 
   void start(FrameHandler on_frame, ErrorHandler on_error);
   void set_max_frame(std::size_t max_frame) { decoder_.set_max_size(max_frame); }
+  // From now on every frame sent is sealed and every frame received must open with `keys` (see
+  // FrameAuth); one that does not is a violation, reported through the ErrorHandler.
+  void authenticate(SessionKeys keys) { auth_.emplace(std::move(keys)); }
+  bool authenticated() const { return auth_.has_value(); }
 
   // Frames and queues `body`. Ignored once closing.
   void send(const std::string& body);
@@ -61,6 +66,7 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   boost::asio::ip::tcp::socket socket_;
   boost::asio::steady_timer linger_timer_;
   FrameDecoder decoder_;
+  std::optional<FrameAuth> auth_;
   std::array<char, 4096> read_buffer_{};
   std::deque<std::string> queue_;
   std::size_t queued_bytes_ = 0;

@@ -3,6 +3,7 @@
 #include <optional>
 #include <string>
 
+#include "trainrun/rendezvous/frame.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 
 namespace trainrun::rendezvous {
@@ -15,6 +16,14 @@ std::string client_proof(const std::string& token, const std::string& run_id,
 std::string server_proof(const std::string& token, const std::string& run_id,
                          const std::string& client_nonce, const std::string& server_nonce);
 
+// Each connection's session keys, one per direction, derived the same way from the token, the run
+// id and both nonces (only the label differs), so both ends know them and nobody without the
+// token does. Every frame after the handshake is sealed with them (FrameAuth).
+SessionKeys client_session_keys(const std::string& token, const std::string& run_id,
+                                const std::string& client_nonce, const std::string& server_nonce);
+SessionKeys server_session_keys(const std::string& token, const std::string& run_id,
+                                const std::string& client_nonce, const std::string& server_nonce);
+
 enum class HandshakeOutcome { pending, accepted, rejected };
 
 // The server's half of the handshake, one per connection: hello → [challenge → auth] → welcome.
@@ -25,10 +34,12 @@ class ServerHandshake {
     std::optional<ServerMessage> reply;
     HandshakeOutcome outcome = HandshakeOutcome::pending;
     std::string reason;  // for the server's log when rejected
+    // With a token, set in the answer to `auth`: seal `reply` and every frame after it, and open
+    // every frame received from now on, with these.
+    std::optional<SessionKeys> keys;
   };
 
-  // `nonce` must be fresh per connection (32 random bytes: trainrun::random_hex(64)); `welcome` is
-  // sent on success.
+  // `nonce` must be fresh per connection (random_nonce()); `welcome` is sent on success.
   ServerHandshake(std::string run_id, std::optional<std::string> token, std::string nonce,
                   Welcome welcome);
 
@@ -55,6 +66,9 @@ class ClientHandshake {
     HandshakeOutcome outcome = HandshakeOutcome::pending;
     std::string reason;  // why the server refused us, or why we refuse the server
     Welcome welcome;     // valid when accepted
+    // With a token, set with the `auth` reply: send `reply` as it is, then seal every frame sent
+    // and open every frame received with these.
+    std::optional<SessionKeys> keys;
   };
 
   ClientHandshake(std::string run_id, std::optional<std::string> token, std::string nonce);
