@@ -1,0 +1,206 @@
+"""The rendezvous secret: where the token may come from, that it stays with the launcher, and that
+a host between two agents can neither alter nor replay a frame of a running rendezvous."""
+import os
+import socket
+import stat
+import struct
+import threading
+
+import pytest
+
+from conftest import read_envs, run, wait_for
+from ports import free_port, held_port
+
+TOKEN = "correct-horse-battery-staple-7f3a"
+
+
+def dynamic(port, nnodes, *extra, run_id="sec"):
+    return [f"--nnodes={nnodes}", "--nproc-per-node=1", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}", *extra]
+
+
+def token_file(tmp_path, mode=0o600, text=TOKEN + "\n"):
+    path = tmp_path / "token"
+    path.write_text(text)
+    os.chmod(path, mode)
+    return path
+
+
+def launcher_lines(err):
+    return [line for line in err.splitlines() if line.startswith("trainrun:")]
+
+
+# --- the token stays with the launcher ---------------------------------------------------------
+
+@pytest.mark.parametrize("source", ["env", "file"])
+def test_token_never_reaches_a_worker(worker, tmp_path, source):
+    out = tmp_path / "env"
+    out.mkdir()
+    env, conf = {}, []
+    if source == "env":
+        env["TRAINRUN_RDZV_TOKEN"] = TOKEN
+    else:
+        conf = [f"--rdzv-conf=token_file={token_file(tmp_path)}"]
+    r = run(dynamic(free_port(), 1, *conf) + [worker, "env", str(out / "e")], env=env)
+    assert r.returncode == 0, r.stderr
+    (worker_env,) = read_envs(out).values()
+    assert worker_env["RANK"] == "0"
+    holding = [name for name, value in worker_env.items() if TOKEN in value]
+    assert holding == [], f"the token reached the worker in {holding}"
+
+
+# --- which token files are accepted ------------------------------------------------------------
+
+@pytest.mark.parametrize("mode,who", [(0o640, "its group"), (0o644, "others")])
+def test_token_file_others_can_read_is_refused(tmp_path, mode, who):
+    path = token_file(tmp_path, mode)
+    r = run(dynamic(free_port(), 1, f"--rdzv-conf=token_file={path}") + ["/bin/true"], timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert launcher_lines(r.stderr) == [
+        f"trainrun: --rdzv-conf token_file={path}: readable by {who} (mode {mode:04o}); make it "
+        f"private with `chmod 600 {path}`, or accept it with --rdzv-conf token_file_mode=any"]
+
+
+def test_token_file_mode_any_accepts_a_shared_file(tmp_path):
+    path = token_file(tmp_path, 0o644)
+    r = run(dynamic(free_port(), 1, f"--rdzv-conf=token_file={path},token_file_mode=any")
+            + ["/bin/true"], timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_token_file_that_is_not_a_regular_file_is_refused_at_once(tmp_path, kind):
+    path = tmp_path / kind
+    if kind == "directory":
+        path.mkdir(mode=0o700)
+        what = "a directory"
+    else:
+        os.mkfifo(path, 0o600)  # nobody ever writes to it: reading it would block for good
+        what = "a FIFO"
+    r = run(dynamic(free_port(), 1, f"--rdzv-conf=token_file={path}") + ["/bin/true"], timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert launcher_lines(r.stderr) == [
+        f"trainrun: --rdzv-conf token_file={path}: it is {what}, not a regular file; put the "
+        "token in a file"]
+
+
+# --- a man in the middle -----------------------------------------------------------------------
+
+class FrameProxy:
+    """A TCP proxy on loopback between one agent and the rendezvous host that understands the
+    framing (4-byte big-endian length, then the body). In direction `direction` ("to_host" or
+    "to_agent") it alters one byte of frame number `index` (counted from 0 on the first
+    connection), or sends that frame twice."""
+
+    def __init__(self, target_port, direction, index, action):
+        self.target_port, self.direction, self.index, self.action = target_port, direction, index, action
+        self.done = threading.Event()  # the frame was tampered with
+        self.listener = held_port()
+        self.listener.listen(8)
+        self.port = self.listener.getsockname()[1]
+        self.sockets = [self.listener]
+        self.threads = []
+        self.used = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                agent, _ = self.listener.accept()
+            except OSError:
+                return
+            host = socket.create_connection(("127.0.0.1", self.target_port))
+            self.sockets += [agent, host]
+            tamper = not self.used  # only the first connection: the agent's one to the host
+            self.used = True
+            for src, dst, name in ((agent, host, "to_host"), (host, agent, "to_agent")):
+                t = threading.Thread(target=self._pump,
+                                     args=(src, dst, tamper and name == self.direction), daemon=True)
+                t.start()
+                self.threads.append(t)
+
+    @staticmethod
+    def _read_exactly(sock, n):
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        return data
+
+    def _pump(self, src, dst, tamper):
+        count = 0
+        try:
+            while True:
+                header = self._read_exactly(src, 4)
+                if header is None:
+                    break
+                body = self._read_exactly(src, struct.unpack(">I", header)[0])
+                if body is None:
+                    break
+                frame = header + body
+                if tamper and count == self.index:
+                    if self.action == "alter":
+                        # A byte of the JSON payload, not of the tag: "heartbeat" becomes
+                        # "heartbeaT" and the like, a valid message had it not been sealed.
+                        i = 4 + len(body) // 3
+                        frame = frame[:i] + bytes([frame[i] ^ 0x20]) + frame[i + 1:]
+                        dst.sendall(frame)
+                    else:
+                        dst.sendall(frame + frame)
+                    self.done.set()
+                else:
+                    dst.sendall(frame)
+                count += 1
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self):
+        for s in self.sockets:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+
+# Frames with a token: to the host hello (0), auth (1), then sealed: join (2), then heartbeats
+# (every 0.3 s here) while the workers sleep; to the agent challenge (0), then sealed: welcome (1)
+# and what follows (the round's assignment).
+@pytest.mark.parametrize("direction,index", [("to_host", 3), ("to_agent", 2)])
+@pytest.mark.parametrize("action", ["alter", "replay"])
+def test_a_tampered_or_replayed_frame_ends_the_job_with_the_reason(agents, worker, tmp_path,
+                                                                   direction, index, action):
+    host_port = free_port()
+    liveness = "keep_alive_interval=0.3,heartbeat_timeout=20,join_timeout=60"
+    env = {"TRAINRUN_RDZV_TOKEN": TOKEN}
+    work = [worker, "sleep", "60"]
+    a = agents("a", dynamic(host_port, 2, f"--rdzv-conf=is_host=1,{liveness}") + work, env=env)
+    # The host joins first, so that the round forms on the other agent's join.
+    assert wait_for(lambda: "waiting for nodes" in a.err, 60), a.err
+    proxy = FrameProxy(host_port, direction, index, action)
+    try:
+        b = agents("b", dynamic(proxy.port, 2, f"--rdzv-conf=is_host=0,{liveness}") + work,
+                   env=env)
+        code_b, code_a = b.wait(60), a.wait(60)
+    finally:
+        proxy.close()
+    assert proxy.done.is_set(), "the proxy never saw the frame to tamper with"
+    assert code_a != 0 and code_b != 0, (a.err, b.err)
+    reason = "authentication failed on frame"
+    if direction == "to_host":
+        # The host refuses the frame, says why, and ends the job: the node is lost.
+        assert any(reason in line and "lost" in line for line in launcher_lines(a.err)), a.err
+        assert any(f"dropped this node: {reason}" in line for line in launcher_lines(b.err)), b.err
+    else:
+        # The agent refuses the frame and says why; the host sees it go.
+        assert any(f"was tampered with: {reason}" in line for line in launcher_lines(b.err)), b.err
+        assert any("lost" in line for line in launcher_lines(a.err)), a.err
+    # Both stop their workers (SIGTERM) instead of waiting out the 60 s sleep.
+    assert not any("still running" in line for line in launcher_lines(a.err + b.err))
