@@ -20,7 +20,7 @@ struct RendezvousConf {
   std::optional<rendezvous::Clock::duration> last_call_timeout;
   rendezvous::LivenessOptions liveness;
   std::optional<bool> is_host;
-  TokenSource token;  // token_file, token_file_mode
+  TokenSource token;             // token_file, token_file_mode
   std::optional<int> rdzv_port;  // static backend: where node rank 0 serves the rendezvous
 };
 
@@ -29,7 +29,8 @@ struct RendezvousConf {
 // > 0), keep_alive_max_attempt (heartbeat_timeout as a count of keep-alives), is_host (1 or 0),
 // token_file, token_file_mode (private or any; only with token_file), rdzv_port (1..65535), and,
 // accepted for torchrun compatibility and unused, close_timeout, timeout (seconds >= 0) and
-// read_timeout. Other keys are refused, so that a typo does not pass silently. Throws UsageError with a one-line reason naming the key.
+// read_timeout. Other keys are refused, so that a typo does not pass silently. Throws UsageError
+// with a one-line reason naming the key.
 RendezvousConf check_rdzv_conf(const std::map<std::string, std::string>& entries);
 
 // --rdzv-backend: static and c10d run; etcd and etcd-v2 are not in this build, and other names

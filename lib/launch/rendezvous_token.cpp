@@ -39,17 +39,18 @@ const char* file_kind(mode_t mode) {
 // (no race with a rename), which was opened without blocking, so a FIFO cannot hang the launcher.
 void check_token_file(int fd, const std::string& path, bool any_mode) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0) refuse_file(path, fmt::format("cannot read it: {}", std::strerror(errno)));
+  if (::fstat(fd, &st) != 0)
+    refuse_file(path, fmt::format("cannot read it: {}", std::strerror(errno)));
   if (!S_ISREG(st.st_mode)) {
     refuse_file(path, fmt::format("it is {}, not a regular file; put the token in a file",
                                   file_kind(st.st_mode)));
   }
   if (!any_mode && (st.st_mode & (S_IRGRP | S_IROTH))) {
-    refuse_file(path,
-                fmt::format("readable by {} (mode {:04o}); make it private with `chmod 600 {}`, "
-                            "or accept it with --rdzv-conf token_file_mode=any",
-                            (st.st_mode & S_IROTH) ? "others" : "its group", st.st_mode & 07777,
-                            path));
+    refuse_file(
+        path,
+        fmt::format("readable by {} (mode {:04o}); make it private with `chmod 600 {}`, "
+                    "or accept it with --rdzv-conf token_file_mode=any",
+                    (st.st_mode & S_IROTH) ? "others" : "its group", st.st_mode & 07777, path));
   }
 }
 

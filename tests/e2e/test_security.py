@@ -2,7 +2,6 @@
 a host between two agents can neither alter nor replay a frame of a running rendezvous."""
 import os
 import socket
-import stat
 import struct
 import threading
 
@@ -93,7 +92,8 @@ class FrameProxy:
     connection), or sends that frame twice."""
 
     def __init__(self, target_port, direction, index, action):
-        self.target_port, self.direction, self.index, self.action = target_port, direction, index, action
+        self.target_port, self.direction = target_port, direction
+        self.index, self.action = index, action
         self.done = threading.Event()  # the frame was tampered with
         self.listener = held_port()
         self.listener.listen(8)
@@ -114,8 +114,8 @@ class FrameProxy:
             tamper = not self.used  # only the first connection: the agent's one to the host
             self.used = True
             for src, dst, name in ((agent, host, "to_host"), (host, agent, "to_agent")):
-                t = threading.Thread(target=self._pump,
-                                     args=(src, dst, tamper and name == self.direction), daemon=True)
+                args = (src, dst, tamper and name == self.direction)
+                t = threading.Thread(target=self._pump, args=args, daemon=True)
                 t.start()
                 self.threads.append(t)
 

@@ -106,6 +106,7 @@ TEST_CASE("the user's own settings are left alone") {
 }
 
 TEST_CASE("the rendezvous token is not passed on to workers", "[launch]") {
-  auto env = merge_environment({{"PATH", "/bin"}, {"TRAINRUN_RDZV_TOKEN", "s3cret"}}, {{"RANK", "0"}});
+  auto env =
+      merge_environment({{"PATH", "/bin"}, {"TRAINRUN_RDZV_TOKEN", "s3cret"}}, {{"RANK", "0"}});
   CHECK(env == std::vector<std::string>{"PATH=/bin", "RANK=0"});
 }

@@ -1,8 +1,9 @@
+#include "trainrun/rendezvous/crypto.hpp"
+
 #include <catch2/catch.hpp>
 #include <string>
 
 #include "trainrun/rendezvous/messages.hpp"
-#include "trainrun/rendezvous/crypto.hpp"
 
 using namespace trainrun::rendezvous;
 

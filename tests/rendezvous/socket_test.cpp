@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "socket_harness.hpp"
-#include "trainrun/rendezvous/crypto.hpp"
 #include "trainrun/rendezvous/client.hpp"
+#include "trainrun/rendezvous/crypto.hpp"
 #include "trainrun/rendezvous/handshake.hpp"
 #include "trainrun/rendezvous/server.hpp"
 
@@ -318,8 +318,8 @@ TEST_CASE("strangers are refused on both sides", "[rendezvous]") {
 // Takes a raw peer through the token handshake of `client`; returns the keys its frames are
 // sealed with from then on, and the server's sealed answer to its proof (the welcome).
 std::pair<SessionKeys, std::optional<std::string>> raw_token_handshake(RawPeer& peer,
-                                                                      ClientHandshake& client,
-                                                                      asio::io_context& io) {
+                                                                       ClientHandshake& client,
+                                                                       asio::io_context& io) {
   peer.send_message(client.hello());
   auto challenge = peer.read_message(io);
   REQUIRE(challenge);

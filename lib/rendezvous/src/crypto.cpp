@@ -44,9 +44,8 @@ Digest hmac_sha256(std::string_view key, std::initializer_list<std::string_view>
                                                                 &EVP_MAC_CTX_free);
   if (!ctx) fail("cannot create an HMAC context");
   char digest_name[] = "SHA256";
-  OSSL_PARAM params[] = {
-      OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest_name, 0),
-      OSSL_PARAM_construct_end()};
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest_name, 0),
+                         OSSL_PARAM_construct_end()};
   // A zero-length key is valid HMAC; libcrypto wants a non-null pointer for it.
   static const unsigned char kNoKey = 0;
   const auto* key_bytes =
