@@ -5,6 +5,7 @@
 
 #include "agent.hpp"
 #include "config.hpp"
+#include "descriptors.hpp"
 #include "errors.hpp"
 #include "log.hpp"
 #include "worker_env.hpp"
@@ -13,6 +14,9 @@ namespace launch = trainrun::launch;
 
 // The one place where an error becomes an exit status: each launcher error carries its own.
 int main(int argc, char** argv) {
+  // Before anything is opened: connections to a rendezvous this node hosts must not take the
+  // descriptors its workers need (see descriptors.hpp).
+  launch::raise_descriptor_limit();
   try {
     const std::vector<std::string> args(argv + 1, argv + argc);
     auto outcome = launch::parse_command_line(args, launch::current_environment());

@@ -17,6 +17,7 @@
 #include "agent_plan.hpp"
 #include "agent_policy.hpp"
 #include "console.hpp"
+#include "descriptors.hpp"
 #include "entrypoint.hpp"
 #include "errors.hpp"
 #include "failure.hpp"
@@ -66,7 +67,10 @@ class Agent {
   int run_job() {
     job_ = job_settings(config_, config_.standalone ? random_run_id() : config_.rdzv_id);
     std::optional<rendezvous::RendezvousOptions> rdzv_options;
-    if (uses_rendezvous(config_)) rdzv_options = rendezvous_options(config_, inherited_);
+    if (uses_rendezvous(config_)) {
+      rdzv_options = rendezvous_options(config_, inherited_);
+      rdzv_options->limits = server_limits_for(config_.nproc_per_node.number);
+    }
     logs_ = LogDir::create(config_.log_dir, job_.run_id, !logs_worker_output(config_));
     // If trainrun itself is killed, the watchdog finds this job's escaped descendants by it.
     watchdog_.mark_job_directory(logs_.run_dir());

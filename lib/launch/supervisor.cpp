@@ -14,6 +14,7 @@
 #include <fstream>
 #include <optional>
 
+#include "descriptors.hpp"
 #include "file_io.hpp"
 #include "trainrun/base/numbers.hpp"
 
@@ -69,8 +70,15 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 
 // Runs in the child between fork and exec: async-signal-safe calls only.
 [[noreturn]] void exec_child(pid_t parent, const char* program, char** argv, char** envp,
-                             int out_fd, int err_fd, int report_fd) {
+                             int out_fd, int err_fd, int report_fd, int cgroup_fd) {
   setpgid(0, 0);
+  // Into the job's cgroup before anything of the worker runs; without it, the process group,
+  // the subreaper and the job marker still reach what it starts.
+  if (cgroup_fd >= 0) {
+    ssize_t ignored = write(cgroup_fd, "0", 1);
+    (void)ignored;
+  }
+  restore_descriptor_limit();
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // the launcher died before prctl took effect
   sigset_t none;
@@ -121,7 +129,14 @@ std::vector<pid_t> child_processes() {
 }  // namespace
 
 Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console& out, Console& err)
-    : io_(io), watchdog_(watchdog), out_(out), err_(err), finish_timer_(io) {}
+    : io_(io),
+      watchdog_(watchdog),
+      cgroup_(JobCgroup::create()),
+      out_(out),
+      err_(err),
+      finish_timer_(io) {
+  if (cgroup_) watchdog_.set_cgroup(cgroup_->path());
+}
 
 void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on_exit) {
   on_exit_ = std::move(on_exit);
@@ -162,7 +177,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
       pid = fork();
       if (pid == 0)
         exec_child(parent, w.program.c_str(), argv.data(), envp.data(), out.child, err.child,
-                   report[1]);
+                   report[1], cgroup_ ? cgroup_->procs_fd() : -1);
       error = errno;
     }
     close_fd(report[1]);
@@ -233,8 +248,14 @@ void Supervisor::reap() {
 }
 
 void Supervisor::signal_all(int sig) {
-  for (const auto& w : workers_)
-    if (w.running) ::kill(-w.pid, sig);
+  for (const auto& w : workers_) {
+    if (!w.running) continue;
+    ::kill(-w.pid, sig);
+    // A worker that moved to another process group (setsid, setpgid) is still our child, not
+    // yet reaped: its pid is its own.
+    if (::getpgid(w.pid) != w.pid) ::kill(w.pid, sig);
+  }
+  if (sig == SIGKILL && cgroup_) cgroup_->signal(SIGKILL);
 }
 
 size_t Supervisor::running() const {
@@ -251,6 +272,10 @@ bool Supervisor::leftovers(bool send, int sig) {
   for (pid_t pid : child_processes()) {
     any = true;
     if (send) ::kill(pid, sig);
+  }
+  if (cgroup_ && cgroup_->populated()) {
+    any = true;
+    if (send) cgroup_->signal(sig);
   }
   return any;
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cgroup.hpp"
 #include "console.hpp"
 #include "errors.hpp"
 #include "failure.hpp"
@@ -30,7 +31,9 @@ struct WorkerLaunch {
 };
 
 // Starts, signals and reaps one node's group of workers. Each worker leads its own process
-// group, so a signal to the group also reaches what the worker started. Passive: the agent
+// group, so a signal to the group also reaches what the worker started; a worker that left its
+// group is signalled itself as well. Where the kernel lets us, the job's workers also run in a
+// cgroup of their own (see cgroup.hpp), killed whole when the job is killed. Passive: the agent
 // calls reap() when SIGCHLD arrives and decides what a worker's end means.
 class Supervisor {
  public:
@@ -42,11 +45,13 @@ class Supervisor {
   void start(const std::vector<WorkerLaunch>& workers, ExitHandler on_exit);
   // Collects every child that has ended (workers and orphans that came back to us).
   void reap();
-  // Sends `sig` to the process group of every worker still running.
+  // Sends `sig` to the process group of every worker still running, and to the worker itself
+  // where it has left that group. SIGKILL also kills everything in the job's cgroup.
   void signal_all(int sig);
   size_t running() const;
   // After every worker has ended: stops what they left behind (the rest of their process groups,
-  // orphans re-parented to us) with SIGTERM, then SIGKILL after `grace` seconds, and waits for
+  // orphans re-parented to us, whatever is in the job's cgroup) with SIGTERM, then SIGKILL after
+  // `grace` seconds, and waits for
   // the tee'd output to drain (read to the end, into the log files and the console's queue,
   // however full that queue is). Calls `done` when nothing of this group is left.
   void finish(double grace, std::function<void()> done);
@@ -67,6 +72,7 @@ class Supervisor {
 
   boost::asio::io_context& io_;
   Watchdog& watchdog_;
+  std::unique_ptr<JobCgroup> cgroup_;  // null where the kernel does not let us make one
   Console& out_;
   Console& err_;
   std::vector<Worker> workers_;

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "cgroup.hpp"
 #include "file_io.hpp"
 #include "trainrun/base/numbers.hpp"
 
@@ -24,11 +25,12 @@ namespace trainrun::launch {
 namespace {
 
 constexpr int kGoodbye = 0;
-// Followed by an int length and that many bytes: the environment marker.
+// Each followed by an int length and that many bytes: the environment marker, the job's cgroup.
 constexpr int kMarker = INT_MIN;
+constexpr int kCgroup = INT_MIN + 1;
 // The variable whose value marks a job's processes (see mark_job_directory).
 constexpr std::string_view kMarkerVariable = "TORCHELASTIC_ERROR_FILE=";
-constexpr int kMaxMarker = 64 * 1024;
+constexpr int kMaxString = 64 * 1024;
 
 // Whether the environment of `pid` holds an entry starting with `marker`.
 bool carries_marker(pid_t pid, const std::string& marker, std::string& buffer) {
@@ -71,6 +73,14 @@ void kill_marked(const std::string& marker) {
   }
 }
 
+// Reads an int length and that many bytes into `out`.
+bool read_string(int fd, std::string& out) {
+  int size = 0;
+  if (!read_exactly(fd, &size, sizeof size) || size < 0 || size > kMaxString) return false;
+  out.assign(static_cast<size_t>(size), '\0');
+  return read_exactly(fd, out.data(), out.size());
+}
+
 [[noreturn]] void watchdog_main(int read_fd) {
   // Stay out of the launcher's process group and ignore terminal and job-control signals: the
   // watchdog must live until the launcher is gone, however the launcher is stopped.
@@ -95,22 +105,20 @@ void kill_marked(const std::string& marker) {
     if (devnull > 2) close(devnull);
   }
   std::set<pid_t> groups;
-  std::string marker;
+  std::string marker, cgroup;
   while (true) {
     int value;
     if (!read_exactly(read_fd, &value, sizeof value)) break;  // the launcher is gone
     if (value == kGoodbye) _exit(0);
-    if (value == kMarker) {
-      int size = 0;
-      if (!read_exactly(read_fd, &size, sizeof size) || size < 0 || size > kMaxMarker) break;
-      marker.assign(static_cast<size_t>(size), '\0');
-      if (!read_exactly(read_fd, marker.data(), marker.size())) break;
+    if (value == kMarker || value == kCgroup) {
+      if (!read_string(read_fd, value == kMarker ? marker : cgroup)) break;
     } else if (value > 0) {
       groups.insert(value);
     } else {
       groups.erase(-value);
     }
   }
+  if (!cgroup.empty()) kill_and_remove_cgroup(cgroup);
   for (pid_t pgid : groups) kill(-pgid, SIGKILL);
   if (!marker.empty()) kill_marked(marker);
   _exit(0);
@@ -151,16 +159,20 @@ void Watchdog::send(int value) {
   if (fd_ >= 0) write_all(fd_, reinterpret_cast<const char*>(&value), sizeof value);
 }
 
-void Watchdog::mark_job_directory(const std::string& run_dir) {
-  std::string marker(kMarkerVariable);
-  marker += run_dir + "/";
-  if (fd_ < 0 || marker.size() > kMaxMarker) return;
-  std::string message(2 * sizeof(int) + marker.size(), '\0');
-  const int header[2] = {kMarker, static_cast<int>(marker.size())};
+void Watchdog::send_string(int tag, const std::string& text) {
+  if (fd_ < 0 || text.size() > kMaxString) return;
+  std::string message(2 * sizeof(int) + text.size(), '\0');
+  const int header[2] = {tag, static_cast<int>(text.size())};
   std::memcpy(message.data(), header, sizeof header);
-  std::memcpy(message.data() + sizeof header, marker.data(), marker.size());
+  std::memcpy(message.data() + sizeof header, text.data(), text.size());
   write_all(fd_, message.data(), message.size());
 }
+
+void Watchdog::mark_job_directory(const std::string& run_dir) {
+  send_string(kMarker, std::string(kMarkerVariable) + run_dir + "/");
+}
+
+void Watchdog::set_cgroup(const std::string& path) { send_string(kCgroup, path); }
 
 void Watchdog::add_group(pid_t pgid) { send(static_cast<int>(pgid)); }
 void Watchdog::remove_group(pid_t pgid) { send(-static_cast<int>(pgid)); }

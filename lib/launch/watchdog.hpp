@@ -11,7 +11,8 @@ namespace trainrun::launch {
 // every worker process group it was told about. PDEATHSIG alone reaches only direct children.
 // Descendants that left their worker's process group (setsid, daemons) are found by an entry of
 // their inherited environment that only this job's processes carry (each worker's
-// TORCHELASTIC_ERROR_FILE lies in the job's own log directory), and killed too.
+// TORCHELASTIC_ERROR_FILE lies in the job's own log directory), and killed too; where the job
+// has a cgroup of its own, everything in it is killed and the cgroup removed.
 class Watchdog {
  public:
   // Forks the watchdog. Call before starting threads or event loops, and before becoming a
@@ -22,11 +23,14 @@ class Watchdog {
   // The job's log run directory: every worker's TORCHELASTIC_ERROR_FILE lies under it, so the
   // variable marks this job's processes and everything they start.
   void mark_job_directory(const std::string& run_dir);
+  // The job's cgroup (see cgroup.hpp): killed and removed first.
+  void set_cgroup(const std::string& path);
   // Tells the watchdog the launcher is ending normally: it exits without killing anything.
   void dismiss();
 
  private:
   void send(int value);
+  void send_string(int tag, const std::string& text);
   int fd_ = -1;
 };
 

@@ -68,8 +68,28 @@ void FramedConnection::read_more() {
       if (handler) handler(e.what(), true);
       if (!self->closing_) self->close_gracefully(std::chrono::seconds(1));
     }
+    if (!self->charge_partial_frame()) {
+      return self->fail("the server holds too many partial messages (its byte budget is used up)");
+    }
     if (!self->shut_down_) self->read_more();
   });
+}
+
+void FramedConnection::set_budget(std::shared_ptr<ByteBudget> budget) {
+  if (budget_) budget_->resize(charged_, 0);
+  budget_ = std::move(budget);
+  charge_partial_frame();
+}
+
+// False when the partial frame does not fit in the budget: it is dropped, and so is the charge.
+bool FramedConnection::charge_partial_frame() {
+  if (!budget_) return true;
+  if (!closing_ && budget_->resize(charged_, decoder_.buffered())) return true;
+  budget_->resize(charged_, 0);
+  decoder_ = FrameDecoder();
+  if (closing_) return true;
+  over_budget_ = true;
+  return false;
 }
 
 void FramedConnection::send(const std::string& body) {
@@ -194,6 +214,7 @@ void FramedConnection::finish_close() {
   queue_.clear();
   front_sent_ = 0;
   queued_bytes_ = 0;
+  charge_partial_frame();  // closing: releases the charge
 }
 
 }  // namespace trainrun::rendezvous

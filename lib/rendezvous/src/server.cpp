@@ -37,7 +37,9 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
         machine_(options_.round, options_.liveness, options_.endpoint, Clock::now()),
         round_timer_(io),
         keep_alive_timer_(io),
-        accept_retry_timer_(io) {}
+        accept_retry_timer_(io),
+        pending_bytes_(std::make_shared<ByteBudget>(options_.limits.max_pending_frame_bytes)),
+        admitted_bytes_(std::make_shared<ByteBudget>(options_.limits.max_admitted_frame_bytes)) {}
 
   void log(const std::string& line) const {
     if (options_.log) options_.log(line);
@@ -121,6 +123,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
       if (e || !self || !self->pending_.count(id)) return;
       self->drop_peer(id, "handshake not completed in time", false);
     });
+    peer.connection->set_budget(pending_bytes_);
     auto connection = peer.connection;
     peers_.emplace(id, std::move(peer));
     pending_.insert(id);
@@ -165,6 +168,9 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     if (violation) {
       drop_peer(id, why);
     } else {
+      if (it->second.connection->over_budget())
+        log_refusal(
+            fmt::format("closed connection from {}: {}", it->second.connection->peer(), why));
       forget(id);
     }
     if (was_admitted) apply(machine_.disconnected(id, why, Clock::now()));
@@ -198,6 +204,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
         peer.handshake.reset();
         peer.deadline->cancel();
         peer.connection->set_max_frame(kMaxFrameSize);
+        peer.connection->set_budget(admitted_bytes_);
         pending_.erase(id);
         admitted_.insert(id);
         apply(machine_.connected(id, Clock::now()));
@@ -301,6 +308,9 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
   std::map<NodeId, Peer> peers_;
   std::set<NodeId> pending_;  // ordered by id, i.e. by arrival: the oldest is evicted first
   std::set<NodeId> admitted_;
+  // Partial incoming frames: of connections in their handshake, and of admitted ones.
+  std::shared_ptr<ByteBudget> pending_bytes_;
+  std::shared_ptr<ByteBudget> admitted_bytes_;
   NodeId next_id_ = 1;
   std::optional<Clock::time_point> last_refusal_log_;
   std::size_t suppressed_refusals_ = 0;
@@ -327,5 +337,10 @@ const RoundMachine& RendezvousServer::machine() const { return impl_->machine_; 
 std::size_t RendezvousServer::pending_connections() const { return impl_->pending_.size(); }
 
 std::size_t RendezvousServer::admitted_connections() const { return impl_->admitted_.size(); }
+
+FrameBytes RendezvousServer::partial_frame_bytes() const {
+  return {impl_->pending_bytes_->used(), impl_->pending_bytes_->peak(),
+          impl_->admitted_bytes_->used(), impl_->admitted_bytes_->peak()};
+}
 
 }  // namespace trainrun::rendezvous

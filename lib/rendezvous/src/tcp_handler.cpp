@@ -134,6 +134,7 @@ class TcpRendezvousHandler : public RendezvousHandler {
     so.round.static_ranks = options_.static_backend;
     so.liveness = options_.liveness;
     so.connection = options_.connection;
+    so.limits = options_.limits;
     so.endpoint = endpoint();
     so.log = [this](const std::string& line) { log("rendezvous server: " + line); };
     auto server = std::make_unique<RendezvousServer>(io_, std::move(so));

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "trainrun/rendezvous/byte_budget.hpp"
 #include "trainrun/rendezvous/frame.hpp"
 
 namespace trainrun::rendezvous {
@@ -38,6 +39,12 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   // FrameAuth); one that does not is a violation, reported through the ErrorHandler.
   void authenticate(SessionKeys keys) { auth_.emplace(std::move(keys)); }
   bool authenticated() const { return auth_.has_value(); }
+  // Counts this connection's partial incoming frame against `budget` (shared with other
+  // connections), moving its charge from the budget it had. When the next bytes would take the
+  // budget past its limit, the partial frame is dropped and the connection closed as by an
+  // error (the error handler's `violation` false; over_budget() true).
+  void set_budget(std::shared_ptr<ByteBudget> budget);
+  bool over_budget() const { return over_budget_; }
 
   // Frames and queues `body`. Ignored once closing.
   void send(const std::string& body);
@@ -62,6 +69,7 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   void write_failed(const std::string& why);
   void fail(const std::string& why);
   void finish_close();
+  bool charge_partial_frame();
 
   boost::asio::ip::tcp::socket socket_;
   boost::asio::steady_timer linger_timer_;
@@ -76,6 +84,9 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   bool closing_ = false;
   bool shut_down_ = false;
   bool overflowed_ = false;  // too much unsent: failing soon, send nothing more
+  std::shared_ptr<ByteBudget> budget_;
+  std::size_t charged_ = 0;  // what decoder_ holds, as counted in budget_
+  bool over_budget_ = false;
   std::string peer_;
   FrameHandler on_frame_;
   ErrorHandler on_error_;

@@ -24,6 +24,7 @@ struct RendezvousOptions {
   RoundOptions round;
   LivenessOptions liveness;
   ConnectionOptions connection;
+  ServerLimits limits;  // for the server, where this node hosts it
   // retry.deadline is round.join_timeout here: a node that cannot reach the server gives up when
   // a round it could join would have timed out.
   RetryOptions retry;

@@ -56,13 +56,20 @@ struct ConnectionOptions {
   Clock::duration close_linger = std::chrono::seconds(5);
 };
 
-// The server's bounds, so that a flood of connections cannot exhaust it.
+// The server's bounds, so that a flood of connections cannot exhaust it. An agent sets the two
+// counts from the descriptors it has left once its workers' are reserved.
 struct ServerLimits {
-  // Connections still in their handshake; beyond it the oldest is dropped, so a flood of idle
-  // connections cannot keep a real agent out.
+  // Connections still in their handshake; beyond it the oldest is dropped at once, so a flood of
+  // idle connections cannot keep a real agent out (its handshake takes milliseconds).
   std::size_t max_pending = 1024;
   // Connections past the handshake; beyond it new ones are refused.
   std::size_t max_admitted = 8192;
+  // Bytes of partial incoming frames held for all connections in their handshake together (each
+  // holds at most kMaxHandshakeFrameSize), and for all admitted connections together (each at
+  // most kMaxFrameSize). A connection whose next bytes would go past its budget is closed
+  // without a word, as a flooded server closes a pending handshake: a client tries again.
+  std::size_t max_pending_frame_bytes = 1 << 20;
+  std::size_t max_admitted_frame_bytes = 64 << 20;
 };
 
 // How a client tries to reach the server until it is admitted.

@@ -23,6 +23,15 @@ struct ServerOptions {
   LogFunction log;
 };
 
+// Bytes of partial incoming frames the server holds, now and at most so far, for connections in
+// their handshake and for admitted ones (each bounded by its ServerLimits budget).
+struct FrameBytes {
+  std::size_t pending = 0;
+  std::size_t pending_peak = 0;
+  std::size_t admitted = 0;
+  std::size_t admitted_peak = 0;
+};
+
 // The rendezvous server: TCP, on the agent's io_context, never blocking. It frames and
 // authenticates connections and feeds the rest to a RoundMachine. Survives garbage, oversize
 // frames, slow or silent peers and connection floods with bounded memory (see docs/protocol.md).
@@ -50,6 +59,7 @@ class RendezvousServer {
   const RoundMachine& machine() const;
   std::size_t pending_connections() const;
   std::size_t admitted_connections() const;
+  FrameBytes partial_frame_bytes() const;
 
  private:
   struct Impl;

@@ -1,0 +1,45 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+
+namespace trainrun::launch {
+
+// A cgroup v2 of the job's own, where the kernel lets this process make one: every worker moves
+// itself in before exec, so whatever they start stays in it, whatever process group, session or
+// environment it takes, and stopping the job reaches all of it. Made under this process's own
+// cgroup v2 (found from /proc/self/cgroup and /proc/self/mountinfo); where that is not mounted
+// or not writable, or TRAINRUN_CGROUP=0 is set, there is none and the launcher relies on
+// process groups, the subreaper and the job marker alone.
+class JobCgroup {
+ public:
+  // The job's cgroup, or nullptr where none can be made.
+  static std::unique_ptr<JobCgroup> create();
+  // Kills what is left in it (bounded) and removes it.
+  ~JobCgroup();
+  JobCgroup(const JobCgroup&) = delete;
+  JobCgroup& operator=(const JobCgroup&) = delete;
+
+  const std::string& path() const { return path_; }
+  // Its cgroup.procs, open for writing (close-on-exec): a child between fork and exec writes
+  // "0" to it to move itself in.
+  int procs_fd() const { return procs_fd_; }
+  // Sends `sig` to every process in it; SIGKILL goes through cgroup.kill where the kernel has it,
+  // which also reaches processes forking meanwhile.
+  void signal(int sig) const;
+  // Whether any process is still in it.
+  bool populated() const;
+
+ private:
+  JobCgroup(std::string path, int procs_fd) : path_(std::move(path)), procs_fd_(procs_fd) {}
+  std::string path_;
+  int procs_fd_ = -1;
+};
+
+// SIGKILLs everything in the cgroup at `path` and in the cgroups below it, waits (bounded) until
+// they are empty and removes them. For the watchdog, which knows the job's cgroup by its path.
+void kill_and_remove_cgroup(const std::string& path);
+
+}  // namespace trainrun::launch

@@ -1,0 +1,27 @@
+#pragma once
+
+#include <cstddef>
+
+#include "trainrun/rendezvous/options.hpp"
+
+namespace trainrun::launch {
+
+// The launcher's descriptor limit. Raised at start from the soft to the hard RLIMIT_NOFILE, so
+// that a flood of connections to the rendezvous cannot take what the workers need; each worker
+// gets back the soft limit trainrun was started with, as its user set it.
+void raise_descriptor_limit();
+// In a child between fork and exec (async-signal-safe): the soft limit trainrun started with.
+void restore_descriptor_limit();
+
+// Descriptors kept for the launcher itself (event loop, signals, console, log files, its own
+// rendezvous connection, the watchdog's pipe, the job's cgroup) and for each worker (two pipes
+// and two log files kept, two pipe ends and an exec-report pipe while it starts).
+inline constexpr std::size_t kLauncherDescriptors = 64;
+inline constexpr std::size_t kDescriptorsPerWorker = 8;
+
+// The rendezvous server's connection counts for a node running `workers` workers: what the
+// descriptor limit leaves once those are reserved, a quarter of it at most for connections
+// still in their handshake (and at most the defaults).
+rendezvous::ServerLimits server_limits_for(std::size_t workers);
+
+}  // namespace trainrun::launch
