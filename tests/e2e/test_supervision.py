@@ -268,3 +268,159 @@ def test_workers_inherit_cwd_and_stdin(tmp_path):
     r = run([str(script)], input="hello\n", cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [str(tmp_path), "got hello"]
+
+
+# --- Workers and descendants that leave everything behind ----------------------------------
+
+ESCAPE = """
+import os, signal, sys, time
+mode, pidfile = sys.argv[1:3]
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if os.environ["LOCAL_RANK"] == "0":
+    if mode == "launcher-group":
+        os.setpgid(0, os.getpgid(os.getppid()))
+    else:
+        os.setsid()
+    with open(pidfile, "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    time.sleep(60)
+else:
+    while not (os.path.exists(pidfile) and open(pidfile).read().endswith("\\n")):
+        time.sleep(0.02)
+    sys.exit(5)
+"""
+
+# A worker whose child forks a grandchild and exits; the grandchild starts a session of its own
+# and execs with an empty environment, ignoring SIGTERM: no process group, parent or job marker
+# leads to it, only the job's cgroup.
+DOUBLE_FORK = """
+import os, sys, time
+pidfile = sys.argv[1]
+with open(pidfile + ".cgroup", "w") as f:
+    f.write(open("/proc/self/cgroup").read())
+if os.fork() == 0:
+    if os.fork() == 0:
+        os.setsid()
+        with open(pidfile, "a") as f:
+            f.write(f"{os.getpid()}\\n")
+        code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+        os.execve(sys.executable, [sys.executable, "-c", code, pidfile], {})
+    os._exit(0)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def processes_naming(text):
+    """Live processes whose command line holds `text` (a path unique to the test)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if text.encode() not in f.read():
+                    continue
+        except OSError:
+            continue
+        if alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def kill_processes_naming(text):
+    for pid in processes_naming(text):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def cgroup_directory(proc_cgroup_text):
+    """The directory of the cgroup v2 named by the "0::" line of a /proc/PID/cgroup text."""
+    own = next(line[3:] for line in proc_cgroup_text.splitlines() if line.startswith("0::"))
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields, _, kind = line.partition(" - ")
+            if kind.startswith("cgroup2 "):
+                root, mount_point = fields.split()[3:5]
+                return mount_point + (own if root == "/" else own[len(root):])
+    return None
+
+
+@pytest.mark.parametrize("cgroup", ["1", "0"])
+@pytest.mark.parametrize("mode", ["launcher-group", "setsid"])
+def test_worker_that_leaves_its_process_group_is_still_stopped(tmp_path, mode, cgroup):
+    # Rank 0 moves into trainrun's own process group (or a new session) and ignores SIGTERM;
+    # rank 1 fails. The SIGTERM and, after the shutdown timeout, the SIGKILL must reach rank 0
+    # itself: trainrun must not say "sending SIGKILL" and then wait forever.
+    script = tmp_path / "escape.py"
+    script.write_text(ESCAPE)
+    pids = tmp_path / "pids"
+    try:
+        r = run(["--nproc-per-node=2", "--shutdown-timeout=1", str(script), mode, str(pids)],
+                timeout=60, env={"TRAINRUN_CGROUP": cgroup})
+        assert r.returncode == 5, r.stderr
+        assert "sending SIGKILL" in r.stderr
+        assert processes_naming(str(pids)) == []
+    finally:
+        kill_processes_naming(str(pids))
+
+
+def _cgroup_of_the_job(pids):
+    """The job's cgroup directory, read by the worker; skips where trainrun made none."""
+    text = (pids.parent / (pids.name + ".cgroup")).read_text()
+    directory = cgroup_directory(text)
+    if directory is None or "/trainrun-" not in directory:
+        pytest.skip("no writable cgroup v2 here: trainrun runs its workers without one")
+    return directory
+
+
+def test_kill_9_of_trainrun_kills_a_descendant_that_left_everything_through_the_cgroup(
+        tmp_path):
+    script = tmp_path / "double_fork.py"
+    script.write_text(DOUBLE_FORK)
+    pids = tmp_path / "pids"
+    try:
+        p = start(["--nproc-per-node=2", str(script), str(pids), "60"])
+        wait_for_pids(pids, 2, timeout=30)
+        directory = _cgroup_of_the_job(pids)
+        assert os.path.isdir(directory)
+        assert processes_naming(str(pids)) != []
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        assert wait_for(lambda: processes_naming(str(pids)) == [], 10.0), \
+            processes_naming(str(pids))
+        assert wait_for(lambda: not os.path.exists(directory), 10.0), directory
+    finally:
+        kill_processes_naming(str(pids))
+
+
+def test_job_cgroup_is_removed_when_the_job_ends(tmp_path):
+    script = tmp_path / "double_fork.py"
+    script.write_text(DOUBLE_FORK)
+    pids = tmp_path / "pids"
+    try:
+        r = run(["--nproc-per-node=2", "--shutdown-timeout=1", str(script), str(pids), "0"],
+                timeout=60)
+        assert r.returncode == 0, r.stderr
+        directory = _cgroup_of_the_job(pids)
+        assert not os.path.exists(directory)
+        assert processes_naming(str(pids)) == []
+    finally:
+        kill_processes_naming(str(pids))
+
+
+def test_without_a_cgroup_workers_stay_in_trainruns(tmp_path):
+    script = tmp_path / "double_fork.py"
+    script.write_text(DOUBLE_FORK)
+    pids = tmp_path / "pids"
+    try:
+        r = run(["--nproc-per-node=1", "--shutdown-timeout=1", str(script), str(pids), "0"],
+                timeout=60, env={"TRAINRUN_CGROUP": "0"})
+        assert r.returncode == 0, r.stderr
+        with open("/proc/self/cgroup") as f:
+            ours = f.read()
+        assert (pids.parent / "pids.cgroup").read_text() == ours
+        assert processes_naming(str(pids)) == []
+    finally:
+        kill_processes_naming(str(pids))

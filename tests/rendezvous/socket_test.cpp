@@ -474,6 +474,67 @@ TEST_CASE("the oldest handshake is dropped when too many are pending", "[rendezv
   CHECK(f.server->pending_connections() <= 4);
 }
 
+// A frame header announcing `size` bytes, then `sent` of them: a partial frame held by the server.
+std::string partial_frame(std::uint32_t size, std::size_t sent) {
+  std::string header{static_cast<char>(size >> 24), static_cast<char>(size >> 16),
+                     static_cast<char>(size >> 8), static_cast<char>(size)};
+  return header + std::string(sent, 'x');
+}
+
+TEST_CASE("partial handshake frames of many connections stay within the server's budget",
+          "[rendezvous]") {
+  Fixture f;
+  ServerOptions o = server_options(1, 1);
+  o.limits.max_pending_frame_bytes = 64 * 1024;  // 21 partial frames of 3,004 bytes
+  int port = f.start_server(o);
+  std::vector<std::unique_ptr<RawPeer>> peers;
+  for (int i = 0; i < 100; ++i) {
+    peers.push_back(std::make_unique<RawPeer>(port));
+    peers.back()->send_bytes(partial_frame(4000, 3000));
+    f.io.restart();
+    f.io.poll();
+  }
+  // Each connection is either holding its 3,004 bytes or closed for want of room.
+  REQUIRE(run_until(f.io, [&] { return f.server->partial_frame_bytes().pending == 21 * 3004; }));
+  int closed = 0;
+  for (auto& peer : peers) closed += peer->wait_closed(f.io, 20ms);
+  CHECK(closed == 100 - 21);
+  CHECK(f.server->partial_frame_bytes().pending_peak <= o.limits.max_pending_frame_bytes);
+  CHECK(f.logged("byte budget is used up"));
+  // A real agent still gets in once a partial frame is given up (the oldest handshakes are).
+  peers.erase(peers.begin(), peers.begin() + 10);
+  Agent a(f.io, port);
+  a.join(1, "host-a");
+  REQUIRE(run_until(f.io, [&] { return !a.assignments.empty(); }));
+  CHECK(f.server->partial_frame_bytes().pending_peak <= o.limits.max_pending_frame_bytes);
+}
+
+TEST_CASE("partial frames of admitted connections stay within the server's budget",
+          "[rendezvous]") {
+  Fixture f;
+  ServerOptions o = server_options(3, 3);
+  o.limits.max_admitted_frame_bytes = 1 << 20;
+  int port = f.start_server(o);
+  RawPeer first(port), second(port);
+  REQUIRE(admit(first, f.io));
+  REQUIRE(admit(second, f.io));
+  // Each announces a frame of 1 MiB and sends 600 KB of it: the second does not fit.
+  auto send_in_pieces = [&](RawPeer& peer, const std::string& bytes) {
+    for (std::size_t at = 0; at < bytes.size(); at += 8192) {
+      if (!peer.send_bytes(bytes.substr(at, 8192))) return;  // closed by the server
+      f.io.restart();
+      f.io.run_for(1ms);
+    }
+  };
+  send_in_pieces(first, partial_frame(1 << 20, 600000));
+  REQUIRE(run_until(f.io, [&] { return f.server->partial_frame_bytes().admitted == 600004; }));
+  send_in_pieces(second, partial_frame(1 << 20, 600000));
+  CHECK(second.wait_closed(f.io, 5000ms));
+  CHECK_FALSE(first.wait_closed(f.io, 100ms));
+  CHECK(f.server->partial_frame_bytes().admitted == 600004);
+  CHECK(f.server->partial_frame_bytes().admitted_peak <= o.limits.max_admitted_frame_bytes);
+}
+
 TEST_CASE("1,000 connections at once neither crash nor stall the server", "[rendezvous][.][slow]") {
   raise_fd_limit();
   Fixture f;
