@@ -33,6 +33,13 @@ def start(args, env=None, **kw):
     return subprocess.Popen([TRAINRUN] + list(args), env=full_env, **kw)
 
 
+def sanitized():
+    """Whether the trainrun under test is built with AddressSanitizer (its memory use is then the
+    sanitizer's, not the code's)."""
+    with open(TRAINRUN, "rb") as f:
+        return b"__asan_init" in f.read()
+
+
 def alive(pid):
     """True while `pid` exists and is not a zombie."""
     try:

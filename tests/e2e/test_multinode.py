@@ -120,13 +120,12 @@ def test_elastic_round_completes_at_min_after_last_call(agents, worker, tmp_path
     port = free_port()
     out = tmp_path / "env"
     out.mkdir()
-    extra = ["--rdzv-conf=last_call_timeout=1"]
-    t0 = time.monotonic()
+    # join_timeout far above what the agents' wait allows: the round completes by last call.
+    extra = ["--rdzv-conf=last_call_timeout=1,join_timeout=600"]
     a = agents("a", dynamic(port, "2:3", 1, *extra) + [worker, "env", str(out / "e")])
     b = agents("b", dynamic(port, "2:3", 1, *extra) + [worker, "env", str(out / "e")])
-    assert a.wait() == 0, a.err
-    assert b.wait() == 0, b.err
-    assert time.monotonic() - t0 < 30
+    assert a.wait(120) == 0, a.err
+    assert b.wait(120) == 0, b.err
     check_job(read_envs(out), 2, 2)
 
 
@@ -154,18 +153,17 @@ def test_lost_agent_is_noticed_and_job_continues_smaller(agents, worker, tmp_pat
     pids = tmp_path / "pids"
     script = tmp_path / "w.sh"
     script.write_text(f"#!/bin/sh\necho $$ >> {pids}\necho \"$GROUP_WORLD_SIZE\" >> {pids}.ws\n"
-                      "[ \"$GROUP_WORLD_SIZE\" = 1 ] && exit 0\nsleep 60\n")
+                      "[ \"$GROUP_WORLD_SIZE\" = 1 ] && exit 0\nsleep 600\n")
     script.chmod(0o755)
     conf = "--rdzv-conf=heartbeat_timeout=2,keep_alive_interval=0.5,last_call_timeout=1"
     extra = ["--max-restarts=2", "--shutdown-timeout=2"]
     host = agents("host", dynamic(port, "1:2", 1, conf + ",is_host=1", *extra) + [str(script)])
     other = agents("other", dynamic(port, "1:2", 1, conf + ",is_host=0", *extra) + [str(script)])
     wait_for_pids(pids, 2, timeout=30)
-    t0 = time.monotonic()
     other.proc.kill()
     other.proc.wait()
-    assert host.wait(60) == 0, host.err
-    assert time.monotonic() - t0 < 15
+    # Bounded far below the workers' 600 s: the host restarts without the lost node.
+    assert host.wait(120) == 0, host.err
     assert (tmp_path / "pids.ws").read_text().split() == ["2", "2", "1"]
 
 
@@ -352,16 +350,16 @@ def test_stopped_agent_does_not_hold_up_the_hosts_exit(agents, worker, tmp_path)
 def test_node_stopped_by_a_signal_is_named_on_the_others(agents, worker, tmp_path, stopped):
     port = free_port()
     pids = tmp_path / "pids"
-    args = [worker, "pidfile", str(pids), "sleep", "60"]
-    extra = ["--max-restarts=2", "--shutdown-timeout=5"]
+    args = [worker, "pidfile", str(pids), "sleep", "600"]
+    extra = ["--max-restarts=2", "--shutdown-timeout=600"]
     host = agents("host", dynamic(port, 2, 1, "--rdzv-conf=is_host=1", *extra) + args)
     other = agents("other", dynamic(port, 2, 1, "--rdzv-conf=is_host=0", *extra) + args)
     workers = wait_for_pids(pids, 2, timeout=30)
     target, survivor = (host, other) if stopped == "host" else (other, host)
-    t0 = time.monotonic()
     os.kill(target.proc.pid, signal.SIGTERM)
-    assert target.wait(30) == 143, target.err
-    assert time.monotonic() - t0 < 5, target.err
+    # Bounded far below the 600 s grace period: the workers end on the SIGTERM itself.
+    assert target.wait(120) == 143, target.err
+    assert "sending SIGKILL" not in target.err, target.err
     # The same code either way: a node stopped mid-job is a lost node (exit 1), on every other.
     assert survivor.wait(30) == 1, survivor.err
     name = socket.gethostname()

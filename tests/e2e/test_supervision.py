@@ -1,7 +1,6 @@
 """Supervision: failures stop the group, exit codes, summary, restarts, signals, no survivors."""
 import os
 import signal
-import time
 
 import pytest
 
@@ -9,11 +8,9 @@ from conftest import TRAINRUN, alive, read_pids, run, start, wait_for, wait_for_
 
 
 def test_success_exits_zero_at_once(worker):
-    t0 = time.monotonic()
-    r = run(["--nproc-per-node=4", worker, "sleep", "0.1"])
+    r = run(["--nproc-per-node=4", worker, "sleep", "0.1"], timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
-    assert time.monotonic() - t0 < 10
 
 
 def test_failure_stops_the_group_and_exits_with_the_workers_code(worker, tmp_path):
@@ -50,14 +47,12 @@ def test_sigkill_of_a_worker_like_the_oom_killer(worker, tmp_path):
 
 def test_sigterm_ignorer_gets_sigkill_after_the_shutdown_timeout(worker, tmp_path):
     pids = tmp_path / "pids"
-    t0 = time.monotonic()
+    # Bounded by the run's timeout, far below the worker's own 600 s.
     r = run(["--nproc-per-node=2", "--shutdown-timeout=1", worker, "ignore-term", "pidfile",
-             str(pids), "wait-lines", str(pids), "2", "rank-exit", "1", "5", "sleep", "60"],
-            timeout=30)
-    elapsed = time.monotonic() - t0
+             str(pids), "wait-lines", str(pids), "2", "rank-exit", "1", "5", "sleep", "600"],
+            timeout=120)
     assert r.returncode == 5, r.stderr
     assert "sending SIGKILL" in r.stderr
-    assert elapsed < 15
     for pid in read_pids(pids):
         assert not alive(pid)
 
@@ -147,15 +142,15 @@ def test_stop_signals_reach_workers_and_exit_128_plus_n(worker, tmp_path, sig):
 
 def test_second_ctrl_c_kills_at_once(worker, tmp_path):
     pids = tmp_path / "pids"
-    p = start(["--nproc-per-node=2", "--shutdown-timeout=60", worker, "ignore-term", "pidfile",
-               str(pids), "sleep", "60"], stderr=open(tmp_path / "err", "w"))
+    p = start(["--nproc-per-node=2", "--shutdown-timeout=600", worker, "ignore-term", "pidfile",
+               str(pids), "sleep", "600"], stderr=open(tmp_path / "err", "w"))
     victims = wait_for_pids(pids, 2)
     os.kill(p.pid, signal.SIGINT)
-    time.sleep(0.3)
+    assert wait_for(lambda: "received SIGINT;" in (tmp_path / "err").read_text(), 30)
     os.kill(p.pid, signal.SIGINT)
-    t0 = time.monotonic()
-    assert p.wait(timeout=10) == 128 + signal.SIGINT
-    assert time.monotonic() - t0 < 5
+    # Bounded far below the 600 s grace period the first SIGINT started.
+    assert p.wait(timeout=120) == 128 + signal.SIGINT
+    assert "killing the workers now" in (tmp_path / "err").read_text()
     for pid in victims:
         assert not alive(pid)
 
