@@ -85,6 +85,15 @@ bool read_string(int fd, std::string& out) {
   // Stay out of the launcher's process group and ignore terminal and job-control signals: the
   // watchdog must live until the launcher is gone, however the launcher is stopped.
   setpgid(0, 0);
+  // A launcher started with stdin, stdout or stderr closed may have given the pipe one of their
+  // numbers: move it out of the way of /dev/null, or the watchdog would read an end at once.
+  if (read_fd <= 2) {
+    const int moved = fcntl(read_fd, F_DUPFD_CLOEXEC, 3);
+    if (moved >= 0) {
+      close(read_fd);
+      read_fd = moved;
+    }
+  }
   // A trainrun started inside another job's worker inherits that job's marker; the enclosing
   // job's watchdog must not take this one for an escaped worker, or this job's own escaped
   // processes would be left behind. /proc/<pid>/environ shows the original environment block,

@@ -40,6 +40,18 @@ def sanitized():
         return b"__asan_init" in f.read()
 
 
+def cgroup_directory(proc_cgroup_text):
+    """The directory of the cgroup v2 named by the "0::" line of a /proc/PID/cgroup text."""
+    own = next(line[3:] for line in proc_cgroup_text.splitlines() if line.startswith("0::"))
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields, _, kind = line.partition(" - ")
+            if kind.startswith("cgroup2 "):
+                root, mount_point = fields.split()[3:5]
+                return mount_point + (own if root == "/" else own[len(root):])
+    return None
+
+
 def alive(pid):
     """True while `pid` exists and is not a zombie."""
     try:

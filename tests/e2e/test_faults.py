@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from conftest import TRAINRUN, alive, read_pids, run, sanitized, start, wait_for, wait_for_pids
+from conftest import (TRAINRUN, alive, cgroup_directory, read_pids, run, sanitized, start,
+                      wait_for, wait_for_pids)
 from ports import free_port
 
 
@@ -224,10 +225,16 @@ def test_trainrun_with_its_stdout_closed_still_has_a_watchdog(worker, tmp_path):
     p = subprocess.Popen(["sh", "-c", 'exec "$0" "$@" >&-', TRAINRUN, "--nproc-per-node=2",
                           worker, "pidfile", str(pids), "sleep", "60"])
     workers = wait_for_pids(pids, 2)
+    with open(f"/proc/{workers[0]}/cgroup") as f:
+        job_cgroup = cgroup_directory(f.read())
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     assert wait_for(lambda: not any(alive(x) for x in workers), 1.0), \
         [x for x in workers if alive(x)]
+    # The watchdog itself did it (the workers' PDEATHSIG alone would too): the job's cgroup, where
+    # there is one, is gone.
+    if job_cgroup is not None and "/trainrun-" in job_cgroup:
+        assert wait_for(lambda: not os.path.exists(job_cgroup), 10.0), job_cgroup
 
 
 # --- Log directory on a broken filesystem ---------------------------------------------------

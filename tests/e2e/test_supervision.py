@@ -4,7 +4,8 @@ import signal
 
 import pytest
 
-from conftest import TRAINRUN, alive, read_pids, run, start, wait_for, wait_for_pids
+from conftest import (TRAINRUN, alive, cgroup_directory, read_pids, run, start, wait_for,
+                      wait_for_pids)
 
 
 def test_success_exits_zero_at_once(worker):
@@ -343,18 +344,6 @@ def kill_processes_naming(text):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-
-
-def cgroup_directory(proc_cgroup_text):
-    """The directory of the cgroup v2 named by the "0::" line of a /proc/PID/cgroup text."""
-    own = next(line[3:] for line in proc_cgroup_text.splitlines() if line.startswith("0::"))
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields, _, kind = line.partition(" - ")
-            if kind.startswith("cgroup2 "):
-                root, mount_point = fields.split()[3:5]
-                return mount_point + (own if root == "/" else own[len(root):])
-    return None
 
 
 @pytest.mark.parametrize("cgroup", ["1", "0"])
