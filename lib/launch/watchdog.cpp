@@ -127,8 +127,8 @@ bool read_string(int fd, std::string& out) {
       groups.erase(-value);
     }
   }
-  if (!cgroup.empty()) kill_and_remove_cgroup(cgroup);
   for (pid_t pgid : groups) kill(-pgid, SIGKILL);
+  if (!cgroup.empty()) kill_and_remove_cgroup(cgroup);
   if (!marker.empty()) kill_marked(marker);
   _exit(0);
 }
