@@ -142,15 +142,19 @@ def test_stop_signals_reach_workers_and_exit_128_plus_n(worker, tmp_path, sig):
 
 
 def test_second_ctrl_c_kills_at_once(worker, tmp_path):
+    # SIGTERM twice, to workers that ignore it (a SIGINT would end them at once: the second one
+    # would then find trainrun already exiting, not in its grace period).
     pids = tmp_path / "pids"
+    err = tmp_path / "err"
     p = start(["--nproc-per-node=2", "--shutdown-timeout=600", worker, "ignore-term", "pidfile",
-               str(pids), "sleep", "600"], stderr=open(tmp_path / "err", "w"))
+               str(pids), "sleep", "600"], stderr=open(err, "w"))
     victims = wait_for_pids(pids, 2)
-    os.kill(p.pid, signal.SIGINT)
-    assert wait_for(lambda: "received SIGINT;" in (tmp_path / "err").read_text(), 30)
-    os.kill(p.pid, signal.SIGINT)
-    # Bounded far below the 600 s grace period the first SIGINT started.
-    assert p.wait(timeout=120) == 128 + signal.SIGINT
+    os.kill(p.pid, signal.SIGTERM)
+    assert wait_for(lambda: "received SIGTERM;" in err.read_text(), 30)
+    os.kill(p.pid, signal.SIGTERM)
+    # Bounded far below the 600 s grace period the first signal started.
+    assert p.wait(timeout=120) == 128 + signal.SIGTERM
+    assert "received SIGTERM again; killing the workers now" in err.read_text()
     for pid in victims:
         assert not alive(pid)
 
