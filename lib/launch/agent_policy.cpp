@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "trainrun/base/text.hpp"
+
 namespace trainrun::launch {
 
 namespace {
@@ -130,7 +132,10 @@ AgentActions AgentPolicy::assignment(const rendezvous::Assignment& a, Clock::tim
 AgentActions AgentPolicy::restart(const rendezvous::Restart& r, Clock::time_point now) {
   AgentActions out;
   if (state_ == State::done) return out;
-  if (r.failure && r.failure->host != host_)
+  // Our own failure was reported and needs no second word (agents of one host tell theirs
+  // apart by that, not by the host name).
+  const bool ours = r.failure && r.failure->host == host_ && !failures_.empty();
+  if (r.failure && !ours)
     out.emplace_back(action::Say{fmt::format(
         "worker {} on {} failed with exit code {}; restarting ({} of {} restarts)", r.failure->rank,
         r.failure->host, r.failure->exit_code, r.restart_count, max_restarts_)});
@@ -180,6 +185,9 @@ void AgentPolicy::record_failure(AgentActions& out, const WorkerExit& exit, bool
   } else if (!exit.problem.empty()) {
     out.emplace_back(action::Say{
         fmt::format("worker {} (local rank {}): {}", f.rank, f.local_rank, exit.problem)});
+    // The worker left a report that cannot be shown: the summary names the file and why.
+    f.has_error_file = true;
+    f.message = exit.problem;
   }
   // Once the group is being stopped, only workers that left their own error report count as
   // failures: the rest are ending because we asked them to.
@@ -196,7 +204,7 @@ void AgentPolicy::report_failure(AgentActions& out) {
   f.rank = root.rank;
   f.local_rank = root.local_rank;
   f.exit_code = root.status.shell_code();
-  f.summary = format_failure_summary(config_.entrypoint, failures_);
+  f.summary = format_failure_summary(config_.entrypoint, failures_, rendezvous::kMaxSummaryBytes);
   out.emplace_back(action::ReportFailure{std::move(f)});
 }
 
@@ -233,8 +241,11 @@ void AgentPolicy::after_attempt_in_job(AgentActions& out) {
     const rendezvous::Stop& s = *pending_stop_;
     if (s.cause == rendezvous::StopCause::finished) return finish(out, 0);
     if (s.failure && s.failure->host == host_ && !failures_.empty()) return fail_with_summary(out);
+    // Another node's summary first (the job's root cause), then what failed here as well.
     if (s.failure && !s.failure->summary.empty())
-      out.emplace_back(action::WriteSummary{s.failure->summary});
+      out.emplace_back(action::WriteSummary{escape_control(s.failure->summary, true)});
+    if (!failures_.empty())
+      out.emplace_back(action::WriteSummary{format_failure_summary(config_.entrypoint, failures_)});
     out.emplace_back(action::Say{s.reason.empty() ? "the job stopped" : s.reason});
     return finish(out, s.exit_code != 0 ? s.exit_code : 1);
   }

@@ -4,21 +4,20 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstring>
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "trainrun/base/numbers.hpp"
+#include "trainrun/base/text.hpp"
 
 namespace trainrun::launch {
 
 namespace {
-
-constexpr size_t kMaxErrorFileBytes = 4 << 20;
 
 // Further from 1970 than this is no time a worker failed at ("inf", "nan", 1e300 included);
 // such a value must neither win the root-cause race nor reach the time_t conversion.
@@ -97,11 +96,18 @@ std::optional<ErrorFileContents> read_error_file(const std::string& path, std::s
                            st.st_size, kMaxErrorFileBytes);
     return std::nullopt;
   }
+  // The size checked above may grow before the read: never take more than the limit.
   std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  std::string text(kMaxErrorFileBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxErrorFileBytes) {
+    *problem = fmt::format("error file {} grew past {} bytes while being read; not read", path,
+                           kMaxErrorFileBytes);
+    return std::nullopt;
+  }
   try {
-    return parse_error_file(ss.str());
+    return parse_error_file(text);
   } catch (const std::exception& e) {
     *problem = fmt::format("error file {} is malformed: {}", path, e.what());
     return std::nullopt;
@@ -133,25 +139,36 @@ std::string signal_name(int signal) {
 
 namespace {
 
-void append_failure(std::string& out, int index, const ProcessFailure& f) {
+// What the summary shows as a failure's traceback.
+std::string traceback_text(const ProcessFailure& f) {
+  if (f.status.signal != 0)
+    return fmt::format("Signal {} ({}) received by PID {}", f.status.signal,
+                       signal_name(f.status.signal), f.pid);
+  if (!f.traceback.empty()) return f.traceback;
+  if (!f.message.empty()) return f.message;
+  return "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
+}
+
+// `text` cut to about `max_bytes` (0: whole): its head and tail around a note naming the file.
+std::string shortened(const std::string& text, const ProcessFailure& f, size_t max_bytes) {
+  if (max_bytes == 0 || text.size() <= max_bytes) return text;
+  const std::string_view head = utf8_prefix(text, max_bytes / 2);
+  const std::string_view tail = utf8_suffix(text, max_bytes / 2);
+  return fmt::format("{}\n... [{} of {} bytes not shown; the whole error is in {} on {}] ...\n{}",
+                     head, text.size() - head.size() - tail.size(), text.size(),
+                     f.has_error_file ? f.error_file : "the worker's output", f.host, tail);
+}
+
+std::string render_failure(int index, const ProcessFailure& f, size_t max_traceback) {
   const bool by_signal = f.status.signal != 0;
-  out += fmt::format("[{}]:\n", index);
+  std::string out = fmt::format("[{}]:\n", index);
   out += fmt::format("  time      : {}\n", format_time(f.timestamp));
   out += fmt::format("  host      : {}\n", f.host);
   out += fmt::format("  rank      : {} (local_rank: {})\n", f.rank, f.local_rank);
   out += fmt::format("  exitcode  : {} (pid: {})\n", by_signal ? -f.status.signal : f.status.code,
                      f.pid);
   out += fmt::format("  error_file: {}\n", f.has_error_file ? f.error_file : "<N/A>");
-  std::string traceback;
-  if (by_signal)
-    traceback = fmt::format("Signal {} ({}) received by PID {}", f.status.signal,
-                            signal_name(f.status.signal), f.pid);
-  else if (!f.traceback.empty())
-    traceback = f.traceback;
-  else if (!f.message.empty())
-    traceback = f.message;
-  else
-    traceback = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
+  const std::string traceback = shortened(traceback_text(f), f, max_traceback);
   // Multi-line tracebacks are indented under the field, as torchrun does.
   std::string indented;
   for (size_t i = 0; i < traceback.size(); ++i) {
@@ -160,27 +177,45 @@ void append_failure(std::string& out, int index, const ProcessFailure& f) {
   }
   while (!indented.empty() && indented.back() == '\n') indented.pop_back();
   out += fmt::format("  traceback : {}\n", indented);
+  return out;
 }
 
 }  // namespace
 
 std::string format_failure_summary(const std::string& title,
-                                   const std::vector<ProcessFailure>& failures) {
+                                   const std::vector<ProcessFailure>& failures, size_t max_bytes) {
   const std::string rule(60, '=');
   const std::string thin(60, '-');
-  std::string out = rule + "\n" + title + " FAILED\n" + thin + "\nFailures:\n";
   const size_t root = root_cause_index(failures);
+  const size_t others = failures.size() - 1;
+  // Within a limit the root cause's traceback may take half of it, the others share a quarter.
+  const size_t root_room = max_bytes / 2;
+  const size_t other_room = others == 0 ? 0 : std::max<size_t>(256, max_bytes / 4 / others);
+  const std::string head = rule + "\n" + title + " FAILED\n" + thin + "\nFailures:\n";
+  const std::string tail = thin + "\nRoot Cause (first observed failure):\n" +
+                           render_failure(0, failures[root], root_room) + rule + "\n";
+  // Room kept for the line that counts failures left out.
+  constexpr size_t kOmittedLine = 96;
+  std::string out = head;
   int index = 1;
-  bool any_other = false;
+  size_t omitted = 0;
   for (size_t i = 0; i < failures.size(); ++i) {
     if (i == root) continue;
-    append_failure(out, index++, failures[i]);
-    any_other = true;
+    std::string entry = render_failure(index, failures[i], other_room);
+    if (max_bytes != 0 && out.size() + entry.size() + tail.size() + kOmittedLine > max_bytes) {
+      ++omitted;
+      continue;
+    }
+    out += entry;
+    ++index;
   }
-  if (!any_other) out += "  <NO_OTHER_FAILURES>\n";
-  out += thin + "\nRoot Cause (first observed failure):\n";
-  append_failure(out, 0, failures[root]);
-  out += rule + "\n";
+  if (others == 0) out += "  <NO_OTHER_FAILURES>\n";
+  if (omitted != 0)
+    out += fmt::format("  ... {} more failure(s) not shown; each node's own summary lists all\n",
+                       omitted);
+  out += tail;
+  // A title too long for the limit still leaves a summary within it.
+  if (max_bytes != 0 && out.size() > max_bytes) out = std::string(utf8_prefix(out, max_bytes));
   return out;
 }
 

@@ -31,8 +31,12 @@ struct ErrorFileContents {
 // Throws std::runtime_error with a one-line reason for anything else.
 ErrorFileContents parse_error_file(const std::string& text);
 
-// Reads and parses an error file. nullopt when there is none; a problem with the file (too big,
-// malformed) comes back as a message in `problem`, never as an exception.
+// The most of an error file that is read (torchelastic's JSON); a larger file is named, not read.
+inline constexpr size_t kMaxErrorFileBytes = 4 << 20;
+
+// Reads and parses an error file, never more than kMaxErrorFileBytes of it. nullopt when there is
+// none; a problem with the file (too big, malformed) comes back as a message in `problem`, never
+// as an exception.
 std::optional<ErrorFileContents> read_error_file(const std::string& path, std::string* problem);
 
 struct ProcessFailure {
@@ -51,9 +55,14 @@ struct ProcessFailure {
 // The earliest failure (by timestamp, then rank). `failures` must not be empty.
 size_t root_cause_index(const std::vector<ProcessFailure>& failures);
 
-// torchrun's failure summary, for a job named `title` (the entrypoint).
+// torchrun's failure summary, for a job named `title` (the entrypoint): every failure, the root
+// cause last under its own heading. With `max_bytes` (0: no limit) the text fits in that many
+// bytes: each traceback keeps its head and tail around a note that names the host and error file
+// holding it whole, and failures beyond the room are counted in one line (the root cause always
+// stays).
 std::string format_failure_summary(const std::string& title,
-                                   const std::vector<ProcessFailure>& failures);
+                                   const std::vector<ProcessFailure>& failures,
+                                   size_t max_bytes = 0);
 
 // "SIGKILL" for 9, "SIG42" for unknown numbers.
 std::string signal_name(int signal);

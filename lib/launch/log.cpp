@@ -1,12 +1,14 @@
 #include "log.hpp"
 
 #include "file_io.hpp"
+#include "trainrun/base/text.hpp"
 
 namespace trainrun::launch {
 
 std::string launcher_line(std::string_view line) {
   std::string text = "trainrun: ";
-  text += line;
+  // One line, whatever it quotes: host names and reasons from other nodes, paths, worker text.
+  text += escape_control(line);
   text += '\n';
   return text;
 }

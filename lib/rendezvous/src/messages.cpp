@@ -5,6 +5,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "trainrun/base/text.hpp"
+
 namespace trainrun::rendezvous {
 namespace {
 
@@ -155,11 +157,11 @@ NodeDescriptor node_from_json(const json& j) {
 }
 
 json to_json(const FailureReport& f) {
-  return json{{"host", f.host},
+  return json{{"host", std::string(utf8_prefix(f.host, kMaxNameLength))},
               {"rank", f.rank},
               {"local_rank", f.local_rank},
               {"exit_code", f.exit_code},
-              {"summary", f.summary}};
+              {"summary", std::string(utf8_prefix(f.summary, kMaxSummaryBytes))}};
 }
 
 FailureReport failure_from_json(const json& j) {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -32,6 +33,11 @@ struct NodeDescriptor {
   int master_port = 0;   // a port this agent holds for worker RANK 0's store, 0 if none
 };
 
+// The longest failure summary a node sends (docs/protocol.md): a longer one is cut to this size
+// when encoded. Tracebacks are shortened to fit before that (see format_failure_summary), with a
+// note naming the host and file that hold them whole.
+inline constexpr std::size_t kMaxSummaryBytes = 16 * 1024;
+
 // A worker's failure as its agent reports it; the server relays it to every node in `restart`
 // or `stop`.
 struct FailureReport {
@@ -39,7 +45,7 @@ struct FailureReport {
   int rank = -1;  // global rank of the failed worker
   int local_rank = -1;
   int exit_code = 1;    // as the agent reports it (128+N for signal N)
-  std::string summary;  // the agent's one-paragraph description, shown on every node
+  std::string summary;  // the agent's failure summary, shown on every node; kMaxSummaryBytes at most
 };
 
 enum class StopCause {

@@ -1,0 +1,22 @@
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace trainrun {
+
+// Text another node sent (host names, failure summaries, reasons), made safe for a terminal:
+// C0 control characters, DEL and the C1 controls (U+0080..U+009F) are written as escapes
+// ("\x1b", "\u009b"), so no peer can move the cursor, recolour or retitle another node's
+// terminal. Tabs stay; newlines stay only when `keep_newlines` (multi-line summaries).
+std::string escape_control(std::string_view text, bool keep_newlines = false);
+
+// The longest prefix of `text` of at most `max_bytes` bytes that does not split a UTF-8
+// sequence.
+std::string_view utf8_prefix(std::string_view text, std::size_t max_bytes);
+
+// The longest suffix of `text` of at most `max_bytes` bytes that starts on a character.
+std::string_view utf8_suffix(std::string_view text, std::size_t max_bytes);
+
+}  // namespace trainrun

@@ -1,0 +1,54 @@
+#include "trainrun/base/text.hpp"
+
+#include <cstdio>
+
+namespace trainrun {
+
+namespace {
+
+bool continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
+
+void append_escape(std::string& out, const char* format, unsigned value) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, format, value);
+  out += buf;
+}
+
+}  // namespace
+
+std::string escape_control(std::string_view text, bool keep_newlines) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\t' || (c == '\n' && keep_newlines)) {
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7F) {
+      append_escape(out, "\\x%02x", c);
+    } else if (c == 0xC2 && i + 1 < text.size() &&
+               static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(text[i + 1]) <= 0x9F) {
+      // A C1 control in UTF-8 (U+0080..U+009F): CSI is U+009B.
+      append_escape(out, "\\u%04x", static_cast<unsigned char>(text[++i]));
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string_view utf8_prefix(std::string_view text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  std::size_t end = max_bytes;
+  while (end > 0 && continuation(static_cast<unsigned char>(text[end]))) --end;
+  return text.substr(0, end);
+}
+
+std::string_view utf8_suffix(std::string_view text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  std::size_t start = text.size() - max_bytes;
+  while (start < text.size() && continuation(static_cast<unsigned char>(text[start]))) ++start;
+  return text.substr(start);
+}
+
+}  // namespace trainrun
