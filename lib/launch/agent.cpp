@@ -164,8 +164,10 @@ class Agent {
       }
       supervisor_.start(launches,
                         [this](int lr, pid_t pid, ExitStatus st) { on_worker_exit(lr, pid, st); });
+    } catch (const LaunchError& e) {
+      apply(policy_.start_failed(e.what(), e.exit_code(), Clock::now()));
     } catch (const std::exception& e) {
-      apply(policy_.start_failed(e.what(), Clock::now()));
+      apply(policy_.start_failed(e.what(), 1, Clock::now()));
     }
   }
   void carry_out(const action::SignalWorkers& a) { supervisor_.signal_all(a.signal); }

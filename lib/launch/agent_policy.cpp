@@ -21,6 +21,13 @@ AgentActions actions(A&&... a) {
   return out;
 }
 
+// A stop that the job's other nodes brought about: it ran to its end, or failed.
+bool ended_without_us(rendezvous::StopCause cause) {
+  using rendezvous::StopCause;
+  return cause == StopCause::finished || cause == StopCause::worker_failed ||
+         cause == StopCause::node_lost;
+}
+
 }  // namespace
 
 AgentPolicy::AgentPolicy(LaunchConfig config, std::string host)
@@ -46,9 +53,10 @@ AgentActions AgentPolicy::start_in_job(Clock::time_point) {
   return actions(action::Join{});
 }
 
-AgentActions AgentPolicy::start_failed(const std::string& reason, Clock::time_point) {
+AgentActions AgentPolicy::start_failed(const std::string& reason, int exit_code,
+                                       Clock::time_point) {
   AgentActions out = actions(action::Say{reason});
-  start_failed_ = true;
+  start_failed_ = exit_code != 0 ? exit_code : 1;
   running_ = 0;
   state_ = State::finishing;
   if (in_job_) out.emplace_back(action::ShutdownRendezvous{reason});
@@ -75,8 +83,8 @@ AgentActions AgentPolicy::worker_exited(const WorkerExit& exit, Clock::time_poin
 AgentActions AgentPolicy::attempt_ended(Clock::time_point) {
   AgentActions out;
   if (state_ != State::finishing) return out;
-  if (start_failed_)
-    finish(out, 1);
+  if (start_failed_ != 0)
+    finish(out, start_failed_);
   else
     after_attempt(out);
   return out;
@@ -163,7 +171,8 @@ void AgentPolicy::start_attempt(AgentActions& out) {
   stop_signal_ = 0;
   pending_restart_ = false;
   reported_ = false;
-  start_failed_ = false;
+  start_failed_ = 0;
+  ran_ = true;
   running_ = static_cast<size_t>(config_.nproc_per_node.number);
   out.emplace_back(action::StartWorkers{topology_, max_restarts_});
 }
@@ -239,6 +248,14 @@ void AgentPolicy::after_attempt(AgentActions& out) {
 void AgentPolicy::after_attempt_in_job(AgentActions& out) {
   if (pending_stop_) {
     const rendezvous::Stop& s = *pending_stop_;
+    if (!ran_ && ended_without_us(s.cause)) {
+      // Late, or waiting for a round that never came: torchrun's agent fails the same way (its
+      // rendezvous is closed), so a scheduler sees that this node did no work.
+      out.emplace_back(action::Say{
+          fmt::format("the job ended before this node was given work ({}); it ran no workers",
+                      s.reason.empty() ? std::string(to_string(s.cause)) : s.reason)});
+      return finish(out, 1);
+    }
     if (s.cause == rendezvous::StopCause::finished) return finish(out, 0);
     if (s.failure && s.failure->host == host_ && !failures_.empty()) return fail_with_summary(out);
     // Another node's summary first (the job's root cause), then what failed here as well.

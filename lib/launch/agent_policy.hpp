@@ -96,8 +96,9 @@ class AgentPolicy {
   AgentActions start_single_node(int master_port, Clock::time_point now);
   // With a rendezvous: join the first round and wait for an assignment.
   AgentActions start_in_job(Clock::time_point now);
-  // StartWorkers could not start the group (the supervisor has killed what it started).
-  AgentActions start_failed(const std::string& reason, Clock::time_point now);
+  // StartWorkers could not start the group (the supervisor has killed what it started); the
+  // node exits with `exit_code` (126/127 for an entrypoint that cannot run, as a shell).
+  AgentActions start_failed(const std::string& reason, int exit_code, Clock::time_point now);
   AgentActions worker_exited(const WorkerExit& exit, Clock::time_point now);
   // After Sweep: nothing of the attempt's workers is left.
   AgentActions attempt_ended(Clock::time_point now);
@@ -135,7 +136,8 @@ class AgentPolicy {
   size_t running_ = 0;
   std::vector<ProcessFailure> failures_;
   bool reported_ = false;
-  bool start_failed_ = false;
+  int start_failed_ = 0;  // the exit status when the group could not be started, else 0
+  bool ran_ = false;      // a group was started at least once
   bool pending_restart_ = false;
   std::optional<rendezvous::Stop> pending_stop_;
   int stop_signal_ = 0;

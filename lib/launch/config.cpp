@@ -491,6 +491,18 @@ std::string completion_script(const std::string& shell, const std::string& what)
   fail(fmt::format("{}: use bash, zsh or tcsh", what));
 }
 
+namespace {
+
+// Whether arg[i] continues a name of Python's string.Template ([_a-z0-9], any case): torchrun
+// leaves "$local_rankX" alone, the name being "local_rankX".
+bool identifier_char(const std::string& arg, size_t i) {
+  if (i >= arg.size()) return false;
+  const char c = arg[i];
+  return c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+}  // namespace
+
 std::string expand_local_rank(const std::string& arg, int local_rank) {
   std::string out;
   const std::string rank = std::to_string(local_rank);
@@ -503,7 +515,7 @@ std::string expand_local_rank(const std::string& arg, int local_rank) {
     } else if (arg.compare(i, 13, "${local_rank}") == 0) {
       out += rank;
       i += 13;
-    } else if (arg.compare(i, 11, "$local_rank") == 0) {
+    } else if (arg.compare(i, 11, "$local_rank") == 0 && !identifier_char(arg, i + 11)) {
       out += rank;
       i += 11;
     } else {

@@ -4,9 +4,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+
 namespace trainrun::launch {
 
 namespace {
+
+// strerror's words with a small first letter, as in a shell's messages.
+std::string errno_text(int err) {
+  std::string text = std::strerror(err);
+  if (!text.empty()) text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(text[0])));
+  return text;
+}
 
 bool is_regular(const std::string& path) {
   struct stat st {};
@@ -41,8 +52,11 @@ std::string resolve_program(const std::string& name, const std::map<std::string,
                             const std::string& hint) {
   if (name.find('/') != std::string::npos) {
     struct stat st {};
-    if (::stat(name.c_str(), &st) != 0)
-      throw EntrypointError(fmt::format("{}: no such file{}", name, hint), 127);
+    if (::stat(name.c_str(), &st) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR)
+        throw EntrypointError(fmt::format("{}: no such file{}", name, hint), 127);
+      throw exec_error(name, errno);
+    }
     if (S_ISDIR(st.st_mode)) throw EntrypointError(fmt::format("{}: is a directory", name), 126);
     if (::access(name.c_str(), X_OK) != 0)
       throw EntrypointError(
@@ -56,6 +70,26 @@ std::string resolve_program(const std::string& name, const std::map<std::string,
 }
 
 }  // namespace
+
+EntrypointError exec_error(const std::string& program, int err) {
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return EntrypointError(fmt::format("{}: no such file", program), 127);
+    case ENOEXEC:
+      return EntrypointError(
+          fmt::format("{}: cannot execute: exec format error (neither a program for this machine "
+                      "nor a script with a #! line)",
+                      program),
+          126);
+    case ELOOP:
+      return EntrypointError(fmt::format("{}: too many levels of symbolic links", program), 126);
+    case EACCES:
+      return EntrypointError(fmt::format("{}: cannot execute: permission denied", program), 126);
+    default:
+      return EntrypointError(fmt::format("{}: cannot execute: {}", program, errno_text(err)), 126);
+  }
+}
 
 ResolvedEntry resolve_entrypoint(const LaunchConfig& config,
                                  const std::map<std::string, std::string>& env) {
@@ -75,8 +109,11 @@ ResolvedEntry resolve_entrypoint(const LaunchConfig& config,
   r.program = resolve_program(c.python_exec, env, " (set PYTHON_EXEC to the Python interpreter)");
   if (c.entry_mode == EntryMode::python_script) {
     struct stat st {};
-    if (::stat(c.entrypoint.c_str(), &st) != 0)
-      throw EntrypointError(fmt::format("{}: no such file", c.entrypoint), 127);
+    if (::stat(c.entrypoint.c_str(), &st) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR)
+        throw EntrypointError(fmt::format("{}: no such file", c.entrypoint), 127);
+      throw EntrypointError(fmt::format("{}: {}", c.entrypoint, errno_text(errno)), 126);
+    }
     if (S_ISDIR(st.st_mode) && !is_regular(c.entrypoint + "/__main__.py"))
       throw EntrypointError(fmt::format("{}: is a directory without __main__.py", c.entrypoint),
                             126);

@@ -20,4 +20,9 @@ struct ResolvedEntry {
 ResolvedEntry resolve_entrypoint(const LaunchConfig& config,
                                  const std::map<std::string, std::string>& env);
 
+// Why execve(program) failed with `err`, in a shell's words and with its exit status: 127 for a
+// program that is not there, 126 for one that cannot run (ENOEXEC: "exec format error"; ELOOP:
+// "too many levels of symbolic links"; EACCES: permission denied).
+EntrypointError exec_error(const std::string& program, int err);
+
 }  // namespace trainrun::launch

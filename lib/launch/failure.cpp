@@ -159,6 +159,18 @@ std::string shortened(const std::string& text, const ProcessFailure& f, size_t m
                      f.has_error_file ? f.error_file : "the worker's output", f.host, tail);
 }
 
+size_t widest_line(const std::string& text) {
+  size_t widest = 0;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    widest = std::max(widest, end - start);
+    start = end + 1;
+  }
+  return widest;
+}
+
 std::string render_failure(int index, const ProcessFailure& f, size_t max_traceback) {
   const bool by_signal = f.status.signal != 0;
   std::string out = fmt::format("[{}]:\n", index);
@@ -184,30 +196,45 @@ std::string render_failure(int index, const ProcessFailure& f, size_t max_traceb
 
 std::string format_failure_summary(const std::string& title,
                                    const std::vector<ProcessFailure>& failures, size_t max_bytes) {
-  const std::string rule(60, '=');
-  const std::string thin(60, '-');
   const size_t root = root_cause_index(failures);
   const size_t others = failures.size() - 1;
   // Within a limit the root cause's traceback may take half of it, the others share a quarter.
   const size_t root_room = max_bytes / 2;
   const size_t other_room = others == 0 ? 0 : std::max<size_t>(256, max_bytes / 4 / others);
+  // As torchrun: each failure is numbered by its place in rank order, the root cause included.
+  std::vector<size_t> order(failures.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return failures[a].rank < failures[b].rank; });
+  std::string root_entry;
+  std::vector<std::string> entries;
+  for (size_t place = 0; place < order.size(); ++place) {
+    const size_t i = order[place];
+    std::string entry =
+        render_failure(static_cast<int>(place), failures[i], i == root ? root_room : other_room);
+    if (i == root)
+      root_entry = std::move(entry);
+    else
+      entries.push_back(std::move(entry));
+  }
+  // The rules are as wide as the widest line, at most 60 (torchrun's width).
+  size_t width = std::max(title.size() + 7, widest_line(root_entry));
+  for (const auto& e : entries) width = std::max(width, widest_line(e));
+  width = std::min<size_t>(width, 60);
+  const std::string rule(width, '=');
+  const std::string thin(width, '-');
   const std::string head = rule + "\n" + title + " FAILED\n" + thin + "\nFailures:\n";
-  const std::string tail = thin + "\nRoot Cause (first observed failure):\n" +
-                           render_failure(0, failures[root], root_room) + rule + "\n";
+  const std::string tail =
+      thin + "\nRoot Cause (first observed failure):\n" + root_entry + rule + "\n";
   // Room kept for the line that counts failures left out.
   constexpr size_t kOmittedLine = 96;
   std::string out = head;
-  int index = 1;
   size_t omitted = 0;
-  for (size_t i = 0; i < failures.size(); ++i) {
-    if (i == root) continue;
-    std::string entry = render_failure(index, failures[i], other_room);
-    if (max_bytes != 0 && out.size() + entry.size() + tail.size() + kOmittedLine > max_bytes) {
+  for (const auto& entry : entries) {
+    if (max_bytes != 0 && out.size() + entry.size() + tail.size() + kOmittedLine > max_bytes)
       ++omitted;
-      continue;
-    }
-    out += entry;
-    ++index;
+    else
+      out += entry;
   }
   if (others == 0) out += "  <NO_OTHER_FAILURES>\n";
   if (omitted != 0)

@@ -15,7 +15,10 @@
 #include <optional>
 
 #include "descriptors.hpp"
+#include "entrypoint.hpp"
 #include "file_io.hpp"
+#include "leftovers.hpp"
+#include "log.hpp"
 #include "trainrun/base/numbers.hpp"
 
 namespace trainrun::launch {
@@ -126,6 +129,9 @@ std::vector<pid_t> child_processes() {
   return out;
 }
 
+// How long what the workers left may take to end after SIGTERM before it is named.
+constexpr auto kNameAfter = std::chrono::seconds(1);
+
 }  // namespace
 
 Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console& out, Console& err)
@@ -149,10 +155,10 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
   // Every worker is forked before we wait for any exec to succeed, so a large group starts in
   // one pass. Each child reports a failed exec through its close-on-exec pipe.
   std::vector<int> reports;
-  auto fail = [&](const std::string& message) {
+  auto fail = [&](const LaunchError& error) {
     for (int& fd : reports) close_fd(fd);
     signal_all(SIGKILL);
-    throw SpawnError(message);
+    throw error;
   };
   for (const auto& w : launches) {
     StreamFds out, err;
@@ -164,7 +170,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
       err = open_stream(w.output.err);
     } catch (const SpawnError& e) {
       close_fd(out.child), close_fd(out.keep_file), close_fd(out.keep_pipe);
-      fail(e.what());
+      fail(e);
     }
     auto argv = c_strings(w.argv);
     auto envp = c_strings(w.envp);
@@ -196,14 +202,14 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     if (err.keep_pipe >= 0)
       tee(err.keep_pipe, err.keep_file, err_, w.prefix, std::move(err_duplicate));
     if (pid <= 0)
-      fail(fmt::format("cannot start worker {}: {}", w.local_rank, std::strerror(error)));
+      fail(SpawnError(
+          fmt::format("cannot start worker {}: {}", w.local_rank, std::strerror(error))));
   }
   for (size_t i = 0; i < reports.size(); ++i) {
     int exec_errno = 0;
     const bool exec_failed = read_exactly(reports[i], &exec_errno, sizeof exec_errno);
     close_fd(reports[i]);
-    if (exec_failed)
-      fail(fmt::format("cannot execute {}: {}", launches[i].program, std::strerror(exec_errno)));
+    if (exec_failed) fail(exec_error(launches[i].program, exec_errno));
   }
 }
 
@@ -280,11 +286,22 @@ bool Supervisor::leftovers(bool send, int sig) {
   return any;
 }
 
+void Supervisor::name_leftovers() {
+  std::vector<pid_t> pids = child_processes();
+  for (const auto& w : workers_) {
+    const std::vector<pid_t> members = group_members(w.pid);
+    pids.insert(pids.end(), members.begin(), members.end());
+  }
+  const std::chrono::duration<double> left = finish_deadline_ - std::chrono::steady_clock::now();
+  if (!pids.empty()) err_.write(launcher_line(leftovers_line(pids, left.count())));
+}
+
 void Supervisor::finish(double grace, std::function<void()> done) {
   finish_done_ = std::move(done);
   finish_killed_ = false;
   finish_deadline_ = std::chrono::steady_clock::now() +
                      std::chrono::milliseconds(static_cast<long long>(grace * 1000));
+  finish_name_at_ = std::min(finish_deadline_, std::chrono::steady_clock::now() + kNameAfter);
   leftovers(true, SIGTERM);
   finish_step();
 }
@@ -316,6 +333,10 @@ void Supervisor::finish_step() {
     ++generation_;
     finish_step();
     return;
+  }
+  if (alive && finish_name_at_ && now >= *finish_name_at_) {
+    finish_name_at_.reset();
+    name_leftovers();
   }
   if (alive && !finish_killed_ && now >= finish_deadline_) {
     leftovers(true, SIGKILL);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,7 @@ class Supervisor {
   Duplicate duplicate_for(const StreamPlan& plan);
   bool leftovers(bool signal, int sig);
   void finish_step();
+  void name_leftovers();
 
   boost::asio::io_context& io_;
   Watchdog& watchdog_;
@@ -86,6 +88,8 @@ class Supervisor {
   boost::asio::steady_timer finish_timer_;
   std::chrono::steady_clock::time_point finish_deadline_;
   bool finish_killed_ = false;
+  // When leftovers still alive after SIGTERM are named (once) instead of waited for silently.
+  std::optional<std::chrono::steady_clock::time_point> finish_name_at_;
   std::function<void()> finish_done_;
 };
 

@@ -350,6 +350,50 @@ TEST_CASE("in a job: stopped by another host's failure", "[agent]") {
   CHECK(h.summaries == std::vector<std::string>{"the summary from hostb\n"});
 }
 
+TEST_CASE("in a job: this node's own failures are listed after another host's summary", "[agent]") {
+  Harness h(config(2));
+  h.join();
+  h.assign(0, 0, 0);
+  CHECK(h.exit(1, code(3), "ValueError: mine", 4000) ==
+        Lines{"report failure of rank 1 (local rank 1) on hosta: exit code 3", "signal SIGTERM",
+              "grace timer +30s"});
+  h.exit(0, killed(SIGTERM));
+  // The rendezvous took another host's report first: its summary, then ours.
+  rendezvous::Stop s{rendezvous::StopCause::worker_failed, "worker 3 on hostb failed", 9,
+                     failure_on("hostb", 3, 9)};
+  CHECK(h.stop(s).empty());
+  CHECK(h.ended() == Lines{"summary", "summary", "say: worker 3 on hostb failed", "finish 9"});
+  REQUIRE(h.summaries.size() == 2);
+  CHECK(h.summaries[0] == "the summary from hostb\n");
+  CHECK(h.summaries[1].find("rank      : 1 (local_rank: 1)") != std::string::npos);
+}
+
+TEST_CASE("in a job: another node's summary is shown with its control characters escaped",
+          "[agent]") {
+  Harness h(config(1));
+  h.join();
+  h.assign(0, 0, 0);
+  rendezvous::FailureReport f = failure_on("hostb", 3, 9);
+  f.summary = "line one \x1b[2J\nline two \x1b]0;title\x07\n";
+  CHECK(h.stop(rendezvous::Stop{rendezvous::StopCause::worker_failed, "failed", 9, f}) ==
+        Lines{"signal SIGTERM", "grace timer +30s"});
+  h.exit(0, killed(SIGTERM));
+  h.ended();
+  CHECK(h.summaries ==
+        std::vector<std::string>{"line one \\x1b[2J\nline two \\x1b]0;title\\x07\n"});
+}
+
+TEST_CASE("in a job: a node that joins after the job ended says so and exits 1", "[agent]") {
+  for (auto cause : {rendezvous::StopCause::finished, rendezvous::StopCause::worker_failed}) {
+    Harness h(config(1));
+    h.join();
+    CHECK(h.stop(rendezvous::Stop{cause, "all 2 nodes finished", 0, std::nullopt}) ==
+          Lines{"say: the job ended before this node was given work (all 2 nodes finished); it "
+                "ran no workers",
+                "finish 1"});
+  }
+}
+
 TEST_CASE("in a job: a stop without a reason or an exit code while idle", "[agent]") {
   Harness h(config(1));
   h.join();
@@ -357,11 +401,19 @@ TEST_CASE("in a job: a stop without a reason or an exit code while idle", "[agen
         Lines{"say: the job stopped", "finish 1"});
 }
 
+TEST_CASE("an entrypoint that cannot be executed ends the job with the shell's status", "[agent]") {
+  Harness h(config(1));
+  h.start();
+  CHECK(h.take(h.policy.start_failed("./x: cannot execute: exec format error", 126, h.now)) ==
+        Lines{"say: ./x: cannot execute: exec format error", "sweep 0"});
+  CHECK(h.ended() == Lines{"finish 126"});
+}
+
 TEST_CASE("workers that cannot start end the job with 1", "[agent]") {
   SECTION("single node") {
     Harness h(config(2));
     h.start();
-    CHECK(h.take(h.policy.start_failed("cannot execute /bin/nope: No such file", h.now)) ==
+    CHECK(h.take(h.policy.start_failed("cannot execute /bin/nope: No such file", 1, h.now)) ==
           Lines{"say: cannot execute /bin/nope: No such file", "sweep 0"});
     // A worker started before the failure and killed by the supervisor: no failure of its own.
     CHECK(h.exit(0, killed(SIGKILL)).empty());
@@ -371,7 +423,7 @@ TEST_CASE("workers that cannot start end the job with 1", "[agent]") {
     Harness h(config(2));
     h.join();
     h.assign(0, 0, 0);
-    CHECK(h.take(h.policy.start_failed("cannot open log file /x: Permission denied", h.now)) ==
+    CHECK(h.take(h.policy.start_failed("cannot open log file /x: Permission denied", 1, h.now)) ==
           Lines{"say: cannot open log file /x: Permission denied",
                 "shutdown: cannot open log file /x: Permission denied", "sweep 0"});
     CHECK(h.ended() == Lines{"finish 1"});

@@ -3,6 +3,7 @@
 
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/system.hpp"
+#include "trainrun/base/text.hpp"
 
 using namespace trainrun;
 
@@ -38,3 +39,24 @@ TEST_CASE("random_hex gives fresh hex digits of the length asked", "[base]") {
 }
 
 TEST_CASE("host_name is never empty", "[base]") { CHECK_FALSE(host_name().empty()); }
+
+TEST_CASE("escape_control shows control characters as escapes", "[base]") {
+  CHECK(escape_control("plain text, ünïcode\ttab") == "plain text, ünïcode\ttab");
+  CHECK(escape_control("\x1b[31mred\x1b[0m") == "\\x1b[31mred\\x1b[0m");
+  CHECK(escape_control("a\nb\rc\x07\x7f") == "a\\x0ab\\x0dc\\x07\\x7f");
+  CHECK(escape_control("a\nb", true) == "a\nb");
+  CHECK(escape_control(std::string("nul\0here", 8)) == "nul\\x00here");
+  // C1 controls in UTF-8: U+009B is an 8-bit CSI.
+  CHECK(escape_control("x\xc2\x9b"
+                       "2J") == "x\\u009b2J");
+  CHECK(escape_control("\xc2\xa0") == "\xc2\xa0");  // U+00A0 is no control
+}
+
+TEST_CASE("utf8_prefix and utf8_suffix never split a character", "[base]") {
+  const std::string s = "a\xc3\xa9z";  // a é z
+  CHECK(utf8_prefix(s, 2) == "a");
+  CHECK(utf8_prefix(s, 3) == "a\xc3\xa9");
+  CHECK(utf8_prefix(s, 10) == s);
+  CHECK(utf8_suffix(s, 2) == "z");
+  CHECK(utf8_suffix(s, 3) == "\xc3\xa9z");
+}

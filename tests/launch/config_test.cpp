@@ -165,4 +165,9 @@ TEST_CASE("local rank expansion") {
   CHECK(expand_local_rank("$local_rank/$local_rank", 1) == "1/1");
   CHECK(expand_local_rank("$$local_rank", 1) == "$local_rank");
   CHECK(expand_local_rank("$HOME $", 1) == "$HOME $");
+  // string.Template's names run on: "$local_rankX" names local_rankX, which torchrun leaves.
+  CHECK(expand_local_rank("$local_rankX $local_rank_1 $local_rank9", 2) ==
+        "$local_rankX $local_rank_1 $local_rank9");
+  CHECK(expand_local_rank("$local_rank.log $local_rank-x ${local_rank}X", 2) == "2.log 2-x 2X");
+  CHECK(expand_local_rank("${local_rankX} $LOCAL_RANK", 2) == "${local_rankX} $LOCAL_RANK");
 }

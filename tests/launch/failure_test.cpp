@@ -2,6 +2,9 @@
 
 #include <catch2/catch.hpp>
 #include <csignal>
+#include <cstdio>
+#include <string>
+#include <vector>
 
 using namespace trainrun::launch;
 
@@ -81,4 +84,86 @@ TEST_CASE("summary in torchrun's layout") {
   CHECK(s.find("Signal 9 (SIGKILL) received by PID 42") < root);
   auto single = format_failure_summary("x", {a});
   CHECK_THAT(single, Catch::Contains("<NO_OTHER_FAILURES>"));
+}
+
+TEST_CASE("failures are numbered by rank as torchrun numbers them, the root cause included") {
+  ProcessFailure root;
+  root.rank = 1, root.local_rank = 1, root.timestamp = 100, root.status = {3, 0};
+  ProcessFailure low = root;
+  low.rank = 0, low.local_rank = 0, low.timestamp = 200;
+  ProcessFailure high = root;
+  high.rank = 2, high.local_rank = 2, high.timestamp = 300;
+  auto s = format_failure_summary("train.py", {high, root, low});
+  const auto r0 = s.find("[0]:\n  time");
+  const auto r2 = s.find("[2]:\n  time");
+  const auto root_at = s.find("Root Cause (first observed failure):\n[1]:");
+  REQUIRE(root_at != std::string::npos);
+  CHECK(r0 < r2);
+  CHECK(r2 < root_at);
+  CHECK(s.find("rank      : 0 (local_rank: 0)") < s.find("rank      : 2 (local_rank: 2)"));
+}
+
+TEST_CASE("the rules are as wide as the widest line, 60 at most, as torchrun's") {
+  ProcessFailure f;
+  f.pid = 42;
+  f.status = {0, SIGKILL};
+  f.host = "n";
+  // Widest: "  traceback : Signal 9 (SIGKILL) received by PID 42" (51).
+  auto s = format_failure_summary("t.py", {f});
+  CHECK_THAT(
+      s, Catch::StartsWith(std::string(51, '=') + "\nt.py FAILED\n" + std::string(51, '-') + "\n"));
+  f.status = {1, 0};
+  CHECK_THAT(format_failure_summary("t.py", {f}), Catch::StartsWith(std::string(60, '=') + "\n"));
+}
+
+TEST_CASE("a summary within a limit keeps each traceback's head and tail and names its file") {
+  ProcessFailure f;
+  f.rank = 1;
+  f.host = "node7";
+  f.status = {1, 0};
+  f.has_error_file = true;
+  f.error_file = "/logs/attempt_0/1/error.json";
+  f.traceback = "Traceback (most recent call last):\n" + std::string(2'000'000, 'x') +
+                "\nRuntimeError: the last line\n";
+  const size_t limit = 16 * 1024;
+  auto s = format_failure_summary("train.py", {f}, limit);
+  CHECK(s.size() <= limit);
+  CHECK_THAT(s, Catch::Contains("traceback : Traceback (most recent call last):"));
+  CHECK_THAT(s, Catch::Contains("RuntimeError: the last line"));
+  CHECK_THAT(s, Catch::Contains("bytes not shown; the whole error is in "
+                                "/logs/attempt_0/1/error.json on node7]"));
+  CHECK_THAT(s, Catch::EndsWith(std::string(60, '=') + "\n"));
+  // Without a limit, all of it, as torchrun prints it.
+  CHECK(format_failure_summary("train.py", {f}).size() > 2'000'000);
+}
+
+TEST_CASE("a summary within a limit keeps the root cause and counts the failures left out") {
+  std::vector<ProcessFailure> many(200);
+  for (int i = 0; i < 200; ++i) {
+    many[i].rank = i;
+    many[i].timestamp = i == 150 ? 1 : 100;
+    many[i].status = {1, 0};
+    many[i].traceback = std::string(1000, 'y') + " of rank " + std::to_string(i);
+  }
+  auto s = format_failure_summary("train.py", many, 16 * 1024);
+  CHECK(s.size() <= 16 * 1024);
+  CHECK_THAT(s, Catch::Contains("Root Cause (first observed failure):\n[150]:"));
+  CHECK_THAT(s, Catch::Contains("more failure(s) not shown; each node's own summary lists all"));
+  // A title too long for the limit: still within it.
+  CHECK(format_failure_summary(std::string(20'000, 't'), many, 16 * 1024).size() <= 16 * 1024);
+}
+
+TEST_CASE("an error file over the read limit is named, not read") {
+  const std::string path = "/tmp/trainrun_failure_test_big_error.json";
+  {
+    std::string body = R"({"message": ")" + std::string(kMaxErrorFileBytes, 'z') + R"("})";
+    FILE* f = std::fopen(path.c_str(), "w");
+    REQUIRE(f);
+    std::fwrite(body.data(), 1, body.size(), f);
+    std::fclose(f);
+  }
+  std::string problem;
+  CHECK_FALSE(read_error_file(path, &problem));
+  CHECK_THAT(problem, Catch::Contains("is too large") && Catch::Contains("not read"));
+  std::remove(path.c_str());
 }
