@@ -181,13 +181,13 @@ std::string render_failure(int index, const ProcessFailure& f, size_t max_traceb
                      f.pid);
   out += fmt::format("  error_file: {}\n", f.has_error_file ? f.error_file : "<N/A>");
   const std::string traceback = shortened(traceback_text(f), f, max_traceback);
-  // Multi-line tracebacks are indented under the field, as torchrun does.
+  // Multi-line tracebacks are indented under the field exactly as torchrun does it: every
+  // newline, a final one included, is followed by two spaces.
   std::string indented;
-  for (size_t i = 0; i < traceback.size(); ++i) {
-    indented += traceback[i];
-    if (traceback[i] == '\n' && i + 1 < traceback.size()) indented += "  ";
+  for (char c : traceback) {
+    indented += c;
+    if (c == '\n') indented += "  ";
   }
-  while (!indented.empty() && indented.back() == '\n') indented.pop_back();
   out += fmt::format("  traceback : {}\n", indented);
   return out;
 }

@@ -1,11 +1,18 @@
 """How failures reach every node of a multi-node job: big error files, several failures, text
 from other nodes made safe for a terminal, honest messages."""
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
 import sys
-import time
+import threading
 
 import pytest
 
-from ports import free_port
+from conftest import TRAINRUN, run
+from ports import free_port, standalone_args
 
 # The limit of docs/protocol.md on the failure summary that is sent to the other nodes.
 MAX_SUMMARY = 16 * 1024
@@ -133,3 +140,206 @@ def test_escape_sequences_from_another_node_are_shown_escaped(agents, tmp_path):
     failed, other = split_by_failure(nodes)
     assert "\x1b" not in other.err and "\x07" not in other.err and "\x9b" not in other.err
     assert r"RuntimeError: \x1b[31mred\x1b[0m \x1b]0;owned\x07 \u009b2J done" in other.err
+
+
+# --- several failures: the summary side by side with the reference torchrun -------------------
+
+REFERENCE = os.environ.get("REFERENCE_TORCHRUN", "")
+REFERENCE_PYTHON = os.environ.get("TEST_PYTHON", "/usr/bin/python3")
+
+# Ranks 0 and 1 fail together, each with its own error file (rank 1 first by its timestamp);
+# rank 2 waits to be stopped. Both failing ranks ignore SIGTERM and meet before either fails, so
+# the first failure's stop signal cannot take the second one's report away.
+TWO_FAILURES = r'''
+import json, os, signal, sys, time
+rank = int(os.environ["RANK"])
+meet = sys.argv[1]
+if rank == 2:
+    time.sleep(120)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+open(f"{meet}.{rank}", "w").close()
+while not all(os.path.exists(f"{meet}.{r}") for r in (0, 1)):
+    time.sleep(0.01)
+tb = f"Traceback (most recent call last):\n  File \"two.py\", line 9, in <module>\nValueError: rank {rank}\n"
+error = {"message": {"message": f"ValueError: rank {rank}",
+                     "extraInfo": {"py_callstack": tb, "timestamp": str(1700000100 - 100 * rank)}}}
+with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+    json.dump(error, f)
+sys.exit(2 + rank)
+'''
+
+
+def summary_lines(err):
+    """The failure summary's lines, with what differs between runs by nature (time, host, pid,
+    error-file path) replaced and trailing blanks dropped."""
+    lines = err.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("====") and i + 1 < len(lines)
+                 and l.endswith("=") and lines[i + 1].endswith(" FAILED"))
+    end = max(i for i, l in enumerate(lines) if l.startswith("====") and set(l) == {"="})
+    out = []
+    for line in lines[start:end + 1]:
+        line = line.rstrip()
+        line = re.sub(r"^(  time      : ).*", r"\1T", line)
+        line = re.sub(r"^(  host      : ).*", r"\1H", line)
+        line = re.sub(r"\(pid: \d+\)", "(pid: P)", line)
+        line = re.sub(r"^(  error_file: ).*", r"\1E", line)
+        out.append(line)
+    return out
+
+
+@pytest.mark.skipif(not os.path.exists(REFERENCE), reason="no reference torchrun (REFERENCE_TORCHRUN)")
+def test_several_failures_are_listed_as_torchrun_lists_them(tmp_path):
+    script = tmp_path / "two.py"
+    script.write_text(TWO_FAILURES)
+    env = dict(os.environ, PYTHON_EXEC=REFERENCE_PYTHON)
+    ours = subprocess.run([TRAINRUN, "--standalone", "--nproc-per-node=3", "two.py",
+                           str(tmp_path / "ours")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    # A long monitor interval: torchrun looks once, after both failures.
+    theirs = subprocess.run([REFERENCE_PYTHON, REFERENCE, *standalone_args(), "--nproc_per_node=3",
+                             "--monitor_interval=5", "two.py", str(tmp_path / "theirs")],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    # Our exit status is the root cause's (rank 1: 3); torchrun's is 1.
+    assert ours.returncode == 3, ours.stderr
+    assert theirs.returncode == 1, theirs.stderr
+    assert summary_lines(ours.stderr) == summary_lines(theirs.stderr), (ours.stderr,
+                                                                         theirs.stderr)
+    assert "Root Cause (first observed failure):\n[1]:" in ours.stderr
+
+
+# --- entrypoints that cannot run: the shell's words and status ---------------------------------
+
+def shell_loop(tmp_path):
+    os.symlink("loop2", tmp_path / "loop1")
+    os.symlink("loop1", tmp_path / "loop2")
+    return tmp_path / "loop1"
+
+
+def garbage_file(tmp_path):
+    path = tmp_path / "garbage"
+    path.write_bytes(b"\x01\x02garbage\x00\xff\xfe")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("make, words", [(garbage_file, "exec format error"),
+                                         (shell_loop, "too many levels of symbolic links")])
+def test_an_entrypoint_that_cannot_run_is_named_as_a_shell_names_it(tmp_path, make, words):
+    path = make(tmp_path)
+    shell = subprocess.run(["bash", "-c", f"'{path}'"], capture_output=True, text=True)
+    ours = run(["--standalone", "--nproc-per-node=2", str(path)])
+    assert ours.returncode == shell.returncode == 126, (ours.stderr, shell.stderr)
+    assert words in shell.stderr.lower()
+    lines = [l for l in ours.stderr.splitlines() if words in l.lower()]
+    assert len(lines) == 1 and lines[0].startswith(f"trainrun: {path}: "), ours.stderr
+    assert "internal error" not in ours.stderr
+
+
+# --- a late agent ------------------------------------------------------------------------------
+
+def frame(message):
+    body = json.dumps(message).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+def read_frame(conn):
+    header = b""
+    while len(header) < 4:
+        chunk = conn.recv(4 - len(header))
+        if not chunk:
+            return None
+        header += chunk
+    (size,) = struct.unpack(">I", header)
+    body = b""
+    while len(body) < size:
+        chunk = conn.recv(size - len(body))
+        if not chunk:
+            return None
+        body += chunk
+    return json.loads(body)
+
+
+class ScriptedHost(threading.Thread):
+    """A rendezvous host past its job's end, as the real one answers in that state: it welcomes
+    a connection, takes its join and sends `reply` (the job's final stop or a restart)."""
+
+    def __init__(self, replies):
+        super().__init__(daemon=True)
+        self.replies = replies
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(4)
+        self.port = self.listener.getsockname()[1]
+        self.received = []
+
+    def run(self):
+        conn, _ = self.listener.accept()
+        with conn:
+            hello = read_frame(conn)
+            self.received.append(hello)
+            conn.sendall(frame({"type": "welcome", "keep_alive_interval_s": 1,
+                                "heartbeat_timeout_s": 60}))
+            while True:
+                message = read_frame(conn)
+                if message is None:
+                    return
+                self.received.append(message)
+                if message["type"] == "join":
+                    break
+            for reply in self.replies:
+                conn.sendall(frame(reply))
+            while read_frame(conn) is not None:
+                pass
+
+    def close(self):
+        self.listener.close()
+
+
+def test_a_late_agent_says_the_job_has_ended_and_exits_1(tmp_path):
+    host = ScriptedHost([{"type": "stop", "cause": "finished", "reason": "all 2 nodes finished",
+                          "exit_code": 0}])
+    host.start()
+    try:
+        r = run(dynamic(host.port, 2, 1) + ["/bin/true"], timeout=60)
+    finally:
+        host.close()
+    assert r.returncode == 1, r.stderr
+    assert ("trainrun: the job ended before this node was given work (all 2 nodes finished); it "
+            "ran no workers") in r.stderr.splitlines(), r.stderr
+
+
+def test_a_host_name_with_escape_sequences_is_printed_escaped(tmp_path):
+    evil = "evil\x1b]0;owned\x07\x1b[2J"
+    host = ScriptedHost([
+        {"type": "stop", "cause": "worker_failed", "reason": f"worker failed on {evil}",
+         "exit_code": 5, "failure": {"host": evil, "rank": 3, "local_rank": 0, "exit_code": 5,
+                                     "summary": f"summary from {evil}\nsecond line\n"}}])
+    host.start()
+    try:
+        r = run(dynamic(host.port, 2, 1) + ["/bin/true"], timeout=60)
+    finally:
+        host.close()
+    assert r.returncode == 1, r.stderr
+    assert "\x1b" not in r.stderr and "\x07" not in r.stderr, repr(r.stderr)
+    assert r"worker failed on evil\x1b]0;owned\x07\x1b[2J" in r.stderr, r.stderr
+
+
+# --- a SIGTERM-ignoring descendant delays a successful job: it is named ------------------------
+
+def test_a_descendant_that_ignores_sigterm_is_named_not_waited_for_silently(tmp_path):
+    script = tmp_path / "w.sh"
+    script.write_text("#!/bin/sh\n"
+                      f"{sys.executable} -c 'import signal, time; "
+                      "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)' &\n"
+                      "exit 0\n")
+    script.chmod(0o755)
+    r = run(["--standalone", "--nproc-per-node=1", "--shutdown-timeout=3", str(script)],
+            timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stderr.splitlines() if "still running after SIGTERM" in l]
+    assert len(lines) == 1, r.stderr
+    assert re.search(r"waiting for 1 process\(es\) the workers left, still running after "
+                     r"SIGTERM: pid \d+ \(\S*python\S* -c import signal, time; .*\); SIGKILL in "
+                     r"\d+ s \(--shutdown-timeout\)$", lines[0]), lines[0]

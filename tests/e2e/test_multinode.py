@@ -225,9 +225,14 @@ def test_wrong_token_is_refused(agents, tmp_path):
     time.sleep(0.5)
     b = agents("b", dynamic(port, 2, 1) + ["/bin/true"], env={"TRAINRUN_RDZV_TOKEN": "wrong"})
     assert b.wait(30) != 0
-    assert "token" in b.err.lower(), b.err
+    reason = "the server's token proof does not match: the nodes hold different tokens"
+    assert f"trainrun: this node refused the rendezvous at 127.0.0.1:{port}: {reason}" in \
+        b.err.splitlines(), b.err
     a.wait(30)
-    assert "token" in a.err.lower(), a.err
+    # The host says it too, with the same reason, naming the refused node's address.
+    assert any(line.startswith("trainrun: rejected 127.0.0.1:") and
+               line.endswith(f": the client refused this rendezvous: {reason}")
+               for line in a.err.splitlines()), a.err
 
 
 def _run_agents_while(blocker, agents, port, conf, names=("a",)):

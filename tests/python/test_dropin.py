@@ -75,6 +75,21 @@ def test_environment_matches_torchrun(nproc, tmp_path):
     assert len({(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in ours.values()}) == 1
 
 
+@pytest.mark.skipif(not os.path.exists(TORCHRUN),
+                    reason=f"the reference torchrun is not at {TORCHRUN} (set REFERENCE_TORCHRUN)")
+def test_local_rank_in_arguments_is_substituted_as_torchrun_does():
+    # torchrun uses string.Template: "$local_rankX" names another variable and stays as it is.
+    args = ["$local_rankX", "$local_rank", "${local_rank}X", "$$local_rank", "$LOCAL_RANK",
+            "${local_rankX}", "a$$b", "$", "$local_rank_1", "$local_rank.x", "${local_rank"]
+    ours = run([TRAINRUN, "--standalone", "--nproc-per-node=1", "--no-python", "/bin/echo", *args])
+    theirs = run([PY, TORCHRUN, *standalone_args(), "--nproc_per_node=1", "--no_python",
+                  "/bin/echo", *args])
+    assert ours.returncode == theirs.returncode == 0, (ours.stderr, theirs.stderr)
+    assert ours.stdout == theirs.stdout
+    assert ours.stdout == "$local_rankX 0 0X $local_rank $LOCAL_RANK ${local_rankX} a$b $ " \
+                          "$local_rank_1 0.x ${local_rank\n"
+
+
 def test_gloo_all_reduce_with_four_workers():
     r = run([TRAINRUN, "--nproc-per-node=4", os.path.join(HERE, "allreduce.py")])
     assert r.returncode == 0, r.stderr

@@ -137,6 +137,15 @@ TEST_CASE("the server refuses a wrong client proof, other versions and bad order
                                             "speaks version 2; run the same trainrun version on "
                                             "every node"));
   }
+  SECTION("a client that refuses the server's proof says why, and the server logs it") {
+    ServerHandshake server("job7", std::string("s3cret"), trainrun::random_hex(64), Welcome{});
+    REQUIRE(std::holds_alternative<Challenge>(*server.on_message(hello).reply));
+    auto step = server.on_message(decode_client_message(
+        encode(ClientMessage{Leave{"the server's token proof does not match"}})));
+    CHECK(step.outcome == HandshakeOutcome::rejected);
+    CHECK(step.reason ==
+          "the client refused this rendezvous: the server's token proof does not match");
+  }
   SECTION("another protocol version") {
     ServerHandshake server("job7", std::nullopt, random_nonce(), Welcome{});
     hello.auth = false;

@@ -114,6 +114,9 @@ ServerHandshake::Step ServerHandshake::on_message(const ClientMessage& message) 
                 {},
                 {}};
   }
+  // A client that refused our proof says why before it goes (unsealed: it holds no keys).
+  if (const auto* leave = std::get_if<Leave>(&message))
+    return reject(fmt::format("the client refused this rendezvous: {}", leave->reason));
   // The answer to `auth`, welcome or reject, is sealed: the client, which checked our proof,
   // opens it with the same keys.
   Step step;
