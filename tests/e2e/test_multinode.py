@@ -229,8 +229,9 @@ def test_wrong_token_is_refused(agents, tmp_path):
     assert f"trainrun: this node refused the rendezvous at 127.0.0.1:{port}: {reason}" in \
         b.err.splitlines(), b.err
     a.wait(30)
-    # The host says it too, with the same reason, naming the refused node's address.
-    assert any(line.startswith("trainrun: rejected 127.0.0.1:") and
+    # The host says it too, with the same reason, naming the refused node's address (its
+    # "hosting ... token required" line is no answer).
+    assert any(line.startswith("trainrun: rendezvous server: rejected 127.0.0.1:") and
                line.endswith(f": the client refused this rendezvous: {reason}")
                for line in a.err.splitlines()), a.err
 
