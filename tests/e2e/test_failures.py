@@ -301,14 +301,19 @@ class ScriptedHost(threading.Thread):
         self.listener.close()
 
 
-def test_a_late_agent_says_the_job_has_ended_and_exits_1(tmp_path):
-    host = ScriptedHost([{"type": "stop", "cause": "finished", "reason": "all 2 nodes finished",
-                          "exit_code": 0}])
+def join_scripted_host(replies):
+    """One agent of a two-node job against a ScriptedHost that answers its join with `replies`."""
+    host = ScriptedHost(replies)
     host.start()
     try:
-        r = run(dynamic(host.port, 2, 1) + ["/bin/true"], timeout=60)
+        return run(dynamic(host.port, 2, 1) + ["/bin/true"], timeout=60)
     finally:
         host.close()
+
+
+def test_a_late_agent_says_the_job_has_ended_and_exits_1(tmp_path):
+    r = join_scripted_host([{"type": "stop", "cause": "finished",
+                             "reason": "all 2 nodes finished", "exit_code": 0}])
     assert r.returncode == 1, r.stderr
     assert ("trainrun: the job ended before this node was given work (all 2 nodes finished); it "
             "ran no workers") in r.stderr.splitlines(), r.stderr
@@ -316,15 +321,10 @@ def test_a_late_agent_says_the_job_has_ended_and_exits_1(tmp_path):
 
 def test_a_host_name_with_escape_sequences_is_printed_escaped(tmp_path):
     evil = "evil\x1b]0;owned\x07\x1b[2J"
-    host = ScriptedHost([
+    r = join_scripted_host([
         {"type": "stop", "cause": "worker_failed", "reason": f"worker failed on {evil}",
          "exit_code": 5, "failure": {"host": evil, "rank": 3, "local_rank": 0, "exit_code": 5,
                                      "summary": f"summary from {evil}\nsecond line\n"}}])
-    host.start()
-    try:
-        r = run(dynamic(host.port, 2, 1) + ["/bin/true"], timeout=60)
-    finally:
-        host.close()
     assert r.returncode == 1, r.stderr
     assert "\x1b" not in r.stderr and "\x07" not in r.stderr, repr(r.stderr)
     assert r"worker failed on evil\x1b]0;owned\x07\x1b[2J" in r.stderr, r.stderr

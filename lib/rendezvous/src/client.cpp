@@ -243,15 +243,15 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
         if (std::holds_alternative<Reject>(message)) {
           return end(Stop{
               StopCause::rejected,
-              fmt::format("the rendezvous at {} refused this node: {}", endpoint(), step.reason),
-              1, std::nullopt});
+              fmt::format("the rendezvous at {} refused this node: {}", endpoint(), step.reason), 1,
+              std::nullopt});
         }
         // We refuse the server (its token proof): it is told why, so that its log says it too.
         connection_->send(encode(ClientMessage{Leave{step.reason}}));
-        return end(Stop{
-            StopCause::rejected,
-            fmt::format("this node refused the rendezvous at {}: {}", endpoint(), step.reason), 1,
-            std::nullopt});
+        return end(
+            Stop{StopCause::rejected,
+                 fmt::format("this node refused the rendezvous at {}: {}", endpoint(), step.reason),
+                 1, std::nullopt});
       }
       if (step.reply) connection_->send(encode(*step.reply));
       if (step.keys) connection_->authenticate(std::move(*step.keys));

@@ -45,7 +45,7 @@ struct FailureReport {
   int rank = -1;  // global rank of the failed worker
   int local_rank = -1;
   int exit_code = 1;    // as the agent reports it (128+N for signal N)
-  std::string summary;  // the agent's failure summary, shown on every node; kMaxSummaryBytes at most
+  std::string summary;  // the failure summary shown on every node, kMaxSummaryBytes at most
 };
 
 enum class StopCause {
