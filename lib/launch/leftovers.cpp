@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <iterator>
 #include <optional>
 
 #include "trainrun/base/numbers.hpp"
@@ -51,8 +50,11 @@ std::vector<pid_t> group_members(pid_t pgid) {
 }
 
 std::string describe_process(pid_t pid) {
+  // A command line may be megabytes long: read no more than is shown.
   std::ifstream in(fmt::format("/proc/{}/cmdline", pid), std::ios::binary);
-  std::string command(std::istreambuf_iterator<char>(in), {});
+  std::string command(kMaxCommand + 1, '\0');
+  in.read(command.data(), static_cast<std::streamsize>(command.size()));
+  command.resize(static_cast<size_t>(in.gcount()));
   while (!command.empty() && command.back() == '\0') command.pop_back();
   std::replace(command.begin(), command.end(), '\0', ' ');
   if (command.empty()) {
