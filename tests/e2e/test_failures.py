@@ -73,8 +73,8 @@ def attempts(marks):
 
 
 def split_by_failure(nodes):
-    """(the node whose worker failed, the other), told apart by the local error-file path the
-    failing node prints without a truncation note."""
+    """(the node whose worker failed, the other), told apart by the note of the summary sent
+    across: only the other node prints a shortened traceback."""
     relayed = [n for n in nodes if "bytes not shown" in n.err]
     assert len(relayed) == 1, [n.err[-3000:] for n in nodes]
     other = relayed[0]
@@ -128,7 +128,7 @@ def test_a_huge_traceback_restarts_the_job_like_any_failure(agents, tmp_path, si
 
 
 @pytest.mark.parametrize("size", [100_000, 4 << 20])
-def test_a_huge_traceback_with_restarts_left_over_ends_the_job(agents, tmp_path, size):
+def test_a_huge_traceback_that_comes_again_after_the_restart_ends_the_job(agents, tmp_path, size):
     nodes, codes, marks = failing_job(agents, tmp_path, size, restarts=1, when="always")
     assert codes == [1, 1], [n.err[-3000:] for n in nodes]
     assert attempts(marks) == {0: {0, 1}, 1: {0, 1}}
