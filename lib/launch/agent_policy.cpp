@@ -68,7 +68,7 @@ AgentActions AgentPolicy::worker_exited(const WorkerExit& exit, Clock::time_poin
   AgentActions out;
   if (running_ > 0) --running_;
   if (exit.status.failed() && (state_ == State::running || stop_signal_ == 0))
-    record_failure(out, exit, state_ == State::running && !pending_restart_ && !pending_stop_);
+    record_failure(out, exit, counts_as_failure(exit.status));
   if (state_ == State::running && exit.status.failed()) {
     report_failure(out);
     begin_stop(out, SIGTERM, now);
@@ -177,6 +177,16 @@ void AgentPolicy::start_attempt(AgentActions& out) {
   out.emplace_back(action::StartWorkers{topology_, max_restarts_});
 }
 
+// A failed exit counts while the group runs. Once this node stops it for a failure of its own,
+// a worker that ended on its own (an exit code, a signal we did not send) failed too, as in
+// torchrun's table of every failure; one that a SIGTERM or SIGKILL of ours ended did not, nor
+// does any while the rendezvous stops the group (another node's failure, a new round).
+bool AgentPolicy::counts_as_failure(const ExitStatus& status) const {
+  if (pending_restart_ || pending_stop_) return false;
+  if (state_ == State::running) return true;
+  return status.signal != SIGTERM && status.signal != SIGKILL;
+}
+
 void AgentPolicy::record_failure(AgentActions& out, const WorkerExit& exit, bool first_wave) {
   ProcessFailure f;
   f.local_rank = exit.local_rank;
@@ -198,8 +208,7 @@ void AgentPolicy::record_failure(AgentActions& out, const WorkerExit& exit, bool
     f.has_error_file = true;
     f.message = exit.problem;
   }
-  // Once the group is being stopped, only workers that left their own error report count as
-  // failures: the rest are ending because we asked them to.
+  // A worker that left its own error report failed, whenever it ended.
   if (first_wave || f.has_error_file) failures_.push_back(std::move(f));
 }
 

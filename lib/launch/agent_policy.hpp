@@ -118,6 +118,7 @@ class AgentPolicy {
 
  private:
   void start_attempt(AgentActions& out);
+  bool counts_as_failure(const ExitStatus& status) const;
   void record_failure(AgentActions& out, const WorkerExit& exit, bool first_wave);
   void report_failure(AgentActions& out);
   void begin_stop(AgentActions& out, int sig, Clock::time_point now);

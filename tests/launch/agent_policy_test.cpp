@@ -182,6 +182,29 @@ TEST_CASE("a worker that reports its own error while the group stops counts", "[
   CHECK(h.summaries[0].find("error_file: /logs/1/error.json") != std::string::npos);
 }
 
+TEST_CASE("workers that fail on their own while the group stops are listed too", "[agent]") {
+  Harness h(config(4));
+  h.start();
+  h.exit(0, code(2));
+  // Ended by itself (its exit had not been seen when the stop was sent), and by a crash.
+  CHECK(h.exit(2, code(7)).empty());
+  CHECK(h.exit(1, killed(SIGSEGV)).empty());
+  // Ended by our SIGTERM: not a failure of its own.
+  CHECK(h.exit(3, killed(SIGTERM)) == Lines{"sweep 30"});
+  REQUIRE(h.policy.failures().size() == 3);
+  CHECK(h.ended() == Lines{"summary", "finish 2"});
+  // torchrun's layout: the others in rank order, numbered by rank order, then the root cause.
+  const std::string& s = h.summaries[0];
+  const auto r1 = s.find("Failures:\n[1]:\n");
+  const auto r2 = s.find("[2]:\n");
+  const auto root = s.find("Root Cause (first observed failure):\n[0]:\n");
+  REQUIRE(root != std::string::npos);
+  REQUIRE(r1 != std::string::npos);
+  CHECK(r1 < r2);
+  CHECK(r2 < root);
+  CHECK(s.find("Signal 11 (SIGSEGV)") < r2);
+}
+
 TEST_CASE("an unreadable error file is said, the failure still counts", "[agent]") {
   Harness h(config(1));
   h.start();
