@@ -285,6 +285,11 @@ TEST_CASE("strangers are refused on both sides", "[rendezvous]") {
     REQUIRE(run_until(f.io, [&] { return a.stop.has_value(); }));
     CHECK(a.stop->cause == StopCause::rejected);
     CHECK_THAT(a.stop->reason, Catch::Contains("different tokens"));
+    // The client says why it refused the server's proof: the server logs the reason too.
+    CHECK(run_until(f.io, [&] {
+      return f.logged(
+          "the client refused this rendezvous: the server's token proof does not match");
+    }));
   }
   SECTION("another run id") {
     Agent a(f.io, port, std::string("s3cret"), "job8");
