@@ -27,5 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   other.timestamp = 1;
   std::string summary = format_failure_summary("job", {f, other});
   FUZZ_CHECK(summary.find("Root Cause") != std::string::npos);
+  // The summary sent to other nodes stays within its size, whatever the file held.
+  FUZZ_CHECK(format_failure_summary("job", {f, other}, 16 * 1024).size() <= 16 * 1024);
   return 0;
 }
