@@ -28,6 +28,7 @@
 #include "rendezvous_options.hpp"
 #include "supervisor.hpp"
 #include "trainrun/base/system.hpp"
+#include "trainrun/rendezvous/etcd.hpp"
 #include "watchdog.hpp"
 #include "worker_count.hpp"
 #include "worker_env.hpp"
@@ -106,8 +107,15 @@ class Agent {
 
   // Throws SetupError when this node must host the rendezvous and cannot.
   void start_rendezvous(const rendezvous::RendezvousOptions& options) {
-    rdzv_ = rendezvous::make_rendezvous_handler(
-        io_, options, [this](const std::string& line) { say_on_console(line); });
+    rendezvous::LogFunction log = [this](const std::string& line) { say_on_console(line); };
+    if (is_etcd_backend(config_.rdzv_backend)) {
+      if (config_.rdzv_backend == "etcd-v2") {
+        say_on_console("--rdzv-backend=etcd-v2: trainrun speaks etcd's v3 API for etcd and etcd-v2");
+      }
+      rdzv_ = rendezvous::make_etcd_rendezvous_handler(io_, options, std::move(log));
+    } else {
+      rdzv_ = rendezvous::make_rendezvous_handler(io_, options, std::move(log));
+    }
     rendezvous::ClientEvents events;
     events.on_assignment = [this](const rendezvous::Assignment& a) {
       apply(policy_.assignment(a, Clock::now()));

@@ -128,12 +128,15 @@ RendezvousOptions static_options(const LaunchConfig& config, const RendezvousCon
 
 RendezvousOptions dynamic_options(const LaunchConfig& config) {
   if (config.rdzv_endpoint.empty()) {
-    throw UsageError(
-        "--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT] (the same on every node)");
+    throw UsageError(fmt::format("--rdzv-backend={} needs --rdzv-endpoint=HOST[:PORT] (the same "
+                                 "on every node)",
+                                 config.rdzv_backend));
   }
   RendezvousOptions o;
   try {
-    o.endpoint = rendezvous::parse_endpoint(config.rdzv_endpoint);
+    o.endpoint = is_etcd_backend(config.rdzv_backend)
+                     ? rendezvous::parse_endpoint(config.rdzv_endpoint, kEtcdPort)
+                     : rendezvous::parse_endpoint(config.rdzv_endpoint);
   } catch (const std::invalid_argument& e) {
     throw UsageError(fmt::format("--rdzv-endpoint={}", e.what()));
   }
@@ -167,12 +170,14 @@ RendezvousConf check_rdzv_conf(const std::map<std::string, std::string>& entries
   return conf;
 }
 
+bool is_etcd_backend(const std::string& backend) {
+  return backend == "etcd" || backend == "etcd-v2";
+}
+
 void check_rdzv_backend(const std::string& backend, const std::string& what) {
-  if (backend == "etcd" || backend == "etcd-v2") {
-    throw UsageError(fmt::format("{}: not available in this build; use --rdzv-backend=c10d", what));
-  }
-  if (backend != "static" && backend != "c10d") {
-    throw UsageError(fmt::format("{}: unknown rendezvous backend; use static or c10d", what));
+  if (backend != "static" && backend != "c10d" && !is_etcd_backend(backend)) {
+    throw UsageError(
+        fmt::format("{}: unknown rendezvous backend; use static, c10d, etcd or etcd-v2", what));
   }
 }
 

@@ -33,9 +33,14 @@ struct RendezvousConf {
 // with a one-line reason naming the key.
 RendezvousConf check_rdzv_conf(const std::map<std::string, std::string>& entries);
 
-// --rdzv-backend: static and c10d run; etcd and etcd-v2 are not in this build, and other names
-// are unknown. `what` names the value as given ("--rdzv-backend=etcd"). Throws UsageError.
+// --rdzv-backend: static, c10d, etcd and etcd-v2 (the same backend: trainrun speaks etcd's v3
+// API for both); other names are unknown. `what` names the value as given
+// ("--rdzv-backend=etcd"). Throws UsageError.
 void check_rdzv_backend(const std::string& backend, const std::string& what);
+
+// etcd or etcd-v2: the rendezvous is kept in etcd (its endpoint's default port is kEtcdPort).
+bool is_etcd_backend(const std::string& backend);
+inline constexpr int kEtcdPort = 2379;
 
 // The rendezvous options of this job, from a parsed command line: its values combined and the
 // shared token read (--rdzv-conf token_file=PATH, else TRAINRUN_RDZV_TOKEN).

@@ -1,0 +1,78 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "trainrun/rendezvous/messages.hpp"
+#include "trainrun/rendezvous/options.hpp"
+
+namespace trainrun::rendezvous {
+
+// The job's rendezvous as one value kept in etcd (/trainrun/<run_id>/state) and changed only by
+// compare-and-set: the same rounds as RoundMachine, but every agent may apply a change, so no
+// node is special. Times are Unix seconds (the agents' clocks are compared with each other only
+// for timeouts of seconds). docs/protocol.md describes the layout.
+struct EtcdMember {
+  std::string id;  // the node's key under /trainrun/<run_id>/nodes/, held by its lease
+  NodeDescriptor node;
+  double joined_at = 0;
+};
+
+struct EtcdRoundState {
+  enum class Phase { forming, running, ended };
+  Phase phase = Phase::forming;
+  std::uint64_t round = 0;
+  int restart_count = 0;
+  std::vector<EtcdMember> waiting;       // joined, in join order, not in the running round
+  std::vector<EtcdMember> participants;  // the running round's members
+  std::set<std::string> done;
+  std::set<std::string> expected;  // forming after a restart: the survivors
+  std::optional<double> forming_since;
+  std::optional<double> min_reached_at;
+  std::optional<Restart> restart;  // why the current round began, when a round ended before it
+  std::optional<Stop> stop;        // the job's end
+
+  const EtcdMember* participant(const std::string& id) const;
+  const EtcdMember* waiter(const std::string& id) const;
+};
+
+std::string encode_state(const EtcdRoundState& state);
+// Throws ProtocolError for a value that is not a state this version wrote.
+EtcdRoundState decode_state(const std::string& text);
+
+// The changes, each returning whether the state changed. `now`: Unix seconds.
+class EtcdRound {
+ public:
+  EtcdRound(RoundOptions options, std::string endpoint, double heartbeat_timeout_s)
+      : options_(std::move(options)),
+        endpoint_(std::move(endpoint)),
+        heartbeat_timeout_s_(heartbeat_timeout_s) {}
+
+  bool join(EtcdRoundState& s, const std::string& id, const NodeDescriptor& node, double now) const;
+  bool failure(EtcdRoundState& s, const std::string& id, const Failure& report, double now) const;
+  bool done(EtcdRoundState& s, const std::string& id, std::uint64_t round) const;
+  bool lost(EtcdRoundState& s, const std::string& id, const std::string& why, double now) const;
+  // Members whose node key is gone (lease expired or revoked) are lost.
+  bool prune(EtcdRoundState& s, const std::set<std::string>& live, double now) const;
+  // Last call, join timeouts; newcomers waiting on a full job too long are dropped.
+  bool tick(EtcdRoundState& s, double now) const;
+  // When tick() may next change something.
+  std::optional<double> next_deadline(const EtcdRoundState& s) const;
+  // A Stop for a node no longer in the state (dropped while waiting on a full job, or lost).
+  Stop dropped(const EtcdRoundState& s) const;
+
+ private:
+  void maybe_complete(EtcdRoundState& s, double now) const;
+  void begin_forming(EtcdRoundState& s, double now, Restart restart) const;
+  void end_job(EtcdRoundState& s, Stop stop) const;
+  double seconds(Clock::duration d) const;
+
+  RoundOptions options_;
+  std::string endpoint_;
+  double heartbeat_timeout_s_;
+};
+
+}  // namespace trainrun::rendezvous

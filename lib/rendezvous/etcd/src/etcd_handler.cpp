@@ -1,0 +1,551 @@
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <boost/asio/steady_timer.hpp>
+#include <cmath>
+#include <deque>
+#include <nlohmann/json.hpp>
+
+#include "trainrun/base/system.hpp"
+#include "trainrun/rendezvous/etcd.hpp"
+#include "trainrun/rendezvous/etcd_client.hpp"
+#include "trainrun/rendezvous/etcd_round.hpp"
+#include "trainrun/rendezvous/rank_assignment.hpp"
+
+namespace trainrun::rendezvous {
+
+namespace asio = boost::asio;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+double unix_now() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::int64_t int_field(const json& j, const char* key) {
+  if (!j.contains(key)) return 0;
+  const json& v = j.at(key);
+  return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<std::int64_t>();
+}
+
+// The round state and the live node ids under the prefix, from one range response.
+struct Snapshot {
+  std::optional<EtcdRoundState> state;
+  std::int64_t state_mod_revision = 0;  // 0: no state yet
+  std::int64_t revision = 0;            // the store's revision when read
+  std::set<std::string> live;
+};
+
+// One mutation of the round state: returns whether it changed anything.
+using Change = std::function<bool(EtcdRoundState&, double now)>;
+
+class EtcdRendezvousHandler : public RendezvousHandler {
+ public:
+  EtcdRendezvousHandler(asio::io_context& io, RendezvousOptions options, LogFunction log)
+      : io_(io),
+        options_(std::move(options)),
+        log_(std::move(log)),
+        prefix_("/trainrun/" + options_.credentials.run_id + "/"),
+        round_(options_.round, endpoint(), seconds(options_.liveness.heartbeat_timeout)),
+        node_id_(random_hex(8)) {}
+
+  ~EtcdRendezvousHandler() override {
+    cancel_timers();
+    if (client_ && lease_ && !revoked_) revoke();
+    client_.reset();
+  }
+
+  void start(ClientEvents events) override {
+    events_ = std::move(events);
+    client_ = std::make_unique<EtcdClient>(
+        io_, fmt::format("http://{}:{}", bracketed(options_.endpoint.host), options_.endpoint.port));
+    started_at_ = Clock::now();
+    grant_lease();
+  }
+
+  void join(const JoinRequest& request) override {
+    NodeDescriptor node;
+    node.host = host_name();
+    node.pid = ::getpid();
+    node.nproc = request.nproc;
+    node.master_port = request.master_port;
+    joined_ = true;
+    join_landed_rev_ = 0;
+    pending_join_ = node;
+    if (lease_) submit_join();
+  }
+
+  void report_failure(const FailureReport& failure) override {
+    if (!assigned_) return;
+    Failure report{*assigned_, failure};
+    enqueue([this, report](EtcdRoundState& s, double now) {
+      return round_.failure(s, node_id_, report, now);
+    });
+  }
+
+  void report_done() override {
+    if (!assigned_) return;
+    const std::uint64_t round = *assigned_;
+    enqueue([this, round](EtcdRoundState& s, double) { return round_.done(s, node_id_, round); });
+  }
+
+  void shutdown(const std::string& reason) override {
+    if (finished_) return;
+    finished_ = true;
+    cancel_timers();
+    if (!client_ || !lease_) return;
+    // The agent is on its way out: say why in the state (bounded, blocking), then let go.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      if (leave_now("left: " + reason)) break;
+    }
+    revoke();
+  }
+
+  std::string endpoint() const override {
+    return fmt::format("{}:{}", options_.endpoint.host, options_.endpoint.port);
+  }
+  bool hosting() const override { return false; }
+
+ private:
+  static std::string bracketed(const std::string& host) {
+    return host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  }
+  std::string state_key() const { return prefix_ + "state"; }
+  std::string nodes_prefix() const { return prefix_ + "nodes/"; }
+  // The end of the key range [prefix, prefix_end): the prefix with its last byte incremented.
+  static std::string range_end(std::string prefix) {
+    prefix.back() = static_cast<char>(prefix.back() + 1);
+    return prefix;
+  }
+  static json range_request(const std::string& prefix) {
+    return {{"key", base64_encode(prefix)}, {"range_end", base64_encode(range_end(prefix))}};
+  }
+
+  // ---- requests, with retries while etcd is unreachable ----
+
+  // POST `path`; on a JSON answer call `ok`; while etcd cannot be reached, call `retry` after a
+  // back-off, until the deadline; an answer that is not etcd's ends the job on this node.
+  void call(const std::string& path, const json& body, std::function<void(const json&)> ok,
+            std::function<void()> retry) {
+    client_->post(path, body.dump(), 5s, [this, path, ok, retry](EtcdReply r) {
+      if (finished_) return;
+      if (!r.local_ip.empty()) local_ip_ = r.local_ip;
+      if (r.transport_ok && r.http_status == 200) {
+        json j = json::parse(r.body, nullptr, false);
+        if (!j.is_discarded() && j.is_object()) {
+          unreachable_since_.reset();
+          return ok(j);
+        }
+      }
+      if (r.transport_ok && r.http_status != 503 && r.http_status < 500) {
+        return fail(Stop{StopCause::rejected,
+                         fmt::format("{} does not answer as etcd's v3 API does ({} on {}); is it "
+                                     "an etcd 3.4+ client endpoint?",
+                                     endpoint(), r.describe(), path),
+                         1, std::nullopt});
+      }
+      unreachable(r, retry);
+    });
+  }
+
+  void unreachable(const EtcdReply& r, std::function<void()> retry) {
+    const auto now = Clock::now();
+    if (!unreachable_since_) {
+      unreachable_since_ = now;
+      backoff_ = options_.retry.initial_backoff;
+    }
+    if (now - *unreachable_since_ >= options_.retry.deadline) {
+      return fail(Stop{StopCause::server_lost,
+                       fmt::format("etcd at {} unreachable for {:.0f} s ({}); giving up",
+                                   endpoint(), seconds(now - *unreachable_since_), r.describe()),
+                       1, std::nullopt});
+    }
+    if (!last_unreachable_log_ || now - *last_unreachable_log_ >= options_.retry.log_interval) {
+      last_unreachable_log_ = now;
+      say(fmt::format("etcd at {} not reachable ({}); retrying for up to {:.0f} s", endpoint(),
+                      r.describe(), seconds(options_.retry.deadline)));
+    }
+    after(backoff_, retry);
+    backoff_ = std::min(backoff_ * 2, options_.retry.max_backoff);
+  }
+
+  void after(Clock::duration d, std::function<void()> fn) {
+    auto timer = std::make_shared<asio::steady_timer>(io_, d);
+    timers_.push_back(timer);
+    timer->async_wait([this, timer, fn](boost::system::error_code ec) {
+      if (ec || finished_) return;
+      timers_.erase(std::remove(timers_.begin(), timers_.end(), timer), timers_.end());
+      fn();
+    });
+  }
+
+  void cancel_timers() {
+    for (auto& t : timers_) t->cancel();
+    timers_.clear();
+    tick_timer_.cancel();
+    keepalive_timer_.cancel();
+  }
+
+  void fail(Stop stop) {
+    if (finished_) return;
+    finished_ = true;
+    cancel_timers();
+    if (client_) client_->cancel_streams();
+    if (events_.on_stop) events_.on_stop(stop);
+  }
+
+  void say(const std::string& line) {
+    if (log_) log_(line);
+  }
+
+  // ---- liveness: the lease, its keep-alives, this node's key ----
+
+  void grant_lease() {
+    const auto ttl = std::max<std::int64_t>(
+        2, static_cast<std::int64_t>(std::ceil(seconds(options_.liveness.heartbeat_timeout))));
+    call("/v3/lease/grant", {{"TTL", ttl}, {"ID", 0}},
+         [this](const json& j) {
+           lease_ = int_field(j, "ID");
+           put_node_key();
+         },
+         [this] { grant_lease(); });
+  }
+
+  void put_node_key() {
+    json body = {{"key", base64_encode(nodes_prefix() + node_id_)},
+                 {"value", base64_encode(fmt::format("{} pid {}", host_name(), ::getpid()))},
+                 {"lease", std::to_string(*lease_)}};
+    call("/v3/kv/put", body,
+         [this](const json&) {
+           keep_alive();
+           read_and_watch();
+           if (joined_) submit_join();
+         },
+         [this] { put_node_key(); });
+  }
+
+  void keep_alive() {
+    keepalive_timer_.expires_after(options_.liveness.keep_alive_interval);
+    keepalive_timer_.async_wait([this](boost::system::error_code ec) {
+      if (ec || finished_) return;
+      call("/v3/lease/keepalive", {{"ID", std::to_string(*lease_)}},
+           [this](const json& j) {
+             const json& result = j.contains("result") ? j.at("result") : j;
+             if (int_field(result, "TTL") <= 0) {
+               return fail(Stop{StopCause::node_lost,
+                                fmt::format("this node's etcd lease at {} expired (no keep-alive "
+                                            "reached etcd for {:.0f} s): the others count it lost",
+                                            endpoint(),
+                                            seconds(options_.liveness.heartbeat_timeout)),
+                                1, std::nullopt});
+             }
+             keep_alive();
+           },
+           [this] { keep_alive(); });
+    });
+  }
+
+  void revoke() {
+    revoked_ = true;
+    client_->post_now("/v3/lease/revoke", json{{"ID", std::to_string(*lease_)}}.dump(), 1s);
+  }
+
+  // ---- reading and watching ----
+
+  Snapshot snapshot(const json& j) const {
+    Snapshot s;
+    s.revision = int_field(j.at("header"), "revision");
+    if (!j.contains("kvs")) return s;
+    for (const json& kv : j.at("kvs")) {
+      const std::string key = base64_decode(kv.at("key").get<std::string>());
+      if (key == state_key()) {
+        s.state = decode_state(base64_decode(kv.value("value", "")));
+        s.state_mod_revision = int_field(kv, "mod_revision");
+      } else if (key.rfind(nodes_prefix(), 0) == 0) {
+        s.live.insert(key.substr(nodes_prefix().size()));
+      }
+    }
+    return s;
+  }
+
+  void read(std::function<void(const Snapshot&)> then) {
+    call("/v3/kv/range", range_request(prefix_),
+         [this, then](const json& j) {
+           Snapshot s;
+           try {
+             s = snapshot(j);
+           } catch (const std::exception& e) {
+             return fail(Stop{StopCause::rejected,
+                              fmt::format("the rendezvous state in etcd at {} under {} is not one "
+                                          "this trainrun wrote ({}); use another --rdzv-id",
+                                          endpoint(), prefix_, e.what()),
+                              1, std::nullopt});
+           }
+           then(s);
+         },
+         [this, then] { read(then); });
+  }
+
+  void read_and_watch() {
+    read([this](const Snapshot& s) {
+      if (s.state) react(*s.state, s.state_mod_revision);
+      if (s.state && !s.live.empty()) enqueue_prune();
+      watch(s.revision + 1);
+    });
+  }
+
+  void watch(std::int64_t from) {
+    json body = {{"create_request", range_request(prefix_)}};
+    body["create_request"]["start_revision"] = std::to_string(from);
+    watch_from_ = from;
+    client_->stream("/v3/watch", body.dump(), [this](const std::string& line) { on_watch(line); },
+                    [this](EtcdReply r) {
+                      if (finished_) return;
+                      // The stream ended: etcd restarted or went away. Read again, then watch
+                      // from where we were.
+                      unreachable(r, [this] { read_and_watch(); });
+                    });
+  }
+
+  void on_watch(const std::string& line) {
+    if (finished_) return;
+    json j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("result")) return;
+    const json& result = j.at("result");
+    unreachable_since_.reset();
+    if (!result.contains("events")) return;
+    bool node_gone = false;
+    for (const json& ev : result.at("events")) {
+      const json& kv = ev.at("kv");
+      const std::string key = base64_decode(kv.at("key").get<std::string>());
+      watch_from_ = std::max(watch_from_, int_field(kv, "mod_revision") + 1);
+      const bool deleted = ev.value("type", "") == "DELETE";
+      if (key == state_key() && !deleted) {
+        try {
+          react(decode_state(base64_decode(kv.value("value", ""))), int_field(kv, "mod_revision"));
+        } catch (const std::exception&) {
+        }
+      } else if (deleted && key.rfind(nodes_prefix(), 0) == 0) {
+        node_gone = true;
+      }
+      if (finished_) return;
+    }
+    if (node_gone) enqueue_prune();
+  }
+
+  // ---- changing the state: read, apply, compare-and-set; again if another agent was first ----
+
+  void enqueue(Change change, std::function<void(std::int64_t)> landed = nullptr) {
+    changes_.push_back({std::move(change), std::move(landed)});
+    run_next_change();
+  }
+
+  void enqueue_prune() {
+    enqueue([](EtcdRoundState&, double) { return false; });  // every change prunes first
+  }
+
+  void submit_join() {
+    if (!pending_join_) return;
+    NodeDescriptor node = *pending_join_;
+    pending_join_.reset();
+    if (node.addr.empty()) node.addr = options_.local_addr.empty() ? local_ip_ : options_.local_addr;
+    enqueue([this, node](EtcdRoundState& s, double now) { return round_.join(s, node_id_, node, now); },
+            [this](std::int64_t rev) { join_landed_rev_ = rev; });
+  }
+
+  void run_next_change() {
+    if (changing_ || changes_.empty() || finished_ || !lease_) return;
+    changing_ = true;
+    read([this](const Snapshot& snap) {
+      EtcdRoundState s = snap.state.value_or(EtcdRoundState{});
+      if (snap.state && s.phase == EtcdRoundState::Phase::ended && fresh_run(snap)) {
+        s = EtcdRoundState{};  // an earlier job of this run id ended and nobody is left
+      }
+      const double now = unix_now();
+      bool changed = round_.prune(s, snap.live, now);
+      changed = changes_.front().change(s, now) || changed;
+      if (!changed) {
+        finish_change(snap.revision);
+        if (snap.state) react(s, snap.state_mod_revision);
+        return;
+      }
+      compare_and_set(snap, s);
+    });
+  }
+
+  // Whether the stored state is a finished job nobody of which is left (only this node's key).
+  bool fresh_run(const Snapshot& snap) const {
+    return std::all_of(snap.live.begin(), snap.live.end(),
+                       [&](const std::string& id) { return id == node_id_; });
+  }
+
+  void compare_and_set(const Snapshot& snap, const EtcdRoundState& s) {
+    const std::string key = base64_encode(state_key());
+    json compare = {{"key", key}, {"target", "MOD"}, {"result", "EQUAL"},
+                    {"mod_revision", std::to_string(snap.state_mod_revision)}};
+    json body = {{"compare", json::array({compare})},
+                 {"success", json::array({{{"request_put",
+                                            {{"key", key}, {"value", base64_encode(encode_state(s))}}}}})}};
+    call("/v3/kv/txn", body,
+         [this](const json& j) {
+           if (!j.value("succeeded", false)) {  // another agent changed it first: again
+             changing_ = false;
+             return run_next_change();
+           }
+           finish_change(int_field(j.at("header"), "revision"));
+         },
+         [this] {
+           changing_ = false;
+           run_next_change();
+         });
+  }
+
+  void finish_change(std::int64_t revision) {
+    auto landed = std::move(changes_.front().landed);
+    changes_.pop_front();
+    changing_ = false;
+    if (landed) landed(revision);
+    run_next_change();
+  }
+
+  // ---- what the state means for this node ----
+
+  void react(const EtcdRoundState& s, std::int64_t revision) {
+    if (finished_ || revision <= seen_revision_) return;
+    seen_revision_ = revision;
+    if (s.stop) return fail(*s.stop);
+    const EtcdMember* me = s.participant(node_id_);
+    if (assigned_ && (s.round != *assigned_ || !me)) {
+      assigned_.reset();
+      joined_ = false;
+      join_landed_rev_ = 0;
+      Restart r = s.restart.value_or(
+          Restart{RestartCause::node_lost, "the round ended", s.restart_count, std::nullopt});
+      if (events_.on_restart) events_.on_restart(r);
+      if (finished_) return;
+    }
+    if (joined_ && join_landed_rev_ > 0 && revision >= join_landed_rev_ && !assigned_ && !me &&
+        !s.waiter(node_id_)) {
+      return fail(round_.dropped(s));
+    }
+    if (joined_ && !assigned_ && me && s.phase == EtcdRoundState::Phase::running) {
+      assign(s);
+    } else if (joined_ && !assigned_ && s.waiter(node_id_)) {
+      report_waiting(s);
+    }
+    arm_tick(s);
+  }
+
+  void assign(const EtcdRoundState& s) {
+    std::vector<NodeDescriptor> nodes;
+    std::size_t mine = 0;
+    for (std::size_t i = 0; i < s.participants.size(); ++i) {
+      if (s.participants[i].id == node_id_) mine = i;
+      nodes.push_back(s.participants[i].node);
+    }
+    Assignment a = assign_ranks(nodes, s.round, false, nullptr)[mine];
+    a.restart_count = s.restart_count;
+    a.max_restarts = options_.round.max_restarts;
+    assigned_ = s.round;
+    if (events_.on_assignment) events_.on_assignment(a);
+  }
+
+  void report_waiting(const EtcdRoundState& s) {
+    const auto now = Clock::now();
+    const int joined = static_cast<int>(s.waiting.size());
+    if (joined == last_waiting_count_ && now - last_waiting_log_ < options_.round.status_interval)
+      return;
+    last_waiting_count_ = joined;
+    last_waiting_log_ = now;
+    const auto& r = options_.round;
+    std::string wanted = r.min_nodes == r.max_nodes
+                             ? std::to_string(r.min_nodes)
+                             : fmt::format("{} (up to {})", r.min_nodes, r.max_nodes);
+    say(fmt::format("waiting for nodes in etcd at {}: {} of {} joined", endpoint(), joined,
+                    wanted));
+  }
+
+  void arm_tick(const EtcdRoundState& s) {
+    const std::optional<double> at = round_.next_deadline(s);
+    tick_timer_.cancel();
+    if (!at) return;
+    const double wait = std::max(0.0, *at - unix_now()) + 0.05;
+    tick_timer_.expires_after(std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(wait)));
+    tick_timer_.async_wait([this](boost::system::error_code ec) {
+      if (ec || finished_) return;
+      enqueue([this](EtcdRoundState& st, double now) { return round_.tick(st, now); });
+    });
+  }
+
+  // shutdown(): the one blocking path, bounded: read, mark this node lost, compare-and-set.
+  bool leave_now(const std::string& why) {
+    EtcdReply r = client_->post_now("/v3/kv/range", range_request(prefix_).dump(), 1s);
+    if (!r.ok()) return true;  // etcd is not there: the lease will expire on its own
+    try {
+      Snapshot snap = snapshot(json::parse(r.body));
+      if (!snap.state) return true;
+      EtcdRoundState s = *snap.state;
+      if (!round_.lost(s, node_id_, why, unix_now())) return true;
+      const std::string key = base64_encode(state_key());
+      json compare = {{"key", key}, {"target", "MOD"}, {"result", "EQUAL"},
+                      {"mod_revision", std::to_string(snap.state_mod_revision)}};
+      json body = {{"compare", json::array({compare})},
+                   {"success", json::array({{{"request_put",
+                                              {{"key", key}, {"value", base64_encode(encode_state(s))}}}}})}};
+      EtcdReply t = client_->post_now("/v3/kv/txn", body.dump(), 1s);
+      return !t.ok() || json::parse(t.body).value("succeeded", false);
+    } catch (const std::exception&) {
+      return true;
+    }
+  }
+
+  asio::io_context& io_;
+  RendezvousOptions options_;
+  LogFunction log_;
+  std::string prefix_;
+  EtcdRound round_;
+  std::string node_id_;
+  ClientEvents events_;
+  Clock::time_point started_at_;
+  std::optional<std::int64_t> lease_;
+  bool revoked_ = false;
+  std::string local_ip_;
+  bool finished_ = false;
+  bool joined_ = false;
+  std::optional<NodeDescriptor> pending_join_;
+  std::int64_t join_landed_rev_ = 0;
+  std::optional<std::uint64_t> assigned_;
+  std::int64_t seen_revision_ = 0;
+  std::int64_t watch_from_ = 0;
+  struct Pending {
+    Change change;
+    std::function<void(std::int64_t)> landed;
+  };
+  std::deque<Pending> changes_;
+  bool changing_ = false;
+  std::optional<Clock::time_point> unreachable_since_;
+  std::optional<Clock::time_point> last_unreachable_log_;
+  Clock::duration backoff_{};
+  int last_waiting_count_ = -1;
+  Clock::time_point last_waiting_log_{};
+  std::vector<std::shared_ptr<asio::steady_timer>> timers_;
+  asio::steady_timer tick_timer_{io_};
+  asio::steady_timer keepalive_timer_{io_};
+  std::unique_ptr<EtcdClient> client_;  // last: destroyed first, no callback runs after it
+};
+
+}  // namespace
+
+std::unique_ptr<RendezvousHandler> make_etcd_rendezvous_handler(asio::io_context& io,
+                                                                RendezvousOptions options,
+                                                                LogFunction log) {
+  return std::make_unique<EtcdRendezvousHandler>(io, std::move(options), std::move(log));
+}
+
+}  // namespace trainrun::rendezvous

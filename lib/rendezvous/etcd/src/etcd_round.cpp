@@ -1,0 +1,334 @@
+#include "trainrun/rendezvous/etcd_round.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "trainrun/rendezvous/rank_assignment.hpp"
+
+namespace trainrun::rendezvous {
+
+using json = nlohmann::json;
+using Phase = EtcdRoundState::Phase;
+
+namespace {
+
+const EtcdMember* find(const std::vector<EtcdMember>& v, const std::string& id) {
+  auto it = std::find_if(v.begin(), v.end(), [&](const EtcdMember& m) { return m.id == id; });
+  return it == v.end() ? nullptr : &*it;
+}
+
+bool erase(std::vector<EtcdMember>& v, const std::string& id) {
+  auto it = std::remove_if(v.begin(), v.end(), [&](const EtcdMember& m) { return m.id == id; });
+  bool found = it != v.end();
+  v.erase(it, v.end());
+  return found;
+}
+
+std::string describe(const EtcdMember& m) {
+  return fmt::format("{} ({}, pid {})", m.node.host, m.node.addr, m.node.pid);
+}
+
+// Members, restarts and stops are kept in the wire protocol's own JSON (messages.hpp).
+json member_json(const EtcdMember& m) {
+  return {{"id", m.id},
+          {"joined_at", m.joined_at},
+          {"node", json::parse(encode(ClientMessage{Join{m.node}}))}};
+}
+
+EtcdMember member_from(const json& j) {
+  EtcdMember m;
+  m.id = j.at("id").get<std::string>();
+  m.joined_at = j.at("joined_at").get<double>();
+  m.node = std::get<Join>(decode_client_message(j.at("node").dump())).node;
+  return m;
+}
+
+template <class T>
+std::optional<T> message_from(const json& j, const char* key) {
+  if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
+  ServerMessage m = decode_server_message(j.at(key).dump());
+  if (!std::holds_alternative<T>(m)) throw ProtocolError(fmt::format("state: bad \"{}\"", key));
+  return std::get<T>(m);
+}
+
+std::optional<double> optional_time(const json& j, const char* key) {
+  if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
+  return j.at(key).get<double>();
+}
+
+}  // namespace
+
+const EtcdMember* EtcdRoundState::participant(const std::string& id) const {
+  return find(participants, id);
+}
+const EtcdMember* EtcdRoundState::waiter(const std::string& id) const { return find(waiting, id); }
+
+std::string encode_state(const EtcdRoundState& s) {
+  static const char* phases[] = {"forming", "running", "ended"};
+  json j = {{"phase", phases[static_cast<int>(s.phase)]},
+            {"round", s.round},
+            {"restart_count", s.restart_count},
+            {"waiting", json::array()},
+            {"participants", json::array()},
+            {"done", s.done},
+            {"expected", s.expected},
+            {"forming_since", s.forming_since ? json(*s.forming_since) : json(nullptr)},
+            {"min_reached_at", s.min_reached_at ? json(*s.min_reached_at) : json(nullptr)}};
+  for (const auto& m : s.waiting) j["waiting"].push_back(member_json(m));
+  for (const auto& m : s.participants) j["participants"].push_back(member_json(m));
+  if (s.restart) j["restart"] = json::parse(encode(ServerMessage{*s.restart}));
+  if (s.stop) j["stop"] = json::parse(encode(ServerMessage{*s.stop}));
+  return j.dump();
+}
+
+EtcdRoundState decode_state(const std::string& text) {
+  try {
+    json j = json::parse(text);
+    EtcdRoundState s;
+    const std::string phase = j.at("phase").get<std::string>();
+    if (phase == "forming") s.phase = Phase::forming;
+    else if (phase == "running") s.phase = Phase::running;
+    else if (phase == "ended") s.phase = Phase::ended;
+    else throw ProtocolError("state: unknown phase \"" + phase + "\"");
+    s.round = j.at("round").get<std::uint64_t>();
+    s.restart_count = j.at("restart_count").get<int>();
+    for (const auto& m : j.at("waiting")) s.waiting.push_back(member_from(m));
+    for (const auto& m : j.at("participants")) s.participants.push_back(member_from(m));
+    s.done = j.at("done").get<std::set<std::string>>();
+    s.expected = j.at("expected").get<std::set<std::string>>();
+    s.forming_since = optional_time(j, "forming_since");
+    s.min_reached_at = optional_time(j, "min_reached_at");
+    s.restart = message_from<Restart>(j, "restart");
+    s.stop = message_from<Stop>(j, "stop");
+    return s;
+  } catch (const json::exception& e) {
+    throw ProtocolError(fmt::format("state: {}", e.what()));
+  }
+}
+
+double EtcdRound::seconds(Clock::duration d) const {
+  return std::chrono::duration<double>(d).count();
+}
+
+bool EtcdRound::join(EtcdRoundState& s, const std::string& id, const NodeDescriptor& node,
+                     double now) const {
+  if (s.phase == Phase::ended || s.participant(id)) return false;
+  if (const EtcdMember* w = s.waiter(id)) {
+    if (w->node.master_port == node.master_port && w->node.nproc == node.nproc) return false;
+    erase(s.waiting, id);
+  }
+  EtcdMember me{id, node, now};
+  s.waiting.push_back(me);
+  if (s.phase == Phase::forming) {
+    if (!s.forming_since) s.forming_since = now;
+    maybe_complete(s, now);
+    return true;
+  }
+  const bool can_grow =
+      static_cast<int>(s.participants.size()) < options_.max_nodes && s.done.empty();
+  if (can_grow) {
+    begin_forming(s, now,
+                  Restart{RestartCause::scale_up,
+                          fmt::format("node {} joined: scaling up from {} nodes", describe(me),
+                                      s.participants.size()),
+                          s.restart_count, std::nullopt});
+  }
+  return true;
+}
+
+bool EtcdRound::failure(EtcdRoundState& s, const std::string& id, const Failure& report,
+                        double now) const {
+  if (s.phase != Phase::running || report.round != s.round || !s.participant(id)) return false;
+  const FailureReport& f = report.failure;
+  const std::string reason =
+      fmt::format("worker failed on {}: rank {} (local rank {}) exited with code {}", f.host,
+                  f.rank, f.local_rank, f.exit_code);
+  if (s.restart_count < options_.max_restarts) {
+    ++s.restart_count;
+    begin_forming(s, now,
+                  Restart{RestartCause::worker_failed,
+                          fmt::format("{}; restarting ({} of {} restarts)", reason,
+                                      s.restart_count, options_.max_restarts),
+                          s.restart_count, f});
+    return true;
+  }
+  const std::string why =
+      options_.max_restarts == 0
+          ? reason
+          : fmt::format("{}; no restarts left ({} used)", reason, s.restart_count);
+  end_job(s, Stop{StopCause::worker_failed, why, f.exit_code > 0 ? f.exit_code : 1, f});
+  return true;
+}
+
+bool EtcdRound::done(EtcdRoundState& s, const std::string& id, std::uint64_t round) const {
+  if (s.phase != Phase::running || round != s.round || !s.participant(id)) return false;
+  if (!s.done.insert(id).second) return false;
+  if (s.done.size() == s.participants.size()) {
+    end_job(s, Stop{StopCause::finished,
+                    fmt::format("all {} nodes finished", s.participants.size()), 0, std::nullopt});
+  }
+  return true;
+}
+
+bool EtcdRound::lost(EtcdRoundState& s, const std::string& id, const std::string& why,
+                     double now) const {
+  if (s.phase == Phase::ended) return false;
+  const EtcdMember* p = s.phase == Phase::running ? s.participant(id) : nullptr;
+  if (!p) {
+    if (!erase(s.waiting, id)) return false;
+    s.expected.erase(id);
+    if (s.phase == Phase::forming) {
+      if (s.waiting.empty()) s.forming_since.reset();
+      maybe_complete(s, now);
+    }
+    return true;
+  }
+  const std::string reason = fmt::format("node {} lost ({})", describe(*p), why);
+  erase(s.participants, id);
+  s.done.erase(id);
+  const int remaining = static_cast<int>(s.participants.size() + s.waiting.size());
+  if (s.restart_count >= options_.max_restarts) {
+    end_job(s, Stop{StopCause::node_lost,
+                    fmt::format("{}; no restarts left ({} of {} used)", reason, s.restart_count,
+                                options_.max_restarts),
+                    1, std::nullopt});
+  } else if (remaining < options_.min_nodes) {
+    end_job(s, Stop{StopCause::node_lost,
+                    fmt::format("{}; {} nodes remain, fewer than the minimum of {}", reason,
+                                remaining, options_.min_nodes),
+                    1, std::nullopt});
+  } else {
+    ++s.restart_count;
+    begin_forming(s, now,
+                  Restart{RestartCause::node_lost,
+                          fmt::format("{}; continuing with {} nodes ({} of {} restarts)", reason,
+                                      remaining, s.restart_count, options_.max_restarts),
+                          s.restart_count, std::nullopt});
+  }
+  return true;
+}
+
+bool EtcdRound::prune(EtcdRoundState& s, const std::set<std::string>& live, double now) const {
+  std::vector<std::string> gone;
+  for (const auto* list : {&s.participants, &s.waiting}) {
+    for (const auto& m : *list) {
+      if (!live.count(m.id)) gone.push_back(m.id);
+    }
+  }
+  bool changed = false;
+  const std::string why =
+      fmt::format("its etcd lease expired: no keep-alive for {:.0f} s", heartbeat_timeout_s_);
+  for (const auto& id : gone) changed = lost(s, id, why, now) || changed;
+  return changed;
+}
+
+void EtcdRound::begin_forming(EtcdRoundState& s, double now, Restart restart) const {
+  s.expected.clear();
+  for (const auto& m : s.participants) s.expected.insert(m.id);
+  for (const auto& m : s.waiting) s.expected.insert(m.id);
+  s.participants.clear();  // they join the next round afresh
+  s.done.clear();
+  s.phase = Phase::forming;
+  ++s.round;
+  s.restart = std::move(restart);
+  s.forming_since = now;
+  s.min_reached_at.reset();
+  maybe_complete(s, now);
+}
+
+void EtcdRound::maybe_complete(EtcdRoundState& s, double now) const {
+  if (s.phase != Phase::forming) return;
+  const int n = static_cast<int>(s.waiting.size());
+  if (n < options_.min_nodes) {
+    s.min_reached_at.reset();
+    return;
+  }
+  if (!s.min_reached_at) s.min_reached_at = now;
+  const bool all_expected_back =
+      !s.expected.empty() &&
+      std::all_of(s.expected.begin(), s.expected.end(),
+                  [&](const std::string& e) { return s.waiter(e) != nullptr; });
+  const bool full = n >= options_.max_nodes;
+  if (!full && !all_expected_back &&
+      now - *s.min_reached_at < seconds(options_.last_call_timeout)) {
+    return;
+  }
+  const auto take = std::min<std::size_t>(s.waiting.size(), options_.max_nodes);
+  s.participants.assign(s.waiting.begin(), s.waiting.begin() + static_cast<long>(take));
+  s.waiting.erase(s.waiting.begin(), s.waiting.begin() + static_cast<long>(take));
+  s.phase = Phase::running;
+  s.done.clear();
+  s.expected.clear();
+  s.forming_since.reset();
+  s.min_reached_at.reset();
+}
+
+void EtcdRound::end_job(EtcdRoundState& s, Stop stop) const {
+  s.phase = Phase::ended;
+  s.stop = std::move(stop);
+  s.waiting.clear();
+  s.participants.clear();
+  s.expected.clear();
+  s.done.clear();
+}
+
+bool EtcdRound::tick(EtcdRoundState& s, double now) const {
+  if (s.phase == Phase::forming) {
+    const Phase before = s.phase;
+    maybe_complete(s, now);
+    if (s.phase != before) return true;
+    if (s.forming_since && now - *s.forming_since >= seconds(options_.join_timeout)) {
+      const int need = options_.min_nodes;
+      const int have = static_cast<int>(s.waiting.size());
+      end_job(s, Stop{StopCause::join_timeout,
+                      fmt::format("timed out after {:.0f} s waiting for nodes at {}: {} of {} "
+                                  "joined, {} missing",
+                                  seconds(options_.join_timeout), endpoint_, have, need,
+                                  need - have),
+                      1, std::nullopt});
+      return true;
+    }
+    return false;
+  }
+  if (s.phase != Phase::running) return false;
+  const auto before = s.waiting.size();
+  s.waiting.erase(std::remove_if(s.waiting.begin(), s.waiting.end(),
+                                 [&](const EtcdMember& m) {
+                                   return now - m.joined_at >= seconds(options_.join_timeout);
+                                 }),
+                  s.waiting.end());
+  return s.waiting.size() != before;
+}
+
+std::optional<double> EtcdRound::next_deadline(const EtcdRoundState& s) const {
+  std::optional<double> best;
+  auto keep = [&](double t) {
+    if (!best || t < *best) best = t;
+  };
+  if (s.phase == Phase::forming) {
+    if (s.min_reached_at) keep(*s.min_reached_at + seconds(options_.last_call_timeout));
+    if (s.forming_since) keep(*s.forming_since + seconds(options_.join_timeout));
+  } else if (s.phase == Phase::running) {
+    for (const auto& m : s.waiting) keep(m.joined_at + seconds(options_.join_timeout));
+  }
+  return best;
+}
+
+Stop EtcdRound::dropped(const EtcdRoundState& s) const {
+  if (s.phase == Phase::running) {
+    return Stop{StopCause::join_timeout,
+                fmt::format("timed out after {:.0f} s: the job at {} is running with its maximum "
+                            "of {} nodes",
+                            seconds(options_.join_timeout), endpoint_, options_.max_nodes),
+                1, std::nullopt};
+  }
+  return Stop{StopCause::node_lost,
+              fmt::format("this node was declared lost by the others: its etcd lease at {} "
+                          "expired (no keep-alive for {:.0f} s)",
+                          endpoint_, heartbeat_timeout_s_),
+              1, std::nullopt};
+}
+
+}  // namespace trainrun::rendezvous
