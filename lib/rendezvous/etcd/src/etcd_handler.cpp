@@ -65,6 +65,8 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     client_ = std::make_unique<EtcdClient>(
         io_, fmt::format("http://{}:{}", bracketed(options_.endpoint.host), options_.endpoint.port));
     started_at_ = Clock::now();
+    // As the built-in client: an unreachable endpoint is retried as long as a round may form.
+    options_.retry.deadline = options_.round.join_timeout;
     grant_lease();
   }
 
