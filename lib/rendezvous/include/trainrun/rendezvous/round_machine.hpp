@@ -105,6 +105,8 @@ class RoundMachine {
   std::optional<Clock::time_point> forming_since_;  // first join of the forming round
   std::optional<Clock::time_point> min_reached_at_;
   Clock::time_point next_status_;
+  // At most the earliest last_heard of the sessions (exact after tick()); empty: no sessions seen.
+  std::optional<Clock::time_point> heard_floor_;
   std::optional<Stop> final_stop_;
 };
 
