@@ -58,8 +58,9 @@ Times one_round(int n, const HostPort* etcd) {
   for (int i = 0; i < n; ++i) {
     RendezvousOptions o = base;
     o.is_host = i == 0;
-    handlers.push_back(etcd ? make_etcd_rendezvous_handler(io, o, nullptr)
-                            : make_rendezvous_handler(io, o, nullptr));
+    LogFunction log;  // quiet: failures come back as stops
+    handlers.push_back(etcd ? make_etcd_rendezvous_handler(io, o, log)
+                            : make_rendezvous_handler(io, o, log));
     ClientEvents e;
     e.on_assignment = [&](const Assignment&) { ++assigned; };
     e.on_stop = [&](const Stop& s) {

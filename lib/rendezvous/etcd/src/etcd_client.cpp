@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <cstring>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
+#include <optional>
 #include <deque>
 #include <list>
 #include <mutex>
@@ -32,6 +34,8 @@ struct Transfer {
   char error[CURL_ERROR_SIZE] = {0};
   asio::io_context* io = nullptr;
   std::weak_ptr<void> alive;
+  // The caller's loop has work while a request is out: it does not run out and return.
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
 };
 
 size_t on_data(char* data, size_t size, size_t count, void* user) {
@@ -121,6 +125,7 @@ struct EtcdClient::Impl {
   void submit(std::unique_ptr<Transfer> t) {
     t->io = &io;
     t->alive = alive;
+    t->work.emplace(io.get_executor());
     {
       std::lock_guard<std::mutex> lock(mutex);
       queued.push_back(std::move(t));
@@ -152,7 +157,8 @@ struct EtcdClient::Impl {
     curl_multi_remove_handle(multi, t.easy);
     EtcdReply reply = finish(t, code);
     curl_easy_cleanup(t.easy);
-    asio::post(io, [alive = t.alive, cb = std::move(t.done), reply = std::move(reply)]() mutable {
+    asio::post(io, [alive = t.alive, cb = std::move(t.done), reply = std::move(reply),
+                    work = std::move(t.work)]() mutable {
       if (alive.lock()) cb(std::move(reply));
     });
   }
