@@ -166,6 +166,17 @@ def netns_pair():
         pair.destroy()
 
 
+def ranks_by_restart(path):
+    """{restart count: {ranks}} from lines "$TORCHELASTIC_RESTART_COUNT $RANK" that workers
+    appended to `path`."""
+    seen = {}
+    for line in path.read_text().splitlines():
+        if line:
+            count, rank = line.split()
+            seen.setdefault(int(count), set()).add(int(rank))
+    return seen
+
+
 def read_envs(directory):
     """The environments that test_worker's `env` action wrote, by RANK."""
     envs = {}

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from conftest import read_envs, wait_for, wait_for_pids
+from conftest import ranks_by_restart, read_envs, wait_for, wait_for_pids
 from ports import free_port
 from test_multinode import check_job
 
@@ -127,13 +127,8 @@ def test_failure_on_one_node_stops_every_node_and_restarts_count_per_job(etcd, a
     b = agents("b", etcd_args(etcd, 2, 2, "--max-restarts=2") + [str(script)])
     assert a.wait() == 5, a.err
     assert b.wait() == 5, b.err
-    seen = {}
-    for line in marks.read_text().split("\n"):
-        if line:
-            count, rank = line.split()
-            seen.setdefault(int(count), set()).add(int(rank))
     # Attempts 0, 1 and 2 each ran all four ranks, with one count on every node; then no more.
-    assert seen == {0: {0, 1, 2, 3}, 1: {0, 1, 2, 3}, 2: {0, 1, 2, 3}}
+    assert ranks_by_restart(marks) == {0: {0, 1, 2, 3}, 1: {0, 1, 2, 3}, 2: {0, 1, 2, 3}}
     assert "no restarts left (2 used)" in a.err + b.err
 
 

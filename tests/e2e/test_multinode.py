@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import alive, read_envs, read_pids, wait_for, wait_for_pids
+from conftest import alive, ranks_by_restart, read_envs, read_pids, wait_for, wait_for_pids
 from ports import free_port, held_port
 
 
@@ -107,13 +107,8 @@ def test_restarts_are_counted_per_job(agents, tmp_path):
     b = agents("b", dynamic(port, 2, 2, "--max-restarts=3") + [str(script)])
     assert a.wait() == 0, a.err
     assert b.wait() == 0, b.err
-    seen = {}
-    for line in marks.read_text().split("\n"):
-        if line:
-            count, rank = line.split()
-            seen.setdefault(int(count), set()).add(int(rank))
     # Attempts 0, 1 and 2 each ran all four ranks, with one count on every node.
-    assert seen == {0: {0, 1, 2, 3}, 1: {0, 1, 2, 3}, 2: {0, 1, 2, 3}}
+    assert ranks_by_restart(marks) == {0: {0, 1, 2, 3}, 1: {0, 1, 2, 3}, 2: {0, 1, 2, 3}}
 
 
 def test_elastic_round_completes_at_min_after_last_call(agents, worker, tmp_path):

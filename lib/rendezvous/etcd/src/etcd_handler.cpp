@@ -386,14 +386,17 @@ class EtcdRendezvousHandler : public RendezvousHandler {
                        [&](const std::string& id) { return id == node_id_; });
   }
 
-  void compare_and_set(const Snapshot& snap, const EtcdRoundState& s) {
+  // The transaction that writes `s` if the state is still at the revision `snap` read.
+  json compare_and_set_body(const Snapshot& snap, const EtcdRoundState& s) const {
     const std::string key = base64_encode(state_key());
     json compare = {{"key", key}, {"target", "MOD"}, {"result", "EQUAL"},
                     {"mod_revision", std::to_string(snap.state_mod_revision)}};
-    json body = {{"compare", json::array({compare})},
-                 {"success", json::array({{{"request_put",
-                                            {{"key", key}, {"value", base64_encode(encode_state(s))}}}}})}};
-    call("/v3/kv/txn", body,
+    json put = {{"request_put", {{"key", key}, {"value", base64_encode(encode_state(s))}}}};
+    return {{"compare", json::array({compare})}, {"success", json::array({put})}};
+  }
+
+  void compare_and_set(const Snapshot& snap, const EtcdRoundState& s) {
+    call("/v3/kv/txn", compare_and_set_body(snap, s),
          [this](const json& j) {
            if (!j.value("succeeded", false)) {  // another agent changed it first: again
              changing_ = false;
@@ -494,13 +497,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       if (!snap.state) return true;
       EtcdRoundState s = *snap.state;
       if (!round_.lost(s, node_id_, why, unix_now())) return true;
-      const std::string key = base64_encode(state_key());
-      json compare = {{"key", key}, {"target", "MOD"}, {"result", "EQUAL"},
-                      {"mod_revision", std::to_string(snap.state_mod_revision)}};
-      json body = {{"compare", json::array({compare})},
-                   {"success", json::array({{{"request_put",
-                                              {{"key", key}, {"value", base64_encode(encode_state(s))}}}}})}};
-      EtcdReply t = client_->post_now("/v3/kv/txn", body.dump(), 1s);
+      EtcdReply t = client_->post_now("/v3/kv/txn", compare_and_set_body(snap, s).dump(), 1s);
       return !t.ok() || json::parse(t.body).value("succeeded", false);
     } catch (const std::exception&) {
       return true;
