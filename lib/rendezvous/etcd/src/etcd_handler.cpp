@@ -4,6 +4,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cmath>
 #include <deque>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "trainrun/base/system.hpp"
@@ -398,10 +399,18 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   void compare_and_set(const Snapshot& snap, const EtcdRoundState& s) {
     call("/v3/kv/txn", compare_and_set_body(snap, s),
          [this](const json& j) {
-           if (!j.value("succeeded", false)) {  // another agent changed it first: again
-             changing_ = false;
-             return run_next_change();
+           if (!j.value("succeeded", false)) {
+             // Another agent changed it first: again, after a short random pause, so that N
+             // agents writing at once do not all collide again.
+             ++conflicts_;
+             const auto pause = std::chrono::microseconds(
+                 std::uniform_int_distribution<int>(0, 2000 * std::min(conflicts_, 10))(rng_));
+             return after(pause, [this] {
+               changing_ = false;
+               run_next_change();
+             });
            }
+           conflicts_ = 0;
            finish_change(int_field(j.at("header"), "revision"));
          },
          [this] {
@@ -528,6 +537,8 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   };
   std::deque<Pending> changes_;
   bool changing_ = false;
+  int conflicts_ = 0;  // compare-and-sets lost in a row
+  std::minstd_rand rng_{std::random_device{}()};
   std::optional<Clock::time_point> unreachable_since_;
   std::optional<Clock::time_point> last_unreachable_log_;
   Clock::duration backoff_{};
