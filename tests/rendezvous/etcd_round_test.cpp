@@ -1,0 +1,114 @@
+// The etcd backend's round rules (EtcdRound), without etcd: the state value as etcd would hold
+// it, changed in turn as agents would change it.
+#include <catch2/catch.hpp>
+
+#include "trainrun/rendezvous/etcd_round.hpp"
+
+using namespace trainrun::rendezvous;
+using Phase = EtcdRoundState::Phase;
+
+namespace {
+
+NodeDescriptor node(const std::string& host, int nproc = 1) {
+  NodeDescriptor n;
+  n.host = host;
+  n.addr = "10.0.0.1";
+  n.pid = 1;
+  n.nproc = nproc;
+  n.master_port = 29500;
+  return n;
+}
+
+RoundOptions options(int min, int max, int restarts) {
+  RoundOptions o;
+  o.min_nodes = min;
+  o.max_nodes = max;
+  o.max_restarts = restarts;
+  o.last_call_timeout = std::chrono::seconds(5);
+  o.join_timeout = std::chrono::seconds(60);
+  return o;
+}
+
+// Each change goes through the value etcd stores, as between agents.
+EtcdRoundState stored(const EtcdRoundState& s) { return decode_state(encode_state(s)); }
+
+}  // namespace
+
+TEST_CASE("etcd round: a fixed-size job forms when every node has joined", "[etcd]") {
+  EtcdRound round(options(2, 2, 0), "etcd:2379", 15);
+  EtcdRoundState s;
+  CHECK(round.join(s, "a", node("a", 2), 100));
+  s = stored(s);
+  CHECK(s.phase == Phase::forming);
+  CHECK(round.join(s, "b", node("b", 3), 101));
+  s = stored(s);
+  REQUIRE(s.phase == Phase::running);
+  CHECK(s.participants.size() == 2);
+  CHECK(s.participant("b")->node.nproc == 3);
+  CHECK_FALSE(round.join(s, "a", node("a", 2), 102));  // a participant's repeated join: nothing
+  CHECK(round.done(s, "a", 0));
+  CHECK(round.done(s, "b", 0));
+  REQUIRE(s.stop);
+  CHECK(s.stop->cause == StopCause::finished);
+}
+
+TEST_CASE("etcd round: an elastic job forms at min after the last call, and grows", "[etcd]") {
+  EtcdRound round(options(1, 3, 2), "etcd:2379", 15);
+  EtcdRoundState s;
+  round.join(s, "a", node("a"), 100);
+  CHECK(s.phase == Phase::forming);
+  REQUIRE(round.next_deadline(s) == Approx(105));
+  CHECK_FALSE(round.tick(s, 104));
+  CHECK(round.tick(s, 105));
+  CHECK(s.phase == Phase::running);
+  CHECK(round.join(s, "b", node("b"), 110));  // scale up: a new round with both
+  CHECK(s.round == 1);
+  CHECK(s.restart->cause == RestartCause::scale_up);
+  CHECK(s.restart_count == 0);
+  round.join(s, "a", node("a"), 111);  // every survivor back: no last call
+  CHECK(s.phase == Phase::running);
+  CHECK(s.participants.size() == 2);
+}
+
+TEST_CASE("etcd round: a node whose key is gone is lost, and the job shrinks or stops",
+          "[etcd]") {
+  EtcdRound round(options(2, 3, 1), "etcd:2379", 3);
+  EtcdRoundState s;
+  for (const char* id : {"a", "b", "c"}) round.join(s, id, node(id), 100);
+  REQUIRE(s.phase == Phase::running);
+  CHECK_FALSE(round.prune(s, {"a", "b", "c"}, 101));
+  CHECK(round.prune(s, {"b", "c"}, 102));  // a's lease expired
+  CHECK(s.phase == Phase::forming);
+  CHECK(s.restart_count == 1);
+  CHECK_THAT(s.restart->reason, Catch::Contains("etcd lease expired"));
+  round.join(s, "b", node("b"), 103);
+  round.join(s, "c", node("c"), 103);
+  REQUIRE(s.phase == Phase::running);
+  CHECK(round.prune(s, {"c"}, 104));  // no restarts left
+  REQUIRE(s.stop);
+  CHECK(s.stop->cause == StopCause::node_lost);
+  CHECK_THAT(s.stop->reason, Catch::Contains("no restarts left"));
+}
+
+TEST_CASE("etcd round: a failure restarts every node until the job's restarts are used",
+          "[etcd]") {
+  EtcdRound round(options(2, 2, 1), "etcd:2379", 15);
+  EtcdRoundState s;
+  round.join(s, "a", node("a"), 100);
+  round.join(s, "b", node("b"), 100);
+  FailureReport f{"b", 1, 0, 5, ""};
+  CHECK_FALSE(round.failure(s, "b", Failure{7, f}, 101));  // another round's report
+  CHECK(round.failure(s, "b", Failure{0, f}, 101));
+  CHECK(s.restart_count == 1);
+  round.join(s, "a", node("a"), 102);
+  round.join(s, "b", node("b"), 102);
+  CHECK(round.failure(s, "a", Failure{1, f}, 103));
+  REQUIRE(s.stop);
+  CHECK(s.stop->exit_code == 5);
+  CHECK(stored(s).stop->reason == s.stop->reason);
+}
+
+TEST_CASE("etcd round: a state this version did not write is refused", "[etcd]") {
+  CHECK_THROWS_AS(decode_state("{}"), ProtocolError);
+  CHECK_THROWS_AS(decode_state("not json"), ProtocolError);
+}
