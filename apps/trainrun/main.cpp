@@ -24,13 +24,14 @@ int main(int argc, char** argv) {
       std::fputs(outcome.help_text->c_str(), stdout);
       return 0;
     }
-    for (const auto& warning : outcome.warnings) launch::say(warning);
+    launch::set_log_format({outcome.config.verbosity, outcome.config.log_timestamps});
+    for (const auto& warning : outcome.warnings) launch::say(warning, launch::Level::warning);
     return launch::run_agent(outcome.config);
   } catch (const launch::LaunchError& e) {
-    launch::say(e.what());
+    launch::say(e.what(), launch::Level::error);
     return e.exit_code();
   } catch (const std::exception& e) {
-    launch::say(std::string("internal error: ") + e.what());
+    launch::say(std::string("internal error: ") + e.what(), launch::Level::error);
     return 1;
   }
 }

@@ -4,6 +4,8 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -21,6 +23,7 @@
 #include "entrypoint.hpp"
 #include "errors.hpp"
 #include "failure.hpp"
+#include "job_summary.hpp"
 #include "log.hpp"
 #include "log_dir.hpp"
 #include "output_plan.hpp"
@@ -29,6 +32,7 @@
 #include "supervisor.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/rendezvous/etcd.hpp"
+#include "trainrun/base/wording.hpp"
 #include "watchdog.hpp"
 #include "worker_count.hpp"
 #include "worker_env.hpp"
@@ -40,6 +44,11 @@ namespace asio = boost::asio;
 namespace {
 
 using Clock = AgentPolicy::Clock;
+
+std::string describe_exit(const ExitStatus& status) {
+  if (status.signal != 0) return "was killed by " + signal_name(status.signal);
+  return fmt::format("exited with code {}", status.code);
+}
 
 double unix_now() {
   using namespace std::chrono;
@@ -55,12 +64,20 @@ class Agent {
         program_(std::move(program)),
         watchdog_(watchdog),
         host_(host_name()),
-        policy_(config, host_) {}
+        policy_(config, host_),
+        summary_(host_, config.entrypoint, config.entry_args, unix_now()) {}
 
   int run() {
-    const int code = run_job();
+    int code;
+    try {
+      code = run_job();
+    } catch (const LaunchError& e) {
+      write_summary(e.exit_code(), e.what());
+      throw;
+    }
     // Counted from the end of the job: the rendezvous' last messages take from the same time.
     consoles_.flush(signals_, config_.stop_signals, ended_.value_or(Clock::now()));
+    write_summary(code);
     return code;
   }
 
@@ -72,7 +89,9 @@ class Agent {
       rdzv_options = rendezvous_options(config_, inherited_);
       rdzv_options->limits = server_limits_for(config_.nproc_per_node.number);
     }
+    summary_.set_run_id(job_.run_id);
     logs_ = LogDir::create(config_.log_dir, job_.run_id, !logs_worker_output(config_));
+    say_on_console("log directory: " + logs_.run_dir(), Level::debug);
     // If trainrun itself is killed, the watchdog finds this job's escaped descendants by it.
     watchdog_.mark_job_directory(logs_.run_dir());
     try {
@@ -118,12 +137,16 @@ class Agent {
     }
     rendezvous::ClientEvents events;
     events.on_assignment = [this](const rendezvous::Assignment& a) {
+      announce_node(a);
       apply(policy_.assignment(a, Clock::now()));
     };
     events.on_restart = [this](const rendezvous::Restart& r) {
       apply(policy_.restart(r, Clock::now()));
     };
-    events.on_stop = [this](const rendezvous::Stop& s) { apply(policy_.stop(s, Clock::now())); };
+    events.on_stop = [this](const rendezvous::Stop& s) {
+      summary_.stopped(s);
+      apply(policy_.stop(s, Clock::now()));
+    };
     try {
       rdzv_->start(std::move(events));
     } catch (const std::runtime_error& e) {
@@ -146,6 +169,12 @@ class Agent {
     const std::string error_file = error_file_in(logs_.rank_dir(attempt_, local_rank));
     WorkerExit exit{local_rank, pid, status, unix_now(), error_file, std::nullopt, ""};
     if (status.failed()) exit.contents = read_error_file(exit.error_file, &exit.problem);
+    summary_.worker_exited(local_rank, pid, status, exit.seen_at,
+                           exit.contents ? error_file : "",
+                           exit.contents ? exit.contents->message : "");
+    say_on_console(fmt::format("worker {} (local rank {}, pid {}) {}", job_base_rank_ + local_rank,
+                               local_rank, pid, describe_exit(status)),
+                   Level::debug);
     for (const AgentAction& a : policy_.worker_exited(exit, Clock::now())) {
       // Carried out after the supervisor's reaping loop has returned, never from inside it.
       if (auto* sweep = std::get_if<action::Sweep>(&a))
@@ -161,7 +190,18 @@ class Agent {
 
   void carry_out(const action::StartWorkers& a) {
     attempt_ = a.topology.restart_count;
+    job_base_rank_ = a.topology.base_rank;
     job_.max_restarts = a.max_restarts;
+    summary_.attempt_started(a.topology, unix_now());
+    say_on_console(fmt::format("attempt {}: starting {} (ranks {}..{} of {}), MASTER_ADDR={} "
+                               "MASTER_PORT={}",
+                               a.topology.restart_count,
+                               count_of(config_.nproc_per_node.number, "worker"),
+                               a.topology.base_rank,
+                               a.topology.base_rank + config_.nproc_per_node.number - 1,
+                               a.topology.world_size, a.topology.master_addr,
+                               a.topology.master_port),
+                   Level::debug);
     std::vector<WorkerLaunch> launches;
     try {
       for (int lr = 0; lr < config_.nproc_per_node.number; ++lr) {
@@ -187,7 +227,10 @@ class Agent {
   }
   void carry_out(const action::Sweep& a) {
     grace_timer_.cancel();
-    supervisor_.finish(a.grace, [this] { apply(policy_.attempt_ended(Clock::now())); });
+    supervisor_.finish(a.grace, [this] {
+      summary_.attempt_ended(policy_.failures(), unix_now());
+      apply(policy_.attempt_ended(Clock::now()));
+    });
   }
   void carry_out(const action::Join&) {
     rendezvous::RendezvousHandler::JoinRequest request;
@@ -198,7 +241,7 @@ class Agent {
   void carry_out(const action::ReportFailure& a) { rdzv_->report_failure(a.failure); }
   void carry_out(const action::ReportDone&) { rdzv_->report_done(); }
   void carry_out(const action::ShutdownRendezvous& a) { rdzv_->shutdown(a.reason); }
-  void carry_out(const action::Say& a) { say_on_console(a.line); }
+  void carry_out(const action::Say& a) { say_on_console(a.line, a.level); }
   void carry_out(const action::WriteSummary& a) { consoles_.err().write(a.text); }
   void carry_out(const action::Finish& a) {
     exit_code_ = a.exit_code;
@@ -210,7 +253,33 @@ class Agent {
 
   // trainrun's own lines go through the console while the loop runs: they keep their place among
   // the workers' lines, and a paused reader cannot block the event loop on them.
-  void say_on_console(const std::string& line) { consoles_.err().write(launcher_line(line)); }
+  void say_on_console(const std::string& line, Level level = Level::info) {
+    const std::string text = launcher_line(line, level);
+    if (!text.empty()) consoles_.err().write(text);
+  }
+
+  // Once per job, on a multi-node job: which node this is and the address the others reach it by.
+  void announce_node(const rendezvous::Assignment& a) {
+    if (announced_ || (a.group_world_size <= 1 && config_.max_nodes <= 1)) return;
+    announced_ = true;
+    const std::string addr = rdzv_->advertised_address();
+    say_on_console(fmt::format("node rank {} of {} (host {}, advertising {}; ranks {}..{})",
+                               a.group_rank, count_of(a.group_world_size, "node"), host_,
+                               addr.empty() ? "?" : addr, a.base_rank,
+                               a.base_rank + a.local_world_size - 1));
+  }
+
+  // --summary-file, written whole at the end (a failure to write it is said, not fatal).
+  void write_summary(int exit_code, const std::string& error = {}) {
+    if (config_.summary_file.empty()) return;
+    summary_.finished(exit_code, unix_now(), error);
+    try {
+      write_file_atomically(config_.summary_file, summary_.to_json());
+      say("job summary written to " + config_.summary_file, Level::debug);
+    } catch (const LaunchError& e) {
+      say(e.what(), Level::error);
+    }
+  }
 
   LaunchConfig config_;
   std::string program_;
@@ -227,6 +296,9 @@ class Agent {
   std::optional<HeldPort> port_;
   std::unique_ptr<rendezvous::RendezvousHandler> rdzv_;
   AgentPolicy policy_;
+  JobSummary summary_;
+  bool announced_ = false;
+  int job_base_rank_ = 0;
   int attempt_ = 0;  // the running attempt's restart count: where its rank directories are
   int exit_code_ = 0;
   std::optional<Clock::time_point> ended_;
@@ -244,7 +316,8 @@ int run_agent(const LaunchConfig& config) {
   // Output to a closed pipe must not kill the launcher: it drops console output instead.
   ::signal(SIGPIPE, SIG_IGN);
   Watchdog watchdog;
-  if (!watchdog.start()) say("warning: cannot start the watchdog process; continuing without it");
+  if (!watchdog.start())
+    say("warning: cannot start the watchdog process; continuing without it", Level::warning);
   // Orphaned descendants of the workers come back to us, to be stopped and reaped. (Set after
   // the watchdog has started, so that it is not one of them.)
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "trainrun/base/text.hpp"
+#include "trainrun/base/wording.hpp"
 
 namespace trainrun::launch {
 
@@ -55,7 +56,7 @@ AgentActions AgentPolicy::start_in_job(Clock::time_point) {
 
 AgentActions AgentPolicy::start_failed(const std::string& reason, int exit_code,
                                        Clock::time_point) {
-  AgentActions out = actions(action::Say{reason});
+  AgentActions out = actions(action::Say{reason, Level::error});
   start_failed_ = exit_code != 0 ? exit_code : 1;
   running_ = 0;
   state_ = State::finishing;
@@ -95,13 +96,15 @@ AgentActions AgentPolicy::signal(int sig, Clock::time_point now) {
   if (state_ == State::stopping && stop_signal_ != 0) {
     // Asked twice: no more grace.
     return actions(
-        action::Say{fmt::format("received {} again; killing the workers now", signal_name(sig))},
+        action::Say{fmt::format("received {} again; killing the workers now", signal_name(sig)),
+                    Level::warning},
         action::SignalWorkers{SIGKILL});
   }
   if (state_ == State::finishing || state_ == State::done) return {};
   AgentActions out = actions(
-      action::Say{fmt::format("received {}; stopping {} worker(s) ({} s grace before SIGKILL)",
-                              signal_name(sig), running_, config_.shutdown_timeout)});
+      action::Say{fmt::format("received {}; stopping {} ({} s grace before SIGKILL)",
+                              signal_name(sig), count_of(static_cast<long long>(running_), "worker"),
+                              config_.shutdown_timeout)});
   stop_signal_ = sig;
   if (in_job_)
     out.emplace_back(
@@ -116,8 +119,10 @@ AgentActions AgentPolicy::signal(int sig, Clock::time_point now) {
 AgentActions AgentPolicy::grace_expired(Clock::time_point now) {
   if (state_ != State::stopping || now < grace_deadline_ || running_ == 0) return {};
   return actions(action::Say{fmt::format(
-                     "{} worker(s) still running {} s after the stop signal; sending SIGKILL",
-                     running_, config_.shutdown_timeout)},
+                                 "{} still running {} s after the stop signal; sending SIGKILL",
+                                 count_of(static_cast<long long>(running_), "worker"),
+                                 config_.shutdown_timeout),
+                             Level::warning},
                  action::SignalWorkers{SIGKILL});
 }
 
@@ -144,9 +149,11 @@ AgentActions AgentPolicy::restart(const rendezvous::Restart& r, Clock::time_poin
   // apart by that, not by the host name).
   const bool ours = r.failure && r.failure->host == host_ && !failures_.empty();
   if (r.failure && !ours)
-    out.emplace_back(action::Say{fmt::format(
-        "worker {} on {} failed with exit code {}; restarting ({} of {} restarts)", r.failure->rank,
-        r.failure->host, r.failure->exit_code, r.restart_count, max_restarts_)});
+    out.emplace_back(action::Say{
+        fmt::format("worker {} on {} failed with exit code {}; restarting ({} of {})",
+                    r.failure->rank, r.failure->host, r.failure->exit_code, r.restart_count,
+                    count_of(max_restarts_, "restart")),
+        Level::warning});
   else if (!r.failure)
     out.emplace_back(
         action::Say{fmt::format("{}; restarting the workers in a new round", r.reason)});
@@ -203,7 +210,8 @@ void AgentPolicy::record_failure(AgentActions& out, const WorkerExit& exit, bool
     if (exit.contents->timestamp) f.timestamp = *exit.contents->timestamp;
   } else if (!exit.problem.empty()) {
     out.emplace_back(action::Say{
-        fmt::format("worker {} (local rank {}): {}", f.rank, f.local_rank, exit.problem)});
+        fmt::format("worker {} (local rank {}): {}", f.rank, f.local_rank, exit.problem),
+        Level::warning});
     // The worker left a report that cannot be shown: the summary names the file and why.
     f.has_error_file = true;
     f.message = exit.problem;
@@ -243,11 +251,12 @@ void AgentPolicy::after_attempt(AgentActions& out) {
   if (topology_.restart_count < config_.max_restarts) {
     const auto& root = failures_[root_cause_index(failures_)];
     ++topology_.restart_count;
-    out.emplace_back(action::Say{fmt::format(
-        "worker {} (local rank {}) failed with exit code {}; restarting the worker group ({} of {} "
-        "restarts)",
-        root.rank, root.local_rank, root.status.shell_code(), topology_.restart_count,
-        config_.max_restarts)});
+    out.emplace_back(action::Say{
+        fmt::format("worker {} (local rank {}) failed with exit code {}; restarting the worker "
+                    "group ({} of {})",
+                    root.rank, root.local_rank, root.status.shell_code(), topology_.restart_count,
+                    count_of(config_.max_restarts, "restart")),
+        Level::warning});
     return start_attempt(out);
   }
   fail_with_summary(out);
@@ -272,7 +281,7 @@ void AgentPolicy::after_attempt_in_job(AgentActions& out) {
       out.emplace_back(action::WriteSummary{escape_control(s.failure->summary, true)});
     if (!failures_.empty())
       out.emplace_back(action::WriteSummary{format_failure_summary(config_.entrypoint, failures_)});
-    out.emplace_back(action::Say{s.reason.empty() ? "the job stopped" : s.reason});
+    out.emplace_back(action::Say{s.reason.empty() ? "the job stopped" : s.reason, Level::error});
     return finish(out, s.exit_code != 0 ? s.exit_code : 1);
   }
   if (pending_restart_) {

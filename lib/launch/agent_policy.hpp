@@ -10,6 +10,7 @@
 
 #include "config.hpp"
 #include "failure.hpp"
+#include "log.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 #include "worker_env.hpp"
 
@@ -45,9 +46,10 @@ struct ReportDone {};
 struct ShutdownRendezvous {
   std::string reason;
 };
-// One line of trainrun's own ("trainrun: " is added), on stderr.
+// One line of trainrun's own ("trainrun: " is added), on stderr, shown as its level allows.
 struct Say {
   std::string line;
+  Level level = Level::info;
 };
 // A failure summary, as it is, on stderr.
 struct WriteSummary {

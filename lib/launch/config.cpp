@@ -10,7 +10,9 @@
 #include <set>
 
 #include "trainrun/base/numbers.hpp"
+#include "cli_docs.hpp"
 #include "rendezvous_options.hpp"
+#include "trainrun/rendezvous/endpoint.hpp"
 #include "version.hpp"
 
 namespace trainrun::launch {
@@ -94,6 +96,15 @@ const std::vector<OptionSpec>& option_specs() {
       {"event-log-handler", "", "null", "Supervision",
        "null, console or dynamic_rendezvous: accepted (warns unless null: no events recorded)"},
       {"print-completion", "", "", "Help", "Print a bash, zsh or tcsh completion script and exit"},
+      // trainrun's own options (torchrun has none of these): how trainrun reports on itself.
+      {"quiet", "q", "0", "Launcher output", "Only trainrun's error lines (workers' output as usual)",
+       true},
+      {"verbose", "v", "0", "Launcher output", "Also trainrun's debug lines", true},
+      {"log-timestamps", "", "0", "Launcher output",
+       "UTC time (ISO 8601) and level on trainrun's own lines; also TRAINRUN_LOG_FORMAT=timestamps",
+       true},
+      {"summary-file", "", "", "Launcher output",
+       "Write a JSON job summary (attempts, worker exits, root cause, timings) to PATH at exit"},
   };
   return specs;
 }
@@ -208,6 +219,21 @@ void add_options(CLI::App& app, GivenValues& given) {
   }
 }
 
+// trainrun's command line: the one table behind --help, the man page and the completion scripts.
+std::unique_ptr<CLI::App> make_app(GivenValues& given) {
+  auto app = std::make_unique<CLI::App>(
+      "Launch and supervise distributed PyTorch training workers (a torchrun "
+      "replacement).\n\nOptions take their defaults from PET_<OPTION> variables, e.g. "
+      "PET_NPROC_PER_NODE=8.",
+      "trainrun");
+  app->prefix_command();
+  app->set_version_flag("--version", std::string("trainrun ") + kVersion);
+  app->formatter(std::make_shared<UsageFormatter>());
+  app->get_formatter()->column_width(38);
+  add_options(*app, given);
+  return app;
+}
+
 // Where an option is absent from the command line, PET_<NAME> supplies it.
 void apply_environment(const std::map<std::string, std::string>& env, GivenValues& given) {
   for (const auto& spec : option_specs()) {
@@ -319,6 +345,27 @@ std::vector<std::string> ignored_option_warnings(const GivenValues& g, const Lau
         "--log-dir, --redirects and --tee",
         g.named("logs-specs")));
   return out;
+}
+
+// trainrun's own options: -q/-v, --log-timestamps (or TRAINRUN_LOG_FORMAT), --summary-file.
+void read_launcher_output(const GivenValues& g, const std::map<std::string, std::string>& env,
+                          LaunchConfig& c) {
+  if (g.flag("quiet") && g.flag("verbose"))
+    fail("-q/--quiet and -v/--verbose cannot be used together");
+  c.verbosity = g.flag("quiet")     ? Verbosity::quiet
+                : g.flag("verbose") ? Verbosity::verbose
+                                    : Verbosity::normal;
+  c.log_timestamps = g.flag("log-timestamps");
+  auto format = env.find("TRAINRUN_LOG_FORMAT");
+  const bool flag_given =
+      g.options.at("log-timestamps")->count() > 0 || env.count("PET_LOG_TIMESTAMPS") > 0;
+  if (!flag_given && format != env.end()) {
+    if (format->second == "timestamps")
+      c.log_timestamps = true;
+    else if (format->second != "plain" && !format->second.empty())
+      fail(fmt::format("TRAINRUN_LOG_FORMAT={}: use timestamps or plain", format->second));
+  }
+  c.summary_file = g.value("summary-file");
 }
 
 // SIGUSR1, SIGUSR2 and SIGCONT are only passed on to the workers; the others stop the job.
@@ -472,23 +519,49 @@ std::vector<std::string> parse_filter_list(const std::string& value) {
   return items;
 }
 
-std::string completion_script(const std::string& shell, const std::string& what) {
-  std::string words = "-h --help --version -m -r -t";
-  for (const auto& spec : option_specs()) {
-    words += " --" + spec.dashed;
-    if (spec.underscored() != spec.dashed) words += " --" + spec.underscored();
+std::vector<OptionDoc> option_docs() {
+  GivenValues given;
+  const std::unique_ptr<CLI::App> app = make_app(given);
+  std::vector<OptionDoc> docs;
+  for (const CLI::Option* opt : app->get_options()) {
+    if (opt->get_group().empty()) continue;  // hidden
+    OptionDoc doc;
+    for (const auto& s : opt->get_snames()) doc.names.push_back("-" + s);
+    for (const auto& l : opt->get_lnames()) doc.names.push_back("--" + l);
+    doc.takes_value = opt->get_type_size() != 0;
+    doc.group = opt->get_group();
+    doc.help = opt->get_description();
+    doc.default_value = opt->get_default_str();
+    docs.push_back(std::move(doc));
   }
-  if (shell == "bash")
-    return "# bash completion for trainrun\ncomplete -o default -W \"" + words + "\" trainrun\n";
-  if (shell == "zsh")
-    return "#compdef trainrun\nif [[ $words[CURRENT] == -* ]]; then\n  compadd -- " + words +
-           "\nelse\n  _files\nfi\n";
-  if (shell == "tcsh") {
-    std::string bare;  // tcsh completes the word after the "--" it matched
-    for (const auto& spec : option_specs()) bare += (bare.empty() ? "" : " ") + spec.dashed;
-    return "complete trainrun 'c/--/(" + bare + ")/' 'p/*/f/'\n";
+  return docs;
+}
+
+std::string loopback_warning(const LaunchConfig& c) {
+  if (c.max_nodes <= 1 || c.standalone) return {};
+  const bool is_static = c.rdzv_backend == "static";
+  const std::string option = is_static ? "--master-addr" : "--rdzv-endpoint";
+  const std::string value = is_static ? c.master_addr : c.rdzv_endpoint;
+  std::string host = value;
+  if (!is_static) {
+    try {
+      host = rendezvous::parse_endpoint(value, 29400).host;
+    } catch (const std::exception&) {
+      return {};  // the rendezvous reports a bad endpoint itself
+    }
   }
-  fail(fmt::format("{}: use bash, zsh or tcsh", what));
+  std::string named;
+  if (rendezvous::is_loopback_host(host))
+    named = option + "=" + value;
+  else if (!c.local_addr.empty() && rendezvous::is_loopback_host(c.local_addr))
+    named = "--local-addr=" + c.local_addr;
+  else
+    return {};
+  return fmt::format(
+      "warning: {} is a loopback address: nodes on other machines cannot reach it; with "
+      "--nnodes={} give an address or host name they can reach (see docs/cli.md#multi-node)",
+      named, c.max_nodes == c.min_nodes ? std::to_string(c.max_nodes)
+                                         : fmt::format("{}:{}", c.min_nodes, c.max_nodes));
 }
 
 namespace {
@@ -541,17 +614,9 @@ std::vector<std::string> LaunchConfig::worker_argv() const {
 
 ParseOutcome parse_command_line(const std::vector<std::string>& args,
                                 const std::map<std::string, std::string>& env) {
-  CLI::App app{
-      "Launch and supervise distributed PyTorch training workers (a torchrun "
-      "replacement).\n\nOptions take their defaults from PET_<OPTION> variables, e.g. "
-      "PET_NPROC_PER_NODE=8.",
-      "trainrun"};
-  app.prefix_command();
-  app.set_version_flag("--version", std::string("trainrun ") + kVersion);
-  app.formatter(std::make_shared<UsageFormatter>());
-  app.get_formatter()->column_width(38);
   GivenValues given;
-  add_options(app, given);
+  const std::unique_ptr<CLI::App> app_ptr = make_app(given);
+  CLI::App& app = *app_ptr;
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
@@ -581,6 +646,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   read_output(given, c);
   read_signals(given, c);
   read_ignored(given, c);
+  read_launcher_output(given, env, c);
   read_entrypoint(given, app.remaining(), env, c);
 
   if (c.standalone) {
@@ -588,7 +654,9 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
     c.rdzv_backend = "c10d";
     c.rdzv_endpoint = "localhost:0";
   }
-  return {c, std::nullopt, ignored_option_warnings(given, c)};
+  std::vector<std::string> warnings = ignored_option_warnings(given, c);
+  if (std::string w = loopback_warning(c); !w.empty()) warnings.push_back(std::move(w));
+  return {c, std::nullopt, std::move(warnings)};
 }
 
 }  // namespace trainrun::launch

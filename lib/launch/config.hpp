@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "errors.hpp"
+#include "log.hpp"
 
 namespace trainrun::launch {
 
@@ -72,6 +73,11 @@ struct LaunchConfig {
   std::string event_log_handler = "null";  // accepted; trainrun records no elastic events
   std::string numa_binding;                // accepted; trainrun binds nothing
 
+  // trainrun's own output and reporting (not torchrun options).
+  Verbosity verbosity = Verbosity::normal;  // -q / -v
+  bool log_timestamps = false;              // --log-timestamps, TRAINRUN_LOG_FORMAT=timestamps
+  std::string summary_file;                 // --summary-file: JSON job summary at exit
+
   EntryMode entry_mode = EntryMode::executable;
   std::string python_exec = "python3";  // $PYTHON_EXEC, for scripts and modules
   std::string entrypoint;               // as given on the command line
@@ -104,9 +110,19 @@ int parse_signal_name(const std::string& name, const std::string& what);
 // torchrun's --duplicate-std*-filters list: comma-separated, ",," is a literal comma. Empty
 // items are dropped: an empty list duplicates nothing.
 std::vector<std::string> parse_filter_list(const std::string& value);
-// A shell completion script for trainrun's options (bash, zsh or tcsh); throws UsageError naming
-// `what` for another shell.
-std::string completion_script(const std::string& shell, const std::string& what);
+// One option as --help shows it, for the man page and the completion scripts (cli_docs.hpp):
+// read from the same CLI11 table that parses the command line, so they cannot drift apart.
+struct OptionDoc {
+  std::vector<std::string> names;  // "-r", "--redirects": short names first
+  bool takes_value = false;
+  std::string group;
+  std::string help;  // as --help prints it, "[env PET_...]" included
+  std::string default_value;
+};
+std::vector<OptionDoc> option_docs();
+// The one-line warning for a multi-node job whose rendezvous, master or advertised address is a
+// loopback address that other machines cannot reach; empty when there is nothing to say.
+std::string loopback_warning(const LaunchConfig& config);
 
 // "${local_rank}" and "$local_rank" become the rank; "$$" becomes "$".
 std::string expand_local_rank(const std::string& arg, int local_rank);

@@ -146,7 +146,7 @@ std::string traceback_text(const ProcessFailure& f) {
                        signal_name(f.status.signal), f.pid);
   if (!f.traceback.empty()) return f.traceback;
   if (!f.message.empty()) return f.message;
-  return "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
+  return "To enable traceback see: docs/cli.md#error-files (man trainrun: ERROR FILES)";
 }
 
 // `text` cut to about `max_bytes` (0: whole): its head and tail around a note naming the file.

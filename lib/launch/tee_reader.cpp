@@ -21,7 +21,7 @@ void report_log_write_failure(int file_fd, int error, const char* consequence) {
   std::string link = "/proc/self/fd/" + std::to_string(file_fd);
   ssize_t n = ::readlink(link.c_str(), path, sizeof path - 1);
   std::string name = n > 0 ? std::string(path, static_cast<size_t>(n)) : "a log file";
-  say("cannot write " + name + ": " + std::strerror(error) + "; " + consequence);
+  say("cannot write " + name + ": " + std::strerror(error) + "; " + consequence, Level::warning);
 }
 
 }  // namespace

@@ -367,7 +367,7 @@ def test_node_stopped_by_a_signal_is_named_on_the_others(agents, worker, tmp_pat
     expected = (f"trainrun: node {name} (127.0.0.1, pid {target.proc.pid}) lost (left: {name} "
                 "stopped by SIGTERM); ")
     expected += (f"it hosted the rendezvous at 127.0.0.1:{port}, so the job cannot continue"
-                 if stopped == "host" else "1 nodes remain, fewer than the minimum of 2")
+                 if stopped == "host" else "1 node remains, fewer than the minimum of 2")
     # The host used to leave only "lost the rendezvous server at ...: connection closed by peer".
     assert expected in survivor.err.splitlines(), survivor.err
     assert "lost the rendezvous server" not in survivor.err, survivor.err

@@ -149,7 +149,7 @@ TEST_CASE("a failure stops the group, SIGKILL follows the grace period", "[agent
   h.now += seconds(29);
   CHECK(h.grace().empty());  // not due yet
   h.now += seconds(1);
-  CHECK(h.grace() == Lines{"say: 1 worker(s) still running 30 s after the stop signal; "
+  CHECK(h.grace() == Lines{"say: 1 worker still running 30 s after the stop signal; "
                            "sending SIGKILL",
                            "signal SIGKILL"});
   // Killed because we asked: not a failure of its own.
@@ -240,7 +240,7 @@ TEST_CASE("restarts up to max_restarts, then the root cause's exit code", "[agen
 TEST_CASE("a stop signal stops the workers and exits 128+N; a second one kills", "[agent]") {
   Harness h(config(2));
   h.start();
-  CHECK(h.signal(SIGINT) == Lines{"say: received SIGINT; stopping 2 worker(s) (30 s grace before "
+  CHECK(h.signal(SIGINT) == Lines{"say: received SIGINT; stopping 2 workers (30 s grace before "
                                   "SIGKILL)",
                                   "signal SIGINT", "grace timer +30s"});
   h.now += seconds(2);
@@ -258,7 +258,7 @@ TEST_CASE("a stop signal after a failure takes over the exit code", "[agent]") {
   Harness h(config(2));
   h.start();
   h.exit(0, code(4));
-  CHECK(h.signal(SIGTERM) == Lines{"say: received SIGTERM; stopping 1 worker(s) (30 s grace "
+  CHECK(h.signal(SIGTERM) == Lines{"say: received SIGTERM; stopping 1 worker (30 s grace "
                                    "before SIGKILL)",
                                    "signal SIGTERM", "grace timer +30s"});
   h.exit(1, killed(SIGTERM));
@@ -275,7 +275,7 @@ TEST_CASE("forwarded signals only reach the workers", "[agent]") {
 TEST_CASE("a stop signal while waiting for the rendezvous ends at once", "[agent]") {
   Harness h(config(2));
   CHECK(h.join() == Lines{"join"});
-  CHECK(h.signal(SIGTERM) == Lines{"say: received SIGTERM; stopping 0 worker(s) (30 s grace "
+  CHECK(h.signal(SIGTERM) == Lines{"say: received SIGTERM; stopping 0 workers (30 s grace "
                                    "before SIGKILL)",
                                    "shutdown: hosta stopped by SIGTERM", "finish 143"});
   CHECK(h.policy.done());

@@ -4,6 +4,7 @@
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/base/text.hpp"
+#include "trainrun/base/wording.hpp"
 
 using namespace trainrun;
 
@@ -59,4 +60,12 @@ TEST_CASE("utf8_prefix and utf8_suffix never split a character", "[base]") {
   CHECK(utf8_prefix(s, 10) == s);
   CHECK(utf8_suffix(s, 2) == "z");
   CHECK(utf8_suffix(s, 3) == "\xc3\xa9z");
+}
+
+TEST_CASE("count_of is singular for exactly one", "[base]") {
+  CHECK(count_of(1, "node") == "1 node");
+  CHECK(count_of(2, "node") == "2 nodes");
+  CHECK(count_of(0, "worker") == "0 workers");
+  CHECK(count_of(1, "process", "processes") == "1 process");
+  CHECK(count_of(3, "process", "processes") == "3 processes");
 }

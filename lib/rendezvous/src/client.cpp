@@ -11,6 +11,7 @@
 
 #include "trainrun/base/system.hpp"
 #include "trainrun/rendezvous/crypto.hpp"
+#include "trainrun/rendezvous/endpoint.hpp"
 #include "trainrun/rendezvous/framed_connection.hpp"
 #include "trainrun/rendezvous/handshake.hpp"
 
@@ -23,13 +24,6 @@ using boost::system::error_code;
 namespace {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-bool is_literal_loopback(const std::string& host) {
-  if (host == "localhost") return true;
-  error_code ec;
-  auto address = asio::ip::make_address(host, ec);
-  return !ec && address.is_loopback();
-}
 
 }  // namespace
 
@@ -325,13 +319,14 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     pending_join_.reset();
     if (node.addr.empty()) {
       const asio::ip::address local = local_endpoint_.address();
-      if (!local.is_loopback() || is_literal_loopback(options_.endpoint.host)) {
+      if (!local.is_loopback() || is_loopback_host(options_.endpoint.host)) {
         node.addr = local.to_string();
       } else {
         node.addr = trainrun::host_name();
       }
     }
     if (node.host.empty()) node.host = trainrun::host_name();
+    advertised_address_ = node.addr;
     connection_->send(encode(ClientMessage{Join{node}}));
   }
 
@@ -379,6 +374,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   std::shared_ptr<FramedConnection> connection_;
   std::optional<ClientHandshake> handshake_;
   tcp::endpoint local_endpoint_;
+  std::string advertised_address_;
   Clock::time_point started_at_;
   Clock::time_point last_heard_;
   std::optional<Clock::time_point> last_retry_log_;
@@ -404,6 +400,8 @@ void RendezvousClient::report_failure(const FailureReport& failure) {
 void RendezvousClient::report_done() { impl_->report_done(); }
 void RendezvousClient::leave(const std::string& reason) { impl_->leave(reason); }
 std::optional<Assignment> RendezvousClient::assignment() const { return impl_->assignment_; }
+std::string RendezvousClient::advertised_address() const { return impl_->advertised_address_; }
+
 std::optional<tcp::endpoint> RendezvousClient::local_endpoint() const {
   if (impl_->state_ != Impl::State::admitted) return std::nullopt;
   return impl_->local_endpoint_;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <boost/asio/ip/address.hpp>
 #include <optional>
 #include <stdexcept>
 
@@ -50,6 +51,13 @@ HostPort parse_endpoint(const std::string& text, int default_port) {
   }
   if (out.host.empty()) throw std::invalid_argument(fmt::format("\"{}\": the host is empty", text));
   return out;
+}
+
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost") return true;
+  boost::system::error_code ec;
+  const auto address = boost::asio::ip::make_address(host, ec);
+  return !ec && address.is_loopback();
 }
 
 }  // namespace trainrun::rendezvous

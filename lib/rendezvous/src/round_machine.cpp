@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "trainrun/base/wording.hpp"
+
 namespace trainrun::rendezvous {
 namespace {
 
@@ -111,9 +113,9 @@ void RoundMachine::on_join(Effects& fx, NodeId id, const NodeDescriptor& node,
   if (options_.static_ranks) {
     if (node.node_rank < 0 || node.node_rank >= options_.max_nodes) {
       return refuse(fmt::format(
-          "node rank {} is out of range: this job has {} nodes (0..{}); check --node-rank and "
+          "node rank {} is out of range: this job has {} (0..{}); check --node-rank and "
           "--nnodes",
-          node.node_rank, options_.max_nodes, options_.max_nodes - 1));
+          node.node_rank, count_of(options_.max_nodes, "node"), options_.max_nodes - 1));
     }
     for (const auto& [other_id, other] : sessions_) {
       if (other_id != id && other.node && other.node->node_rank == node.node_rank) {
@@ -145,7 +147,8 @@ void RoundMachine::on_join(Effects& fx, NodeId id, const NodeDescriptor& node,
     std::set<NodeId> expected(participants_.begin(), participants_.end());
     expected.insert(waiting_.begin(), waiting_.end());
     std::string reason =
-        fmt::format("node {} joined: scaling up from {} nodes", describe(id), participants_.size());
+        fmt::format("node {} joined: scaling up from {}", describe(id),
+                    count_of(static_cast<long long>(participants_.size()), "node"));
     begin_forming(fx, now, std::move(expected),
                   Restart{RestartCause::scale_up, reason, restart_count_, std::nullopt});
     return;
@@ -169,8 +172,8 @@ void RoundMachine::on_failure(Effects& fx, NodeId id, const Failure& report,
     expected.insert(waiting_.begin(), waiting_.end());
     begin_forming(fx, now, std::move(expected),
                   Restart{RestartCause::worker_failed,
-                          fmt::format("{}; restarting ({} of {} restarts)", reason, restart_count_,
-                                      options_.max_restarts),
+                          fmt::format("{}; restarting ({} of {})", reason, restart_count_,
+                                      count_of(options_.max_restarts, "restart")),
                           restart_count_, f});
     return;
   }
@@ -185,7 +188,10 @@ void RoundMachine::on_done(Effects& fx, NodeId id, const Done& done) {
   done_.insert(id);
   if (done_.size() == participants_.size()) {
     end_job(fx, Stop{StopCause::finished,
-                     fmt::format("all {} nodes finished", participants_.size()), 0, std::nullopt});
+                     participants_.size() == 1 ? std::string("the node finished")
+                                                : fmt::format("all {} nodes finished",
+                                                              participants_.size()),
+                     0, std::nullopt});
   }
 }
 
@@ -211,12 +217,13 @@ void RoundMachine::on_lost(Effects& fx, NodeId id, const std::string& why, Clock
     } else if (restart_count_ >= options_.max_restarts) {
       end_job(fx, Stop{StopCause::node_lost,
                        fmt::format("{}; no restarts left ({} of {} used)", reason, restart_count_,
-                                   options_.max_restarts),
+                                   count_of(options_.max_restarts, "restart")),
                        1, std::nullopt});
     } else if (remaining < options_.min_nodes) {
       end_job(fx, Stop{StopCause::node_lost,
-                       fmt::format("{}; {} nodes remain, fewer than the minimum of {}", reason,
-                                   remaining, options_.min_nodes),
+                       fmt::format("{}; {} {}, fewer than the minimum of {}", reason,
+                                   count_of(remaining, "node"), remaining == 1 ? "remains" : "remain",
+                                   options_.min_nodes),
                        1, std::nullopt});
     } else {
       ++restart_count_;
@@ -224,8 +231,9 @@ void RoundMachine::on_lost(Effects& fx, NodeId id, const std::string& why, Clock
       expected.insert(waiting_.begin(), waiting_.end());
       begin_forming(fx, now, std::move(expected),
                     Restart{RestartCause::node_lost,
-                            fmt::format("{}; continuing with {} nodes ({} of {} restarts)", reason,
-                                        remaining, restart_count_, options_.max_restarts),
+                            fmt::format("{}; continuing with {} ({} of {})", reason,
+                                        count_of(remaining, "node"), restart_count_,
+                                        count_of(options_.max_restarts, "restart")),
                             restart_count_, std::nullopt});
     }
     return;
@@ -295,8 +303,8 @@ void RoundMachine::complete_round(Effects& fx, std::vector<NodeId> members) {
   forming_since_.reset();
   min_reached_at_.reset();
   if (!waiting_.empty()) next_status_ = Clock::time_point::min();
-  fx.log.push_back(fmt::format("round {} formed: {} nodes, world size {}, master {}:{}, restart {}",
-                               round_, participants_.size(), assignments[0].world_size,
+  fx.log.push_back(fmt::format("round {} formed: {}, world size {}, master {}:{}, restart {}",
+                               round_, count_of(static_cast<long long>(participants_.size()), "node"), assignments[0].world_size,
                                assignments[0].master_addr, assignments[0].master_port,
                                restart_count_));
 }
@@ -389,8 +397,9 @@ Effects RoundMachine::tick(Clock::time_point now) {
           {id,
            Stop{StopCause::join_timeout,
                 fmt::format("timed out after {:.0f} s: the job at {} is running with its maximum "
-                            "of {} nodes",
-                            seconds(options_.join_timeout), endpoint_, options_.max_nodes),
+                            "of {}",
+                            seconds(options_.join_timeout), endpoint_,
+                            count_of(options_.max_nodes, "node")),
                 1, std::nullopt},
            true});
       sessions_.erase(id);

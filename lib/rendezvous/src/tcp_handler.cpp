@@ -3,6 +3,7 @@
 
 #include <boost/asio/ip/tcp.hpp>
 
+#include "trainrun/base/wording.hpp"
 #include "trainrun/rendezvous/handler.hpp"
 #include "trainrun/rendezvous/server.hpp"
 
@@ -112,6 +113,10 @@ class TcpRendezvousHandler : public RendezvousHandler {
 
   bool hosting() const override { return server_ != nullptr; }
 
+  std::string advertised_address() const override {
+    return client_ ? client_->advertised_address() : options_.local_addr;
+  }
+
  private:
   void log(const std::string& line) const {
     if (log_) log_(line);
@@ -155,11 +160,12 @@ class TcpRendezvousHandler : public RendezvousHandler {
     }
     actual_port_ = server->local_endpoint().port();
     server_ = std::move(server);
-    log(fmt::format("hosting the rendezvous on {}:{} (run id \"{}\", {} nodes{})",
+    log(fmt::format("hosting the rendezvous on {}:{} (run id \"{}\", {}{})",
                     where.address().to_string(), actual_port_, options_.credentials.run_id,
                     options_.round.min_nodes == options_.round.max_nodes
-                        ? std::to_string(options_.round.max_nodes)
-                        : fmt::format("{}..{}", options_.round.min_nodes, options_.round.max_nodes),
+                        ? count_of(options_.round.max_nodes, "node")
+                        : fmt::format("{}..{} nodes", options_.round.min_nodes,
+                                      options_.round.max_nodes),
                     options_.credentials.token ? ", token required" : ""));
   }
 

@@ -60,6 +60,9 @@ class RendezvousClient {
   // This end of the connection while admitted: how the server tells this client's connection
   // from the others (the hosting agent's own, for RendezvousServer::leave).
   std::optional<boost::asio::ip::tcp::endpoint> local_endpoint() const;
+  // The address this node advertised in its last join (node.addr, filled in as above); empty
+  // before the first join was sent.
+  std::string advertised_address() const;
 
  private:
   struct Impl;

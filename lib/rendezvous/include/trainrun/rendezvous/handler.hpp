@@ -72,6 +72,8 @@ class RendezvousHandler {
   virtual std::string endpoint() const = 0;
   // Whether this agent hosts the server (known once start() has decided).
   virtual bool hosting() const = 0;
+  // The address this node advertises to the others (known once its join was sent).
+  virtual std::string advertised_address() const = 0;
 };
 
 // The built-in TCP rendezvous for the c10d-style and static backends. `log` receives lines

@@ -1,0 +1,175 @@
+#include "job_summary.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "errors.hpp"
+#include "file_io.hpp"
+#include "log.hpp"
+#include "version.hpp"
+
+namespace trainrun::launch {
+
+namespace {
+
+using nlohmann::json;
+
+json time_or_null(const std::optional<double>& t) { return t ? json(iso_time(*t)) : json(); }
+
+json duration_or_null(double from, const std::optional<double>& to) {
+  return to ? json(*to - from) : json();
+}
+
+json exit_fields(json j, const ExitStatus& status) {
+  j["exit_code"] = status.signal != 0 ? json() : json(status.code);
+  j["signal"] = status.signal != 0 ? json(signal_name(status.signal)) : json();
+  return j;
+}
+
+json failure_json(const ProcessFailure& f) {
+  json j = {{"host", f.host},
+            {"rank", f.rank},
+            {"local_rank", f.local_rank},
+            {"pid", f.pid},
+            {"time", iso_time(f.timestamp)},
+            {"error_file", f.has_error_file ? json(f.error_file) : json()},
+            {"message", f.message.empty() ? json() : json(f.message)}};
+  return exit_fields(std::move(j), f.status);
+}
+
+json report_json(const rendezvous::FailureReport& f) {
+  return {{"host", f.host}, {"rank", f.rank}, {"local_rank", f.local_rank},
+          {"exit_code", f.exit_code}};
+}
+
+json worker_json(const JobSummary::Worker& w) {
+  json j = {{"rank", w.rank},
+            {"local_rank", w.local_rank},
+            {"pid", w.pid},
+            {"ended_at", iso_time(w.ended_at)},
+            {"error_file", w.error_file.empty() ? json() : json(w.error_file)},
+            {"message", w.message.empty() ? json() : json(w.message)}};
+  return exit_fields(std::move(j), w.status);
+}
+
+json attempt_json(const JobSummary::Attempt& a) {
+  json workers = json::array();
+  for (const auto& w : a.workers) workers.push_back(worker_json(w));
+  const Topology& t = a.topology;
+  return {{"restart_count", t.restart_count},
+          {"node_rank", t.group_rank},
+          {"nnodes", t.group_world_size},
+          {"world_size", t.world_size},
+          {"base_rank", t.base_rank},
+          {"master_addr", t.master_addr},
+          {"master_port", t.master_port},
+          {"started_at", iso_time(a.started_at)},
+          {"ended_at", time_or_null(a.ended_at)},
+          {"duration_s", duration_or_null(a.started_at, a.ended_at)},
+          {"workers", workers},
+          {"root_cause", a.failures.empty()
+                             ? json()
+                             : failure_json(a.failures[root_cause_index(a.failures)])}};
+}
+
+}  // namespace
+
+JobSummary::JobSummary(std::string host, std::string entrypoint, std::vector<std::string> args,
+                       double started_at)
+    : host_(std::move(host)),
+      entrypoint_(std::move(entrypoint)),
+      args_(std::move(args)),
+      started_at_(started_at) {}
+
+void JobSummary::attempt_started(const Topology& topology, double now) {
+  Attempt a;
+  a.topology = topology;
+  a.started_at = now;
+  attempts_.push_back(std::move(a));
+}
+
+void JobSummary::worker_exited(int local_rank, pid_t pid, ExitStatus status, double now,
+                               const std::string& error_file, const std::string& message) {
+  if (attempts_.empty()) return;
+  Attempt& a = attempts_.back();
+  a.workers.push_back(
+      Worker{a.topology.base_rank + local_rank, local_rank, pid, status, now, error_file, message});
+}
+
+void JobSummary::attempt_ended(const std::vector<ProcessFailure>& failures, double now) {
+  if (attempts_.empty() || attempts_.back().ended_at) return;
+  attempts_.back().ended_at = now;
+  attempts_.back().failures = failures;
+}
+
+void JobSummary::stopped(const rendezvous::Stop& stop) { stop_ = stop; }
+
+void JobSummary::finished(int exit_code, double now, const std::string& error) {
+  exit_code_ = exit_code;
+  ended_at_ = now;
+  error_ = error;
+  if (!attempts_.empty() && !attempts_.back().ended_at) attempts_.back().ended_at = now;
+}
+
+std::string JobSummary::to_json() const {
+  json attempts = json::array();
+  const Attempt* last_failed = nullptr;
+  for (const auto& a : attempts_) {
+    attempts.push_back(attempt_json(a));
+    if (!a.failures.empty()) last_failed = &a;
+  }
+  json root_cause;
+  std::string reason = error_;
+  if (stop_ && stop_->cause != rendezvous::StopCause::finished) {
+    if (reason.empty()) reason = stop_->reason;
+    if (stop_->failure && stop_->failure->host != host_) root_cause = report_json(*stop_->failure);
+  }
+  if (root_cause.is_null() && last_failed && exit_code_.value_or(0) != 0)
+    root_cause = failure_json(last_failed->failures[root_cause_index(last_failed->failures)]);
+  const int code = exit_code_.value_or(1);
+  std::string status = code == 0              ? "succeeded"
+                       : !error_.empty()      ? "error"
+                       : !root_cause.is_null() ? "failed"
+                                               : "stopped";
+  json j = {{"schema", "trainrun.job-summary/1"},
+            {"trainrun_version", kVersion},
+            {"host", host_},
+            {"run_id", run_id_},
+            {"entrypoint", entrypoint_},
+            {"args", args_},
+            {"status", status},
+            {"exit_code", code},
+            {"reason", reason.empty() ? json() : json(reason)},
+            {"root_cause", root_cause},
+            {"restarts", attempts_.empty() ? 0 : attempts_.back().topology.restart_count},
+            {"started_at", iso_time(started_at_)},
+            {"ended_at", time_or_null(ended_at_)},
+            {"duration_s", duration_or_null(started_at_, ended_at_)},
+            {"attempts", attempts}};
+  return j.dump(2) + "\n";
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  auto fail = [&](const char* step) {
+    const int error = errno;
+    ::unlink(temp.c_str());
+    throw SetupError(fmt::format("cannot write {}: {} ({})", path, std::strerror(error), step));
+  };
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("create");
+  const bool written = write_all(fd, text.data(), text.size()) && ::fsync(fd) == 0;
+  const int error = errno;
+  ::close(fd);
+  errno = error;
+  if (!written) fail("write");
+  if (::rename(temp.c_str(), path.c_str()) != 0) fail("rename");
+}
+
+}  // namespace trainrun::launch

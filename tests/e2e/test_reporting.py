@@ -1,0 +1,214 @@
+"""What trainrun says about itself: loopback warnings, the node line, -q/-v, --log-timestamps,
+--summary-file, and counts in words."""
+import json
+import os
+import re
+
+import pytest
+
+from conftest import run
+from ports import free_port
+
+STAMPED = re.compile(r"^trainrun: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (ERROR|WARNING|INFO|DEBUG) ")
+
+
+def launcher_lines(stderr):
+    return [line for line in stderr.splitlines() if line.startswith("trainrun: ")]
+
+
+# -- loopback addresses on a multi-node job -------------------------------------------------
+
+@pytest.mark.parametrize("args,named", [
+    (["--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:{port}"], "--rdzv-endpoint=127.0.0.1:"),
+    (["--rdzv-backend=c10d", "--rdzv-endpoint=localhost:{port}"], "--rdzv-endpoint=localhost:"),
+    (["--rdzv-backend=c10d", "--rdzv-endpoint=[::1]:{port}"], "--rdzv-endpoint=[::1]:"),
+    (["--node-rank=0", "--master-addr=127.0.0.2", "--master-port={port}"], "--master-addr=127.0.0.2"),
+])
+def test_loopback_address_on_a_multi_node_job_warns_at_once(args, named, worker):
+    port = free_port()
+    args = [a.format(port=port) for a in args]
+    r = run(["--nnodes=2", "--rdzv-conf=join_timeout=1", *args, worker, "exit", "0"], timeout=60)
+    assert r.returncode == 1, r.stderr  # nobody else came
+    first = launcher_lines(r.stderr)[0]
+    assert first.startswith("trainrun: warning: " + named), r.stderr
+    assert "cannot reach it" in first and "--nnodes=2" in first
+    assert sum("loopback" in line for line in r.stderr.splitlines()) == 1
+
+
+def test_no_loopback_warning_on_one_node(worker):
+    r = run(["--nnodes=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+             worker, "exit", "0"])
+    assert r.returncode == 0, r.stderr
+    assert "loopback" not in r.stderr
+    r = run(["--standalone", "--nproc-per-node=2", worker, "exit", "0"])
+    assert r.returncode == 0 and "loopback" not in r.stderr
+
+
+# -- the node line --------------------------------------------------------------------------
+
+def test_each_agent_says_once_which_node_it_is(agents, worker):
+    port = free_port()
+    common = ["--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
+              f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=nodeline", "--max-restarts=1"]
+    a = agents("a", common + [worker, "exit", "0"])
+    b = agents("b", common + [worker, "exit", "0"])
+    assert a.wait() == 0, a.err
+    assert b.wait() == 0, b.err
+    seen = []
+    for agent in (a, b):
+        lines = [l for l in agent.err.splitlines() if l.startswith("trainrun: node rank ")]
+        assert len(lines) == 1, agent.err
+        m = re.match(r"trainrun: node rank (\d) of 2 nodes \(host (\S+), advertising 127\.0\.0\.1; "
+                     r"ranks (\d)\.\.(\d)\)$", lines[0])
+        assert m, lines[0]
+        seen.append(int(m.group(1)))
+        assert int(m.group(4)) - int(m.group(3)) == 1
+    assert sorted(seen) == [0, 1]
+
+
+def test_a_single_node_job_has_no_node_line(worker):
+    r = run(["--standalone", worker, "exit", "0"])
+    assert r.returncode == 0 and "node rank" not in r.stderr
+
+
+# -- -q, -v, --log-timestamps ---------------------------------------------------------------
+
+def test_quiet_keeps_only_errors(worker):
+    r = run(["-q", "--numa-binding=node", "--nproc-per-node=2", worker, "exit", "0"])
+    assert r.returncode == 0 and r.stderr == ""
+    r = run(["--quiet", "--max-restarts=1", worker, "exit", "3"])
+    assert r.returncode == 3
+    assert "restarting" not in r.stderr  # a warning
+    assert "FAILED" in r.stderr  # the failure summary is an error
+
+
+def test_verbose_adds_debug_lines(worker):
+    r = run(["-v", "--nproc-per-node=2", worker, "exit", "0"])
+    assert r.returncode == 0, r.stderr
+    assert "trainrun: attempt 0: starting 2 workers (ranks 0..1 of 2)" in r.stderr
+    assert len(re.findall(r"trainrun: worker \d \(local rank \d, pid \d+\) exited with code 0",
+                          r.stderr)) == 2
+    plain = run(["--nproc-per-node=2", worker, "exit", "0"])
+    assert plain.returncode == 0 and plain.stderr == ""
+
+
+def test_quiet_and_verbose_together_are_refused():
+    r = run(["-q", "-v", "/bin/true"])
+    assert r.returncode == 2
+    assert r.stderr == "trainrun: -q/--quiet and -v/--verbose cannot be used together\n"
+
+
+def test_q_and_v_after_the_entrypoint_belong_to_it(tmp_path):
+    out = tmp_path / "argv"
+    r = run(["--no-python", "/bin/sh", "-c", f'printf "%s\\n" "$@" > {out}', "sh", "-q", "-v"])
+    assert r.returncode == 0, r.stderr
+    assert out.read_text() == "-q\n-v\n"
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_timestamps_and_levels(worker, how):
+    args = ["-v", worker, "exit", "0"]
+    env = {}
+    if how == "flag":
+        args.insert(0, "--log-timestamps")
+    else:
+        env["TRAINRUN_LOG_FORMAT"] = "timestamps"
+    r = run(["--numa-binding=node", *args], env=env)
+    assert r.returncode == 0, r.stderr
+    lines = launcher_lines(r.stderr)
+    assert lines and all(STAMPED.match(line) for line in lines), r.stderr
+    assert any(" WARNING warning: --numa-binding=node" in line for line in lines)
+    assert any(" DEBUG attempt 0: starting 1 worker " in line for line in lines)
+
+
+def test_bad_log_format_is_refused():
+    r = run(["/bin/true"], env={"TRAINRUN_LOG_FORMAT": "fancy"})
+    assert r.returncode == 2
+    assert r.stderr == "trainrun: TRAINRUN_LOG_FORMAT=fancy: use timestamps or plain\n"
+
+
+# -- counts in words ------------------------------------------------------------------------
+
+def test_one_restart_and_one_worker_are_singular(worker):
+    r = run(["--max-restarts=1", worker, "exit", "3"])
+    assert r.returncode == 3
+    assert "restarting the worker group (1 of 1 restart)" in r.stderr
+    assert "restarts)" not in r.stderr and "(s)" not in r.stderr
+
+
+# -- the failure summary's pointer ----------------------------------------------------------
+
+def test_a_worker_without_error_file_points_at_trainruns_docs(worker):
+    r = run([worker, "exit", "3"])
+    assert r.returncode == 3
+    assert "error_file: <N/A>" in r.stderr
+    assert "docs/cli.md#error-files" in r.stderr
+    assert "pytorch.org" not in r.stderr
+
+
+# -- --summary-file -------------------------------------------------------------------------
+
+def read_summary(path):
+    assert os.listdir(os.path.dirname(path)) == [os.path.basename(path)]  # no temporary left
+    with open(path) as f:
+        return json.load(f)
+
+
+def test_summary_of_a_successful_job(worker, tmp_path):
+    path = tmp_path / "s" / "summary.json"
+    path.parent.mkdir()
+    r = run(["--nproc-per-node=2", f"--summary-file={path}", worker, "exit", "0"])
+    assert r.returncode == 0, r.stderr
+    s = read_summary(str(path))
+    assert s["schema"] == "trainrun.job-summary/1"
+    assert (s["status"], s["exit_code"], s["root_cause"], s["restarts"]) == ("succeeded", 0, None, 0)
+    assert s["entrypoint"] == worker and s["args"] == ["exit", "0"]
+    assert s["duration_s"] >= 0 and s["started_at"] <= s["ended_at"]
+    [attempt] = s["attempts"]
+    assert attempt["restart_count"] == 0 and attempt["world_size"] == 2
+    assert attempt["started_at"] <= attempt["ended_at"]
+    workers = sorted(attempt["workers"], key=lambda w: w["rank"])
+    assert [(w["rank"], w["local_rank"], w["exit_code"], w["signal"]) for w in workers] == [
+        (0, 0, 0, None), (1, 1, 0, None)]
+    assert all(w["pid"] > 0 and w["error_file"] is None for w in workers)
+
+
+def test_summary_of_a_failed_job(worker, tmp_path):
+    path = tmp_path / "s" / "summary.json"
+    path.parent.mkdir()
+    r = run(["--nproc-per-node=2", f"--summary-file={path}", worker, "rank-exit", "1", "0",
+             "error-file", "boom", "exit", "7"])
+    assert r.returncode == 7, r.stderr
+    s = read_summary(str(path))
+    assert (s["status"], s["exit_code"]) == ("failed", 7)
+    root = s["root_cause"]
+    assert (root["rank"], root["local_rank"], root["exit_code"], root["message"]) == (0, 0, 7, "boom")
+    assert root["error_file"].endswith("error.json")
+    [attempt] = s["attempts"]
+    assert attempt["root_cause"]["rank"] == 0
+    by_rank = {w["rank"]: w for w in attempt["workers"]}
+    assert by_rank[0]["exit_code"] == 7 and by_rank[0]["message"] == "boom"
+    assert sorted(by_rank) == [0, 1]
+
+
+def test_summary_of_a_restarted_job(worker, tmp_path):
+    path = tmp_path / "s" / "summary.json"
+    path.parent.mkdir()
+    r = run(["--max-restarts=2", f"--summary-file={path}", worker, "signal", "15"])
+    assert r.returncode == 128 + 15
+    s = read_summary(str(path))
+    assert (s["status"], s["exit_code"], s["restarts"]) == ("failed", 143, 2)
+    assert [a["restart_count"] for a in s["attempts"]] == [0, 1, 2]
+    for a in s["attempts"]:
+        [w] = a["workers"]
+        assert (w["exit_code"], w["signal"]) == (None, "SIGTERM")
+        assert a["root_cause"]["signal"] == "SIGTERM"
+    assert s["root_cause"]["signal"] == "SIGTERM"
+
+
+def test_summary_that_cannot_be_written_is_an_error_line(worker, tmp_path):
+    path = tmp_path / "missing" / "summary.json"
+    r = run([f"--summary-file={path}", worker, "exit", "0"])
+    assert r.returncode == 0
+    assert launcher_lines(r.stderr) == [
+        f"trainrun: cannot write {path}: No such file or directory (create)"]

@@ -1,0 +1,50 @@
+"""The man page and the bash completion list every option of --help, with its help text: all
+three come from one option table, so they cannot drift apart."""
+import os
+import re
+import subprocess
+
+from installed import complete, help_option_names, render_man
+
+TRAINRUN = os.environ["TRAINRUN_BIN"]
+MAN_PAGE = os.environ["TRAINRUN_MAN_PAGE"]
+COMPLETION = os.environ["TRAINRUN_BASH_COMPLETION"]
+
+
+def test_help_lists_the_options_this_test_expects():
+    names = help_option_names(TRAINRUN)
+    for name in ("--nproc-per-node", "--nproc_per_node", "-r", "--help", "--version", "-q",
+                 "--verbose", "--log-timestamps", "--summary-file"):
+        assert name in names
+
+
+def test_every_help_option_is_in_the_man_page_with_its_help_text():
+    text = render_man(MAN_PAGE)
+    words = set(re.findall(r"(?<![\w-])-{1,2}[A-Za-z][\w-]*", text))
+    missing = help_option_names(TRAINRUN) - words
+    assert not missing, f"options of --help missing from trainrun.1: {sorted(missing)}"
+    flat = " ".join(text.split())
+    for phrase in ("Workers per node: an integer, cpu, gpu, xpu or auto",
+                   "Only trainrun's error lines", "[env PET_NPROC_PER_NODE]"):
+        assert phrase in flat
+
+
+def test_every_help_option_is_completed():
+    names = sorted(help_option_names(TRAINRUN))
+    for name in names:
+        assert name in complete(COMPLETION, name), name
+    assert set(complete(COMPLETION, "--")) >= {n for n in names if n.startswith("--")}
+
+
+def test_completion_leaves_the_entrypoints_arguments_alone():
+    # After the entrypoint, options are the program's: bash's own file completion takes over.
+    assert complete(COMPLETION, "--nnodes", "2", "train.py", "--nn") == []
+    assert complete(COMPLETION, "--nnodes=2", "--no") == ["--no-python", "--no_python"]
+    assert complete(COMPLETION, "--log-dir", "--") == []  # a value, not an option
+
+
+def test_print_completion_is_the_installed_file():
+    r = subprocess.run([TRAINRUN, "--print-completion", "bash"], capture_output=True, text=True)
+    assert r.returncode == 0
+    with open(COMPLETION) as f:
+        assert f.read() == r.stdout
