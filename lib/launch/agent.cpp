@@ -55,6 +55,19 @@ double unix_now() {
   return duration_cast<duration<double>>(system_clock::now().time_since_epoch()).count();
 }
 
+// --summary-file, written whole at the end (a failure to write it is said, not fatal).
+void write_job_summary(const std::string& path, JobSummary& summary, int exit_code,
+                       const std::string& error) {
+  if (path.empty()) return;
+  summary.finished(exit_code, unix_now(), error);
+  try {
+    write_file_atomically(path, summary.to_json());
+    say("job summary written to " + path, Level::debug);
+  } catch (const LaunchError& e) {
+    say(e.what(), Level::error);
+  }
+}
+
 // One node's life on one io_context. What to do is AgentPolicy's to decide; the agent turns
 // worker exits, signals, timers and the rendezvous into its events and carries out its actions.
 class Agent {
@@ -269,16 +282,8 @@ class Agent {
                                a.base_rank + a.local_world_size - 1));
   }
 
-  // --summary-file, written whole at the end (a failure to write it is said, not fatal).
   void write_summary(int exit_code, const std::string& error = {}) {
-    if (config_.summary_file.empty()) return;
-    summary_.finished(exit_code, unix_now(), error);
-    try {
-      write_file_atomically(config_.summary_file, summary_.to_json());
-      say("job summary written to " + config_.summary_file, Level::debug);
-    } catch (const LaunchError& e) {
-      say(e.what(), Level::error);
-    }
+    write_job_summary(config_.summary_file, summary_, exit_code, error);
   }
 
   LaunchConfig config_;
@@ -310,9 +315,17 @@ int run_agent(const LaunchConfig& config) {
   const auto env = current_environment();
   // What the command line left to the node: how many workers it has room for, and the program.
   LaunchConfig counted = config;
-  counted.nproc_per_node = resolve_worker_count(config.nproc_per_node);
-  if (config.virtual_local_rank) check_virtual_local_rank(counted.nproc_per_node.number, env);
-  const ResolvedEntry entry = resolve_entrypoint(counted, env);
+  std::optional<ResolvedEntry> resolved;
+  try {
+    counted.nproc_per_node = resolve_worker_count(config.nproc_per_node);
+    if (config.virtual_local_rank) check_virtual_local_rank(counted.nproc_per_node.number, env);
+    resolved = resolve_entrypoint(counted, env);
+  } catch (const LaunchError& e) {
+    JobSummary summary(host_name(), config.entrypoint, config.entry_args, unix_now());
+    write_job_summary(config.summary_file, summary, e.exit_code(), e.what());
+    throw;
+  }
+  const ResolvedEntry& entry = *resolved;
   // Output to a closed pipe must not kill the launcher: it drops console output instead.
   ::signal(SIGPIPE, SIG_IGN);
   Watchdog watchdog;

@@ -30,7 +30,7 @@ std::string bash_completion() {
   return fmt::format(R"(# bash completion for trainrun, generated from its option table
 _trainrun() {{
   local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="" word i
-  local options="{}"
+  local options=" {} "
   local valued=" {} "
   ((COMP_CWORD > 0)) && prev="${{COMP_WORDS[COMP_CWORD - 1]}}"
   COMPREPLY=()
@@ -142,6 +142,8 @@ std::string completion_script(const std::string& shell, const std::string& what)
 std::string manual_page() {
   std::string page = fmt::format(
       ".TH TRAINRUN 1 \"\" \"trainrun {}\" \"User Commands\"\n"
+      // No hyphenation, no justification: option and variable names stay whole, as typed.
+      ".nh\n.ad l\n"
       ".SH NAME\ntrainrun \\- launch and supervise distributed PyTorch training workers\n"
       ".SH SYNOPSIS\n.B trainrun\n[\\fIOPTIONS\\fR] \\fIENTRYPOINT\\fR [\\fIARGS\\fR...]\n"
       ".SH DESCRIPTION\nA drop\\-in replacement for \\fBtorchrun\\fR: starts \\fI\\-\\-nproc\\-per"

@@ -528,7 +528,7 @@ std::vector<OptionDoc> option_docs() {
     OptionDoc doc;
     for (const auto& s : opt->get_snames()) doc.names.push_back("-" + s);
     for (const auto& l : opt->get_lnames()) doc.names.push_back("--" + l);
-    doc.takes_value = opt->get_type_size() != 0;
+    doc.takes_value = opt->get_items_expected_max() != 0;
     doc.group = opt->get_group();
     doc.help = opt->get_description();
     doc.default_value = opt->get_default_str();

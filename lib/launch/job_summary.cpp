@@ -18,7 +18,7 @@ namespace trainrun::launch {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 json time_or_null(const std::optional<double>& t) { return t ? json(iso_time(*t)) : json(); }
 
@@ -140,7 +140,7 @@ std::string JobSummary::to_json() const {
   json j = {{"schema", "trainrun.job-summary/1"},
             {"trainrun_version", kVersion},
             {"host", host_},
-            {"run_id", run_id_},
+            {"run_id", run_id_.empty() ? json() : json(run_id_)},
             {"entrypoint", entrypoint_},
             {"args", args_},
             {"status", status},

@@ -212,3 +212,13 @@ def test_summary_that_cannot_be_written_is_an_error_line(worker, tmp_path):
     assert r.returncode == 0
     assert launcher_lines(r.stderr) == [
         f"trainrun: cannot write {path}: No such file or directory (create)"]
+
+
+def test_summary_of_a_job_that_could_not_start(tmp_path):
+    path = tmp_path / "s" / "summary.json"
+    path.parent.mkdir()
+    r = run([f"--summary-file={path}", "--no-python", str(tmp_path / "no-such-program")])
+    assert r.returncode == 127
+    s = read_summary(str(path))
+    assert (s["status"], s["exit_code"], s["attempts"]) == ("error", 127, [])
+    assert "no-such-program" in s["reason"]

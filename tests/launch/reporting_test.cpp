@@ -9,6 +9,7 @@
 #include "log.hpp"
 
 using namespace trainrun::launch;
+namespace rendezvous = trainrun::rendezvous;
 
 namespace {
 
