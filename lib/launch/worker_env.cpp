@@ -9,6 +9,7 @@
 
 #include "errors.hpp"
 #include "rendezvous_token.hpp"
+#include "trainrun/base/wording.hpp"
 
 extern char** environ;
 
@@ -55,9 +56,10 @@ void check_virtual_local_rank(int local_world_size,
   const auto [name, ids] = visible_gpus(inherited);
   if (ids && static_cast<int>(ids->size()) < local_world_size)
     throw UsageError(fmt::format(
-        "--virtual-local-rank: {} workers per node but {}={} lists {} GPU(s); give each worker "
-        "one, or lower --nproc-per-node",
-        local_world_size, name, inherited.at(name), ids->size()));
+        "--virtual-local-rank: {} per node but {}={} lists {}; give each worker one, or lower "
+        "--nproc-per-node",
+        count_of(local_world_size, "worker"), name, inherited.at(name),
+        count_of(static_cast<long long>(ids->size()), "GPU")));
 }
 
 std::map<std::string, std::string> worker_variables(

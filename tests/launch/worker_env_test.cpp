@@ -87,7 +87,7 @@ TEST_CASE("virtual local rank needs a GPU per worker in the visible list") {
   CHECK_NOTHROW(check_virtual_local_rank(2, {{"CUDA_VISIBLE_DEVICES", "0,1"}}));
   CHECK_THROWS_WITH(check_virtual_local_rank(3, {{"CUDA_VISIBLE_DEVICES", "0,1"}}),
                     "--virtual-local-rank: 3 workers per node but CUDA_VISIBLE_DEVICES=0,1 lists "
-                    "2 GPU(s); give each worker one, or lower --nproc-per-node");
+                    "2 GPUs; give each worker one, or lower --nproc-per-node");
   CHECK_THROWS_AS(check_virtual_local_rank(2, {{"HIP_VISIBLE_DEVICES", "0"}}), UsageError);
   CHECK_THROWS_AS(check_virtual_local_rank(1, {{"CUDA_VISIBLE_DEVICES", ""}}), UsageError);
 }

@@ -16,7 +16,8 @@ endfunction()
 
 step(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
 foreach(expected include/trainrun/runtime/runtime.hpp include/trainrun/runtime/trainer.hpp
-                 lib/cmake/trainrun/trainrun-config.cmake)
+                 lib/cmake/trainrun/trainrun-config.cmake bin/trainrun share/man/man1/trainrun.1
+                 share/bash-completion/completions/trainrun)
   if(NOT EXISTS "${WORK_DIR}/prefix/${expected}")
     message(FATAL_ERROR "install test: ${expected} was not installed")
   endif()
