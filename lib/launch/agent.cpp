@@ -185,7 +185,7 @@ class Agent {
     summary_.worker_exited(local_rank, pid, status, exit.seen_at,
                            exit.contents ? error_file : "",
                            exit.contents ? exit.contents->message : "");
-    say_on_console(fmt::format("worker {} (local rank {}, pid {}) {}", job_base_rank_ + local_rank,
+    say_on_console(fmt::format("worker {} (local rank {}, pid {}) {}", base_rank_ + local_rank,
                                local_rank, pid, describe_exit(status)),
                    Level::debug);
     for (const AgentAction& a : policy_.worker_exited(exit, Clock::now())) {
@@ -203,7 +203,7 @@ class Agent {
 
   void carry_out(const action::StartWorkers& a) {
     attempt_ = a.topology.restart_count;
-    job_base_rank_ = a.topology.base_rank;
+    base_rank_ = a.topology.base_rank;
     job_.max_restarts = a.max_restarts;
     summary_.attempt_started(a.topology, unix_now());
     say_on_console(fmt::format("attempt {}: starting {} (ranks {}..{} of {}), MASTER_ADDR={} "
@@ -303,7 +303,7 @@ class Agent {
   AgentPolicy policy_;
   JobSummary summary_;
   bool announced_ = false;
-  int job_base_rank_ = 0;
+  int base_rank_ = 0;  // the running attempt's RANK of local rank 0
   int attempt_ = 0;  // the running attempt's restart count: where its rank directories are
   int exit_code_ = 0;
   std::optional<Clock::time_point> ended_;
