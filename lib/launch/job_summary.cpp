@@ -119,19 +119,20 @@ void JobSummary::finished(int exit_code, double now, const std::string& error) {
 
 std::string JobSummary::to_json() const {
   json attempts = json::array();
-  const Attempt* last_failed = nullptr;
-  for (const auto& a : attempts_) {
-    attempts.push_back(attempt_json(a));
-    if (!a.failures.empty()) last_failed = &a;
-  }
+  for (const auto& a : attempts_) attempts.push_back(attempt_json(a));
+  // The job ended with the last attempt: its own failures, else the failure another node
+  // reported, else none (stopped by a signal, a lost node).
   json root_cause;
   std::string reason = error_;
+  const bool failed = exit_code_.value_or(1) != 0;
+  if (failed && !attempts_.empty() && !attempts_.back().failures.empty()) {
+    const auto& failures = attempts_.back().failures;
+    root_cause = failure_json(failures[root_cause_index(failures)]);
+  }
   if (stop_ && stop_->cause != rendezvous::StopCause::finished) {
     if (reason.empty()) reason = stop_->reason;
-    if (stop_->failure && stop_->failure->host != host_) root_cause = report_json(*stop_->failure);
+    if (root_cause.is_null() && stop_->failure) root_cause = report_json(*stop_->failure);
   }
-  if (root_cause.is_null() && last_failed && exit_code_.value_or(0) != 0)
-    root_cause = failure_json(last_failed->failures[root_cause_index(last_failed->failures)]);
   const int code = exit_code_.value_or(1);
   std::string status = code == 0              ? "succeeded"
                        : !error_.empty()      ? "error"

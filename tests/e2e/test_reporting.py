@@ -222,3 +222,25 @@ def test_summary_of_a_job_that_could_not_start(tmp_path):
     s = read_summary(str(path))
     assert (s["status"], s["exit_code"], s["attempts"]) == ("error", 127, [])
     assert "no-such-program" in s["reason"]
+
+
+def test_summary_on_both_nodes_names_the_failing_worker(agents, worker, tmp_path):
+    port = free_port()
+    common = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+              f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=summaries"]
+    paths = {name: tmp_path / name / "summary.json" for name in ("a", "b")}
+    procs = {}
+    for name, path in paths.items():
+        path.parent.mkdir()
+        procs[name] = agents(name, common + [f"--summary-file={path}", worker,
+                                             "rank-exit", "1", "5", "sleep", "60"])
+    for p in procs.values():
+        assert p.wait() == 5, p.err
+    summaries = [read_summary(str(path)) for path in paths.values()]
+    for s in summaries:
+        assert (s["status"], s["exit_code"]) == ("failed", 5)
+        assert (s["root_cause"]["rank"], s["root_cause"]["exit_code"]) == (1, 5)
+        [attempt] = s["attempts"]
+        assert attempt["nnodes"] == 2 and attempt["world_size"] == 2
+    # The node whose worker failed knows its pid; the other has the rendezvous' report.
+    assert sorted("pid" in s["root_cause"] for s in summaries) == [False, True]
