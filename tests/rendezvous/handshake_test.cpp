@@ -138,7 +138,7 @@ TEST_CASE("the server refuses a wrong client proof, other versions and bad order
                                             "every node"));
   }
   SECTION("a client that refuses the server's proof says why, and the server logs it") {
-    ServerHandshake server("job7", std::string("s3cret"), trainrun::random_hex(64), Welcome{});
+    ServerHandshake server("job7", std::string("s3cret"), random_nonce(), Welcome{});
     REQUIRE(std::holds_alternative<Challenge>(*server.on_message(hello).reply));
     auto step = server.on_message(decode_client_message(
         encode(ClientMessage{Leave{"the server's token proof does not match"}})));

@@ -113,6 +113,10 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     return fmt::format("{}:{}", options_.endpoint.host, options_.endpoint.port);
   }
   bool hosting() const override { return false; }
+  // What this node's join carries: --local-addr, else the address it reaches etcd from.
+  std::string advertised_address() const override {
+    return options_.local_addr.empty() ? local_ip_ : options_.local_addr;
+  }
 
  private:
   static std::string bracketed(const std::string& host) {
@@ -356,7 +360,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (!pending_join_) return;
     NodeDescriptor node = *pending_join_;
     pending_join_.reset();
-    if (node.addr.empty()) node.addr = options_.local_addr.empty() ? local_ip_ : options_.local_addr;
+    if (node.addr.empty()) node.addr = advertised_address();
     enqueue([this, node](EtcdRoundState& s, double now) { return round_.join(s, node_id_, node, now); },
             [this](std::int64_t rev) { join_landed_rev_ = rev; });
   }
