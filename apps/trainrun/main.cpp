@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
     }
     launch::set_log_format({outcome.config.verbosity, outcome.config.log_timestamps});
     for (const auto& warning : outcome.warnings) launch::say(warning, launch::Level::warning);
+    for (const auto& note : outcome.notes) launch::say(note);
     return launch::run_agent(outcome.config);
   } catch (const launch::LaunchError& e) {
     launch::say(e.what(), launch::Level::error);

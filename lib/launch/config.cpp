@@ -13,6 +13,7 @@
 #include "cli_docs.hpp"
 #include "rendezvous_options.hpp"
 #include "trainrun/rendezvous/endpoint.hpp"
+#include "slurm.hpp"
 #include "version.hpp"
 
 namespace trainrun::launch {
@@ -105,6 +106,10 @@ const std::vector<OptionSpec>& option_specs() {
        true},
       {"summary-file", "", "", "Launcher output",
        "Write a JSON job summary (attempts, worker exits, root cause, timings) to PATH at exit"},
+      {"slurm", "", "0", "Topology",
+       "Take nodes, node rank, rendezvous host, run id and workers from the srun step (automatic "
+       "in a step when no rendezvous option is given); given options still win",
+       true},
   };
   return specs;
 }
@@ -408,6 +413,64 @@ void read_entrypoint(const GivenValues& g, const std::vector<std::string>& rest,
         ends_with(c.entrypoint, ".py") ? EntryMode::python_script : EntryMode::executable;
 }
 
+// ---- Cluster managers: the job's layout from a Slurm step (slurm.hpp) ----------------------
+// A PyTorchJob on Kubernetes needs nothing here: its PET_* variables are the options' defaults.
+
+// Where the job's rendezvous is. Given any of them (on the command line or as PET_*), trainrun
+// takes nothing from Slurm unless --slurm asks it to.
+const char* const kLayoutOptions[] = {"nnodes",       "node-rank",     "master-addr", "master-port",
+                                      "rdzv-backend", "rdzv-endpoint", "rdzv-id"};
+
+bool given_explicitly(const GivenValues& g, const std::string& name) {
+  return g.options.at(name)->count() > 0 || g.named(name).rfind("--", 0) != 0;
+}
+
+// Fills the options not given from the srun step, naming the variable each came from. Returns
+// the line that says what was taken, or nothing when trainrun is not taking its layout from Slurm.
+std::optional<std::string> apply_slurm(const std::map<std::string, std::string>& env,
+                                       GivenValues& g) {
+  const bool forced = g.flag("slurm");
+  bool layout_given = g.flag("standalone");
+  for (const char* name : kLayoutOptions) layout_given = layout_given || given_explicitly(g, name);
+  if (!in_slurm_step(env)) {
+    if (forced)
+      fail(fmt::format("--slurm: not inside a Slurm job step ({} unset); start trainrun with "
+                       "srun --ntasks-per-node=1",
+                       kSlurmStepVariables));
+    return std::nullopt;
+  }
+  if (layout_given && !forced) return std::nullopt;
+  const SlurmStep step = read_slurm_step(env);
+  std::vector<std::string> taken;
+  auto take = [&](const std::string& name, const std::string& value, const std::string& from,
+                  const std::string& what) {
+    if (given_explicitly(g, name)) return;
+    g.values[name] = value;
+    g.source[name] = from;
+    taken.push_back(what);
+  };
+  take("nnodes", std::to_string(step.nodes), step.nodes_from,
+       fmt::format("{} nodes ({})", step.nodes, step.nodes_from));
+  take("node-rank", std::to_string(step.node_rank),
+       fmt::format("SLURM_NODEID={}", step.node_rank), fmt::format("node rank {}", step.node_rank));
+  take("master-addr", step.host, step.host_from,
+       fmt::format("rendezvous host {} (first of {})", step.host, step.host_from));
+  take("master-port", std::to_string(step.master_port),
+       fmt::format("the port of Slurm step {}", step.job_step),
+       fmt::format("MASTER_PORT {} (rendezvous on {})", step.master_port, step.master_port + 1));
+  take("rdzv-id", step.job_step, fmt::format("SLURM_JOB_ID.SLURM_STEP_ID={}", step.job_step),
+       fmt::format("run id {}", step.job_step));
+  if (step.workers)
+    take("nproc-per-node", std::to_string(*step.workers), step.workers_from,
+         fmt::format("{} workers per node ({})", *step.workers, step.workers_from));
+  if (taken.empty()) return std::nullopt;
+  std::string line = "from Slurm step " + step.job_step + ":";
+  for (size_t i = 0; i < taken.size(); ++i) line += (i ? ", " : " ") + taken[i];
+  return line;
+}
+
+// ---- end of the cluster managers' block --------------------------------------------------------
+
 }  // namespace
 
 Std StdSpec::for_rank(int local_rank) const {
@@ -632,6 +695,8 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
     fail(fmt::format("{} (see trainrun --help)", msg));
   }
   apply_environment(env, given);
+  std::optional<std::string> slurm_line;
+  if (given.options.at("print-completion")->count() == 0) slurm_line = apply_slurm(env, given);
   if (given.options.at("print-completion")->count() > 0)
     return {LaunchConfig{},
             completion_script(given.value("print-completion"),
@@ -654,9 +719,10 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
     c.rdzv_backend = "c10d";
     c.rdzv_endpoint = "localhost:0";
   }
-  std::vector<std::string> warnings = ignored_option_warnings(given, c);
-  if (std::string w = loopback_warning(c); !w.empty()) warnings.push_back(std::move(w));
-  return {c, std::nullopt, std::move(warnings)};
+  ParseOutcome outcome{c, std::nullopt, ignored_option_warnings(given, c)};
+  if (std::string w = loopback_warning(c); !w.empty()) outcome.warnings.push_back(std::move(w));
+  if (slurm_line) outcome.notes.push_back(*slurm_line);
+  return outcome;
 }
 
 }  // namespace trainrun::launch

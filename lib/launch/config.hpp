@@ -87,15 +87,19 @@ struct LaunchConfig {
   std::vector<std::string> worker_argv() const;
 };
 
-// Parses a command line (argv[0] excluded) with PET_* defaults read from `env`. Pure: it reads
+// Parses a command line (argv[0] excluded) with PET_* defaults read from `env`, and inside a
+// Slurm step (or with --slurm) the job's layout from its SLURM_* variables (slurm.hpp). Pure: it reads
 // nothing else (no file, no other variable, no program), so it is fuzzed and tested as a function.
 // Throws UsageError with a one-line reason on bad input. `--help`/`--version` are reported
 // through `help_text` (then the returned config is meaningless and main exits 0).
 // `warnings` name the options that were accepted but change nothing here; main prints them.
+// `notes` say where values came from other than the command line and PET_* (a Slurm step,
+// slurm.hpp: one line naming each value taken); main prints them too.
 struct ParseOutcome {
   LaunchConfig config;
   std::optional<std::string> help_text;
   std::vector<std::string> warnings;
+  std::vector<std::string> notes = {};
 };
 ParseOutcome parse_command_line(const std::vector<std::string>& args,
                                 const std::map<std::string, std::string>& env);
