@@ -13,17 +13,13 @@ import textwrap
 import pytest
 
 from conftest import TRAINRUN, read_envs, wait_for
+from named_hosts import on_host, which, write_hosts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ALLREDUCE = os.path.join(os.path.dirname(HERE), "python", "allreduce.py")
 PYTHON = os.environ.get("PYTHON_EXEC", "python3")
 NEEDED = ["munged", "slurmctld", "slurmd", "srun", "sbatch", "scancel", "sinfo", "scontrol",
           "nsenter", "unshare"]
-
-
-def which(name):
-    return shutil.which(name) or next(
-        (p for p in (f"/usr/sbin/{name}", f"/sbin/{name}") if os.access(p, os.X_OK)), None)
 
 
 def last_error(path):
@@ -50,17 +46,13 @@ class Cluster:
 
     def wrap(self, node, command):
         """`command` inside `node`'s network namespace, host name and /etc/hosts."""
-        ns = self.nodes[node]
-        script = f'hostname {node} && mount --bind {self.hosts} /etc/hosts && exec "$@"'
-        return [which("nsenter"), f"--net=/run/netns/{ns.name}", which("unshare"), "--uts",
-                "--mount", "--propagation", "private", "sh", "-c", script, "sh", *command]
+        return on_host(self.nodes[node].name, node, self.hosts, command)
 
     def write_config(self):
         d = self.dir
         for sub in ("state", "n1", "n2", "log"):
             (d / sub).mkdir()
-        self.hosts.write_text("127.0.0.1 localhost\n" + "".join(
-            f"{ns.addr} {name}\n" for name, ns in self.nodes.items()))
+        write_hosts(self.hosts, {name: ns.addr for name, ns in self.nodes.items()})
         a, b = self.pair.ns
         self.conf.write_text(textwrap.dedent(f"""\
             ClusterName=trainrun
@@ -262,7 +254,7 @@ def submit(cluster, tmp_path, *options, wait_s):
     marks = tmp_path / "marks"
     marks.mkdir()
     script = batch_script(tmp_path, marks, wait_s)
-    r = cluster.run("sbatch", "--parsable", "-N2", "-o", str(tmp_path / "job.out"), *options,
+    r = cluster.run("sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "-c", "2", "-o", str(tmp_path / "job.out"), *options,
                     str(script), timeout=60)
     assert r.returncode == 0, r.stderr
     return r.stdout.strip().split(";")[0], marks
@@ -284,7 +276,6 @@ def test_scancel_signal_reaches_the_workers(cluster, tmp_path):
     assert sorted(p.name for p in marks.glob("usr1.*")) == [f"usr1.{k}" for k in range(4)]
 
 
-@pytest.mark.slow
 def test_sbatch_signal_before_the_time_limit_reaches_the_workers(cluster, tmp_path):
     # USR1 50 s before a one-minute limit; Slurm sends it up to a minute early, so the workers
     # may be just starting: they wait up to 3 minutes, and the limit is not reached first.

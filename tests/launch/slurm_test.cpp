@@ -160,8 +160,8 @@ TEST_CASE("inside a step with no rendezvous option, the layout comes from Slurm"
   REQUIRE(out.notes.size() == 1);
   CHECK(out.notes[0] ==
         "from Slurm step 1234.0: 2 nodes (SLURM_STEP_NUM_NODES=2), node rank 1, rendezvous host "
-        "gpu-a07 (first of SLURM_STEP_NODELIST=gpu-a[07-08]), MASTER_PORT 29744 (rendezvous on "
-        "29745), run id 1234.0, 4 workers per node (SLURM_GPUS_ON_NODE=4)");
+        "gpu-a07 (first of SLURM_STEP_NODELIST=gpu-a[07-08]), MASTER_PORT 29488 (rendezvous on "
+        "29489), run id 1234.0, 4 workers per node (SLURM_GPUS_ON_NODE=4)");
 }
 
 TEST_CASE("--nproc-per-node and other options that are not the layout keep Slurm on", "[slurm]") {
