@@ -36,6 +36,7 @@ packages=(
   dataset-fashion-mnist
   iproute2 procps time
   libcurl4-openssl-dev etcd-server etcd-client man-db dpkg-dev
+  slurmctld slurmd slurm-client munge
   clang libclang-rt-14-dev
 )
 
