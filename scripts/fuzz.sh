@@ -12,7 +12,7 @@ seconds="${1:-60}"
 shift || true
 
 all=(frame_decoder client_message server_message error_file nnodes std_spec rdzv_conf rank_list
-     command_line line_prefix line_splitter)
+     command_line line_prefix line_splitter hostlist)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 

@@ -434,9 +434,10 @@ std::optional<std::string> apply_slurm(const std::map<std::string, std::string>&
   for (const char* name : kLayoutOptions) layout_given = layout_given || given_explicitly(g, name);
   if (!in_slurm_step(env)) {
     if (forced)
-      fail(fmt::format("--slurm: not inside a Slurm job step ({} unset); start trainrun with "
-                       "srun --ntasks-per-node=1",
-                       kSlurmStepVariables));
+      fail(
+          fmt::format("--slurm: not inside a Slurm job step ({} unset); start trainrun with "
+                      "srun --ntasks-per-node=1",
+                      kSlurmStepVariables));
     return std::nullopt;
   }
   if (layout_given && !forced) return std::nullopt;
@@ -451,8 +452,8 @@ std::optional<std::string> apply_slurm(const std::map<std::string, std::string>&
   };
   take("nnodes", std::to_string(step.nodes), step.nodes_from,
        fmt::format("{} nodes ({})", step.nodes, step.nodes_from));
-  take("node-rank", std::to_string(step.node_rank),
-       fmt::format("SLURM_NODEID={}", step.node_rank), fmt::format("node rank {}", step.node_rank));
+  take("node-rank", std::to_string(step.node_rank), fmt::format("SLURM_NODEID={}", step.node_rank),
+       fmt::format("node rank {}", step.node_rank));
   take("master-addr", step.host, step.host_from,
        fmt::format("rendezvous host {} (first of {})", step.host, step.host_from));
   take("master-port", std::to_string(step.master_port),

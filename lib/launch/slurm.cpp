@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <initializer_list>
+#include <optional>
 #include <stdexcept>
-#include <vector>
 
 #include "errors.hpp"
 #include "trainrun/base/hostlist.hpp"
@@ -15,35 +17,39 @@ namespace {
 
 using Env = std::map<std::string, std::string>;
 
-// The first of `names` that is set (and not empty), with its name; nothing if none is.
-std::optional<std::pair<std::string, std::string>> first_set(const Env& env,
-                                                             std::initializer_list<const char*> names) {
+// One SLURM_* variable as found: its name and value.
+struct Variable {
+  std::string name, value;
+  std::string text() const { return name + "=" + value; }
+};
+
+// The first of `names` that is set (and not empty); nothing if none is.
+std::optional<Variable> first_set(const Env& env, std::initializer_list<const char*> names) {
   for (const char* name : names) {
     auto it = env.find(name);
-    if (it != env.end() && !it->second.empty()) return std::make_pair(std::string(name), it->second);
+    if (it != env.end() && !it->second.empty()) return Variable{name, it->second};
   }
   return std::nullopt;
 }
 
-std::pair<std::string, std::string> required(const Env& env,
-                                             std::initializer_list<const char*> names) {
+Variable required(const Env& env, std::initializer_list<const char*> names) {
   if (auto found = first_set(env, names)) return *found;
   std::string list;
   for (const char* name : names) list += (list.empty() ? "" : " or ") + std::string(name);
-  throw UsageError(fmt::format("Slurm step without {}: cannot take the job's layout from Slurm",
-                               list));
+  throw UsageError(
+      fmt::format("Slurm step without {}: cannot take the job's layout from Slurm", list));
 }
 
-long long number(const std::pair<std::string, std::string>& var, long long low, long long high) {
-  const std::optional<long long> n = parse_integer(var.second);
+long long number(const Variable& var, long long low, long long high) {
+  const std::optional<long long> n = parse_integer(var.value);
   if (!n || *n < low || *n > high)
-    throw UsageError(fmt::format("{}={}: expected an integer in {}..{}", var.first, var.second,
-                                 low, high));
+    throw UsageError(fmt::format("{}: expected an integer in {}..{}", var.text(), low, high));
   return *n;
 }
 
 // SLURM_STEP_TASKS_PER_NODE ("1(x2)", "2,1(x3)"): the most tasks on one node.
-int most_tasks_per_node(const std::string& name, const std::string& value) {
+int most_tasks_per_node(const Variable& var) {
+  const std::string& value = var.value;
   int most = 0;
   size_t start = 0;
   while (start <= value.size()) {
@@ -51,7 +57,7 @@ int most_tasks_per_node(const std::string& name, const std::string& value) {
     std::string item = value.substr(start, comma == std::string::npos ? comma : comma - start);
     const std::optional<long long> n = parse_integer(item.substr(0, item.find('(')));
     if (!n || *n < 0 || *n > 1000000)
-      throw UsageError(fmt::format("{}={}: expected counts like 1(x2),2", name, value));
+      throw UsageError(fmt::format("{}: expected counts like 1(x2),2", var.text()));
     most = std::max(most, static_cast<int>(*n));
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -67,16 +73,46 @@ int count_list(const std::string& value) {
 }
 
 void read_workers(const Env& env, SlurmStep& step) {
+  std::optional<Variable> from;
   if (auto gpus = first_set(env, {"SLURM_GPUS_ON_NODE"}); gpus && number(*gpus, 0, 1 << 20) > 0) {
     step.workers = static_cast<int>(number(*gpus, 0, 1 << 20));
-    step.workers_from = gpus->first + "=" + gpus->second;
+    from = gpus;
   } else if (auto list = first_set(env, {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS"})) {
-    step.workers = count_list(list->second);
-    step.workers_from = list->first + "=" + list->second;
+    step.workers = count_list(list->value);
+    from = list;
   } else if (auto cpus = first_set(env, {"SLURM_CPUS_PER_TASK"})) {
     step.workers = static_cast<int>(number(*cpus, 1, 1 << 20));
-    step.workers_from = cpus->first + "=" + cpus->second;
+    from = cpus;
   }
+  if (from) step.workers_from = from->text();
+}
+
+// The step's hosts: the first is the rendezvous host; as many as the step's nodes.
+void read_hosts(const Env& env, SlurmStep& step) {
+  const Variable list =
+      required(env, {"SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST"});
+  try {
+    const HostList hosts = HostList::parse(list.value);
+    if (hosts.size() != static_cast<size_t>(step.nodes))
+      throw UsageError(
+          fmt::format("{} names {} hosts, but {}", list.text(), hosts.size(), step.nodes_from));
+    step.host = hosts.first();
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("{}: not a Slurm host list: {}", list.text(), e.what()));
+  }
+  step.host_from = list.text();
+}
+
+// trainrun is the one task of its node, and starts the node's workers itself.
+void check_one_task_per_node(const Env& env) {
+  const auto tasks = first_set(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
+  if (!tasks) return;
+  const int most = most_tasks_per_node(*tasks);
+  if (most > 1)
+    throw UsageError(
+        fmt::format("{}: srun started {} trainrun tasks on one node; start one per node (srun "
+                    "--ntasks-per-node=1) and give the workers per node with --nproc-per-node",
+                    tasks->text(), most));
 }
 
 }  // namespace
@@ -88,39 +124,18 @@ bool in_slurm_step(const Env& env) {
 
 SlurmStep read_slurm_step(const Env& env) {
   SlurmStep step;
-  const auto job = required(env, {"SLURM_JOB_ID"});
-  const auto step_id = required(env, {"SLURM_STEP_ID"});
-  const long long job_number = number(job, 0, 1LL << 40);
-  const long long step_number = number(step_id, 0, 1LL << 32);
-  step.job_step = fmt::format("{}.{}", job_number, step_number);
-  step.master_port = 10000 + static_cast<int>(2 * ((16 * job_number + step_number) % 10000));
+  const long long job = number(required(env, {"SLURM_JOB_ID"}), 0, 1LL << 40);
+  const long long step_id = number(required(env, {"SLURM_STEP_ID"}), 0, 1LL << 32);
+  step.job_step = fmt::format("{}.{}", job, step_id);
+  step.master_port = 10000 + static_cast<int>(2 * ((16 * job + step_id) % 10000));
 
-  const auto nodes = required(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"});
+  const Variable nodes =
+      required(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"});
   step.nodes = static_cast<int>(number(nodes, 1, 1 << 20));
-  step.nodes_from = nodes.first + "=" + nodes.second;
+  step.nodes_from = nodes.text();
   step.node_rank = static_cast<int>(number(required(env, {"SLURM_NODEID"}), 0, step.nodes - 1));
-
-  const auto list = required(env, {"SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST"});
-  try {
-    const HostList hosts = HostList::parse(list.second);
-    if (hosts.size() != static_cast<size_t>(step.nodes))
-      throw UsageError(fmt::format("{}={} names {} hosts, but {}", list.first, list.second,
-                                   hosts.size(), step.nodes_from));
-    step.host = hosts.first();
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(fmt::format("{}={}: not a Slurm host list: {}", list.first, list.second,
-                                 e.what()));
-  }
-  step.host_from = list.first + "=" + list.second;
-
-  if (auto tasks = first_set(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})) {
-    const int most = most_tasks_per_node(tasks->first, tasks->second);
-    if (most > 1)
-      throw UsageError(fmt::format(
-          "{}={}: srun started {} trainrun tasks on one node; start one per node (srun "
-          "--ntasks-per-node=1) and give the workers per node with --nproc-per-node",
-          tasks->first, tasks->second, most));
-  }
+  read_hosts(env, step);
+  check_one_task_per_node(env);
   read_workers(env, step);
   return step;
 }

@@ -1,9 +1,9 @@
+#include "trainrun/base/hostlist.hpp"
+
 #include <catch2/catch.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include "trainrun/base/hostlist.hpp"
 
 using trainrun::HostList;
 using Names = std::vector<std::string>;

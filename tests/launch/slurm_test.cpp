@@ -83,12 +83,12 @@ TEST_CASE("the step gives nodes, node rank, host, run id and port", "[slurm]") {
 TEST_CASE("a step on part of the allocation uses the step's nodes", "[slurm]") {
   // srun -N1 -w n2 inside a two-node job.
   const SlurmStep s = read_slurm_step(with(step_env(), {{"SLURM_STEP_NUM_NODES", "1"},
-                                                       {"SLURM_NNODES", "1"},
-                                                       {"SLURM_NODEID", "0"},
-                                                       {"SLURM_STEP_NODELIST", "gpu-a08"},
-                                                       {"SLURM_NODELIST", "gpu-a08"},
-                                                       {"SLURM_STEP_ID", "3"},
-                                                       {"SLURM_STEP_TASKS_PER_NODE", "1"}}));
+                                                        {"SLURM_NNODES", "1"},
+                                                        {"SLURM_NODEID", "0"},
+                                                        {"SLURM_STEP_NODELIST", "gpu-a08"},
+                                                        {"SLURM_NODELIST", "gpu-a08"},
+                                                        {"SLURM_STEP_ID", "3"},
+                                                        {"SLURM_STEP_TASKS_PER_NODE", "1"}}));
   CHECK(s.nodes == 1);
   CHECK(s.host == "gpu-a08");
   CHECK(s.job_step == "1234.3");
@@ -101,9 +101,9 @@ TEST_CASE("a step on part of the allocation uses the step's nodes", "[slurm]") {
 
 TEST_CASE("older variables are read where the step's are missing", "[slurm]") {
   const SlurmStep s = read_slurm_step(with(step_env(), {{"SLURM_STEP_NUM_NODES", "(unset)"},
-                                                       {"SLURM_STEP_NODELIST", "(unset)"},
-                                                       {"SLURM_NODELIST", "(unset)"},
-                                                       {"SLURM_NNODES", "(unset)"}}));
+                                                        {"SLURM_STEP_NODELIST", "(unset)"},
+                                                        {"SLURM_NODELIST", "(unset)"},
+                                                        {"SLURM_NNODES", "(unset)"}}));
   CHECK(s.nodes_from == "SLURM_JOB_NUM_NODES=2");
   CHECK(s.host_from == "SLURM_JOB_NODELIST=gpu-a[07-08]");
 }
@@ -194,8 +194,9 @@ TEST_CASE("--slurm combines: explicit options win, Slurm gives the rest", "[slur
   REQUIRE(out.notes.size() == 1);
   CHECK(out.notes[0].find("MASTER_PORT") == std::string::npos);
   CHECK(parse({"--slurm", "--node-rank=0", "x"}, step_env()).config.node_rank == 0);
-  CHECK(parse({"x"}, with(step_env(), {{"PET_SLURM", "1"}, {"PET_NNODES", "2"}})).config.node_rank ==
-        1);
+  CHECK(
+      parse({"x"}, with(step_env(), {{"PET_SLURM", "1"}, {"PET_NNODES", "2"}})).config.node_rank ==
+      1);
 }
 
 TEST_CASE("--slurm outside a step is refused in one line", "[slurm]") {

@@ -135,8 +135,7 @@ HostList HostList::parse(std::string_view text) {
     for (const auto& part : name)
       if (!part.ranges.empty()) count = saturating_mul(count, group_size(part.ranges));
     list.size_ += count;
-    if (list.size_ > kMaxHosts)
-      bad("more than " + std::to_string(kMaxHosts) + " host names");
+    if (list.size_ > kMaxHosts) bad("more than " + std::to_string(kMaxHosts) + " host names");
     list.names_.push_back(std::move(name));
     start = end + 1;
   }
@@ -147,8 +146,7 @@ HostList HostList::parse(std::string_view text) {
 std::string HostList::first() const {
   std::string out;
   for (const auto& part : names_.front())
-    out += part.ranges.empty() ? part.text
-                               : format_number(part.ranges[0].lo, part.ranges[0].width);
+    out += part.ranges.empty() ? part.text : format_number(part.ranges[0].lo, part.ranges[0].width);
   return out;
 }
 

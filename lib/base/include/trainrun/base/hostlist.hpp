@@ -8,10 +8,11 @@
 namespace trainrun {
 
 // A Slurm host-list expression, as in SLURM_JOB_NODELIST: host names separated by commas (or
-// blanks; empty names are skipped, as Slurm does), each with any number of bracket groups of numbers and ranges ("node[01-04,07]",
-// "gpu-a[1-2],gpu-b3", "rack[1-2]-node[1-3]"). A range keeps the zero padding of its first
-// number ("[08-10]" gives 08 09 10, "[8-10]" 8 9 10); with several groups in one name the first
-// group varies slowest, as `scontrol show hostnames` lists them. Read without scontrol.
+// blanks; empty names are skipped, as Slurm does), each with any number of bracket groups of
+// numbers and ranges ("node[01-04,07]", "gpu-a[1-2],gpu-b3", "rack[1-2]-node[1-3]"). A range keeps
+// the zero padding of its first number ("[08-10]" gives 08 09 10, "[8-10]" 8 9 10); with several
+// groups in one name the first group varies slowest, as `scontrol show hostnames` lists them. Read
+// without scontrol.
 class HostList {
  public:
   // Throws std::invalid_argument with a reason (no prefix) for an expression Slurm would not
