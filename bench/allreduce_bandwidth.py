@@ -8,6 +8,7 @@ is the median over the rounds of each run's median all-reduce time.
 Usage: bench/allreduce_bandwidth.py [--trainrun PATH] [--bench-bin PATH] [--nproc N] [--rounds N]
                                     [--threads N] [--warmup N] [--iters N] [--min-bytes B]
                                     [--max-bytes B] [--factor F] [--python PATH] [--no-doc]
+                                    [--json PATH]
 The PyTorch 2.x configuration: --trainrun build-pypi/apps/trainrun/trainrun --bench-bin
 build-pypi/bench/allreduce/allreduce_bench --python .venv-pypi/bin/python (a section of its own).
 """
@@ -20,7 +21,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import ROOT, machine, median, torch_config, write_section  # noqa: E402
+from bench_doc import (ROOT, add_json_option, machine, median, torch_config,  # noqa: E402
+                       write_json, write_section)
 
 PYTHON = "/usr/bin/python3"
 PY_BENCH = os.path.join(ROOT, "bench", "allreduce", "allreduce_bench.py")
@@ -73,6 +75,7 @@ def main():
     ap.add_argument("--factor", type=int, default=4)
     ap.add_argument("--python", default=PYTHON, help="the Python (and its torch) of the twin")
     ap.add_argument("--no-doc", action="store_true")
+    add_json_option(ap)
     args = ap.parse_args()
     described, section, title = torch_config(args.python)
     for path in (args.trainrun, args.bench_bin):
@@ -145,6 +148,13 @@ Machine: {machine()}.{oversubscribed}
     print(body)
     if not args.no_doc:
         write_section("allreduce_bandwidth" + section, body)
+    write_json(args.json, "allreduce_bandwidth" + section, [
+        {"bytes": nbytes, "iters": iters,
+         "runtime": {"time_s": rt, "algbw_gbps": ra, "busbw_gbps": rb},
+         "torch": {"time_s": pt, "algbw_gbps": pa, "busbw_gbps": pb},
+         "fastest_ratio": best_ratio}
+        for nbytes, iters, rt, ra, rb, pt, pa, pb, best_ratio in rows],
+        workers=world, rounds=args.rounds, threads=args.threads)
 
 
 if __name__ == "__main__":

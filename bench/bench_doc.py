@@ -1,8 +1,10 @@
 """Shared by the benchmark programs: timing helpers and docs/benchmarks.md section updates."""
+import json
 import os
 import platform
 import re
 import subprocess
+import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -69,3 +71,24 @@ def write_section(name, body):
         text = text.rstrip() + "\n\n" + block + "\n"
     with open(DOC, "w") as f:
         f.write(text)
+
+
+def add_json_option(parser):
+    """--json PATH: the benchmark's results, machine-readable, beside the text (bench/plot.py)."""
+    parser.add_argument("--json", metavar="PATH",
+                        help="also write the results as JSON to PATH (read by bench/plot.py)")
+
+
+def write_json(path, name, results, **settings):
+    """Writes one benchmark's results with the command, settings and machine they came from."""
+    if not path:
+        return
+    record = {"benchmark": name,
+              "command": " ".join(["bench/" + os.path.basename(sys.argv[0]), *sys.argv[1:]]),
+              "machine": machine(), "load_average_at_end": list(os.getloadavg()),
+              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "settings": settings, "results": results}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")

@@ -8,6 +8,7 @@ that shows it learns: 2 epochs on all 60,000 images with 2 workers, and its test
 
 Usage: bench/fashion_mnist_speed.py [--build DIR] [--python PATH] [--workers N] [--threads N]
                                     [--subset N] [--epochs N] [--runs N] [--accuracy] [--no-doc]
+                                    [--json PATH]
 The PyTorch 2.x configuration: --build build-pypi --python .venv-pypi/bin/python (its own
 section of docs/benchmarks.md, beside 1.13's).
 """
@@ -20,7 +21,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import ROOT, machine, median, torch_config, write_section  # noqa: E402
+from bench_doc import (ROOT, add_json_option, machine, median, torch_config,  # noqa: E402
+                       write_json, write_section)
 
 PYTHON = "/usr/bin/python3"
 PY_EXAMPLE = os.path.join(ROOT, "apps", "examples", "fashion_mnist", "train_fashion_mnist.py")
@@ -132,6 +134,7 @@ def main():
                     help="instead train 2 full epochs with 2 workers and record the test accuracy")
     ap.add_argument("--python", default=PYTHON, help="the Python (and its torch) of the twin")
     ap.add_argument("--no-doc", action="store_true")
+    add_json_option(ap)
     args = ap.parse_args()
     args.torch = torch_config(args.python)
     section = args.torch[1]
@@ -151,7 +154,13 @@ def main():
             if final < 85:
                 sys.exit(f"fashion_mnist_speed: test accuracy {final:.2f}% is below 85%")
         else:
-            body, _, _ = speed(args, program, trainrun, storage)
+            body, cpp, py = speed(args, program, trainrun, storage)
+            write_json(args.json, "fashion_mnist_speed" + section, {
+                name: [{"epoch": e[0], "loss": e[1], "test_accuracy": e[2], "images_per_s": e[3],
+                        "epoch_s": e[4]} for e in epochs] for name, epochs in (("cpp", cpp),
+                                                                               ("python", py))},
+                workers=args.workers, threads=args.threads, subset=args.subset,
+                test_subset=args.test_subset, epochs=args.epochs, runs=args.runs)
             if not args.no_doc:
                 write_section("fashion_mnist_speed" + section, body)
             print(body, flush=True)

@@ -1,16 +1,18 @@
 #!/usr/bin/python3
 """Launch overhead: `trainrun --standalone --nproc-per-node=N /bin/true` against the reference
-torchrun (`--monitor_interval 0.1 --no_python`), N = 1, 4, 16: wall time, CPU time and the
+torchrun (`--monitor_interval 0.1 --no_python`), N = 1, 4, 16 (--workers): wall time, CPU time and the
 launcher's peak RSS, medians of several runs, side by side in one run.
 
-Usage: bench/launch_overhead.py [--trainrun PATH] [--runs N] [--reference-runs N] [--no-doc]
+Usage: bench/launch_overhead.py [--trainrun PATH] [--workers 1,4,16] [--runs N] [--reference-runs N]
+                                [--no-doc] [--json PATH]
 """
 import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import ROOT, machine, median, peak_rss_kib, run_measured, write_section  # noqa: E402
+from bench_doc import (ROOT, add_json_option, machine, median, peak_rss_kib, run_measured,  # noqa: E402
+                       write_json, write_section)
 
 REFERENCE = os.path.join(ROOT, "..", "shared", "peer", "torchrun113.py")
 
@@ -31,11 +33,17 @@ def main():
     ap.add_argument("--trainrun", default=os.path.join(ROOT, "build", "apps", "trainrun", "trainrun"))
     ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--reference-runs", type=int, default=5)
+    ap.add_argument("--workers", default="1,4,16", help="comma-separated worker counts")
     ap.add_argument("--no-doc", action="store_true")
+    add_json_option(ap)
     args = ap.parse_args()
+    try:
+        counts = [int(x) for x in args.workers.split(",")]
+    except ValueError:
+        ap.error(f"--workers {args.workers}: expected comma-separated integers, e.g. 1,4,16")
 
     rows = []
-    for n in (1, 4, 16):
+    for n in counts:
         ours = measure([args.trainrun, "--standalone", f"--nproc-per-node={n}", "/bin/true"], args.runs)
         ref = measure(["/usr/bin/python3", REFERENCE, "--standalone", f"--nproc_per_node={n}",
                        "--monitor_interval", "0.1", "--no_python", "/bin/true"], args.reference_runs)
@@ -62,6 +70,10 @@ Targets: at least 50x faster wall time, under 10 MiB peak RSS.
 """ + "\n".join(table)
     if not args.no_doc:
         write_section("launch_overhead", body)
+    write_json(args.json, "launch_overhead", [
+        {"workers": n, "trainrun": {"wall_s": o[0], "cpu_s": o[1], "peak_rss_kib": o[2]},
+         "torchrun": {"wall_s": r[0], "cpu_s": r[1], "peak_rss_kib": r[2]}} for n, o, r in rows],
+        runs=args.runs, reference_runs=args.reference_runs)
     print(body)
 
 

@@ -9,7 +9,7 @@ exits (/bin/true plus one write), so the start of the last worker is measured on
 Without the test worker, /bin/true is run and only the exit time is reported.
 
 Usage: bench/rendezvous_compare.py [--trainrun PATH] [--worker PATH] [--sizes 2,4,8] [--runs N]
-                                   [--reference-runs N] [--no-doc]
+                                   [--reference-runs N] [--no-doc] [--json PATH]
 """
 import argparse
 import os
@@ -19,7 +19,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import ROOT, machine, median, write_section  # noqa: E402
+from bench_doc import ROOT, add_json_option, machine, median, write_json, write_section  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from ports import free_port  # noqa: E402
@@ -106,6 +106,7 @@ def main():
     ap.add_argument("--reference-runs", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run before giving up")
     ap.add_argument("--no-doc", action="store_true")
+    add_json_option(ap)
     ARGS = ap.parse_args()
     try:
         sizes = [int(x) for x in ARGS.sizes.split(",")]
@@ -155,6 +156,11 @@ CPUs, which slows the reference's Python start-up most).
 """
     if not ARGS.no_doc:
         write_section("rendezvous_compare", body)
+    write_json(ARGS.json, "rendezvous_compare", [
+        {"agents": n, **{kind: {"exited_s": m[0], "started_s": m[1], "cpu_s": m[2]}
+                         for kind, m in (("trainrun", o), ("torchrun", r))}}
+        for n, o, r in rows], runs=ARGS.runs, reference_runs=ARGS.reference_runs,
+        load_before=load_before)
     print(body)
 
 

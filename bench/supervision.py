@@ -5,6 +5,7 @@
  (c) --tee 3 throughput with 4 workers printing LINES lines each (MB/s, lines/s, CPU per GB).
 
 Usage: bench/supervision.py [--trainrun PATH] [--worker PATH] [--lines N] [--runs N] [--no-doc]
+                            [--json PATH]
 """
 import argparse
 import os
@@ -15,7 +16,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import ROOT, machine, median, write_section  # noqa: E402
+from bench_doc import ROOT, add_json_option, machine, median, write_json, write_section  # noqa: E402
 
 REFERENCE = os.path.join(ROOT, "..", "shared", "peer", "torchrun113.py")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -114,11 +115,13 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--idle-seconds", type=float, default=10.0)
     ap.add_argument("--no-doc", action="store_true")
+    add_json_option(ap)
     ARGS = ap.parse_args()
 
-    rows = {}
+    rows, samples = {}, {}
     for kind in ("trainrun", "torchrun"):
-        lat = median([death_to_exit(kind) for _ in range(ARGS.runs)])
+        latencies = [death_to_exit(kind) for _ in range(ARGS.runs)]
+        lat = median(latencies)
         print(f"{kind}: death to exit {lat*1000:.1f} ms", flush=True)
         idle, window = idle_cpu(kind, ARGS.idle_seconds)
         print(f"{kind}: idle CPU {idle:.4f} s over {window:.0f} s", flush=True)
@@ -126,6 +129,7 @@ def main():
         print(f"{kind}: tee {nbytes/wall/1e6:.1f} MB/s, {nlines/wall:,.0f} lines/s, "
               f"launcher CPU {cpu:.2f} s = {cpu/(nbytes/1e9):.2f} s/GB", flush=True)
         rows[kind] = (lat, idle, window, wall, nbytes, nlines, cpu)
+        samples[kind] = latencies
 
     t, r = rows["trainrun"], rows["torchrun"]
     body = f"""## Supervision
@@ -151,6 +155,12 @@ and 1 s before the workers end. Throughput speed-up:
 """
     if not ARGS.no_doc:
         write_section("supervision", body)
+    write_json(ARGS.json, "supervision", {
+        kind: {"death_to_exit_s": samples[kind], "death_to_exit_median_s": row[0],
+               "idle_cpu_s": row[1], "idle_window_s": row[2], "tee_wall_s": row[3],
+               "tee_bytes": row[4], "tee_lines": row[5], "tee_launcher_cpu_s": row[6]}
+        for kind, row in rows.items()}, runs=ARGS.runs, lines=ARGS.lines, workers_death=8,
+        workers_tee=4)
     print(body)
 
 
