@@ -1,8 +1,10 @@
 // Time for the built-in rendezvous to form one round, and to pass the exit barrier, with N
 // protocol clients in a child process on loopback (each a full client: connect, handshake, join,
-// heartbeats). Prints a table; with --write FILE, also puts it into FILE between markers.
+// heartbeats). Prints a table; with --write FILE, also puts it into FILE between markers; with
+// --json FILE, writes the results as JSON (read by bench/plot.py).
 //
 //   rendezvous_scale [--sizes 16,256,1024,4096,16384] [--token] [--write docs/benchmarks.md]
+//                    [--json FILE]
 
 #include <fmt/format.h>
 #include <sys/resource.h>
@@ -13,6 +15,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/read.hpp>
+#include <nlohmann/json.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -215,11 +218,29 @@ void write_section(const std::string& path, const std::string& body) {
   out << text;
 }
 
+void write_json(const std::string& path, const std::vector<Result>& results, bool token,
+                const std::string& command) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Result& r : results) {
+    rows.push_back({{"nodes", r.nodes}, {"round_s", r.round_s}, {"barrier_s", r.barrier_s},
+                    {"rss_per_agent_kib", r.rss_per_agent_kib},
+                    {"ok", r.ok}});
+  }
+  const nlohmann::json record = {{"benchmark", "rendezvous_scale"},
+                                 {"command", command},
+                                 {"settings", {{"token", token}}},
+                                 {"results", rows}};
+  std::ofstream(path) << record.dump(1) << "\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int> sizes = {16, 256, 1024, 4096, 16384};
   std::string write_path;
+  std::string json_path;
+  std::string command = "rendezvous_scale";
+  for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
   bool token = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -230,11 +251,14 @@ int main(int argc, char** argv) {
       while (std::getline(ss, item, ',')) sizes.push_back(std::stoi(item));
     } else if (arg == "--write" && i + 1 < argc) {
       write_path = argv[++i];
+    } else if (arg == "--json" && i + 1 < argc) {
+      json_path = argv[++i];
     } else if (arg == "--token") {
       token = true;
     } else {
       std::fprintf(stderr,
-                   "usage: rendezvous_scale [--sizes 16,256,1024,4096,16384] [--token] [--write FILE]\n");
+                   "usage: rendezvous_scale [--sizes 16,256,1024,4096,16384] [--token] "
+                   "[--write FILE] [--json FILE]\n");
       return 2;
     }
   }
@@ -252,5 +276,6 @@ int main(int argc, char** argv) {
   std::string text = table(results, token);
   std::fputs(text.c_str(), stdout);
   if (!write_path.empty()) write_section(write_path, text);
+  if (!json_path.empty()) write_json(json_path, results, token, command);
   return all_ok ? 0 : 1;
 }

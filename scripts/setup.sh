@@ -32,7 +32,7 @@ packages=(
   libcli11-dev libfmt-dev libboost-dev libboost-filesystem-dev nlohmann-json3-dev catch2
   libssl-dev
   libtorch-dev libgloo-dev zlib1g-dev
-  python3-torch python3-torchvision python3-pytest python3-venv
+  python3-torch python3-torchvision python3-pytest python3-venv python3-matplotlib
   dataset-fashion-mnist
   iproute2 procps time
   libcurl4-openssl-dev etcd-server etcd-client man-db dpkg-dev

@@ -1,0 +1,186 @@
+#!/usr/bin/python3
+"""Draws the plots of docs/benchmarks.md from the benchmarks' JSON results (--json PATH).
+
+Reads DATA/<benchmark>.json for each benchmark below (a missing file skips its plots, and says so)
+and writes PNGs at 100 DPI into OUT. Needs matplotlib (Debian: python3-matplotlib).
+
+Usage: bench/plot.py [--data bench/results] [--out docs/img]
+"""
+import argparse
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OURS, THEIRS = "#1f77b4", "#d62728"  # trainrun / C++ runtime; torchrun / Python
+
+
+def figure(title, subtitle=None, ncols=1):
+    fig, axes = plt.subplots(1, ncols, figsize=(6.4 * ncols if ncols > 1 else 6.4, 4.0),
+                             squeeze=False)
+    fig.suptitle(title, fontsize=11)
+    if subtitle:
+        fig.text(0.5, 0.005, subtitle, ha="center", va="bottom", fontsize=7, color="#555555")
+    return fig, list(axes[0])
+
+
+def save(fig, out, name):
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    path = os.path.join(out, name)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    print(f"plot: wrote {os.path.relpath(path, ROOT)}")
+
+
+def note(record):
+    load = record.get("load_average_at_end")
+    machine = record.get("machine", "")
+    text = f"{machine}; load average {load[0]:.1f} at the end" if load else machine
+    return f"{record['command']}\n{text}" if text else record["command"]
+
+
+def launch_overhead(r, out):
+    rows = r["results"]
+    n = [row["workers"] for row in rows]
+    fig, (ax,) = figure("Launch time: start N workers of /bin/true, wait for them", note(r))
+    ax.plot(n, [row["trainrun"]["wall_s"] * 1e3 for row in rows], "o-", color=OURS,
+            label="trainrun")
+    ax.plot(n, [row["torchrun"]["wall_s"] * 1e3 for row in rows], "s-", color=THEIRS,
+            label="torchrun 1.13")
+    ax.set(xscale="log", yscale="log", xlabel="workers", ylabel="wall time (ms, median)")
+    ax.set_xticks(n, [str(x) for x in n])
+    ax.legend(), ax.grid(True, which="both", alpha=0.3)
+    save(fig, out, "launch_time.png")
+
+
+def supervision(r, out):
+    res = r["results"]
+    kinds = [("trainrun", OURS, "trainrun"), ("torchrun", THEIRS, "torchrun 1.13\n(--monitor_interval 0.1)")]
+    fig, (ax,) = figure("Failure to exit: a worker dies, how long until the launcher has exited",
+                        note(r))
+    for x, (kind, color, label) in enumerate(kinds):
+        samples = [s * 1e3 for s in res[kind]["death_to_exit_s"]]
+        ax.scatter([x] * len(samples), samples, color=color, alpha=0.6, zorder=3)
+        med = res[kind]["death_to_exit_median_s"] * 1e3
+        ax.hlines(med, x - 0.2, x + 0.2, color=color, linewidth=2, zorder=4)
+        ax.annotate(f"median {med:.0f} ms", (x + 0.22, med), va="center", fontsize=8)
+    ax.set_xticks(range(len(kinds)), [k[2] for k in kinds])
+    ax.set(yscale="log", ylabel="worker death → launcher exit (ms)", xlim=(-0.6, 1.9))
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    save(fig, out, "failure_to_exit.png")
+
+    fig, (ax,) = figure("Console throughput: --tee 3, 4 workers printing 100-byte lines", note(r))
+    rates = [res[k]["tee_bytes"] / res[k]["tee_wall_s"] / 1e6 for k, _, _ in kinds]
+    bars = ax.bar([k[2] for k in kinds], rates, color=[k[1] for k in kinds], width=0.5)
+    ax.bar_label(bars, [f"{x:,.0f} MB/s" for x in rates], fontsize=8)
+    ax.set(ylabel="MB/s through the launcher")
+    ax.grid(True, axis="y", alpha=0.3)
+    save(fig, out, "tee_throughput.png")
+
+
+def rendezvous(compare, scale, out):
+    panels = [p for p in (compare, scale) if p]
+    fig, axes = figure("Rendezvous: time to form a job against the number of agents",
+                       "\n".join(note(p) for p in panels if "command" in p), ncols=len(panels))
+    axes = iter(axes)
+    if compare:
+        ax = next(axes)
+        rows = compare["results"]
+        n = [row["agents"] for row in rows]
+        for kind, color, label in (("trainrun", OURS, "trainrun"), ("torchrun", THEIRS, "torchrun 1.13")):
+            ax.plot(n, [row[kind]["started_s"] * 1e3 for row in rows], "o-", color=color,
+                    label=f"{label}: all workers started")
+            ax.plot(n, [row[kind]["exited_s"] * 1e3 for row in rows], "o--", color=color,
+                    alpha=0.6, label=f"{label}: all agents exited")
+        ax.set(xscale="log", yscale="log", xlabel="agents (processes on one machine)",
+               ylabel="ms from the first agent's start", title="real agents, one worker each")
+        ax.set_xticks(n, [str(x) for x in n])
+        ax.legend(fontsize=7), ax.grid(True, which="both", alpha=0.3)
+    if scale:
+        ax = next(axes)
+        rows = scale["results"]
+        n = [row["nodes"] for row in rows]
+        ax.plot(n, [row["round_s"] for row in rows], "o-", color=OURS, label="round formed")
+        ax.plot(n, [row["barrier_s"] for row in rows], "s--", color=OURS, alpha=0.6,
+                label="exit barrier")
+        ax.set(xscale="log", yscale="log", xlabel="protocol clients", ylabel="seconds",
+               title="trainrun's server, protocol clients in one process")
+        ax.set_xticks(n, [str(x) for x in n])
+        ax.legend(fontsize=7), ax.grid(True, which="both", alpha=0.3)
+    save(fig, out, "rendezvous.png")
+
+
+def allreduce(r, out):
+    rows = r["results"]
+    size = [row["bytes"] for row in rows]
+    workers = r["settings"]["workers"]
+    fig, (ax,) = figure(f"All-reduce bandwidth, Gloo on CPU, {workers} workers over loopback",
+                        note(r))
+    ax.plot(size, [row["runtime"]["algbw_gbps"] for row in rows], "o-", color=OURS,
+            label="C++: trainrun::runtime::get_process_group()")
+    ax.plot(size, [row["torch"]["algbw_gbps"] for row in rows], "s--", color=THEIRS,
+            label="Python: torch.distributed.all_reduce")
+    ax.set(xscale="log", yscale="log", xlabel="tensor size (bytes)", ylabel="algbw (GB/s, median)")
+    ax.legend(fontsize=8), ax.grid(True, which="both", alpha=0.3)
+    save(fig, out, "allreduce_bandwidth.png")
+
+
+def fashion_mnist(r, out):
+    res, s = r["results"], r["settings"]
+    fig, (loss_ax, speed_ax) = figure(
+        f"FashionMNIST ResNet-18: {s['workers']} workers, {s['subset']} images per epoch",
+        note(r), ncols=2)
+    for name, color, label in (("cpp", OURS, "C++ (LibTorch + runtime)"),
+                               ("python", THEIRS, "Python (PyTorch DDP)")):
+        epochs = [e["epoch"] for e in res[name]]
+        loss_ax.plot(epochs, [e["loss"] for e in res[name]], "o-", color=color, label=label)
+        speed_ax.plot(epochs, [e["images_per_s"] for e in res[name]], "o-", color=color,
+                      label=label)
+    loss_ax.set(xlabel="epoch", ylabel="training loss", title="loss")
+    speed_ax.set(xlabel="epoch", ylabel="images/s (all workers)", title="speed", ylim=(0, None))
+    for ax in (loss_ax, speed_ax):
+        ax.set_xticks(epochs)
+        ax.legend(fontsize=8), ax.grid(True, alpha=0.3)
+    save(fig, out, "fashion_mnist.png")
+
+
+def load(data, name):
+    path = os.path.join(data, f"{name}.json")
+    if not os.path.exists(path):
+        print(f"plot: {os.path.relpath(path, ROOT)} missing: its plots are skipped "
+              f"(run bench/{name} with --json {path})", file=sys.stderr)
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default=os.path.join(ROOT, "bench", "results"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "img"))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    records = {name: load(args.data, name) for name in
+               ("launch_overhead", "supervision", "rendezvous_compare", "rendezvous_scale",
+                "allreduce_bandwidth", "fashion_mnist_speed")}
+    if not any(records.values()):
+        sys.exit(f"plot: no results in {args.data}")
+    if records["launch_overhead"]:
+        launch_overhead(records["launch_overhead"], args.out)
+    if records["supervision"]:
+        supervision(records["supervision"], args.out)
+    if records["rendezvous_compare"] or records["rendezvous_scale"]:
+        rendezvous(records["rendezvous_compare"], records["rendezvous_scale"], args.out)
+    if records["allreduce_bandwidth"]:
+        allreduce(records["allreduce_bandwidth"], args.out)
+    if records["fashion_mnist_speed"]:
+        fashion_mnist(records["fashion_mnist_speed"], args.out)
+
+
+if __name__ == "__main__":
+    main()
