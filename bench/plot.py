@@ -38,23 +38,34 @@ def save(fig, out, name):
 
 
 def note(record):
+    """Which program and machine: the exact commands are in docs/benchmarks.md."""
+    program = record["command"].split()[0]
     load = record.get("load_average_at_end")
-    machine = record.get("machine", "")
-    text = f"{machine}; load average {load[0]:.1f} at the end" if load else machine
-    return f"{record['command']}\n{text}" if text else record["command"]
+    machine = record.get("machine")
+    text = f"{program}, one run" + (f"; {machine}" if machine else "")
+    return text + (f"; load average {load[0]:.1f} at the end" if load else "")
+
+
+def ratios(ax, x, ours, theirs):
+    """Writes theirs/ours above each pair of points: the speed-up."""
+    for xi, o, t in zip(x, ours, theirs):
+        ax.annotate(f"{t / o:.0f}x", (xi, (o * t) ** 0.5), ha="center", fontsize=8,
+                    color="#333333")
 
 
 def launch_overhead(r, out):
     rows = r["results"]
     n = [row["workers"] for row in rows]
     fig, (ax,) = figure("Launch time: start N workers of /bin/true, wait for them", note(r))
-    ax.plot(n, [row["trainrun"]["wall_s"] * 1e3 for row in rows], "o-", color=OURS,
-            label="trainrun")
-    ax.plot(n, [row["torchrun"]["wall_s"] * 1e3 for row in rows], "s-", color=THEIRS,
-            label="torchrun 1.13")
-    ax.set(xscale="log", yscale="log", xlabel="workers", ylabel="wall time (ms, median)")
+    ours = [row["trainrun"]["wall_s"] * 1e3 for row in rows]
+    theirs = [row["torchrun"]["wall_s"] * 1e3 for row in rows]
+    ax.plot(n, ours, "o-", color=OURS, label="trainrun")
+    ax.plot(n, theirs, "s-", color=THEIRS, label="torchrun 1.13")
+    ratios(ax, n, ours, theirs)
+    ax.set(xscale="log", yscale="log", xlabel="workers", ylabel="wall time (ms, median)",
+           ylim=(min(ours) / 5, max(theirs) * 2))
     ax.set_xticks(n, [str(x) for x in n])
-    ax.legend(), ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8), ax.grid(True, which="both", alpha=0.3)
     save(fig, out, "launch_time.png")
 
 
@@ -97,6 +108,8 @@ def rendezvous(compare, scale, out):
                     label=f"{label}: all workers started")
             ax.plot(n, [row[kind]["exited_s"] * 1e3 for row in rows], "o--", color=color,
                     alpha=0.6, label=f"{label}: all agents exited")
+        ratios(ax, n, [row["trainrun"]["started_s"] * 1e3 for row in rows],
+               [row["torchrun"]["started_s"] * 1e3 for row in rows])
         ax.set(xscale="log", yscale="log", xlabel="agents (processes on one machine)",
                ylabel="ms from the first agent's start", title="real agents, one worker each")
         ax.set_xticks(n, [str(x) for x in n])
