@@ -3,6 +3,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -59,8 +60,20 @@ def median(xs):
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
+def command_line():
+    """How this benchmark was run, from the repository root: for the reader to run it again."""
+    script = os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)
+    args = [os.path.relpath(a, ROOT) if os.path.isabs(a) and a.startswith(ROOT) else a
+            for a in sys.argv[1:]]
+    return shlex.join(["python3", script] + args)
+
+
 def write_section(name, body):
-    """Replaces (or appends) the section `name` of docs/benchmarks.md."""
+    """Replaces (or appends) the section `name` of docs/benchmarks.md, with the command that
+    produced it under its title."""
+    title, _, rest = body.partition("\n")
+    if title.startswith("## "):
+        body = f"{title}\n\nRun as `{command_line()}`.\n{rest}"
     os.makedirs(os.path.dirname(DOC), exist_ok=True)
     text = open(DOC).read() if os.path.exists(DOC) else HEADER
     start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
