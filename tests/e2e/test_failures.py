@@ -124,7 +124,7 @@ def test_a_huge_traceback_restarts_the_job_like_any_failure(agents, tmp_path, si
     assert attempts(marks) == {0: {0, 1}, 1: {0, 1}}
     for node in nodes:
         assert "protocol" not in node.err and "internal error" not in node.err, node.err[-3000:]
-    assert any("restarting (1 of 1 restarts)" in n.err for n in nodes), [n.err for n in nodes]
+    assert any("restarting (1 of 1 restart)" in n.err for n in nodes), [n.err for n in nodes]
 
 
 @pytest.mark.parametrize("size", [100_000, 4 << 20])

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "trainrun/base/wording.hpp"
 #include "trainrun/rendezvous/rank_assignment.hpp"
 
 namespace trainrun::rendezvous {
@@ -149,8 +150,8 @@ bool EtcdRound::failure(EtcdRoundState& s, const std::string& id, const Failure&
     ++s.restart_count;
     begin_forming(s, now,
                   Restart{RestartCause::worker_failed,
-                          fmt::format("{}; restarting ({} of {} restarts)", reason,
-                                      s.restart_count, options_.max_restarts),
+                          fmt::format("{}; restarting ({} of {})", reason, s.restart_count,
+                                      count_of(options_.max_restarts, "restart")),
                           s.restart_count, f});
     return true;
   }
@@ -192,19 +193,21 @@ bool EtcdRound::lost(EtcdRoundState& s, const std::string& id, const std::string
   if (s.restart_count >= options_.max_restarts) {
     end_job(s, Stop{StopCause::node_lost,
                     fmt::format("{}; no restarts left ({} of {} used)", reason, s.restart_count,
-                                options_.max_restarts),
+                                count_of(options_.max_restarts, "restart")),
                     1, std::nullopt});
   } else if (remaining < options_.min_nodes) {
     end_job(s, Stop{StopCause::node_lost,
-                    fmt::format("{}; {} nodes remain, fewer than the minimum of {}", reason,
-                                remaining, options_.min_nodes),
+                    fmt::format("{}; {} {}, fewer than the minimum of {}", reason,
+                                count_of(remaining, "node"), remaining == 1 ? "remains" : "remain",
+                                options_.min_nodes),
                     1, std::nullopt});
   } else {
     ++s.restart_count;
     begin_forming(s, now,
                   Restart{RestartCause::node_lost,
-                          fmt::format("{}; continuing with {} nodes ({} of {} restarts)", reason,
-                                      remaining, s.restart_count, options_.max_restarts),
+                          fmt::format("{}; continuing with {} ({} of {})", reason,
+                                      count_of(remaining, "node"), s.restart_count,
+                                      count_of(options_.max_restarts, "restart")),
                           s.restart_count, std::nullopt});
   }
   return true;
