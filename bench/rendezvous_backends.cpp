@@ -23,6 +23,7 @@
 #include "trainrun/base/system.hpp"
 #include "trainrun/rendezvous/etcd.hpp"
 #include "trainrun/rendezvous/handler.hpp"
+#include "rendezvous/round_counts.hpp"
 
 using namespace trainrun::rendezvous;
 namespace asio = boost::asio;
@@ -52,7 +53,7 @@ Times one_round(int n, const HostPort* etcd) {
   base.credentials.run_id = "bench-" + trainrun::random_hex(6);
   base.round.min_nodes = base.round.max_nodes = n;
   base.local_addr = "127.0.0.1";
-  int assigned = 0, stopped = 0, failed = 0;
+  bench::RoundCounts counts;
   std::vector<std::unique_ptr<RendezvousHandler>> handlers;
   const auto start = SteadyClock::now();
   for (int i = 0; i < n; ++i) {
@@ -61,31 +62,22 @@ Times one_round(int n, const HostPort* etcd) {
     LogFunction log;  // quiet: failures come back as stops
     handlers.push_back(etcd ? make_etcd_rendezvous_handler(io, o, log)
                             : make_rendezvous_handler(io, o, log));
-    ClientEvents e;
-    e.on_assignment = [&](const Assignment&) { ++assigned; };
-    e.on_stop = [&](const Stop& s) {
-      ++stopped;
-      if (s.exit_code != 0) {
-        ++failed;
-        std::fprintf(stderr, "rendezvous_backends: %s\n", s.reason.c_str());
-      }
-    };
-    handlers.back()->start(e);
+    handlers.back()->start(counts.events("rendezvous_backends"));
     handlers.back()->join({1, 29500 + i});
   }
   auto run_until = [&](auto done) {
     const auto limit = SteadyClock::now() + std::chrono::seconds(60);
-    while (!done() && failed == 0 && SteadyClock::now() < limit) {
+    while (!done() && counts.failed == 0 && SteadyClock::now() < limit) {
       io.run_for(std::chrono::milliseconds(1));
     }
-    return done() && failed == 0;
+    return done() && counts.failed == 0;
   };
   Times t;
-  if (!run_until([&] { return assigned == n; })) return t;
+  if (!run_until([&] { return counts.assigned == n; })) return t;
   t.round_s = since(start);
   const auto barrier = SteadyClock::now();
   for (auto& h : handlers) h->report_done();
-  if (run_until([&] { return stopped == n; })) t.barrier_s = since(barrier);
+  if (run_until([&] { return counts.stopped == n; })) t.barrier_s = since(barrier);
   handlers.clear();
   io.restart();
   io.run_for(std::chrono::milliseconds(200));

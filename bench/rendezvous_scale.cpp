@@ -26,6 +26,7 @@
 
 #include "trainrun/rendezvous/client.hpp"
 #include "trainrun/rendezvous/server.hpp"
+#include "rendezvous/round_counts.hpp"
 
 using namespace trainrun::rendezvous;
 namespace asio = boost::asio;
@@ -49,9 +50,7 @@ double since(SteadyClock::time_point t) {
 // host's memory and file descriptors are the server's alone). Writes the two times to `out`.
 void run_clients(int n, bool token, int port, int out) {
   asio::io_context io;
-  int assigned = 0;
-  int stopped = 0;
-  int failed = 0;
+  bench::RoundCounts counts;
   std::vector<std::unique_ptr<RendezvousClient>> clients;
   clients.reserve(static_cast<std::size_t>(n));
   auto start = SteadyClock::now();
@@ -61,15 +60,7 @@ void run_clients(int n, bool token, int port, int out) {
     co.credentials.run_id = "bench";
     if (token) co.credentials.token = "bench-token";
     co.retry.deadline = std::chrono::seconds(120);
-    ClientEvents e;
-    e.on_assignment = [&](const Assignment&) { ++assigned; };
-    e.on_stop = [&](const Stop& s) {
-      ++stopped;
-      if (s.exit_code != 0) {
-        ++failed;
-        std::fprintf(stderr, "rendezvous_scale: a client stopped: %s\n", s.reason.c_str());
-      }
-    };
+    ClientEvents e = counts.events("rendezvous_scale: a client stopped");
     clients.push_back(std::make_unique<RendezvousClient>(io, co, e));
     clients.back()->start();
     NodeDescriptor node;
@@ -81,17 +72,17 @@ void run_clients(int n, bool token, int port, int out) {
   }
   auto run_until = [&](auto done) {
     auto limit = SteadyClock::now() + std::chrono::seconds(120);
-    while (!done() && failed == 0 && SteadyClock::now() < limit) {
+    while (!done() && counts.failed == 0 && SteadyClock::now() < limit) {
       io.run_for(std::chrono::milliseconds(1));
     }
-    return done() && failed == 0;
+    return done() && counts.failed == 0;
   };
   double times[2] = {-1, -1};
-  if (run_until([&] { return assigned == n; })) {
+  if (run_until([&] { return counts.assigned == n; })) {
     times[0] = since(start);
     auto barrier = SteadyClock::now();
     for (auto& c : clients) c->report_done();
-    if (run_until([&] { return stopped == n; })) times[1] = since(barrier);
+    if (run_until([&] { return counts.stopped == n; })) times[1] = since(barrier);
   }
   if (::write(out, times, sizeof times) != static_cast<ssize_t>(sizeof times)) _exit(1);
   _exit(0);

@@ -68,6 +68,18 @@ def read_pids(path):
         return [int(x) for x in f.read().split()]
 
 
+def recv_exactly(sock, n):
+    """`n` bytes from `sock`, or None if the peer closes first (the rendezvous' frames: a 4-byte
+    big-endian length, then the body)."""
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
 def wait_for(predicate, timeout=10.0, interval=0.01):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from conftest import TRAINRUN, run
+from conftest import TRAINRUN, recv_exactly, run
 from ports import free_port, standalone_args
 
 # The limit of docs/protocol.md on the failure summary that is sent to the other nodes.
@@ -248,20 +248,9 @@ def frame(message):
 
 
 def read_frame(conn):
-    header = b""
-    while len(header) < 4:
-        chunk = conn.recv(4 - len(header))
-        if not chunk:
-            return None
-        header += chunk
-    (size,) = struct.unpack(">I", header)
-    body = b""
-    while len(body) < size:
-        chunk = conn.recv(size - len(body))
-        if not chunk:
-            return None
-        body += chunk
-    return json.loads(body)
+    header = recv_exactly(conn, 4)
+    body = header and recv_exactly(conn, struct.unpack(">I", header)[0])
+    return None if body is None else json.loads(body)
 
 
 class ScriptedHost(threading.Thread):

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from conftest import read_envs, run, wait_for
+from conftest import read_envs, recv_exactly, run, wait_for
 from ports import free_port, held_port
 
 TOKEN = "correct-horse-battery-staple-7f3a"
@@ -119,24 +119,14 @@ class FrameProxy:
                 t.start()
                 self.threads.append(t)
 
-    @staticmethod
-    def _read_exactly(sock, n):
-        data = b""
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                return None
-            data += chunk
-        return data
-
     def _pump(self, src, dst, tamper):
         count = 0
         try:
             while True:
-                header = self._read_exactly(src, 4)
+                header = recv_exactly(src, 4)
                 if header is None:
                     break
-                body = self._read_exactly(src, struct.unpack(">I", header)[0])
+                body = recv_exactly(src, struct.unpack(">I", header)[0])
                 if body is None:
                     break
                 frame = header + body
