@@ -32,11 +32,13 @@ bool is_local_address(const asio::ip::address& address) {
 }
 
 std::string format_waiting(const Waiting& w) {
-  std::string wanted = w.min_nodes == w.max_nodes
-                           ? std::to_string(w.min_nodes)
-                           : fmt::format("{} (up to {})", w.min_nodes, w.max_nodes);
-  return fmt::format("waiting for nodes: {} of {} joined, {:.0f} s of {:.0f} s", w.joined, wanted,
-                     w.waited_s, w.timeout_s);
+  // An elastic job may have more nodes than its minimum: "3 of 2" would read as an error.
+  std::string count = w.min_nodes == w.max_nodes
+                          ? fmt::format("{} of {} joined", w.joined, w.min_nodes)
+                          : fmt::format("{} joined ({} to {} wanted)", w.joined, w.min_nodes,
+                                        w.max_nodes);
+  return fmt::format("waiting for nodes: {}, {:.0f} s of {:.0f} s", count, w.waited_s,
+                     w.timeout_s);
 }
 
 class TcpRendezvousHandler : public RendezvousHandler {

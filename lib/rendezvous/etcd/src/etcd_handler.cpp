@@ -184,8 +184,9 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   void after(Clock::duration d, std::function<void()> fn) {
     auto timer = std::make_shared<asio::steady_timer>(io_, d);
     timers_.push_back(timer);
-    timer->async_wait([this, timer, fn](boost::system::error_code ec) {
-      if (ec || finished_) return;
+    timer->async_wait([this, alive = std::weak_ptr<int>(alive_), timer, fn](
+                          boost::system::error_code ec) {
+      if (alive.expired() || ec || finished_) return;
       timers_.erase(std::remove(timers_.begin(), timers_.end(), timer), timers_.end());
       fn();
     });
@@ -238,8 +239,9 @@ class EtcdRendezvousHandler : public RendezvousHandler {
 
   void keep_alive() {
     keepalive_timer_.expires_after(options_.liveness.keep_alive_interval);
-    keepalive_timer_.async_wait([this](boost::system::error_code ec) {
-      if (ec || finished_) return;
+    keepalive_timer_.async_wait([this, alive = std::weak_ptr<int>(alive_)](
+                                    boost::system::error_code ec) {
+      if (alive.expired() || ec || finished_) return;
       call("/v3/lease/keepalive", {{"ID", std::to_string(*lease_)}},
            [this](const json& j) {
              const json& result = j.contains("result") ? j.at("result") : j;
@@ -481,11 +483,11 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     last_waiting_count_ = joined;
     last_waiting_log_ = now;
     const auto& r = options_.round;
-    std::string wanted = r.min_nodes == r.max_nodes
-                             ? std::to_string(r.min_nodes)
-                             : fmt::format("{} (up to {})", r.min_nodes, r.max_nodes);
-    say(fmt::format("waiting for nodes in etcd at {}: {} of {} joined", endpoint(), joined,
-                    wanted));
+    say(fmt::format("waiting for nodes in etcd at {}: {}", endpoint(),
+                    r.min_nodes == r.max_nodes
+                        ? fmt::format("{} of {} joined", joined, r.min_nodes)
+                        : fmt::format("{} joined ({} to {} wanted)", joined, r.min_nodes,
+                                      r.max_nodes)));
   }
 
   void arm_tick(const EtcdRoundState& s) {
@@ -495,8 +497,8 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     const double wait = std::max(0.0, *at - unix_now()) + 0.05;
     tick_timer_.expires_after(std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(wait)));
-    tick_timer_.async_wait([this](boost::system::error_code ec) {
-      if (ec || finished_) return;
+    tick_timer_.async_wait([this, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec) {
+      if (alive.expired() || ec || finished_) return;
       enqueue([this](EtcdRoundState& st, double now) { return round_.tick(st, now); });
     });
   }
@@ -548,6 +550,9 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   Clock::duration backoff_{};
   int last_waiting_count_ = -1;
   Clock::time_point last_waiting_log_{};
+  // A timer that had already fired when the handler was destroyed still runs its function,
+  // whatever cancel() says: each checks this first.
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
   std::vector<std::shared_ptr<asio::steady_timer>> timers_;
   asio::steady_timer tick_timer_{io_};
   asio::steady_timer keepalive_timer_{io_};

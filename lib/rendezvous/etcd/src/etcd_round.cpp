@@ -132,8 +132,9 @@ bool EtcdRound::join(EtcdRoundState& s, const std::string& id, const NodeDescrip
   if (can_grow) {
     begin_forming(s, now,
                   Restart{RestartCause::scale_up,
-                          fmt::format("node {} joined: scaling up from {} nodes", describe(me),
-                                      s.participants.size()),
+                          fmt::format("node {} joined: scaling up from {}", describe(me),
+                                      count_of(static_cast<long long>(s.participants.size()),
+                                               "node")),
                           s.restart_count, std::nullopt});
   }
   return true;
