@@ -1,15 +1,38 @@
 """Ports for tests that run servers on this machine."""
+import fcntl
+import os
 import random
 import socket
+
+# Ports this process has taken, each with its lock held until the process ends: test processes
+# running at once (ctest -j, or two test suites on one machine) never hand out the same port,
+# even after the socket that found it free is closed.
+_LOCKS = os.path.join(os.environ.get("TMPDIR", "/tmp"), "trainrun-test-ports")
+_taken = {}
+
+
+def _reserve(port):
+    os.makedirs(_LOCKS, exist_ok=True)
+    fd = os.open(os.path.join(_LOCKS, str(port)), os.O_CREAT | os.O_RDWR, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _taken[port] = fd
+    return True
 
 
 def held_port(host="127.0.0.1"):
     """A socket bound to a port outside the kernel's ephemeral range, so that no other process's
-    outgoing connection or bind(0) can take it; the caller listens on it or not, and closes it."""
+    outgoing connection or bind(0) can take it, and that no other test process hands out while
+    this one runs; the caller listens on it or not, and closes it."""
     with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
         low, high = (int(x) for x in f.read().split())
     candidates = [p for p in range(20000, 65535) if not low <= p <= high]
     for port in random.sample(candidates, len(candidates)):
+        if port in _taken or not _reserve(port):
+            continue
         s = socket.socket()
         try:
             s.bind((host, port))
