@@ -277,10 +277,12 @@ def test_scancel_signal_reaches_the_workers(cluster, tmp_path):
 
 
 def test_sbatch_signal_before_the_time_limit_reaches_the_workers(cluster, tmp_path):
-    # USR1 50 s before a one-minute limit; Slurm sends it up to a minute early, so the workers
-    # may be just starting: they wait up to 3 minutes, and the limit is not reached first.
-    job, marks = submit(cluster, tmp_path, "--time=1", "--signal=USR1@50", wait_s=180)
-    state = wait_done(cluster, job, 240)
+    # USR1 60 s before a three-minute limit. Slurm may send it up to a minute early, so it comes
+    # 60 to 120 s into the job: never before the workers have installed their handler (a signal
+    # that came first would kill a worker, as it would under torchrun); they wait up to 4 minutes,
+    # and the limit is not reached first.
+    job, marks = submit(cluster, tmp_path, "--time=3", "--signal=USR1@60", wait_s=240)
+    state = wait_done(cluster, job, 300)
     out = (tmp_path / "job.out").read_text()
     assert sorted(p.name for p in marks.glob("usr1.*")) == [f"usr1.{k}" for k in range(4)], out
     assert state == "COMPLETED", out
