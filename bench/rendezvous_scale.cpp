@@ -236,10 +236,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--sizes" && i + 1 < argc) {
-      sizes.clear();
-      std::stringstream ss(argv[++i]);
-      std::string item;
-      while (std::getline(ss, item, ',')) sizes.push_back(std::stoi(item));
+      sizes = bench::parse_sizes(argv[++i]);
     } else if (arg == "--write" && i + 1 < argc) {
       write_path = argv[++i];
     } else if (arg == "--json" && i + 1 < argc) {

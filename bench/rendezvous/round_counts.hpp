@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdio>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "trainrun/rendezvous/handler.hpp"
 
@@ -26,5 +28,14 @@ struct RoundCounts {
     return e;
   }
 };
+
+// The agent counts of --sizes: "16,256,1024".
+inline std::vector<int> parse_sizes(const std::string& text) {
+  std::vector<int> sizes;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) sizes.push_back(std::stoi(item));
+  return sizes;
+}
 
 }  // namespace trainrun::rendezvous::bench
