@@ -1,7 +1,6 @@
 #include "agent.hpp"
 
 #include <signal.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -20,21 +19,16 @@
 #include "agent_policy.hpp"
 #include "console.hpp"
 #include "descriptors.hpp"
-#include "entrypoint.hpp"
 #include "errors.hpp"
 #include "failure.hpp"
 #include "job_summary.hpp"
 #include "log.hpp"
 #include "log_dir.hpp"
-#include "output_plan.hpp"
 #include "port.hpp"
 #include "rendezvous_options.hpp"
 #include "supervisor.hpp"
 #include "trainrun/base/system.hpp"
-#include "trainrun/rendezvous/etcd.hpp"
-#include "trainrun/base/wording.hpp"
 #include "watchdog.hpp"
-#include "worker_count.hpp"
 #include "worker_env.hpp"
 
 namespace trainrun::launch {
@@ -44,29 +38,6 @@ namespace asio = boost::asio;
 namespace {
 
 using Clock = AgentPolicy::Clock;
-
-std::string describe_exit(const ExitStatus& status) {
-  if (status.signal != 0) return "was killed by " + signal_name(status.signal);
-  return fmt::format("exited with code {}", status.code);
-}
-
-double unix_now() {
-  using namespace std::chrono;
-  return duration_cast<duration<double>>(system_clock::now().time_since_epoch()).count();
-}
-
-// --summary-file, written whole at the end (a failure to write it is said, not fatal).
-void write_job_summary(const std::string& path, JobSummary& summary, int exit_code,
-                       const std::string& error) {
-  if (path.empty()) return;
-  summary.finished(exit_code, unix_now(), error);
-  try {
-    write_file_atomically(path, summary.to_json());
-    say("job summary written to " + path, Level::debug);
-  } catch (const LaunchError& e) {
-    say(e.what(), Level::error);
-  }
-}
 
 // One node's life on one io_context. What to do is AgentPolicy's to decide; the agent turns
 // worker exits, signals, timers and the rendezvous into its events and carries out its actions.
@@ -78,7 +49,7 @@ class Agent {
         watchdog_(watchdog),
         host_(host_name()),
         policy_(config, host_),
-        summary_(host_, config.entrypoint, config.entry_args, unix_now()) {}
+        summary_(host_, config.entrypoint, config.entry_args, unix_time()) {}
 
   int run() {
     int code;
@@ -139,15 +110,8 @@ class Agent {
 
   // Throws SetupError when this node must host the rendezvous and cannot.
   void start_rendezvous(const rendezvous::RendezvousOptions& options) {
-    rendezvous::LogFunction log = [this](const std::string& line) { say_on_console(line); };
-    if (is_etcd_backend(config_.rdzv_backend)) {
-      if (config_.rdzv_backend == "etcd-v2") {
-        say_on_console("--rdzv-backend=etcd-v2: trainrun speaks etcd's v3 API for etcd and etcd-v2");
-      }
-      rdzv_ = rendezvous::make_etcd_rendezvous_handler(io_, options, std::move(log));
-    } else {
-      rdzv_ = rendezvous::make_rendezvous_handler(io_, options, std::move(log));
-    }
+    rdzv_ = make_rendezvous(io_, config_, options,
+                            [this](const std::string& line) { say_on_console(line); });
     rendezvous::ClientEvents events;
     events.on_assignment = [this](const rendezvous::Assignment& a) {
       announce_node(a);
@@ -180,7 +144,7 @@ class Agent {
 
   void on_worker_exit(int local_rank, pid_t pid, ExitStatus status) {
     const std::string error_file = error_file_in(logs_.rank_dir(attempt_, local_rank));
-    WorkerExit exit{local_rank, pid, status, unix_now(), error_file, std::nullopt, ""};
+    WorkerExit exit{local_rank, pid, status, unix_time(), error_file, std::nullopt, ""};
     if (status.failed()) exit.contents = read_error_file(exit.error_file, &exit.problem);
     summary_.worker_exited(local_rank, pid, status, exit.seen_at,
                            exit.contents ? error_file : "",
@@ -205,16 +169,8 @@ class Agent {
     attempt_ = a.topology.restart_count;
     base_rank_ = a.topology.base_rank;
     job_.max_restarts = a.max_restarts;
-    summary_.attempt_started(a.topology, unix_now());
-    say_on_console(fmt::format("attempt {}: starting {} (ranks {}..{} of {}), MASTER_ADDR={} "
-                               "MASTER_PORT={}",
-                               a.topology.restart_count,
-                               count_of(config_.nproc_per_node.number, "worker"),
-                               a.topology.base_rank,
-                               a.topology.base_rank + config_.nproc_per_node.number - 1,
-                               a.topology.world_size, a.topology.master_addr,
-                               a.topology.master_port),
-                   Level::debug);
+    summary_.attempt_started(a.topology, unix_time());
+    say_on_console(attempt_line(a.topology, config_.nproc_per_node.number), Level::debug);
     std::vector<WorkerLaunch> launches;
     try {
       for (int lr = 0; lr < config_.nproc_per_node.number; ++lr) {
@@ -241,7 +197,7 @@ class Agent {
   void carry_out(const action::Sweep& a) {
     grace_timer_.cancel();
     supervisor_.finish(a.grace, [this] {
-      summary_.attempt_ended(policy_.failures(), unix_now());
+      summary_.attempt_ended(policy_.failures(), unix_time());
       apply(policy_.attempt_ended(Clock::now()));
     });
   }
@@ -275,15 +231,11 @@ class Agent {
   void announce_node(const rendezvous::Assignment& a) {
     if (announced_ || (a.group_world_size <= 1 && config_.max_nodes <= 1)) return;
     announced_ = true;
-    const std::string addr = rdzv_->advertised_address();
-    say_on_console(fmt::format("node rank {} of {} (host {}, advertising {}; ranks {}..{})",
-                               a.group_rank, count_of(a.group_world_size, "node"), host_,
-                               addr.empty() ? "?" : addr, a.base_rank,
-                               a.base_rank + a.local_world_size - 1));
+    say_on_console(node_line(a, host_, rdzv_->advertised_address()));
   }
 
   void write_summary(int exit_code, const std::string& error = {}) {
-    write_job_summary(config_.summary_file, summary_, exit_code, error);
+    write_summary_file(config_.summary_file, summary_, exit_code, error);
   }
 
   LaunchConfig config_;
@@ -311,40 +263,9 @@ class Agent {
 
 }  // namespace
 
-int run_agent(const LaunchConfig& config) {
-  const auto env = current_environment();
-  // What the command line left to the node: how many workers it has room for, and the program.
-  LaunchConfig counted = config;
-  std::optional<ResolvedEntry> resolved;
-  try {
-    counted.nproc_per_node = resolve_worker_count(config.nproc_per_node);
-    if (config.virtual_local_rank) check_virtual_local_rank(counted.nproc_per_node.number, env);
-    resolved = resolve_entrypoint(counted, env);
-  } catch (const LaunchError& e) {
-    JobSummary summary(host_name(), config.entrypoint, config.entry_args, unix_now());
-    write_job_summary(config.summary_file, summary, e.exit_code(), e.what());
-    throw;
-  }
-  const ResolvedEntry& entry = *resolved;
-  // Output to a closed pipe must not kill the launcher: it drops console output instead.
-  ::signal(SIGPIPE, SIG_IGN);
-  Watchdog watchdog;
-  if (!watchdog.start())
-    say("warning: cannot start the watchdog process; continuing without it", Level::warning);
-  // Orphaned descendants of the workers come back to us, to be stopped and reaped. (Set after
-  // the watchdog has started, so that it is not one of them.)
-  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-  int code;
-  try {
-    Agent agent(entry.config, entry.program, watchdog);
-    code = agent.run();
-  } catch (const LaunchError&) {
-    // Nothing of the job was started: the watchdog has nothing to stop.
-    watchdog.dismiss();
-    throw;
-  }
-  watchdog.dismiss();
-  return code;
+int run_job(const LaunchConfig& config, const std::string& program, Watchdog& watchdog) {
+  Agent agent(config, program, watchdog);
+  return agent.run();
 }
 
 }  // namespace trainrun::launch

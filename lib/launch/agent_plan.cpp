@@ -1,6 +1,9 @@
 #include "agent_plan.hpp"
 
+#include <fmt/format.h>
+
 #include "output_plan.hpp"
+#include "trainrun/base/wording.hpp"
 
 namespace trainrun::launch {
 
@@ -37,6 +40,21 @@ JobSettings job_settings(const LaunchConfig& config, const std::string& run_id) 
 }
 
 std::string error_file_in(const std::string& rank_dir) { return rank_dir + "/error.json"; }
+
+std::string attempt_line(const Topology& topology, int nproc) {
+  return fmt::format("attempt {}: starting {} (ranks {}..{} of {}), MASTER_ADDR={} MASTER_PORT={}",
+                     topology.restart_count, count_of(nproc, "worker"), topology.base_rank,
+                     topology.base_rank + nproc - 1, topology.world_size, topology.master_addr,
+                     topology.master_port);
+}
+
+std::string node_line(const rendezvous::Assignment& a, const std::string& host,
+                      const std::string& advertised) {
+  return fmt::format("node rank {} of {} (host {}, advertising {}; ranks {}..{})", a.group_rank,
+                     count_of(a.group_world_size, "node"), host,
+                     advertised.empty() ? "?" : advertised, a.base_rank,
+                     a.base_rank + a.local_world_size - 1);
+}
 
 WorkerLaunch worker_launch(const LaunchConfig& config, const std::string& program,
                            const Topology& topology, const JobSettings& job, int local_rank,

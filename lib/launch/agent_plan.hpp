@@ -6,6 +6,7 @@
 
 #include "config.hpp"
 #include "supervisor.hpp"
+#include "trainrun/rendezvous/messages.hpp"
 #include "worker_env.hpp"
 
 namespace trainrun::launch {
@@ -34,6 +35,14 @@ WorkerLaunch worker_launch(const LaunchConfig& config, const std::string& progra
                            const Topology& topology, const JobSettings& job, int local_rank,
                            const std::string& rank_dir, const std::string& host,
                            const std::map<std::string, std::string>& inherited);
+
+// The line that opens an attempt: its workers, their ranks and the store's address.
+std::string attempt_line(const Topology& topology, int nproc);
+
+// The line that names this node in a multi-node job: its node rank, `host` and the address the
+// other nodes reach it by (`advertised`, "?" when unknown).
+std::string node_line(const rendezvous::Assignment& assignment, const std::string& host,
+                      const std::string& advertised);
 
 // The worker's TORCHELASTIC_ERROR_FILE in its rank directory.
 std::string error_file_in(const std::string& rank_dir);

@@ -137,6 +137,11 @@ std::string signal_name(int signal) {
   return fmt::format("SIG{}", signal);
 }
 
+std::string describe_exit(const ExitStatus& status) {
+  if (status.signal != 0) return "was killed by " + signal_name(status.signal);
+  return fmt::format("exited with code {}", status.code);
+}
+
 namespace {
 
 // What the summary shows as a failure's traceback.

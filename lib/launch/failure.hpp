@@ -67,4 +67,7 @@ std::string format_failure_summary(const std::string& title,
 // "SIGKILL" for 9, "SIG42" for unknown numbers.
 std::string signal_name(int signal);
 
+// How a process ended, as a sentence's end: "exited with code 3", "was killed by SIGKILL".
+std::string describe_exit(const ExitStatus& status);
+
 }  // namespace trainrun::launch

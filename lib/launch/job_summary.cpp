@@ -12,6 +12,7 @@
 #include "errors.hpp"
 #include "file_io.hpp"
 #include "log.hpp"
+#include "trainrun/base/system.hpp"
 #include "version.hpp"
 
 namespace trainrun::launch {
@@ -154,6 +155,18 @@ std::string JobSummary::to_json() const {
             {"duration_s", duration_or_null(started_at_, ended_at_)},
             {"attempts", attempts}};
   return j.dump(2) + "\n";
+}
+
+void write_summary_file(const std::string& path, JobSummary& summary, int exit_code,
+                        const std::string& error) {
+  if (path.empty()) return;
+  summary.finished(exit_code, unix_time(), error);
+  try {
+    write_file_atomically(path, summary.to_json());
+    say("job summary written to " + path, Level::debug);
+  } catch (const LaunchError& e) {
+    say(e.what(), Level::error);
+  }
 }
 
 void write_file_atomically(const std::string& path, const std::string& text) {

@@ -65,6 +65,12 @@ class JobSummary {
   std::vector<Attempt> attempts_;
 };
 
+// --summary-file: records that the job ended with `exit_code` (`error`: why trainrun could not go
+// on) and writes the document to `path` whole; nothing when `path` is empty. A failure to write
+// it is said on the console, not fatal.
+void write_summary_file(const std::string& path, JobSummary& summary, int exit_code,
+                        const std::string& error = {});
+
 // Writes `text` to `path` as a whole or not at all: a temporary file in the same directory,
 // then rename. Throws SetupError naming the path and the reason.
 void write_file_atomically(const std::string& path, const std::string& text);

@@ -10,6 +10,7 @@
 #include "errors.hpp"
 #include "rendezvous_token.hpp"
 #include "trainrun/base/numbers.hpp"
+#include "trainrun/rendezvous/etcd.hpp"
 
 namespace trainrun::launch {
 
@@ -204,6 +205,16 @@ RendezvousOptions rendezvous_options(const LaunchConfig& config,
   }
   o.credentials.token = load_token(conf.token, env);
   return o;
+}
+
+std::unique_ptr<rendezvous::RendezvousHandler> make_rendezvous(
+    boost::asio::io_context& io, const LaunchConfig& config,
+    const rendezvous::RendezvousOptions& options, const rendezvous::LogFunction& log) {
+  if (!is_etcd_backend(config.rdzv_backend))
+    return rendezvous::make_rendezvous_handler(io, options, log);
+  if (config.rdzv_backend == "etcd-v2")
+    log("--rdzv-backend=etcd-v2: trainrun speaks etcd's v3 API for etcd and etcd-v2");
+  return rendezvous::make_etcd_rendezvous_handler(io, options, log);
 }
 
 }  // namespace trainrun::launch

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -53,5 +54,11 @@ inline constexpr int kEtcdPort = 2379;
 // token file.
 rendezvous::RendezvousOptions rendezvous_options(const LaunchConfig& config,
                                                  const std::map<std::string, std::string>& env);
+
+// The handler of the configured backend (etcd's or the built-in TCP one) on `io`, not started.
+// `log` gets the rendezvous' lines for the console.
+std::unique_ptr<rendezvous::RendezvousHandler> make_rendezvous(
+    boost::asio::io_context& io, const LaunchConfig& config,
+    const rendezvous::RendezvousOptions& options, const rendezvous::LogFunction& log);
 
 }  // namespace trainrun::launch

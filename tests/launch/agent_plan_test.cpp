@@ -78,3 +78,26 @@ TEST_CASE("a worker's launch: arguments, environment, output and prefix", "[agen
   CHECK(w.prefix == "[5@node1]");
   CHECK(error_file_in("/logs/run7/0/1") == "/logs/run7/0/1/error.json");
 }
+
+TEST_CASE("the attempt and node lines", "[agent]") {
+  Topology t;
+  t.base_rank = 4;
+  t.world_size = 8;
+  t.master_addr = "node0";
+  t.master_port = 29500;
+  t.restart_count = 2;
+  CHECK(attempt_line(t, 4) ==
+        "attempt 2: starting 4 workers (ranks 4..7 of 8), MASTER_ADDR=node0 MASTER_PORT=29500");
+  CHECK(attempt_line(t, 1) ==
+        "attempt 2: starting 1 worker (ranks 4..4 of 8), MASTER_ADDR=node0 MASTER_PORT=29500");
+
+  trainrun::rendezvous::Assignment a;
+  a.group_rank = 1;
+  a.group_world_size = 2;
+  a.base_rank = 4;
+  a.local_world_size = 4;
+  CHECK(node_line(a, "node1", "10.0.0.2") ==
+        "node rank 1 of 2 nodes (host node1, advertising 10.0.0.2; ranks 4..7)");
+  CHECK(node_line(a, "node1", "") ==
+        "node rank 1 of 2 nodes (host node1, advertising ?; ranks 4..7)");
+}

@@ -21,11 +21,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-double unix_now() {
-  using namespace std::chrono;
-  return duration<double>(system_clock::now().time_since_epoch()).count();
-}
-
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 std::int64_t int_field(const json& j, const char* key) {
@@ -375,7 +370,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       if (snap.state && s.phase == EtcdRoundState::Phase::ended && fresh_run(snap)) {
         s = EtcdRoundState{};  // an earlier job of this run id ended and nobody is left
       }
-      const double now = unix_now();
+      const double now = unix_time();
       bool changed = round_.prune(s, snap.live, now);
       changed = changes_.front().change(s, now) || changed;
       if (!changed) {
@@ -494,7 +489,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     const std::optional<double> at = round_.next_deadline(s);
     tick_timer_.cancel();
     if (!at) return;
-    const double wait = std::max(0.0, *at - unix_now()) + 0.05;
+    const double wait = std::max(0.0, *at - unix_time()) + 0.05;
     tick_timer_.expires_after(std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(wait)));
     tick_timer_.async_wait([this, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec) {
@@ -511,7 +506,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       Snapshot snap = snapshot(json::parse(r.body));
       if (!snap.state) return true;
       EtcdRoundState s = *snap.state;
-      if (!round_.lost(s, node_id_, why, unix_now())) return true;
+      if (!round_.lost(s, node_id_, why, unix_time())) return true;
       EtcdReply t = client_->post_now("/v3/kv/txn", compare_and_set_body(snap, s).dump(), 1s);
       return !t.ok() || json::parse(t.body).value("succeeded", false);
     } catch (const std::exception&) {

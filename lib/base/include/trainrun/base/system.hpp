@@ -15,4 +15,8 @@ std::string random_hex(std::size_t n);
 // A random identifier in the 8-4-4-4-12 form of a UUID (a standalone job's run id).
 std::string random_run_id();
 
+// The wall-clock time in seconds since the Unix epoch (for records other machines read: job
+// summaries, etcd round deadlines). Intervals are measured on the steady clock instead.
+double unix_time();
+
 }  // namespace trainrun
