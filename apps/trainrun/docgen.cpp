@@ -5,7 +5,7 @@
 #include <string>
 
 #include "cli_docs.hpp"
-#include "job_summary.hpp"
+#include "file_io.hpp"
 
 namespace launch = trainrun::launch;
 

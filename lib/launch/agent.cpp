@@ -184,7 +184,9 @@ class Agent {
     } catch (const LaunchError& e) {
       apply(policy_.start_failed(e.what(), e.exit_code(), Clock::now()));
     } catch (const std::exception& e) {
-      apply(policy_.start_failed(e.what(), 1, Clock::now()));
+      // Anything else that stops a worker from starting (memory, a system call) is a spawn error.
+      const SpawnError error(e.what());
+      apply(policy_.start_failed(error.what(), error.exit_code(), Clock::now()));
     }
   }
   void carry_out(const action::SignalWorkers& a) { supervisor_.signal_all(a.signal); }

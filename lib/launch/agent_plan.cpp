@@ -7,10 +7,6 @@
 
 namespace trainrun::launch {
 
-bool uses_rendezvous(const LaunchConfig& config) {
-  return !config.standalone && (config.max_nodes > 1 || config.rdzv_backend != "static");
-}
-
 bool logs_worker_output(const LaunchConfig& config) {
   return config.redirects.is_map || config.redirects.all_ranks != Std::none || config.tee.is_map ||
          config.tee.all_ranks != Std::none || config.local_ranks_filter.has_value();

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "config.hpp"
+#include "rendezvous_options.hpp"
 #include "supervisor.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 #include "worker_env.hpp"
@@ -12,9 +13,6 @@
 namespace trainrun::launch {
 
 // What the agent sets up for a job, decided from the configuration alone (pure functions).
-
-// One node with the static backend needs nobody's agreement: no rendezvous at all.
-bool uses_rendezvous(const LaunchConfig& config);
 
 // Whether some worker output goes to log files (redirects, tee, a rank filter): the log
 // directory is then kept even when small.

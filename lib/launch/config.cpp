@@ -15,6 +15,7 @@
 #include "trainrun/rendezvous/endpoint.hpp"
 #include "slurm.hpp"
 #include "version.hpp"
+#include "worker_env.hpp"
 
 namespace trainrun::launch {
 
@@ -65,7 +66,7 @@ const std::vector<OptionSpec>& option_specs() {
        "Accepted for compatibility; trainrun watches workers by events"},
       {"shutdown-timeout", "", "30", "Supervision", "Seconds between the stop signal and SIGKILL",
        false, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
-      {"signals-to-handle", "", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2", "Supervision",
+      {"signals-to-handle", "", kDefaultSignalsToHandle, "Supervision",
        "Signals forwarded to the workers (SIGUSR1/SIGUSR2 are forwarded without stopping)"},
       {"role", "", "default", "Supervision", "Role name for ROLE_NAME and the output prefix"},
       {"start-method", "", "spawn", "Supervision",
@@ -609,7 +610,7 @@ std::string loopback_warning(const LaunchConfig& c) {
   std::string host = value;
   if (!is_static) {
     try {
-      host = rendezvous::parse_endpoint(value, 29400).host;
+      host = rendezvous::parse_endpoint(value).host;
     } catch (const std::exception&) {
       return {};  // the rendezvous reports a bad endpoint itself
     }
@@ -720,6 +721,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
     c.rdzv_backend = "c10d";
     c.rdzv_endpoint = "localhost:0";
   }
+  check_rendezvous_layout(c);
   ParseOutcome outcome{c, std::nullopt, ignored_option_warnings(given, c)};
   if (std::string w = loopback_warning(c); !w.empty()) outcome.warnings.push_back(std::move(w));
   if (slurm_line) outcome.notes.push_back(*slurm_line);

@@ -5,8 +5,10 @@
 
 namespace trainrun::launch {
 
-// Every error the launcher reports to its user, each with the exit status it stands for. Only
-// main turns one into "trainrun: <what>" on stderr and that exit status.
+// Every error the launcher reports to its user, each with the exit status it stands for. Only the
+// launcher's two entry points turn one into "trainrun: <what>" on stderr and that exit status:
+// trainrun's main, and the runtime's TorchTrainer, which runs the agent in the training
+// program's own process (lib/runtime/src/launch_workers.cpp: the status becomes its Result's).
 class LaunchError : public std::runtime_error {
  public:
   LaunchError(const std::string& what, int exit_code)

@@ -1,9 +1,14 @@
 #include "file_io.hpp"
 
+#include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
+
+#include "errors.hpp"
 
 namespace trainrun::launch {
 
@@ -35,6 +40,23 @@ bool read_exactly(int fd, void* data, std::size_t size) {
     size -= static_cast<std::size_t>(n);
   }
   return true;
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  auto fail = [&](const char* step) {
+    const int error = errno;
+    ::unlink(temp.c_str());
+    throw SetupError(fmt::format("cannot write {}: {} ({})", path, std::strerror(error), step));
+  };
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("create");
+  const bool written = write_all(fd, text.data(), text.size()) && ::fsync(fd) == 0;
+  const int error = errno;
+  ::close(fd);
+  errno = error;
+  if (!written) fail("write");
+  if (::rename(temp.c_str(), path.c_str()) != 0) fail("rename");
 }
 
 }  // namespace trainrun::launch

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 namespace trainrun::launch {
 
@@ -9,5 +10,9 @@ bool write_all(int fd, const char* data, std::size_t size);
 
 // Reads exactly `size` bytes from `fd`, retrying on EINTR. False on end of file or error.
 bool read_exactly(int fd, void* data, std::size_t size);
+
+// Writes `text` to `path` as a whole or not at all: a temporary file in the same directory,
+// then rename. Throws SetupError naming the path and the reason.
+void write_file_atomically(const std::string& path, const std::string& text);
 
 }  // namespace trainrun::launch

@@ -1,12 +1,7 @@
 #include "job_summary.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "errors.hpp"
@@ -167,23 +162,6 @@ void write_summary_file(const std::string& path, JobSummary& summary, int exit_c
   } catch (const LaunchError& e) {
     say(e.what(), Level::error);
   }
-}
-
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  auto fail = [&](const char* step) {
-    const int error = errno;
-    ::unlink(temp.c_str());
-    throw SetupError(fmt::format("cannot write {}: {} ({})", path, std::strerror(error), step));
-  };
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("create");
-  const bool written = write_all(fd, text.data(), text.size()) && ::fsync(fd) == 0;
-  const int error = errno;
-  ::close(fd);
-  errno = error;
-  if (!written) fail("write");
-  if (::rename(temp.c_str(), path.c_str()) != 0) fail("rename");
 }
 
 }  // namespace trainrun::launch

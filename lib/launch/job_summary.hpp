@@ -71,8 +71,4 @@ class JobSummary {
 void write_summary_file(const std::string& path, JobSummary& summary, int exit_code,
                         const std::string& error = {});
 
-// Writes `text` to `path` as a whole or not at all: a temporary file in the same directory,
-// then rename. Throws SetupError naming the path and the reason.
-void write_file_atomically(const std::string& path, const std::string& text);
-
 }  // namespace trainrun::launch

@@ -1,14 +1,11 @@
 #include "leftovers.hpp"
 
-#include <dirent.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <optional>
 
-#include "trainrun/base/numbers.hpp"
 #include "trainrun/base/text.hpp"
 
 namespace trainrun::launch {
@@ -18,36 +15,7 @@ namespace {
 constexpr size_t kNamed = 4;
 constexpr size_t kMaxCommand = 80;
 
-// From /proc/PID/stat: the process state and its group, or nullopt when it is gone.
-std::optional<std::pair<char, pid_t>> state_and_group(const std::string& pid) {
-  std::ifstream stat("/proc/" + pid + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return std::nullopt;
-  const auto close_paren = line.rfind(')');  // the name may hold anything, parentheses too
-  if (close_paren == std::string::npos) return std::nullopt;
-  char state = 0;
-  int ppid = 0;
-  int pgid = 0;
-  if (std::sscanf(line.c_str() + close_paren + 1, " %c %d %d", &state, &ppid, &pgid) != 3)
-    return std::nullopt;
-  return std::make_pair(state, static_cast<pid_t>(pgid));
-}
-
 }  // namespace
-
-std::vector<pid_t> group_members(pid_t pgid) {
-  std::vector<pid_t> out;
-  DIR* proc = opendir("/proc");
-  if (!proc) return out;
-  while (dirent* e = readdir(proc)) {
-    const std::optional<long long> pid = parse_integer(e->d_name);
-    if (!pid) continue;
-    const auto sg = state_and_group(e->d_name);
-    if (sg && sg->first != 'Z' && sg->second == pgid) out.push_back(static_cast<pid_t>(*pid));
-  }
-  closedir(proc);
-  return out;
-}
 
 std::string describe_process(pid_t pid) {
   // A command line may be megabytes long: read no more than is shown.

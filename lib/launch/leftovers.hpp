@@ -7,9 +7,6 @@
 
 namespace trainrun::launch {
 
-// The live processes of process group `pgid` (zombies left out), from /proc.
-std::vector<pid_t> group_members(pid_t pgid);
-
 // "pid 123 (sleep 1000)": a process by its id and command line (its name when the command line
 // cannot be read), control characters escaped, at most 80 bytes of command.
 std::string describe_process(pid_t pid);

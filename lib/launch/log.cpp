@@ -41,7 +41,6 @@ std::string iso_time(double unix_seconds) {
 
 void set_log_format(const LogFormat& format) { current_format() = format; }
 
-const LogFormat& log_format() { return current_format(); }
 
 bool shown(Level level, const LogFormat& format) {
   switch (format.verbosity) {

@@ -20,7 +20,6 @@ struct LogFormat {
 
 // Set once by main, before anything is said; every launcher line follows it.
 void set_log_format(const LogFormat& format);
-const LogFormat& log_format();
 
 // "2026-01-02T03:04:05.678Z": a unix time in UTC, ISO 8601, to the millisecond.
 std::string iso_time(double unix_seconds);

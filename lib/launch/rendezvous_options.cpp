@@ -98,7 +98,6 @@ rendezvous::LivenessOptions liveness(const std::map<std::string, std::string>& e
 
 RendezvousOptions static_options(const LaunchConfig& config, const RendezvousConf& conf) {
   RendezvousOptions o;
-  o.static_backend = true;
   if (config.min_nodes != config.max_nodes) {
     throw UsageError(fmt::format(
         "--nnodes={}:{}: the static backend needs a fixed node count; use --rdzv-backend=c10d "
@@ -182,10 +181,14 @@ void check_rdzv_backend(const std::string& backend, const std::string& what) {
   }
 }
 
-RendezvousOptions rendezvous_options(const LaunchConfig& config,
-                                     const std::map<std::string, std::string>& env) {
-  // Already checked when the command line was parsed: this only reads the values.
-  const RendezvousConf conf = check_rdzv_conf(config.rdzv_conf);
+bool uses_rendezvous(const LaunchConfig& config) {
+  return !config.standalone && (config.max_nodes > 1 || config.rdzv_backend != "static");
+}
+
+namespace {
+
+// Everything but the token: from the command line alone.
+RendezvousOptions layout_options(const LaunchConfig& config, const RendezvousConf& conf) {
   RendezvousOptions o =
       config.rdzv_backend == "static" ? static_options(config, conf) : dynamic_options(config);
   o.is_host = conf.is_host;
@@ -203,6 +206,20 @@ RendezvousOptions rendezvous_options(const LaunchConfig& config,
         "--rdzv-conf is_host=1",
         o.endpoint.host));
   }
+  return o;
+}
+
+}  // namespace
+
+void check_rendezvous_layout(const LaunchConfig& config) {
+  if (uses_rendezvous(config)) layout_options(config, check_rdzv_conf(config.rdzv_conf));
+}
+
+RendezvousOptions rendezvous_options(const LaunchConfig& config,
+                                     const std::map<std::string, std::string>& env) {
+  // Already checked when the command line was parsed: this only reads the values.
+  const RendezvousConf conf = check_rdzv_conf(config.rdzv_conf);
+  RendezvousOptions o = layout_options(config, conf);
   o.credentials.token = load_token(conf.token, env);
   return o;
 }

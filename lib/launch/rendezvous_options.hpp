@@ -43,6 +43,15 @@ void check_rdzv_backend(const std::string& backend, const std::string& what);
 bool is_etcd_backend(const std::string& backend);
 inline constexpr int kEtcdPort = 2379;
 
+// One node with the static backend needs nobody's agreement: no rendezvous at all.
+bool uses_rendezvous(const LaunchConfig& config);
+
+// What rendezvous_options() checks of the command line alone (the static backend's fixed node
+// count, the node rank, the ports, the endpoint), applied when the command line is parsed so that
+// a job that cannot run is refused before anything starts. Nothing for a job without a
+// rendezvous. Throws UsageError.
+void check_rendezvous_layout(const LaunchConfig& config);
+
 // The rendezvous options of this job, from a parsed command line: its values combined and the
 // shared token read (--rdzv-conf token_file=PATH, else TRAINRUN_RDZV_TOKEN).
 //

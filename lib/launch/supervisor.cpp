@@ -1,6 +1,5 @@
 #include "supervisor.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
@@ -11,10 +10,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <optional>
 
 #include "descriptors.hpp"
+#include "processes.hpp"
 #include "entrypoint.hpp"
 #include "file_io.hpp"
 #include "leftovers.hpp"
@@ -105,28 +104,9 @@ bool has_children() {
 
 // Our children that are still running (workers' orphans re-parented to us, as a subreaper).
 std::vector<pid_t> child_processes() {
-  std::vector<pid_t> out;
   // Scanning /proc costs milliseconds; most jobs end with no child left to find.
-  if (!has_children()) return out;
-  const pid_t self = getpid();
-  DIR* proc = opendir("/proc");
-  if (!proc) return out;
-  while (dirent* e = readdir(proc)) {
-    const std::optional<long long> pid = parse_integer(e->d_name);
-    if (!pid) continue;
-    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    // Fields after the command name, which sits in parentheses and may contain anything.
-    auto close_paren = line.rfind(')');
-    if (close_paren == std::string::npos) continue;
-    char state = 0;
-    int ppid = 0;
-    if (std::sscanf(line.c_str() + close_paren + 1, " %c %d", &state, &ppid) != 2) continue;
-    if (ppid == self && state != 'Z') out.push_back(static_cast<pid_t>(*pid));
-  }
-  closedir(proc);
-  return out;
+  if (!has_children()) return {};
+  return live_children(getpid());
 }
 
 // How long what the workers left may take to end after SIGTERM before it is named.

@@ -1,6 +1,5 @@
 #include "watchdog.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -16,7 +15,7 @@
 
 #include "cgroup.hpp"
 #include "file_io.hpp"
-#include "trainrun/base/numbers.hpp"
+#include "processes.hpp"
 
 extern char** environ;
 
@@ -58,17 +57,13 @@ void kill_marked(const std::string& marker) {
   std::string buffer;
   std::set<pid_t> killed;
   for (int pass = 0; pass < 20; ++pass) {
-    DIR* proc = opendir("/proc");
-    if (proc == nullptr) return;
     bool found_new = false;
-    while (dirent* entry = readdir(proc)) {
-      const std::optional<long long> pid = parse_integer(entry->d_name);
-      if (!pid || *pid <= 1 || *pid == getpid()) continue;
-      if (!carries_marker(static_cast<pid_t>(*pid), marker, buffer)) continue;
-      kill(static_cast<pid_t>(*pid), SIGKILL);
-      found_new |= killed.insert(static_cast<pid_t>(*pid)).second;
+    for (pid_t pid : process_ids()) {
+      if (pid <= 1 || pid == getpid()) continue;
+      if (!carries_marker(pid, marker, buffer)) continue;
+      kill(pid, SIGKILL);
+      found_new |= killed.insert(pid).second;
     }
-    closedir(proc);
     if (!found_new) return;
   }
 }

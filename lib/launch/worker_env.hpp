@@ -18,13 +18,16 @@ struct Topology {
   int restart_count = 0;
 };
 
+// --signals-to-handle's default, as torchrun's.
+inline constexpr char kDefaultSignalsToHandle[] = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2";
+
 // What every worker of this node shares, beyond the topology.
 struct JobSettings {
   std::string role = "default";
   std::string run_id = "none";
   int max_restarts = 0;
   bool use_agent_store = false;
-  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2";
+  std::string signals_to_handle = kDefaultSignalsToHandle;
   // torchrun's --virtual-local-rank: LOCAL_RANK=0 and only the worker's own GPU visible.
   bool virtual_local_rank = false;
 };

@@ -56,7 +56,9 @@ TEST_CASE("PET variables give defaults; the command line wins") {
   auto c = parse({"x"}, {{"PET_NPROC_PER_NODE", "8"},
                          {"PET_NNODES", "2:4"},
                          {"PET_STANDALONE", "0"},
-                         {"PET_MASTER_PORT", "1234"}});
+                         {"PET_MASTER_PORT", "1234"},
+                         {"PET_RDZV_BACKEND", "c10d"},
+                         {"PET_RDZV_ENDPOINT", "h:29400"}});
   CHECK(c.nproc_per_node.number == 8);
   CHECK(c.min_nodes == 2);
   CHECK(c.max_nodes == 4);
@@ -67,6 +69,23 @@ TEST_CASE("PET variables give defaults; the command line wins") {
         2);
   CHECK(parse({"x"}, {{"PET_NO_PYTHON", "1"}}).no_python);
   CHECK_THROWS_WITH(parse({"x"}, {{"PET_NNODES", "0"}}), Catch::Contains("PET_NNODES=0"));
+}
+
+TEST_CASE("a rendezvous that cannot run is refused when the command line is parsed") {
+  CHECK_THROWS_WITH(parse({"--nnodes=2:4", "x"}),
+                    Catch::Contains("the static backend needs a fixed node count"));
+  CHECK_THROWS_WITH(parse({"--nnodes=2", "--node-rank=2", "x"}),
+                    Catch::Contains("--node-rank=2: out of range"));
+  CHECK_THROWS_WITH(parse({"--nnodes=2", "--master-port=65535", "x"}),
+                    Catch::Contains("rdzv_port=N"));
+  CHECK_THROWS_WITH(parse({"--nnodes=2", "--rdzv-backend=c10d", "x"}),
+                    Catch::Contains("needs --rdzv-endpoint"));
+  CHECK_THROWS_WITH(parse({"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=h:0", "x"}),
+                    Catch::Contains("port 0 only works with --rdzv-conf is_host=1"));
+  // One node, static: no rendezvous, nothing to check.
+  CHECK_NOTHROW(parse({"--node-rank=5", "x"}));
+  CHECK_NOTHROW(parse({"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=h:0",
+                       "--rdzv-conf=is_host=1", "x"}));
 }
 
 TEST_CASE("cpu, gpu and auto are kept as words and counted by the agent") {

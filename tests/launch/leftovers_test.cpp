@@ -1,4 +1,5 @@
 #include "leftovers.hpp"
+#include "processes.hpp"
 
 #include <unistd.h>
 

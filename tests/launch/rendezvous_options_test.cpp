@@ -32,7 +32,7 @@ TEST_CASE("c10d options take defaults and --rdzv-conf keys", "[rendezvous]") {
   LaunchConfig c = c10d("node0:29401", 2, 4);
   c.max_restarts = 3;
   RendezvousOptions o = rendezvous_options(c, {});
-  CHECK_FALSE(o.static_backend);
+  CHECK_FALSE(o.round.static_ranks);
   CHECK(o.endpoint.host == "node0");
   CHECK(o.endpoint.port == 29401);
   CHECK(o.round.min_nodes == 2);
@@ -93,7 +93,7 @@ TEST_CASE("the static backend serves on MASTER_PORT + 1 unless rdzv_port is give
   s.master_addr = "node0";
   s.master_port = 29500;
   RendezvousOptions o = rendezvous_options(s, {});
-  CHECK(o.static_backend);
+  CHECK(o.round.static_ranks);
   CHECK(o.node_rank == 1);
   CHECK(o.endpoint.host == "node0");
   CHECK(o.endpoint.port == 29501);

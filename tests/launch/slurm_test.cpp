@@ -174,12 +174,14 @@ TEST_CASE("--nproc-per-node and other options that are not the layout keep Slurm
 }
 
 TEST_CASE("any rendezvous option given turns Slurm off unless --slurm", "[slurm]") {
-  for (const char* option :
-       {"--nnodes=2", "--node-rank=1", "--master-addr=h", "--master-port=1234",
-        "--rdzv-backend=c10d", "--rdzv-endpoint=h:1", "--rdzv-id=x", "--standalone"}) {
+  for (const char* option : {"--nnodes=2", "--node-rank=1", "--master-addr=h", "--master-port=1234",
+                             "--rdzv-endpoint=h:1", "--rdzv-id=x", "--standalone"}) {
     const ParseOutcome out = parse({option, "train.py"}, step_env());
     CHECK(out.notes.empty());
   }
+  // The c10d backend needs its endpoint to be a job at all.
+  CHECK(parse({"--rdzv-backend=c10d", "--rdzv-endpoint=h:1", "train.py"}, step_env())
+            .notes.empty());
   // PET_* counts as given, as on Kubernetes.
   CHECK(parse({"train.py"}, with(step_env(), {{"PET_NNODES", "2"}})).notes.empty());
   CHECK(parse({"train.py"}, with(step_env(), {{"PET_NNODES", "2"}})).config.node_rank == 0);

@@ -79,7 +79,7 @@ TEST_CASE("the agent owning a local endpoint hosts it; the others connect", "[re
 TEST_CASE("static backend: node 0 hosts, ranks are the given node ranks", "[rendezvous]") {
   asio::io_context io;
   RendezvousOptions o;
-  o.static_backend = true;
+  o.round.static_ranks = true;
   o.endpoint = HostPort{"127.0.0.1", trainrun::test::free_port()};
   o.credentials.run_id = "none";
   o.round.min_nodes = o.round.max_nodes = 2;

@@ -23,7 +23,6 @@ using boost::system::error_code;
 
 namespace {
 
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
 
@@ -74,7 +73,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
             return self->retry(self->attempt_timed_out_
                                    ? fmt::format("resolving {} took longer than {:.0f} s",
                                                  self->options_.endpoint.host,
-                                                 seconds(self->options_.retry.attempt_timeout))
+                                                 in_seconds(self->options_.retry.attempt_timeout))
                                    : fmt::format("cannot resolve {}: {}",
                                                  self->options_.endpoint.host, ec.message()));
           }
@@ -92,7 +91,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   void on_connect_failed(const error_code& ec) {
     if (attempt_timed_out_) {
       return retry(fmt::format("no answer to connecting within {:.0f} s",
-                               seconds(options_.retry.attempt_timeout)));
+                               in_seconds(options_.retry.attempt_timeout)));
     }
     // Refused while this machine cannot bind the port: whatever holds it does not listen, so no
     // trainrun agent hosts the endpoint. The grace covers a hosting agent caught between its
@@ -135,12 +134,12 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
               ? fmt::format(
                     "rendezvous endpoint {} not reachable after {:.0f} s (last attempt: "
                     "{}); is the node that hosts it running, and is --rdzv-endpoint right?",
-                    endpoint(), seconds(options_.retry.deadline), why)
+                    endpoint(), in_seconds(options_.retry.deadline), why)
               : fmt::format(
                     "rendezvous endpoint {}: no handshake completed in {:.0f} s ({} "
                     "connection{}, last attempt: {}); is a trainrun agent of this job "
                     "hosting it, and is --rdzv-endpoint right?",
-                    endpoint(), seconds(options_.retry.deadline), connections_,
+                    endpoint(), in_seconds(options_.retry.deadline), connections_,
                     connections_ == 1 ? "" : "s", why);
       return end(Stop{StopCause::join_timeout, reason, 1, std::nullopt});
     }
@@ -171,7 +170,8 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     error_code ec;
     local_endpoint_ = socket_->local_endpoint(ec);
     state_ = State::handshaking;
-    connection_ = std::make_shared<FramedConnection>(std::move(*socket_), kMaxFrameSize);
+    connection_ = std::make_shared<FramedConnection>(std::move(*socket_), kMaxFrameSize,
+                                                     options_.connection.reject_linger);
     socket_.reset();
     handshake_.emplace(options_.credentials.run_id, options_.credentials.token, random_nonce());
     std::weak_ptr<Impl> weak = shared_from_this();
@@ -189,7 +189,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
       if (e || !self || self->state_ != State::handshaking) return;
       self->connection_->close_now();
       self->retry(fmt::format("no answer to the handshake within {:.0f} s",
-                              seconds(self->options_.connection.handshake_timeout)));
+                              in_seconds(self->options_.connection.handshake_timeout)));
     });
   }
 
@@ -300,7 +300,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
             Stop{StopCause::server_lost,
                  fmt::format("lost the rendezvous server at {}: no message for {:.0f} "
                              "s (heartbeat timeout)",
-                             self->endpoint(), seconds(self->liveness_.heartbeat_timeout)),
+                             self->endpoint(), in_seconds(self->liveness_.heartbeat_timeout)),
                  1, std::nullopt});
       }
       self->connection_->send(encode(ClientMessage{Heartbeat{}}));
@@ -354,7 +354,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
       error_code ignored;
       socket_->close(ignored);
     }
-    if (connection_) connection_->close_gracefully(std::chrono::seconds(2));
+    if (connection_) connection_->close_gracefully(options_.connection.leave_linger);
   }
 
   void end(const Stop& stop) {

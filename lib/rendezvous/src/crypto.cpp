@@ -5,10 +5,11 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
-#include <openssl/rand.h>
 
 #include <memory>
 #include <stdexcept>
+
+#include "trainrun/base/system.hpp"
 
 namespace trainrun::rendezvous {
 namespace {
@@ -81,12 +82,6 @@ std::string to_hex(const std::uint8_t* data, std::size_t size) {
   return out;
 }
 
-std::string random_nonce() {
-  std::array<std::uint8_t, 32> bytes{};
-  if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
-    fail("cannot draw random bytes for a nonce");
-  }
-  return to_hex(bytes.data(), bytes.size());
-}
+std::string random_nonce() { return random_hex(64); }
 
 }  // namespace trainrun::rendezvous

@@ -22,8 +22,12 @@ void prepare_socket(asio::ip::tcp::socket& socket) {
   socket.set_option(asio::ip::tcp::no_delay(true), ignored);
 }
 
-FramedConnection::FramedConnection(asio::ip::tcp::socket socket, std::size_t max_frame)
-    : socket_(std::move(socket)), linger_timer_(socket_.get_executor()), decoder_(max_frame) {
+FramedConnection::FramedConnection(asio::ip::tcp::socket socket, std::size_t max_frame,
+                                   std::chrono::steady_clock::duration violation_linger)
+    : socket_(std::move(socket)),
+      linger_timer_(socket_.get_executor()),
+      violation_linger_(violation_linger),
+      decoder_(max_frame) {
   error_code ec;
   auto remote = socket_.remote_endpoint(ec);
   peer_ = ec ? std::string("unknown peer")
@@ -66,7 +70,7 @@ void FramedConnection::read_more() {
     } catch (const FrameError& e) {
       auto handler = self->on_error_;
       if (handler) handler(e.what(), true);
-      if (!self->closing_) self->close_gracefully(std::chrono::seconds(1));
+      if (!self->closing_) self->close_gracefully(self->violation_linger_);
     }
     if (!self->charge_partial_frame()) {
       return self->fail("the server holds too many partial messages (its byte budget is used up)");

@@ -119,7 +119,6 @@ Clock::duration get_duration(const json& j, const char* key) {
   return std::chrono::round<std::chrono::microseconds>(exact);
 }
 
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 bool get_bool(const json& j, const char* key) {
   const json& v = field(j, key);
@@ -243,8 +242,8 @@ std::string encode(const ServerMessage& message) {
           },
           [](const Welcome& m) {
             return json{{"type", "welcome"},
-                        {"keep_alive_interval_s", seconds(m.liveness.keep_alive_interval)},
-                        {"heartbeat_timeout_s", seconds(m.liveness.heartbeat_timeout)}};
+                        {"keep_alive_interval_s", in_seconds(m.liveness.keep_alive_interval)},
+                        {"heartbeat_timeout_s", in_seconds(m.liveness.heartbeat_timeout)}};
           },
           [](const Reject& m) {
             return json{{"type", "reject"}, {"reason", m.reason}};

@@ -9,7 +9,6 @@
 namespace trainrun::rendezvous {
 namespace {
 
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 template <class... Fs>
 struct Overloaded : Fs... {
@@ -52,8 +51,8 @@ Waiting RoundMachine::waiting_status(Clock::time_point now) const {
   w.joined = static_cast<int>(waiting_.size());
   w.min_nodes = count_requirement();
   w.max_nodes = options_.max_nodes;
-  w.waited_s = forming_since_ ? seconds(now - *forming_since_) : 0.0;
-  w.timeout_s = seconds(options_.join_timeout);
+  w.waited_s = forming_since_ ? in_seconds(now - *forming_since_) : 0.0;
+  w.timeout_s = in_seconds(options_.join_timeout);
   return w;
 }
 
@@ -366,7 +365,7 @@ Effects RoundMachine::tick(Clock::time_point now) {
   for (NodeId id : silent) {
     if (phase_ == Phase::ended) return fx;
     std::string why = fmt::format("no message for {:.0f} s (heartbeat timeout)",
-                                  seconds(liveness_.heartbeat_timeout));
+                                  in_seconds(liveness_.heartbeat_timeout));
     drop(fx, id, why, /*peer_lost=*/true);
     on_lost(fx, id, why, now);
   }
@@ -382,7 +381,7 @@ Effects RoundMachine::tick(Clock::time_point now) {
               Stop{StopCause::join_timeout,
                    fmt::format("timed out after {:.0f} s waiting for nodes at {}: {} of {} "
                                "joined, {} missing",
-                               seconds(options_.join_timeout), endpoint_, have, need, need - have),
+                               in_seconds(options_.join_timeout), endpoint_, have, need, need - have),
                    1, std::nullopt});
       return fx;
     }
@@ -398,7 +397,7 @@ Effects RoundMachine::tick(Clock::time_point now) {
            Stop{StopCause::join_timeout,
                 fmt::format("timed out after {:.0f} s: the job at {} is running with its maximum "
                             "of {}",
-                            seconds(options_.join_timeout), endpoint_,
+                            in_seconds(options_.join_timeout), endpoint_,
                             count_of(options_.max_nodes, "node")),
                 1, std::nullopt},
            true});

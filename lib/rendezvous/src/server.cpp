@@ -48,7 +48,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
   // Connection-level refusals can come by the thousand (a flood): one line per interval.
   void log_refusal(const std::string& line) {
     auto now = Clock::now();
-    if (last_refusal_log_ && now - *last_refusal_log_ < std::chrono::seconds(10)) {
+    if (last_refusal_log_ && now - *last_refusal_log_ < options_.limits.refusal_log_interval) {
       ++suppressed_refusals_;
       return;
     }
@@ -92,8 +92,8 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
   void on_accept(tcp::socket socket) {
     prepare_socket(socket);
     if (admitted_.size() >= options_.limits.max_admitted) {
-      auto connection =
-          std::make_shared<FramedConnection>(std::move(socket), kMaxHandshakeFrameSize);
+      auto connection = std::make_shared<FramedConnection>(
+          std::move(socket), kMaxHandshakeFrameSize, options_.connection.reject_linger);
       log_refusal(fmt::format("refusing {}: {} connections already admitted", connection->peer(),
                               admitted_.size()));
       connection->close_now();
@@ -111,7 +111,8 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
       peer.remote = remote;
       peer.address = remote.address().to_string();
     }
-    peer.connection = std::make_shared<FramedConnection>(std::move(socket), kMaxHandshakeFrameSize);
+    peer.connection = std::make_shared<FramedConnection>(
+        std::move(socket), kMaxHandshakeFrameSize, options_.connection.reject_linger);
     // 32 random bytes: a nonce fresh for every connection.
     peer.handshake.emplace(options_.credentials.run_id, options_.credentials.token,
                            random_nonce(), Welcome{options_.liveness});
@@ -145,7 +146,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
         fmt::format("closing connection from {}: {}", it->second.connection->peer(), reason));
     if (tell) {
       it->second.connection->send(encode(ServerMessage{Reject{reason}}));
-      it->second.connection->close_gracefully(std::chrono::seconds(1));
+      it->second.connection->close_gracefully(options_.connection.reject_linger);
     } else {
       it->second.connection->close_now();  // nothing to deliver: no reason to wait
     }
@@ -195,7 +196,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
       if (step.outcome == HandshakeOutcome::rejected) {
         log_refusal(fmt::format("rejected {}: {}", peer.connection->peer(), step.reason));
         peer.connection->send(encode(*step.reply));
-        peer.connection->close_gracefully(std::chrono::seconds(1));
+        peer.connection->close_gracefully(options_.connection.reject_linger);
         forget(id);
         return;
       }

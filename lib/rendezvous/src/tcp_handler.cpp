@@ -53,7 +53,7 @@ class TcpRendezvousHandler : public RendezvousHandler {
 
   void start(ClientEvents events) override {
     events_ = std::move(events);
-    if (options_.static_backend) {
+    if (options_.round.static_ranks) {
       if (options_.node_rank == 0) host_on(options_.endpoint.host, /*required=*/true);
       return connect();
     }
@@ -84,8 +84,8 @@ class TcpRendezvousHandler : public RendezvousHandler {
     node.addr = options_.local_addr;
     node.pid = ::getpid();
     node.nproc = request.nproc;
-    node.node_rank = options_.static_backend ? options_.node_rank : -1;
-    node.master_port = options_.static_backend ? 0 : request.master_port;
+    node.node_rank = options_.round.static_ranks ? options_.node_rank : -1;
+    node.master_port = options_.round.static_ranks ? 0 : request.master_port;
     pending_join_ = node;
     if (client_) {
       client_->join(node);
@@ -138,7 +138,6 @@ class TcpRendezvousHandler : public RendezvousHandler {
     ServerOptions so;
     so.credentials = options_.credentials;
     so.round = options_.round;
-    so.round.static_ranks = options_.static_backend;
     so.liveness = options_.liveness;
     so.connection = options_.connection;
     so.limits = options_.limits;
@@ -153,7 +152,7 @@ class TcpRendezvousHandler : public RendezvousHandler {
         throw std::runtime_error(fmt::format(
             "cannot host the rendezvous on {}:{}: {}; free the port or choose another one{}",
             where.address().to_string(), where.port(), e.code().message(),
-            options_.static_backend ? " with --rdzv-conf rdzv_port=N" : " in --rdzv-endpoint"));
+            options_.round.static_ranks ? " with --rdzv-conf rdzv_port=N" : " in --rdzv-endpoint"));
       }
       // Another agent on this machine got there first: it hosts, we are a client. Unless what
       // holds the port is not an agent; the client finds out if it is refused (see connect).

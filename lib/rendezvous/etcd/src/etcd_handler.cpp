@@ -7,6 +7,7 @@
 #include <random>
 #include <nlohmann/json.hpp>
 
+#include "trainrun/base/numbers.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/rendezvous/etcd.hpp"
 #include "trainrun/rendezvous/etcd_client.hpp"
@@ -21,12 +22,14 @@ using namespace std::chrono_literals;
 
 namespace {
 
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 std::int64_t int_field(const json& j, const char* key) {
   if (!j.contains(key)) return 0;
   const json& v = j.at(key);
-  return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<std::int64_t>();
+  if (!v.is_string()) return v.get<std::int64_t>();
+  const std::optional<long long> n = parse_integer(v.get<std::string>());
+  if (!n) throw std::runtime_error(fmt::format("{} is not an integer: {}", key, v.dump()));
+  return *n;
 }
 
 // The round state and the live node ids under the prefix, from one range response.
@@ -47,7 +50,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
         options_(std::move(options)),
         log_(std::move(log)),
         prefix_("/trainrun/" + options_.credentials.run_id + "/"),
-        round_(options_.round, endpoint(), seconds(options_.liveness.heartbeat_timeout)),
+        round_(options_.round, endpoint(), in_seconds(options_.liveness.heartbeat_timeout)),
         node_id_(random_hex(8)) {}
 
   ~EtcdRendezvousHandler() override {
@@ -164,13 +167,13 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (now - *unreachable_since_ >= options_.retry.deadline) {
       return fail(Stop{StopCause::server_lost,
                        fmt::format("etcd at {} unreachable for {:.0f} s ({}); giving up",
-                                   endpoint(), seconds(now - *unreachable_since_), r.describe()),
+                                   endpoint(), in_seconds(now - *unreachable_since_), r.describe()),
                        1, std::nullopt});
     }
     if (!last_unreachable_log_ || now - *last_unreachable_log_ >= options_.retry.log_interval) {
       last_unreachable_log_ = now;
-      say(fmt::format("etcd at {} not reachable ({}); retrying for up to {:.0f} s", endpoint(),
-                      r.describe(), seconds(options_.retry.deadline)));
+      log(fmt::format("etcd at {} not reachable ({}); retrying for up to {:.0f} s", endpoint(),
+                      r.describe(), in_seconds(options_.retry.deadline)));
     }
     after(backoff_, retry);
     backoff_ = std::min(backoff_ * 2, options_.retry.max_backoff);
@@ -202,7 +205,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (events_.on_stop) events_.on_stop(stop);
   }
 
-  void say(const std::string& line) {
+  void log(const std::string& line) {
     if (log_) log_(line);
   }
 
@@ -210,7 +213,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
 
   void grant_lease() {
     const auto ttl = std::max<std::int64_t>(
-        2, static_cast<std::int64_t>(std::ceil(seconds(options_.liveness.heartbeat_timeout))));
+        2, static_cast<std::int64_t>(std::ceil(in_seconds(options_.liveness.heartbeat_timeout))));
     call("/v3/lease/grant", {{"TTL", ttl}, {"ID", 0}},
          [this](const json& j) {
            lease_ = int_field(j, "ID");
@@ -245,7 +248,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
                                 fmt::format("this node's etcd lease at {} expired (no keep-alive "
                                             "reached etcd for {:.0f} s): the others count it lost",
                                             endpoint(),
-                                            seconds(options_.liveness.heartbeat_timeout)),
+                                            in_seconds(options_.liveness.heartbeat_timeout)),
                                 1, std::nullopt});
              }
              keep_alive();
@@ -478,7 +481,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     last_waiting_count_ = joined;
     last_waiting_log_ = now;
     const auto& r = options_.round;
-    say(fmt::format("waiting for nodes in etcd at {}: {}", endpoint(),
+    log(fmt::format("waiting for nodes in etcd at {}: {}", endpoint(),
                     r.min_nodes == r.max_nodes
                         ? fmt::format("{} of {} joined", joined, r.min_nodes)
                         : fmt::format("{} joined ({} to {} wanted)", joined, r.min_nodes,

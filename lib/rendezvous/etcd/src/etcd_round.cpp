@@ -109,10 +109,6 @@ EtcdRoundState decode_state(const std::string& text) {
   }
 }
 
-double EtcdRound::seconds(Clock::duration d) const {
-  return std::chrono::duration<double>(d).count();
-}
-
 bool EtcdRound::join(EtcdRoundState& s, const std::string& id, const NodeDescriptor& node,
                      double now) const {
   if (s.phase == Phase::ended || s.participant(id)) return false;
@@ -256,7 +252,7 @@ void EtcdRound::maybe_complete(EtcdRoundState& s, double now) const {
                   [&](const std::string& e) { return s.waiter(e) != nullptr; });
   const bool full = n >= options_.max_nodes;
   if (!full && !all_expected_back &&
-      now - *s.min_reached_at < seconds(options_.last_call_timeout)) {
+      now - *s.min_reached_at < in_seconds(options_.last_call_timeout)) {
     return;
   }
   const auto take = std::min<std::size_t>(s.waiting.size(), options_.max_nodes);
@@ -283,13 +279,13 @@ bool EtcdRound::tick(EtcdRoundState& s, double now) const {
     const Phase before = s.phase;
     maybe_complete(s, now);
     if (s.phase != before) return true;
-    if (s.forming_since && now - *s.forming_since >= seconds(options_.join_timeout)) {
+    if (s.forming_since && now - *s.forming_since >= in_seconds(options_.join_timeout)) {
       const int need = options_.min_nodes;
       const int have = static_cast<int>(s.waiting.size());
       end_job(s, Stop{StopCause::join_timeout,
                       fmt::format("timed out after {:.0f} s waiting for nodes at {}: {} of {} "
                                   "joined, {} missing",
-                                  seconds(options_.join_timeout), endpoint_, have, need,
+                                  in_seconds(options_.join_timeout), endpoint_, have, need,
                                   need - have),
                       1, std::nullopt});
       return true;
@@ -300,7 +296,7 @@ bool EtcdRound::tick(EtcdRoundState& s, double now) const {
   const auto before = s.waiting.size();
   s.waiting.erase(std::remove_if(s.waiting.begin(), s.waiting.end(),
                                  [&](const EtcdMember& m) {
-                                   return now - m.joined_at >= seconds(options_.join_timeout);
+                                   return now - m.joined_at >= in_seconds(options_.join_timeout);
                                  }),
                   s.waiting.end());
   return s.waiting.size() != before;
@@ -312,10 +308,10 @@ std::optional<double> EtcdRound::next_deadline(const EtcdRoundState& s) const {
     if (!best || t < *best) best = t;
   };
   if (s.phase == Phase::forming) {
-    if (s.min_reached_at) keep(*s.min_reached_at + seconds(options_.last_call_timeout));
-    if (s.forming_since) keep(*s.forming_since + seconds(options_.join_timeout));
+    if (s.min_reached_at) keep(*s.min_reached_at + in_seconds(options_.last_call_timeout));
+    if (s.forming_since) keep(*s.forming_since + in_seconds(options_.join_timeout));
   } else if (s.phase == Phase::running) {
-    for (const auto& m : s.waiting) keep(m.joined_at + seconds(options_.join_timeout));
+    for (const auto& m : s.waiting) keep(m.joined_at + in_seconds(options_.join_timeout));
   }
   return best;
 }
@@ -325,7 +321,7 @@ Stop EtcdRound::dropped(const EtcdRoundState& s) const {
     return Stop{StopCause::join_timeout,
                 fmt::format("timed out after {:.0f} s: the job at {} is running with its maximum "
                             "of {} nodes",
-                            seconds(options_.join_timeout), endpoint_, options_.max_nodes),
+                            in_seconds(options_.join_timeout), endpoint_, options_.max_nodes),
                 1, std::nullopt};
   }
   return Stop{StopCause::node_lost,

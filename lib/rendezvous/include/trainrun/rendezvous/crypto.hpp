@@ -28,8 +28,8 @@ bool constant_time_equal(std::string_view a, std::string_view b);
 std::string to_hex(const std::uint8_t* data, std::size_t size);
 inline std::string to_hex(const Digest& d) { return to_hex(d.data(), d.size()); }
 
-// 32 bytes from OpenSSL's random generator as 64 lowercase hex digits: a handshake nonce.
-// Throws std::runtime_error if the generator fails.
+// 32 bytes from the kernel's random source (random_hex) as 64 lowercase hex digits: a handshake
+// nonce. Throws std::runtime_error if the kernel gives none.
 std::string random_nonce();
 
 }  // namespace trainrun::rendezvous

@@ -31,7 +31,10 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   // owner can say why before closing it. false: the connection is closed (EOF, error).
   using ErrorHandler = std::function<void(const std::string& why, bool violation)>;
 
-  FramedConnection(boost::asio::ip::tcp::socket socket, std::size_t max_frame);
+  // A frame that breaks the rules closes the connection, waiting at most `violation_linger` for
+  // the peer's close after what the owner says (ConnectionOptions::reject_linger).
+  FramedConnection(boost::asio::ip::tcp::socket socket, std::size_t max_frame,
+                   std::chrono::steady_clock::duration violation_linger);
 
   void start(FrameHandler on_frame, ErrorHandler on_error);
   void set_max_frame(std::size_t max_frame) { decoder_.set_max_size(max_frame); }
@@ -73,6 +76,7 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
 
   boost::asio::ip::tcp::socket socket_;
   boost::asio::steady_timer linger_timer_;
+  std::chrono::steady_clock::duration violation_linger_;
   FrameDecoder decoder_;
   std::optional<FrameAuth> auth_;
   std::array<char, 4096> read_buffer_{};

@@ -11,11 +11,10 @@
 namespace trainrun::rendezvous {
 
 // What make_rendezvous_handler needs: where agents meet, who this node is, and the options of
-// each part, passed on to the server and the client as they are but for the two noted below.
+// each part, passed on to the server and the client as they are but for retry.deadline (below).
+// The backend is round.static_ranks: static, node rank 0 hosts the server and ranks are the
+// nodes' node_rank; dynamic, the agent owning the endpoint hosts it.
 struct RendezvousOptions {
-  // Static: node rank 0 hosts the server and ranks are the nodes' node_rank (round.static_ranks
-  // follows this flag). Dynamic: the agent owning the endpoint hosts it.
-  bool static_backend = false;
   HostPort endpoint;
   std::optional<bool> is_host;  // host (or not) whatever the address; empty: decided as above
   int node_rank = -1;           // static backend only

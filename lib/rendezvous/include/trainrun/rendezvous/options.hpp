@@ -14,6 +14,9 @@ namespace trainrun::rendezvous {
 
 using Clock = std::chrono::steady_clock;
 
+// A duration in seconds, as messages and the wire give it.
+inline double in_seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
 // Lines for a log, without prefix; nothing is logged when empty.
 using LogFunction = std::function<void(const std::string& line)>;
 
@@ -54,6 +57,12 @@ struct ConnectionOptions {
   // After its last message (the job's `stop`) to a live peer, the server waits this long for the
   // peer's close, so that the message is not lost to a reset.
   Clock::duration close_linger = std::chrono::seconds(5);
+  // After a `reject`, or a frame that breaks the protocol, the closing end waits this long for
+  // the peer's close: the reason is all that is owed.
+  Clock::duration reject_linger = std::chrono::seconds(1);
+  // A client that leaves (its agent shuts down) waits this long for the server to take its last
+  // message.
+  Clock::duration leave_linger = std::chrono::seconds(2);
 };
 
 // The server's bounds, so that a flood of connections cannot exhaust it. An agent sets the two
@@ -70,6 +79,9 @@ struct ServerLimits {
   // without a word, as a flooded server closes a pending handshake: a client tries again.
   std::size_t max_pending_frame_bytes = 1 << 20;
   std::size_t max_admitted_frame_bytes = 64 << 20;
+  // Connection-level refusals (a flood) are logged at most once per this, with a count of those
+  // not shown.
+  Clock::duration refusal_log_interval = std::chrono::seconds(10);
 };
 
 // How a client tries to reach the server until it is admitted.

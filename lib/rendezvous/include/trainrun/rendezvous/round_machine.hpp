@@ -64,9 +64,7 @@ class RoundMachine {
   Phase phase() const { return phase_; }
   std::uint64_t round() const { return round_; }
   int restart_count() const { return restart_count_; }
-  std::size_t connected_count() const { return sessions_.size(); }
   std::size_t waiting_count() const { return waiting_.size(); }
-  std::size_t participant_count() const { return participants_.size(); }
 
  private:
   struct Session {

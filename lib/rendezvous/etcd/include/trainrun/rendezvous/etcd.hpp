@@ -12,7 +12,7 @@ namespace trainrun::rendezvous {
 // Each agent holds a lease with keep-alives and its node key on it; the round state changes by
 // compare-and-set transactions that any agent may make; every agent watches the prefix. No agent
 // is special: any one may be lost and the others see its key vanish when its lease expires.
-// options.endpoint is etcd's client endpoint; static_backend and is_host do not apply.
+// options.endpoint is etcd's client endpoint; round.static_ranks and is_host do not apply.
 // etcd unreachable (at start or later) is retried until options.retry.deadline, then the job
 // stops on this node with a line naming the endpoint.
 std::unique_ptr<RendezvousHandler> make_etcd_rendezvous_handler(boost::asio::io_context& io,

@@ -68,7 +68,6 @@ class EtcdRound {
   void maybe_complete(EtcdRoundState& s, double now) const;
   void begin_forming(EtcdRoundState& s, double now, Restart restart) const;
   void end_job(EtcdRoundState& s, Stop stop) const;
-  double seconds(Clock::duration d) const;
 
   RoundOptions options_;
   std::string endpoint_;
