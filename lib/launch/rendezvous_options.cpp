@@ -28,7 +28,7 @@ const std::set<std::string> kKnownKeys = {
   throw UsageError(fmt::format("--rdzv-conf {}={}: {}", key, text, rule));
 }
 
-Clock::duration parse_duration(const std::string& key, const std::string& text) {
+Clock::duration conf_seconds(const std::string& key, const std::string& text) {
   const std::optional<double> s = trainrun::parse_number(text);
   if (!s || *s <= 0 || *s > 1e7) refuse(key, text, "expected a number of seconds > 0");
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*s));
@@ -40,7 +40,7 @@ void check_unused_seconds(const std::string& key, const std::string& text) {
   if (!s || *s < 0 || *s > 1e9) refuse(key, text, "expected a number of seconds >= 0");
 }
 
-int parse_int(const std::string& key, const std::string& text, int low, int high) {
+int conf_integer(const std::string& key, const std::string& text, int low, int high) {
   const std::optional<long long> v = trainrun::parse_integer(text);
   if (!v || *v < low || *v > high) {
     refuse(key, text, fmt::format("expected an integer in {}..{}", low, high));
@@ -48,7 +48,7 @@ int parse_int(const std::string& key, const std::string& text, int low, int high
   return static_cast<int>(*v);
 }
 
-bool parse_bool(const std::string& key, const std::string& text) {
+bool conf_flag(const std::string& key, const std::string& text) {
   static const std::set<std::string> yes = {"1", "true", "True"};
   static const std::set<std::string> no = {"0", "false", "False"};
   if (yes.count(text)) return true;
@@ -71,16 +71,16 @@ rendezvous::LivenessOptions liveness(const std::map<std::string, std::string>& e
   };
   rendezvous::LivenessOptions l;
   if (const auto* v = get("keep_alive_interval")) {
-    l.keep_alive_interval = parse_duration("keep_alive_interval", *v);
+    l.keep_alive_interval = conf_seconds("keep_alive_interval", *v);
   }
   if (const auto* v = get("heartbeat_timeout")) {
-    l.heartbeat_timeout = parse_duration("heartbeat_timeout", *v);
+    l.heartbeat_timeout = conf_seconds("heartbeat_timeout", *v);
     // With only the timeout given, keep at least three keep-alives inside it.
     if (!get("keep_alive_interval")) {
       l.keep_alive_interval = std::min(l.keep_alive_interval, l.heartbeat_timeout / 3);
     }
   } else if (const auto* n = get("keep_alive_max_attempt")) {
-    const int attempts = parse_int("keep_alive_max_attempt", *n, 1, 1000);
+    const int attempts = conf_integer("keep_alive_max_attempt", *n, 1, 1000);
     // Within the range of every other duration, and of the clock's count.
     if (std::chrono::duration<double>(l.keep_alive_interval).count() * attempts > 1e7) {
       refuse("keep_alive_max_attempt", *n, "keep_alive_interval times this exceeds 1e7 seconds");
@@ -155,12 +155,12 @@ RendezvousConf check_rdzv_conf(const std::map<std::string, std::string>& entries
   }
   RendezvousConf conf;
   for (const auto& [key, value] : entries) {
-    if (key == "join_timeout") conf.join_timeout = parse_duration(key, value);
-    if (key == "last_call_timeout") conf.last_call_timeout = parse_duration(key, value);
-    if (key == "is_host") conf.is_host = parse_bool(key, value);
+    if (key == "join_timeout") conf.join_timeout = conf_seconds(key, value);
+    if (key == "last_call_timeout") conf.last_call_timeout = conf_seconds(key, value);
+    if (key == "is_host") conf.is_host = conf_flag(key, value);
     if (key == "token_file") conf.token.file = value;
     if (key == "token_file_mode") conf.token.any_mode = parse_token_file_mode(key, value);
-    if (key == "rdzv_port") conf.rdzv_port = parse_int(key, value, 1, 65535);
+    if (key == "rdzv_port") conf.rdzv_port = conf_integer(key, value, 1, 65535);
     if (key == "close_timeout" || key == "timeout") check_unused_seconds(key, value);
   }
   if (entries.count("token_file_mode") && !conf.token.file) {

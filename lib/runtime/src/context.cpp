@@ -15,6 +15,8 @@ namespace {
 const std::array<const char*, 6> kLauncherVariables = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
 
+// The runtime's own strict integer reading: it is built against LibTorch's C++ ABI and does not
+// link the launcher's libraries (lib/base's parse_integer) where that ABI differs.
 long long parse_integer(const std::string& name, const std::string& value, long long min,
                         long long max) {
   errno = 0;
