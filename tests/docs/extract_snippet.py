@@ -1,6 +1,6 @@
-"""Writes the C++ block marked <!-- readme-snippet: ... --> in a Markdown file to a .cpp file.
+"""Writes the C++ block marked <!-- snippet: ... --> in a Markdown file to a .cpp file.
 
-Usage: extract_snippet.py README.md OUT.cpp
+Usage: extract_snippet.py DOC.md OUT.cpp
 """
 import re
 import sys
@@ -9,10 +9,11 @@ import sys
 def main():
     source, out = sys.argv[1], sys.argv[2]
     text = open(source).read()
-    m = re.search(r"^<!--\s*readme-snippet:.*?-->\n```cpp\n(.*?)^```", text, re.S | re.M)
-    if not m:
-        sys.exit(f"extract_snippet: {source} has no ```cpp block after <!-- readme-snippet: ... -->")
-    code = f"// Generated from {source} by tests/docs/extract_snippet.py; edit the README.\n" + m[1]
+    blocks = re.findall(r"^<!--\s*snippet:.*?-->\n```cpp\n(.*?)^```", text, re.S | re.M)
+    if len(blocks) != 1:
+        sys.exit(f"extract_snippet: {source} has {len(blocks)} ```cpp blocks after "
+                 "<!-- snippet: ... -->; it must have exactly one")
+    code = f"// Generated from {source} by tests/docs/extract_snippet.py; edit the document.\n" + blocks[0]
     try:
         if open(out).read() == code:
             return  # unchanged: no rebuild

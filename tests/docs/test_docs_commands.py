@@ -21,7 +21,8 @@ Directives are HTML comments on the lines right before the opening fence, one pe
   <!-- together: NAME -->    the blocks of the document with this NAME run at the same time, one
                              bash each, started in order half a second apart: the nodes of one
                              multi-node job, here two agents on loopback.
-  <!-- readme-snippet: ... --> (on a `cpp` block) compiled and run by tests/docs/CMakeLists.txt.
+  <!-- snippet: ... -->      (on a `cpp` block, one per document) compiled and run by
+                             tests/docs/CMakeLists.txt.
 
 Before a block runs, what names other machines becomes this one (whole words): the host names
 `node0`, `node1` and the addresses `10.0.0.1`, `10.0.0.2` become `127.0.0.1`; the interfaces
@@ -47,7 +48,7 @@ TRAINRUN = os.environ.get("TRAINRUN_BIN", "")
 DOCS = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
 RUN_LANGUAGES = {"sh", "bash", "console"}
 DIRECTIVE = re.compile(r"^<!--\s*([a-z-]+):\s*(.*?)\s*-->$")
-KNOWN = {"norun", "file", "exit", "expect", "together", "readme-snippet"}
+KNOWN = {"norun", "file", "exit", "expect", "together", "snippet"}
 BLOCK_TIMEOUT = 600
 HOSTS = {"node0": "127.0.0.1", "node1": "127.0.0.1", "10.0.0.1": "127.0.0.1",
          "10.0.0.2": "127.0.0.1", "eth0": "lo", "eth1": "lo"}
