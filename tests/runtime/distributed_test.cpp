@@ -2,9 +2,11 @@
 // set, talking through a real c10d TCPStore and Gloo.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <set>
 #include <sstream>
 
@@ -378,20 +380,47 @@ TEST_CASE("a job restarted by trainrun resumes from its last checkpoint, with or
 
 TEST_CASE("two runs started in the same second keep to their own directories") {
   const fs::path storage = make_temp_dir("same_second");
-  const std::map<std::string, std::string> env = {{"TRAINRUN_STORAGE_PATH", storage.string()}};
-  // No experiment name: both take the default, <program>_<date_time>_<pid>.
-  require_success(run_workers(
-      "/bin/sh",
-      {"-c", "\"$0\" train 20 0 & a=$!; \"$0\" train 20 0 & b=$!; wait $a && wait $b", kWorker}, 0,
-      env));
-  std::vector<fs::path> run_dirs;
-  for (const auto& entry : fs::directory_iterator(storage)) run_dirs.push_back(entry.path());
-  REQUIRE(run_dirs.size() == 2);
-  for (const auto& dir : run_dirs) {
+  // Both runs' clocks are pinned to one second (time() preloaded), so their default names,
+  // <program>_<date_time>_<pid>, share the date and time for certain.
+  const std::time_t fixed = 1700000000;
+  const std::map<std::string, std::string> env = {
+      {"TRAINRUN_STORAGE_PATH", storage.string()},
+      {"LD_PRELOAD", TRAINRUN_FIXED_TIME_PRELOAD},
+      {"TRAINRUN_FIXED_TIME", std::to_string(fixed)}};
+  const auto run = run_workers("/bin/sh",
+                               {"-c",
+                                "\"$0\" train 20 0 & a=$!; \"$0\" train 20 0 & b=$!; "
+                                "echo \"started $a $b\"; wait $a && wait $b",
+                                kWorker},
+                               0, env);
+  require_success(run);
+  std::tm parts{};
+  localtime_r(&fixed, &parts);
+  char when[32];
+  std::strftime(when, sizeof(when), "%Y-%m-%d_%H-%M-%S", &parts);
+  const auto at = run.outputs[0].find("started ");
+  REQUIRE(at != std::string::npos);
+  std::istringstream pids(run.outputs[0].substr(at + 8));
+  long first = 0;
+  long second = 0;
+  pids >> first >> second;
+  std::set<std::string> expected;
+  for (long pid : {first, second}) {
+    expected.insert(std::string("runtime_test_worker_") + when + "_" + std::to_string(pid));
+  }
+  std::set<std::string> run_dirs;
+  for (const auto& entry : fs::directory_iterator(storage)) {
+    run_dirs.insert(entry.path().filename().string());
+  }
+  INFO(describe(run));
+  REQUIRE(run_dirs == expected);
+  for (const auto& name : run_dirs) {
     std::vector<int> epochs;
-    for (const auto& line : metric_lines(dir)) epochs.push_back(line["epoch"]);
-    CHECK(epochs.size() == 20);
-    CHECK(epochs.back() == 19);
+    for (const auto& line : metric_lines(storage / name)) epochs.push_back(line["epoch"]);
+    std::vector<int> all(20);
+    std::iota(all.begin(), all.end(), 0);
+    CHECK(epochs == all);
+    CHECK(read_file((storage / name / "checkpoint_000019" / "epoch.txt").string()) == "19\n");
   }
 }
 
