@@ -311,6 +311,43 @@ TEST_CASE("report: rank 0 persists metrics and checkpoints; a restarted job resu
   }
 }
 
+TEST_CASE("get_checkpoint: every rank gets rank 0's checkpoint, whatever its own view holds") {
+  // Each rank has its own storage path: rank 0's view holds checkpoints 0-1 of "exp", rank 1's a
+  // newer 4-5. Inside fit() rank 1 takes rank 0's run directory; and before each of its lookups
+  // a checkpoint_000099 that rank 0 never saved appears there (see "agree" in the worker), so a
+  // rank that scanned a directory by itself would answer 5 or 99.
+  const fs::path storage = make_temp_dir("agree");
+  const auto view = [&](int rank) { return storage / ("view" + std::to_string(rank)); };
+  require_success(run_workers(kWorker, {"train", "2", "0"}, 0,
+                              {{"TRAINRUN_STORAGE_PATH", view(0).string()},
+                               {"TRAINRUN_EXPERIMENT_NAME", "exp"}}));
+  require_success(run_workers(kWorker, {"train", "6", "0"}, 0,
+                              {{"TRAINRUN_STORAGE_PATH", view(1).string()},
+                               {"TRAINRUN_EXPERIMENT_NAME", "exp"}}));
+  REQUIRE(fs::is_directory(view(0) / "exp" / "checkpoint_000001"));
+  REQUIRE(fs::is_directory(view(1) / "exp" / "checkpoint_000005"));
+
+  const fs::path run_dir = view(0) / "exp";
+  const auto run = run_workers(kWorker, {"agree", run_dir.string()}, 2,
+                               {{"TRAINRUN_STORAGE_PATH", (storage / "view{rank}").string()},
+                                {"TRAINRUN_EXPERIMENT_NAME", "exp"}});
+  require_success(run);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string& output = run.outputs[static_cast<std::size_t>(rank)];
+    INFO("rank " << rank << ":\n" << output);
+    const std::string prefix = "rank " + std::to_string(rank);
+    CHECK_THAT(output, Catch::Contains(prefix + " at the start: " +
+                                       (run_dir / "checkpoint_000001").string() + "\n"));
+    CHECK_THAT(output, Catch::Contains(prefix + " after a report: " +
+                                       (run_dir / "checkpoint_000002").string() + "\n"));
+    CHECK_THAT(output, Catch::Contains("result: ok=1 path=" + run_dir.string() + "\n"));
+  }
+  // Rank 0's run got the report; rank 1's own view is as it was.
+  CHECK(metric_lines(run_dir).size() == 3);
+  CHECK(metric_lines(view(1) / "exp").size() == 6);
+  CHECK_FALSE(fs::exists(run_dir / "checkpoint_000099"));
+}
+
 // Starts 2 workers of "train 4 0 2 MARKER" with `launcher` (a command line that ends before the
 // program) allowing one restart: the last rank crashes once at epoch 2, and the restarted job
 // must resume from the checkpoint of the first attempt, in the same run directory.

@@ -4,6 +4,8 @@
 //   mlp OUT_DIR STEPS [VARIANT]      SGD on a small MLP, this rank's shard of a fixed batch
 //   shards OUT_DIR EPOCHS SIZE       the indices prepare_data_loader gives this rank per epoch
 //   train EPOCHS NUM_WORKERS [CRASH_EPOCH MARKER]   TorchTrainer with report/get_checkpoint
+//   agree RUN_DIR                    get_checkpoint() on every rank while rank 1's listing of
+//                                    RUN_DIR holds a checkpoint rank 0 never saved
 //   fail                             TorchTrainer whose train_func throws
 //   unused adam|sgd                  unused, rank-0-only and frozen parameters under an optimizer
 //   batchnorm 0|1                    BatchNorm statistics across ranks (broadcast_buffers)
@@ -370,6 +372,40 @@ int train(int epochs, int num_workers, int crash_epoch, const std::string& marke
   return result.ok() ? 0 : 4;
 }
 
+// get_checkpoint() on every rank at the start and after a report. Just before each lookup rank 1
+// puts a newer checkpoint_000099, which rank 0 never saved, into RUN_DIR (rank 0's run
+// directory) and takes it away right after: a rank that listed the directory on its own would
+// pick it up; rank 0 decides, so every rank must get rank 0's checkpoint.
+int agree(const fs::path& run_dir) {
+  auto train_func = [&] {
+    const int rank = rt::get_context().world_rank();
+    auto lookup = [&](const char* when) {
+      const fs::path stray = run_dir / "checkpoint_000099";
+      if (rank == 1) {
+        fs::create_directories(stray);
+        std::ofstream(stray / "epoch.txt") << "99\n";
+      }
+      const auto checkpoint = rt::get_checkpoint();
+      if (rank == 1) fs::remove_all(stray);
+      std::printf("rank %d %s: %s\n", rank, when,
+                  checkpoint ? checkpoint->path().c_str() : "none");
+    };
+    lookup("at the start");
+    const fs::path dir =
+        fs::temp_directory_path() / ("trainrun_rt_agree_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    std::ofstream(dir / "epoch.txt") << "2\n";
+    rt::report({{"epoch", 2}}, rt::Checkpoint::from_directory(dir));
+    fs::remove_all(dir);
+    lookup("after a report");
+  };
+  rt::TorchTrainer trainer(train_func, rt::ScalingConfig{});
+  const rt::Result result = trainer.fit();
+  std::printf("result: ok=%d path=%s\n", result.ok() ? 1 : 0, result.path.c_str());
+  if (!result.ok()) std::printf("error: %s\n", result.error->c_str());
+  return result.ok() ? 0 : 4;
+}
+
 int fail() {
   rt::TorchTrainer trainer([] { throw std::runtime_error("boom in train_func"); },
                            rt::ScalingConfig{});
@@ -391,6 +427,7 @@ int run(int argc, char** argv) {
     return train(std::stoi(argv[2]), std::stoi(argv[3]), argc == 6 ? std::stoi(argv[4]) : -1,
                  argc == 6 ? argv[5] : "");
   }
+  if (mode == "agree" && argc == 3) return agree(argv[2]);
   if (mode == "fail") return fail();
   if (mode == "unused" && argc == 3) return unused(argv[2]);
   if (mode == "batchnorm" && argc == 3) return batchnorm(std::string(argv[2]) == "1");
