@@ -461,6 +461,37 @@ TEST_CASE("two runs started in the same second keep to their own directories") {
   }
 }
 
+TEST_CASE("Result::best_checkpoints: best first by the score, in either order") {
+  const fs::path storage = make_temp_dir("best");
+  // Scores (loss) of checkpoints 0-6: 0.5, 0.2, 0.9, 0.1, 0.7, 0.2, none; ties newest first,
+  // a checkpoint without a score last; each with its own metrics and files.
+  const std::string c0 = "checkpoint_000000(epoch 0, loss 0.5, saved 0) ";
+  const std::string c1 = "checkpoint_000001(epoch 1, loss 0.2, saved 1) ";
+  const std::string c2 = "checkpoint_000002(epoch 2, loss 0.9, saved 2) ";
+  const std::string c3 = "checkpoint_000003(epoch 3, loss 0.1, saved 3) ";
+  const std::string c4 = "checkpoint_000004(epoch 4, loss 0.7, saved 4) ";
+  const std::string c5 = "checkpoint_000005(epoch 5, loss 0.2, saved 5) ";
+  const std::string c6 = "checkpoint_000006(epoch 6, loss none, saved 6) ";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"max"}, c2 + c4 + c0 + c5 + c1 + c3 + c6},
+      {{"default"}, c2 + c4 + c0 + c5 + c1 + c3 + c6},  // max unless told
+      {{"min"}, c3 + c5 + c1 + c0 + c4 + c2 + c6},
+      // num_to_keep = 3: the best three, and the newest for resuming.
+      {{"min", "3"}, c3 + c5 + c1 + c6},
+  };
+  for (const auto& [args, expected] : cases) {
+    std::vector<std::string> command = {"scores"};
+    command.insert(command.end(), args.begin(), args.end());
+    const auto run = run_workers(kWorker, command, 0,
+                                 {{"TRAINRUN_STORAGE_PATH", storage.string()},
+                                  {"TRAINRUN_EXPERIMENT_NAME", "scores_" + args[0] +
+                                                                   std::to_string(args.size())}});
+    require_success(run);
+    INFO(args[0] << " " << args.size());
+    CHECK_THAT(run.outputs[0], Catch::Contains("best: " + expected + "\n"));
+  }
+}
+
 TEST_CASE("an invalid launcher environment reaches the error file and Result::error") {
   const fs::path dir = make_temp_dir("bad_env");
   const auto run = run_workers(kWorker, {"train", "1", "0"}, 0,

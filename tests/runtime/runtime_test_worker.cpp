@@ -6,6 +6,7 @@
 //   train EPOCHS NUM_WORKERS [CRASH_EPOCH MARKER]   TorchTrainer with report/get_checkpoint
 //   agree RUN_DIR                    get_checkpoint() on every rank while rank 1's listing of
 //                                    RUN_DIR holds a checkpoint rank 0 never saved
+//   scores max|min|default [KEEP]    Result::best_checkpoints after checkpoints scored out of order
 //   fail                             TorchTrainer whose train_func throws
 //   unused adam|sgd                  unused, rank-0-only and frozen parameters under an optimizer
 //   batchnorm 0|1                    BatchNorm statistics across ranks (broadcast_buffers)
@@ -18,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -406,6 +408,49 @@ int agree(const fs::path& run_dir) {
   return result.ok() ? 0 : 4;
 }
 
+// Reports 8 times with scores out of order: checkpoints 0-6 with "loss" 0.5, 0.2, 0.9, 0.1, 0.7,
+// 0.2 (a tie with 1) and none, and a last report without a checkpoint; then prints
+// Result::best_checkpoints. order: the CheckpointConfig's score order, or "default" to leave it
+// unset. keep: num_to_keep (0: keep all).
+int scores(const std::string& order, int keep) {
+  auto train_func = [] {
+    const double loss[] = {0.5, 0.2, 0.9, 0.1, 0.7, 0.2};
+    for (int epoch = 0; epoch < 8; ++epoch) {
+      rt::Metrics metrics = {{"epoch", epoch}};
+      if (epoch < 6) metrics["loss"] = loss[epoch];
+      std::optional<rt::Checkpoint> checkpoint;
+      const fs::path dir =
+          fs::temp_directory_path() / ("trainrun_rt_scores_" + std::to_string(::getpid()));
+      if (epoch < 7) {
+        fs::create_directories(dir);
+        std::ofstream(dir / "epoch.txt") << epoch << "\n";
+        checkpoint = rt::Checkpoint::from_directory(dir);
+      }
+      rt::report(metrics, checkpoint);
+      fs::remove_all(dir);
+    }
+  };
+  rt::RunConfig run_config;
+  run_config.checkpoint_config.checkpoint_score_attribute = "loss";
+  if (order == "min") run_config.checkpoint_config.checkpoint_score_order = rt::ScoreOrder::min;
+  if (order == "max") run_config.checkpoint_config.checkpoint_score_order = rt::ScoreOrder::max;
+  if (keep > 0) run_config.checkpoint_config.num_to_keep = keep;
+  rt::TorchTrainer trainer(train_func, rt::ScalingConfig{}, run_config);
+  const rt::Result result = trainer.fit();
+  std::string best;
+  for (const auto& [checkpoint, metrics] : result.best_checkpoints) {
+    std::ifstream in(checkpoint.path() / "epoch.txt");
+    std::string saved;
+    in >> saved;
+    best += checkpoint.path().filename().string() + "(epoch " + metrics["epoch"].dump() +
+            ", loss " + (metrics.contains("loss") ? metrics["loss"].dump() : "none") +
+            ", saved " + saved + ") ";
+  }
+  std::printf("best: %s\n", best.c_str());
+  if (!result.ok()) std::printf("error: %s\n", result.error->c_str());
+  return result.ok() ? 0 : 4;
+}
+
 int fail() {
   rt::TorchTrainer trainer([] { throw std::runtime_error("boom in train_func"); },
                            rt::ScalingConfig{});
@@ -428,6 +473,9 @@ int run(int argc, char** argv) {
                  argc == 6 ? argv[5] : "");
   }
   if (mode == "agree" && argc == 3) return agree(argv[2]);
+  if (mode == "scores" && (argc == 3 || argc == 4)) {
+    return scores(argv[2], argc == 4 ? std::stoi(argv[3]) : 0);
+  }
   if (mode == "fail") return fail();
   if (mode == "unused" && argc == 3) return unused(argv[2]);
   if (mode == "batchnorm" && argc == 3) return batchnorm(std::string(argv[2]) == "1");
