@@ -1,6 +1,7 @@
 // GPU check for CUDA builds of the runtime: a one-process NCCL all-reduce, one prepare_model
 // training step on the GPU against the same step on the CPU, a state dict written on the GPU read
-// back onto the CPU, and a short training run on cuda:LOCAL_RANK through TorchTrainer. Run by scripts/gpu-check.sh with the launcher
+// back onto the CPU, a model moved before and after prepare_model, the data loader's batches on
+// the device, and a short training run on cuda:LOCAL_RANK through TorchTrainer. Run by scripts/gpu-check.sh with the launcher
 // variables of a one-worker job set. Exits 0 when both pass.
 #include <torch/torch.h>
 
@@ -65,6 +66,55 @@ void step_matches_cpu(const c10::Device& device) {
   std::remove(path.c_str());
 }
 
+// Moving a model between devices: before prepare_model it trains as usual; after it, the next
+// backward refuses with one clear message instead of training unsynchronised.
+void moves_between_devices(const c10::Device& device) {
+  torch::manual_seed(13);
+  const auto x = torch::randn({8, 16});
+  const auto y = torch::randn({8, 1});
+  auto before = small_model();
+  before->to(device);
+  before = rt::prepare_model(before);
+  torch::mse_loss(before->forward(x.to(device)), y.to(device)).backward();
+  check(before->parameters()[0].grad().defined() &&
+            before->parameters()[0].grad().device() == device,
+        "a model moved to " + device.str() + " before prepare_model gets its gradients there");
+
+  auto after = rt::prepare_model(small_model());
+  after->to(torch::kCPU);
+  std::string refused;
+  try {
+    torch::mse_loss(after->forward(x), y).backward();
+  } catch (const std::exception& e) {
+    refused = e.what();
+  }
+  check(refused.find("moved or converted after prepare_model") != std::string::npos,
+        "a model moved to the CPU after prepare_model is refused at its next backward");
+}
+
+// prepare_data_loader moves each batch to the training device (move_to_device, on by default)
+// and leaves it where the dataset made it when asked to.
+void loader_batches_on(const c10::Device& device) {
+  struct Numbers : torch::data::datasets::Dataset<Numbers> {
+    torch::data::Example<> get(std::size_t i) override {
+      return {torch::tensor(static_cast<float>(i)), torch::tensor(0.0f)};
+    }
+    torch::optional<std::size_t> size() const override { return 8; }
+  };
+  rt::DataLoaderOptions options;
+  options.batch_size = 4;
+  auto moved = rt::prepare_data_loader(Numbers().map(torch::data::transforms::Stack<>()), options);
+  bool all_on_device = true;
+  for (auto& batch : moved)
+    all_on_device &= batch.data.device() == device && batch.target.device() == device;
+  check(all_on_device, "prepare_data_loader's batches are on " + device.str());
+  options.move_to_device = false;
+  auto kept = rt::prepare_data_loader(Numbers().map(torch::data::transforms::Stack<>()), options);
+  bool all_on_cpu = true;
+  for (auto& batch : kept) all_on_cpu &= batch.data.device().is_cpu();
+  check(all_on_cpu, "with move_to_device off the batches stay on the CPU");
+}
+
 void train_func() {
   const auto& context = rt::get_context();
   const c10::Device device = rt::get_device();
@@ -79,6 +129,8 @@ void train_func() {
   check(torch::allclose(tensors[0].cpu(), torch::full({1024}, world * (world + 1) / 2)),
         "NCCL all-reduce sum");
   step_matches_cpu(device);
+  moves_between_devices(device);
+  loader_batches_on(device);
 
   torch::manual_seed(0);
   auto model = rt::prepare_model(torch::nn::Sequential(torch::nn::Linear(16, 64), torch::nn::ReLU(),
