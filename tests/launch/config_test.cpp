@@ -3,17 +3,11 @@
 #include <catch2/catch.hpp>
 #include <csignal>
 
+#include "parse_helpers.hpp"
 #include "worker_count.hpp"
 
 using namespace trainrun::launch;
-
-namespace {
-LaunchConfig parse(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
-  auto out = parse_command_line(args, env);
-  REQUIRE_FALSE(out.help_text);
-  return out.config;
-}
-}  // namespace
+using trainrun::test::parse;
 
 TEST_CASE("defaults match torchrun") {
   auto c = parse({"train.py"});

@@ -2,19 +2,11 @@
 #include <catch2/catch.hpp>
 
 #include "config.hpp"
+#include "parse_helpers.hpp"
 
 using namespace trainrun::launch;
-
-namespace {
-ParseOutcome outcome(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
-  return parse_command_line(args, env);
-}
-LaunchConfig parse(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
-  auto out = outcome(std::move(args), std::move(env));
-  REQUIRE_FALSE(out.help_text);
-  return out.config;
-}
-}  // namespace
+using trainrun::test::outcome;
+using trainrun::test::parse;
 
 TEST_CASE("-- ends the options; the entrypoint may then start with a dash") {
   auto c = parse({"--nproc-per-node=2", "--", "train.py", "--lr", "--", "x"});

@@ -8,11 +8,13 @@
 #include <fstream>
 
 #include "config.hpp"
+#include "parse_helpers.hpp"
 #include "rendezvous_token.hpp"
 
 using namespace trainrun::launch;
 using namespace trainrun::rendezvous;
 using std::chrono::seconds;
+using trainrun::test::outcome;
 
 namespace {
 
@@ -202,11 +204,10 @@ TEST_CASE("an unknown backend is refused when the command line is parsed", "[ren
   CHECK_NOTHROW(check_rdzv_backend("etcd-v2", "b"));
   CHECK_THROWS_WITH(check_rdzv_backend("zookeeper", "--rdzv-backend=zookeeper"),
                     Catch::Contains("unknown rendezvous backend"));
-  auto parse = [](std::vector<std::string> args) { return parse_command_line(args, {}); };
-  CHECK_NOTHROW(parse({"--rdzv-backend=etcd", "--rdzv-endpoint=h:2379", "x"}));
-  CHECK_THROWS_AS(parse({"--rdzv-backend=zk", "x"}), UsageError);
-  CHECK_THROWS_WITH(parse({"--rdzv-conf=join_timout=5", "x"}), Catch::Contains("unknown key"));
-  CHECK_THROWS_WITH(parse({"--rdzv-conf=heartbeat_timeout=2,keep_alive_interval=5", "x"}),
+  CHECK_NOTHROW(outcome({"--rdzv-backend=etcd", "--rdzv-endpoint=h:2379", "x"}));
+  CHECK_THROWS_AS(outcome({"--rdzv-backend=zk", "x"}), UsageError);
+  CHECK_THROWS_WITH(outcome({"--rdzv-conf=join_timout=5", "x"}), Catch::Contains("unknown key"));
+  CHECK_THROWS_WITH(outcome({"--rdzv-conf=heartbeat_timeout=2,keep_alive_interval=5", "x"}),
                     Catch::Contains("must exceed keep_alive_interval"));
-  CHECK_NOTHROW(parse({"--rdzv-conf=join_timeout=5,is_host=1", "x"}));
+  CHECK_NOTHROW(outcome({"--rdzv-conf=join_timeout=5,is_host=1", "x"}));
 }

@@ -7,15 +7,13 @@
 #include "config.hpp"
 #include "job_summary.hpp"
 #include "log.hpp"
+#include "parse_helpers.hpp"
 
 using namespace trainrun::launch;
+using trainrun::test::outcome;
 namespace rendezvous = trainrun::rendezvous;
 
 namespace {
-
-ParseOutcome outcome(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
-  return parse_command_line(args, env);
-}
 
 std::chrono::system_clock::time_point at(double unix_seconds) {
   return std::chrono::system_clock::time_point(std::chrono::duration_cast<

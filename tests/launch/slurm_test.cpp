@@ -6,8 +6,10 @@
 
 #include "config.hpp"
 #include "errors.hpp"
+#include "parse_helpers.hpp"
 
 using namespace trainrun::launch;
+using trainrun::test::outcome;
 using Env = std::map<std::string, std::string>;
 
 namespace {
@@ -51,10 +53,6 @@ std::string error_of(const Env& env) {
     return e.what();
   }
   return "(accepted)";
-}
-
-ParseOutcome parse(std::vector<std::string> args, const Env& env) {
-  return parse_command_line(args, env);
 }
 
 }  // namespace
@@ -147,7 +145,7 @@ TEST_CASE("a bad or missing step variable is named in one line", "[slurm]") {
 }
 
 TEST_CASE("inside a step with no rendezvous option, the layout comes from Slurm", "[slurm]") {
-  const ParseOutcome out = parse({"train.py"}, with(step_env(), {{"SLURM_GPUS_ON_NODE", "4"}}));
+  const ParseOutcome out = outcome({"train.py"}, with(step_env(), {{"SLURM_GPUS_ON_NODE", "4"}}));
   const LaunchConfig& c = out.config;
   CHECK(c.min_nodes == 2);
   CHECK(c.max_nodes == 2);
@@ -166,7 +164,7 @@ TEST_CASE("inside a step with no rendezvous option, the layout comes from Slurm"
 
 TEST_CASE("--nproc-per-node and other options that are not the layout keep Slurm on", "[slurm]") {
   const ParseOutcome out =
-      parse({"--nproc-per-node=3", "--max-restarts=2", "train.py"}, step_env());
+      outcome({"--nproc-per-node=3", "--max-restarts=2", "train.py"}, step_env());
   CHECK(out.config.nproc_per_node.number == 3);
   CHECK(out.config.node_rank == 1);
   CHECK(out.notes.size() == 1);
@@ -176,41 +174,40 @@ TEST_CASE("--nproc-per-node and other options that are not the layout keep Slurm
 TEST_CASE("any rendezvous option given turns Slurm off unless --slurm", "[slurm]") {
   for (const char* option : {"--nnodes=2", "--node-rank=1", "--master-addr=h", "--master-port=1234",
                              "--rdzv-endpoint=h:1", "--rdzv-id=x", "--standalone"}) {
-    const ParseOutcome out = parse({option, "train.py"}, step_env());
+    const ParseOutcome out = outcome({option, "train.py"}, step_env());
     CHECK(out.notes.empty());
   }
   // The c10d backend needs its endpoint to be a job at all.
-  CHECK(parse({"--rdzv-backend=c10d", "--rdzv-endpoint=h:1", "train.py"}, step_env())
+  CHECK(outcome({"--rdzv-backend=c10d", "--rdzv-endpoint=h:1", "train.py"}, step_env())
             .notes.empty());
   // PET_* counts as given, as on Kubernetes.
-  CHECK(parse({"train.py"}, with(step_env(), {{"PET_NNODES", "2"}})).notes.empty());
-  CHECK(parse({"train.py"}, with(step_env(), {{"PET_NNODES", "2"}})).config.node_rank == 0);
+  CHECK(outcome({"train.py"}, with(step_env(), {{"PET_NNODES", "2"}})).notes.empty());
+  CHECK(outcome({"train.py"}, with(step_env(), {{"PET_NNODES", "2"}})).config.node_rank == 0);
 }
 
 TEST_CASE("--slurm combines: explicit options win, Slurm gives the rest", "[slurm]") {
-  const ParseOutcome out = parse({"--slurm", "--master-port=40000", "train.py"}, step_env());
+  const ParseOutcome out = outcome({"--slurm", "--master-port=40000", "train.py"}, step_env());
   CHECK(out.config.master_port == 40000);
   CHECK(out.config.master_port_given);
   CHECK(out.config.master_addr == "gpu-a07");
   CHECK(out.config.node_rank == 1);
   REQUIRE(out.notes.size() == 1);
   CHECK(out.notes[0].find("MASTER_PORT") == std::string::npos);
-  CHECK(parse({"--slurm", "--node-rank=0", "x"}, step_env()).config.node_rank == 0);
-  CHECK(
-      parse({"x"}, with(step_env(), {{"PET_SLURM", "1"}, {"PET_NNODES", "2"}})).config.node_rank ==
-      1);
+  CHECK(outcome({"--slurm", "--node-rank=0", "x"}, step_env()).config.node_rank == 0);
+  CHECK(outcome({"x"}, with(step_env(), {{"PET_SLURM", "1"}, {"PET_NNODES", "2"}}))
+            .config.node_rank == 1);
 }
 
 TEST_CASE("--slurm outside a step is refused in one line", "[slurm]") {
-  CHECK_THROWS_WITH(parse({"--slurm", "train.py"}, {}),
+  CHECK_THROWS_WITH(outcome({"--slurm", "train.py"}, {}),
                     "--slurm: not inside a Slurm job step (SLURM_JOB_ID, SLURM_STEP_ID, "
                     "SLURM_NODEID unset); start trainrun with srun --ntasks-per-node=1");
-  CHECK_THROWS_WITH(parse({"train.py"}, with(step_env(), {{"SLURM_STEP_NODELIST", "a[]"}})),
+  CHECK_THROWS_WITH(outcome({"train.py"}, with(step_env(), {{"SLURM_STEP_NODELIST", "a[]"}})),
                     "SLURM_STEP_NODELIST=a[]: not a Slurm host list: empty brackets []");
 }
 
 TEST_CASE("outside a step nothing changes", "[slurm]") {
-  const ParseOutcome out = parse({"train.py"}, with(step_env(), {{"SLURM_STEP_ID", "(unset)"}}));
+  const ParseOutcome out = outcome({"train.py"}, with(step_env(), {{"SLURM_STEP_ID", "(unset)"}}));
   CHECK(out.notes.empty());
   CHECK(out.config.master_addr == "127.0.0.1");
   CHECK(out.config.node_rank == 0);
