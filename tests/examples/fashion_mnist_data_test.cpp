@@ -1,9 +1,7 @@
-#include <unistd.h>
 #include <zlib.h>
 
 #include <catch2/catch.hpp>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -11,8 +9,10 @@
 
 #include "dataset_files.hpp"
 #include "options.hpp"
+#include "test_support.hpp"
 
 using namespace fashion_mnist;
+using trainrun::test::make_temp_dir;
 namespace fs = std::filesystem;
 using Bytes = std::vector<std::uint8_t>;
 
@@ -64,16 +64,6 @@ void write(const fs::path& path, const Bytes& bytes) {
       .write(reinterpret_cast<const char*>(bytes.data()),
              static_cast<std::streamsize>(bytes.size()));
 }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "fashion_mnist_test_XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 // A data directory holding a complete small split in the gzip layout Debian ships.
 void write_split(const fs::path& dir, const std::string& prefix, const Bytes& labels) {
@@ -158,46 +148,45 @@ TEST_CASE("gunzip round-trips and refuses what is not a whole gzip stream") {
 }
 
 TEST_CASE("load_split reads a data directory") {
-  TempDir dir;
-  write_split(dir.path, "train", {3, 1, 4, 1, 5});
-  const Split split = load_split(dir.path, SplitKind::train);
+  const fs::path dir = make_temp_dir("fashion_mnist");
+  write_split(dir, "train", {3, 1, 4, 1, 5});
+  const Split split = load_split(dir, SplitKind::train);
   CHECK(split.images.count == 5);
   CHECK(split.labels == Bytes{3, 1, 4, 1, 5});
 
-  const Split first = load_split(dir.path, SplitKind::train, 2);
+  const Split first = load_split(dir, SplitKind::train, 2);
   CHECK(first.images.count == 2);
   CHECK(first.images.pixels.size() == 2 * 28 * 28);
   CHECK(first.labels == Bytes{3, 1});
-  CHECK(load_split(dir.path, SplitKind::train, 50).images.count == 5);
+  CHECK(load_split(dir, SplitKind::train, 50).images.count == 5);
 
   SECTION("the uncompressed files work too") {
-    TempDir raw;
-    write(raw.path / "t10k-images-idx3-ubyte", idx_images(2));
-    write(raw.path / "t10k-labels-idx1-ubyte", idx_labels({7, 8}));
-    CHECK(load_split(raw.path, SplitKind::test).labels == Bytes{7, 8});
+    const fs::path raw = make_temp_dir("fashion_mnist_raw");
+    write(raw / "t10k-images-idx3-ubyte", idx_images(2));
+    write(raw / "t10k-labels-idx1-ubyte", idx_labels({7, 8}));
+    CHECK(load_split(raw, SplitKind::test).labels == Bytes{7, 8});
   }
 }
 
 TEST_CASE("a bad data directory is one clear error") {
   using Catch::Matchers::Contains;
-  TempDir dir;
-  CHECK_THAT(load_error(dir.path / "nowhere"),
-             Contains("train-images-idx3-ubyte.gz: no such file") && Contains("does not exist") &&
-                 Contains("--data-dir"));
-  CHECK_THAT(load_error(dir.path), Contains("no such file") && Contains("dataset-fashion-mnist"));
+  const fs::path dir = make_temp_dir("fashion_mnist");
+  CHECK_THAT(load_error(dir / "nowhere"), Contains("train-images-idx3-ubyte.gz: no such file") &&
+                                              Contains("does not exist") && Contains("--data-dir"));
+  CHECK_THAT(load_error(dir), Contains("no such file") && Contains("dataset-fashion-mnist"));
 
-  write_split(dir.path, "train", {1, 2, 3});
-  fs::remove(dir.path / "train-labels-idx1-ubyte.gz");
-  CHECK_THAT(load_error(dir.path), Contains("train-labels-idx1-ubyte.gz: no such file"));
+  write_split(dir, "train", {1, 2, 3});
+  fs::remove(dir / "train-labels-idx1-ubyte.gz");
+  CHECK_THAT(load_error(dir), Contains("train-labels-idx1-ubyte.gz: no such file"));
 
-  write(dir.path / "train-labels-idx1-ubyte.gz", gzip(idx_labels({1, 2})));
-  CHECK_THAT(load_error(dir.path), Contains("3 images, but") && Contains("has 2 labels"));
+  write(dir / "train-labels-idx1-ubyte.gz", gzip(idx_labels({1, 2})));
+  CHECK_THAT(load_error(dir), Contains("3 images, but") && Contains("has 2 labels"));
 
-  write(dir.path / "train-labels-idx1-ubyte.gz", idx_labels({1, 2, 3}));
-  CHECK_THAT(load_error(dir.path), Contains("train-labels-idx1-ubyte.gz: not a gzip file"));
+  write(dir / "train-labels-idx1-ubyte.gz", idx_labels({1, 2, 3}));
+  CHECK_THAT(load_error(dir), Contains("train-labels-idx1-ubyte.gz: not a gzip file"));
 
-  write_split(dir.path, "train", {});
-  CHECK_THAT(load_error(dir.path), Contains("holds no images"));
+  write_split(dir, "train", {});
+  CHECK_THAT(load_error(dir), Contains("holds no images"));
 }
 
 TEST_CASE("command line: defaults and values") {

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "tee_reader.hpp"
+#include "test_support.hpp"
 
 using namespace trainrun::launch;
 
@@ -191,10 +192,9 @@ TEST_CASE("a full console stops the tee reader; the worker's pipe fills; nothing
 
 TEST_CASE("when the console's reader goes, paused tee readers resume and the log gets it all") {
   ::signal(SIGPIPE, SIG_IGN);  // as trainrun does: EPIPE instead of death
-  char path[] = "/tmp/output_test_log_XXXXXX";
-  const int log_fd = ::mkstemp(path);
+  const std::string log = trainrun::test::make_temp_dir("console_log") + "/log";
+  const int log_fd = ::open(log.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   REQUIRE(log_fd >= 0);
-  ::unlink(path);
   const int log_read = ::dup(log_fd);
   {
     Tee t(1000000, log_fd);
@@ -254,10 +254,9 @@ TEST_CASE("abandoning a console drops its queue and later output, and wakes who 
 
 TEST_CASE("a console on a regular file writes straight through") {
   boost::asio::io_context io;
-  char path[] = "/tmp/output_test_console_XXXXXX";
-  const int fd = ::mkstemp(path);
+  const std::string path = trainrun::test::make_temp_dir("console_file") + "/console";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   REQUIRE(fd >= 0);
-  ::unlink(path);
   {
     Console console(io, fd);
     const std::string text = numbered_lines(500000);
@@ -292,9 +291,7 @@ int create(const std::string& path) {
 }  // namespace
 
 TEST_CASE("tee readers duplicate matching lines, prefixed, into one shared file") {
-  char dir[] = "/tmp/output_test_duplicate_XXXXXX";
-  REQUIRE(::mkdtemp(dir) != nullptr);
-  const std::string d = dir;
+  const std::string d = trainrun::test::make_temp_dir("console_duplicate");
   {
     boost::asio::io_context io;
     const int console_fd = create(d + "/console");
@@ -324,6 +321,4 @@ TEST_CASE("tee readers duplicate matching lines, prefixed, into one shared file"
   const std::string console = read_file(d + "/console");
   CHECK(console.find("[w0]:other\n") != std::string::npos);
   CHECK(console.find("[w1]:x\n") != std::string::npos);
-  for (const char* f : {"/console", "/filtered", "/a.log", "/b.log"}) ::unlink((d + f).c_str());
-  ::rmdir(dir);
 }

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "test_support.hpp"
+
 using namespace trainrun::launch;
 
 TEST_CASE("error file forms") {
@@ -154,7 +156,7 @@ TEST_CASE("a summary within a limit keeps the root cause and counts the failures
 }
 
 TEST_CASE("an error file over the read limit is named, not read") {
-  const std::string path = "/tmp/trainrun_failure_test_big_error.json";
+  const std::string path = trainrun::test::make_temp_dir("failure") + "/error.json";
   {
     std::string body = R"({"message": ")" + std::string(kMaxErrorFileBytes, 'z') + R"("})";
     FILE* f = std::fopen(path.c_str(), "w");

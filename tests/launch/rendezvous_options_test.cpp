@@ -10,6 +10,7 @@
 #include "config.hpp"
 #include "parse_helpers.hpp"
 #include "rendezvous_token.hpp"
+#include "test_support.hpp"
 
 using namespace trainrun::launch;
 using namespace trainrun::rendezvous;
@@ -109,7 +110,7 @@ TEST_CASE("the token comes from token_file, else TRAINRUN_RDZV_TOKEN", "[rendezv
   CHECK_FALSE(load_token({}, {}));
   CHECK(load_token({}, {{"TRAINRUN_RDZV_TOKEN", "abc\n"}}) == std::string("abc"));
   CHECK_THROWS_WITH(load_token({}, {{"TRAINRUN_RDZV_TOKEN", " \n"}}), Catch::Contains("blank"));
-  std::string path = "rdzv_token_test_" + std::to_string(::getpid());
+  const std::string path = trainrun::test::make_temp_dir("token") + "/token";
   {
     std::ofstream out(path);
     out << "from-file\n";
@@ -124,7 +125,7 @@ TEST_CASE("the token comes from token_file, else TRAINRUN_RDZV_TOKEN", "[rendezv
 
 TEST_CASE("a token file others can read, or that is not a regular file, is refused",
           "[rendezvous]") {
-  const std::string path = "rdzv_token_mode_test_" + std::to_string(::getpid());
+  const std::string path = trainrun::test::make_temp_dir("token_mode") + "/token";
   {
     std::ofstream out(path);
     out << "s3cret\n";

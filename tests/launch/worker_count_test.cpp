@@ -1,11 +1,13 @@
 #include "worker_count.hpp"
 
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <string>
+#include <vector>
+
+#include "test_support.hpp"
 
 using namespace trainrun::launch;
 
@@ -13,10 +15,8 @@ namespace {
 // A fake /sys/class/drm: render nodes with the given PCI vendors, and a card entry to skip.
 struct FakeDrm {
   std::string dir;
-  explicit FakeDrm(const std::vector<std::string>& vendors) {
-    char tmpl[] = "/tmp/worker_count_test_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    dir = tmpl;
+  explicit FakeDrm(const std::vector<std::string>& vendors)
+      : dir(trainrun::test::make_temp_dir("worker_count")) {
     add("card0", "0x8086");
     for (size_t i = 0; i < vendors.size(); ++i)
       add("renderD" + std::to_string(128 + i), vendors[i]);
@@ -26,7 +26,6 @@ struct FakeDrm {
     ::mkdir((dir + "/" + node + "/device").c_str(), 0755);
     std::ofstream(dir + "/" + node + "/device/vendor") << vendor << "\n";
   }
-  ~FakeDrm() { REQUIRE(std::system(("rm -rf " + dir).c_str()) == 0); }
 };
 }  // namespace
 
