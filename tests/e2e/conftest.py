@@ -33,6 +33,15 @@ def start(args, env=None, **kw):
     return subprocess.Popen([TRAINRUN] + list(args), env=full_env, **kw)
 
 
+def dynamic(endpoint, nnodes, nproc, *extra, run_id="job"):
+    """The options of one agent of a job with the c10d rendezvous at `endpoint` (a port on
+    127.0.0.1, or "HOST:PORT"), followed by `extra`."""
+    if not isinstance(endpoint, str):
+        endpoint = f"127.0.0.1:{endpoint}"
+    return [f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}", *extra]
+
+
 def sanitized():
     """Whether the trainrun under test is built with AddressSanitizer (its memory use is then the
     sanitizer's, not the code's)."""

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from conftest import TRAINRUN, recv_exactly, run
+from conftest import TRAINRUN, dynamic, recv_exactly, run
 from ports import free_port, standalone_args
 
 # The limit of docs/protocol.md on the failure summary that is sent to the other nodes.
@@ -47,11 +47,6 @@ sys.exit(1)
 '''
 
 
-def dynamic(port, nnodes, nproc, *extra):
-    return [f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=job", "--shutdown-timeout=5", *extra]
-
-
 def failing_job(agents, tmp_path, size, restarts, when="once", last_line=LAST_LINE):
     script = tmp_path / "w.py"
     script.write_text(FAILING_WORKER)
@@ -59,7 +54,8 @@ def failing_job(agents, tmp_path, size, restarts, when="once", last_line=LAST_LI
     port = free_port()
     extra = [f"--max-restarts={restarts}"] if restarts else []
     command = [sys.executable, "-u", str(script), str(size), when, str(marks), last_line]
-    nodes = [agents(n, dynamic(port, 2, 1, "--no-python", *extra) + command) for n in ("a", "b")]
+    options = dynamic(port, 2, 1, "--shutdown-timeout=5", "--no-python", *extra)
+    nodes = [agents(n, options + command) for n in ("a", "b")]
     codes = [n.wait(180) for n in nodes]
     return nodes, codes, marks
 
@@ -295,7 +291,7 @@ def join_scripted_host(replies):
     host = ScriptedHost(replies)
     host.start()
     try:
-        return run(dynamic(host.port, 2, 1) + ["/bin/true"], timeout=60)
+        return run(dynamic(host.port, 2, 1, "--shutdown-timeout=5") + ["/bin/true"], timeout=60)
     finally:
         host.close()
 

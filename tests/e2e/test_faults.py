@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from conftest import (TRAINRUN, alive, cgroup_directory, read_pids, run, sanitized, start,
-                      wait_for, wait_for_pids)
+from conftest import (TRAINRUN, alive, cgroup_directory, dynamic, read_pids, run, sanitized,
+                      start, wait_for, wait_for_pids)
 from ports import free_port
 
 
@@ -298,11 +298,6 @@ def test_log_dir_on_a_read_only_filesystem_is_a_clear_error(worker, mount_tmpfs)
 
 # --- Multi-node: the rendezvous host and the network ----------------------------------------
 
-def dynamic(endpoint, nnodes, *extra):
-    return [f"--nnodes={nnodes}", "--nproc-per-node=1", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={endpoint}", "--rdzv-id=faults", *extra]
-
-
 HEARTBEAT = "heartbeat_timeout=2,keep_alive_interval=0.5"
 
 
@@ -312,10 +307,11 @@ def test_rendezvous_host_killed_stops_the_other_agent_with_a_clear_message(agent
     pids = tmp_path / "pids"
     endpoint = f"127.0.0.1:{port}"
     cmd = [worker, "pidfile", str(pids), "sleep", "600"]
-    host = agents("host", [*dynamic(endpoint, 2, f"--rdzv-conf={HEARTBEAT},is_host=1"), *cmd])
+    host = agents("host", [*dynamic(endpoint, 2, 1, f"--rdzv-conf={HEARTBEAT},is_host=1",
+                                    run_id="faults"), *cmd])
     # is_host=0: started at the same moment, it must not take the local endpoint first.
-    other = agents("other", [*dynamic(endpoint, 2, f"--rdzv-conf={HEARTBEAT},is_host=0",
-                                      "--shutdown-timeout=1"), *cmd])
+    other = agents("other", [*dynamic(endpoint, 2, 1, f"--rdzv-conf={HEARTBEAT},is_host=0",
+                                      "--shutdown-timeout=1", run_id="faults"), *cmd])
     workers = wait_for_pids(pids, 2, timeout=30)
     host.proc.kill()
     host.proc.wait()
@@ -332,11 +328,13 @@ def test_network_partition_stops_both_sides_within_the_heartbeat_timeout(agents,
     pids = tmp_path / "pids"
     endpoint = f"{a.addr}:29411"
     cmd = [worker, "pidfile", str(pids), "sleep", "600"]
-    host = agents("host", [*dynamic(endpoint, 2, f"--rdzv-conf={HEARTBEAT},is_host=1",
-                                    f"--local-addr={a.addr}", "--shutdown-timeout=1"), *cmd],
+    host = agents("host", [*dynamic(endpoint, 2, 1, f"--rdzv-conf={HEARTBEAT},is_host=1",
+                                    f"--local-addr={a.addr}", "--shutdown-timeout=1",
+                                    run_id="faults"), *cmd],
                   netns=a.name)
-    other = agents("other", [*dynamic(endpoint, 2, f"--rdzv-conf={HEARTBEAT}",
-                                      f"--local-addr={b.addr}", "--shutdown-timeout=1"), *cmd],
+    other = agents("other", [*dynamic(endpoint, 2, 1, f"--rdzv-conf={HEARTBEAT}",
+                                      f"--local-addr={b.addr}", "--shutdown-timeout=1",
+                                      run_id="faults"), *cmd],
                    netns=b.name)
     workers = wait_for_pids(pids, 2, timeout=30)
     # B's end goes down: nothing crosses and nobody is told (no RST, no FIN); A keeps its

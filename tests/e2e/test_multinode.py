@@ -7,13 +7,9 @@ import time
 
 import pytest
 
-from conftest import alive, ranks_by_restart, read_envs, read_pids, wait_for, wait_for_pids
+from conftest import (alive, dynamic, ranks_by_restart, read_envs, read_pids, wait_for,
+                      wait_for_pids)
 from ports import free_port, held_port
-
-
-def dynamic(port, nnodes, nproc, *extra, run_id="job"):
-    return [f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}", *extra]
 
 
 def check_job(envs, world, nodes):

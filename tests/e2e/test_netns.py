@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from conftest import read_envs
+from conftest import dynamic, read_envs
 
 JOIN = "--rdzv-conf=join_timeout=60"
 
@@ -23,19 +23,16 @@ def check_two_nodes(envs, master_addr, master_port=None):
         assert int(e["RANK"]) == 2 * int(e["GROUP_RANK"]) + int(e["LOCAL_RANK"])
 
 
-def dynamic(host, port, *extra):
-    """Arguments for an agent of the job whose rendezvous namespace `host` hosts."""
-    return ["--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={host.addr}:{port}", "--rdzv-id=netns", JOIN, *extra]
-
-
 def test_agents_in_two_namespaces_form_one_job(netns_pair, agents, worker, tmp_path):
     out = tmp_path / "env"
     out.mkdir()
     a, b = netns_pair.ns
     cmd = [worker, "env", str(out / "e")]
-    ra = agents("a", dynamic(a, 29400, f"--local-addr={a.addr}") + cmd, netns=a.name)
-    rb = agents("b", dynamic(a, 29400, f"--local-addr={b.addr}") + cmd, netns=b.name)
+    endpoint = f"{a.addr}:29400"
+    ra = agents("a", dynamic(endpoint, 2, 2, JOIN, f"--local-addr={a.addr}", run_id="netns") + cmd,
+                netns=a.name)
+    rb = agents("b", dynamic(endpoint, 2, 2, JOIN, f"--local-addr={b.addr}", run_id="netns") + cmd,
+                netns=b.name)
     assert ra.wait() == 0, ra.err
     assert rb.wait() == 0, rb.err
     envs = read_envs(out)
@@ -52,8 +49,9 @@ def test_advertised_address_is_derived_from_the_connection(netns_pair, agents, w
     out = tmp_path / "env"
     out.mkdir()
     a, b = netns_pair.ns
-    ra = agents("a", dynamic(a, 29401) + [worker, "env", str(out / "e")], netns=a.name)
-    rb = agents("b", dynamic(a, 29401) + [worker, "env", str(out / "e")], netns=b.name)
+    cmd = dynamic(f"{a.addr}:29401", 2, 2, JOIN, run_id="netns") + [worker, "env", str(out / "e")]
+    ra = agents("a", cmd, netns=a.name)
+    rb = agents("b", cmd, netns=b.name)
     assert ra.wait() == 0, ra.err
     assert rb.wait() == 0, rb.err
     check_two_nodes(read_envs(out), a.addr)
@@ -75,9 +73,12 @@ def test_static_backend_across_namespaces(netns_pair, agents, worker, tmp_path):
 def test_failure_in_one_namespace_stops_the_other(netns_pair, agents, worker):
     a, b = netns_pair.ns
     args = [worker, "sleep", "0.5", "rank-exit", "3", "9", "sleep", "60"]
-    ra = agents("a", dynamic(a, 29402, f"--local-addr={a.addr}", "--shutdown-timeout=5") + args,
+    endpoint = f"{a.addr}:29402"
+    ra = agents("a", dynamic(endpoint, 2, 2, JOIN, f"--local-addr={a.addr}", "--shutdown-timeout=5",
+                             run_id="netns") + args,
                 netns=a.name)
-    rb = agents("b", dynamic(a, 29402, f"--local-addr={b.addr}", "--shutdown-timeout=5") + args,
+    rb = agents("b", dynamic(endpoint, 2, 2, JOIN, f"--local-addr={b.addr}", "--shutdown-timeout=5",
+                             run_id="netns") + args,
                 netns=b.name)
     assert rb.wait() == 9, rb.err
     assert ra.wait() == 9, ra.err
@@ -90,10 +91,11 @@ def test_cxx_all_reduce_across_namespaces(netns_pair, agents):
         pytest.skip("allreduce_demo not built (LibTorch missing): set ALLREDUCE_DEMO_BIN")
     a, b = netns_pair.ns
     # Gloo picks its interface from the host name otherwise, whose address is not in here.
-    ra = agents("a", dynamic(a, 29403, f"--local-addr={a.addr}") + [demo],
-                env={"GLOO_SOCKET_IFNAME": a.veth}, netns=a.name)
-    rb = agents("b", dynamic(a, 29403, f"--local-addr={b.addr}") + [demo],
-                env={"GLOO_SOCKET_IFNAME": b.veth}, netns=b.name)
+    endpoint = f"{a.addr}:29403"
+    ra = agents("a", dynamic(endpoint, 2, 2, JOIN, f"--local-addr={a.addr}", run_id="netns")
+                + [demo], env={"GLOO_SOCKET_IFNAME": a.veth}, netns=a.name)
+    rb = agents("b", dynamic(endpoint, 2, 2, JOIN, f"--local-addr={b.addr}", run_id="netns")
+                + [demo], env={"GLOO_SOCKET_IFNAME": b.veth}, netns=b.name)
     assert ra.wait(120) == 0, ra.err
     assert rb.wait(120) == 0, rb.err
     lines = sorted((ra.out + rb.out).splitlines())

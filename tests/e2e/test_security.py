@@ -7,15 +7,10 @@ import threading
 
 import pytest
 
-from conftest import read_envs, recv_exactly, run, wait_for
+from conftest import dynamic, read_envs, recv_exactly, run, wait_for
 from ports import free_port, held_port
 
 TOKEN = "correct-horse-battery-staple-7f3a"
-
-
-def dynamic(port, nnodes, *extra, run_id="sec"):
-    return [f"--nnodes={nnodes}", "--nproc-per-node=1", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}", *extra]
 
 
 def token_file(tmp_path, mode=0o600, text=TOKEN + "\n"):
@@ -40,7 +35,8 @@ def test_token_never_reaches_a_worker(worker, tmp_path, source):
         env["TRAINRUN_RDZV_TOKEN"] = TOKEN
     else:
         conf = [f"--rdzv-conf=token_file={token_file(tmp_path)}"]
-    r = run(dynamic(free_port(), 1, *conf) + [worker, "env", str(out / "e")], env=env)
+    r = run(dynamic(free_port(), 1, 1, *conf, run_id="sec") + [worker, "env", str(out / "e")],
+            env=env)
     assert r.returncode == 0, r.stderr
     (worker_env,) = read_envs(out).values()
     assert worker_env["RANK"] == "0"
@@ -53,7 +49,8 @@ def test_token_never_reaches_a_worker(worker, tmp_path, source):
 @pytest.mark.parametrize("mode,who", [(0o640, "its group"), (0o644, "others")])
 def test_token_file_others_can_read_is_refused(tmp_path, mode, who):
     path = token_file(tmp_path, mode)
-    r = run(dynamic(free_port(), 1, f"--rdzv-conf=token_file={path}") + ["/bin/true"], timeout=30)
+    r = run(dynamic(free_port(), 1, 1, f"--rdzv-conf=token_file={path}", run_id="sec")
+            + ["/bin/true"], timeout=30)
     assert r.returncode == 2, r.stderr
     assert launcher_lines(r.stderr) == [
         f"trainrun: --rdzv-conf token_file={path}: readable by {who} (mode {mode:04o}); make it "
@@ -62,7 +59,8 @@ def test_token_file_others_can_read_is_refused(tmp_path, mode, who):
 
 def test_token_file_mode_any_accepts_a_shared_file(tmp_path):
     path = token_file(tmp_path, 0o644)
-    r = run(dynamic(free_port(), 1, f"--rdzv-conf=token_file={path},token_file_mode=any")
+    r = run(dynamic(free_port(), 1, 1, f"--rdzv-conf=token_file={path},token_file_mode=any",
+                    run_id="sec")
             + ["/bin/true"], timeout=60)
     assert r.returncode == 0, r.stderr
 
@@ -76,7 +74,8 @@ def test_token_file_that_is_not_a_regular_file_is_refused_at_once(tmp_path, kind
     else:
         os.mkfifo(path, 0o600)  # nobody ever writes to it: reading it would block for good
         what = "a FIFO"
-    r = run(dynamic(free_port(), 1, f"--rdzv-conf=token_file={path}") + ["/bin/true"], timeout=30)
+    r = run(dynamic(free_port(), 1, 1, f"--rdzv-conf=token_file={path}", run_id="sec")
+            + ["/bin/true"], timeout=30)
     assert r.returncode == 2, r.stderr
     assert launcher_lines(r.stderr) == [
         f"trainrun: --rdzv-conf token_file={path}: it is {what}, not a regular file; put the "
@@ -171,13 +170,14 @@ def test_a_tampered_or_replayed_frame_ends_the_job_with_the_reason(agents, worke
     liveness = "keep_alive_interval=0.3,heartbeat_timeout=20,join_timeout=60"
     env = {"TRAINRUN_RDZV_TOKEN": TOKEN}
     work = [worker, "sleep", "60"]
-    a = agents("a", dynamic(host_port, 2, f"--rdzv-conf=is_host=1,{liveness}") + work, env=env)
+    a = agents("a", dynamic(host_port, 2, 1, f"--rdzv-conf=is_host=1,{liveness}", run_id="sec")
+               + work, env=env)
     # The host joins first, so that the round forms on the other agent's join.
     assert wait_for(lambda: "waiting for nodes" in a.err, 60), a.err
     proxy = FrameProxy(host_port, direction, index, action)
     try:
-        b = agents("b", dynamic(proxy.port, 2, f"--rdzv-conf=is_host=0,{liveness}") + work,
-                   env=env)
+        b = agents("b", dynamic(proxy.port, 2, 1, f"--rdzv-conf=is_host=0,{liveness}",
+                                run_id="sec") + work, env=env)
         code_b, code_a = b.wait(60), a.wait(60)
     finally:
         proxy.close()
