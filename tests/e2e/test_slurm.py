@@ -227,6 +227,10 @@ open(os.path.join(sys.argv[1], "ready." + rank), "w").close()
 deadline = time.monotonic() + float(sys.argv[2])
 while not got and time.monotonic() < deadline:
     time.sleep(0.05)
+# Slurm's process tracking (proctrack/linuxproc here, cgroup on most clusters) signals every
+# process of the step, so a worker gets USR1 from Slurm and again from trainrun: one handled, the
+# other ignored, also while the interpreter shuts down (it puts SIG_DFL back for Python handlers).
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 if got:
     open(os.path.join(sys.argv[1], "usr1." + rank), "w").close()
 sys.exit(0 if got else 3)
