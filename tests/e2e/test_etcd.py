@@ -135,7 +135,9 @@ def test_failure_on_one_node_stops_every_node_and_restarts_count_per_job(etcd, a
 def _job_that_loses_a_node(etcd, agents, tmp_path, nnodes, names, extra=()):
     pids = tmp_path / "pids"
     script = tmp_path / "w.sh"
-    script.write_text(f"#!/bin/sh\necho $$ >> {pids}\necho \"$GROUP_WORLD_SIZE\" >> {pids}.ws\n"
+    # The world size first: once a worker's pid is in pids, its world size is in pids.ws
+    # too, however soon after that its agent is killed.
+    script.write_text(f"#!/bin/sh\necho \"$GROUP_WORLD_SIZE\" >> {pids}.ws\necho $$ >> {pids}\n"
                       "[ \"$GROUP_WORLD_SIZE\" = 2 ] && exit 0\nsleep 60\n")
     script.chmod(0o755)
     # A long last call: the round waits for all three, however loaded the machine.

@@ -143,7 +143,9 @@ def test_lost_agent_is_noticed_and_job_continues_smaller(agents, worker, tmp_pat
     port = free_port()
     pids = tmp_path / "pids"
     script = tmp_path / "w.sh"
-    script.write_text(f"#!/bin/sh\necho $$ >> {pids}\necho \"$GROUP_WORLD_SIZE\" >> {pids}.ws\n"
+    # The world size first: once a worker's pid is in pids, its world size is in pids.ws
+    # too, however soon after that its agent is killed.
+    script.write_text(f"#!/bin/sh\necho \"$GROUP_WORLD_SIZE\" >> {pids}.ws\necho $$ >> {pids}\n"
                       "[ \"$GROUP_WORLD_SIZE\" = 1 ] && exit 0\nsleep 600\n")
     script.chmod(0o755)
     conf = "--rdzv-conf=heartbeat_timeout=2,keep_alive_interval=0.5,last_call_timeout=1"
