@@ -1,9 +1,11 @@
 """Agents forming one job through a real etcd (--rdzv-backend=etcd): Debian's etcd-server,
 started by each test on free ports with its data in the test's temporary directory."""
+import http.server
 import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import urllib.request
 
@@ -226,3 +228,37 @@ def test_endpoint_that_is_not_etcd_is_named_at_once(etcd, agents, tmp_path):
                      f"--rdzv-endpoint=127.0.0.1:{etcd.peer}", "/bin/true"])
     assert a.wait(60) == 1
     assert "does not answer as etcd's v3 API does" in a.err
+
+
+@pytest.mark.parametrize("status", [408, 429])
+def test_an_etcd_that_answers_not_now_is_retried_not_refused(agents, status):
+    # etcd's HTTP gateway answers 408 "the client connection is closing" while it restarts; a
+    # busy one 429. Neither says "not etcd": the agent retries until its deadline, as for an etcd
+    # it cannot reach, and then names the last answer.
+    body = b'{"error":"grpc: the client connection is closing","code":1}'
+
+    class NotNow(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotNow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        a = agents("a", ["--nnodes=2", "--rdzv-backend=etcd", f"--rdzv-endpoint=127.0.0.1:{port}",
+                         "--rdzv-conf=join_timeout=3", "/bin/true"])
+        assert a.wait(60) == 1, a.err
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "does not answer as etcd's v3 API does" not in a.err, a.err
+    assert f"etcd at 127.0.0.1:{port} unreachable for" in a.err, a.err
+    assert f"HTTP {status}" in a.err, a.err

@@ -147,7 +147,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
           return ok(j);
         }
       }
-      if (r.transport_ok && r.http_status != 503 && r.http_status < 500) {
+      if (r.transport_ok && !transient(r.http_status)) {
         return fail(Stop{StopCause::rejected,
                          fmt::format("{} does not answer as etcd's v3 API does ({} on {}); is it "
                                      "an etcd 3.4+ client endpoint?",
@@ -156,6 +156,13 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       }
       unreachable(r, retry);
     });
+  }
+
+  // Answers that say "not now" rather than "not etcd": a server error or unavailable (5xx), too
+  // many requests (429), and 408, which etcd's HTTP gateway gives while it shuts down or starts
+  // ("grpc: the client connection is closing"). They are retried like an unreachable etcd.
+  static bool transient(int http_status) {
+    return http_status == 408 || http_status == 429 || http_status >= 500;
   }
 
   void unreachable(const EtcdReply& r, std::function<void()> retry) {
