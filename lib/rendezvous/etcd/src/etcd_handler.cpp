@@ -140,14 +140,14 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     client_->post(path, body.dump(), 5s, [this, path, ok, retry](EtcdReply r) {
       if (finished_) return;
       if (!r.local_ip.empty()) local_ip_ = r.local_ip;
-      if (r.transport_ok && r.http_status == 200) {
+      if (r.ok()) {
         json j = json::parse(r.body, nullptr, false);
         if (!j.is_discarded() && j.is_object()) {
           unreachable_since_.reset();
           return ok(j);
         }
       }
-      if (r.transport_ok && !transient(r.http_status)) {
+      if (!r.transient()) {
         return fail(Stop{StopCause::rejected,
                          fmt::format("{} does not answer as etcd's v3 API does ({} on {}); is it "
                                      "an etcd 3.4+ client endpoint?",
@@ -156,13 +156,6 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       }
       unreachable(r, retry);
     });
-  }
-
-  // Answers that say "not now" rather than "not etcd": a server error or unavailable (5xx), too
-  // many requests (429), and 408, which etcd's HTTP gateway gives while it shuts down or starts
-  // ("grpc: the client connection is closing"). They are retried like an unreachable etcd.
-  static bool transient(int http_status) {
-    return http_status == 408 || http_status == 429 || http_status >= 500;
   }
 
   void unreachable(const EtcdReply& r, std::function<void()> retry) {

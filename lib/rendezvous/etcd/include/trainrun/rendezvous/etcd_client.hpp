@@ -16,6 +16,12 @@ struct EtcdReply {
   std::string error;     // curl's reason when !transport_ok
   std::string local_ip;  // this end of the connection, as curl saw it
   bool ok() const { return transport_ok && http_status == 200; }
+  // No answer, or one that says "not now" rather than "not etcd": a server error or unavailable
+  // (5xx), too many requests (429), and 408, which etcd's HTTP gateway gives while it shuts down
+  // or starts ("grpc: the client connection is closing"). Worth asking again later.
+  bool transient() const {
+    return !transport_ok || http_status == 408 || http_status == 429 || http_status >= 500;
+  }
   // One line for messages: curl's error, or the status and the body's start.
   std::string describe() const;
 };
