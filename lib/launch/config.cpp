@@ -721,7 +721,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
     c.rdzv_backend = "c10d";
     c.rdzv_endpoint = "localhost:0";
   }
-  check_rendezvous_layout(c);
+  check_rendezvous_layout(c, env);
   ParseOutcome outcome{c, std::nullopt, ignored_option_warnings(given, c)};
   if (std::string w = loopback_warning(c); !w.empty()) outcome.warnings.push_back(std::move(w));
   if (slurm_line) outcome.notes.push_back(*slurm_line);

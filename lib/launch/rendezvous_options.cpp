@@ -211,8 +211,19 @@ RendezvousOptions layout_options(const LaunchConfig& config, const RendezvousCon
 
 }  // namespace
 
-void check_rendezvous_layout(const LaunchConfig& config) {
-  if (uses_rendezvous(config)) layout_options(config, check_rdzv_conf(config.rdzv_conf));
+void check_rendezvous_layout(const LaunchConfig& config,
+                             const std::map<std::string, std::string>& env) {
+  if (!uses_rendezvous(config)) return;
+  const RendezvousConf conf = check_rdzv_conf(config.rdzv_conf);
+  layout_options(config, conf);
+  // The etcd backend has no use for a token: refused rather than ignored, so that nobody
+  // believes the job authenticates its nodes.
+  if (is_etcd_backend(config.rdzv_backend) && (conf.token.file || env.count(kTokenVariable))) {
+    throw UsageError(fmt::format(
+        "--rdzv-backend={}: the etcd backend does not use a rendezvous token ({} is set); secure "
+        "etcd itself and drop the token, or use --rdzv-backend=c10d",
+        config.rdzv_backend, conf.token.file ? "--rdzv-conf token_file" : kTokenVariable));
+  }
 }
 
 RendezvousOptions rendezvous_options(const LaunchConfig& config,

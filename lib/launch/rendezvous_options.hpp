@@ -49,8 +49,10 @@ bool uses_rendezvous(const LaunchConfig& config);
 // What rendezvous_options() checks of the command line alone (the static backend's fixed node
 // count, the node rank, the ports, the endpoint), applied when the command line is parsed so that
 // a job that cannot run is refused before anything starts. Nothing for a job without a
-// rendezvous. Throws UsageError.
-void check_rendezvous_layout(const LaunchConfig& config);
+// rendezvous. A token (token_file, or TRAINRUN_RDZV_TOKEN in `env`) with the etcd backend, which
+// has no use for it, is refused too. Throws UsageError.
+void check_rendezvous_layout(const LaunchConfig& config,
+                             const std::map<std::string, std::string>& env);
 
 // The rendezvous options of this job, from a parsed command line: its values combined and the
 // shared token read (--rdzv-conf token_file=PATH, else TRAINRUN_RDZV_TOKEN).

@@ -86,10 +86,12 @@ std::string read_token_file(const std::string& path, bool any_mode) {
 std::optional<std::string> load_token(const TokenSource& source,
                                       const std::map<std::string, std::string>& env) {
   if (source.file) return read_token_file(*source.file, source.any_mode);
-  if (auto it = env.find(kTokenVariable); it != env.end() && !it->second.empty()) {
+  // Set but empty is refused as blank is: either would otherwise turn authentication off.
+  if (auto it = env.find(kTokenVariable); it != env.end()) {
     std::string token = trim_trailing(it->second);
     if (token.empty())
-      throw UsageError("TRAINRUN_RDZV_TOKEN is blank; set the shared token or unset it");
+      throw UsageError(fmt::format("TRAINRUN_RDZV_TOKEN is {}; set the shared token or unset it",
+                                   it->second.empty() ? "empty" : "blank"));
     return token;
   }
   return std::nullopt;

@@ -21,7 +21,7 @@ struct TokenSource {
 // else the environment variable TRAINRUN_RDZV_TOKEN, else none. Throws UsageError (exit 2) with
 // one line naming the file when it cannot be opened, is not a regular file (a directory, a FIFO:
 // never waited on), is readable by group or others (unless any_mode), is too large, or holds an
-// empty token.
+// empty token; and when TRAINRUN_RDZV_TOKEN is set but empty or blank.
 std::optional<std::string> load_token(const TokenSource& source,
                                       const std::map<std::string, std::string>& env);
 

@@ -65,6 +65,54 @@ def test_token_file_mode_any_accepts_a_shared_file(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+# --- a token is never dropped without a word ---------------------------------------------------
+
+@pytest.mark.parametrize("source", ["env", "file"])
+def test_a_token_with_the_etcd_backend_is_refused_not_ignored(tmp_path, source):
+    env, conf = {}, []
+    if source == "env":
+        env["TRAINRUN_RDZV_TOKEN"] = TOKEN
+    else:
+        conf = [f"--rdzv-conf=token_file={token_file(tmp_path)}"]
+    # Nothing listens on the endpoint: the refusal comes before any connection.
+    r = run(["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=etcd",
+             f"--rdzv-endpoint=127.0.0.1:{free_port()}", "--rdzv-id=sec", *conf, "/bin/true"],
+            env=env, timeout=30)
+    assert r.returncode == 2, r.stderr
+    (line,) = launcher_lines(r.stderr)
+    assert "etcd backend does not use a rendezvous token" in line, r.stderr
+
+
+def test_an_empty_token_variable_is_refused_as_a_blank_one_is(tmp_path):
+    r = run(dynamic(free_port(), 1, 1, run_id="sec") + ["/bin/true"],
+            env={"TRAINRUN_RDZV_TOKEN": ""}, timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert launcher_lines(r.stderr) == [
+        "trainrun: TRAINRUN_RDZV_TOKEN is empty; set the shared token or unset it"]
+
+
+def test_refusals_held_back_by_the_rate_limit_are_counted_by_kind(agents, tmp_path):
+    port = free_port()
+    host = agents("host", dynamic(port, 2, 1, "--rdzv-conf=is_host=1,join_timeout=60",
+                                  run_id="sec") + ["/bin/true"], env={"TRAINRUN_RDZV_TOKEN": TOKEN})
+    assert wait_for(lambda: "waiting for nodes" in host.err, 30), host.err
+    # Within one refusal-log interval (10 s): the first refusal is logged, the rest held back.
+    strangers = [agents(f"wrong{i}", dynamic(port, 2, 1, run_id="sec") + ["/bin/true"],
+                        env={"TRAINRUN_RDZV_TOKEN": "wrong"}) for i in range(3)]
+    strangers.append(agents("other", dynamic(port, 2, 1, run_id="other") + ["/bin/true"],
+                            env={"TRAINRUN_RDZV_TOKEN": TOKEN}))
+    for s in strangers:
+        assert s.wait(30) != 0, s.err
+    assert wait_for(lambda: "more refusals" in host.err, 30), host.err
+    (line,) = [l for l in host.err.splitlines() if "more refusals" in l]
+    refused = [l for l in host.err.splitlines() if "rejected 127.0.0.1:" in l]
+    assert len(refused) == 1, host.err
+    wrong_id_first = "run id" in refused[0]
+    counts = "3 wrong token" if wrong_id_first else "2 wrong token, 1 wrong run id"
+    assert line.endswith(f"... and 3 more refusals: {counts}"), line
+    host.kill()
+
+
 @pytest.mark.parametrize("kind", ["directory", "fifo"])
 def test_token_file_that_is_not_a_regular_file_is_refused_at_once(tmp_path, kind):
     path = tmp_path / kind

@@ -110,6 +110,9 @@ TEST_CASE("the token comes from token_file, else TRAINRUN_RDZV_TOKEN", "[rendezv
   CHECK_FALSE(load_token({}, {}));
   CHECK(load_token({}, {{"TRAINRUN_RDZV_TOKEN", "abc\n"}}) == std::string("abc"));
   CHECK_THROWS_WITH(load_token({}, {{"TRAINRUN_RDZV_TOKEN", " \n"}}), Catch::Contains("blank"));
+  // Set but empty would turn authentication off as silently: refused the same way.
+  CHECK_THROWS_WITH(load_token({}, {{"TRAINRUN_RDZV_TOKEN", ""}}),
+                    Catch::Contains("TRAINRUN_RDZV_TOKEN is empty"));
   const std::string path = trainrun::test::make_temp_dir("token") + "/token";
   {
     std::ofstream out(path);
@@ -206,6 +209,13 @@ TEST_CASE("an unknown backend is refused when the command line is parsed", "[ren
   CHECK_THROWS_WITH(check_rdzv_backend("zookeeper", "--rdzv-backend=zookeeper"),
                     Catch::Contains("unknown rendezvous backend"));
   CHECK_NOTHROW(outcome({"--rdzv-backend=etcd", "--rdzv-endpoint=h:2379", "x"}));
+  // etcd has no use for a token: refused, not ignored.
+  CHECK_THROWS_WITH(outcome({"--rdzv-backend=etcd", "--rdzv-endpoint=h:2379", "x"},
+                            {{"TRAINRUN_RDZV_TOKEN", "s3cret"}}),
+                    Catch::Contains("etcd backend does not use a rendezvous token"));
+  CHECK_THROWS_WITH(outcome({"--rdzv-backend=etcd-v2", "--rdzv-endpoint=h", "--nnodes=2",
+                             "--rdzv-conf=token_file=/t", "x"}),
+                    Catch::Contains("--rdzv-conf token_file is set"));
   CHECK_THROWS_AS(outcome({"--rdzv-backend=zk", "x"}), UsageError);
   CHECK_THROWS_WITH(outcome({"--rdzv-conf=join_timout=5", "x"}), Catch::Contains("unknown key"));
   CHECK_THROWS_WITH(outcome({"--rdzv-conf=heartbeat_timeout=2,keep_alive_interval=5", "x"}),

@@ -61,74 +61,84 @@ ServerHandshake::ServerHandshake(std::string run_id, std::optional<std::string> 
       nonce_(std::move(nonce)),
       welcome_(welcome) {}
 
-ServerHandshake::Step ServerHandshake::reject(std::string reason) {
+ServerHandshake::Step ServerHandshake::reject(std::string kind, std::string reason) {
   outcome_ = HandshakeOutcome::rejected;
   Step step;
   step.reply = Reject{reason};
   step.outcome = outcome_;
   step.reason = std::move(reason);
+  step.kind = std::move(kind);
   return step;
 }
 
 ServerHandshake::Step ServerHandshake::on_message(const ClientMessage& message) {
   if (outcome_ != HandshakeOutcome::pending) {
-    return reject("handshake already finished");
+    return reject("protocol error", "handshake already finished");
   }
   if (!challenged_) {
     const auto* hello = std::get_if<Hello>(&message);
     if (!hello) {
-      return reject(fmt::format("expected \"hello\" first, got \"{}\"", type_name(message)));
+      return reject("protocol error",
+                    fmt::format("expected \"hello\" first, got \"{}\"", type_name(message)));
     }
     if (hello->magic != kMagic) {
-      return reject(fmt::format("not a trainrun rendezvous client (magic \"{}\")", hello->magic));
+      return reject("not a trainrun client",
+                    fmt::format("not a trainrun rendezvous client (magic \"{}\")", hello->magic));
     }
     if (hello->version != kProtocolVersion) {
-      return reject(fmt::format(
-          "protocol version {} is not supported: this rendezvous speaks version {}; run the same "
-          "trainrun version on every node",
-          hello->version, kProtocolVersion));
+      return reject("wrong protocol version",
+                    fmt::format("protocol version {} is not supported: this rendezvous speaks "
+                                "version {}; run the same "
+                                "trainrun version on every node",
+                                hello->version, kProtocolVersion));
     }
     if (hello->run_id != run_id_) {
       // The job's own run id is not echoed: a stranger learns nothing about the job.
-      return reject(fmt::format(
-          "run id \"{}\" does not match this rendezvous's run id; check --rdzv-id", hello->run_id));
+      return reject(
+          "wrong run id",
+          fmt::format("run id \"{}\" does not match this rendezvous's run id; check --rdzv-id",
+                      hello->run_id));
     }
     if (token_ && !hello->auth) {
-      return reject(
-          "this rendezvous requires a shared token; give every node the same one with "
-          "--rdzv-conf token_file=PATH or TRAINRUN_RDZV_TOKEN");
+      return reject("no token",
+                    "this rendezvous requires a shared token; give every node the same one with "
+                    "--rdzv-conf token_file=PATH or TRAINRUN_RDZV_TOKEN");
     }
     if (!token_ && hello->auth) {
       return reject(
+          "token not expected",
           "the client holds a token but this rendezvous has none; give every node the same "
           "token, or none");
     }
     if (!token_) {
       outcome_ = HandshakeOutcome::accepted;
-      return Step{welcome_, outcome_, {}, {}};
+      return Step{welcome_, outcome_, {}, {}, {}};
     }
     client_nonce_ = hello->nonce;
     challenged_ = true;
     return Step{Challenge{nonce_, server_proof(*token_, run_id_, client_nonce_, nonce_)},
                 HandshakeOutcome::pending,
                 {},
+                {},
                 {}};
   }
   // A client that refused our proof says why before it goes (unsealed: it holds no keys).
   if (const auto* leave = std::get_if<Leave>(&message))
-    return reject(fmt::format("the client refused this rendezvous: {}", leave->reason));
+    return reject("wrong token",
+                  fmt::format("the client refused this rendezvous: {}", leave->reason));
   // The answer to `auth`, welcome or reject, is sealed: the client, which checked our proof,
   // opens it with the same keys.
   Step step;
   const auto* auth = std::get_if<Auth>(&message);
   if (!auth) {
-    step = reject(fmt::format("expected \"auth\", got \"{}\"", type_name(message)));
+    step =
+        reject("protocol error", fmt::format("expected \"auth\", got \"{}\"", type_name(message)));
   } else if (!constant_time_equal(auth->proof,
                                   client_proof(*token_, run_id_, client_nonce_, nonce_))) {
-    step = reject("token proof does not match: the nodes hold different tokens");
+    step = reject("wrong token", "token proof does not match: the nodes hold different tokens");
   } else {
     outcome_ = HandshakeOutcome::accepted;
-    step = Step{welcome_, outcome_, {}, {}};
+    step = Step{welcome_, outcome_, {}, {}, {}};
   }
   step.keys = server_session_keys(*token_, run_id_, client_nonce_, nonce_);
   return step;

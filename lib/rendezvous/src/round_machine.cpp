@@ -96,7 +96,12 @@ Effects RoundMachine::disconnected(NodeId id, const std::string& why, Clock::tim
 
 void RoundMachine::drop(Effects& fx, NodeId id, const std::string& reason, bool peer_lost) {
   fx.messages.push_back({id, Reject{reason}, true, peer_lost});
-  fx.log.push_back(fmt::format("dropping {}: {}", describe(id), reason));
+  std::string line = fmt::format("dropping {}: {}", describe(id), reason);
+  auto it = sessions_.find(id);
+  if (peer_lost && it != sessions_.end() && !it->second.node)
+    fx.refusals.emplace_back("idle past the heartbeat timeout", std::move(line));
+  else
+    fx.log.push_back(std::move(line));
 }
 
 void RoundMachine::on_join(Effects& fx, NodeId id, const NodeDescriptor& node,

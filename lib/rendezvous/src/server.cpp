@@ -39,26 +39,49 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
         keep_alive_timer_(io),
         accept_retry_timer_(io),
         pending_bytes_(std::make_shared<ByteBudget>(options_.limits.max_pending_frame_bytes)),
-        admitted_bytes_(std::make_shared<ByteBudget>(options_.limits.max_admitted_frame_bytes)) {}
+        admitted_bytes_(std::make_shared<ByteBudget>(options_.limits.max_admitted_frame_bytes)),
+        refusal_timer_(io) {}
 
   void log(const std::string& line) const {
     if (options_.log) options_.log(line);
   }
 
-  // Connection-level refusals can come by the thousand (a flood): one line per interval.
-  void log_refusal(const std::string& line) {
+  // Connection-level refusals can come by the thousand (a flood): one line per interval. What
+  // the limit held back is counted by `kind` and said when the interval ends, so that a wrong
+  // token among a flood is never hidden.
+  void log_refusal(const std::string& kind, const std::string& line) {
     auto now = Clock::now();
     if (last_refusal_log_ && now - *last_refusal_log_ < options_.limits.refusal_log_interval) {
-      ++suppressed_refusals_;
+      if (suppressed_refusals_.empty() && !closed_) {
+        refusal_timer_.expires_at(*last_refusal_log_ + options_.limits.refusal_log_interval);
+        refusal_timer_.async_wait([weak = std::weak_ptr<Impl>(shared_from_this())](error_code ec) {
+          if (auto self = weak.lock(); self && !ec) self->report_suppressed_refusals();
+        });
+      }
+      ++suppressed_refusals_[kind];
       return;
     }
-    if (suppressed_refusals_ > 0) {
-      log(fmt::format("{} (and {} similar since the last report)", line, suppressed_refusals_));
-    } else {
-      log(line);
-    }
-    suppressed_refusals_ = 0;
+    log(line);
     last_refusal_log_ = now;
+  }
+
+  // "... and 3 more refusals: 2 wrong token, 1 wrong run id"; the next interval starts now.
+  void report_suppressed_refusals() {
+    if (suppressed_refusals_.empty()) return;
+    std::vector<std::pair<std::size_t, std::string>> counts;
+    std::size_t total = 0;
+    for (const auto& [kind, n] : suppressed_refusals_) {
+      counts.emplace_back(n, kind);
+      total += n;
+    }
+    std::stable_sort(counts.begin(), counts.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::string parts;
+    for (const auto& [n, kind] : counts)
+      parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", n, kind);
+    log(fmt::format("... and {} more {}: {}", total, total == 1 ? "refusal" : "refusals", parts));
+    suppressed_refusals_.clear();
+    last_refusal_log_ = Clock::now();
   }
 
   void listen(const tcp::endpoint& endpoint) {
@@ -94,14 +117,16 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     if (admitted_.size() >= options_.limits.max_admitted) {
       auto connection = std::make_shared<FramedConnection>(
           std::move(socket), kMaxHandshakeFrameSize, options_.connection.reject_linger);
-      log_refusal(fmt::format("refusing {}: {} connections already admitted", connection->peer(),
+      log_refusal("too many connections",
+                  fmt::format("refusing {}: {} connections already admitted", connection->peer(),
                               admitted_.size()));
       connection->close_now();
       return;
     }
     if (pending_.size() >= options_.limits.max_pending) {
       NodeId oldest = *pending_.begin();
-      drop_peer(oldest, "too many connections still in their handshake", false);
+      drop_peer(oldest, "handshakes crowded out", "too many connections still in their handshake",
+                false);
     }
     NodeId id = next_id_++;
     error_code ec;
@@ -122,7 +147,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     peer.deadline->async_wait([weak, id](error_code e) {
       auto self = weak.lock();
       if (e || !self || !self->pending_.count(id)) return;
-      self->drop_peer(id, "handshake not completed in time", false);
+      self->drop_peer(id, "handshake timeout", "handshake not completed in time", false);
     });
     peer.connection->set_budget(pending_bytes_);
     auto connection = peer.connection;
@@ -139,11 +164,11 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
 
   // Closes a connection the machine does not know (or has already forgotten). `tell`: say why
   // to the peer; without it the peer sees a plain close, which a client retries.
-  void drop_peer(NodeId id, const std::string& reason, bool tell = true) {
+  void drop_peer(NodeId id, const std::string& kind, const std::string& reason, bool tell = true) {
     auto it = peers_.find(id);
     if (it == peers_.end()) return;
     log_refusal(
-        fmt::format("closing connection from {}: {}", it->second.connection->peer(), reason));
+        kind, fmt::format("closing connection from {}: {}", it->second.connection->peer(), reason));
     if (tell) {
       it->second.connection->send(encode(ServerMessage{Reject{reason}}));
       it->second.connection->close_gracefully(options_.connection.reject_linger);
@@ -167,11 +192,11 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     if (it == peers_.end()) return;
     bool was_admitted = admitted_.count(id) > 0;
     if (violation) {
-      drop_peer(id, why);
+      drop_peer(id, "protocol error", why);
     } else {
       if (it->second.connection->over_budget())
-        log_refusal(
-            fmt::format("closed connection from {}: {}", it->second.connection->peer(), why));
+        log_refusal("byte budget used up", fmt::format("closed connection from {}: {}",
+                                                       it->second.connection->peer(), why));
       forget(id);
     }
     if (was_admitted) apply(machine_.disconnected(id, why, Clock::now()));
@@ -186,7 +211,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
       message = decode_client_message(body);
     } catch (const ProtocolError& e) {
       bool was_admitted = admitted_.count(id) > 0;
-      drop_peer(id, fmt::format("protocol error: {}", e.what()));
+      drop_peer(id, "protocol error", fmt::format("protocol error: {}", e.what()));
       if (was_admitted) apply(machine_.disconnected(id, e.what(), Clock::now()));
       return;
     }
@@ -194,7 +219,8 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
       ServerHandshake::Step step = peer.handshake->on_message(message);
       if (step.keys) peer.connection->authenticate(std::move(*step.keys));
       if (step.outcome == HandshakeOutcome::rejected) {
-        log_refusal(fmt::format("rejected {}: {}", peer.connection->peer(), step.reason));
+        log_refusal(step.kind,
+                    fmt::format("rejected {}: {}", peer.connection->peer(), step.reason));
         peer.connection->send(encode(*step.reply));
         peer.connection->close_gracefully(options_.connection.reject_linger);
         forget(id);
@@ -220,6 +246,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
 
   void apply(const Effects& fx) {
     for (const std::string& line : fx.log) log(line);
+    for (const auto& [kind, line] : fx.refusals) log_refusal(kind, line);
     for (const Outgoing& out : fx.messages) {
       auto it = peers_.find(out.to);
       if (it == peers_.end()) continue;
@@ -275,6 +302,9 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     round_timer_.cancel();
     keep_alive_timer_.cancel();
     accept_retry_timer_.cancel();
+    // Nothing held back goes unsaid.
+    refusal_timer_.cancel();
+    report_suppressed_refusals();
     // The job's last messages went out (with their linger) when the machine decided them; what
     // is left is connections with nothing owed, some perhaps to stopped peers that would never
     // acknowledge a graceful close: close them at once.
@@ -314,7 +344,8 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
   std::shared_ptr<ByteBudget> admitted_bytes_;
   NodeId next_id_ = 1;
   std::optional<Clock::time_point> last_refusal_log_;
-  std::size_t suppressed_refusals_ = 0;
+  std::map<std::string, std::size_t> suppressed_refusals_;  // by kind, since last_refusal_log_
+  asio::steady_timer refusal_timer_;
   bool closed_ = false;
 };
 

@@ -34,6 +34,7 @@ class ServerHandshake {
     std::optional<ServerMessage> reply;
     HandshakeOutcome outcome = HandshakeOutcome::pending;
     std::string reason;  // for the server's log when rejected
+    std::string kind;    // a short name of the refusal ("wrong token"), for the server's counts
     // With a token, set in the answer to `auth`: seal `reply` and every frame after it, and open
     // every frame received from now on, with these.
     std::optional<SessionKeys> keys;
@@ -47,7 +48,7 @@ class ServerHandshake {
   HandshakeOutcome outcome() const { return outcome_; }
 
  private:
-  Step reject(std::string reason);
+  Step reject(std::string kind, std::string reason);
 
   std::string run_id_;
   std::optional<std::string> token_;

@@ -30,6 +30,9 @@ struct Outgoing {
 struct Effects {
   std::vector<Outgoing> messages;
   std::vector<std::string> log;  // one line per notable event, for the hosting agent's log
+  // Connections dropped before they joined (idle past the heartbeat timeout): a flood of them is
+  // the host's to rate-limit, as its refusals. Each is (kind, line).
+  std::vector<std::pair<std::string, std::string>> refusals;
 };
 
 // The job's rendezvous as a pure state machine: connected agents, the round being formed or
