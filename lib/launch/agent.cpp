@@ -1,9 +1,8 @@
 #include "agent.hpp"
 
+#include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -120,6 +119,7 @@ class Agent {
     events.on_restart = [this](const rendezvous::Restart& r) {
       apply(policy_.restart(r, Clock::now()));
     };
+    events.on_halt = [this](const rendezvous::Halt& h) { apply(policy_.halt(h, Clock::now())); };
     events.on_stop = [this](const rendezvous::Stop& s) {
       summary_.stopped(s);
       apply(policy_.stop(s, Clock::now()));
@@ -209,7 +209,10 @@ class Agent {
     request.master_port = port_ ? port_->port() : 0;
     rdzv_->join(request);
   }
-  void carry_out(const action::ReportFailure& a) { rdzv_->report_failure(a.failure); }
+  void carry_out(const action::ReportFailure& a) {
+    rdzv_->report_failure(a.failure, a.failures, a.not_relayed);
+  }
+  void carry_out(const action::ReportEnded& a) { rdzv_->report_ended(a.failures, a.not_relayed); }
   void carry_out(const action::ReportDone&) { rdzv_->report_done(); }
   void carry_out(const action::ShutdownRendezvous& a) { rdzv_->shutdown(a.reason); }
   void carry_out(const action::Say& a) { say_on_console(a.line, a.level); }

@@ -172,8 +172,18 @@ AgentActions AgentPolicy::stop(const rendezvous::Stop& s, Clock::time_point now)
   return out;
 }
 
+AgentActions AgentPolicy::halt(const rendezvous::Halt&, Clock::time_point now) {
+  AgentActions out;
+  if (state_ == State::done || pending_stop_) return out;
+  halted_ = true;
+  if (state_ == State::running) begin_stop(out, SIGTERM, now);
+  if (state_ == State::idle) after_attempt(out);
+  return out;
+}
+
 void AgentPolicy::start_attempt(AgentActions& out) {
   state_ = State::running;
+  halted_ = false;
   failures_.clear();
   stop_signal_ = 0;
   pending_restart_ = false;
@@ -189,7 +199,7 @@ void AgentPolicy::start_attempt(AgentActions& out) {
 // torchrun's table of every failure; one that a SIGTERM or SIGKILL of ours ended did not, nor
 // does any while the rendezvous stops the group (another node's failure, a new round).
 bool AgentPolicy::counts_as_failure(const ExitStatus& status) const {
-  if (pending_restart_ || pending_stop_) return false;
+  if (pending_restart_ || pending_stop_ || halted_) return false;
   if (state_ == State::running) return true;
   return status.signal != SIGTERM && status.signal != SIGKILL;
 }
@@ -231,7 +241,9 @@ void AgentPolicy::report_failure(AgentActions& out) {
   f.local_rank = root.local_rank;
   f.exit_code = root.status.shell_code();
   f.summary = format_failure_summary(config_.entrypoint, failures_, rendezvous::kMaxSummaryBytes);
-  out.emplace_back(action::ReportFailure{std::move(f)});
+  action::ReportFailure report{std::move(f), {}, 0};
+  report.failures = relayed_failures(failures_, &report.not_relayed);
+  out.emplace_back(std::move(report));
 }
 
 void AgentPolicy::begin_stop(AgentActions& out, int sig, Clock::time_point now) {
@@ -275,6 +287,7 @@ void AgentPolicy::after_attempt_in_job(AgentActions& out) {
       return finish(out, 1);
     }
     if (s.cause == rendezvous::StopCause::finished) return finish(out, 0);
+    if (!s.failures.empty()) return fail_with_job_summary(out, s);
     if (s.failure && s.failure->host == host_ && !failures_.empty()) return fail_with_summary(out);
     // Another node's summary first (the job's root cause), then what failed here as well.
     if (s.failure && !s.failure->summary.empty())
@@ -289,6 +302,12 @@ void AgentPolicy::after_attempt_in_job(AgentActions& out) {
     out.emplace_back(action::Join{});
     return;
   }
+  if (halted_) {
+    action::ReportEnded ended;
+    ended.failures = relayed_failures(failures_, &ended.not_relayed);
+    out.emplace_back(std::move(ended));
+    return;
+  }
   // Our own workers all succeeded: wait at the exit barrier; our failures were reported and
   // the decision is on its way.
   if (failures_.empty()) out.emplace_back(action::ReportDone{});
@@ -298,6 +317,22 @@ void AgentPolicy::fail_with_summary(AgentActions& out) {
   out.emplace_back(action::WriteSummary{format_failure_summary(config_.entrypoint, failures_)});
   const int code = failures_[root_cause_index(failures_)].status.shell_code();
   finish(out, code != 0 ? code : 1);
+}
+
+// The job's failures as the rendezvous decided them, the same on every node: the relayed list with
+// this node's own failures shown whole, the root cause the one the rendezvous named (first).
+void AgentPolicy::fail_with_job_summary(AgentActions& out, const rendezvous::Stop& s) {
+  std::vector<ProcessFailure> job;
+  for (const auto& w : s.failures) {
+    auto own = std::find_if(failures_.begin(), failures_.end(), [&](const ProcessFailure& f) {
+      return f.host == w.host && f.rank == w.rank && f.pid == w.pid;
+    });
+    job.push_back(own != failures_.end() ? *own : from_relayed(w));
+  }
+  out.emplace_back(action::WriteSummary{format_failure_summary(
+      config_.entrypoint, job, 0, size_t{0}, static_cast<size_t>(s.not_relayed))});
+  out.emplace_back(action::Say{s.reason.empty() ? "the job failed" : s.reason, Level::error});
+  finish(out, s.exit_code != 0 ? s.exit_code : 1);
 }
 
 void AgentPolicy::finish(AgentActions& out, int exit_code) {

@@ -40,6 +40,13 @@ struct Sweep {
 struct Join {};
 struct ReportFailure {
   rendezvous::FailureReport failure;
+  std::vector<rendezvous::WorkerFailure> failures;  // this node's, as relayed_failures gives them
+  int not_relayed = 0;
+};
+// After a halt, every worker has ended: tell the rendezvous what failed (perhaps nothing).
+struct ReportEnded {
+  std::vector<rendezvous::WorkerFailure> failures;
+  int not_relayed = 0;
 };
 // All of this node's workers succeeded: wait at the exit barrier.
 struct ReportDone {};
@@ -63,7 +70,7 @@ struct Finish {
 
 using AgentAction =
     std::variant<action::StartWorkers, action::SignalWorkers, action::ArmGraceTimer, action::Sweep,
-                 action::Join, action::ReportFailure, action::ReportDone,
+                 action::Join, action::ReportFailure, action::ReportEnded, action::ReportDone,
                  action::ShutdownRendezvous, action::Say, action::WriteSummary, action::Finish>;
 using AgentActions = std::vector<AgentAction>;
 
@@ -111,6 +118,8 @@ class AgentPolicy {
   AgentActions assignment(const rendezvous::Assignment& a, Clock::time_point now);
   AgentActions restart(const rendezvous::Restart& r, Clock::time_point now);
   AgentActions stop(const rendezvous::Stop& s, Clock::time_point now);
+  // A failure ends the job: stop the workers and say what failed; the stop follows.
+  AgentActions halt(const rendezvous::Halt& h, Clock::time_point now);
 
   State state() const { return state_; }
   bool done() const { return state_ == State::done; }
@@ -127,6 +136,7 @@ class AgentPolicy {
   void after_attempt(AgentActions& out);
   void after_attempt_in_job(AgentActions& out);
   void fail_with_summary(AgentActions& out);
+  void fail_with_job_summary(AgentActions& out, const rendezvous::Stop& s);
   void finish(AgentActions& out, int exit_code);
   bool forwarded(int sig) const;
 
@@ -143,6 +153,7 @@ class AgentPolicy {
   bool ran_ = false;      // a group was started at least once
   bool pending_restart_ = false;
   std::optional<rendezvous::Stop> pending_stop_;
+  bool halted_ = false;  // the rendezvous asked what failed; the answer is owed once stopped
   int stop_signal_ = 0;
   Clock::time_point grace_deadline_;
 };

@@ -115,13 +115,7 @@ std::optional<ErrorFileContents> read_error_file(const std::string& path, std::s
 }
 
 size_t root_cause_index(const std::vector<ProcessFailure>& failures) {
-  size_t best = 0;
-  for (size_t i = 1; i < failures.size(); ++i) {
-    const auto& a = failures[i];
-    const auto& b = failures[best];
-    if (a.timestamp < b.timestamp || (a.timestamp == b.timestamp && a.rank < b.rank)) best = i;
-  }
-  return best;
+  return rendezvous::root_cause_index(failures);
 }
 
 std::string signal_name(int signal) {
@@ -199,9 +193,55 @@ std::string render_failure(int index, const ProcessFailure& f, size_t max_traceb
 
 }  // namespace
 
+std::vector<rendezvous::WorkerFailure> relayed_failures(const std::vector<ProcessFailure>& failures,
+                                                        int* not_relayed) {
+  std::vector<const ProcessFailure*> order;
+  for (const auto& f : failures) order.push_back(&f);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const ProcessFailure* a, const ProcessFailure* b) {
+                     return rendezvous::failed_before(*a, *b);
+                   });
+  const size_t kept = std::min(order.size(), rendezvous::kMaxRelayedFailures);
+  *not_relayed = static_cast<int>(order.size() - kept);
+  std::vector<rendezvous::WorkerFailure> out;
+  for (size_t i = 0; i < kept; ++i) {
+    const ProcessFailure& f = *order[i];
+    rendezvous::WorkerFailure w;
+    w.host = f.host;
+    w.rank = f.rank;
+    w.local_rank = f.local_rank;
+    w.pid = f.pid;
+    w.exit_code = f.status.code;
+    w.signal = f.status.signal;
+    w.timestamp = f.timestamp;
+    w.error_file = f.has_error_file ? f.error_file : "";
+    w.message = shortened(f.message, f, rendezvous::kMaxRelayedTraceback);
+    w.traceback = shortened(f.traceback, f, rendezvous::kMaxRelayedTraceback);
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+ProcessFailure from_relayed(const rendezvous::WorkerFailure& w) {
+  ProcessFailure f;
+  f.host = escape_control(w.host, true);
+  f.rank = w.rank;
+  f.local_rank = w.local_rank;
+  f.pid = static_cast<pid_t>(w.pid);
+  f.status.code = w.exit_code;
+  f.status.signal = w.signal;
+  f.timestamp = w.timestamp;
+  f.has_error_file = !w.error_file.empty();
+  f.error_file = escape_control(w.error_file, true);
+  f.message = escape_control(w.message, true);
+  f.traceback = escape_control(w.traceback, true);
+  return f;
+}
+
 std::string format_failure_summary(const std::string& title,
-                                   const std::vector<ProcessFailure>& failures, size_t max_bytes) {
-  const size_t root = root_cause_index(failures);
+                                   const std::vector<ProcessFailure>& failures, size_t max_bytes,
+                                   std::optional<size_t> decided_root, size_t not_relayed) {
+  const size_t root = decided_root.value_or(root_cause_index(failures));
   const size_t others = failures.size() - 1;
   // Within a limit the root cause's traceback may take half of it, the others share a quarter.
   const size_t root_room = max_bytes / 2;
@@ -245,6 +285,11 @@ std::string format_failure_summary(const std::string& title,
   if (omitted != 0)
     out += fmt::format("  ... {} more failure(s) not shown; each node's own summary lists all\n",
                        omitted);
+  if (not_relayed != 0)
+    out += fmt::format(
+        "  ... and {} later failure(s) not relayed between nodes; each node's --summary-file "
+        "lists its own\n",
+        not_relayed);
   out += tail;
   // A title too long for the limit still leaves a summary within it.
   if (max_bytes != 0 && out.size() > max_bytes) out = std::string(utf8_prefix(out, max_bytes));

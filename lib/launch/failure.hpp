@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "trainrun/rendezvous/messages.hpp"
+
 namespace trainrun::launch {
 
 // How a process ended, as waitpid reported it.
@@ -52,17 +54,28 @@ struct ProcessFailure {
   std::string traceback;
 };
 
-// The earliest failure (by timestamp, then rank). `failures` must not be empty.
+// The root cause by the job's one rule (rendezvous::root_cause_index: the earliest timestamp,
+// then the lowest rank). `failures` must not be empty.
 size_t root_cause_index(const std::vector<ProcessFailure>& failures);
+
+// What the other nodes are told of this node's failures: the earliest kMaxRelayedFailures by the
+// rule, message and traceback cut to kMaxRelayedTraceback (head and tail around a note naming
+// the file and host holding them whole); `not_relayed` counts those left out.
+std::vector<rendezvous::WorkerFailure> relayed_failures(const std::vector<ProcessFailure>& failures,
+                                                        int* not_relayed);
+// A failure another node relayed, its text made safe for a terminal (control characters escaped).
+ProcessFailure from_relayed(const rendezvous::WorkerFailure& failure);
 
 // torchrun's failure summary, for a job named `title` (the entrypoint): every failure, the root
 // cause last under its own heading. With `max_bytes` (0: no limit) the text fits in that many
 // bytes: each traceback keeps its head and tail around a note that names the host and error file
 // holding it whole, and failures beyond the room are counted in one line (the root cause always
-// stays).
+// stays). `root`: the root cause's index when another decided it (else the rule's);
+// `not_relayed`: failures of the job not in `failures`, counted in a line.
 std::string format_failure_summary(const std::string& title,
                                    const std::vector<ProcessFailure>& failures,
-                                   size_t max_bytes = 0);
+                                   size_t max_bytes = 0, std::optional<size_t> root = {},
+                                   size_t not_relayed = 0);
 
 // "SIGKILL" for 9, "SIG42" for unknown numbers.
 std::string signal_name(int signal);

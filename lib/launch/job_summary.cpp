@@ -39,6 +39,20 @@ json failure_json(const ProcessFailure& f) {
   return exit_fields(std::move(j), f.status);
 }
 
+json relayed_json(const rendezvous::WorkerFailure& w) {
+  ExitStatus status;
+  status.code = w.exit_code;
+  status.signal = w.signal;
+  json j = {{"host", w.host},
+            {"rank", w.rank},
+            {"local_rank", w.local_rank},
+            {"pid", w.pid},
+            {"time", iso_time(w.timestamp)},
+            {"error_file", w.error_file.empty() ? json() : json(w.error_file)},
+            {"message", w.message.empty() ? json() : json(w.message)}};
+  return exit_fields(std::move(j), status);
+}
+
 json report_json(const rendezvous::FailureReport& f) {
   return {{"host", f.host}, {"rank", f.rank}, {"local_rank", f.local_rank},
           {"exit_code", f.exit_code}};
@@ -125,6 +139,13 @@ std::string JobSummary::to_json() const {
     const auto& failures = attempts_.back().failures;
     root_cause = failure_json(failures[root_cause_index(failures)]);
   }
+  // The rendezvous named the job's root cause among every node's failures: the same on each node.
+  json failures;
+  if (stop_ && !stop_->failures.empty()) {
+    root_cause = relayed_json(stop_->failures.front());
+    failures = json::array();
+    for (const auto& w : stop_->failures) failures.push_back(relayed_json(w));
+  }
   if (stop_ && stop_->cause != rendezvous::StopCause::finished) {
     if (reason.empty()) reason = stop_->reason;
     if (root_cause.is_null() && stop_->failure) root_cause = report_json(*stop_->failure);
@@ -144,6 +165,7 @@ std::string JobSummary::to_json() const {
             {"exit_code", code},
             {"reason", reason.empty() ? json() : json(reason)},
             {"root_cause", root_cause},
+            {"failures", failures},
             {"restarts", attempts_.empty() ? 0 : attempts_.back().topology.restart_count},
             {"started_at", iso_time(started_at_)},
             {"ended_at", time_or_null(ended_at_)},

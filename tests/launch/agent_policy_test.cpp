@@ -62,6 +62,9 @@ struct Harness {
     return fmt::format("report failure of rank {} (local rank {}) on {}: exit code {}",
                        a.failure.rank, a.failure.local_rank, a.failure.host, a.failure.exit_code);
   }
+  std::string operator()(const action::ReportEnded& a) {
+    return fmt::format("report ended: {} failed", a.failures.size());
+  }
   std::string operator()(const action::ReportDone&) { return "report done"; }
   std::string operator()(const action::ShutdownRendezvous& a) { return "shutdown: " + a.reason; }
   std::string operator()(const action::Say& a) { return "say: " + a.line; }
@@ -103,6 +106,7 @@ struct Harness {
   }
   Lines restart(const rendezvous::Restart& r) { return take(policy.restart(r, now)); }
   Lines stop(const rendezvous::Stop& s) { return take(policy.stop(s, now)); }
+  Lines halt() { return take(policy.halt(rendezvous::Halt{0, "a worker failed"}, now)); }
 };
 
 const ExitStatus ok{0, 0};
@@ -389,6 +393,44 @@ TEST_CASE("in a job: this node's own failures are listed after another host's su
   REQUIRE(h.summaries.size() == 2);
   CHECK(h.summaries[0] == "the summary from hostb\n");
   CHECK(h.summaries[1].find("rank      : 1 (local_rank: 1)") != std::string::npos);
+}
+
+TEST_CASE("in a job: halted, it says what failed; the stop's root cause and list are the job's",
+          "[agent]") {
+  Harness h(config(2));
+  h.join();
+  h.assign(0, 0, 0);
+  CHECK(h.halt() == Lines{"signal SIGTERM", "grace timer +30s"});
+  // Stopped by the halt, a worker leaves an error file dated before the failure that caused it.
+  h.exit(1, code(4), "ValueError: mine", 1000);
+  h.exit(0, killed(SIGTERM));
+  CHECK(h.ended() == Lines{"report ended: 1 failed"});
+  rendezvous::WorkerFailure theirs;
+  theirs.host = "hostb";
+  theirs.rank = 2;
+  theirs.local_rank = 0;
+  theirs.exit_code = 3;
+  theirs.timestamp = 2000;
+  theirs.message = "\x1b[2Jtheirs";
+  rendezvous::WorkerFailure mine;
+  mine.host = "hosta";
+  mine.rank = 1;
+  mine.local_rank = 1;
+  mine.pid = 1001;
+  mine.exit_code = 4;
+  mine.timestamp = 1000;
+  rendezvous::Stop s{rendezvous::StopCause::worker_failed, "worker failed on hosta: rank 1", 4,
+                     failure_on("hosta", 1, 4)};
+  s.failures = {mine, theirs};
+  CHECK(h.stop(s) == Lines{"summary", "say: worker failed on hosta: rank 1", "finish 4"});
+  REQUIRE(h.summaries.size() == 1);
+  const std::string& text = h.summaries[0];
+  const auto root = text.find("Root Cause");
+  REQUIRE(root != std::string::npos);
+  CHECK(text.find("rank      : 1 (local_rank: 1)", root) != std::string::npos);
+  CHECK(text.find("rank      : 2 (local_rank: 0)") < root);
+  CHECK(text.find("Traceback ...") != std::string::npos);  // our own, whole
+  CHECK(text.find("\\x1b[2Jtheirs") != std::string::npos);  // theirs, escaped
 }
 
 TEST_CASE("in a job: another node's summary is shown with its control characters escaped",

@@ -57,6 +57,27 @@ TEST_CASE("root cause is the earliest failure") {
   CHECK(root_cause_index(f) == 1);
 }
 
+TEST_CASE("what travels to the other nodes: the earliest failures, text cut, control escaped") {
+  std::vector<ProcessFailure> f(40);
+  for (int i = 0; i < 40; ++i) f[i].rank = i, f[i].timestamp = 100 - i, f[i].host = "n";
+  f[39].traceback = std::string(100000, 'x');
+  f[39].has_error_file = true;
+  f[39].error_file = "/logs/error.json";
+  int not_relayed = -1;
+  auto relayed = relayed_failures(f, &not_relayed);
+  REQUIRE(relayed.size() == trainrun::rendezvous::kMaxRelayedFailures);
+  CHECK(not_relayed == 8);
+  CHECK(relayed[0].rank == 39);  // the root cause leads
+  CHECK(relayed[0].traceback.size() < 2 * trainrun::rendezvous::kMaxRelayedTraceback);
+  CHECK_THAT(relayed[0].traceback, Catch::Contains("/logs/error.json on n"));
+  relayed[1].message = "\x1b[31mred";
+  CHECK(from_relayed(relayed[1]).message == "\\x1b[31mred");
+  // The root cause another decided stands, whatever the rule would say of the list given.
+  const auto text = format_failure_summary("t", {f[0], f[1]}, 0, size_t{0}, 8);
+  CHECK_THAT(text, Catch::Contains("Root Cause (first observed failure):\n[0]:"));
+  CHECK_THAT(text, Catch::Contains("8 later failure(s) not relayed"));
+}
+
 TEST_CASE("summary in torchrun's layout") {
   ProcessFailure a;
   a.rank = 1;

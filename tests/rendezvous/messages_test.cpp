@@ -47,11 +47,42 @@ TEST_CASE("client messages survive encode and decode", "[rendezvous]") {
   CHECK(f2.failure.rank == 5);
   CHECK(f2.failure.exit_code == 137);
   CHECK(f2.failure.summary == "Signal 9 (SIGKILL)");
+  WorkerFailure w;
+  w.host = "node1";
+  w.rank = 5;
+  w.local_rank = 1;
+  w.pid = 77;
+  w.signal = 9;
+  w.timestamp = 1700000000.25;
+  w.error_file = "/logs/error.json";
+  w.message = "boom";
+  w.traceback = "Traceback";
+  Ended e = round_trip_client(Ended{3, {w}, 2});
+  REQUIRE(e.failures.size() == 1);
+  CHECK(e.not_relayed == 2);
+  CHECK(e.failures[0].pid == 77);
+  CHECK(e.failures[0].shell_code() == 137);
+  CHECK(e.failures[0].timestamp == 1700000000.25);
+  CHECK(e.failures[0].traceback == "Traceback");
+  CHECK(round_trip_client(Failure{3, f.failure, {w, w}, 0}).failures.size() == 2);
   CHECK(round_trip_client(Done{2}).round == 2);
   CHECK(round_trip_client(Leave{"SIGTERM"}).reason == "SIGTERM");
 }
 
 TEST_CASE("server messages survive encode and decode", "[rendezvous]") {
+  Stop failed{StopCause::worker_failed, "rank 1 failed", 4, FailureReport{"b", 1, 0, 4, ""}};
+  WorkerFailure root;
+  root.rank = 1;
+  root.exit_code = 4;
+  failed.failures = {root};
+  failed.not_relayed = 3;
+  Stop failed2 = round_trip_server(failed);
+  CHECK(failed2.failures.size() == 1);
+  CHECK(failed2.failures[0].exit_code == 4);
+  CHECK(failed2.not_relayed == 3);
+  CHECK(round_trip_server(Halt{2, "a worker failed"}).round == 2);
+  CHECK(round_trip_server(Stop{StopCause::finished, "", 0, std::nullopt}).failures.empty());
+
   Assignment a{4, 1, 2, 2, 3, 5, "10.0.0.1", 29500, 1, 3};
   Assignment a2 = round_trip_server(a);
   CHECK(a2.round == 4);

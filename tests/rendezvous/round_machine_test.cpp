@@ -220,6 +220,12 @@ TEST_CASE("a worker failure restarts every node while restarts remain, then stop
   CHECK(h.last<Assignment>(1)->round == 1);
 
   h.send(1, Failure{1, FailureReport{"a", 1, 1, 139, "Signal 11"}});
+  // The job ends: every node stops its workers and says what failed before the stop.
+  for (NodeId id : {1, 2}) REQUIRE(h.last<Halt>(id));
+  CHECK(h.machine.phase() == RoundMachine::Phase::concluding);
+  h.send(1, Ended{1, {}, 0});
+  CHECK_FALSE(h.last<Stop>(1));
+  h.send(2, Ended{1, {}, 0});
   for (NodeId id : {1, 2}) {
     REQUIRE(h.last<Stop>(id));
     CHECK(h.last<Stop>(id)->cause == StopCause::worker_failed);
@@ -229,6 +235,59 @@ TEST_CASE("a worker failure restarts every node while restarts remain, then stop
     CHECK(h.closed[id]);
   }
   CHECK(h.machine.phase() == RoundMachine::Phase::ended);
+}
+
+namespace {
+
+WorkerFailure worker_failure(const std::string& host, int rank, int code, double timestamp) {
+  WorkerFailure w;
+  w.host = host;
+  w.rank = rank;
+  w.local_rank = 0;
+  w.pid = 100 + rank;
+  w.exit_code = code;
+  w.timestamp = timestamp;
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("the job's root cause is its earliest failure on any node, whichever came first",
+          "[rendezvous]") {
+  Harness h(dynamic(2, 2));
+  h.connect_and_join(1, "a");
+  h.connect_and_join(2, "b");
+  const WorkerFailure first = worker_failure("a", 0, 3, 200);
+  h.send(1, Failure{0, FailureReport{"a", 0, 0, 3, ""}, {first}, 0});
+  REQUIRE(h.last<Halt>(2));
+  // Node b's worker failed later, stopped by the halt, but its error file is dated earlier.
+  h.send(2, Ended{0, {worker_failure("b", 1, 4, 100)}, 2});
+  h.send(1, Ended{0, {first}, 0});
+  for (NodeId id : {1, 2}) {
+    const Stop* stop = h.last<Stop>(id);
+    REQUIRE(stop);
+    CHECK(stop->exit_code == 4);
+    CHECK(stop->failure->rank == 1);
+    REQUIRE(stop->failures.size() == 2);
+    CHECK(stop->failures[0].rank == 1);
+    CHECK(stop->failures[1].rank == 0);
+    CHECK(stop->not_relayed == 2);
+    CHECK_THAT(stop->reason, Catch::Contains("rank 1") && Catch::Contains("of 4 failures"));
+  }
+}
+
+TEST_CASE("a node lost before it says what failed is not waited for", "[rendezvous]") {
+  Harness h(dynamic(2, 2));
+  h.connect_and_join(1, "a");
+  h.connect_and_join(2, "b");
+  h.send(2, Failure{0, FailureReport{"b", 1, 0, 5, ""}, {worker_failure("b", 1, 5, 50)}, 0});
+  h.send(1, Ended{0, {}, 0});
+  CHECK_FALSE(h.last<Stop>(1));
+  h.take(h.machine.disconnected(2, "connection reset", h.now));
+  REQUIRE(h.last<Stop>(1));
+  CHECK(h.last<Stop>(1)->cause == StopCause::worker_failed);
+  CHECK(h.last<Stop>(1)->exit_code == 5);
+  CHECK(h.last<Stop>(1)->failures.size() == 1);
 }
 
 TEST_CASE("all nodes done means success for everyone", "[rendezvous]") {

@@ -69,6 +69,8 @@ struct Agent {
     e.on_assignment = [this](const Assignment& a) { assignments.push_back(a); };
     e.on_restart = [this](const Restart& r) { restarts.push_back(r); };
     e.on_stop = [this](const Stop& s) { stop = s; };
+    // An agent without workers to stop: it answers a halt at once, with nothing failed.
+    e.on_halt = [this](const Halt&) { client->report_ended({}, 0); };
     client = std::make_unique<RendezvousClient>(io, std::move(o), std::move(e));
     client->start();
   }
@@ -160,7 +162,7 @@ TEST_CASE("a worker failure on one node reaches every node", "[rendezvous]") {
   a.join(1, "host-a");
   b.join(1, "host-b");
   REQUIRE(run_until(f.io, [&] { return !a.assignments.empty() && !b.assignments.empty(); }));
-  b.client->report_failure(FailureReport{"host-b", 1, 0, 9, "exit 9"});
+  b.client->report_failure(FailureReport{"host-b", 1, 0, 9, "exit 9"}, {}, 0);
   REQUIRE(run_until(f.io, [&] { return a.stop && b.stop; }));
   CHECK(a.stop->cause == StopCause::worker_failed);
   CHECK(a.stop->exit_code == 9);

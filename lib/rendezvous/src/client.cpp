@@ -263,6 +263,8 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
             if (events_.on_restart) events_.on_restart(m);
           } else if constexpr (std::is_same_v<T, Waiting>) {
             if (events_.on_waiting) events_.on_waiting(m);
+          } else if constexpr (std::is_same_v<T, Halt>) {
+            if (events_.on_halt) events_.on_halt(m);
           } else if constexpr (std::is_same_v<T, Stop>) {
             end(m);
           } else if constexpr (std::is_same_v<T, Reject>) {
@@ -330,9 +332,16 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     connection_->send(encode(ClientMessage{Join{node}}));
   }
 
-  void report_failure(const FailureReport& failure) {
+  void report_failure(const FailureReport& failure, const std::vector<WorkerFailure>& failures,
+                      int not_relayed) {
     if (state_ != State::admitted || !assignment_) return;
-    connection_->send(encode(ClientMessage{Failure{assignment_->round, failure}}));
+    connection_->send(
+        encode(ClientMessage{Failure{assignment_->round, failure, failures, not_relayed}}));
+  }
+
+  void report_ended(const std::vector<WorkerFailure>& failures, int not_relayed) {
+    if (state_ != State::admitted || !assignment_) return;
+    connection_->send(encode(ClientMessage{Ended{assignment_->round, failures, not_relayed}}));
   }
 
   void report_done() {
@@ -394,8 +403,12 @@ RendezvousClient::~RendezvousClient() { impl_->shut(); }
 
 void RendezvousClient::start() { impl_->start(); }
 void RendezvousClient::join(const NodeDescriptor& node) { impl_->join(node); }
-void RendezvousClient::report_failure(const FailureReport& failure) {
-  impl_->report_failure(failure);
+void RendezvousClient::report_failure(const FailureReport& failure,
+                                      const std::vector<WorkerFailure>& failures, int not_relayed) {
+  impl_->report_failure(failure, failures, not_relayed);
+}
+void RendezvousClient::report_ended(const std::vector<WorkerFailure>& failures, int not_relayed) {
+  impl_->report_ended(failures, not_relayed);
 }
 void RendezvousClient::report_done() { impl_->report_done(); }
 void RendezvousClient::leave(const std::string& reason) { impl_->leave(reason); }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -174,6 +175,60 @@ FailureReport failure_from_json(const json& j) {
   return f;
 }
 
+json to_json(const WorkerFailure& f) {
+  return json{{"host", std::string(utf8_prefix(f.host, kMaxNameLength))},
+              {"rank", f.rank},
+              {"local_rank", f.local_rank},
+              {"pid", f.pid},
+              {"exit_code", f.exit_code},
+              {"signal", f.signal},
+              {"timestamp", f.timestamp},
+              {"error_file", std::string(utf8_prefix(f.error_file, kMaxTextLength))},
+              {"message", std::string(utf8_prefix(f.message, kMaxTextLength))},
+              {"traceback", std::string(utf8_prefix(f.traceback, kMaxTextLength))}};
+}
+
+WorkerFailure worker_failure_from_json(const json& j) {
+  if (!j.is_object()) throw ProtocolError("each of \"failures\" must be an object");
+  WorkerFailure f;
+  f.host = get_string(j, "host", kMaxNameLength);
+  f.rank = get_small(j, "rank", -1, std::numeric_limits<int>::max());
+  f.local_rank = get_small(j, "local_rank", -1, 1 << 16);
+  f.pid = get_int(j, "pid", 0, std::numeric_limits<std::int32_t>::max());
+  f.exit_code = get_small(j, "exit_code", -1024, 1024);
+  f.signal = get_small(j, "signal", 0, 1024);
+  const json& t = field(j, "timestamp");
+  if (!t.is_number() || !(std::fabs(t.get<double>()) <= 1e12))
+    throw ProtocolError("field \"timestamp\" must be a number of unix seconds");
+  f.timestamp = t.get<double>();
+  f.error_file = get_string(j, "error_file", kMaxTextLength);
+  f.message = get_string(j, "message", kMaxTextLength);
+  f.traceback = get_string(j, "traceback", kMaxTextLength);
+  return f;
+}
+
+void put_failures(json& j, const std::vector<WorkerFailure>& failures, int not_relayed) {
+  if (failures.empty() && not_relayed == 0) return;
+  json list = json::array();
+  for (const auto& f : failures) list.push_back(to_json(f));
+  j["failures"] = std::move(list);
+  j["not_relayed"] = not_relayed;
+}
+
+// Absent in messages of nodes without failures.
+std::vector<WorkerFailure> optional_failures(const json& j, int* not_relayed) {
+  std::vector<WorkerFailure> out;
+  auto it = j.find("failures");
+  if (it == j.end()) return out;
+  if (!it->is_array()) throw ProtocolError("field \"failures\" must be an array");
+  if (it->size() > kMaxRelayedFailures)
+    throw ProtocolError(fmt::format("field \"failures\" holds {} failures, at most {} allowed",
+                                    it->size(), kMaxRelayedFailures));
+  for (const json& f : *it) out.push_back(worker_failure_from_json(f));
+  *not_relayed = get_small(j, "not_relayed", 0, std::numeric_limits<int>::max());
+  return out;
+}
+
 void put_failure(json& j, const std::optional<FailureReport>& f) {
   if (f) j["failure"] = to_json(*f);
 }
@@ -221,7 +276,14 @@ std::string encode(const ClientMessage& message) {
             return json{{"type", "heartbeat"}};
           },
           [](const Failure& m) {
-            return json{{"type", "failure"}, {"round", m.round}, {"failure", to_json(m.failure)}};
+            json r{{"type", "failure"}, {"round", m.round}, {"failure", to_json(m.failure)}};
+            put_failures(r, m.failures, m.not_relayed);
+            return r;
+          },
+          [](const Ended& m) {
+            json r{{"type", "ended"}, {"round", m.round}};
+            put_failures(r, m.failures, m.not_relayed);
+            return r;
           },
           [](const Done& m) {
             return json{{"type", "done"}, {"round", m.round}};
@@ -276,7 +338,11 @@ std::string encode(const ServerMessage& message) {
                    {"reason", m.reason},
                    {"exit_code", m.exit_code}};
             put_failure(r, m.failure);
+            put_failures(r, m.failures, m.not_relayed);
             return r;
+          },
+          [](const Halt& m) {
+            return json{{"type", "halt"}, {"round", m.round}, {"reason", m.reason}};
           },
           [](const Heartbeat&) {
             return json{{"type", "heartbeat"}};
@@ -306,6 +372,13 @@ ClientMessage decode_client_message(std::string_view body) {
     Failure m;
     m.round = static_cast<std::uint64_t>(get_int(j, "round", 0, kMaxRound));
     m.failure = failure_from_json(field(j, "failure"));
+    m.failures = optional_failures(j, &m.not_relayed);
+    return m;
+  }
+  if (type == "ended") {
+    Ended m;
+    m.round = static_cast<std::uint64_t>(get_int(j, "round", 0, kMaxRound));
+    m.failures = optional_failures(j, &m.not_relayed);
     return m;
   }
   if (type == "done") return Done{static_cast<std::uint64_t>(get_int(j, "round", 0, kMaxRound))};
@@ -363,6 +436,13 @@ ServerMessage decode_server_message(std::string_view body) {
     m.reason = get_string(j, "reason", kMaxTextLength);
     m.exit_code = get_small(j, "exit_code", -1024, 1024);
     m.failure = optional_failure(j);
+    m.failures = optional_failures(j, &m.not_relayed);
+    return m;
+  }
+  if (type == "halt") {
+    Halt m;
+    m.round = static_cast<std::uint64_t>(get_int(j, "round", 0, kMaxRound));
+    m.reason = get_string(j, "reason", kMaxTextLength);
     return m;
   }
   if (type == "heartbeat") return Heartbeat{};
@@ -370,14 +450,15 @@ ServerMessage decode_server_message(std::string_view body) {
 }
 
 std::string_view type_name(const ClientMessage& message) {
-  static constexpr std::string_view kNames[] = {"hello",   "auth", "join", "heartbeat",
-                                                "failure", "done", "leave"};
+  static constexpr std::string_view kNames[] = {"hello",   "auth", "join",  "heartbeat",
+                                                "failure", "done", "leave", "ended"};
   return kNames[message.index()];
 }
 
 std::string_view type_name(const ServerMessage& message) {
-  static constexpr std::string_view kNames[] = {"challenge",  "welcome", "reject", "waiting",
-                                                "assignment", "restart", "stop",   "heartbeat"};
+  static constexpr std::string_view kNames[] = {"challenge", "welcome",    "reject",
+                                                "waiting",   "assignment", "restart",
+                                                "stop",      "heartbeat",  "halt"};
   return kNames[message.index()];
 }
 

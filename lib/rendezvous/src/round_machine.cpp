@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "trainrun/base/text.hpp"
 #include "trainrun/base/wording.hpp"
 
 namespace trainrun::rendezvous {
@@ -76,6 +77,7 @@ Effects RoundMachine::received(NodeId id, const ClientMessage& message, Clock::t
                  [&](const Join& m) { on_join(fx, id, m.node, now); },
                  [&](const Failure& m) { on_failure(fx, id, m, now); },
                  [&](const Done& m) { on_done(fx, id, m); },
+                 [&](const Ended& m) { on_ended(fx, id, m); },
                  [&](const Leave& m) { on_lost(fx, id, "left: " + m.reason, now); },
                  [&](const Heartbeat&) {},
                  [&](const auto& m) {
@@ -111,7 +113,7 @@ void RoundMachine::on_join(Effects& fx, NodeId id, const NodeDescriptor& node,
     drop(fx, id, why);
     on_lost(fx, id, why, now);
   };
-  if (phase_ == Phase::running && contains(participants_, id)) {
+  if ((phase_ == Phase::running || phase_ == Phase::concluding) && contains(participants_, id)) {
     return refuse("joined again while its round is running");
   }
   if (options_.static_ranks) {
@@ -145,7 +147,7 @@ void RoundMachine::on_join(Effects& fx, NodeId id, const NodeDescriptor& node,
     maybe_complete(fx, now);
     return;
   }
-  bool can_grow = !options_.static_ranks &&
+  bool can_grow = phase_ == Phase::running && !options_.static_ranks &&
                   static_cast<int>(participants_.size()) < options_.max_nodes && done_.empty();
   if (can_grow) {
     std::set<NodeId> expected(participants_.begin(), participants_.end());
@@ -163,10 +165,15 @@ void RoundMachine::on_join(Effects& fx, NodeId id, const NodeDescriptor& node,
 
 void RoundMachine::on_failure(Effects& fx, NodeId id, const Failure& report,
                               Clock::time_point now) {
+  if (report.round != round_ || !contains(participants_, id)) return;
+  if (phase_ == Phase::concluding) {
+    // A node that fails again before it has stopped: its latest word counts.
+    failures_[id] = Ended{report.round, report.failures, report.not_relayed};
+    return;
+  }
   // Reports from an earlier round (workers dying while being stopped) must not count twice.
-  if (phase_ != Phase::running || report.round != round_ || !contains(participants_, id)) return;
+  if (phase_ != Phase::running) return;
   const FailureReport& f = report.failure;
-  int code = f.exit_code > 0 ? f.exit_code : 1;
   std::string reason =
       fmt::format("worker failed on {}: rank {} (local rank {}) exited with code {}", f.host,
                   f.rank, f.local_rank, f.exit_code);
@@ -181,13 +188,85 @@ void RoundMachine::on_failure(Effects& fx, NodeId id, const Failure& report,
                           restart_count_, f});
     return;
   }
-  std::string why = options_.max_restarts == 0
-                        ? reason
-                        : fmt::format("{}; no restarts left ({} used)", reason, restart_count_);
-  end_job(fx, Stop{StopCause::worker_failed, why, code, f});
+  failures_[id] = Ended{report.round, report.failures, report.not_relayed};
+  if (report.failures.empty()) {
+    // A report without its list (an agent that could not say more): its root cause stands in.
+    WorkerFailure w;
+    w.host = f.host;
+    w.rank = f.rank;
+    w.local_rank = f.local_rank;
+    w.exit_code = f.exit_code;
+    w.message = std::string(utf8_prefix(f.summary, kMaxRelayedTraceback));
+    failures_[id].failures.push_back(std::move(w));
+  }
+  begin_concluding(fx, now,
+                   options_.max_restarts == 0
+                       ? std::string()
+                       : fmt::format("no restarts left ({} used)", restart_count_));
 }
 
+// Every node of the round stops its workers and says what failed; nodes already done have
+// nothing to add. The `stop` waits for them (or their loss, or the join timeout).
+void RoundMachine::begin_concluding(Effects& fx, Clock::time_point now, const std::string& why) {
+  phase_ = Phase::concluding;
+  concluding_why_ = why;
+  concluding_since_ = now;
+  awaiting_.clear();
+  for (NodeId p : participants_) {
+    if (done_.count(p)) continue;
+    awaiting_.insert(p);
+    fx.messages.push_back({p, Halt{round_, "a worker failed; the job ends"}, false});
+  }
+  fx.log.push_back(fmt::format("round {} ends: a worker failed; waiting for {} to report", round_,
+                               count_of(static_cast<long long>(awaiting_.size()), "node")));
+  maybe_conclude(fx);
+}
+
+void RoundMachine::on_ended(Effects& fx, NodeId id, const Ended& ended) {
+  if (phase_ != Phase::concluding || ended.round != round_ || !awaiting_.count(id)) return;
+  // The first report of a node stays when its last has less (it was lost mid-sentence).
+  if (!ended.failures.empty() || !failures_.count(id)) failures_[id] = ended;
+  awaiting_.erase(id);
+  maybe_conclude(fx);
+}
+
+// Once every node has said: the root cause by the one rule, the same `stop` to every node.
+void RoundMachine::maybe_conclude(Effects& fx) {
+  if (phase_ != Phase::concluding || !awaiting_.empty()) return;
+  std::vector<WorkerFailure> all;
+  int not_relayed = 0;
+  for (auto& [id, e] : failures_) {
+    all.insert(all.end(), e.failures.begin(), e.failures.end());
+    not_relayed += e.not_relayed;
+  }
+  failures_.clear();
+  // The earliest first, by the same rule: the root cause leads the list.
+  std::stable_sort(all.begin(), all.end(), failed_before<WorkerFailure>);
+  if (all.size() > kMaxRelayedFailures) {
+    not_relayed += static_cast<int>(all.size() - kMaxRelayedFailures);
+    all.resize(kMaxRelayedFailures);
+  }
+  const WorkerFailure& root = all.front();
+  const int code = root.shell_code();
+  std::string reason = fmt::format(
+      "worker failed on {}: rank {} (local rank {}) {}", root.host, root.rank, root.local_rank,
+      root.signal != 0 ? fmt::format("was killed by signal {}", root.signal)
+                       : fmt::format("exited with code {}", root.exit_code));
+  const std::size_t total = all.size() + static_cast<std::size_t>(not_relayed);
+  if (total > 1)
+    reason +=
+        fmt::format(" (the earliest of {})", count_of(static_cast<long long>(total), "failure"));
+  if (!concluding_why_.empty()) reason += "; " + concluding_why_;
+  Stop stop{StopCause::worker_failed, reason, code > 0 ? code : 1,
+            FailureReport{root.host, root.rank, root.local_rank, code, ""}};
+  stop.failures = std::move(all);
+  stop.not_relayed = not_relayed;
+  end_job(fx, std::move(stop));
+}
 void RoundMachine::on_done(Effects& fx, NodeId id, const Done& done) {
+  if (phase_ == Phase::concluding && done.round == round_ && awaiting_.erase(id)) {
+    return maybe_conclude(fx);
+  }
   if (phase_ != Phase::running || done.round != round_ || !contains(participants_, id)) return;
   done_.insert(id);
   if (done_.size() == participants_.size()) {
@@ -203,6 +282,15 @@ void RoundMachine::on_lost(Effects& fx, NodeId id, const std::string& why, Clock
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
   std::string who = describe(id);
+  if (phase_ == Phase::concluding && contains(participants_, id)) {
+    // What it reported before it went stays in the job's list.
+    erase(participants_, id);
+    awaiting_.erase(id);
+    sessions_.erase(it);
+    erase(waiting_, id);
+    fx.log.push_back(fmt::format("node {} lost: {}", who, why));
+    return maybe_conclude(fx);
+  }
   bool was_participant = phase_ == Phase::running && contains(participants_, id);
   bool was_joined = it->second.node.has_value();
   sessions_.erase(it);
@@ -318,6 +406,8 @@ void RoundMachine::end_job(Effects& fx, Stop stop) {
   fx.log.push_back(fmt::format("job ends ({}): {}", to_string(stop.cause), stop.reason));
   final_stop_ = std::move(stop);
   phase_ = Phase::ended;
+  awaiting_.clear();
+  failures_.clear();
   sessions_.clear();
   waiting_.clear();
   participants_.clear();
@@ -391,6 +481,15 @@ Effects RoundMachine::tick(Clock::time_point now) {
       return fx;
     }
   } else {
+    if (phase_ == Phase::concluding && now - concluding_since_ >= options_.join_timeout) {
+      fx.log.push_back(fmt::format(
+          "{} did not say what failed within {:.0f} s (join timeout); ending without them",
+          count_of(static_cast<long long>(awaiting_.size()), "node"),
+          in_seconds(options_.join_timeout)));
+      awaiting_.clear();
+      maybe_conclude(fx);
+      return fx;
+    }
     // Newcomers waiting on a job that is full give up after the join timeout on their own.
     std::vector<NodeId> expired;
     for (NodeId id : waiting_) {
@@ -433,6 +532,7 @@ std::optional<Clock::time_point> RoundMachine::next_deadline() const {
     for (NodeId id : waiting_) {
       keep_earliest(best, sessions_.at(id).joined_at + options_.join_timeout);
     }
+    if (phase_ == Phase::concluding) keep_earliest(best, concluding_since_ + options_.join_timeout);
   }
   if (!waiting_.empty()) keep_earliest(best, next_status_);
   return best;

@@ -93,8 +93,13 @@ class TcpRendezvousHandler : public RendezvousHandler {
     }
   }
 
-  void report_failure(const FailureReport& failure) override {
-    if (client_) client_->report_failure(failure);
+  void report_failure(const FailureReport& failure, const std::vector<WorkerFailure>& failures,
+                      int not_relayed) override {
+    if (client_) client_->report_failure(failure, failures, not_relayed);
+  }
+
+  void report_ended(const std::vector<WorkerFailure>& failures, int not_relayed) override {
+    if (client_) client_->report_ended(failures, not_relayed);
   }
 
   void report_done() override {

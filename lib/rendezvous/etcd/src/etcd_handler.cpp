@@ -81,7 +81,9 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (lease_) submit_join();
   }
 
-  void report_failure(const FailureReport& failure) override {
+  // The job-wide list does not travel through etcd yet: the first failure ends the job there.
+  void report_failure(const FailureReport& failure, const std::vector<WorkerFailure>&,
+                      int) override {
     if (!assigned_) return;
     Failure report{*assigned_, failure};
     enqueue([this, report](EtcdRoundState& s, double now) {

@@ -32,6 +32,7 @@ struct ClientEvents {
   std::function<void(const Restart&)> on_restart;        // stop workers, then join() the next round
   std::function<void(const Waiting&)> on_waiting;  // progress while a round forms (may be empty)
   std::function<void(const Stop&)> on_stop;        // terminal: finished, failed, lost, refused
+  std::function<void(const Halt&)> on_halt;  // stop workers, then report_ended(); a stop follows
 };
 
 // One agent's connection to the rendezvous server, on the agent's io_context, never blocking.
@@ -51,8 +52,12 @@ class RendezvousClient {
   // An empty node.addr is filled in: the local address of the connection to the server, or the
   // host name when that is a loopback address reached through a host name.
   void join(const NodeDescriptor& node);
-  void report_failure(const FailureReport& failure);
+  // `failures`: this node's failures of the round so far (Failure::failures).
+  void report_failure(const FailureReport& failure, const std::vector<WorkerFailure>& failures,
+                      int not_relayed);
   void report_done();
+  // After on_halt, once every worker has ended: what failed (perhaps nothing).
+  void report_ended(const std::vector<WorkerFailure>& failures, int not_relayed);
   // Says goodbye (the server treats this node as lost) and closes. No events afterwards.
   void leave(const std::string& reason);
 

@@ -37,8 +37,11 @@ struct RendezvousOptions {
 //   rdzv->start(events);          // hosts the server if this node owns the endpoint, connects
 //   rdzv->join({nproc, port});    // join the first round
 //   events.on_assignment(a)       → start workers with a's ranks, MASTER_ADDR/PORT, restart count
-//   a worker fails                → rdzv->report_failure(f), keep waiting: the decision comes back
-//                                   to every node (including this one) as on_restart or on_stop
+//   a worker fails                → rdzv->report_failure(f, list), keep waiting: the decision comes
+//                                   back to every node (including this one) as on_restart, or
+//                                   as on_halt and then on_stop
+//   events.on_halt(h)             → stop workers, then rdzv->report_ended(list); the on_stop that
+//                                   follows names the job's failures and root cause
 //   all local workers succeeded   → rdzv->report_done(); on_stop(finished, 0) follows once every
 //                                   node is done (the exit barrier)
 //   events.on_restart(r)          → stop workers, then rdzv->join(...) again for the next round
@@ -63,8 +66,13 @@ class RendezvousHandler {
   // Throws std::runtime_error when this node must host the server and cannot (port taken).
   virtual void start(ClientEvents events) = 0;
   virtual void join(const JoinRequest& request) = 0;
-  virtual void report_failure(const FailureReport& failure) = 0;
+  // `failures`: this node's failures of the round so far, `not_relayed` those left out of it.
+  virtual void report_failure(const FailureReport& failure,
+                              const std::vector<WorkerFailure>& failures, int not_relayed) = 0;
   virtual void report_done() = 0;
+  // After on_halt: this node's workers have all ended, these failed. A backend that never
+  // halts (it ends the job on the first failure) has nothing to do with it.
+  virtual void report_ended(const std::vector<WorkerFailure>& /*failures*/, int /*not_relayed*/) {}
   virtual void shutdown(const std::string& reason) = 0;
 
   // "host:port", for messages.

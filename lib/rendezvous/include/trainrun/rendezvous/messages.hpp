@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "trainrun/rendezvous/options.hpp"
 
@@ -14,7 +15,7 @@ namespace trainrun::rendezvous {
 
 // Every frame body is one JSON object with a "type" field; docs/protocol.md is the reference.
 inline constexpr std::string_view kMagic = "trainrun-rdzv";
-inline constexpr int kProtocolVersion = 2;
+inline constexpr int kProtocolVersion = 3;
 
 // A message that is not valid for this protocol: bad JSON, unknown type, a field missing, of the
 // wrong type or out of range. The peer is told why and the connection is closed.
@@ -48,6 +49,44 @@ struct FailureReport {
   std::string summary;  // the failure summary shown on every node, kMaxSummaryBytes at most
 };
 
+// One failed worker, as its agent recorded it: what every node's failure summary shows of it.
+struct WorkerFailure {
+  std::string host;
+  int rank = -1;  // global rank
+  int local_rank = -1;
+  std::int64_t pid = 0;
+  int exit_code = 0;       // when it exited
+  int signal = 0;          // the signal that killed it, 0 when it exited
+  double timestamp = 0;    // unix seconds: from its error file, else when its end was seen
+  std::string error_file;  // empty: it wrote none
+  std::string message;
+  std::string traceback;  // cut to kMaxRelayedTraceback by the sender
+  // The shell's convention: the exit code, or 128+N for death by signal N.
+  int shell_code() const { return signal != 0 ? 128 + signal : exit_code; }
+};
+
+// The longest traceback (and message) a node sends of one failure; the launcher cuts longer ones
+// to their head and tail around a note naming the file and host that hold them whole.
+inline constexpr std::size_t kMaxRelayedTraceback = 4 * 1024;
+// At most this many failures travel in a `stop` (the root cause first); the rest are counted.
+inline constexpr std::size_t kMaxRelayedFailures = 32;
+
+// The root-cause rule, the one every node applies (docs/cli.md): the failure with the earliest
+// timestamp, the lowest rank among equals. `F` has `timestamp` and `rank`.
+template <class F>
+bool failed_before(const F& a, const F& b) {
+  return a.timestamp < b.timestamp || (a.timestamp == b.timestamp && a.rank < b.rank);
+}
+
+// The root cause of `failures` by that rule; `failures` must not be empty.
+template <class F>
+std::size_t root_cause_index(const std::vector<F>& failures) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < failures.size(); ++i)
+    if (failed_before(failures[i], failures[best])) best = i;
+  return best;
+}
+
 enum class StopCause {
   finished,
   worker_failed,
@@ -78,8 +117,22 @@ struct Join {
 };
 struct Heartbeat {};
 struct Failure {  // "failure": a worker of this node failed in `round`
+  // Constructors, not an aggregate: the lists came later, and the four-field form stays.
+  Failure() = default;
+  Failure(std::uint64_t r, FailureReport f, std::vector<WorkerFailure> list = {}, int left_out = 0)
+      : round(r), failure(std::move(f)), failures(std::move(list)), not_relayed(left_out) {}
   std::uint64_t round = 0;
   FailureReport failure;
+  // This node's failures in `round` so far, the earliest (by the rule) kMaxRelayedFailures of
+  // them; `not_relayed` counts the others.
+  std::vector<WorkerFailure> failures;
+  int not_relayed = 0;
+};
+// "ended": after `halt`, every worker of this node in `round` has ended; these failed.
+struct Ended {
+  std::uint64_t round = 0;
+  std::vector<WorkerFailure> failures;  // as in Failure
+  int not_relayed = 0;
 };
 struct Done {
   std::uint64_t round = 0;
@@ -87,7 +140,7 @@ struct Done {
 struct Leave {
   std::string reason;
 };
-using ClientMessage = std::variant<Hello, Auth, Join, Heartbeat, Failure, Done, Leave>;
+using ClientMessage = std::variant<Hello, Auth, Join, Heartbeat, Failure, Done, Leave, Ended>;
 
 // Server to client.
 struct Challenge {
@@ -127,13 +180,26 @@ struct Restart {
   std::optional<FailureReport> failure;
 };
 struct Stop {
+  Stop() = default;
+  Stop(StopCause c, std::string why, int code, std::optional<FailureReport> f)
+      : cause(c), reason(std::move(why)), exit_code(code), failure(std::move(f)) {}
   StopCause cause = StopCause::finished;
   std::string reason;
   int exit_code = 0;
   std::optional<FailureReport> failure;
+  // worker_failed: the job's failures, the root cause first (the rule above), at most
+  // kMaxRelayedFailures of them; `not_relayed` counts the others.
+  std::vector<WorkerFailure> failures;
+  int not_relayed = 0;
+};
+// "halt": the job ends with `round`: stop the workers, then send `ended` with what failed. The
+// `stop` that names the job's root cause follows once every node has said.
+struct Halt {
+  std::uint64_t round = 0;
+  std::string reason;
 };
 using ServerMessage =
-    std::variant<Challenge, Welcome, Reject, Waiting, Assignment, Restart, Stop, Heartbeat>;
+    std::variant<Challenge, Welcome, Reject, Waiting, Assignment, Restart, Stop, Heartbeat, Halt>;
 
 std::string encode(const ClientMessage& message);
 std::string encode(const ServerMessage& message);

@@ -42,7 +42,9 @@ struct Effects {
 // with a fake clock. After each call the host should call tick() at next_deadline().
 class RoundMachine {
  public:
-  enum class Phase { forming, running, ended };
+  // concluding: a failure ends the job; the machine waits for every node of the round to say
+  // what failed (`ended`) before the `stop` that names the job's root cause.
+  enum class Phase { forming, running, concluding, ended };
 
   // `endpoint`: where agents meet ("host:port"), for messages.
   RoundMachine(RoundOptions options, LivenessOptions liveness, std::string endpoint,
@@ -79,6 +81,9 @@ class RoundMachine {
   void on_join(Effects& fx, NodeId id, const NodeDescriptor& node, Clock::time_point now);
   void on_failure(Effects& fx, NodeId id, const Failure& report, Clock::time_point now);
   void on_done(Effects& fx, NodeId id, const Done& done);
+  void on_ended(Effects& fx, NodeId id, const Ended& ended);
+  void begin_concluding(Effects& fx, Clock::time_point now, const std::string& why);
+  void maybe_conclude(Effects& fx);
   void on_lost(Effects& fx, NodeId id, const std::string& why, Clock::time_point now);
   void maybe_complete(Effects& fx, Clock::time_point now);
   void complete_round(Effects& fx, std::vector<NodeId> members);
@@ -109,6 +114,12 @@ class RoundMachine {
   // At most the earliest last_heard of the sessions (exact after tick()); empty: no sessions seen.
   std::optional<Clock::time_point> heard_floor_;
   std::optional<Stop> final_stop_;
+  // Concluding: each node's failures as it last reported them, the nodes yet to send `ended`,
+  // and why the job ends (the root cause is named when they have all said).
+  std::map<NodeId, Ended> failures_;
+  std::set<NodeId> awaiting_;
+  std::string concluding_why_;
+  Clock::time_point concluding_since_;
 };
 
 }  // namespace trainrun::rendezvous
