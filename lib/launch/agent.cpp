@@ -189,7 +189,12 @@ class Agent {
       apply(policy_.start_failed(error.what(), error.exit_code(), Clock::now()));
     }
   }
-  void carry_out(const action::SignalWorkers& a) { supervisor_.signal_all(a.signal); }
+  void carry_out(const action::SignalWorkers& a) {
+    if (a.whole_group)
+      supervisor_.signal_all(a.signal);
+    else
+      supervisor_.signal_workers(a.signal);
+  }
   void carry_out(const action::ArmGraceTimer& a) {
     grace_timer_.expires_at(a.deadline);
     grace_timer_.async_wait([this](boost::system::error_code ec) {

@@ -92,7 +92,10 @@ AgentActions AgentPolicy::attempt_ended(Clock::time_point) {
 }
 
 AgentActions AgentPolicy::signal(int sig, Clock::time_point now) {
-  if (forwarded(sig)) return actions(action::SignalWorkers{sig});
+  // A user signal (SIGUSR1: checkpoint now) is for the worker's handler; the processes it
+  // started (a DataLoader's, Python's resource tracker) keep the default action, which kills.
+  // SIGCONT cannot kill, and a stopped group needs all of it continued.
+  if (forwarded(sig)) return actions(action::SignalWorkers{sig, sig == SIGCONT});
   if (state_ == State::stopping && stop_signal_ != 0) {
     // Asked twice: no more grace.
     return actions(

@@ -244,6 +244,11 @@ void Supervisor::signal_all(int sig) {
   if (sig == SIGKILL && cgroup_) cgroup_->signal(SIGKILL);
 }
 
+void Supervisor::signal_workers(int sig) {
+  for (const auto& w : workers_)
+    if (w.running) ::kill(w.pid, sig);
+}
+
 size_t Supervisor::running() const {
   size_t n = 0;
   for (const auto& w : workers_) n += w.running;

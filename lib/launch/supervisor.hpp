@@ -49,6 +49,8 @@ class Supervisor {
   // Sends `sig` to the process group of every worker still running, and to the worker itself
   // where it has left that group. SIGKILL also kills everything in the job's cgroup.
   void signal_all(int sig);
+  // Sends `sig` to each running worker process alone, not to what it started.
+  void signal_workers(int sig);
   size_t running() const;
   // After every worker has ended: stops what they left behind (the rest of their process groups,
   // orphans re-parented to us, whatever is in the job's cgroup) with SIGTERM, then SIGKILL after
