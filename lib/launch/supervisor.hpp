@@ -65,9 +65,10 @@ class Supervisor {
     pid_t pid = -1;
     bool running = false;
   };
-  // Copies a worker stream's pipe to its log file and `console`; counted in open_readers_.
+  // Copies a worker stream's pipe to its log file and (with `console_copy`, or once the file
+  // cannot be written) to `console`; counted in open_readers_.
   void tee(int pipe_fd, int file_fd, Console& console, const std::string& prefix,
-           Duplicate duplicate);
+           Duplicate duplicate, bool console_copy);
   // The attempt's file for lines duplicated by --duplicate-std*-filters, opened (emptied) once.
   Duplicate duplicate_for(const StreamPlan& plan);
   bool leftovers(bool signal, int sig);
