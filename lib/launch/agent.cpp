@@ -78,6 +78,7 @@ class Agent {
     say_on_console("log directory: " + logs_.run_dir(), Level::debug);
     // If trainrun itself is killed, the watchdog finds this job's escaped descendants by it.
     watchdog_.mark_job_directory(logs_.run_dir());
+    watchdog_.set_log_tree(logs_.own_root());
     try {
       if (auto port = port_to_hold(config_, rdzv_options.has_value())) port_.emplace(*port);
       if (rdzv_options) start_rendezvous(*rdzv_options);
