@@ -137,6 +137,13 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
   auto fail = [&](const LaunchError& error) {
     for (int& fd : reports) close_fd(fd);
     signal_all(SIGKILL);
+    // Reaped before we go on: a child killed before its exec is a copy of trainrun, which the
+    // sweep after a failed start would otherwise find still dying and name as a leftover.
+    for (auto& w : workers_) {
+      while (waitpid(w.pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      w.running = false;
+    }
     throw error;
   };
   for (const auto& w : launches) {

@@ -201,6 +201,19 @@ def test_kill_9_of_trainrun_leaves_no_empty_log_tree(worker, tmp_path):
     assert wait_for(lambda: not tree.exists(), 5), sorted(str(x) for x in tree.rglob("*"))
 
 
+def test_an_exec_failure_leaves_nothing_to_wait_for(tmp_path):
+    # The workers' children between fork and exec are copies of trainrun; after one exec fails
+    # they are killed, and must be gone before the attempt's sweep looks for leftovers. A race:
+    # each run of 16 workers showed it about once in eight before it was fixed.
+    script = tmp_path / "no-interpreter"
+    script.write_text("#!/nonexistent/interpreter\n")
+    script.chmod(0o755)
+    for _ in range(40):
+        r = run(["--nproc-per-node=16", "--no-python", str(script)], timeout=60)
+        assert r.returncode == 127, r.stderr
+        assert r.stderr == f"trainrun: {script}: no such file\n", r.stderr
+
+
 def test_kill_9_of_trainrun_leaves_no_survivors(worker, tmp_path):
     pids = tmp_path / "pids"
     grand = tmp_path / "grand"
