@@ -278,8 +278,8 @@ TEST_CASE("forwarded signals only reach the worker processes", "[agent]") {
 TEST_CASE("a stop signal while waiting for the rendezvous ends at once", "[agent]") {
   Harness h(config(2));
   CHECK(h.join() == Lines{"join"});
-  CHECK(h.signal(SIGTERM) == Lines{"say: received SIGTERM; stopping 0 workers (30 s grace "
-                                   "before SIGKILL)",
+  CHECK(h.signal(SIGTERM) == Lines{"say: received SIGTERM; no worker is running: leaving the "
+                                   "rendezvous",
                                    "shutdown: hosta stopped by SIGTERM", "finish 143"});
   CHECK(h.policy.done());
   CHECK(h.signal(SIGTERM).empty());
