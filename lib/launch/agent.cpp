@@ -77,6 +77,7 @@ class Agent {
     say_on_console("log directory: " + logs_.run_dir(), Level::debug);
     // If trainrun itself is killed, the watchdog finds this job's escaped descendants by it.
     watchdog_.mark_job_directory(logs_.run_dir());
+    watchdog_.set_log_tree(logs_.own_root());
     try {
       if (auto port = port_to_hold(config_, rdzv_options.has_value())) port_.emplace(*port);
       if (rdzv_options) start_rendezvous(*rdzv_options);
@@ -189,7 +190,12 @@ class Agent {
       apply(policy_.start_failed(error.what(), error.exit_code(), Clock::now()));
     }
   }
-  void carry_out(const action::SignalWorkers& a) { supervisor_.signal_all(a.signal); }
+  void carry_out(const action::SignalWorkers& a) {
+    if (a.whole_group)
+      supervisor_.signal_all(a.signal);
+    else
+      supervisor_.signal_workers(a.signal);
+  }
   void carry_out(const action::ArmGraceTimer& a) {
     grace_timer_.expires_at(a.deadline);
     grace_timer_.async_wait([this](boost::system::error_code ec) {

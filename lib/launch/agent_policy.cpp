@@ -92,7 +92,10 @@ AgentActions AgentPolicy::attempt_ended(Clock::time_point) {
 }
 
 AgentActions AgentPolicy::signal(int sig, Clock::time_point now) {
-  if (forwarded(sig)) return actions(action::SignalWorkers{sig});
+  // A user signal (SIGUSR1: checkpoint now) is for the worker's handler; the processes it
+  // started (a DataLoader's, Python's resource tracker) keep the default action, which kills.
+  // SIGCONT cannot kill, and a stopped group needs all of it continued.
+  if (forwarded(sig)) return actions(action::SignalWorkers{sig, sig == SIGCONT});
   if (state_ == State::stopping && stop_signal_ != 0) {
     // Asked twice: no more grace.
     return actions(
@@ -101,10 +104,14 @@ AgentActions AgentPolicy::signal(int sig, Clock::time_point now) {
         action::SignalWorkers{SIGKILL});
   }
   if (state_ == State::finishing || state_ == State::done) return {};
-  AgentActions out = actions(
-      action::Say{fmt::format("received {}; stopping {} ({} s grace before SIGKILL)",
-                              signal_name(sig), count_of(static_cast<long long>(running_), "worker"),
-                              config_.shutdown_timeout)});
+  // Between rounds (waiting for the rendezvous, or at its exit barrier) there is nothing to stop.
+  AgentActions out = actions(action::Say{
+      state_ == State::idle
+          ? fmt::format("received {}; no worker is running: {}", signal_name(sig),
+                        in_job_ ? "leaving the rendezvous" : "exiting")
+          : fmt::format("received {}; stopping {} ({} s grace before SIGKILL)", signal_name(sig),
+                        count_of(static_cast<long long>(running_), "worker"),
+                        config_.shutdown_timeout)});
   stop_signal_ = sig;
   if (in_job_)
     out.emplace_back(

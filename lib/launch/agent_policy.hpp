@@ -23,9 +23,11 @@ struct StartWorkers {
   Topology topology;
   int max_restarts = 0;  // TORCHELASTIC_MAX_RESTARTS: the job's, once the rendezvous has said it
 };
-// Signal every worker still running.
+// Signal every worker still running: with `whole_group`, everything in its process group (its
+// DataLoader's processes too); without, the worker process alone.
 struct SignalWorkers {
   int signal = 0;
+  bool whole_group = true;
 };
 // Call grace_expired() at `deadline` (replaces an earlier timer).
 struct ArmGraceTimer {

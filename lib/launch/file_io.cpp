@@ -1,8 +1,10 @@
 #include "file_io.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -57,6 +59,22 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   errno = error;
   if (!written) fail("write");
   if (::rename(temp.c_str(), path.c_str()) != 0) fail("rename");
+}
+
+bool remove_empty_tree(const std::string& path) {
+  DIR* dir = opendir(path.c_str());
+  if (!dir) return false;
+  bool empty = true;
+  while (dirent* e = readdir(dir)) {
+    std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    std::string child = path + "/" + name;
+    struct stat st {};
+    if (lstat(child.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && remove_empty_tree(child)) continue;
+    empty = false;
+  }
+  closedir(dir);
+  return empty && ::rmdir(path.c_str()) == 0;
 }
 
 }  // namespace trainrun::launch

@@ -15,4 +15,7 @@ bool read_exactly(int fd, void* data, std::size_t size);
 // then rename. Throws SetupError naming the path and the reason.
 void write_file_atomically(const std::string& path, const std::string& text);
 
+// Removes `path` if it and everything under it are directories; true when it is gone.
+bool remove_empty_tree(const std::string& path);
+
 }  // namespace trainrun::launch

@@ -1,6 +1,5 @@
 #include "log_dir.hpp"
 
-#include <dirent.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,28 +9,12 @@
 #include <cstring>
 #include <vector>
 
+#include "file_io.hpp"
 #include "trainrun/base/system.hpp"
 
 namespace trainrun::launch {
 
 namespace {
-
-// Removes `path` if it and everything under it are directories; true when it is gone.
-bool remove_empty_tree(const std::string& path) {
-  DIR* dir = opendir(path.c_str());
-  if (!dir) return false;
-  bool empty = true;
-  while (dirent* e = readdir(dir)) {
-    std::string name = e->d_name;
-    if (name == "." || name == "..") continue;
-    std::string child = path + "/" + name;
-    struct stat st {};
-    if (lstat(child.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && remove_empty_tree(child)) continue;
-    empty = false;
-  }
-  closedir(dir);
-  return empty && ::rmdir(path.c_str()) == 0;
-}
 
 // mkdir -p; throws SetupError naming the directory and the reason.
 void make_directories(const std::string& path) {
@@ -94,6 +77,6 @@ std::string LogDir::make_rank_dir(int attempt, int local_rank) const {
   return dir;
 }
 
-void LogDir::remove_if_empty() const { remove_empty_tree(temporary_ ? base_ : run_dir_); }
+void LogDir::remove_if_empty() const { remove_empty_tree(own_root()); }
 
 }  // namespace trainrun::launch

@@ -22,6 +22,8 @@ class LogDir {
   std::string make_rank_dir(int attempt, int local_rank) const;
   // A temporary base that holds no file at all is removed, so a clean run leaves nothing behind.
   void remove_if_empty() const;
+  // What remove_if_empty() removes: the temporary base, or the run directory under --log-dir.
+  std::string own_root() const { return temporary_ ? base_ : run_dir_; }
 
  private:
   std::string base_;

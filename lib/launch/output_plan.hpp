@@ -11,7 +11,7 @@ namespace trainrun::launch {
 // Where one stream (stdout or stderr) of one worker goes.
 enum class StreamRoute {
   inherit,  // straight to trainrun's own stream: no copying
-  file,     // straight to the log file
+  file,     // through a pipe: to the log file (to the console if the file cannot be written)
   tee,      // through a pipe: to the log file and, prefixed, to the console
 };
 

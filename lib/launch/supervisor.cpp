@@ -34,18 +34,17 @@ int open_log(const std::string& path) {
 // The file descriptors one worker stream needs: what the child gets, and what we keep.
 struct StreamFds {
   int child = -1;      // dup2'ed onto 1 or 2 in the child; -1 to inherit
-  int keep_file = -1;  // tee: the log file we write
-  int keep_pipe = -1;  // tee: the read end we watch
+  int keep_file = -1;  // the log file we write
+  int keep_pipe = -1;  // the read end we watch
 };
 
+// A stream bound for a log file reaches it through us, also without --tee: a worker writing the
+// file itself on a full disk loses its output unseen (a C++ program ignores the error), while a
+// reader of ours says so and moves the stream to the console.
 StreamFds open_stream(const StreamPlan& plan) {
   StreamFds fds;
   if (plan.route == StreamRoute::inherit) return fds;
   int file = open_log(plan.file);
-  if (plan.route == StreamRoute::file) {
-    fds.child = file;
-    return fds;
-  }
   int p[2];
   if (pipe2(p, O_CLOEXEC) != 0) {
     ::close(file);
@@ -138,6 +137,13 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
   auto fail = [&](const LaunchError& error) {
     for (int& fd : reports) close_fd(fd);
     signal_all(SIGKILL);
+    // Reaped before we go on: a child killed before its exec is a copy of trainrun, which the
+    // sweep after a failed start would otherwise find still dying and name as a leftover.
+    for (auto& w : workers_) {
+      while (waitpid(w.pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      w.running = false;
+    }
     throw error;
   };
   for (const auto& w : launches) {
@@ -178,9 +184,11 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
       close_fd(report[0]);
     }
     if (out.keep_pipe >= 0)
-      tee(out.keep_pipe, out.keep_file, out_, w.prefix, std::move(out_duplicate));
+      tee(out.keep_pipe, out.keep_file, out_, w.prefix, std::move(out_duplicate),
+          w.output.out.route == StreamRoute::tee);
     if (err.keep_pipe >= 0)
-      tee(err.keep_pipe, err.keep_file, err_, w.prefix, std::move(err_duplicate));
+      tee(err.keep_pipe, err.keep_file, err_, w.prefix, std::move(err_duplicate),
+          w.output.err.route == StreamRoute::tee);
     if (pid <= 0)
       fail(SpawnError(
           fmt::format("cannot start worker {}: {}", w.local_rank, std::strerror(error))));
@@ -208,9 +216,9 @@ Duplicate Supervisor::duplicate_for(const StreamPlan& plan) {
 }
 
 void Supervisor::tee(int pipe_fd, int file_fd, Console& console, const std::string& prefix,
-                     Duplicate duplicate) {
-  auto reader =
-      std::make_shared<TeeReader>(io_, pipe_fd, file_fd, &console, prefix, std::move(duplicate));
+                     Duplicate duplicate, bool console_copy) {
+  auto reader = std::make_shared<TeeReader>(io_, pipe_fd, file_fd, &console, prefix,
+                                            std::move(duplicate), console_copy);
   ++open_readers_;
   readers_.push_back(reader);
   reader->start([this, generation = generation_] {
@@ -242,6 +250,11 @@ void Supervisor::signal_all(int sig) {
     if (::getpgid(w.pid) != w.pid) ::kill(w.pid, sig);
   }
   if (sig == SIGKILL && cgroup_) cgroup_->signal(SIGKILL);
+}
+
+void Supervisor::signal_workers(int sig) {
+  for (const auto& w : workers_)
+    if (w.running) ::kill(w.pid, sig);
 }
 
 size_t Supervisor::running() const {

@@ -49,6 +49,8 @@ class Supervisor {
   // Sends `sig` to the process group of every worker still running, and to the worker itself
   // where it has left that group. SIGKILL also kills everything in the job's cgroup.
   void signal_all(int sig);
+  // Sends `sig` to each running worker process alone, not to what it started.
+  void signal_workers(int sig);
   size_t running() const;
   // After every worker has ended: stops what they left behind (the rest of their process groups,
   // orphans re-parented to us, whatever is in the job's cgroup) with SIGTERM, then SIGKILL after
@@ -63,9 +65,10 @@ class Supervisor {
     pid_t pid = -1;
     bool running = false;
   };
-  // Copies a worker stream's pipe to its log file and `console`; counted in open_readers_.
+  // Copies a worker stream's pipe to its log file and (with `console_copy`, or once the file
+  // cannot be written) to `console`; counted in open_readers_.
   void tee(int pipe_fd, int file_fd, Console& console, const std::string& prefix,
-           Duplicate duplicate);
+           Duplicate duplicate, bool console_copy);
   // The attempt's file for lines duplicated by --duplicate-std*-filters, opened (emptied) once.
   Duplicate duplicate_for(const StreamPlan& plan);
   bool leftovers(bool signal, int sig);

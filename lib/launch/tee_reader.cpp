@@ -13,9 +13,9 @@ namespace trainrun::launch {
 
 namespace {
 
-// A log file that cannot be written (disk full, I/O error) costs the file, not the job: say so
-// once, on trainrun's stderr, and keep the console copy going. The reader is given only the
-// descriptor, so the name comes from /proc.
+// A log file that cannot be written (disk full, I/O error) costs the file, not the job nor the
+// output: say so once, on trainrun's stderr, and keep the output on the console. The reader is
+// given only the descriptor, so the name comes from /proc.
 void report_log_write_failure(int file_fd, int error, const char* consequence) {
   char path[4096];
   std::string link = "/proc/self/fd/" + std::to_string(file_fd);
@@ -71,10 +71,11 @@ SharedLogFile::~SharedLogFile() {
 }
 
 TeeReader::TeeReader(boost::asio::io_context& io, int pipe_fd, int file_fd, Console* console,
-                     std::string prefix, Duplicate duplicate)
+                     std::string prefix, Duplicate duplicate, bool console_copy)
     : pipe_(io, pipe_fd),
       file_fd_(file_fd),
       console_(console),
+      to_console_(console_copy),
       splitter_(prefix),
       duplicate_file_(std::move(duplicate.file)),
       duplicate_splitter_(std::move(prefix), std::move(duplicate.filters)),
@@ -103,10 +104,15 @@ void TeeReader::resume() {
 void TeeReader::on_read(const char* data, size_t n) {
   if (file_ok_ && file_fd_ >= 0) {
     file_ok_ = write_all(file_fd_, data, n);
-    if (!file_ok_)
-      report_log_write_failure(file_fd_, errno, "the rest of this stream goes to the console only");
+    if (!file_ok_) {
+      report_log_write_failure(file_fd_, errno,
+                               to_console_ ? "the rest of this stream goes to the console only"
+                                           : "this stream goes to the console from here on");
+      // The chunk that failed is shown whole: a line may be shown twice, none is lost.
+      to_console_ = true;
+    }
   }
-  if (!console_->closed()) {
+  if (to_console_ && !console_->closed()) {
     lines_.clear();
     splitter_.feed(data, n, lines_);
     console_->write(lines_.data(), lines_.size());
@@ -130,7 +136,7 @@ void TeeReader::write_duplicate() {
 void TeeReader::read_more() {
   auto self = shared_from_this();
   // Backpressure: leave the data in the pipe, where it blocks the worker, not in our memory.
-  if (!draining_ && console_->full()) {
+  if (!draining_ && to_console_ && console_->full()) {
     paused_ = true;
     console_->when_not_full([self] { self->resume(); });
     return;

@@ -53,12 +53,13 @@ struct Duplicate {
 };
 
 // Reads one worker stream's pipe on the event loop: raw bytes to the log file, prefixed lines to
-// the console. Stops reading while the console is full (the worker then blocks in write) and
-// resumes when it drains or closes. Calls `on_closed` once the pipe reaches end of file.
+// the console (with `console_copy`; without, only once the log file cannot be written, so that
+// no output is lost). Stops reading while the console is full (the worker then blocks in write)
+// and resumes when it drains or closes. Calls `on_closed` once the pipe reaches end of file.
 class TeeReader : public std::enable_shared_from_this<TeeReader> {
  public:
   TeeReader(boost::asio::io_context& io, int pipe_fd, int file_fd, Console* console,
-            std::string prefix, Duplicate duplicate = {});
+            std::string prefix, Duplicate duplicate = {}, bool console_copy = true);
   ~TeeReader();
   void start(std::function<void()> on_closed);
   // The worker and all it started have ended: read the rest of the pipe whatever the console's
@@ -76,6 +77,7 @@ class TeeReader : public std::enable_shared_from_this<TeeReader> {
   int file_fd_;
   bool file_ok_ = true;
   Console* console_;
+  bool to_console_;
   LineSplitter splitter_;
   std::shared_ptr<SharedLogFile> duplicate_file_;  // none without duplicate filters
   LineSplitter duplicate_splitter_;

@@ -24,9 +24,11 @@ namespace trainrun::launch {
 namespace {
 
 constexpr int kGoodbye = 0;
-// Each followed by an int length and that many bytes: the environment marker, the job's cgroup.
+// Each followed by an int length and that many bytes: the environment marker, the job's cgroup,
+// the job's log tree.
 constexpr int kMarker = INT_MIN;
 constexpr int kCgroup = INT_MIN + 1;
+constexpr int kLogTree = INT_MIN + 2;
 // The variable whose value marks a job's processes (see mark_job_directory).
 constexpr std::string_view kMarkerVariable = "TORCHELASTIC_ERROR_FILE=";
 constexpr int kMaxString = 64 * 1024;
@@ -109,13 +111,14 @@ bool read_string(int fd, std::string& out) {
     if (devnull > 2) close(devnull);
   }
   std::set<pid_t> groups;
-  std::string marker, cgroup;
+  std::string marker, cgroup, log_tree;
   while (true) {
     int value;
     if (!read_exactly(read_fd, &value, sizeof value)) break;  // the launcher is gone
     if (value == kGoodbye) _exit(0);
-    if (value == kMarker || value == kCgroup) {
-      if (!read_string(read_fd, value == kMarker ? marker : cgroup)) break;
+    if (value == kMarker || value == kCgroup || value == kLogTree) {
+      std::string& text = value == kMarker ? marker : value == kCgroup ? cgroup : log_tree;
+      if (!read_string(read_fd, text)) break;
     } else if (value > 0) {
       groups.insert(value);
     } else {
@@ -125,6 +128,9 @@ bool read_string(int fd, std::string& out) {
   for (pid_t pgid : groups) kill(-pgid, SIGKILL);
   if (!cgroup.empty()) kill_and_remove_cgroup(cgroup);
   if (!marker.empty()) kill_marked(marker);
+  // What the launcher removes at its end when no file was written there (a tree of empty
+  // directories under /dev/shm, most often): a killed launcher must not leave it behind either.
+  if (!log_tree.empty()) remove_empty_tree(log_tree);
   _exit(0);
 }
 
@@ -177,6 +183,8 @@ void Watchdog::mark_job_directory(const std::string& run_dir) {
 }
 
 void Watchdog::set_cgroup(const std::string& path) { send_string(kCgroup, path); }
+
+void Watchdog::set_log_tree(const std::string& path) { send_string(kLogTree, path); }
 
 void Watchdog::add_group(pid_t pgid) { send(static_cast<int>(pgid)); }
 void Watchdog::remove_group(pid_t pgid) { send(-static_cast<int>(pgid)); }

@@ -12,7 +12,8 @@ namespace trainrun::launch {
 // Descendants that left their worker's process group (setsid, daemons) are found by an entry of
 // their inherited environment that only this job's processes carry (each worker's
 // TORCHELASTIC_ERROR_FILE lies in the job's own log directory), and killed too; where the job
-// has a cgroup of its own, everything in it is killed and the cgroup removed.
+// has a cgroup of its own, everything in it is killed and the cgroup removed. A log tree that
+// holds no file is removed, as the launcher removes it at its end.
 class Watchdog {
  public:
   // Forks the watchdog. Call before starting threads or event loops, and before becoming a
@@ -25,6 +26,8 @@ class Watchdog {
   void mark_job_directory(const std::string& run_dir);
   // The job's cgroup (see cgroup.hpp): killed and removed first.
   void set_cgroup(const std::string& path);
+  // The job's log tree: removed last, if it holds nothing but directories.
+  void set_log_tree(const std::string& path);
   // Tells the watchdog the launcher is ending normally: it exits without killing anything.
   void dismiss();
 

@@ -288,6 +288,26 @@ def test_log_dir_on_a_full_filesystem_is_reported_and_the_job_finishes(worker, m
     assert "stdout.log" in r.stderr
 
 
+@pytest.mark.parametrize("language", ["c++", "python"])
+def test_redirected_output_on_a_full_filesystem_goes_to_the_console(worker, mount_tmpfs,
+                                                                    tmp_path, language):
+    # Without --tee the log file is the only place the output goes: a C++ worker ignores the
+    # failed writes (exit 0, output gone), a Python one dies of them (its traceback gone too).
+    full = mount_tmpfs("full", "size=256k")
+    fill(full)
+    command = [worker, "spew", "1000", "99", "exit", "0"]
+    if language == "python":
+        command = [str(tmp_path / "spew.py")]
+        (tmp_path / "spew.py").write_text("for i in range(1000):\n    print('x' * 99)\n")
+    r = run(["--nproc-per-node=2", "--redirects=3", f"--log-dir={full}/logs", *command],
+            timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2000 and set(l[:11] for l in lines) == {"[default0]:", "[default1]:"}
+    said = [l for l in r.stderr.splitlines() if "No space left on device" in l]
+    assert len(said) == 2 and all("/stdout.log: " in l for l in said), r.stderr
+
+
 def test_log_dir_on_a_read_only_filesystem_is_a_clear_error(worker, mount_tmpfs):
     ro = mount_tmpfs("ro", "ro,size=64k")
     r = run(["--redirects=3", f"--log-dir={ro}/logs", worker, "exit", "0"], timeout=60)

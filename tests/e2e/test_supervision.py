@@ -1,11 +1,12 @@
 """Supervision: failures stop the group, exit codes, summary, restarts, signals, no survivors."""
 import os
+import pathlib
 import signal
 
 import pytest
 
-from conftest import (TRAINRUN, alive, cgroup_directory, read_pids, run, start, wait_for,
-                      wait_for_pids)
+from conftest import (TRAINRUN, alive, cgroup_directory, read_envs, read_pids, run, start,
+                      wait_for, wait_for_pids)
 
 
 def test_success_exits_zero_at_once(worker):
@@ -181,6 +182,36 @@ def test_signals_to_handle_chooses_the_set(worker, tmp_path):
     assert p.wait(timeout=10) == -signal.SIGUSR1
     assert not got.exists()
     assert wait_for(lambda: not alive(victims[0]), 5)
+
+
+def test_kill_9_of_trainrun_leaves_no_empty_log_tree(worker, tmp_path):
+    # Without --log-dir, trainrun makes its own tree (under /dev/shm when TMPDIR is unset); with
+    # only error files in it, nothing was written there by the time trainrun is killed.
+    pids = tmp_path / "pids"
+    envs = tmp_path / "envs"
+    envs.mkdir()
+    p = start(["--nproc-per-node=2", worker, "env", str(envs / "e"), "pidfile", str(pids),
+               "sleep", "60"])
+    workers = wait_for_pids(pids, 2)
+    tree = pathlib.Path(read_envs(envs)[0]["TORCHELASTIC_ERROR_FILE"]).parents[3]
+    assert tree.name.startswith("trainrun_") and tree.is_dir(), tree
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert wait_for(lambda: not any(alive(x) for x in workers), 5)
+    assert wait_for(lambda: not tree.exists(), 5), sorted(str(x) for x in tree.rglob("*"))
+
+
+def test_an_exec_failure_leaves_nothing_to_wait_for(tmp_path):
+    # The workers' children between fork and exec are copies of trainrun; after one exec fails
+    # they are killed, and must be gone before the attempt's sweep looks for leftovers. A race:
+    # each run of 16 workers showed it about once in eight before it was fixed.
+    script = tmp_path / "no-interpreter"
+    script.write_text("#!/nonexistent/interpreter\n")
+    script.chmod(0o755)
+    for _ in range(40):
+        r = run(["--nproc-per-node=16", "--no-python", str(script)], timeout=60)
+        assert r.returncode == 127, r.stderr
+        assert r.stderr == f"trainrun: {script}: no such file\n", r.stderr
 
 
 def test_kill_9_of_trainrun_leaves_no_survivors(worker, tmp_path):

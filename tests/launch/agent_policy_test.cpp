@@ -49,7 +49,7 @@ struct Harness {
                        t.world_size, t.master_addr, t.master_port, t.restart_count, a.max_restarts);
   }
   std::string operator()(const action::SignalWorkers& a) {
-    return "signal " + signal_name(a.signal);
+    return "signal " + signal_name(a.signal) + (a.whole_group ? "" : " (workers alone)");
   }
   std::string operator()(const action::ArmGraceTimer& a) {
     return fmt::format("grace timer +{}s",
@@ -269,18 +269,21 @@ TEST_CASE("a stop signal after a failure takes over the exit code", "[agent]") {
   CHECK(h.ended() == Lines{"finish 143"});
 }
 
-TEST_CASE("forwarded signals only reach the workers", "[agent]") {
-  Harness h(config(2));
+TEST_CASE("forwarded signals only reach the worker processes", "[agent]") {
+  LaunchConfig c = config(2);
+  c.forward_signals = {SIGUSR1, SIGCONT};
+  Harness h(c);
   h.start();
-  CHECK(h.signal(SIGUSR1) == Lines{"signal SIGUSR1"});
+  CHECK(h.signal(SIGUSR1) == Lines{"signal SIGUSR1 (workers alone)"});
+  CHECK(h.signal(SIGCONT) == Lines{"signal SIGCONT"});
   CHECK(h.policy.state() == AgentPolicy::State::running);
 }
 
 TEST_CASE("a stop signal while waiting for the rendezvous ends at once", "[agent]") {
   Harness h(config(2));
   CHECK(h.join() == Lines{"join"});
-  CHECK(h.signal(SIGTERM) == Lines{"say: received SIGTERM; stopping 0 workers (30 s grace "
-                                   "before SIGKILL)",
+  CHECK(h.signal(SIGTERM) == Lines{"say: received SIGTERM; no worker is running: leaving the "
+                                   "rendezvous",
                                    "shutdown: hosta stopped by SIGTERM", "finish 143"});
   CHECK(h.policy.done());
   CHECK(h.signal(SIGTERM).empty());

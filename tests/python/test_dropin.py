@@ -1,8 +1,10 @@
 """trainrun as a drop-in for torchrun: the same environment, real collectives, no port races."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -131,6 +133,24 @@ def test_sixteen_jobs_at_once_never_collide_on_ports():
         if p.returncode != 0 or "address already in use" in (out + err).lower():
             failures.append((p.returncode, err[-2000:]))
     assert not failures, failures
+
+
+@pytest.mark.parametrize("context", ["spawn", "fork"])
+def test_sigusr1_reaches_the_workers_not_their_dataloaders(context, tmp_path):
+    # The loader's processes (and, with spawn, Python's resource tracker) keep SIGUSR1's default
+    # action: the signal must reach the workers alone, or it kills the loader and the job.
+    p = subprocess.Popen([TRAINRUN, "--nproc-per-node=2", os.path.join(HERE, "loader_usr1.py"),
+                          str(tmp_path), context], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=ENV)
+    ready = [tmp_path / f"ready.{rank}" for rank in range(2)]
+    deadline = time.monotonic() + 120
+    while not all(r.exists() for r in ready) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGUSR1)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    assert "killed by signal" not in err, err
+    assert [(tmp_path / f"result.{rank}").read_text() for rank in range(2)] == ["1 32\n"] * 2
 
 
 def test_explicit_master_port_in_use_is_refused_before_start():
