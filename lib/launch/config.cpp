@@ -10,9 +10,11 @@
 #include <set>
 
 #include "trainrun/base/numbers.hpp"
+#include "trainrun/base/text.hpp"
 #include "cli_docs.hpp"
 #include "rendezvous_options.hpp"
 #include "trainrun/rendezvous/endpoint.hpp"
+#include "trainrun/rendezvous/messages.hpp"
 #include "slurm.hpp"
 #include "version.hpp"
 #include "worker_env.hpp"
@@ -288,6 +290,12 @@ void read_rendezvous(const GivenValues& g, LaunchConfig& c) {
   c.rdzv_endpoint = g.value("rdzv-endpoint");
   c.rdzv_id = g.value("rdzv-id");
   if (c.rdzv_id.empty()) fail(fmt::format("{}: must not be empty", g.named("rdzv-id")));
+  // Refused here on every node, one node included, rather than by the rendezvous of a larger job.
+  if (c.rdzv_id.size() > rendezvous::kMaxNameLength)
+    fail(fmt::format("{}...: the run id is {} bytes long; at most {} (the rendezvous "
+                     "protocol's limit)",
+                     utf8_prefix(g.named("rdzv-id"), 40), c.rdzv_id.size(),
+                     rendezvous::kMaxNameLength));
   c.rdzv_conf = parse_rdzv_conf(g.value("rdzv-conf"), g.named("rdzv-conf"));
   c.standalone = g.flag("standalone");
   c.local_addr = g.value("local-addr");

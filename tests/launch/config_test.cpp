@@ -184,3 +184,10 @@ TEST_CASE("local rank expansion") {
   CHECK(expand_local_rank("$local_rank.log $local_rank-x ${local_rank}X", 2) == "2.log 2-x 2X");
   CHECK(expand_local_rank("${local_rankX} $LOCAL_RANK", 2) == "${local_rankX} $LOCAL_RANK");
 }
+
+TEST_CASE("a run id longer than the rendezvous protocol allows is refused on one node too") {
+  CHECK(parse({"--rdzv-id=" + std::string(255, 'r'), "x"}).rdzv_id == std::string(255, 'r'));
+  CHECK(parse({"--rdzv-id=team/job7", "x"}).rdzv_id == "team/job7");
+  CHECK_THROWS_WITH(parse({"--rdzv-id=" + std::string(256, 'r'), "x"}),
+                    Catch::Contains("the run id is 256 bytes long; at most 255"));
+}
