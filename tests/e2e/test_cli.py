@@ -26,6 +26,7 @@ BAD = [
     (["-m", "--no-python", "x"], "--no-python"),
     ([], "no entrypoint"),
     (["--bogus-option", "x"], "--bogus-option"),
+    (["--rdzv-id=", "--max-restarts=3", "x"], "--rdzv-id=: must not be empty"),
 ]
 
 
