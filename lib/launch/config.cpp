@@ -17,6 +17,7 @@
 #include "trainrun/rendezvous/messages.hpp"
 #include "slurm.hpp"
 #include "version.hpp"
+#include "worker_count.hpp"
 #include "worker_env.hpp"
 
 namespace trainrun::launch {
@@ -272,6 +273,8 @@ void read_topology(const GivenValues& g, LaunchConfig& c) {
   std::tie(c.min_nodes, c.max_nodes) = parse_nnodes(g.value("nnodes"), g.named("nnodes"));
   c.virtual_local_rank = g.flag("virtual-local-rank");
   c.nproc_per_node = parse_worker_count(g.value("nproc-per-node"), g.named("nproc-per-node"));
+  if (c.nproc_per_node.kind == WorkerCount::Kind::number)
+    check_worker_bound(c.nproc_per_node.number, read_process_limits(), g.named("nproc-per-node"));
   c.node_rank = parse_int(g.value("node-rank"), g.named("node-rank"), "an integer >= 0");
   if (c.node_rank < 0) fail(fmt::format("{}: must be >= 0", g.named("node-rank")));
   c.master_addr = g.value("master-addr");

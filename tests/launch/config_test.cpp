@@ -242,3 +242,14 @@ TEST_CASE("an empty value is refused where torchrun refuses it, else it is the d
                     Catch::StartsWith("PET_SIGNALS_TO_HANDLE=: names no signal"));
   CHECK(parse({"x"}, {{"PET_LOG_DIR", ""}}).log_dir.empty());
 }
+
+TEST_CASE("a worker count above what a node can run is refused on one node as on many") {
+  for (const std::string nnodes : {"1", "2"}) {
+    INFO(nnodes);
+    CHECK_THROWS_WITH(
+        parse({"--nnodes=" + nnodes, "--rdzv-backend=c10d", "--rdzv-endpoint=h:29400", "x"},
+              {{"PET_NPROC_PER_NODE", "1000000"}}),
+        Catch::StartsWith("PET_NPROC_PER_NODE=1000000: more workers than one node can run"));
+  }
+  CHECK_THROWS_WITH(parse({"--nproc-per-node=65537", "x"}), Catch::Contains("at most"));
+}
