@@ -10,11 +10,14 @@
 #include <set>
 
 #include "trainrun/base/numbers.hpp"
+#include "trainrun/base/text.hpp"
 #include "cli_docs.hpp"
 #include "rendezvous_options.hpp"
 #include "trainrun/rendezvous/endpoint.hpp"
+#include "trainrun/rendezvous/messages.hpp"
 #include "slurm.hpp"
 #include "version.hpp"
+#include "worker_count.hpp"
 #include "worker_env.hpp"
 
 namespace trainrun::launch {
@@ -270,6 +273,8 @@ void read_topology(const GivenValues& g, LaunchConfig& c) {
   std::tie(c.min_nodes, c.max_nodes) = parse_nnodes(g.value("nnodes"), g.named("nnodes"));
   c.virtual_local_rank = g.flag("virtual-local-rank");
   c.nproc_per_node = parse_worker_count(g.value("nproc-per-node"), g.named("nproc-per-node"));
+  if (c.nproc_per_node.kind == WorkerCount::Kind::number)
+    check_worker_bound(c.nproc_per_node.number, read_process_limits(), g.named("nproc-per-node"));
   c.node_rank = parse_int(g.value("node-rank"), g.named("node-rank"), "an integer >= 0");
   if (c.node_rank < 0) fail(fmt::format("{}: must be >= 0", g.named("node-rank")));
   c.master_addr = g.value("master-addr");
@@ -288,6 +293,11 @@ void read_rendezvous(const GivenValues& g, LaunchConfig& c) {
   c.rdzv_endpoint = g.value("rdzv-endpoint");
   c.rdzv_id = g.value("rdzv-id");
   if (c.rdzv_id.empty()) fail(fmt::format("{}: must not be empty", g.named("rdzv-id")));
+  // Refused here on every node, one node included, rather than by the rendezvous of a larger job.
+  if (c.rdzv_id.size() > rendezvous::kMaxNameLength)
+    fail(fmt::format("{}...: {} bytes; a run id has at most {} (the rendezvous protocol's limit)",
+                     utf8_prefix(g.named("rdzv-id"), 40), c.rdzv_id.size(),
+                     rendezvous::kMaxNameLength));
   c.rdzv_conf = parse_rdzv_conf(g.value("rdzv-conf"), g.named("rdzv-conf"));
   c.standalone = g.flag("standalone");
   c.local_addr = g.value("local-addr");
@@ -327,11 +337,15 @@ void read_output(const GivenValues& g, LaunchConfig& c) {
   c.duplicate_stderr_filters = parse_filter_list(g.value("duplicate-stderr-filters"));
 }
 
+bool given_explicitly(const GivenValues& g, const std::string& name);
+
 // Options trainrun accepts for torchrun's sake and checks, but that change nothing here.
 void read_ignored(const GivenValues& g, LaunchConfig& c) {
   c.numa_binding = g.value("numa-binding");
   static const std::set<std::string> numa_modes = {"node", "socket", "exclusive", "core-complex"};
-  if (!c.numa_binding.empty() && !numa_modes.count(c.numa_binding))
+  // Given empty, a mode torchrun does not know either (argparse's choices).
+  if ((!c.numa_binding.empty() || given_explicitly(g, "numa-binding")) &&
+      !numa_modes.count(c.numa_binding))
     fail(fmt::format("{}: use node, socket, exclusive or core-complex", g.named("numa-binding")));
 }
 
@@ -384,6 +398,10 @@ void read_signals(const GivenValues& g, LaunchConfig& c) {
         (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) ? c.forward_signals : c.stop_signals;
     if (std::find(list.begin(), list.end(), sig) == list.end()) list.push_back(sig);
   }
+  // No signal handled would leave a stopped trainrun's workers to the watchdog alone.
+  if (c.stop_signals.empty() && c.forward_signals.empty())
+    fail(fmt::format("{}: names no signal; leave it out for the default {}",
+                     g.named("signals-to-handle"), kDefaultSignalsToHandle));
 }
 
 // The entrypoint, its arguments (everything after it), and how it runs.
@@ -677,13 +695,42 @@ std::vector<std::string> LaunchConfig::worker_argv() const {
   return argv;
 }
 
+namespace {
+
+// CLI11 2.1.2 takes "--opt=" for "--opt" and then the next argument as the value, where argparse
+// reads the empty string. No argument of a real command line holds a NUL, so "--opt=" of a
+// trainrun option reaches CLI11 as "--opt=\0", and "\0" is read back as "" (in the entrypoint's
+// arguments too, which CLI11 leaves as they came).
+const std::string kEmptyValue(1, '\0');
+
+std::vector<std::string> mark_empty_values(const std::vector<std::string>& args) {
+  std::set<std::string> empty_forms;
+  for (const auto& spec : option_specs()) {
+    if (spec.is_flag) continue;
+    empty_forms.insert("--" + spec.dashed + "=");
+    empty_forms.insert("--" + spec.underscored() + "=");
+  }
+  std::vector<std::string> out = args;
+  for (std::string& arg : out)
+    if (empty_forms.count(arg)) arg += kEmptyValue;
+  return out;
+}
+
+std::string restore_empty(std::string arg) {
+  if (arg.size() >= 2 && arg.back() == '\0' && arg[arg.size() - 2] == '=') arg.pop_back();
+  return arg;
+}
+
+}  // namespace
+
 ParseOutcome parse_command_line(const std::vector<std::string>& args,
                                 const std::map<std::string, std::string>& env) {
   GivenValues given;
   const std::unique_ptr<CLI::App> app_ptr = make_app(given);
   CLI::App& app = *app_ptr;
 
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  const std::vector<std::string> marked = mark_empty_values(args);
+  std::vector<std::string> reversed(marked.rbegin(), marked.rend());
   try {
     app.parse(reversed);
   } catch (const CLI::CallForHelp&) {
@@ -696,6 +743,8 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
     std::string msg = e.what();
     fail(fmt::format("{} (see trainrun --help)", msg));
   }
+  for (auto& [name, value] : given.values)
+    if (value == kEmptyValue) value.clear();
   apply_environment(env, given);
   std::optional<std::string> slurm_line;
   if (given.options.at("print-completion")->count() == 0) slurm_line = apply_slurm(env, given);
@@ -714,7 +763,9 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   read_signals(given, c);
   read_ignored(given, c);
   read_launcher_output(given, env, c);
-  read_entrypoint(given, app.remaining(), env, c);
+  std::vector<std::string> rest = app.remaining();
+  std::transform(rest.begin(), rest.end(), rest.begin(), restore_empty);
+  read_entrypoint(given, rest, env, c);
 
   if (c.standalone) {
     c.min_nodes = c.max_nodes = 1;

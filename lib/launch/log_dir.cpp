@@ -11,6 +11,7 @@
 
 #include "file_io.hpp"
 #include "trainrun/base/system.hpp"
+#include "trainrun/rendezvous/crypto.hpp"
 
 namespace trainrun::launch {
 
@@ -36,6 +37,27 @@ void make_directories(const std::string& path) {
 
 }  // namespace
 
+std::string run_dir_name(const std::string& run_id) {
+  std::string name;
+  for (const char c : run_id) {
+    const bool kept = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '_' || c == '-';
+    if (kept)
+      name += c;
+    else
+      name += fmt::format("%{:02X}", static_cast<unsigned char>(c));
+  }
+  if (name.size() <= kMaxRunDirName) return name;
+  const std::string hash = rendezvous::to_hex(rendezvous::sha256(run_id)).substr(0, 16);
+  size_t head = kMaxRunDirName - 1 - hash.size();
+  // Not through the middle of a %XX.
+  if (name[head - 1] == '%')
+    head -= 1;
+  else if (name[head - 2] == '%')
+    head -= 2;
+  return name.substr(0, head) + "-" + hash;
+}
+
 LogDir LogDir::create(const std::string& base, const std::string& run_id, bool small_files_only) {
   LogDir d;
   if (base.empty()) {
@@ -58,7 +80,7 @@ LogDir LogDir::create(const std::string& base, const std::string& run_id, bool s
     make_directories(base);
   }
   for (int tries = 0;; ++tries) {
-    d.run_dir_ = d.base_ + "/" + run_id + "_" + random_hex(8);
+    d.run_dir_ = d.base_ + "/" + run_dir_name(run_id) + "_" + random_hex(8);
     if (::mkdir(d.run_dir_.c_str(), 0755) == 0) break;
     if (errno != EEXIST || tries > 10)
       throw SetupError(

@@ -28,9 +28,14 @@ const std::set<std::string> kKnownKeys = {
   throw UsageError(fmt::format("--rdzv-conf {}={}: {}", key, text, rule));
 }
 
+// The shortest duration a key may give: keep-alives more often than this would keep a core busy
+// on the host (clients already never send them more often), and no network answers sooner.
+constexpr double kMinSeconds = 0.01;
+
 Clock::duration conf_seconds(const std::string& key, const std::string& text) {
   const std::optional<double> s = trainrun::parse_number(text);
-  if (!s || *s <= 0 || *s > 1e7) refuse(key, text, "expected a number of seconds > 0");
+  if (!s || *s < kMinSeconds || *s > 1e7)
+    refuse(key, text, fmt::format("expected a number of seconds from {} to 1e7", kMinSeconds));
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*s));
 }
 
@@ -77,7 +82,9 @@ rendezvous::LivenessOptions liveness(const std::map<std::string, std::string>& e
     l.heartbeat_timeout = conf_seconds("heartbeat_timeout", *v);
     // With only the timeout given, keep at least three keep-alives inside it.
     if (!get("keep_alive_interval")) {
-      l.keep_alive_interval = std::min(l.keep_alive_interval, l.heartbeat_timeout / 3);
+      l.keep_alive_interval = std::max<Clock::duration>(
+          std::min(l.keep_alive_interval, l.heartbeat_timeout / 3),
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kMinSeconds)));
     }
   } else if (const auto* n = get("keep_alive_max_attempt")) {
     const int attempts = conf_integer("keep_alive_max_attempt", *n, 1, 1000);

@@ -27,7 +27,7 @@ struct RendezvousConf {
 
 // The one set of rules for --rdzv-conf KEY=VALUE entries, applied when the command line is
 // parsed. Keys: join_timeout, last_call_timeout, heartbeat_timeout, keep_alive_interval (seconds
-// > 0), keep_alive_max_attempt (heartbeat_timeout as a count of keep-alives), is_host (1 or 0),
+// from 0.01 to 1e7), keep_alive_max_attempt (heartbeat_timeout as a count of keep-alives), is_host (1 or 0),
 // token_file, token_file_mode (private or any; only with token_file), rdzv_port (1..65535), and,
 // accepted for torchrun compatibility and unused, close_timeout, timeout (seconds >= 0) and
 // read_timeout. Other keys are refused, so that a typo does not pass silently. Throws UsageError

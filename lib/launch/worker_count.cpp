@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fmt/format.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,10 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include "trainrun/base/numbers.hpp"
+#include "trainrun/rendezvous/messages.hpp"
 
 namespace trainrun::launch {
 
@@ -69,7 +74,47 @@ int count_usable_cpus() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
+// A /proc/sys number; 0 (no bound known) when it cannot be read.
+long long read_sysctl(const char* path) {
+  std::ifstream file(path);
+  std::string text;
+  if (!(file >> text)) return 0;
+  const std::optional<long long> n = parse_integer(text);
+  return n && *n > 0 ? *n : 0;
+}
+
 }  // namespace
+
+ProcessLimits read_process_limits() {
+  ProcessLimits limits;
+  rlimit nproc{};
+  if (::getrlimit(RLIMIT_NPROC, &nproc) == 0 && nproc.rlim_cur != RLIM_INFINITY)
+    limits.rlimit_nproc = static_cast<long long>(nproc.rlim_cur);
+  limits.pid_max = read_sysctl("/proc/sys/kernel/pid_max");
+  limits.threads_max = read_sysctl("/proc/sys/kernel/threads-max");
+  return limits;
+}
+
+void check_worker_bound(int workers, const ProcessLimits& limits, const std::string& what) {
+  long long bound = rendezvous::kMaxNproc;
+  std::vector<std::string> named = {fmt::format("the rendezvous protocol's {}", bound)};
+  auto consider = [&](long long limit, const char* name) {
+    if (limit <= 0) return;
+    bound = std::min(bound, limit);
+    named.push_back(fmt::format("{} {}", name, limit));
+  };
+  consider(limits.pid_max, "kernel.pid_max");
+  consider(limits.threads_max, "kernel.threads-max");
+  consider(limits.rlimit_nproc, "RLIMIT_NPROC");
+  if (workers <= bound) return;
+  std::string list;
+  for (size_t i = 0; i < named.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == named.size() ? " and " : ", ") + named[i];
+  throw UsageError(fmt::format(
+      "{}: more workers than one node can run: at most {} (each worker is a process; the "
+      "smallest of {})",
+      what, bound, list));
+}
 
 int count_intel_xpus(const std::string& drm_dir, const std::optional<std::string>& affinity_mask) {
   int devices = 0;

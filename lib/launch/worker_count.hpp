@@ -15,6 +15,21 @@ namespace trainrun::launch {
 // Intel ones, else the CPUs.
 int resolve_worker_count(const WorkerCount& count);
 
+// What bounds the processes this machine lets one user start; 0 where there is no bound.
+struct ProcessLimits {
+  long long rlimit_nproc = 0;  // RLIMIT_NPROC, this user's processes and threads (soft limit)
+  long long pid_max = 0;       // kernel.pid_max: the process ids there are
+  long long threads_max = 0;   // kernel.threads-max: the threads the kernel will make
+};
+
+// This machine's limits, read now (getrlimit, /proc/sys/kernel).
+ProcessLimits read_process_limits();
+
+// Each worker is at least one process, so a node runs at most the smallest of the rendezvous
+// protocol's kMaxNproc and `limits`. Throws UsageError naming `what`, the bound and why when
+// `workers` exceed it, the same on one node as on many.
+void check_worker_bound(int workers, const ProcessLimits& limits, const std::string& what);
+
 // The Intel GPUs under `drm_dir` (/sys/class/drm): render nodes whose PCI vendor is 0x8086, as
 // Level Zero would list them to torch.xpu, narrowed by ZE_AFFINITY_MASK when one is given.
 int count_intel_xpus(const std::string& drm_dir, const std::optional<std::string>& affinity_mask);

@@ -26,6 +26,7 @@ BAD = [
     (["-m", "--no-python", "x"], "--no-python"),
     ([], "no entrypoint"),
     (["--bogus-option", "x"], "--bogus-option"),
+    (["--rdzv-id=", "--max-restarts=3", "x"], "--rdzv-id=: must not be empty"),
 ]
 
 
@@ -132,3 +133,15 @@ def test_arguments_after_entrypoint_are_untouched(tmp_path):
     assert "[out0.log]" in out and "[out1.log]" in out
     assert "[0]" in out and "[1]" in out
     assert out.count("[$x]") == 2
+
+
+def test_more_workers_than_the_machine_can_hold_are_refused_before_anything_starts(worker,
+                                                                                  tmp_path):
+    r = run(["--no-python", worker, "env", str(tmp_path / "env")],
+            env={"PET_NPROC_PER_NODE": "1000000", "TMPDIR": str(tmp_path)})
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("trainrun: PET_NPROC_PER_NODE=1000000: more workers than one node "
+                               "can run: at most ")
+    assert os.listdir(tmp_path) == []

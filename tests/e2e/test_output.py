@@ -144,6 +144,18 @@ def test_unwritable_log_dir_is_a_clear_error(worker, tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("run_id", ["../x", "team/job7", "j" * 255],
+                         ids=["parent", "slash", "255-bytes"])
+def test_any_run_id_keeps_the_log_tree_inside_the_log_dir(worker, tmp_path, run_id):
+    logs = tmp_path / "logs"
+    r = run(["--redirects=3", f"--rdzv-id={run_id}", f"--log-dir={logs}", worker, "env",
+             str(tmp_path / "env")])
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["env.0", "logs"]
+    assert f"TORCHELASTIC_RUN_ID={run_id}\n" in (tmp_path / "env.0").read_text()
+    assert sorted(os.listdir(rank_dirs(logs) / "attempt_0" / "0")) == ["stderr.log", "stdout.log"]
+
+
 def test_temporary_log_dir_is_removed_when_empty(worker, tmp_path):
     r = run(["--nproc-per-node=2", worker, "exit", "0"], env={"TMPDIR": str(tmp_path)})
     assert r.returncode == 0

@@ -184,3 +184,72 @@ TEST_CASE("local rank expansion") {
   CHECK(expand_local_rank("$local_rank.log $local_rank-x ${local_rank}X", 2) == "2.log 2-x 2X");
   CHECK(expand_local_rank("${local_rankX} $LOCAL_RANK", 2) == "${local_rankX} $LOCAL_RANK");
 }
+
+TEST_CASE("a run id longer than the rendezvous protocol allows is refused on one node too") {
+  CHECK(parse({"--rdzv-id=" + std::string(255, 'r'), "x"}).rdzv_id == std::string(255, 'r'));
+  CHECK(parse({"--rdzv-id=team/job7", "x"}).rdzv_id == "team/job7");
+  CHECK_THROWS_WITH(parse({"--rdzv-id=" + std::string(256, 'r'), "x"}),
+                    Catch::Contains("256 bytes; a run id has at most 255"));
+}
+
+TEST_CASE("--option= is the empty string, not a request for the next argument") {
+  CHECK_THROWS_WITH(parse({"--rdzv-id=", "--max-restarts=3", "x"}),
+                    Catch::Equals("--rdzv-id=: must not be empty"));
+  auto c = parse({"--log-dir=", "--tee", "3", "train.py", "--log_dir="});
+  CHECK(c.log_dir.empty());
+  CHECK(c.tee.all_ranks == Std::all);
+  CHECK(c.entrypoint == "train.py");
+  CHECK(c.entry_args == std::vector<std::string>{"--log_dir="});
+  c = parse({"--summary_file=", "-v", "x"});
+  CHECK(c.summary_file.empty());
+  CHECK(c.verbosity == Verbosity::verbose);
+  CHECK(c.entrypoint == "x");
+}
+
+TEST_CASE("an empty value is refused where torchrun refuses it, else it is the default") {
+  for (const char* name :
+       {"nnodes", "nproc-per-node", "node-rank", "master-addr", "master-port", "rdzv-backend",
+        "rdzv-id", "max-restarts", "monitor-interval", "shutdown-timeout", "signals-to-handle",
+        "role", "start-method", "event-log-handler", "redirects", "tee", "numa-binding",
+        "print-completion"}) {
+    const std::string given = std::string("--") + name + "=";
+    INFO(given);
+    CHECK_THROWS_WITH(parse({given, "x"}), Catch::StartsWith(given + ":"));
+  }
+  const LaunchConfig defaults = parse({"x"});
+  for (const char* name :
+       {"rdzv-endpoint", "rdzv-conf", "local-addr", "log-dir", "local-ranks-filter",
+        "log-line-prefix-template", "duplicate-stdout-filters", "duplicate-stderr-filters",
+        "logs-specs", "summary-file"}) {
+    const std::string given = std::string("--") + name + "=";
+    INFO(given);
+    const ParseOutcome out = trainrun::test::outcome({given, "x"});
+    CHECK(out.warnings.empty());
+    const LaunchConfig& c = out.config;
+    CHECK(c.entrypoint == "x");
+    CHECK(c.rdzv_endpoint == defaults.rdzv_endpoint);
+    CHECK(c.rdzv_conf == defaults.rdzv_conf);
+    CHECK(c.local_addr == defaults.local_addr);
+    CHECK(c.log_dir == defaults.log_dir);
+    CHECK(c.local_ranks_filter == defaults.local_ranks_filter);
+    CHECK(c.log_line_prefix_template == defaults.log_line_prefix_template);
+    CHECK(c.duplicate_stdout_filters == defaults.duplicate_stdout_filters);
+    CHECK(c.duplicate_stderr_filters == defaults.duplicate_stderr_filters);
+    CHECK(c.summary_file == defaults.summary_file);
+  }
+  // PET_<NAME>= is the same as --name=.
+  CHECK_THROWS_WITH(parse({"x"}, {{"PET_SIGNALS_TO_HANDLE", ""}}),
+                    Catch::StartsWith("PET_SIGNALS_TO_HANDLE=: names no signal"));
+  CHECK(parse({"x"}, {{"PET_LOG_DIR", ""}}).log_dir.empty());
+}
+
+TEST_CASE("a worker count above what a node can run is refused on one node as on many") {
+  for (const std::string nnodes : {"1", "2"}) {
+    INFO(nnodes);
+    CHECK_THROWS_WITH(
+        parse({"--nnodes=" + nnodes, "--rdzv-backend=c10d", "--rdzv-endpoint=h:29400", "x"},
+              {{"PET_NPROC_PER_NODE", "1000000"}}),
+        Catch::StartsWith("PET_NPROC_PER_NODE=1000000: more workers than one node can run"));
+  }
+  CHECK_THROWS_WITH(parse({"--nproc-per-node=65537", "x"}), Catch::Contains("at most"));
+}

@@ -167,7 +167,17 @@ TEST_CASE("--rdzv-conf is checked by one set of rules", "[rendezvous]") {
     CHECK_THROWS_WITH(check_rdzv_conf(entries), Catch::Contains(what));
   };
   refused({{"join_timout", "5"}}, "--rdzv-conf join_timout=5: unknown key (known: ");
-  refused({{"join_timeout", "0"}}, "join_timeout=0: expected a number of seconds > 0");
+  refused({{"join_timeout", "0"}}, "join_timeout=0: expected a number of seconds from 0.01 to 1e7");
+  // Below the floor a keep-alive would spin; a deadline no network can meet.
+  refused({{"keep_alive_interval", "1e-9"}},
+          "keep_alive_interval=1e-9: expected a number of "
+          "seconds from 0.01 to 1e7");
+  for (const char* key : {"heartbeat_timeout", "join_timeout", "last_call_timeout"})
+    refused({{key, "0.009"}}, std::string(key) + "=0.009: expected a number of seconds from 0.01");
+  CHECK(check_rdzv_conf({{"keep_alive_interval", "0.01"}}).liveness.keep_alive_interval ==
+        std::chrono::milliseconds(10));
+  CHECK(check_rdzv_conf({{"heartbeat_timeout", "0.02"}}).liveness.keep_alive_interval ==
+        std::chrono::milliseconds(10));
   refused({{"last_call_timeout", "soon"}}, "last_call_timeout=soon");
   refused({{"is_host", "yes"}}, "is_host=yes: expected 1 or 0");
   refused({{"is_host", ""}}, "is_host=: expected 1 or 0");

@@ -212,3 +212,12 @@ TEST_CASE("outside a step nothing changes", "[slurm]") {
   CHECK(out.config.master_addr == "127.0.0.1");
   CHECK(out.config.node_rank == 0);
 }
+
+TEST_CASE("a step that asks for more workers than a node can run is refused", "[slurm]") {
+  for (const auto& [name, value] :
+       Env{{"SLURM_GPUS_ON_NODE", "1000000"}, {"SLURM_CPUS_PER_TASK", "100000"}}) {
+    CHECK_THROWS_WITH(
+        outcome({"train.py"}, with(step_env(), {{name, value}})),
+        Catch::StartsWith(name + "=" + value + ": more workers than one node can run: at most"));
+  }
+}

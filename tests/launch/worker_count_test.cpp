@@ -57,3 +57,24 @@ TEST_CASE("xpu without an Intel GPU is a usage error naming how it was asked") {
   else
     CHECK(resolve_worker_count(xpu) >= 1);
 }
+
+TEST_CASE("a node runs at most the smallest of the protocol's and the machine's process limits") {
+  const ProcessLimits none;
+  CHECK_NOTHROW(check_worker_bound(65536, none, "--nproc-per-node=65536"));
+  CHECK_THROWS_WITH(check_worker_bound(65537, none, "--nproc-per-node=65537"),
+                    Catch::Equals("--nproc-per-node=65537: more workers than one node can run: at "
+                                  "most 65536 (each worker is a process; the smallest of the "
+                                  "rendezvous protocol's 65536)"));
+  ProcessLimits small;
+  small.pid_max = 32768;
+  small.threads_max = 192726;
+  small.rlimit_nproc = 4096;
+  CHECK_NOTHROW(check_worker_bound(4096, small, "x"));
+  CHECK_THROWS_WITH(check_worker_bound(4097, small, "SLURM_CPUS_PER_TASK=4097"),
+                    Catch::StartsWith("SLURM_CPUS_PER_TASK=4097: more workers than one node can "
+                                      "run: at most 4096") &&
+                        Catch::EndsWith("kernel.pid_max 32768, kernel.threads-max 192726 and "
+                                        "RLIMIT_NPROC 4096)"));
+  // This machine's limits are whatever they are, but never a bound of zero.
+  CHECK_NOTHROW(check_worker_bound(1, read_process_limits(), "x"));
+}

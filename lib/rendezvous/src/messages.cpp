@@ -13,7 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::size_t kMaxNameLength = 255;
 constexpr std::size_t kMaxTextLength = 64 * 1024;
 constexpr int kMaxNesting = 16;
 constexpr std::int64_t kMaxRound = std::int64_t{1} << 53;
@@ -120,7 +119,6 @@ Clock::duration get_duration(const json& j, const char* key) {
   return std::chrono::round<std::chrono::microseconds>(exact);
 }
 
-
 bool get_bool(const json& j, const char* key) {
   const json& v = field(j, key);
   if (!v.is_boolean()) throw ProtocolError(fmt::format("field \"{}\" must be true or false", key));
@@ -150,7 +148,7 @@ NodeDescriptor node_from_json(const json& j) {
   n.host = get_string(j, "host", kMaxNameLength);
   n.addr = get_string(j, "addr", kMaxNameLength);
   n.pid = get_int(j, "pid", 0, std::numeric_limits<std::int32_t>::max());
-  n.nproc = get_small(j, "nproc", 1, 1 << 16);
+  n.nproc = get_small(j, "nproc", 1, kMaxNproc);
   n.node_rank = get_small(j, "node_rank", -1, 1 << 20);
   n.master_port = get_small(j, "master_port", 0, 65535);
   return n;

@@ -24,6 +24,11 @@ class ProtocolError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The longest host name, address or run id a message carries; the most workers a node may run.
+// The launcher refuses more when it parses its command line, so that no node learns it later.
+inline constexpr std::size_t kMaxNameLength = 255;
+inline constexpr int kMaxNproc = 1 << 16;
+
 // What an agent says about itself when it joins a round.
 struct NodeDescriptor {
   std::string host;      // host name, for messages
