@@ -293,6 +293,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
                                           endpoint(), prefix_, e.what()),
                               1, std::nullopt});
            }
+           if (!generation_) generation_ = round_.generation_to_join(s.state);
            then(s);
          },
          [this, then] { read(then); });
@@ -369,26 +370,19 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (changing_ || changes_.empty() || finished_ || !lease_) return;
     changing_ = true;
     read([this](const Snapshot& snap) {
-      EtcdRoundState s = snap.state.value_or(EtcdRoundState{});
-      if (snap.state && s.phase == EtcdRoundState::Phase::ended && fresh_run(snap)) {
-        s = EtcdRoundState{};  // an earlier job of this run id ended and nobody is left
-      }
+      std::optional<EtcdRoundState> mine = round_.state_of(snap.state, *generation_);
+      if (!mine) return fail(round_.superseded());
+      EtcdRoundState& s = *mine;
       const double now = unix_time();
       bool changed = round_.prune(s, snap.live, now);
       changed = changes_.front().change(s, now) || changed;
       if (!changed) {
         finish_change(snap.revision);
-        if (snap.state) react(s, snap.state_mod_revision);
+        if (snap.state) react(*snap.state, snap.state_mod_revision);
         return;
       }
       compare_and_set(snap, s);
     });
-  }
-
-  // Whether the stored state is a finished job nobody of which is left (only this node's key).
-  bool fresh_run(const Snapshot& snap) const {
-    return std::all_of(snap.live.begin(), snap.live.end(),
-                       [&](const std::string& id) { return id == node_id_; });
   }
 
   // The transaction that writes `s` if the state is still at the revision `snap` read.
@@ -434,10 +428,17 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   // ---- what the state means for this node ----
 
   void react(const EtcdRoundState& s, std::int64_t revision) {
-    if (finished_ || revision <= seen_revision_) return;
+    // An earlier job, over: this node's job begins with its join.
+    if (finished_ || revision <= seen_revision_ || s.generation < *generation_) return;
     seen_revision_ = revision;
+    if (s.generation > *generation_) return fail(round_.superseded());
     if (s.stop) return fail(*s.stop);
     const EtcdMember* me = s.participant(node_id_);
+    if (answering_ && *answering_ != s.round && !assigned_) {
+      // The round this node answered never started (a member never answered, or one came).
+      answering_.reset();
+      if (s.restart) log(s.restart->reason);
+    }
     if (assigned_ && (s.round != *assigned_ || !me)) {
       assigned_.reset();
       joined_ = false;
@@ -452,7 +453,15 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       return fail(round_.dropped(s));
     }
     if (joined_ && !assigned_ && me && s.phase == EtcdRoundState::Phase::running) {
-      assign(s);
+      if (s.started()) {
+        assign(s);
+      } else if (!answering_) {
+        answering_ = s.round;
+        const std::uint64_t round = s.round;
+        enqueue([this, round](EtcdRoundState& st, double) {
+          return round_.answer(st, node_id_, round);
+        });
+      }
     } else if (joined_ && !assigned_ && s.waiter(node_id_)) {
       report_waiting(s);
     }
@@ -470,6 +479,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     a.restart_count = s.restart_count;
     a.max_restarts = options_.round.max_restarts;
     assigned_ = s.round;
+    answering_.reset();
     if (events_.on_assignment) events_.on_assignment(a);
   }
 
@@ -507,7 +517,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (!r.ok()) return true;  // etcd is not there: the lease will expire on its own
     try {
       Snapshot snap = snapshot(json::parse(r.body));
-      if (!snap.state) return true;
+      if (!snap.state || !generation_ || snap.state->generation != *generation_) return true;
       EtcdRoundState s = *snap.state;
       if (!round_.lost(s, node_id_, why, unix_time())) return true;
       EtcdReply t = client_->post_now("/v3/kv/txn", compare_and_set_body(snap, s).dump(), 1s);
@@ -532,7 +542,9 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   bool joined_ = false;
   std::optional<NodeDescriptor> pending_join_;
   std::int64_t join_landed_rev_ = 0;
+  std::optional<std::uint64_t> generation_;  // this node's job, known from the first read
   std::optional<std::uint64_t> assigned_;
+  std::optional<std::uint64_t> answering_;  // the round this node answered, not started yet
   std::int64_t seen_revision_ = 0;
   std::int64_t watch_from_ = 0;
   struct Pending {
