@@ -35,8 +35,9 @@ EtcdRoundState stored(const EtcdRoundState& s) { return decode_state(encode_stat
 
 // Every participant takes its place, as each agent does once it sees the round formed.
 void answer_all(const EtcdRound& round, EtcdRoundState& s) {
-  for (const auto& m : std::vector<EtcdMember>(s.participants)) round.answer(s, m.id, s.round);
-  REQUIRE(s.started());
+  std::map<std::string, std::uint64_t> answers;
+  for (const auto& m : s.participants) answers[m.id] = s.round;
+  REQUIRE(round.start(s, answers));
 }
 
 }  // namespace
@@ -52,12 +53,12 @@ TEST_CASE("etcd round: a fixed-size job forms when every node has joined", "[etc
   REQUIRE(s.phase == Phase::running);
   CHECK(s.participants.size() == 2);
   CHECK(s.participant("b")->node.nproc == 3);
-  CHECK_FALSE(s.started());  // no worker starts before every member has answered
-  CHECK(round.answer(s, "a", 0));
-  CHECK_FALSE(round.answer(s, "a", 0));
-  CHECK_FALSE(s.started());
-  CHECK(round.answer(s, "b", 0));
-  CHECK(stored(s).started());
+  CHECK_FALSE(s.started);  // no worker starts before every member has answered
+  CHECK_FALSE(round.start(s, {{"a", 0}}));
+  CHECK_FALSE(round.start(s, {{"a", 0}, {"b", 7}}));  // b's answer is for another round
+  CHECK(round.start(s, {{"a", 0}, {"b", 0}}));
+  CHECK(stored(s).started);
+  CHECK_FALSE(round.start(s, {{"a", 0}, {"b", 0}}));
   CHECK_FALSE(round.join(s, "a", node("a", 2), 102));  // a participant's repeated join: nothing
   CHECK(round.done(s, "a", 0));
   CHECK(round.done(s, "b", 0));
@@ -139,8 +140,8 @@ TEST_CASE("etcd round: a member lost before every member answered is left out, n
   round.join(s, "a", node("a"), 101);
   round.join(s, "b", node("b"), 101);  // the job is full: b waits
   REQUIRE(s.phase == Phase::running);
-  CHECK(round.answer(s, "a", 0));
-  CHECK(round.prune(s, {"a", "b"}, 103));  // x's lease expired; it never answered
+  CHECK_FALSE(round.start(s, {{"a", 0}}));  // x never answers
+  CHECK(round.prune(s, {"a", "b"}, 103));   // x's lease expired
   s = stored(s);
   REQUIRE(s.phase == Phase::running);  // formed again at once, with the one waiting
   CHECK(s.round == 1);
@@ -150,8 +151,8 @@ TEST_CASE("etcd round: a member lost before every member answered is left out, n
   CHECK(s.participant("a"));
   CHECK(s.participant("b"));
   CHECK_THAT(s.restart->reason, Catch::Contains("never answered"));
-  CHECK_FALSE(round.answer(s, "a", 0));  // an answer for the round that never started
-  CHECK_FALSE(s.started());
+  CHECK_FALSE(round.start(s, {{"a", 0}, {"b", 0}}));  // answers for the round that never started
+  CHECK_FALSE(s.started);
   answer_all(round, s);
   CHECK(round.done(s, "a", 1));
   CHECK(round.done(s, "b", 1));
@@ -210,11 +211,11 @@ TEST_CASE("etcd round: a state from before generations and answers reads as star
   EtcdRound round(options(1, 1, 0), "etcd:2379", 15);
   EtcdRoundState s;
   round.join(s, "a", node("a"), 100);
-  round.answer(s, "a", 0);
+  answer_all(round, s);
   auto j = nlohmann::json::parse(encode_state(s));
   j.erase("generation");
-  j.erase("answered");
+  j.erase("started");
   const EtcdRoundState old = decode_state(j.dump());
   CHECK(old.generation == 0);
-  CHECK(old.started());
+  CHECK(old.started);
 }

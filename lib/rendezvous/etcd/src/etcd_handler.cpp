@@ -38,6 +38,7 @@ struct Snapshot {
   std::int64_t state_mod_revision = 0;  // 0: no state yet
   std::int64_t revision = 0;            // the store's revision when read
   std::set<std::string> live;
+  std::map<std::string, std::uint64_t> answers;  // node id: the round its answer key names
 };
 
 // One mutation of the round state: returns whether it changed anything.
@@ -122,6 +123,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   }
   std::string state_key() const { return prefix_ + "state"; }
   std::string nodes_prefix() const { return prefix_ + "nodes/"; }
+  std::string answers_prefix() const { return prefix_ + "answers/"; }
   // The end of the key range [prefix, prefix_end): the prefix with its last byte incremented.
   static std::string range_end(std::string prefix) {
     prefix.back() = static_cast<char>(prefix.back() + 1);
@@ -275,9 +277,18 @@ class EtcdRendezvousHandler : public RendezvousHandler {
         s.state_mod_revision = int_field(kv, "mod_revision");
       } else if (key.rfind(nodes_prefix(), 0) == 0) {
         s.live.insert(key.substr(nodes_prefix().size()));
+      } else if (key.rfind(answers_prefix(), 0) == 0) {
+        if (auto round = answered_round(kv))
+          s.answers[key.substr(answers_prefix().size())] = *round;
       }
     }
     return s;
+  }
+
+  static std::optional<std::uint64_t> answered_round(const json& kv) {
+    const std::optional<long long> n = parse_integer(base64_decode(kv.value("value", "")));
+    if (!n || *n < 0) return std::nullopt;
+    return static_cast<std::uint64_t>(*n);
   }
 
   void read(std::function<void(const Snapshot&)> then) {
@@ -294,6 +305,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
                               1, std::nullopt});
            }
            if (!generation_) generation_ = round_.generation_to_join(s.state);
+           answers_ = s.answers;
            then(s);
          },
          [this, then] { read(then); });
@@ -302,7 +314,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   void read_and_watch() {
     read([this](const Snapshot& s) {
       if (s.state) react(*s.state, s.state_mod_revision);
-      if (s.state && !s.live.empty()) enqueue_prune();
+      if (s.state && !s.live.empty()) enqueue_refresh();
       watch(s.revision + 1);
     });
   }
@@ -340,10 +352,18 @@ class EtcdRendezvousHandler : public RendezvousHandler {
         }
       } else if (deleted && key.rfind(nodes_prefix(), 0) == 0) {
         node_gone = true;
+      } else if (key.rfind(answers_prefix(), 0) == 0) {
+        const std::string id = key.substr(answers_prefix().size());
+        const std::optional<std::uint64_t> round = deleted ? std::nullopt : answered_round(kv);
+        if (round)
+          answers_[id] = *round;
+        else
+          answers_.erase(id);
+        maybe_start();
       }
       if (finished_) return;
     }
-    if (node_gone) enqueue_prune();
+    if (node_gone) enqueue_refresh();
   }
 
   // ---- changing the state: read, apply, compare-and-set; again if another agent was first ----
@@ -353,8 +373,31 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     run_next_change();
   }
 
-  void enqueue_prune() {
-    enqueue([](EtcdRoundState&, double) { return false; });  // every change prunes first
+  void enqueue_refresh() {
+    // Every change first drops the lost and starts an answered round.
+    enqueue([](EtcdRoundState&, double) { return false; });
+  }
+
+  // Every participant's answer is in: one change starts the round (the first agent's write
+  // wins; the others find it started). Once per round from this node.
+  void maybe_start() {
+    const EtcdRoundState* s = last_state_ ? &*last_state_ : nullptr;
+    if (!s || s->phase != EtcdRoundState::Phase::running || s->started) return;
+    if (start_requested_ == s->round) return;
+    EtcdRoundState probe = *s;
+    if (!round_.start(probe, answers_)) return;
+    start_requested_ = s->round;
+    enqueue_refresh();
+  }
+
+  // This node takes its place in the round: a key of its own, on its lease, naming the round
+  // (not the shared state: every member answers at once, and separate puts do not collide).
+  void put_answer(std::uint64_t round) {
+    json body = {{"key", base64_encode(answers_prefix() + node_id_)},
+                 {"value", base64_encode(std::to_string(round))},
+                 {"lease", std::to_string(*lease_)}};
+    call(
+        "/v3/kv/put", body, [](const json&) {}, [this, round] { put_answer(round); });
   }
 
   void submit_join() {
@@ -375,6 +418,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       EtcdRoundState& s = *mine;
       const double now = unix_time();
       bool changed = round_.prune(s, snap.live, now);
+      changed = round_.start(s, snap.answers) || changed;
       changed = changes_.front().change(s, now) || changed;
       if (!changed) {
         finish_change(snap.revision);
@@ -433,6 +477,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     seen_revision_ = revision;
     if (s.generation > *generation_) return fail(round_.superseded());
     if (s.stop) return fail(*s.stop);
+    last_state_ = s;
     const EtcdMember* me = s.participant(node_id_);
     if (answering_ && *answering_ != s.round && !assigned_) {
       // The round this node answered never started (a member never answered, or one came).
@@ -453,18 +498,16 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       return fail(round_.dropped(s));
     }
     if (joined_ && !assigned_ && me && s.phase == EtcdRoundState::Phase::running) {
-      if (s.started()) {
+      if (s.started) {
         assign(s);
       } else if (!answering_) {
         answering_ = s.round;
-        const std::uint64_t round = s.round;
-        enqueue([this, round](EtcdRoundState& st, double) {
-          return round_.answer(st, node_id_, round);
-        });
+        put_answer(s.round);
       }
     } else if (joined_ && !assigned_ && s.waiter(node_id_)) {
       report_waiting(s);
     }
+    maybe_start();
     arm_tick(s);
   }
 
@@ -545,6 +588,9 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   std::optional<std::uint64_t> generation_;  // this node's job, known from the first read
   std::optional<std::uint64_t> assigned_;
   std::optional<std::uint64_t> answering_;  // the round this node answered, not started yet
+  std::optional<EtcdRoundState> last_state_;      // this job's state as last seen
+  std::map<std::string, std::uint64_t> answers_;  // as last read, then watched
+  std::optional<std::uint64_t> start_requested_;
   std::int64_t seen_revision_ = 0;
   std::int64_t watch_from_ = 0;
   struct Pending {

@@ -66,12 +66,6 @@ const EtcdMember* EtcdRoundState::participant(const std::string& id) const {
 }
 const EtcdMember* EtcdRoundState::waiter(const std::string& id) const { return find(waiting, id); }
 
-bool EtcdRoundState::started() const {
-  return phase == Phase::running &&
-         std::all_of(participants.begin(), participants.end(),
-                     [&](const EtcdMember& m) { return answered.count(m.id) > 0; });
-}
-
 std::string encode_state(const EtcdRoundState& s) {
   static const char* phases[] = {"forming", "running", "ended"};
   json j = {{"generation", s.generation},
@@ -80,7 +74,7 @@ std::string encode_state(const EtcdRoundState& s) {
             {"restart_count", s.restart_count},
             {"waiting", json::array()},
             {"participants", json::array()},
-            {"answered", s.answered},
+            {"started", s.started},
             {"done", s.done},
             {"expected", s.expected},
             {"forming_since", s.forming_since ? json(*s.forming_since) : json(nullptr)},
@@ -106,12 +100,8 @@ EtcdRoundState decode_state(const std::string& text) {
     s.restart_count = j.at("restart_count").get<int>();
     for (const auto& m : j.at("waiting")) s.waiting.push_back(member_from(m));
     for (const auto& m : j.at("participants")) s.participants.push_back(member_from(m));
-    // A state written before members answered: its round had started.
-    if (j.contains("answered")) {
-      s.answered = j.at("answered").get<std::set<std::string>>();
-    } else {
-      for (const auto& m : s.participants) s.answered.insert(m.id);
-    }
+    // A state written before members answered: a running round had started.
+    s.started = j.value("started", s.phase == Phase::running);
     s.done = j.at("done").get<std::set<std::string>>();
     s.expected = j.at("expected").get<std::set<std::string>>();
     s.forming_since = optional_time(j, "forming_since");
@@ -154,7 +144,7 @@ bool EtcdRound::join(EtcdRoundState& s, const std::string& id, const NodeDescrip
   }
   const bool can_grow =
       static_cast<int>(s.participants.size()) < options_.max_nodes && s.done.empty();
-  if (can_grow && !s.started()) {
+  if (can_grow && !s.started) {
     // Nobody runs workers yet: take the newcomer in without a restart.
     form_again(s, now,
                Restart{RestartCause::scale_up,
@@ -172,9 +162,15 @@ bool EtcdRound::join(EtcdRoundState& s, const std::string& id, const NodeDescrip
   return true;
 }
 
-bool EtcdRound::answer(EtcdRoundState& s, const std::string& id, std::uint64_t round) const {
-  if (s.phase != Phase::running || round != s.round || !s.participant(id)) return false;
-  return s.answered.insert(id).second;
+bool EtcdRound::start(EtcdRoundState& s,
+                      const std::map<std::string, std::uint64_t>& answers) const {
+  if (s.phase != Phase::running || s.started) return false;
+  for (const auto& m : s.participants) {
+    auto it = answers.find(m.id);
+    if (it == answers.end() || it->second != s.round) return false;
+  }
+  s.started = true;
+  return true;
 }
 
 bool EtcdRound::failure(EtcdRoundState& s, const std::string& id, const Failure& report,
@@ -224,7 +220,7 @@ bool EtcdRound::lost(EtcdRoundState& s, const std::string& id, const std::string
     }
     return true;
   }
-  if (!s.started()) {
+  if (!s.started) {
     const std::string reason = fmt::format(
         "node {} lost before round {} started: it never answered ({}); forming the "
         "round again without it",
@@ -279,7 +275,7 @@ void EtcdRound::begin_forming(EtcdRoundState& s, double now, Restart restart) co
   for (const auto& m : s.participants) s.expected.insert(m.id);
   for (const auto& m : s.waiting) s.expected.insert(m.id);
   s.participants.clear();  // they join the next round afresh
-  s.answered.clear();
+  s.started = false;
   s.done.clear();
   s.phase = Phase::forming;
   ++s.round;
@@ -294,7 +290,7 @@ void EtcdRound::begin_forming(EtcdRoundState& s, double now, Restart restart) co
 void EtcdRound::form_again(EtcdRoundState& s, double now, Restart why) const {
   s.waiting.insert(s.waiting.begin(), s.participants.begin(), s.participants.end());
   s.participants.clear();
-  s.answered.clear();
+  s.started = false;
   s.done.clear();
   s.expected.clear();
   for (const auto& m : s.waiting) s.expected.insert(m.id);
@@ -327,7 +323,7 @@ void EtcdRound::maybe_complete(EtcdRoundState& s, double now) const {
   s.participants.assign(s.waiting.begin(), s.waiting.begin() + static_cast<long>(take));
   s.waiting.erase(s.waiting.begin(), s.waiting.begin() + static_cast<long>(take));
   s.phase = Phase::running;
-  s.answered.clear();
+  s.started = false;
   s.done.clear();
   s.expected.clear();
   s.forming_since.reset();
@@ -339,7 +335,7 @@ void EtcdRound::end_job(EtcdRoundState& s, Stop stop) const {
   s.stop = std::move(stop);
   s.waiting.clear();
   s.participants.clear();
-  s.answered.clear();
+  s.started = false;
   s.expected.clear();
   s.done.clear();
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -33,18 +34,18 @@ struct EtcdRoundState {
   int restart_count = 0;
   std::vector<EtcdMember> waiting;       // joined, in join order, not in the running round
   std::vector<EtcdMember> participants;  // the running round's members
-  std::set<std::string> answered;        // participants that took their place in the running round
   std::set<std::string> done;
   std::set<std::string> expected;  // forming after a restart: the survivors
   std::optional<double> forming_since;
   std::optional<double> min_reached_at;
   std::optional<Restart> restart;  // why the current round began, when a round ended before it
   std::optional<Stop> stop;        // the job's end
+  // Running, and every participant has answered (its key under answers/ names this round):
+  // only then do the workers start.
+  bool started = false;
 
   const EtcdMember* participant(const std::string& id) const;
   const EtcdMember* waiter(const std::string& id) const;
-  // Running, and every participant has answered: only then do the workers start.
-  bool started() const;
 };
 
 std::string encode_state(const EtcdRoundState& state);
@@ -69,8 +70,9 @@ class EtcdRound {
                                          std::uint64_t g) const;
 
   bool join(EtcdRoundState& s, const std::string& id, const NodeDescriptor& node, double now) const;
-  // A participant takes its place in the running round (it has seen its assignment).
-  bool answer(EtcdRoundState& s, const std::string& id, std::uint64_t round) const;
+  // The round starts once every participant has answered it. `answers`: node id to the round
+  // that node's answer key names.
+  bool start(EtcdRoundState& s, const std::map<std::string, std::uint64_t>& answers) const;
   bool failure(EtcdRoundState& s, const std::string& id, const Failure& report, double now) const;
   bool done(EtcdRoundState& s, const std::string& id, std::uint64_t round) const;
   // A member lost before the round started never ran: the round forms again without it, with no
