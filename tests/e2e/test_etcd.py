@@ -89,6 +89,38 @@ def test_two_agents_with_different_nproc_form_one_job(etcd, agents, worker, tmp_
     assert {e["TORCHELASTIC_RESTART_COUNT"] for e in envs.values()} == {"0"}
 
 
+def test_the_same_run_id_runs_again_after_the_job_finished(etcd, agents, worker, tmp_path):
+    # The first job's ended state stays in etcd: the second job's agents, arriving together,
+    # start one fresh job under the same run id (docs/protocol.md, the etcd backend).
+    for attempt in ("first", "second"):
+        out = tmp_path / attempt
+        out.mkdir()
+        started = [agents(f"{attempt}-{name}", etcd_args(etcd, 2, 1) +
+                          [worker, "env", str(out / "e")]) for name in ("a", "b")]
+        for p in started:
+            assert p.wait(60) == 0, p.err
+        check_job(read_envs(out), 2, 2)
+
+
+def test_agent_killed_while_joining_is_left_out_of_the_next_round(etcd, agents, worker,
+                                                                 tmp_path):
+    # Its lease outlives it by up to heartbeat_timeout (long enough here for the next agents to
+    # start on a loaded machine), so they pick it into their round; the round starts only once
+    # every member has answered, and forms again without it when its lease expires.
+    args = etcd_args(etcd, 2, 1, "--rdzv-conf=heartbeat_timeout=10,keep_alive_interval=0.5")
+    gone = agents("gone", args + [worker, "env", str(tmp_path / "never")])
+    assert wait_for(lambda: "waiting for nodes" in gone.err, 30), gone.err
+    gone.proc.kill()
+    gone.proc.wait()
+    out = tmp_path / "env"
+    out.mkdir()
+    started = [agents(name, args + [worker, "env", str(out / "e")]) for name in ("a", "b")]
+    for p in started:
+        assert p.wait(60) == 0, p.err
+    check_job(read_envs(out), 2, 2)
+    assert "never answered" in started[0].err + started[1].err
+
+
 def test_three_agents_and_the_v2_alias(etcd, agents, worker, tmp_path):
     out = tmp_path / "env"
     out.mkdir()

@@ -1,8 +1,9 @@
 // The etcd backend's round rules (EtcdRound), without etcd: the state value as etcd would hold
 // it, changed in turn as agents would change it.
-#include <catch2/catch.hpp>
-
 #include "trainrun/rendezvous/etcd_round.hpp"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 using namespace trainrun::rendezvous;
 using Phase = EtcdRoundState::Phase;
@@ -32,6 +33,13 @@ RoundOptions options(int min, int max, int restarts) {
 // Each change goes through the value etcd stores, as between agents.
 EtcdRoundState stored(const EtcdRoundState& s) { return decode_state(encode_state(s)); }
 
+// Every participant takes its place, as each agent does once it sees the round formed.
+void answer_all(const EtcdRound& round, EtcdRoundState& s) {
+  std::map<std::string, std::uint64_t> answers;
+  for (const auto& m : s.participants) answers[m.id] = s.round;
+  REQUIRE(round.start(s, answers));
+}
+
 }  // namespace
 
 TEST_CASE("etcd round: a fixed-size job forms when every node has joined", "[etcd]") {
@@ -45,6 +53,12 @@ TEST_CASE("etcd round: a fixed-size job forms when every node has joined", "[etc
   REQUIRE(s.phase == Phase::running);
   CHECK(s.participants.size() == 2);
   CHECK(s.participant("b")->node.nproc == 3);
+  CHECK_FALSE(s.started);  // no worker starts before every member has answered
+  CHECK_FALSE(round.start(s, {{"a", 0}}));
+  CHECK_FALSE(round.start(s, {{"a", 0}, {"b", 7}}));  // b's answer is for another round
+  CHECK(round.start(s, {{"a", 0}, {"b", 0}}));
+  CHECK(stored(s).started);
+  CHECK_FALSE(round.start(s, {{"a", 0}, {"b", 0}}));
   CHECK_FALSE(round.join(s, "a", node("a", 2), 102));  // a participant's repeated join: nothing
   CHECK(round.done(s, "a", 0));
   CHECK(round.done(s, "b", 0));
@@ -61,10 +75,12 @@ TEST_CASE("etcd round: an elastic job forms at min after the last call, and grow
   CHECK_FALSE(round.tick(s, 104));
   CHECK(round.tick(s, 105));
   CHECK(s.phase == Phase::running);
+  answer_all(round, s);
   CHECK(round.join(s, "b", node("b"), 110));  // scale up: a new round with both
   CHECK(s.round == 1);
   CHECK(s.restart->cause == RestartCause::scale_up);
   CHECK(s.restart_count == 0);
+  CHECK(s.phase == Phase::forming);
   round.join(s, "a", node("a"), 111);  // every survivor back: no last call
   CHECK(s.phase == Phase::running);
   CHECK(s.participants.size() == 2);
@@ -76,6 +92,7 @@ TEST_CASE("etcd round: a node whose key is gone is lost, and the job shrinks or 
   EtcdRoundState s;
   for (const char* id : {"a", "b", "c"}) round.join(s, id, node(id), 100);
   REQUIRE(s.phase == Phase::running);
+  answer_all(round, s);
   CHECK_FALSE(round.prune(s, {"a", "b", "c"}, 101));
   CHECK(round.prune(s, {"b", "c"}, 102));  // a's lease expired
   CHECK(s.phase == Phase::forming);
@@ -84,6 +101,7 @@ TEST_CASE("etcd round: a node whose key is gone is lost, and the job shrinks or 
   round.join(s, "b", node("b"), 103);
   round.join(s, "c", node("c"), 103);
   REQUIRE(s.phase == Phase::running);
+  answer_all(round, s);
   CHECK(round.prune(s, {"c"}, 104));  // no restarts left
   REQUIRE(s.stop);
   CHECK(s.stop->cause == StopCause::node_lost);
@@ -111,4 +129,93 @@ TEST_CASE("etcd round: a failure restarts every node until the job's restarts ar
 TEST_CASE("etcd round: a state this version did not write is refused", "[etcd]") {
   CHECK_THROWS_AS(decode_state("{}"), ProtocolError);
   CHECK_THROWS_AS(decode_state("not json"), ProtocolError);
+}
+
+TEST_CASE("etcd round: a member lost before every member answered is left out, no restart counted",
+          "[etcd]") {
+  // "x" was SIGKILLed while it waited: its lease outlives it, so the next agents pick it.
+  EtcdRound round(options(2, 2, 0), "etcd:2379", 3);
+  EtcdRoundState s;
+  round.join(s, "x", node("x"), 100);
+  round.join(s, "a", node("a"), 101);
+  round.join(s, "b", node("b"), 101);  // the job is full: b waits
+  REQUIRE(s.phase == Phase::running);
+  CHECK_FALSE(round.start(s, {{"a", 0}}));  // x never answers
+  CHECK(round.prune(s, {"a", "b"}, 103));   // x's lease expired
+  s = stored(s);
+  REQUIRE(s.phase == Phase::running);  // formed again at once, with the one waiting
+  CHECK(s.round == 1);
+  CHECK(s.restart_count == 0);
+  CHECK_FALSE(s.stop);
+  CHECK_FALSE(s.participant("x"));
+  CHECK(s.participant("a"));
+  CHECK(s.participant("b"));
+  CHECK_THAT(s.restart->reason, Catch::Contains("never answered"));
+  CHECK_FALSE(round.start(s, {{"a", 0}, {"b", 0}}));  // answers for the round that never started
+  CHECK_FALSE(s.started);
+  answer_all(round, s);
+  CHECK(round.done(s, "a", 1));
+  CHECK(round.done(s, "b", 1));
+  CHECK(s.stop->cause == StopCause::finished);
+}
+
+TEST_CASE("etcd round: a newcomer before the round started joins it without a restart", "[etcd]") {
+  EtcdRound round(options(1, 3, 0), "etcd:2379", 15);
+  EtcdRoundState s;
+  round.join(s, "a", node("a"), 100);
+  round.tick(s, 105);  // the last call: a alone
+  REQUIRE(s.phase == Phase::running);
+  CHECK(round.join(s, "b", node("b"), 105.5));
+  REQUIRE(s.phase == Phase::running);
+  CHECK(s.participants.size() == 2);
+  CHECK(s.restart_count == 0);
+  CHECK(s.restart->cause == RestartCause::scale_up);
+}
+
+TEST_CASE("etcd round: a run id's next job starts afresh once the last one has ended", "[etcd]") {
+  EtcdRound round(options(2, 2, 0), "etcd:2379", 15);
+  CHECK(round.generation_to_join(std::nullopt) == 0);
+  EtcdRoundState first;
+  round.join(first, "a", node("a"), 100);
+  CHECK(round.generation_to_join(first) == 0);  // forming: a late agent joins it, no wipe
+  round.join(first, "b", node("b"), 100);
+  answer_all(round, first);
+  CHECK(round.generation_to_join(first) == 0);  // running: the same
+  CHECK(round.state_of(first, 0)->participants.size() == 2);
+  round.done(first, "a", 0);
+  round.done(first, "b", 0);
+  REQUIRE(first.phase == Phase::ended);
+  const std::optional<EtcdRoundState> ended = stored(first);
+
+  // Two agents of the next job read the ended state together; both belong to generation 1.
+  const std::uint64_t g = round.generation_to_join(ended);
+  REQUIRE(g == 1);
+  CHECK(round.generation_to_join(EtcdRoundState{}) == 0);
+  EtcdRoundState c = *round.state_of(ended, g);
+  CHECK(c.generation == 1);
+  CHECK_FALSE(c.stop);
+  CHECK(round.join(c, "c", node("c"), 200));
+  // d's compare-and-set lost to c's: it reads again and joins c's job, not a second one.
+  const std::optional<EtcdRoundState> second = stored(c);
+  EtcdRoundState d = *round.state_of(second, g);
+  CHECK(round.join(d, "d", node("d"), 200));
+  CHECK(d.generation == 1);
+  CHECK(d.phase == Phase::running);
+  CHECK(d.participants.size() == 2);
+  // An agent of the first job that missed its end: its job is over.
+  CHECK_FALSE(round.state_of(second, 0));
+  CHECK(round.superseded().exit_code == 1);
+}
+
+TEST_CASE("etcd round: a state from before generations and answers reads as started", "[etcd]") {
+  EtcdRound round(options(1, 1, 0), "etcd:2379", 15);
+  EtcdRoundState s;
+  round.join(s, "a", node("a"), 100);
+  answer_all(round, s);
+  auto j = nlohmann::json::parse(encode_state(s));
+  j.erase("generation");
+  j.erase("started");
+  const EtcdRoundState old = decode_state(j.dump());
+  CHECK(old.generation == 0);
+  CHECK(old.started);
 }

@@ -38,6 +38,7 @@ struct Snapshot {
   std::int64_t state_mod_revision = 0;  // 0: no state yet
   std::int64_t revision = 0;            // the store's revision when read
   std::set<std::string> live;
+  std::map<std::string, std::uint64_t> answers;  // node id: the round its answer key names
 };
 
 // One mutation of the round state: returns whether it changed anything.
@@ -124,6 +125,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   }
   std::string state_key() const { return prefix_ + "state"; }
   std::string nodes_prefix() const { return prefix_ + "nodes/"; }
+  std::string answers_prefix() const { return prefix_ + "answers/"; }
   // The end of the key range [prefix, prefix_end): the prefix with its last byte incremented.
   static std::string range_end(std::string prefix) {
     prefix.back() = static_cast<char>(prefix.back() + 1);
@@ -277,9 +279,18 @@ class EtcdRendezvousHandler : public RendezvousHandler {
         s.state_mod_revision = int_field(kv, "mod_revision");
       } else if (key.rfind(nodes_prefix(), 0) == 0) {
         s.live.insert(key.substr(nodes_prefix().size()));
+      } else if (key.rfind(answers_prefix(), 0) == 0) {
+        if (auto round = answered_round(kv))
+          s.answers[key.substr(answers_prefix().size())] = *round;
       }
     }
     return s;
+  }
+
+  static std::optional<std::uint64_t> answered_round(const json& kv) {
+    const std::optional<long long> n = parse_integer(base64_decode(kv.value("value", "")));
+    if (!n || *n < 0) return std::nullopt;
+    return static_cast<std::uint64_t>(*n);
   }
 
   void read(std::function<void(const Snapshot&)> then) {
@@ -295,6 +306,8 @@ class EtcdRendezvousHandler : public RendezvousHandler {
                                           endpoint(), prefix_, e.what()),
                               1, std::nullopt});
            }
+           if (!generation_) generation_ = round_.generation_to_join(s.state);
+           answers_ = s.answers;
            then(s);
          },
          [this, then] { read(then); });
@@ -303,7 +316,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   void read_and_watch() {
     read([this](const Snapshot& s) {
       if (s.state) react(*s.state, s.state_mod_revision);
-      if (s.state && !s.live.empty()) enqueue_prune();
+      if (s.state && !s.live.empty()) enqueue_refresh();
       watch(s.revision + 1);
     });
   }
@@ -341,10 +354,18 @@ class EtcdRendezvousHandler : public RendezvousHandler {
         }
       } else if (deleted && key.rfind(nodes_prefix(), 0) == 0) {
         node_gone = true;
+      } else if (key.rfind(answers_prefix(), 0) == 0) {
+        const std::string id = key.substr(answers_prefix().size());
+        const std::optional<std::uint64_t> round = deleted ? std::nullopt : answered_round(kv);
+        if (round)
+          answers_[id] = *round;
+        else
+          answers_.erase(id);
+        maybe_start();
       }
       if (finished_) return;
     }
-    if (node_gone) enqueue_prune();
+    if (node_gone) enqueue_refresh();
   }
 
   // ---- changing the state: read, apply, compare-and-set; again if another agent was first ----
@@ -354,8 +375,31 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     run_next_change();
   }
 
-  void enqueue_prune() {
-    enqueue([](EtcdRoundState&, double) { return false; });  // every change prunes first
+  void enqueue_refresh() {
+    // Every change first drops the lost and starts an answered round.
+    enqueue([](EtcdRoundState&, double) { return false; });
+  }
+
+  // Every participant's answer is in: one change starts the round (the first agent's write
+  // wins; the others find it started). Once per round from this node.
+  void maybe_start() {
+    const EtcdRoundState* s = last_state_ ? &*last_state_ : nullptr;
+    if (!s || s->phase != EtcdRoundState::Phase::running || s->started) return;
+    if (start_requested_ == s->round) return;
+    EtcdRoundState probe = *s;
+    if (!round_.start(probe, answers_)) return;
+    start_requested_ = s->round;
+    enqueue_refresh();
+  }
+
+  // This node takes its place in the round: a key of its own, on its lease, naming the round
+  // (not the shared state: every member answers at once, and separate puts do not collide).
+  void put_answer(std::uint64_t round) {
+    json body = {{"key", base64_encode(answers_prefix() + node_id_)},
+                 {"value", base64_encode(std::to_string(round))},
+                 {"lease", std::to_string(*lease_)}};
+    call(
+        "/v3/kv/put", body, [](const json&) {}, [this, round] { put_answer(round); });
   }
 
   void submit_join() {
@@ -371,26 +415,20 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (changing_ || changes_.empty() || finished_ || !lease_) return;
     changing_ = true;
     read([this](const Snapshot& snap) {
-      EtcdRoundState s = snap.state.value_or(EtcdRoundState{});
-      if (snap.state && s.phase == EtcdRoundState::Phase::ended && fresh_run(snap)) {
-        s = EtcdRoundState{};  // an earlier job of this run id ended and nobody is left
-      }
+      std::optional<EtcdRoundState> mine = round_.state_of(snap.state, *generation_);
+      if (!mine) return fail(round_.superseded());
+      EtcdRoundState& s = *mine;
       const double now = unix_time();
       bool changed = round_.prune(s, snap.live, now);
+      changed = round_.start(s, snap.answers) || changed;
       changed = changes_.front().change(s, now) || changed;
       if (!changed) {
         finish_change(snap.revision);
-        if (snap.state) react(s, snap.state_mod_revision);
+        if (snap.state) react(*snap.state, snap.state_mod_revision);
         return;
       }
       compare_and_set(snap, s);
     });
-  }
-
-  // Whether the stored state is a finished job nobody of which is left (only this node's key).
-  bool fresh_run(const Snapshot& snap) const {
-    return std::all_of(snap.live.begin(), snap.live.end(),
-                       [&](const std::string& id) { return id == node_id_; });
   }
 
   // The transaction that writes `s` if the state is still at the revision `snap` read.
@@ -436,10 +474,18 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   // ---- what the state means for this node ----
 
   void react(const EtcdRoundState& s, std::int64_t revision) {
-    if (finished_ || revision <= seen_revision_) return;
+    // An earlier job, over: this node's job begins with its join.
+    if (finished_ || revision <= seen_revision_ || s.generation < *generation_) return;
     seen_revision_ = revision;
+    if (s.generation > *generation_) return fail(round_.superseded());
     if (s.stop) return fail(*s.stop);
+    last_state_ = s;
     const EtcdMember* me = s.participant(node_id_);
+    if (answering_ && *answering_ != s.round && !assigned_) {
+      // The round this node answered never started (a member never answered, or one came).
+      answering_.reset();
+      if (s.restart) log(s.restart->reason);
+    }
     if (assigned_ && (s.round != *assigned_ || !me)) {
       assigned_.reset();
       joined_ = false;
@@ -454,10 +500,16 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       return fail(round_.dropped(s));
     }
     if (joined_ && !assigned_ && me && s.phase == EtcdRoundState::Phase::running) {
-      assign(s);
+      if (s.started) {
+        assign(s);
+      } else if (!answering_) {
+        answering_ = s.round;
+        put_answer(s.round);
+      }
     } else if (joined_ && !assigned_ && s.waiter(node_id_)) {
       report_waiting(s);
     }
+    maybe_start();
     arm_tick(s);
   }
 
@@ -472,6 +524,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     a.restart_count = s.restart_count;
     a.max_restarts = options_.round.max_restarts;
     assigned_ = s.round;
+    answering_.reset();
     if (events_.on_assignment) events_.on_assignment(a);
   }
 
@@ -509,7 +562,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (!r.ok()) return true;  // etcd is not there: the lease will expire on its own
     try {
       Snapshot snap = snapshot(json::parse(r.body));
-      if (!snap.state) return true;
+      if (!snap.state || !generation_ || snap.state->generation != *generation_) return true;
       EtcdRoundState s = *snap.state;
       if (!round_.lost(s, node_id_, why, unix_time())) return true;
       EtcdReply t = client_->post_now("/v3/kv/txn", compare_and_set_body(snap, s).dump(), 1s);
@@ -534,7 +587,12 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   bool joined_ = false;
   std::optional<NodeDescriptor> pending_join_;
   std::int64_t join_landed_rev_ = 0;
+  std::optional<std::uint64_t> generation_;  // this node's job, known from the first read
   std::optional<std::uint64_t> assigned_;
+  std::optional<std::uint64_t> answering_;  // the round this node answered, not started yet
+  std::optional<EtcdRoundState> last_state_;      // this job's state as last seen
+  std::map<std::string, std::uint64_t> answers_;  // as last read, then watched
+  std::optional<std::uint64_t> start_requested_;
   std::int64_t seen_revision_ = 0;
   std::int64_t watch_from_ = 0;
   struct Pending {

@@ -68,11 +68,13 @@ const EtcdMember* EtcdRoundState::waiter(const std::string& id) const { return f
 
 std::string encode_state(const EtcdRoundState& s) {
   static const char* phases[] = {"forming", "running", "ended"};
-  json j = {{"phase", phases[static_cast<int>(s.phase)]},
+  json j = {{"generation", s.generation},
+            {"phase", phases[static_cast<int>(s.phase)]},
             {"round", s.round},
             {"restart_count", s.restart_count},
             {"waiting", json::array()},
             {"participants", json::array()},
+            {"started", s.started},
             {"done", s.done},
             {"expected", s.expected},
             {"forming_since", s.forming_since ? json(*s.forming_since) : json(nullptr)},
@@ -88,6 +90,7 @@ EtcdRoundState decode_state(const std::string& text) {
   try {
     json j = json::parse(text);
     EtcdRoundState s;
+    s.generation = j.value("generation", std::uint64_t{0});
     const std::string phase = j.at("phase").get<std::string>();
     if (phase == "forming") s.phase = Phase::forming;
     else if (phase == "running") s.phase = Phase::running;
@@ -97,6 +100,8 @@ EtcdRoundState decode_state(const std::string& text) {
     s.restart_count = j.at("restart_count").get<int>();
     for (const auto& m : j.at("waiting")) s.waiting.push_back(member_from(m));
     for (const auto& m : j.at("participants")) s.participants.push_back(member_from(m));
+    // A state written before members answered: a running round had started.
+    s.started = j.value("started", s.phase == Phase::running);
     s.done = j.at("done").get<std::set<std::string>>();
     s.expected = j.at("expected").get<std::set<std::string>>();
     s.forming_since = optional_time(j, "forming_since");
@@ -107,6 +112,20 @@ EtcdRoundState decode_state(const std::string& text) {
   } catch (const json::exception& e) {
     throw ProtocolError(fmt::format("state: {}", e.what()));
   }
+}
+
+std::uint64_t EtcdRound::generation_to_join(const std::optional<EtcdRoundState>& stored) const {
+  if (!stored) return 0;
+  return stored->phase == Phase::ended ? stored->generation + 1 : stored->generation;
+}
+
+std::optional<EtcdRoundState> EtcdRound::state_of(const std::optional<EtcdRoundState>& stored,
+                                                  std::uint64_t g) const {
+  if (stored && stored->generation == g) return stored;
+  if (stored && stored->generation > g) return std::nullopt;
+  EtcdRoundState fresh;
+  fresh.generation = g;
+  return fresh;
 }
 
 bool EtcdRound::join(EtcdRoundState& s, const std::string& id, const NodeDescriptor& node,
@@ -125,7 +144,14 @@ bool EtcdRound::join(EtcdRoundState& s, const std::string& id, const NodeDescrip
   }
   const bool can_grow =
       static_cast<int>(s.participants.size()) < options_.max_nodes && s.done.empty();
-  if (can_grow) {
+  if (can_grow && !s.started) {
+    // Nobody runs workers yet: take the newcomer in without a restart.
+    form_again(s, now,
+               Restart{RestartCause::scale_up,
+                       fmt::format("node {} joined before round {} started: forming it again",
+                                   describe(me), s.round),
+                       s.restart_count, std::nullopt});
+  } else if (can_grow) {
     begin_forming(s, now,
                   Restart{RestartCause::scale_up,
                           fmt::format("node {} joined: scaling up from {}", describe(me),
@@ -133,6 +159,17 @@ bool EtcdRound::join(EtcdRoundState& s, const std::string& id, const NodeDescrip
                                                "node")),
                           s.restart_count, std::nullopt});
   }
+  return true;
+}
+
+bool EtcdRound::start(EtcdRoundState& s,
+                      const std::map<std::string, std::uint64_t>& answers) const {
+  if (s.phase != Phase::running || s.started) return false;
+  for (const auto& m : s.participants) {
+    auto it = answers.find(m.id);
+    if (it == answers.end() || it->second != s.round) return false;
+  }
+  s.started = true;
   return true;
 }
 
@@ -183,6 +220,15 @@ bool EtcdRound::lost(EtcdRoundState& s, const std::string& id, const std::string
     }
     return true;
   }
+  if (!s.started) {
+    const std::string reason = fmt::format(
+        "node {} lost before round {} started: it never answered ({}); forming the "
+        "round again without it",
+        describe(*p), s.round, why);
+    erase(s.participants, id);
+    form_again(s, now, Restart{RestartCause::node_lost, reason, s.restart_count, std::nullopt});
+    return true;
+  }
   const std::string reason = fmt::format("node {} lost ({})", describe(*p), why);
   erase(s.participants, id);
   s.done.erase(id);
@@ -229,10 +275,28 @@ void EtcdRound::begin_forming(EtcdRoundState& s, double now, Restart restart) co
   for (const auto& m : s.participants) s.expected.insert(m.id);
   for (const auto& m : s.waiting) s.expected.insert(m.id);
   s.participants.clear();  // they join the next round afresh
+  s.started = false;
   s.done.clear();
   s.phase = Phase::forming;
   ++s.round;
   s.restart = std::move(restart);
+  s.forming_since = now;
+  s.min_reached_at.reset();
+  maybe_complete(s, now);
+}
+
+// The round's members go back to the front of the waiting list, in their order: they need not
+// join again, and the round forms at once when enough of them are there.
+void EtcdRound::form_again(EtcdRoundState& s, double now, Restart why) const {
+  s.waiting.insert(s.waiting.begin(), s.participants.begin(), s.participants.end());
+  s.participants.clear();
+  s.started = false;
+  s.done.clear();
+  s.expected.clear();
+  for (const auto& m : s.waiting) s.expected.insert(m.id);
+  s.phase = Phase::forming;
+  ++s.round;
+  s.restart = std::move(why);
   s.forming_since = now;
   s.min_reached_at.reset();
   maybe_complete(s, now);
@@ -259,6 +323,7 @@ void EtcdRound::maybe_complete(EtcdRoundState& s, double now) const {
   s.participants.assign(s.waiting.begin(), s.waiting.begin() + static_cast<long>(take));
   s.waiting.erase(s.waiting.begin(), s.waiting.begin() + static_cast<long>(take));
   s.phase = Phase::running;
+  s.started = false;
   s.done.clear();
   s.expected.clear();
   s.forming_since.reset();
@@ -270,6 +335,7 @@ void EtcdRound::end_job(EtcdRoundState& s, Stop stop) const {
   s.stop = std::move(stop);
   s.waiting.clear();
   s.participants.clear();
+  s.started = false;
   s.expected.clear();
   s.done.clear();
 }
@@ -328,6 +394,14 @@ Stop EtcdRound::dropped(const EtcdRoundState& s) const {
               fmt::format("this node was declared lost by the others: its etcd lease at {} "
                           "expired (no keep-alive for {:.0f} s)",
                           endpoint_, heartbeat_timeout_s_),
+              1, std::nullopt};
+}
+
+Stop EtcdRound::superseded() const {
+  return Stop{StopCause::node_lost,
+              fmt::format("this node's job ended while it was out of touch with etcd at {}, and a "
+                          "later job with the same run id has begun there",
+                          endpoint_),
               1, std::nullopt};
 }
 

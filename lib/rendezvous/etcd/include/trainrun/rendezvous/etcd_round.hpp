@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -15,6 +16,10 @@ namespace trainrun::rendezvous {
 // compare-and-set: the same rounds as RoundMachine, but every agent may apply a change, so no
 // node is special. Times are Unix seconds (the agents' clocks are compared with each other only
 // for timeouts of seconds). docs/protocol.md describes the layout.
+//
+// A run id may hold one job after another: each has a generation, and a job that has ended is
+// over for good; an agent that first finds it so belongs to the next generation, which its join
+// starts afresh (compare-and-set: of agents arriving together, one starts it, the others join).
 struct EtcdMember {
   std::string id;  // the node's key under /trainrun/<run_id>/nodes/, held by its lease
   NodeDescriptor node;
@@ -23,6 +28,7 @@ struct EtcdMember {
 
 struct EtcdRoundState {
   enum class Phase { forming, running, ended };
+  std::uint64_t generation = 0;  // which job of the run id this is
   Phase phase = Phase::forming;
   std::uint64_t round = 0;
   int restart_count = 0;
@@ -34,6 +40,9 @@ struct EtcdRoundState {
   std::optional<double> min_reached_at;
   std::optional<Restart> restart;  // why the current round began, when a round ended before it
   std::optional<Stop> stop;        // the job's end
+  // Running, and every participant has answered (its key under answers/ names this round):
+  // only then do the workers start.
+  bool started = false;
 
   const EtcdMember* participant(const std::string& id) const;
   const EtcdMember* waiter(const std::string& id) const;
@@ -51,9 +60,23 @@ class EtcdRound {
         endpoint_(std::move(endpoint)),
         heartbeat_timeout_s_(heartbeat_timeout_s) {}
 
+  // The generation an agent belongs to, from the state it first reads: the stored job while it
+  // forms or runs, the next one once it has ended (0 when nothing is stored).
+  std::uint64_t generation_to_join(const std::optional<EtcdRoundState>& stored) const;
+  // The state that changes of generation `g` apply to: the stored one; a fresh one where nothing
+  // is stored or the stored job is an earlier (so ended) one; nothing where a later job has begun,
+  // so `g` is over.
+  std::optional<EtcdRoundState> state_of(const std::optional<EtcdRoundState>& stored,
+                                         std::uint64_t g) const;
+
   bool join(EtcdRoundState& s, const std::string& id, const NodeDescriptor& node, double now) const;
+  // The round starts once every participant has answered it. `answers`: node id to the round
+  // that node's answer key names.
+  bool start(EtcdRoundState& s, const std::map<std::string, std::uint64_t>& answers) const;
   bool failure(EtcdRoundState& s, const std::string& id, const Failure& report, double now) const;
   bool done(EtcdRoundState& s, const std::string& id, std::uint64_t round) const;
+  // A member lost before the round started never ran: the round forms again without it, with no
+  // restart counted. After that, as the built-in rendezvous: restart or end the job.
   bool lost(EtcdRoundState& s, const std::string& id, const std::string& why, double now) const;
   // Members whose node key is gone (lease expired or revoked) are lost.
   bool prune(EtcdRoundState& s, const std::set<std::string>& live, double now) const;
@@ -63,10 +86,13 @@ class EtcdRound {
   std::optional<double> next_deadline(const EtcdRoundState& s) const;
   // A Stop for a node no longer in the state (dropped while waiting on a full job, or lost).
   Stop dropped(const EtcdRoundState& s) const;
+  // A Stop for an agent whose job was replaced by a later one before it saw the end.
+  Stop superseded() const;
 
  private:
   void maybe_complete(EtcdRoundState& s, double now) const;
   void begin_forming(EtcdRoundState& s, double now, Restart restart) const;
+  void form_again(EtcdRoundState& s, double now, Restart why) const;
   void end_job(EtcdRoundState& s, Stop stop) const;
 
   RoundOptions options_;
