@@ -24,31 +24,87 @@ namespace trainrun::launch {
 
 namespace {
 
-// How long removing a cgroup waits for the processes it killed to be gone.
-constexpr auto kEmptyWait = std::chrono::seconds(5);
+std::string read_text(const char* path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
 
-// The directory of this process's cgroup v2: the "0::" line of /proc/self/cgroup, under the
-// cgroup2 mount of /proc/self/mountinfo (whose root may be a part of the hierarchy).
-std::optional<std::string> own_cgroup_directory() {
-  std::ifstream cgroups("/proc/self/cgroup");
+}  // namespace
+
+std::optional<CgroupDirectory> find_cgroup_directory(const std::string& proc_cgroup,
+                                                     const std::string& mountinfo,
+                                                     const std::string& controller) {
+  // hierarchy-id:controllers:path; cgroup v2's has no controllers ("0::/a/b").
+  auto names = [&](const std::string& list) {
+    return ("," + list + ",").find("," + controller + ",") != std::string::npos;
+  };
+  std::istringstream cgroups(proc_cgroup);
   std::string line, own;
   while (std::getline(cgroups, line)) {
-    if (line.rfind("0::", 0) == 0) own = line.substr(3);
+    const size_t first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string list = line.substr(first + 1, second - first - 1);
+    if (controller.empty() ? line.rfind("0::", 0) == 0 : names(list)) own = line.substr(second + 1);
   }
   if (own.empty() || own.find(" (deleted)") != std::string::npos) return std::nullopt;
-  std::ifstream mounts("/proc/self/mountinfo");
+  std::istringstream mounts(mountinfo);
   while (std::getline(mounts, line)) {
     // id parent major:minor root mount-point options [optional fields] - type source options
     const size_t dash = line.find(" - ");
-    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
+    if (dash == std::string::npos) continue;
+    std::istringstream after(line.substr(dash + 3));
+    std::string type, source, options;
+    if (!(after >> type >> source >> options)) continue;
+    if (controller.empty() ? type != "cgroup2" : type != "cgroup" || !names(options)) continue;
     std::istringstream fields(line.substr(0, dash));
     std::string id, parent, device, root, mount_point;
     if (!(fields >> id >> parent >> device >> root >> mount_point)) continue;
-    if (root == "/") return mount_point + (own == "/" ? "" : own);
-    if (own == root) return mount_point;
-    if (own.rfind(root + "/", 0) == 0) return mount_point + own.substr(root.size());
+    if (root == "/") return CgroupDirectory{mount_point, own == "/" ? "" : own};
+    if (own == root) return CgroupDirectory{mount_point, ""};
+    if (own.rfind(root + "/", 0) == 0) return CgroupDirectory{mount_point, own.substr(root.size())};
   }
   return std::nullopt;
+}
+
+PidsLimit own_pids_limit() {
+  const std::string proc_cgroup = read_text("/proc/self/cgroup");
+  const std::string mountinfo = read_text("/proc/self/mountinfo");
+  PidsLimit tightest;
+  // cgroup v2, else cgroup v1's pids controller; in either, every cgroup up to the root seen
+  // here counts this process's tasks against its own pids.max.
+  for (const char* controller : {"", "pids"}) {
+    std::optional<CgroupDirectory> at = find_cgroup_directory(proc_cgroup, mountinfo, controller);
+    while (at) {
+      const std::string file = at->path() + "/pids.max";
+      std::ifstream in(file);
+      std::string text;
+      if (in >> text) {
+        // "max": no limit of its own.
+        const std::optional<long long> max = parse_integer(text);
+        if (max && *max > 0 && (tightest.max == 0 || *max < tightest.max))
+          tightest = PidsLimit{*max, file};
+      }
+      if (at->relative.empty()) break;
+      at->relative.erase(at->relative.rfind('/'));
+    }
+    if (tightest.max > 0) break;
+  }
+  return tightest;
+}
+
+namespace {
+
+// How long removing a cgroup waits for the processes it killed to be gone.
+constexpr auto kEmptyWait = std::chrono::seconds(5);
+
+// The directory of this process's cgroup v2.
+std::optional<std::string> own_cgroup_directory() {
+  const auto directory =
+      find_cgroup_directory(read_text("/proc/self/cgroup"), read_text("/proc/self/mountinfo"), "");
+  if (!directory) return std::nullopt;
+  return directory->path();
 }
 
 std::vector<pid_t> processes_in(const std::string& path) {

@@ -3,9 +3,33 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace trainrun::launch {
+
+// Where a cgroup is: its hierarchy's mount point here, and the path below it ("" or "/a/b").
+struct CgroupDirectory {
+  std::string mount_point;
+  std::string relative;
+  std::string path() const { return mount_point + relative; }
+};
+
+// The directory of the process whose /proc/PID/cgroup is `proc_cgroup` in the hierarchy of
+// `controller`: "" for cgroup v2, else a cgroup v1 controller ("pids"), mounted as
+// /proc/self/mountinfo (`mountinfo`) says (whose root may be a part of the hierarchy); nullopt
+// when that hierarchy is not mounted here.
+std::optional<CgroupDirectory> find_cgroup_directory(const std::string& proc_cgroup,
+                                                     const std::string& mountinfo,
+                                                     const std::string& controller);
+
+// The smallest pids.max set on this process's cgroup or one above it (cgroup v2, else v1's pids
+// controller), and the file that sets it; max 0 when there is none ("max" everywhere).
+struct PidsLimit {
+  long long max = 0;
+  std::string file;
+};
+PidsLimit own_pids_limit();
 
 // A cgroup v2 of the job's own, where the kernel lets this process make one: every worker moves
 // itself in before exec, so whatever they start stays in it, whatever process group, session or

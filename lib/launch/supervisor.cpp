@@ -13,12 +13,13 @@
 #include <optional>
 
 #include "descriptors.hpp"
-#include "processes.hpp"
 #include "entrypoint.hpp"
 #include "file_io.hpp"
 #include "leftovers.hpp"
 #include "log.hpp"
+#include "processes.hpp"
 #include "trainrun/base/numbers.hpp"
+#include "worker_count.hpp"
 
 namespace trainrun::launch {
 
@@ -189,9 +190,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     if (err.keep_pipe >= 0)
       tee(err.keep_pipe, err.keep_file, err_, w.prefix, std::move(err_duplicate),
           w.output.err.route == StreamRoute::tee);
-    if (pid <= 0)
-      fail(SpawnError(
-          fmt::format("cannot start worker {}: {}", w.local_rank, std::strerror(error))));
+    if (pid <= 0) fail(SpawnError(fork_failure(w.local_rank, error, read_process_limits())));
   }
   for (size_t i = 0; i < reports.size(); ++i) {
     int exec_errno = 0;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cgroup.hpp"
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 
@@ -92,6 +94,9 @@ ProcessLimits read_process_limits() {
     limits.rlimit_nproc = static_cast<long long>(nproc.rlim_cur);
   limits.pid_max = read_sysctl("/proc/sys/kernel/pid_max");
   limits.threads_max = read_sysctl("/proc/sys/kernel/threads-max");
+  const PidsLimit pids = own_pids_limit();
+  limits.pids_max = pids.max;
+  limits.pids_max_file = pids.file;
   return limits;
 }
 
@@ -106,6 +111,7 @@ void check_worker_bound(int workers, const ProcessLimits& limits, const std::str
   consider(limits.pid_max, "kernel.pid_max");
   consider(limits.threads_max, "kernel.threads-max");
   consider(limits.rlimit_nproc, "RLIMIT_NPROC");
+  consider(limits.pids_max, "the cgroup's pids.max");
   if (workers <= bound) return;
   std::string list;
   for (size_t i = 0; i < named.size(); ++i)
@@ -114,6 +120,20 @@ void check_worker_bound(int workers, const ProcessLimits& limits, const std::str
       "{}: more workers than one node can run: at most {} (each worker is a process; the "
       "smallest of {})",
       what, bound, list));
+}
+
+std::string fork_failure(int local_rank, int error, const ProcessLimits& limits) {
+  std::string line = fmt::format("cannot start worker {}: {}", local_rank, std::strerror(error));
+  if (error != EAGAIN) return line;
+  std::string named;
+  if (limits.pids_max > 0)
+    named = fmt::format("the cgroup's pids.max {} ({})", limits.pids_max, limits.pids_max_file);
+  if (limits.rlimit_nproc > 0)
+    named += fmt::format("{}RLIMIT_NPROC {} (ulimit -u)", named.empty() ? "" : " and ",
+                         limits.rlimit_nproc);
+  if (named.empty()) named = "kernel.pid_max and kernel.threads-max";
+  return fmt::format("{}: processes here are limited by {}; start fewer workers or raise the limit",
+                     line, named);
 }
 
 int count_intel_xpus(const std::string& drm_dir, const std::optional<std::string>& affinity_mask) {

@@ -316,6 +316,92 @@ def test_log_dir_on_a_read_only_filesystem_is_a_clear_error(worker, mount_tmpfs)
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+def pids_hierarchy():
+    """The mount point of a cgroup hierarchy with the pids controller where a child cgroup can be
+    given a pids.max: cgroup v2 with pids delegated by its root, else cgroup v1's pids."""
+    with open("/proc/self/mountinfo") as f:
+        mounts = [line.split(" - ") for line in f if " - " in line]
+    for fields, kind in mounts:
+        if kind.startswith("cgroup2 "):
+            mount_point = fields.split()[4]
+            try:
+                with open(os.path.join(mount_point, "cgroup.subtree_control")) as f:
+                    if "pids" in f.read().split():
+                        return mount_point
+            except OSError:
+                pass
+    for fields, kind in mounts:
+        if kind.startswith("cgroup ") and "pids" in kind.split()[2].split(","):
+            return fields.split()[4]
+    return None
+
+
+@pytest.fixture
+def pids_cgroup():
+    """pids_cgroup(limit) makes a cgroup whose pids.max is `limit` and returns its cgroup.procs;
+    what is still in it at the end of the test is killed and the cgroup removed."""
+    made = []
+
+    def make(limit):
+        mount_point = pids_hierarchy()
+        if os.geteuid() != 0 or mount_point is None:
+            pytest.skip("needs root and a writable cgroup with the pids controller")
+        path = os.path.join(mount_point, f"trainrun-test-pids-{os.getpid()}")
+        try:
+            os.mkdir(path)
+        except OSError as e:
+            pytest.skip(f"cannot make a cgroup under {mount_point}: {e.strerror}")
+        made.append(path)
+        with open(os.path.join(path, "pids.max"), "w") as f:
+            f.write(str(limit))
+        return os.path.join(path, "cgroup.procs")
+
+    yield make
+    for path in made:
+        def empty():
+            with open(os.path.join(path, "cgroup.procs")) as f:
+                for pid in f.read().split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            try:
+                os.rmdir(path)
+                return True
+            except OSError:
+                return False
+        wait_for(empty, 10.0, 0.05)
+
+
+def test_more_workers_than_a_pids_cgroup_allows_is_a_failed_start_that_leaves_nothing(
+        worker, tmp_path, pids_cgroup):
+    # Six tasks: trainrun, its watchdog and the resolver thread of the rendezvous it hosts, then
+    # three workers; the fourth cannot be forked. The launcher once hung here, in asio's system
+    # executor: a probe socket started a pool of threads, and one that could not start left the
+    # pool's constructor joining the others forever.
+    procs = pids_cgroup(6)
+    pids = tmp_path / "pids"
+
+    def into_the_cgroup():
+        with open(procs, "w") as f:
+            f.write("0")
+
+    r = run([*dynamic(free_port(), 1, 6), worker, "pidfile", str(pids), "sleep", "60"],
+            timeout=60, preexec_fn=into_the_cgroup)
+    assert r.returncode == 1, r.stderr
+    said = [l for l in r.stderr.splitlines() if l.startswith("trainrun: cannot start worker ")]
+    assert len(said) == 1, r.stderr
+    assert "Resource temporarily unavailable" in said[0] and "pids.max 6 (" in said[0], said[0]
+    started = read_pids(pids)
+    assert wait_for(lambda: not any(alive(x) for x in started), 10.0), \
+        [x for x in started if alive(x)]
+
+    def members():
+        with open(procs) as f:
+            return f.read().split()
+    assert wait_for(lambda: members() == [], 10.0), members()
+
+
 # --- Multi-node: the rendezvous host and the network ----------------------------------------
 
 HEARTBEAT = "heartbeat_timeout=2,keep_alive_interval=0.5"

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -75,6 +76,26 @@ TEST_CASE("a node runs at most the smallest of the protocol's and the machine's 
                                       "run: at most 4096") &&
                         Catch::EndsWith("kernel.pid_max 32768, kernel.threads-max 192726 and "
                                         "RLIMIT_NPROC 4096)"));
+  ProcessLimits cgroup;
+  cgroup.pids_max = 300;
+  CHECK_THROWS_WITH(check_worker_bound(301, cgroup, "--nproc-per-node=301"),
+                    Catch::EndsWith("at most 300 (each worker is a process; the smallest of the "
+                                    "rendezvous protocol's 65536 and the cgroup's pids.max 300)"));
   // This machine's limits are whatever they are, but never a bound of zero.
   CHECK_NOTHROW(check_worker_bound(1, read_process_limits(), "x"));
+}
+
+TEST_CASE("a worker that cannot be forked for want of processes is named with the limits") {
+  ProcessLimits limits;
+  limits.pids_max = 8;
+  limits.pids_max_file = "/sys/fs/cgroup/job/pids.max";
+  limits.rlimit_nproc = 4096;
+  CHECK(fork_failure(5, EAGAIN, limits) ==
+        "cannot start worker 5: Resource temporarily unavailable: processes here are limited by "
+        "the cgroup's pids.max 8 (/sys/fs/cgroup/job/pids.max) and RLIMIT_NPROC 4096 (ulimit "
+        "-u); start fewer workers or raise the limit");
+  CHECK(fork_failure(0, EAGAIN, ProcessLimits{}) ==
+        "cannot start worker 0: Resource temporarily unavailable: processes here are limited by "
+        "kernel.pid_max and kernel.threads-max; start fewer workers or raise the limit");
+  CHECK(fork_failure(1, ENOMEM, limits) == "cannot start worker 1: Cannot allocate memory");
 }

@@ -16,9 +16,11 @@ using boost::system::error_code;
 namespace {
 
 // Whether this process could bind `where` now, as the server does (SO_REUSEADDR); the error if
-// not. Binding without listening: a client connecting meanwhile is refused, not misled.
-error_code try_bind(const tcp::endpoint& where) {
-  tcp::acceptor probe(asio::system_executor{});
+// not. Binding without listening: a client connecting meanwhile is refused, not misled. On the
+// agent's own loop: asio's system executor would start a pool of threads, and one that cannot
+// start (a pids limit) leaves its constructor joining the others forever.
+error_code try_bind(asio::io_context& io, const tcp::endpoint& where) {
+  tcp::acceptor probe(io);
   error_code ec;
   probe.open(where.protocol(), ec);
   if (!ec) probe.set_option(tcp::acceptor::reuse_address(true), ec);
@@ -27,8 +29,8 @@ error_code try_bind(const tcp::endpoint& where) {
 }
 
 // Whether `address` is one of this machine's: something can be bound to it.
-bool is_local_address(const asio::ip::address& address) {
-  return !try_bind(tcp::endpoint(address, 0));
+bool is_local_address(asio::io_context& io, const asio::ip::address& address) {
+  return !try_bind(io, tcp::endpoint(address, 0));
 }
 
 std::string format_waiting(const Waiting& w) {
@@ -69,7 +71,7 @@ class TcpRendezvousHandler : public RendezvousHandler {
                               if (ec == asio::error::operation_aborted) return;
                               if (!ec) {
                                 for (const auto& entry : results) {
-                                  if (is_local_address(entry.endpoint().address())) {
+                                  if (is_local_address(io_, entry.endpoint().address())) {
                                     host_on(options_.endpoint.host, false);
                                     break;
                                   }
@@ -183,8 +185,8 @@ class TcpRendezvousHandler : public RendezvousHandler {
     co.retry = options_.retry;
     co.retry.deadline = options_.round.join_timeout;
     if (port_held_) {
-      co.local_port_held = [where = *port_held_]() -> std::optional<std::string> {
-        error_code ec = try_bind(where);
+      co.local_port_held = [this, where = *port_held_]() -> std::optional<std::string> {
+        error_code ec = try_bind(io_, where);
         if (ec == asio::error::address_in_use) return ec.message();
         return std::nullopt;
       };
