@@ -11,6 +11,7 @@
 
 #include "file_io.hpp"
 #include "trainrun/base/system.hpp"
+#include "trainrun/base/text.hpp"
 #include "trainrun/rendezvous/crypto.hpp"
 
 namespace trainrun::launch {
@@ -38,15 +39,7 @@ void make_directories(const std::string& path) {
 }  // namespace
 
 std::string run_dir_name(const std::string& run_id) {
-  std::string name;
-  for (const char c : run_id) {
-    const bool kept = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                      c == '.' || c == '_' || c == '-';
-    if (kept)
-      name += c;
-    else
-      name += fmt::format("%{:02X}", static_cast<unsigned char>(c));
-  }
+  const std::string name = percent_encode(run_id);
   if (name.size() <= kMaxRunDirName) return name;
   const std::string hash = rendezvous::to_hex(rendezvous::sha256(run_id)).substr(0, 16);
   size_t head = kMaxRunDirName - 1 - hash.size();

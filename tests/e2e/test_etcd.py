@@ -1,7 +1,10 @@
 """Agents forming one job through a real etcd (--rdzv-backend=etcd): Debian's etcd-server,
 started by each test on free ports with its data in the test's temporary directory."""
+import base64
 import http.server
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -100,6 +103,37 @@ def test_the_same_run_id_runs_again_after_the_job_finished(etcd, agents, worker,
         for p in started:
             assert p.wait(60) == 0, p.err
         check_job(read_envs(out), 2, 2)
+
+
+def etcd_keys(server, prefix):
+    """The keys etcd holds under `prefix`, as `etcdctl get --prefix --keys-only` lists them."""
+    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    body = json.dumps({"key": base64.b64encode(prefix.encode()).decode(),
+                       "range_end": base64.b64encode(end.encode()).decode(),
+                       "keys_only": True}).encode()
+    with urllib.request.urlopen(f"http://{server.endpoint}/v3/kv/range", body, timeout=10) as r:
+        kvs = json.load(r).get("kvs", [])
+    return sorted(base64.b64decode(kv["key"]).decode() for kv in kvs)
+
+
+def test_run_ids_one_inside_the_other_keep_to_their_own_keys(etcd, agents, worker, tmp_path):
+    # Run "a" reads and watches the range of its prefix: run "a/nodes/x"'s keys must not be in
+    # it, where they read as live nodes of "a". Each run's keys are under its percent-encoded id.
+    jobs = {"a": (2, 1), "a/nodes/x": (1, 3)}  # run id: nodes, workers per node
+    started = []
+    for run_id, (nodes, nproc) in jobs.items():
+        out = tmp_path / run_id.replace("/", "_")
+        out.mkdir()
+        started += [agents(f"{out.name}-{i}", etcd_args(etcd, nodes, nproc, FAST, run_id=run_id) +
+                           [worker, "env", str(out / "e"), "sleep", "1"]) for i in range(nodes)]
+    for p in started:
+        assert p.wait(60) == 0, p.err
+    check_job(read_envs(tmp_path / "a"), 2, 2)
+    check_job(read_envs(tmp_path / "a_nodes_x"), 3, 1)
+    for prefix in ("/trainrun/a/", "/trainrun/a%2Fnodes%2Fx/"):
+        keys = [k[len(prefix):] for k in etcd_keys(etcd, prefix)]
+        assert "state" in keys and all(
+            re.fullmatch(r"state|(nodes|answers)/[0-9a-f]{16}", k) for k in keys), (prefix, keys)
 
 
 def test_agent_killed_while_joining_is_left_out_of_the_next_round(etcd, agents, worker,

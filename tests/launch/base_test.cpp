@@ -62,6 +62,14 @@ TEST_CASE("utf8_prefix and utf8_suffix never split a character", "[base]") {
   CHECK(utf8_suffix(s, 3) == "\xc3\xa9z");
 }
 
+TEST_CASE("percent_encode keeps a name's safe bytes and leaves no '/'", "[base]") {
+  CHECK(percent_encode("job-7_v1.2") == "job-7_v1.2");
+  CHECK(percent_encode("a/nodes/x") == "a%2Fnodes%2Fx");
+  // '%' itself is encoded: different texts never read the same.
+  CHECK(percent_encode("a%2Fb") == "a%252Fb");
+  CHECK(percent_encode(std::string("\xff \x01", 3)) == "%FF%20%01");
+}
+
 TEST_CASE("count_of is singular for exactly one", "[base]") {
   CHECK(count_of(1, "node") == "1 node");
   CHECK(count_of(2, "node") == "2 nodes");

@@ -9,6 +9,7 @@
 
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/system.hpp"
+#include "trainrun/base/text.hpp"
 #include "trainrun/rendezvous/etcd.hpp"
 #include "trainrun/rendezvous/etcd_client.hpp"
 #include "trainrun/rendezvous/etcd_round.hpp"
@@ -50,7 +51,9 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       : io_(io),
         options_(std::move(options)),
         log_(std::move(log)),
-        prefix_("/trainrun/" + options_.credentials.run_id + "/"),
+        // Encoded, so that no run id's keys fall under another's: run "a" reads and watches the
+        // range /trainrun/a/, which would otherwise hold run "a/nodes/x" too.
+        prefix_("/trainrun/" + percent_encode(options_.credentials.run_id) + "/"),
         round_(options_.round, endpoint(), in_seconds(options_.liveness.heartbeat_timeout)),
         node_id_(random_hex(8)) {}
 

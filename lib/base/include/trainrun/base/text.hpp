@@ -19,4 +19,9 @@ std::string_view utf8_prefix(std::string_view text, std::size_t max_bytes);
 // The longest suffix of `text` of at most `max_bytes` bytes that starts on a character.
 std::string_view utf8_suffix(std::string_view text, std::size_t max_bytes);
 
+// `text` with every byte but ASCII letters, digits, '.', '_' and '-' written as %XX (upper-case
+// hex): a name with no '/' that still reads as the original, and different for different texts.
+// For a run id as a directory name or as one segment of an etcd key.
+std::string percent_encode(std::string_view text);
+
 }  // namespace trainrun

@@ -8,7 +8,8 @@
 namespace trainrun::rendezvous {
 
 // The etcd rendezvous (--rdzv-backend=etcd): the same rounds as the built-in one, kept in etcd
-// (v3 API, through its JSON gateway) under /trainrun/<run_id>/ instead of on a hosting agent.
+// (v3 API, through its JSON gateway) under /trainrun/<run id, percent-encoded>/ instead of on a
+// hosting agent.
 // Each agent holds a lease with keep-alives and its node key on it; the round state changes by
 // compare-and-set transactions that any agent may make; every agent watches the prefix. No agent
 // is special: any one may be lost and the others see its key vanish when its lease expires.
