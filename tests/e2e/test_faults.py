@@ -357,20 +357,21 @@ def pids_cgroup():
         return os.path.join(path, "cgroup.procs")
 
     yield make
-    for path in made:
-        def empty():
-            with open(os.path.join(path, "cgroup.procs")) as f:
-                for pid in f.read().split():
-                    try:
-                        os.kill(int(pid), signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+
+    def removed(path):
+        # The job's own cgroup, where trainrun made one (cgroup v2), is below it.
+        for directory, _, _ in os.walk(path, topdown=False):
             try:
-                os.rmdir(path)
-                return True
+                with open(os.path.join(directory, "cgroup.procs")) as f:
+                    for pid in f.read().split():
+                        os.kill(int(pid), signal.SIGKILL)
+                os.rmdir(directory)
             except OSError:
-                return False
-        wait_for(empty, 10.0, 0.05)
+                pass
+        return not os.path.exists(path)
+
+    for path in made:
+        wait_for(lambda: removed(path), 10.0, 0.05)
 
 
 def test_more_workers_than_a_pids_cgroup_allows_is_a_failed_start_that_leaves_nothing(
