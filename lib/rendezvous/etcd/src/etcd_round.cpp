@@ -275,14 +275,7 @@ void EtcdRound::begin_forming(EtcdRoundState& s, double now, Restart restart) co
   for (const auto& m : s.participants) s.expected.insert(m.id);
   for (const auto& m : s.waiting) s.expected.insert(m.id);
   s.participants.clear();  // they join the next round afresh
-  s.started = false;
-  s.done.clear();
-  s.phase = Phase::forming;
-  ++s.round;
-  s.restart = std::move(restart);
-  s.forming_since = now;
-  s.min_reached_at.reset();
-  maybe_complete(s, now);
+  next_round(s, now, std::move(restart));
 }
 
 // The round's members go back to the front of the waiting list, in their order: they need not
@@ -290,13 +283,18 @@ void EtcdRound::begin_forming(EtcdRoundState& s, double now, Restart restart) co
 void EtcdRound::form_again(EtcdRoundState& s, double now, Restart why) const {
   s.waiting.insert(s.waiting.begin(), s.participants.begin(), s.participants.end());
   s.participants.clear();
-  s.started = false;
-  s.done.clear();
   s.expected.clear();
   for (const auto& m : s.waiting) s.expected.insert(m.id);
+  next_round(s, now, std::move(why));
+}
+
+// What every new round starts from, however its members were chosen.
+void EtcdRound::next_round(EtcdRoundState& s, double now, Restart restart) const {
+  s.started = false;
+  s.done.clear();
   s.phase = Phase::forming;
   ++s.round;
-  s.restart = std::move(why);
+  s.restart = std::move(restart);
   s.forming_since = now;
   s.min_reached_at.reset();
   maybe_complete(s, now);

@@ -93,6 +93,7 @@ class EtcdRound {
   void maybe_complete(EtcdRoundState& s, double now) const;
   void begin_forming(EtcdRoundState& s, double now, Restart restart) const;
   void form_again(EtcdRoundState& s, double now, Restart why) const;
+  void next_round(EtcdRoundState& s, double now, Restart restart) const;
   void end_job(EtcdRoundState& s, Stop stop) const;
 
   RoundOptions options_;
