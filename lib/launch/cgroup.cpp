@@ -78,14 +78,9 @@ PidsLimit own_pids_limit() {
     std::optional<CgroupDirectory> at = find_cgroup_directory(proc_cgroup, mountinfo, controller);
     while (at) {
       const std::string file = at->path() + "/pids.max";
-      std::ifstream in(file);
-      std::string text;
-      if (in >> text) {
-        // "max": no limit of its own.
-        const std::optional<long long> max = parse_integer(text);
-        if (max && *max > 0 && (tightest.max == 0 || *max < tightest.max))
-          tightest = PidsLimit{*max, file};
-      }
+      // "max": no limit of its own.
+      const std::optional<long long> max = read_positive_integer(file);
+      if (max && (tightest.max == 0 || *max < tightest.max)) tightest = PidsLimit{*max, file};
       if (at->relative.empty()) break;
       at->relative.erase(at->relative.rfind('/'));
     }

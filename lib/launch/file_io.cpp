@@ -9,8 +9,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 
 #include "errors.hpp"
+#include "trainrun/base/numbers.hpp"
 
 namespace trainrun::launch {
 
@@ -75,6 +77,15 @@ bool remove_empty_tree(const std::string& path) {
   }
   closedir(dir);
   return empty && ::rmdir(path.c_str()) == 0;
+}
+
+std::optional<long long> read_positive_integer(const std::string& path) {
+  std::ifstream file(path);
+  std::string text;
+  if (!(file >> text)) return std::nullopt;
+  const std::optional<long long> n = parse_integer(text);
+  if (!n || *n <= 0) return std::nullopt;
+  return n;
 }
 
 }  // namespace trainrun::launch

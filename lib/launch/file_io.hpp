@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 namespace trainrun::launch {
@@ -14,6 +15,10 @@ bool read_exactly(int fd, void* data, std::size_t size);
 // Writes `text` to `path` as a whole or not at all: a temporary file in the same directory,
 // then rename. Throws SetupError naming the path and the reason.
 void write_file_atomically(const std::string& path, const std::string& text);
+
+// The first word of a small file (a /proc/sys or cgroup value) as a positive integer; nothing
+// when the file cannot be read or holds no such number ("max").
+std::optional<long long> read_positive_integer(const std::string& path);
 
 // Removes `path` if it and everything under it are directories; true when it is gone.
 bool remove_empty_tree(const std::string& path);

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "cgroup.hpp"
-#include "trainrun/base/numbers.hpp"
+#include "file_io.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 
 namespace trainrun::launch {
@@ -77,13 +77,7 @@ int count_usable_cpus() {
 }
 
 // A /proc/sys number; 0 (no bound known) when it cannot be read.
-long long read_sysctl(const char* path) {
-  std::ifstream file(path);
-  std::string text;
-  if (!(file >> text)) return 0;
-  const std::optional<long long> n = parse_integer(text);
-  return n && *n > 0 ? *n : 0;
-}
+long long read_sysctl(const char* path) { return read_positive_integer(path).value_or(0); }
 
 }  // namespace
 
