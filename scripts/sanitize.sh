@@ -7,6 +7,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${TRAINRUN_ASAN_BUILD_DIR:-$root/build-asan}"
+. "$root/scripts/compiler-cache.sh"
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DTRAINRUN_SANITIZE=ON -DTRAINRUN_BUILD_RUNTIME=OFF >/dev/null

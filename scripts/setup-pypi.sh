@@ -6,8 +6,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# Compiler caches hit from any checkout of the tree (a CI clone shares the cache of this one).
-export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
+. "$root/scripts/compiler-cache.sh"
 venv="$root/.venv-pypi"
 build="${TRAINRUN_PYPI_BUILD_DIR:-$root/build-pypi}"
 python="${TRAINRUN_PYPI_PYTHON:-python3}"
