@@ -15,6 +15,7 @@ import urllib.request
 import pytest
 
 from conftest import ranks_by_restart, read_envs, wait_for, wait_for_pids
+from job_failures import check_late_but_earlier
 from ports import free_port
 from test_multinode import check_job
 
@@ -198,6 +199,12 @@ def test_failure_on_one_node_stops_every_node_and_restarts_count_per_job(etcd, a
     # Attempts 0, 1 and 2 each ran all four ranks, with one count on every node; then no more.
     assert ranks_by_restart(marks) == {0: {0, 1, 2, 3}, 1: {0, 1, 2, 3}, 2: {0, 1, 2, 3}}
     assert "no restarts left (2 used)" in a.err + b.err
+
+
+def test_every_node_names_the_same_root_cause_and_lists_every_failure(etcd, agents, tmp_path):
+    # As with the built-in rendezvous (test_failures.py): the failure reported first (rank 0)
+    # is not the root cause; every node waits for the other to say what failed.
+    check_late_but_earlier(agents, tmp_path, etcd_args(etcd, 2, 1))
 
 
 def _job_that_loses_a_node(etcd, agents, tmp_path, nnodes, names, extra=()):

@@ -12,6 +12,7 @@ import threading
 import pytest
 
 from conftest import TRAINRUN, dynamic, recv_exactly, run
+from job_failures import check_late_but_earlier, summary_block
 from ports import free_port, standalone_args
 
 # The limit of docs/protocol.md on the failure summary that is sent to the other nodes.
@@ -77,13 +78,6 @@ def split_by_failure(nodes):
     return next(n for n in nodes if n is not other), other
 
 
-def summary_block(err):
-    """The failure summary as printed: from its first rule to its last."""
-    start = err.index("=" * 60)
-    end = err.rindex("=" * 60) + 60
-    return err[start:end]
-
-
 @pytest.mark.parametrize("size", [100_000, 2_000_000])
 def test_a_huge_traceback_fails_the_job_on_every_node(agents, tmp_path, size):
     nodes, codes, _ = failing_job(agents, tmp_path, size, restarts=0)
@@ -144,47 +138,8 @@ def test_escape_sequences_from_another_node_are_shown_escaped(agents, tmp_path):
 
 # --- failures on both nodes: every node tells the same story ---------------------------------
 
-# Rank 0 (one node) fails first, exit 3, with an error file dated 1700000100; rank 1 (the other
-# node) fails only when that failure stops it, exit 4, with an error file dated 100 s earlier.
-# The root cause is rank 1 by the rule (earliest error-file timestamp), though it failed second.
-LATE_BUT_EARLIER = r'''
-import json, os, signal, sys, time
-rank, ready = int(os.environ["RANK"]), sys.argv[1]
-def record(timestamp, code):
-    error = {"message": {"message": f"ValueError: rank {rank}", "extraInfo": {
-        "py_callstack": f"Traceback (most recent call last):\nValueError: rank {rank}\n",
-        "timestamp": str(timestamp)}}}
-    with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
-        json.dump(error, f)
-    os._exit(code)
-if rank == 1:
-    signal.signal(signal.SIGTERM, lambda *_: record(1700000000, 4))
-    open(ready, "w").close()
-    time.sleep(120)
-    sys.exit(0)
-while not os.path.exists(ready):
-    time.sleep(0.01)
-record(1700000100, 3)
-'''
-
-
 def test_every_node_names_the_same_root_cause_and_lists_every_failure(agents, tmp_path):
-    script = tmp_path / "late.py"
-    script.write_text(LATE_BUT_EARLIER)
-    options = dynamic(free_port(), 2, 1, "--shutdown-timeout=5", "--no-python")
-    nodes = [agents(n, options + [f"--summary-file={tmp_path / n}.json", sys.executable, "-u",
-                                  str(script), str(tmp_path / "ready")]) for n in ("a", "b")]
-    codes = [n.wait(120) for n in nodes]
-    assert codes == [4, 4], [n.err[-3000:] for n in nodes]
-    blocks = [summary_block(n.err) for n in nodes]
-    assert blocks[0] == blocks[1], blocks
-    assert blocks[0].count(" FAILED") == 1, blocks[0]
-    failures, root = blocks[0].split("Root Cause (first observed failure):")
-    assert "rank      : 1 (local_rank: 0)" in root and "exitcode  : 4 " in root, blocks[0]
-    assert "rank      : 0 (local_rank: 0)" in failures and "exitcode  : 3 " in failures, blocks[0]
-    for n in ("a", "b"):
-        summary = json.loads((tmp_path / f"{n}.json").read_text())
-        assert summary["root_cause"]["rank"] == 1 and summary["exit_code"] == 4, summary
+    check_late_but_earlier(agents, tmp_path, dynamic(free_port(), 2, 1))
 
 
 # --- several failures: the summary side by side with the reference torchrun -------------------

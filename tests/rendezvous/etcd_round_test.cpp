@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "worker_failure.hpp"
+
 using namespace trainrun::rendezvous;
 using Phase = EtcdRoundState::Phase;
 
@@ -121,9 +123,100 @@ TEST_CASE("etcd round: a failure restarts every node until the job's restarts ar
   round.join(s, "a", node("a"), 102);
   round.join(s, "b", node("b"), 102);
   CHECK(round.failure(s, "a", Failure{1, f}, 103));
+  CHECK(s.phase == Phase::concluding);  // no restart left: every member says what failed
+  CHECK(round.conclude(s, {{"a", Ended{1, {}, 0}}, {"b", Ended{1, {}, 0}}}, 104));
   REQUIRE(s.stop);
   CHECK(s.stop->exit_code == 5);
   CHECK(stored(s).stop->reason == s.stop->reason);
+}
+
+namespace {
+
+// A running two-node job ("a", "b") whose node a reports rank 0's failure (exit 3, its error file
+// dated 200) at time 110, with no restart left.
+EtcdRoundState failed_on_a(const EtcdRound& round) {
+  EtcdRoundState s;
+  for (const char* id : {"a", "b"}) round.join(s, id, node(id), 100);
+  answer_all(round, s);
+  REQUIRE(round.failure(
+      s, "a", Failure{0, FailureReport{"a", 0, 0, 3, ""}, {worker_failure("a", 0, 3, 200)}, 0},
+      110));
+  return stored(s);
+}
+
+}  // namespace
+
+TEST_CASE("etcd round: a failure with no restart left concludes when every member has said",
+          "[etcd]") {
+  EtcdRound round(options(3, 3, 0), "etcd:2379", 15);
+  EtcdRoundState s;
+  for (const char* id : {"a", "b", "c"}) round.join(s, id, node(id), 100);
+  answer_all(round, s);
+  CHECK(round.done(s, "c", 0));  // at the exit barrier: nothing to add, not waited for
+  REQUIRE(round.failure(
+      s, "a", Failure{0, FailureReport{"a", 0, 0, 3, ""}, {worker_failure("a", 0, 3, 200)}, 0},
+      110));
+  s = stored(s);
+  REQUIRE(s.phase == Phase::concluding);
+  CHECK(s.awaiting == std::set<std::string>{"a", "b"});
+  CHECK_FALSE(s.stop);
+  CHECK(round.generation_to_join(s) == s.generation);  // not over: a late agent waits in it
+  CHECK(round.join(s, "d", node("d"), 111));
+  CHECK(s.phase == Phase::concluding);  // and takes nobody in
+  // b's worker failed second, stopped by the halt, but its error file is dated earlier.
+  const Ended b{0, {worker_failure("b", 1, 4, 100)}, 2};
+  CHECK_FALSE(round.conclude(s, {{"b", b}}, 112));                          // a has not said
+  CHECK_FALSE(round.conclude(s, {{"a", Ended{7, {}, 0}}, {"b", b}}, 112));  // another round's
+  CHECK(round.conclude(s, {{"a", Ended{0, {}, 0}}, {"b", b}}, 113));
+  s = stored(s);
+  REQUIRE(s.phase == Phase::ended);
+  REQUIRE(s.stop);
+  CHECK(s.stop->cause == StopCause::worker_failed);
+  CHECK(s.stop->exit_code == 4);
+  CHECK(s.stop->failure->rank == 1);
+  REQUIRE(s.stop->failures.size() == 2);
+  CHECK(s.stop->failures[0].rank == 1);
+  CHECK(s.stop->failures[1].rank == 0);  // a's report, kept in the state, though a said nothing
+  CHECK(s.stop->not_relayed == 2);
+  CHECK_THAT(s.stop->reason, Catch::Contains("rank 1") && Catch::Contains("of 4 failures"));
+  CHECK(s.awaiting.empty());
+  CHECK(s.reports.empty());
+  CHECK(round.generation_to_join(s) == s.generation + 1);  // the next job starts afresh
+}
+
+TEST_CASE("etcd round: a member lost while concluding is not waited for, its word still counts",
+          "[etcd]") {
+  EtcdRound round(options(2, 2, 0), "etcd:2379", 15);
+  EtcdRoundState s = failed_on_a(round);
+  CHECK(round.prune(s, {"b"}, 111));  // a's lease expired before it said more
+  REQUIRE(s.phase == Phase::concluding);
+  CHECK(s.awaiting == std::set<std::string>{"b"});
+  CHECK_FALSE(s.participant("a"));
+  CHECK(round.conclude(s, {{"b", Ended{0, {}, 0}}}, 112));
+  REQUIRE(s.stop);
+  CHECK(s.stop->exit_code == 3);
+  REQUIRE(s.stop->failures.size() == 1);
+  CHECK(s.stop->failures[0].host == "a");
+
+  // Every awaited member lost: nobody is left to wait for.
+  EtcdRoundState t = failed_on_a(round);
+  CHECK(round.lost(t, "b", "left: b stopped by SIGTERM", 111));
+  CHECK(round.prune(t, {}, 111));
+  CHECK(round.conclude(t, {}, 111));
+  REQUIRE(t.stop);
+  CHECK(t.stop->exit_code == 3);
+}
+
+TEST_CASE("etcd round: a member silent past the join timeout is not waited for", "[etcd]") {
+  EtcdRound round(options(2, 2, 0), "etcd:2379", 15);
+  EtcdRoundState s = failed_on_a(round);
+  REQUIRE(round.next_deadline(s) == Approx(170));  // the failure at 110, the join timeout 60 s
+  CHECK_FALSE(round.tick(s, 170));                 // conclude() decides, with the answers read
+  CHECK_FALSE(round.conclude(s, {{"a", Ended{0, {}, 0}}}, 169));
+  CHECK(round.conclude(s, {{"a", Ended{0, {}, 0}}}, 170));
+  REQUIRE(s.stop);
+  CHECK(s.stop->exit_code == 3);
+  CHECK_FALSE(round.next_deadline(s));
 }
 
 TEST_CASE("etcd round: a state this version did not write is refused", "[etcd]") {

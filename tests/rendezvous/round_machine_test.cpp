@@ -4,6 +4,8 @@
 #include <map>
 #include <vector>
 
+#include "worker_failure.hpp"
+
 using namespace trainrun::rendezvous;
 using std::chrono::seconds;
 
@@ -236,21 +238,6 @@ TEST_CASE("a worker failure restarts every node while restarts remain, then stop
   }
   CHECK(h.machine.phase() == RoundMachine::Phase::ended);
 }
-
-namespace {
-
-WorkerFailure worker_failure(const std::string& host, int rank, int code, double timestamp) {
-  WorkerFailure w;
-  w.host = host;
-  w.rank = rank;
-  w.local_rank = 0;
-  w.pid = 100 + rank;
-  w.exit_code = code;
-  w.timestamp = timestamp;
-  return w;
-}
-
-}  // namespace
 
 TEST_CASE("the job's root cause is its earliest failure on any node, whichever came first",
           "[rendezvous]") {

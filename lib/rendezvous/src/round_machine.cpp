@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "trainrun/base/text.hpp"
 #include "trainrun/base/wording.hpp"
+#include "trainrun/rendezvous/conclusion.hpp"
 
 namespace trainrun::rendezvous {
 namespace {
@@ -188,21 +188,8 @@ void RoundMachine::on_failure(Effects& fx, NodeId id, const Failure& report,
                           restart_count_, f});
     return;
   }
-  failures_[id] = Ended{report.round, report.failures, report.not_relayed};
-  if (report.failures.empty()) {
-    // A report without its list (an agent that could not say more): its root cause stands in.
-    WorkerFailure w;
-    w.host = f.host;
-    w.rank = f.rank;
-    w.local_rank = f.local_rank;
-    w.exit_code = f.exit_code;
-    w.message = std::string(utf8_prefix(f.summary, kMaxRelayedTraceback));
-    failures_[id].failures.push_back(std::move(w));
-  }
-  begin_concluding(fx, now,
-                   options_.max_restarts == 0
-                       ? std::string()
-                       : fmt::format("no restarts left ({} used)", restart_count_));
+  failures_[id] = reported_failures(report);
+  begin_concluding(fx, now, no_restarts_left(options_.max_restarts, restart_count_));
 }
 
 // Every node of the round stops its workers and says what failed; nodes already done have
@@ -224,8 +211,7 @@ void RoundMachine::begin_concluding(Effects& fx, Clock::time_point now, const st
 
 void RoundMachine::on_ended(Effects& fx, NodeId id, const Ended& ended) {
   if (phase_ != Phase::concluding || ended.round != round_ || !awaiting_.count(id)) return;
-  // The first report of a node stays when its last has less (it was lost mid-sentence).
-  if (!ended.failures.empty() || !failures_.count(id)) failures_[id] = ended;
+  take_report(failures_, id, ended);
   awaiting_.erase(id);
   maybe_conclude(fx);
 }
@@ -233,34 +219,8 @@ void RoundMachine::on_ended(Effects& fx, NodeId id, const Ended& ended) {
 // Once every node has said: the root cause by the one rule, the same `stop` to every node.
 void RoundMachine::maybe_conclude(Effects& fx) {
   if (phase_ != Phase::concluding || !awaiting_.empty()) return;
-  std::vector<WorkerFailure> all;
-  int not_relayed = 0;
-  for (auto& [id, e] : failures_) {
-    all.insert(all.end(), e.failures.begin(), e.failures.end());
-    not_relayed += e.not_relayed;
-  }
+  Stop stop = concluded_stop(failures_, concluding_why_);
   failures_.clear();
-  // The earliest first, by the same rule: the root cause leads the list.
-  std::stable_sort(all.begin(), all.end(), failed_before<WorkerFailure>);
-  if (all.size() > kMaxRelayedFailures) {
-    not_relayed += static_cast<int>(all.size() - kMaxRelayedFailures);
-    all.resize(kMaxRelayedFailures);
-  }
-  const WorkerFailure& root = all.front();
-  const int code = root.shell_code();
-  std::string reason = fmt::format(
-      "worker failed on {}: rank {} (local rank {}) {}", root.host, root.rank, root.local_rank,
-      root.signal != 0 ? fmt::format("was killed by signal {}", root.signal)
-                       : fmt::format("exited with code {}", root.exit_code));
-  const std::size_t total = all.size() + static_cast<std::size_t>(not_relayed);
-  if (total > 1)
-    reason +=
-        fmt::format(" (the earliest of {})", count_of(static_cast<long long>(total), "failure"));
-  if (!concluding_why_.empty()) reason += "; " + concluding_why_;
-  Stop stop{StopCause::worker_failed, reason, code > 0 ? code : 1,
-            FailureReport{root.host, root.rank, root.local_rank, code, ""}};
-  stop.failures = std::move(all);
-  stop.not_relayed = not_relayed;
   end_job(fx, std::move(stop));
 }
 void RoundMachine::on_done(Effects& fx, NodeId id, const Done& done) {

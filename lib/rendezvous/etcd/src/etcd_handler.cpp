@@ -4,12 +4,13 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cmath>
 #include <deque>
-#include <random>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/base/text.hpp"
+#include "trainrun/rendezvous/conclusion.hpp"
 #include "trainrun/rendezvous/etcd.hpp"
 #include "trainrun/rendezvous/etcd_client.hpp"
 #include "trainrun/rendezvous/etcd_round.hpp"
@@ -40,6 +41,7 @@ struct Snapshot {
   std::int64_t revision = 0;            // the store's revision when read
   std::set<std::string> live;
   std::map<std::string, std::uint64_t> answers;  // node id: the round its answer key names
+  std::map<std::string, Ended> ended;            // node id: what failed there, its ended key
 };
 
 // One mutation of the round state: returns whether it changed anything.
@@ -85,11 +87,10 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (lease_) submit_join();
   }
 
-  // The job-wide list does not travel through etcd yet: the first failure ends the job there.
-  void report_failure(const FailureReport& failure, const std::vector<WorkerFailure>&,
-                      int) override {
+  void report_failure(const FailureReport& failure, const std::vector<WorkerFailure>& failures,
+                      int not_relayed) override {
     if (!assigned_) return;
-    Failure report{*assigned_, failure};
+    Failure report{*assigned_, failure, failures, not_relayed};
     enqueue([this, report](EtcdRoundState& s, double now) {
       return round_.failure(s, node_id_, report, now);
     });
@@ -99,6 +100,15 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (!assigned_) return;
     const std::uint64_t round = *assigned_;
     enqueue([this, round](EtcdRoundState& s, double) { return round_.done(s, node_id_, round); });
+  }
+
+  // After on_halt: a key of its own, on its lease, not the shared state (every member answers at
+  // once); the agent that sees every awaited answer concludes.
+  void report_ended(const std::vector<WorkerFailure>& failures, int not_relayed) override {
+    if (!assigned_) return;
+    Ended ended{*assigned_, failures, not_relayed};
+    fit_failures(ended.failures, ended.not_relayed, kMaxStoredFailureBytes);
+    put_ended(encode(ClientMessage{ended}));
   }
 
   void shutdown(const std::string& reason) override {
@@ -129,6 +139,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   std::string state_key() const { return prefix_ + "state"; }
   std::string nodes_prefix() const { return prefix_ + "nodes/"; }
   std::string answers_prefix() const { return prefix_ + "answers/"; }
+  std::string ended_prefix() const { return prefix_ + "ended/"; }
   // The end of the key range [prefix, prefix_end): the prefix with its last byte incremented.
   static std::string range_end(std::string prefix) {
     prefix.back() = static_cast<char>(prefix.back() + 1);
@@ -285,9 +296,21 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       } else if (key.rfind(answers_prefix(), 0) == 0) {
         if (auto round = answered_round(kv))
           s.answers[key.substr(answers_prefix().size())] = *round;
+      } else if (key.rfind(ended_prefix(), 0) == 0) {
+        if (auto e = ended_report(kv)) s.ended[key.substr(ended_prefix().size())] = *e;
       }
     }
     return s;
+  }
+
+  // A value that is not an `ended` message counts as no answer (the deadline still comes).
+  static std::optional<Ended> ended_report(const json& kv) {
+    try {
+      ClientMessage m = decode_client_message(base64_decode(kv.value("value", "")));
+      if (auto* e = std::get_if<Ended>(&m)) return *e;
+    } catch (const ProtocolError&) {
+    }
+    return std::nullopt;
   }
 
   static std::optional<std::uint64_t> answered_round(const json& kv) {
@@ -311,6 +334,8 @@ class EtcdRendezvousHandler : public RendezvousHandler {
            }
            if (!generation_) generation_ = round_.generation_to_join(s.state);
            answers_ = s.answers;
+           ended_.clear();
+           for (const auto& [id, e] : s.ended) ended_[id] = e.round;
            then(s);
          },
          [this, then] { read(then); });
@@ -320,6 +345,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     read([this](const Snapshot& s) {
       if (s.state) react(*s.state, s.state_mod_revision);
       if (s.state && !s.live.empty()) enqueue_refresh();
+      maybe_conclude();  // answers that came while the watch was down
       watch(s.revision + 1);
     });
   }
@@ -365,6 +391,14 @@ class EtcdRendezvousHandler : public RendezvousHandler {
         else
           answers_.erase(id);
         maybe_start();
+      } else if (key.rfind(ended_prefix(), 0) == 0) {
+        const std::string id = key.substr(ended_prefix().size());
+        const std::optional<Ended> e = deleted ? std::nullopt : ended_report(kv);
+        if (e)
+          ended_[id] = e->round;
+        else
+          ended_.erase(id);
+        maybe_conclude();
       }
       if (finished_) return;
     }
@@ -393,6 +427,25 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (!round_.start(probe, answers_)) return;
     start_requested_ = s->round;
     enqueue_refresh();
+  }
+
+  // Every awaited member has said what failed: one change concludes (the first agent's write
+  // wins). Once per round from this node; the deadline concludes without the silent.
+  void maybe_conclude() {
+    const EtcdRoundState* s = last_state_ ? &*last_state_ : nullptr;
+    if (!s || s->phase != EtcdRoundState::Phase::concluding || conclude_requested_ == s->round)
+      return;
+    if (!EtcdRound::all_answered(*s, ended_)) return;
+    conclude_requested_ = s->round;
+    enqueue_refresh();
+  }
+
+  void put_ended(const std::string& value) {
+    json body = {{"key", base64_encode(ended_prefix() + node_id_)},
+                 {"value", base64_encode(value)},
+                 {"lease", std::to_string(*lease_)}};
+    call(
+        "/v3/kv/put", body, [](const json&) {}, [this, value] { put_ended(value); });
   }
 
   // This node takes its place in the round: a key of its own, on its lease, naming the round
@@ -425,6 +478,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       bool changed = round_.prune(s, snap.live, now);
       changed = round_.start(s, snap.answers) || changed;
       changed = changes_.front().change(s, now) || changed;
+      changed = round_.conclude(s, snap.ended, now) || changed;
       if (!changed) {
         finish_change(snap.revision);
         if (snap.state) react(*snap.state, snap.state_mod_revision);
@@ -484,6 +538,14 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (s.stop) return fail(*s.stop);
     last_state_ = s;
     const EtcdMember* me = s.participant(node_id_);
+    if (s.phase == EtcdRoundState::Phase::concluding && assigned_ && *assigned_ == s.round) {
+      if (!me) return fail(round_.dropped(s));
+      if (s.awaiting.count(node_id_) && halted_ != s.round) {
+        halted_ = s.round;
+        if (events_.on_halt) events_.on_halt(Halt{s.round, "a worker failed; the job ends"});
+        if (finished_) return;
+      }
+    }
     if (answering_ && *answering_ != s.round && !assigned_) {
       // The round this node answered never started (a member never answered, or one came).
       answering_.reset();
@@ -513,6 +575,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       report_waiting(s);
     }
     maybe_start();
+    maybe_conclude();
     arm_tick(s);
   }
 
@@ -596,6 +659,9 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   std::optional<EtcdRoundState> last_state_;      // this job's state as last seen
   std::map<std::string, std::uint64_t> answers_;  // as last read, then watched
   std::optional<std::uint64_t> start_requested_;
+  std::map<std::string, std::uint64_t> ended_;  // node id: the round its ended key names
+  std::optional<std::uint64_t> conclude_requested_;
+  std::optional<std::uint64_t> halted_;  // the round whose halt this node was given
   std::int64_t seen_revision_ = 0;
   std::int64_t watch_from_ = 0;
   struct Pending {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trainrun/base/wording.hpp"
+#include "trainrun/rendezvous/conclusion.hpp"
 #include "trainrun/rendezvous/rank_assignment.hpp"
 
 namespace trainrun::rendezvous {
@@ -14,6 +15,9 @@ using json = nlohmann::json;
 using Phase = EtcdRoundState::Phase;
 
 namespace {
+
+// EtcdRoundState::Phase's names, in its order.
+const std::string_view kPhases[] = {"forming", "running", "concluding", "ended"};
 
 const EtcdMember* find(const std::vector<EtcdMember>& v, const std::string& id) {
   auto it = std::find_if(v.begin(), v.end(), [&](const EtcdMember& m) { return m.id == id; });
@@ -59,6 +63,8 @@ std::optional<double> optional_time(const json& j, const char* key) {
   return j.at(key).get<double>();
 }
 
+json optional_time_json(const std::optional<double>& t) { return t ? json(*t) : json(nullptr); }
+
 }  // namespace
 
 const EtcdMember* EtcdRoundState::participant(const std::string& id) const {
@@ -67,9 +73,8 @@ const EtcdMember* EtcdRoundState::participant(const std::string& id) const {
 const EtcdMember* EtcdRoundState::waiter(const std::string& id) const { return find(waiting, id); }
 
 std::string encode_state(const EtcdRoundState& s) {
-  static const char* phases[] = {"forming", "running", "ended"};
   json j = {{"generation", s.generation},
-            {"phase", phases[static_cast<int>(s.phase)]},
+            {"phase", kPhases[static_cast<int>(s.phase)]},
             {"round", s.round},
             {"restart_count", s.restart_count},
             {"waiting", json::array()},
@@ -77,12 +82,20 @@ std::string encode_state(const EtcdRoundState& s) {
             {"started", s.started},
             {"done", s.done},
             {"expected", s.expected},
-            {"forming_since", s.forming_since ? json(*s.forming_since) : json(nullptr)},
-            {"min_reached_at", s.min_reached_at ? json(*s.min_reached_at) : json(nullptr)}};
+            {"forming_since", optional_time_json(s.forming_since)},
+            {"min_reached_at", optional_time_json(s.min_reached_at)}};
   for (const auto& m : s.waiting) j["waiting"].push_back(member_json(m));
   for (const auto& m : s.participants) j["participants"].push_back(member_json(m));
   if (s.restart) j["restart"] = json::parse(encode(ServerMessage{*s.restart}));
   if (s.stop) j["stop"] = json::parse(encode(ServerMessage{*s.stop}));
+  if (s.phase == Phase::concluding) {
+    json reports = json::object();
+    for (const auto& [id, e] : s.reports) reports[id] = json::parse(encode(ClientMessage{e}));
+    j["concluding"] = {{"since", optional_time_json(s.concluding_since)},
+                       {"why", s.concluding_why},
+                       {"awaiting", s.awaiting},
+                       {"reports", std::move(reports)}};
+  }
   return j.dump();
 }
 
@@ -92,10 +105,9 @@ EtcdRoundState decode_state(const std::string& text) {
     EtcdRoundState s;
     s.generation = j.value("generation", std::uint64_t{0});
     const std::string phase = j.at("phase").get<std::string>();
-    if (phase == "forming") s.phase = Phase::forming;
-    else if (phase == "running") s.phase = Phase::running;
-    else if (phase == "ended") s.phase = Phase::ended;
-    else throw ProtocolError("state: unknown phase \"" + phase + "\"");
+    auto known = std::find(std::begin(kPhases), std::end(kPhases), phase);
+    if (known == std::end(kPhases)) throw ProtocolError("state: unknown phase \"" + phase + "\"");
+    s.phase = static_cast<Phase>(known - std::begin(kPhases));
     s.round = j.at("round").get<std::uint64_t>();
     s.restart_count = j.at("restart_count").get<int>();
     for (const auto& m : j.at("waiting")) s.waiting.push_back(member_from(m));
@@ -108,6 +120,17 @@ EtcdRoundState decode_state(const std::string& text) {
     s.min_reached_at = optional_time(j, "min_reached_at");
     s.restart = message_from<Restart>(j, "restart");
     s.stop = message_from<Stop>(j, "stop");
+    if (s.phase == Phase::concluding) {
+      const json& c = j.at("concluding");
+      s.concluding_since = optional_time(c, "since");
+      s.concluding_why = c.at("why").get<std::string>();
+      s.awaiting = c.at("awaiting").get<std::set<std::string>>();
+      for (const auto& [id, e] : c.at("reports").items()) {
+        ClientMessage m = decode_client_message(e.dump());
+        if (!std::holds_alternative<Ended>(m)) throw ProtocolError("state: bad \"reports\"");
+        s.reports[id] = std::get<Ended>(m);
+      }
+    }
     return s;
   } catch (const json::exception& e) {
     throw ProtocolError(fmt::format("state: {}", e.what()));
@@ -142,6 +165,8 @@ bool EtcdRound::join(EtcdRoundState& s, const std::string& id, const NodeDescrip
     maybe_complete(s, now);
     return true;
   }
+  // Concluding: it waits, and gets the job's stop.
+  if (s.phase == Phase::concluding) return true;
   const bool can_grow =
       static_cast<int>(s.participants.size()) < options_.max_nodes && s.done.empty();
   if (can_grow && !s.started) {
@@ -189,15 +214,24 @@ bool EtcdRound::failure(EtcdRoundState& s, const std::string& id, const Failure&
                           s.restart_count, f});
     return true;
   }
-  const std::string why =
-      options_.max_restarts == 0
-          ? reason
-          : fmt::format("{}; no restarts left ({} used)", reason, s.restart_count);
-  end_job(s, Stop{StopCause::worker_failed, why, f.exit_code > 0 ? f.exit_code : 1, f});
+  // The failing node's word stays in the state, so that it counts if the node is lost; members
+  // not done stop their workers and say what failed (the handler's on_halt).
+  Ended reported = reported_failures(report);
+  fit_failures(reported.failures, reported.not_relayed, kMaxStoredFailureBytes);
+  s.phase = Phase::concluding;
+  s.reports = {{id, std::move(reported)}};
+  s.concluding_since = now;
+  s.concluding_why = no_restarts_left(options_.max_restarts, s.restart_count);
+  s.awaiting.clear();
+  for (const auto& m : s.participants) {
+    if (!s.done.count(m.id)) s.awaiting.insert(m.id);
+  }
   return true;
 }
 
 bool EtcdRound::done(EtcdRoundState& s, const std::string& id, std::uint64_t round) const {
+  // Its workers all succeeded before it heard of the failure: it has nothing to add.
+  if (s.phase == Phase::concluding) return round == s.round && s.awaiting.erase(id) > 0;
   if (s.phase != Phase::running || round != s.round || !s.participant(id)) return false;
   if (!s.done.insert(id).second) return false;
   if (s.done.size() == s.participants.size()) {
@@ -207,9 +241,41 @@ bool EtcdRound::done(EtcdRoundState& s, const std::string& id, std::uint64_t rou
   return true;
 }
 
+bool EtcdRound::all_answered(const EtcdRoundState& s,
+                             const std::map<std::string, std::uint64_t>& answered) {
+  return std::all_of(s.awaiting.begin(), s.awaiting.end(), [&](const std::string& id) {
+    auto it = answered.find(id);
+    return it != answered.end() && it->second == s.round;
+  });
+}
+
+bool EtcdRound::conclude(EtcdRoundState& s, const std::map<std::string, Ended>& ended,
+                         double now) const {
+  if (s.phase != Phase::concluding) return false;
+  std::map<std::string, std::uint64_t> answered;
+  for (const auto& [id, e] : ended) answered[id] = e.round;
+  const bool late = now - s.concluding_since.value_or(now) >= in_seconds(options_.join_timeout);
+  if (!all_answered(s, answered) && !late) return false;
+  std::map<std::string, Ended> reports = s.reports;
+  for (const auto& [id, e] : ended) {
+    if (e.round == s.round && s.participant(id)) take_report(reports, id, e);
+  }
+  Stop stop = concluded_stop(reports, s.concluding_why);
+  fit_failures(stop.failures, stop.not_relayed, kMaxStoredFailureBytes);
+  end_job(s, std::move(stop));
+  return true;
+}
+
 bool EtcdRound::lost(EtcdRoundState& s, const std::string& id, const std::string& why,
                      double now) const {
   if (s.phase == Phase::ended) return false;
+  if (s.phase == Phase::concluding) {
+    // What it reported before it went still counts; it is not waited for.
+    const bool member = erase(s.participants, id);
+    s.awaiting.erase(id);
+    s.done.erase(id);
+    return erase(s.waiting, id) || member;
+  }
   const EtcdMember* p = s.phase == Phase::running ? s.participant(id) : nullptr;
   if (!p) {
     if (!erase(s.waiting, id)) return false;
@@ -336,6 +402,10 @@ void EtcdRound::end_job(EtcdRoundState& s, Stop stop) const {
   s.started = false;
   s.expected.clear();
   s.done.clear();
+  s.awaiting.clear();
+  s.reports.clear();
+  s.concluding_since.reset();
+  s.concluding_why.clear();
 }
 
 bool EtcdRound::tick(EtcdRoundState& s, double now) const {
@@ -376,6 +446,8 @@ std::optional<double> EtcdRound::next_deadline(const EtcdRoundState& s) const {
     if (s.forming_since) keep(*s.forming_since + in_seconds(options_.join_timeout));
   } else if (s.phase == Phase::running) {
     for (const auto& m : s.waiting) keep(m.joined_at + in_seconds(options_.join_timeout));
+  } else if (s.phase == Phase::concluding && s.concluding_since) {
+    keep(*s.concluding_since + in_seconds(options_.join_timeout));  // conclude() then ends it
   }
   return best;
 }

@@ -70,9 +70,8 @@ class RendezvousHandler {
   virtual void report_failure(const FailureReport& failure,
                               const std::vector<WorkerFailure>& failures, int not_relayed) = 0;
   virtual void report_done() = 0;
-  // After on_halt: this node's workers have all ended, these failed. A backend that never
-  // halts (it ends the job on the first failure) has nothing to do with it.
-  virtual void report_ended(const std::vector<WorkerFailure>& /*failures*/, int /*not_relayed*/) {}
+  // After on_halt: this node's workers have all ended, these failed.
+  virtual void report_ended(const std::vector<WorkerFailure>& failures, int not_relayed) = 0;
   virtual void shutdown(const std::string& reason) = 0;
 
   // "host:port", for messages.

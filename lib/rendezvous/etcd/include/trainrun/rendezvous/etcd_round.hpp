@@ -26,8 +26,14 @@ struct EtcdMember {
   double joined_at = 0;
 };
 
+// The most bytes of failures one value in etcd holds (the state's, a node's `ended` key's): far
+// under etcd's default request limit (1.5 MiB) with the members beside them.
+inline constexpr std::size_t kMaxStoredFailureBytes = 256 * 1024;
+
 struct EtcdRoundState {
-  enum class Phase { forming, running, ended };
+  // concluding: a failure ends the job; every member not done says what failed (its key under
+  // ended/) before the stop that names the job's root cause, as RoundMachine's phase.
+  enum class Phase { forming, running, concluding, ended };
   std::uint64_t generation = 0;  // which job of the run id this is
   Phase phase = Phase::forming;
   std::uint64_t round = 0;
@@ -43,6 +49,12 @@ struct EtcdRoundState {
   // Running, and every participant has answered (its key under answers/ names this round):
   // only then do the workers start.
   bool started = false;
+  // Concluding: the members yet to say what failed, the failures reported so far (the failing
+  // node's, kept here so that they count if it is lost), since when, and why no restart.
+  std::set<std::string> awaiting;
+  std::map<std::string, Ended> reports;
+  std::optional<double> concluding_since;
+  std::string concluding_why;
 
   const EtcdMember* participant(const std::string& id) const;
   const EtcdMember* waiter(const std::string& id) const;
@@ -75,6 +87,13 @@ class EtcdRound {
   bool start(EtcdRoundState& s, const std::map<std::string, std::uint64_t>& answers) const;
   bool failure(EtcdRoundState& s, const std::string& id, const Failure& report, double now) const;
   bool done(EtcdRoundState& s, const std::string& id, std::uint64_t round) const;
+  // Concluding: the job ends once every awaited member has said what failed (`ended`: node id
+  // to its report, as its key under ended/ holds it), or at the deadline (join_timeout after the
+  // failure); the one rule names the root cause (concluded_stop).
+  bool conclude(EtcdRoundState& s, const std::map<std::string, Ended>& ended, double now) const;
+  // Whether every awaited member has said, `answered`: node id to the round its report names.
+  static bool all_answered(const EtcdRoundState& s,
+                           const std::map<std::string, std::uint64_t>& answered);
   // A member lost before the round started never ran: the round forms again without it, with no
   // restart counted. After that, as the built-in rendezvous: restart or end the job.
   bool lost(EtcdRoundState& s, const std::string& id, const std::string& why, double now) const;
