@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The loaded-machine check of docs/reliability.md: the whole test command (scripts/test.sh, with
 # the same arguments) run RUNS times in a row with two busy loops beside it, stopping at the first
-# failure. After each run it lists any trainrun, etcd, Slurm or test worker process left behind,
-# and a run that leaves one counts as failed.
+# failure. After each run it lists any process the tests left behind (below), and a run that
+# leaves one counts as failed.
 # Usage: scripts/test-loaded.sh [RUNS] [scripts/test.sh ARGS...]     (RUNS: default 5)
 set -euo pipefail
 
@@ -27,9 +27,20 @@ for _ in 1 2; do
   loops+=("$!")
 done
 
-# What a test may have started and must not leave: matched by command name.
+# What a test may have started and must not leave: any process running a program built in this
+# tree (trainrun, the test workers, the examples), and etcd or Slurm daemons, whose command line
+# names this tree or a pytest temporary directory.
 leftovers() {
-  ps -eo pid=,comm= | awk '$2 ~ /^(trainrun|test_worker|etcd|slurmctld|slurmd|munged)$/' || true
+  local exe cmd pid
+  for pid in $(ps -eo pid= 2>/dev/null); do
+    exe="$(readlink "/proc/$pid/exe" 2>/dev/null)" || continue
+    cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || continue
+    case "$exe" in
+      "$root"/*) echo "$pid $cmd" ;;
+      */etcd | */slurmctld | */slurmd | */munged)
+        case "$cmd" in *"$root"* | */pytest-of-*) echo "$pid $cmd" ;; esac ;;
+    esac
+  done
 }
 
 for run in $(seq 1 "$runs"); do
