@@ -15,6 +15,22 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${TRAINRUN_BUILD_DIR:-$root/build}"
 "$root/scripts/setup.sh"
 
+# Everything the tests and the jobs they run leave in the temporary directory (the log trees that
+# failed jobs keep, as a user's would be kept; torchrun's own; checkpoints of killed workers) goes
+# in one directory of this run: removed when every test passed, kept and named when one failed.
+tests_tmp="$(mktemp -d "${TMPDIR:-/tmp}/trainrun-tests.XXXXXX")"
+export TMPDIR="$tests_tmp"
+finish() {
+  local status=$?
+  if [ "$status" -eq 0 ]; then
+    rm -rf "$tests_tmp"
+  else
+    echo "test: the tests' temporary files are kept in $tests_tmp" >&2
+  fi
+  return "$status"
+}
+trap finish EXIT
+
 args=("$@")
 if [ "${1:-}" = "quick" ]; then args=(-LE slow "${@:2}"); fi
 (cd "$build" && ctest --output-on-failure -j2 "${args[@]}")

@@ -7,7 +7,9 @@ import socket
 # Ports this process has taken, each with its lock held until the process ends: test processes
 # running at once (ctest -j, or two test suites on one machine) never hand out the same port,
 # even after the socket that found it free is closed.
-_LOCKS = os.path.join(os.environ.get("TMPDIR", "/tmp"), "trainrun-test-ports")
+# The lock directory is the machine's, not the test run's TMPDIR (scripts/test.sh gives each run
+# its own): suites of different checkouts running at once share the machine's ports.
+_LOCKS = "/tmp/trainrun-test-ports"
 _taken = {}
 
 
