@@ -471,9 +471,10 @@ class EtcdRendezvousHandler : public RendezvousHandler {
             join_landed_rev_ = rev;
             return;
           }
-          fail(Stop{StopCause::rejected,
-                    fmt::format("the rendezvous at {} dropped this node: {}", endpoint(), *refused_),
-                    1, std::nullopt});
+          fail(
+              Stop{StopCause::rejected,
+                   fmt::format("the rendezvous at {} dropped this node: {}", endpoint(), *refused_),
+                   1, std::nullopt});
         });
   }
 
