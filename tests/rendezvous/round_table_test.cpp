@@ -21,12 +21,33 @@ RoundOptions job(int min, int max, int restarts = 0) {
   return o;
 }
 
+RoundOptions timed(RoundOptions o, Clock::duration join_timeout, Clock::duration last_call) {
+  o.join_timeout = join_timeout;
+  o.last_call_timeout = last_call;
+  return o;
+}
+
 template <class Row>
 void on_both_backends(const RoundOptions& options, Row row) {
   SECTION("built-in") { row(*builtin_backend(options)); }
   SECTION("etcd") {
     if (auto b = etcd_backend(options)) row(*b);
   }
+}
+
+// Nothing until `d` has passed, then `told()` (what a node was told) is there.
+template <class Told>
+void only_after(Backend& b, Clock::duration d, Told told) {
+  b.advance(d - seconds(1));
+  CHECK_FALSE(told());
+  b.advance(seconds(1));
+  REQUIRE(told());
+}
+
+// Node `n` has its place in a round of `nodes` nodes.
+void assigned_in(const Backend& b, int n, int nodes) {
+  REQUIRE(b.assignment(n));
+  CHECK(b.assignment(n)->group_world_size == nodes);
 }
 
 }  // namespace
@@ -54,25 +75,18 @@ TEST_CASE("a round forms at once when MAX nodes have joined, ranks by host", "[r
 }
 
 TEST_CASE("with MIN < MAX a round forms after the last call", "[round]") {
-  RoundOptions o = job(2, 4);
-  o.last_call_timeout = seconds(30);
-  on_both_backends(o, [](Backend& b) {
+  on_both_backends(timed(job(2, 4), RoundOptions{}.join_timeout, seconds(30)), [](Backend& b) {
     b.join(1, "a");
     b.advance(seconds(100));  // below MIN: no last call yet
     CHECK_FALSE(b.assignment(1));
     b.join(2, "b");
-    b.advance(seconds(29));
-    CHECK_FALSE(b.assignment(1));
-    b.advance(seconds(1));
-    REQUIRE(b.assignment(1));
+    only_after(b, seconds(30), [&] { return b.assignment(1); });
     CHECK(b.assignment(1)->group_world_size == 2);
   });
 }
 
 TEST_CASE("a late join makes every member restart into a bigger round", "[round]") {
-  RoundOptions o = job(2, 3);
-  o.last_call_timeout = seconds(5);
-  on_both_backends(o, [](Backend& b) {
+  on_both_backends(timed(job(2, 3), RoundOptions{}.join_timeout, seconds(5)), [](Backend& b) {
     b.join(1, "a");
     b.join(2, "b");
     b.advance(seconds(5));
@@ -97,18 +111,13 @@ TEST_CASE("a late join makes every member restart into a bigger round", "[round]
 
 TEST_CASE("a newcomer waits while the job runs full, then gives up, in count_of wording",
           "[round]") {
-  RoundOptions o = job(1, 1);
-  o.join_timeout = seconds(60);
-  on_both_backends(o, [](Backend& b) {
+  on_both_backends(timed(job(1, 1), seconds(60), RoundOptions{}.last_call_timeout), [](Backend& b) {
     b.join(1, "a");
     REQUIRE(b.assignment(1));
     b.join(2, "b");
     CHECK_FALSE(b.restart(1));
     CHECK_FALSE(b.assignment(2));
-    b.advance(seconds(59));
-    CHECK_FALSE(b.stop(2));
-    b.advance(seconds(1));
-    REQUIRE(b.stop(2));
+    only_after(b, seconds(60), [&] { return b.stop(2); });
     CHECK(b.stop(2)->cause == StopCause::join_timeout);
     CHECK(b.stop(2)->reason == "timed out after 60 s: the job at " + b.endpoint() +
                                    " is running with its maximum of 1 node");
@@ -141,8 +150,7 @@ TEST_CASE("a join without a master port is refused", "[round]") {
     CHECK_THAT(*b.refused(3), Catch::Contains("join carries no reserved master_port"));
     CHECK_FALSE(b.assignment(1));
     b.join(2, "b");
-    REQUIRE(b.assignment(1));
-    CHECK(b.assignment(1)->group_world_size == 2);
+    assigned_in(b, 1, 2);
     CHECK_FALSE(b.assignment(3));
   });
 }
@@ -154,8 +162,7 @@ TEST_CASE("a waiting node that is lost is forgotten before the round forms", "[r
     b.join(2, "b");
     CHECK_FALSE(b.assignment(2));
     b.join(3, "c");
-    REQUIRE(b.assignment(2));
-    CHECK(b.assignment(2)->group_world_size == 2);
+    assigned_in(b, 2, 2);
   });
 }
 
@@ -247,16 +254,11 @@ TEST_CASE("a node lost before it says what failed is not waited for, its failure
 
 TEST_CASE("no word from a halted node within the join timeout: the job ends without it",
           "[round]") {
-  RoundOptions o = job(2, 2);
-  o.join_timeout = seconds(60);
-  on_both_backends(o, [](Backend& b) {
+  on_both_backends(timed(job(2, 2), seconds(60), RoundOptions{}.last_call_timeout), [](Backend& b) {
     b.join(1, "a");
     b.join(2, "b");
     b.fail(1, FailureReport{"a", 0, 0, 3, ""}, {worker_failure("a", 0, 3, 200)}, 0);
-    b.advance(seconds(59));
-    CHECK_FALSE(b.stop(1));
-    b.advance(seconds(1));
-    REQUIRE(b.stop(1));
+    only_after(b, seconds(60), [&] { return b.stop(1); });
     CHECK(b.stop(1)->exit_code == 3);
   });
 }
@@ -301,16 +303,13 @@ TEST_CASE("a lost node: a smaller round while restarts are left and MIN nodes re
                    Catch::EndsWith("); continuing with 2 nodes (1 of 2 restarts)"));
     b.join(1, "a");
     b.join(2, "b");
-    REQUIRE(b.assignment(1));
-    CHECK(b.assignment(1)->group_world_size == 2);
+    assigned_in(b, 1, 2);
     CHECK(b.assignment(2)->restart_count == 1);
   });
 }
 
 TEST_CASE("a member lost before it joins the next round again is not waited for", "[round]") {
-  RoundOptions o = job(1, 3, 2);
-  o.last_call_timeout = seconds(30);
-  on_both_backends(o, [](Backend& b) {
+  on_both_backends(timed(job(1, 3, 2), RoundOptions{}.join_timeout, seconds(30)), [](Backend& b) {
     b.join(1, "a");
     b.join(2, "b");
     b.join(3, "c");
@@ -325,43 +324,36 @@ TEST_CASE("a member lost before it joins the next round again is not waited for"
   });
 }
 
-TEST_CASE("a lost node below MIN ends the job", "[round]") {
-  on_both_backends(job(2, 2, 5), [](Backend& b) {
+TEST_CASE("a lost node ends the job below MIN, or with no restart left", "[round]") {
+  struct Case {
+    RoundOptions options;
+    std::string why;
+    std::string ending;
+  };
+  const Case c = GENERATE(
+      Case{job(2, 2, 5), "connection reset", "; 1 node remains, fewer than the minimum of 2"},
+      Case{job(1, 2, 0), "left: stopped by SIGTERM",
+           "(left: stopped by SIGTERM); no restarts left (0 of 0 restarts used)"});
+  on_both_backends(c.options, [&](Backend& b) {
     b.join(1, "a");
     b.join(2, "b");
-    b.lose(2, "connection reset");
+    b.lose(2, c.why);
     REQUIRE(b.stop(1));
     CHECK(b.stop(1)->cause == StopCause::node_lost);
     CHECK(b.stop(1)->exit_code == 1);
-    CHECK_THAT(b.stop(1)->reason, Catch::EndsWith("; 1 node remains, fewer than the minimum of 2"));
-  });
-}
-
-TEST_CASE("a lost node with no restart left ends the job", "[round]") {
-  on_both_backends(job(1, 2, 0), [](Backend& b) {
-    b.join(1, "a");
-    b.join(2, "b");
-    b.lose(2, "left: stopped by SIGTERM");
-    REQUIRE(b.stop(1));
-    CHECK(b.stop(1)->cause == StopCause::node_lost);
-    CHECK(b.stop(1)->reason ==
-          "node b (10.0.0.2, pid 1002) lost (left: stopped by SIGTERM); no restarts left (0 of 0 "
-          "restarts used)");
+    CHECK_THAT(b.stop(1)->reason, Catch::StartsWith("node b (10.0.0.2, pid 1002) lost (") &&
+                                      Catch::EndsWith(c.ending));
   });
 }
 
 TEST_CASE("a round not formed within the join timeout ends the job, naming what is missing",
           "[round]") {
-  RoundOptions o = job(3, 3);
-  o.join_timeout = seconds(600);
-  on_both_backends(o, [](Backend& b) {
-    b.join(1, "a");
-    b.advance(seconds(599));
-    CHECK_FALSE(b.stop(1));
-    b.advance(seconds(1));
-    REQUIRE(b.stop(1));
-    CHECK(b.stop(1)->cause == StopCause::join_timeout);
-    CHECK(b.stop(1)->reason == "timed out after 600 s waiting for nodes at " + b.endpoint() +
-                                   ": 1 of 3 joined, 2 missing");
-  });
+  on_both_backends(timed(job(3, 3), seconds(600), RoundOptions{}.last_call_timeout),
+                   [](Backend& b) {
+                     b.join(1, "a");
+                     only_after(b, seconds(600), [&] { return b.stop(1); });
+                     CHECK(b.stop(1)->cause == StopCause::join_timeout);
+                     CHECK(b.stop(1)->reason == "timed out after 600 s waiting for nodes at " +
+                                                    b.endpoint() + ": 1 of 3 joined, 2 missing");
+                   });
 }
