@@ -14,7 +14,6 @@
 #include "trainrun/rendezvous/etcd.hpp"
 #include "trainrun/rendezvous/etcd_client.hpp"
 #include "trainrun/rendezvous/etcd_round.hpp"
-#include "trainrun/rendezvous/rank_assignment.hpp"
 
 namespace trainrun::rendezvous {
 
@@ -44,8 +43,7 @@ struct Snapshot {
   std::map<std::string, Ended> ended;            // node id: what failed there, its ended key
 };
 
-// One mutation of the round state: returns whether it changed anything.
-using Change = std::function<bool(EtcdRoundState&, double now)>;
+using Change = EtcdRound::Change;
 
 class EtcdRendezvousHandler : public RendezvousHandler {
  public:
@@ -463,8 +461,21 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     NodeDescriptor node = *pending_join_;
     pending_join_.reset();
     if (node.addr.empty()) node.addr = advertised_address();
-    enqueue([this, node](EtcdRoundState& s, double now) { return round_.join(s, node_id_, node, now); },
-            [this](std::int64_t rev) { join_landed_rev_ = rev; });
+    enqueue(
+        [this, node](EtcdRoundState& s, double now) {
+          refused_ = round_.refusal(s, node_id_, node);
+          return !refused_ && round_.join(s, node_id_, node, now);
+        },
+        [this](std::int64_t rev) {
+          if (!refused_) {
+            join_landed_rev_ = rev;
+            return;
+          }
+          fail(
+              Stop{StopCause::rejected,
+                   fmt::format("the rendezvous at {} dropped this node: {}", endpoint(), *refused_),
+                   1, std::nullopt});
+        });
   }
 
   void run_next_change() {
@@ -475,11 +486,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       if (!mine) return fail(round_.superseded());
       EtcdRoundState& s = *mine;
       const double now = unix_time();
-      bool changed = round_.prune(s, snap.live, now);
-      changed = round_.start(s, snap.answers) || changed;
-      changed = changes_.front().change(s, now) || changed;
-      changed = round_.conclude(s, snap.ended, now) || changed;
-      if (!changed) {
+      if (!round_.apply(s, snap.live, snap.answers, snap.ended, changes_.front().change, now)) {
         finish_change(snap.revision);
         if (snap.state) react(*snap.state, snap.state_mod_revision);
         return;
@@ -542,7 +549,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       if (!me) return fail(round_.dropped(s));
       if (s.awaiting.count(node_id_) && halted_ != s.round) {
         halted_ = s.round;
-        if (events_.on_halt) events_.on_halt(Halt{s.round, "a worker failed; the job ends"});
+        if (events_.on_halt) events_.on_halt(round_.halt(s));
         if (finished_) return;
       }
     }
@@ -580,15 +587,9 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   }
 
   void assign(const EtcdRoundState& s) {
-    std::vector<NodeDescriptor> nodes;
     std::size_t mine = 0;
-    for (std::size_t i = 0; i < s.participants.size(); ++i) {
-      if (s.participants[i].id == node_id_) mine = i;
-      nodes.push_back(s.participants[i].node);
-    }
-    Assignment a = assign_ranks(nodes, s.round, false, nullptr)[mine];
-    a.restart_count = s.restart_count;
-    a.max_restarts = options_.round.max_restarts;
+    while (s.participants[mine].id != node_id_) ++mine;
+    const Assignment a = round_.assignments(s)[mine];
     assigned_ = s.round;
     answering_.reset();
     if (events_.on_assignment) events_.on_assignment(a);
@@ -652,6 +653,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   bool finished_ = false;
   bool joined_ = false;
   std::optional<NodeDescriptor> pending_join_;
+  std::optional<std::string> refused_;  // why the rules refused this node's join
   std::int64_t join_landed_rev_ = 0;
   std::optional<std::uint64_t> generation_;  // this node's job, known from the first read
   std::optional<std::uint64_t> assigned_;

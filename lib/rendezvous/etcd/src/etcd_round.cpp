@@ -3,11 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "trainrun/base/wording.hpp"
 #include "trainrun/rendezvous/conclusion.hpp"
-#include "trainrun/rendezvous/rank_assignment.hpp"
 
 namespace trainrun::rendezvous {
 
@@ -19,33 +18,21 @@ namespace {
 // EtcdRoundState::Phase's names, in its order.
 const std::string_view kPhases[] = {"forming", "running", "concluding", "ended"};
 
-const EtcdMember* find(const std::vector<EtcdMember>& v, const std::string& id) {
-  auto it = std::find_if(v.begin(), v.end(), [&](const EtcdMember& m) { return m.id == id; });
-  return it == v.end() ? nullptr : &*it;
-}
-
-bool erase(std::vector<EtcdMember>& v, const std::string& id) {
-  auto it = std::remove_if(v.begin(), v.end(), [&](const EtcdMember& m) { return m.id == id; });
-  bool found = it != v.end();
-  v.erase(it, v.end());
-  return found;
-}
-
-std::string describe(const EtcdMember& m) {
-  return fmt::format("{} ({}, pid {})", m.node.host, m.node.addr, m.node.pid);
-}
+// Times in the state are Unix seconds; the rules count whole nanoseconds.
+RoundTime from_unix(double seconds) { return RoundTime(std::llround(seconds * 1e9)); }
+double unix_seconds(RoundTime t) { return static_cast<double>(t.count()) / 1e9; }
 
 // Members, restarts and stops are kept in the wire protocol's own JSON (messages.hpp).
 json member_json(const EtcdMember& m) {
   return {{"id", m.id},
-          {"joined_at", m.joined_at},
+          {"joined_at", unix_seconds(m.joined_at)},
           {"node", json::parse(encode(ClientMessage{Join{m.node}}))}};
 }
 
 EtcdMember member_from(const json& j) {
   EtcdMember m;
   m.id = j.at("id").get<std::string>();
-  m.joined_at = j.at("joined_at").get<double>();
+  m.joined_at = from_unix(j.at("joined_at").get<double>());
   m.node = std::get<Join>(decode_client_message(j.at("node").dump())).node;
   return m;
 }
@@ -58,19 +45,16 @@ std::optional<T> message_from(const json& j, const char* key) {
   return std::get<T>(m);
 }
 
-std::optional<double> optional_time(const json& j, const char* key) {
+std::optional<RoundTime> optional_time(const json& j, const char* key) {
   if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
-  return j.at(key).get<double>();
+  return from_unix(j.at(key).get<double>());
 }
 
-json optional_time_json(const std::optional<double>& t) { return t ? json(*t) : json(nullptr); }
+json optional_time_json(const std::optional<RoundTime>& t) {
+  return t ? json(unix_seconds(*t)) : json(nullptr);
+}
 
 }  // namespace
-
-const EtcdMember* EtcdRoundState::participant(const std::string& id) const {
-  return find(participants, id);
-}
-const EtcdMember* EtcdRoundState::waiter(const std::string& id) const { return find(waiting, id); }
 
 std::string encode_state(const EtcdRoundState& s) {
   json j = {{"generation", s.generation},
@@ -151,40 +135,30 @@ std::optional<EtcdRoundState> EtcdRound::state_of(const std::optional<EtcdRoundS
   return fresh;
 }
 
+bool EtcdRound::apply(EtcdRoundState& s, const std::set<std::string>& live,
+                      const std::map<std::string, std::uint64_t>& answers,
+                      const std::map<std::string, Ended>& ended, const Change& change,
+                      double now) const {
+  bool changed = prune(s, live, now);
+  changed = start(s, answers) || changed;
+  // Before the change too: at the deadline, what the members said still counts.
+  changed = conclude(s, ended, now) || changed;
+  changed = change(s, now) || changed;
+  return conclude(s, ended, now) || changed;
+}
+
+std::optional<std::string> EtcdRound::refusal(const EtcdRoundState& s, const std::string& id,
+                                              const NodeDescriptor& node) const {
+  if (s.participant(id)) return std::nullopt;  // join() below: a retried write, not a new join
+  return rules_.refusal(s, id, node);
+}
+
 bool EtcdRound::join(EtcdRoundState& s, const std::string& id, const NodeDescriptor& node,
                      double now) const {
-  if (s.phase == Phase::ended || s.participant(id)) return false;
-  if (const EtcdMember* w = s.waiter(id)) {
-    if (w->node.master_port == node.master_port && w->node.nproc == node.nproc) return false;
-    erase(s.waiting, id);
-  }
-  EtcdMember me{id, node, now};
-  s.waiting.push_back(me);
-  if (s.phase == Phase::forming) {
-    if (!s.forming_since) s.forming_since = now;
-    maybe_complete(s, now);
-    return true;
-  }
-  // Concluding: it waits, and gets the job's stop.
-  if (s.phase == Phase::concluding) return true;
-  const bool can_grow =
-      static_cast<int>(s.participants.size()) < options_.max_nodes && s.done.empty();
-  if (can_grow && !s.started) {
-    // Nobody runs workers yet: take the newcomer in without a restart.
-    form_again(s, now,
-               Restart{RestartCause::scale_up,
-                       fmt::format("node {} joined before round {} started: forming it again",
-                                   describe(me), s.round),
-                       s.restart_count, std::nullopt});
-  } else if (can_grow) {
-    begin_forming(s, now,
-                  Restart{RestartCause::scale_up,
-                          fmt::format("node {} joined: scaling up from {}", describe(me),
-                                      count_of(static_cast<long long>(s.participants.size()),
-                                               "node")),
-                          s.restart_count, std::nullopt});
-  }
-  return true;
+  // A participant's join is this agent's own write landing twice (a reply lost, the write
+  // retried): nothing to do.
+  if (s.participant(id)) return false;
+  return rules_.join(s, id, node, from_unix(now)).changed;
 }
 
 bool EtcdRound::start(EtcdRoundState& s,
@@ -194,51 +168,21 @@ bool EtcdRound::start(EtcdRoundState& s,
     auto it = answers.find(m.id);
     if (it == answers.end() || it->second != s.round) return false;
   }
-  s.started = true;
-  return true;
+  return rules_.start(s).changed;
 }
 
 bool EtcdRound::failure(EtcdRoundState& s, const std::string& id, const Failure& report,
                         double now) const {
-  if (s.phase != Phase::running || report.round != s.round || !s.participant(id)) return false;
-  const FailureReport& f = report.failure;
-  const std::string reason =
-      fmt::format("worker failed on {}: rank {} (local rank {}) exited with code {}", f.host,
-                  f.rank, f.local_rank, f.exit_code);
-  if (s.restart_count < options_.max_restarts) {
-    ++s.restart_count;
-    begin_forming(s, now,
-                  Restart{RestartCause::worker_failed,
-                          fmt::format("{}; restarting ({} of {})", reason, s.restart_count,
-                                      count_of(options_.max_restarts, "restart")),
-                          s.restart_count, f});
-    return true;
-  }
-  // The failing node's word stays in the state, so that it counts if the node is lost; members
-  // not done stop their workers and say what failed (the handler's on_halt).
-  Ended reported = reported_failures(report);
-  fit_failures(reported.failures, reported.not_relayed, kMaxStoredFailureBytes);
-  s.phase = Phase::concluding;
-  s.reports = {{id, std::move(reported)}};
-  s.concluding_since = now;
-  s.concluding_why = no_restarts_left(options_.max_restarts, s.restart_count);
-  s.awaiting.clear();
-  for (const auto& m : s.participants) {
-    if (!s.done.count(m.id)) s.awaiting.insert(m.id);
-  }
-  return true;
+  // While concluding, a node's ended key carries what failed there: the state keeps only the
+  // failing node's list, so that it stays far under etcd's request limit.
+  if (s.phase == Phase::concluding) return false;
+  Failure stored = report;
+  fit_failures(stored.failures, stored.not_relayed, kMaxStoredFailureBytes);
+  return rules_.failure(s, id, stored, from_unix(now)).changed;
 }
 
 bool EtcdRound::done(EtcdRoundState& s, const std::string& id, std::uint64_t round) const {
-  // Its workers all succeeded before it heard of the failure: it has nothing to add.
-  if (s.phase == Phase::concluding) return round == s.round && s.awaiting.erase(id) > 0;
-  if (s.phase != Phase::running || round != s.round || !s.participant(id)) return false;
-  if (!s.done.insert(id).second) return false;
-  if (s.done.size() == s.participants.size()) {
-    end_job(s, Stop{StopCause::finished,
-                    fmt::format("all {} nodes finished", s.participants.size()), 0, std::nullopt});
-  }
-  return true;
+  return rules_.done(s, id, round).changed;
 }
 
 bool EtcdRound::all_answered(const EtcdRoundState& s,
@@ -249,85 +193,35 @@ bool EtcdRound::all_answered(const EtcdRoundState& s,
   });
 }
 
+// What the members said lives in their own keys, not in the state: it is taken in only when it
+// concludes the job (every awaited member said, or the deadline passed).
 bool EtcdRound::conclude(EtcdRoundState& s, const std::map<std::string, Ended>& ended,
                          double now) const {
   if (s.phase != Phase::concluding) return false;
-  std::map<std::string, std::uint64_t> answered;
-  for (const auto& [id, e] : ended) answered[id] = e.round;
-  const bool late = now - s.concluding_since.value_or(now) >= in_seconds(options_.join_timeout);
-  if (!all_answered(s, answered) && !late) return false;
-  std::map<std::string, Ended> reports = s.reports;
-  for (const auto& [id, e] : ended) {
-    if (e.round == s.round && s.participant(id)) take_report(reports, id, e);
-  }
-  Stop stop = concluded_stop(reports, s.concluding_why);
-  fit_failures(stop.failures, stop.not_relayed, kMaxStoredFailureBytes);
-  end_job(s, std::move(stop));
+  EtcdRoundState t = s;
+  for (const auto& [id, e] : ended) rules_.ended(t, id, e);
+  if (t.phase != Phase::ended) rules_.tick(t, from_unix(now));
+  if (t.phase != Phase::ended) return false;
+  fit_failures(t.stop->failures, t.stop->not_relayed, kMaxStoredFailureBytes);
+  s = std::move(t);
   return true;
 }
 
 bool EtcdRound::lost(EtcdRoundState& s, const std::string& id, const std::string& why,
                      double now) const {
-  if (s.phase == Phase::ended) return false;
-  if (s.phase == Phase::concluding) {
-    // What it reported before it went still counts; it is not waited for.
-    const bool member = erase(s.participants, id);
-    s.awaiting.erase(id);
-    s.done.erase(id);
-    return erase(s.waiting, id) || member;
-  }
-  const EtcdMember* p = s.phase == Phase::running ? s.participant(id) : nullptr;
-  if (!p) {
-    if (!erase(s.waiting, id)) return false;
-    s.expected.erase(id);
-    if (s.phase == Phase::forming) {
-      if (s.waiting.empty()) s.forming_since.reset();
-      maybe_complete(s, now);
-    }
-    return true;
-  }
-  if (!s.started) {
-    const std::string reason = fmt::format(
-        "node {} lost before round {} started: it never answered ({}); forming the "
-        "round again without it",
-        describe(*p), s.round, why);
-    erase(s.participants, id);
-    form_again(s, now, Restart{RestartCause::node_lost, reason, s.restart_count, std::nullopt});
-    return true;
-  }
-  const std::string reason = fmt::format("node {} lost ({})", describe(*p), why);
-  erase(s.participants, id);
-  s.done.erase(id);
-  const int remaining = static_cast<int>(s.participants.size() + s.waiting.size());
-  if (s.restart_count >= options_.max_restarts) {
-    end_job(s, Stop{StopCause::node_lost,
-                    fmt::format("{}; no restarts left ({} of {} used)", reason, s.restart_count,
-                                count_of(options_.max_restarts, "restart")),
-                    1, std::nullopt});
-  } else if (remaining < options_.min_nodes) {
-    end_job(s, Stop{StopCause::node_lost,
-                    fmt::format("{}; {} {}, fewer than the minimum of {}", reason,
-                                count_of(remaining, "node"), remaining == 1 ? "remains" : "remain",
-                                options_.min_nodes),
-                    1, std::nullopt});
-  } else {
-    ++s.restart_count;
-    begin_forming(s, now,
-                  Restart{RestartCause::node_lost,
-                          fmt::format("{}; continuing with {} ({} of {})", reason,
-                                      count_of(remaining, "node"), s.restart_count,
-                                      count_of(options_.max_restarts, "restart")),
-                          s.restart_count, std::nullopt});
-  }
-  return true;
+  return rules_.lost(s, id, why, from_unix(now)).changed;
 }
 
 bool EtcdRound::prune(EtcdRoundState& s, const std::set<std::string>& live, double now) const {
-  std::vector<std::string> gone;
+  std::set<std::string> gone;
   for (const auto* list : {&s.participants, &s.waiting}) {
     for (const auto& m : *list) {
-      if (!live.count(m.id)) gone.push_back(m.id);
+      if (!live.count(m.id)) gone.insert(m.id);
     }
+  }
+  // Survivors of the last round not back yet are waited for only while they live.
+  for (const auto& id : s.expected) {
+    if (!live.count(id)) gone.insert(id);
   }
   bool changed = false;
   const std::string why =
@@ -336,130 +230,18 @@ bool EtcdRound::prune(EtcdRoundState& s, const std::set<std::string>& live, doub
   return changed;
 }
 
-void EtcdRound::begin_forming(EtcdRoundState& s, double now, Restart restart) const {
-  s.expected.clear();
-  for (const auto& m : s.participants) s.expected.insert(m.id);
-  for (const auto& m : s.waiting) s.expected.insert(m.id);
-  s.participants.clear();  // they join the next round afresh
-  next_round(s, now, std::move(restart));
-}
-
-// The round's members go back to the front of the waiting list, in their order: they need not
-// join again, and the round forms at once when enough of them are there.
-void EtcdRound::form_again(EtcdRoundState& s, double now, Restart why) const {
-  s.waiting.insert(s.waiting.begin(), s.participants.begin(), s.participants.end());
-  s.participants.clear();
-  s.expected.clear();
-  for (const auto& m : s.waiting) s.expected.insert(m.id);
-  next_round(s, now, std::move(why));
-}
-
-// What every new round starts from, however its members were chosen.
-void EtcdRound::next_round(EtcdRoundState& s, double now, Restart restart) const {
-  s.started = false;
-  s.done.clear();
-  s.phase = Phase::forming;
-  ++s.round;
-  s.restart = std::move(restart);
-  s.forming_since = now;
-  s.min_reached_at.reset();
-  maybe_complete(s, now);
-}
-
-void EtcdRound::maybe_complete(EtcdRoundState& s, double now) const {
-  if (s.phase != Phase::forming) return;
-  const int n = static_cast<int>(s.waiting.size());
-  if (n < options_.min_nodes) {
-    s.min_reached_at.reset();
-    return;
-  }
-  if (!s.min_reached_at) s.min_reached_at = now;
-  const bool all_expected_back =
-      !s.expected.empty() &&
-      std::all_of(s.expected.begin(), s.expected.end(),
-                  [&](const std::string& e) { return s.waiter(e) != nullptr; });
-  const bool full = n >= options_.max_nodes;
-  if (!full && !all_expected_back &&
-      now - *s.min_reached_at < in_seconds(options_.last_call_timeout)) {
-    return;
-  }
-  const auto take = std::min<std::size_t>(s.waiting.size(), options_.max_nodes);
-  s.participants.assign(s.waiting.begin(), s.waiting.begin() + static_cast<long>(take));
-  s.waiting.erase(s.waiting.begin(), s.waiting.begin() + static_cast<long>(take));
-  s.phase = Phase::running;
-  s.started = false;
-  s.done.clear();
-  s.expected.clear();
-  s.forming_since.reset();
-  s.min_reached_at.reset();
-}
-
-void EtcdRound::end_job(EtcdRoundState& s, Stop stop) const {
-  s.phase = Phase::ended;
-  s.stop = std::move(stop);
-  s.waiting.clear();
-  s.participants.clear();
-  s.started = false;
-  s.expected.clear();
-  s.done.clear();
-  s.awaiting.clear();
-  s.reports.clear();
-  s.concluding_since.reset();
-  s.concluding_why.clear();
-}
-
 bool EtcdRound::tick(EtcdRoundState& s, double now) const {
-  if (s.phase == Phase::forming) {
-    const Phase before = s.phase;
-    maybe_complete(s, now);
-    if (s.phase != before) return true;
-    if (s.forming_since && now - *s.forming_since >= in_seconds(options_.join_timeout)) {
-      const int need = options_.min_nodes;
-      const int have = static_cast<int>(s.waiting.size());
-      end_job(s, Stop{StopCause::join_timeout,
-                      fmt::format("timed out after {:.0f} s waiting for nodes at {}: {} of {} "
-                                  "joined, {} missing",
-                                  in_seconds(options_.join_timeout), endpoint_, have, need,
-                                  need - have),
-                      1, std::nullopt});
-      return true;
-    }
-    return false;
-  }
-  if (s.phase != Phase::running) return false;
-  const auto before = s.waiting.size();
-  s.waiting.erase(std::remove_if(s.waiting.begin(), s.waiting.end(),
-                                 [&](const EtcdMember& m) {
-                                   return now - m.joined_at >= in_seconds(options_.join_timeout);
-                                 }),
-                  s.waiting.end());
-  return s.waiting.size() != before;
+  return rules_.tick(s, from_unix(now)).changed;
 }
 
 std::optional<double> EtcdRound::next_deadline(const EtcdRoundState& s) const {
-  std::optional<double> best;
-  auto keep = [&](double t) {
-    if (!best || t < *best) best = t;
-  };
-  if (s.phase == Phase::forming) {
-    if (s.min_reached_at) keep(*s.min_reached_at + in_seconds(options_.last_call_timeout));
-    if (s.forming_since) keep(*s.forming_since + in_seconds(options_.join_timeout));
-  } else if (s.phase == Phase::running) {
-    for (const auto& m : s.waiting) keep(m.joined_at + in_seconds(options_.join_timeout));
-  } else if (s.phase == Phase::concluding && s.concluding_since) {
-    keep(*s.concluding_since + in_seconds(options_.join_timeout));  // conclude() then ends it
-  }
-  return best;
+  const std::optional<RoundTime> at = rules_.next_deadline(s);
+  if (!at) return std::nullopt;
+  return unix_seconds(*at);
 }
 
 Stop EtcdRound::dropped(const EtcdRoundState& s) const {
-  if (s.phase == Phase::running) {
-    return Stop{StopCause::join_timeout,
-                fmt::format("timed out after {:.0f} s: the job at {} is running with its maximum "
-                            "of {} nodes",
-                            in_seconds(options_.join_timeout), endpoint_, options_.max_nodes),
-                1, std::nullopt};
-  }
+  if (s.phase == Phase::running || s.phase == Phase::concluding) return rules_.full_job_stop();
   return Stop{StopCause::node_lost,
               fmt::format("this node was declared lost by the others: its etcd lease at {} "
                           "expired (no keep-alive for {:.0f} s)",

@@ -1,0 +1,453 @@
+#include "round_backends.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <catch2/catch.hpp>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "test_support.hpp"
+#include "trainrun/rendezvous/etcd_client.hpp"
+#include "trainrun/rendezvous/etcd_round.hpp"
+#include "trainrun/rendezvous/round_machine.hpp"
+
+namespace trainrun::rendezvous::table {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+NodeDescriptor descriptor(int node, const std::string& host, int nproc,
+                          std::optional<int> master_port) {
+  NodeDescriptor n;
+  n.host = host;
+  n.addr = "10.0.0." + std::to_string(node);
+  n.pid = 1000 + node;
+  n.nproc = nproc;
+  n.master_port = master_port.value_or(30000 + node);
+  return n;
+}
+
+template <class T>
+std::optional<T> last_of(const std::vector<ServerMessage>& inbox) {
+  for (auto m = inbox.rbegin(); m != inbox.rend(); ++m) {
+    if (const T* t = std::get_if<T>(&*m)) return *t;
+  }
+  return std::nullopt;
+}
+
+// ---- the built-in rendezvous: its RoundMachine, as the TCP server drives it ----
+
+class Builtin : public Backend {
+ public:
+  explicit Builtin(const RoundOptions& options)
+      : machine_(options, LivenessOptions{}, "node0:29400", now_) {}
+
+  std::string endpoint() const override { return "node0:29400"; }
+
+  void join(int node, const std::string& host, int nproc, std::optional<int> master_port) override {
+    if (connected_.insert(node).second) take(machine_.connected(id(node), now_));
+    send(node, Join{descriptor(node, host, nproc, master_port)});
+  }
+  void fail(int node, const FailureReport& failure, const std::vector<WorkerFailure>& failures,
+            int not_relayed, std::optional<std::uint64_t> round) override {
+    send(node, Failure{round.value_or(assigned_round(node)), failure, failures, not_relayed});
+  }
+  void done(int node) override { send(node, Done{assigned_round(node)}); }
+  void ended(int node, const std::vector<WorkerFailure>& failures, int not_relayed) override {
+    send(node, Ended{assigned_round(node), failures, not_relayed});
+  }
+  void lose(int node, const std::string& why) override {
+    gone_.insert(node);
+    take(machine_.disconnected(id(node), why, now_));
+  }
+  void advance(Clock::duration d) override {
+    const Clock::time_point end = now_ + d;
+    while (now_ < end) {
+      now_ += std::min<Clock::duration>(1s, end - now_);
+      for (int node : connected_) {
+        if (!gone_.count(node)) take(machine_.received(id(node), Heartbeat{}, now_));
+      }
+      take(machine_.tick(now_));
+    }
+  }
+
+  std::optional<Assignment> assignment(int node) const override {
+    return last_of<Assignment>(inbox(node));
+  }
+  std::optional<Restart> restart(int node) const override { return last_of<Restart>(inbox(node)); }
+  bool halted(int node) const override { return last_of<Halt>(inbox(node)).has_value(); }
+  std::optional<Stop> stop(int node) const override { return last_of<Stop>(inbox(node)); }
+  std::optional<std::string> refused(int node) const override {
+    auto r = last_of<Reject>(inbox(node));
+    return r ? std::optional<std::string>(r->reason) : std::nullopt;
+  }
+
+ private:
+  static NodeId id(int node) { return static_cast<NodeId>(node); }
+  std::uint64_t assigned_round(int node) const {
+    auto a = assignment(node);
+    return a ? a->round : 0;
+  }
+  const std::vector<ServerMessage>& inbox(int node) const {
+    static const std::vector<ServerMessage> none;
+    auto it = inbox_.find(node);
+    return it == inbox_.end() ? none : it->second;
+  }
+  void send(int node, const ClientMessage& m) { take(machine_.received(id(node), m, now_)); }
+  void take(const Effects& fx) {
+    for (const auto& m : fx.messages) {
+      inbox_[static_cast<int>(m.to)].push_back(m.message);
+      if (m.close) gone_.insert(static_cast<int>(m.to));
+    }
+  }
+
+  Clock::time_point now_ = Clock::time_point{} + std::chrono::hours(1);
+  RoundMachine machine_;
+  std::set<int> connected_;
+  std::set<int> gone_;  // lost, or closed by the server
+  std::map<int, std::vector<ServerMessage>> inbox_;
+};
+
+// ---- etcd: a real one, started once for the test process ----
+
+class EtcdServer {
+ public:
+  static const EtcdServer* get() {
+    static std::unique_ptr<EtcdServer> server = start();
+    return server.get();
+  }
+  ~EtcdServer() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  const std::string& url() const { return url_; }
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  static std::unique_ptr<EtcdServer> start() {
+    const char* etcd = "/usr/bin/etcd";
+    if (::access(etcd, X_OK) != 0) return nullptr;
+    const std::string dir = test::make_temp_dir("round-table-etcd");
+    const std::string client = "http://127.0.0.1:" + std::to_string(test::free_port());
+    const std::string peer = "http://127.0.0.1:" + std::to_string(test::free_port());
+    const std::string log = dir + "/etcd.log";
+    const std::string data = dir + "/data";
+    const std::string cluster = "t=" + peer;
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::execl(etcd, etcd, "--name", "t", "--data-dir", data.c_str(), "--listen-client-urls",
+              client.c_str(), "--advertise-client-urls", client.c_str(), "--listen-peer-urls",
+              peer.c_str(), "--initial-advertise-peer-urls", peer.c_str(), "--initial-cluster",
+              cluster.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    auto server = std::unique_ptr<EtcdServer>(new EtcdServer);
+    server->pid_ = pid;
+    server->url_ = client;
+    server->endpoint_ = client.substr(std::string("http://").size());
+    boost::asio::io_context io;
+    EtcdClient probe(io, client);
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (probe.post_now("/v3/maintenance/status", "{}", 1000ms).ok()) return server;
+      std::this_thread::sleep_for(100ms);
+    }
+    WARN("etcd did not start on " << client << "; see " << log);
+    return nullptr;
+  }
+  EtcdServer() = default;
+
+  pid_t pid_ = -1;
+  std::string url_;
+  std::string endpoint_;
+};
+
+std::int64_t number(const json& j, const char* key) {
+  if (!j.contains(key)) return 0;
+  const json& v = j.at(key);
+  return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<std::int64_t>();
+}
+
+// ---- the etcd backend: each node an agent with its lease and keys; the state read, changed by
+// EtcdRound and written back by compare-and-set, as the handler does ----
+
+struct Snapshot {
+  std::optional<EtcdRoundState> state;
+  std::int64_t state_mod_revision = 0;
+  std::set<std::string> live;
+  std::map<std::string, std::uint64_t> answers;
+  std::map<std::string, Ended> ended;
+};
+
+class Etcd : public Backend {
+ public:
+  Etcd(const RoundOptions& options, const EtcdServer& server)
+      : server_(server),
+        client_(io_, server.url()),
+        round_(options, server.endpoint(), 15),
+        prefix_("/trainrun/table-" + std::to_string(++runs_) + "-" + std::to_string(::getpid()) +
+                "/") {}
+
+  std::string endpoint() const override { return server_.endpoint(); }
+
+  void join(int node, const std::string& host, int nproc, std::optional<int> master_port) override {
+    Agent& a = agent(node);
+    const NodeDescriptor d = descriptor(node, host, nproc, master_port);
+    change([&](EtcdRoundState& s, double now) {
+      a.refused = round_.refusal(s, a.id, d);
+      return !a.refused && round_.join(s, a.id, d, now);
+    });
+    a.joined = !a.refused;
+    settle();
+  }
+  void fail(int node, const FailureReport& failure, const std::vector<WorkerFailure>& failures,
+            int not_relayed, std::optional<std::uint64_t> round) override {
+    Agent& a = agent(node);
+    const Failure report{round.value_or(a.assigned.value_or(0)), failure, failures, not_relayed};
+    change([&](EtcdRoundState& s, double now) { return round_.failure(s, a.id, report, now); });
+    settle();
+  }
+  void done(int node) override {
+    Agent& a = agent(node);
+    const std::uint64_t r = a.assigned.value_or(0);
+    change([&](EtcdRoundState& s, double) { return round_.done(s, a.id, r); });
+    settle();
+  }
+  void ended(int node, const std::vector<WorkerFailure>& failures, int not_relayed) override {
+    Agent& a = agent(node);
+    put(prefix_ + "ended/" + a.id,
+        encode(ClientMessage{Ended{a.assigned.value_or(0), failures, not_relayed}}), a.lease);
+    refresh();
+    settle();
+  }
+  void lose(int node, const std::string& why) override {
+    Agent& a = agent(node);
+    // An agent that leaves says so; one that is killed is found by its lease.
+    if (why.rfind("left: ", 0) == 0) {
+      change([&](EtcdRoundState& s, double now) { return round_.lost(s, a.id, why, now); });
+    }
+    a.lost = true;
+    call("/v3/lease/revoke", {{"ID", std::to_string(a.lease)}});
+    refresh();
+    settle();
+  }
+  void advance(Clock::duration d) override {
+    const double end = now_ + in_seconds(d);
+    for (int i = 0; i < 1000; ++i) {
+      const Snapshot snap = read();
+      const auto at = snap.state ? round_.next_deadline(*snap.state) : std::nullopt;
+      if (!at || *at > end) break;
+      now_ = std::max(now_, *at);
+      tick();
+    }
+    now_ = end;
+    tick();
+  }
+
+  std::optional<Assignment> assignment(int node) const override { return view(node).assignment; }
+  std::optional<Restart> restart(int node) const override { return view(node).restart; }
+  bool halted(int node) const override { return view(node).halted; }
+  std::optional<Stop> stop(int node) const override { return view(node).stop; }
+  std::optional<std::string> refused(int node) const override { return view(node).refused; }
+
+ private:
+  struct Agent {
+    std::string id;
+    std::int64_t lease = 0;
+    bool joined = false;
+    bool lost = false;
+    std::optional<std::uint64_t> assigned;
+    std::optional<Assignment> assignment;
+    std::optional<Restart> restart;
+    bool halted = false;
+    std::optional<Stop> stop;
+    std::optional<std::string> refused;
+  };
+
+  json call(const std::string& path, const json& body) {
+    const EtcdReply r = client_.post_now(path, body.dump(), 5000ms);
+    INFO(path << ": " << r.describe());
+    REQUIRE(r.ok());
+    return json::parse(r.body);
+  }
+  static std::string range_end(std::string prefix) {
+    prefix.back() = static_cast<char>(prefix.back() + 1);
+    return prefix;
+  }
+  void put(const std::string& key, const std::string& value, std::int64_t lease) {
+    call("/v3/kv/put", {{"key", base64_encode(key)},
+                        {"value", base64_encode(value)},
+                        {"lease", std::to_string(lease)}});
+  }
+
+  Agent& agent(int node) {
+    Agent& a = agents_[node];
+    if (a.id.empty()) {
+      a.id = "node" + std::to_string(node);
+      a.lease = number(call("/v3/lease/grant", {{"TTL", 600}, {"ID", 0}}), "ID");
+      put(prefix_ + "nodes/" + a.id, "agent", a.lease);
+    }
+    return a;
+  }
+  const Agent& view(int node) const {
+    static const Agent none;
+    auto it = agents_.find(node);
+    return it == agents_.end() ? none : it->second;
+  }
+  Agent* by_id(const std::string& id) {
+    for (auto& [n, a] : agents_) {
+      if (a.id == id) return &a;
+    }
+    return nullptr;
+  }
+
+  Snapshot read() {
+    const json j = call("/v3/kv/range", {{"key", base64_encode(prefix_)},
+                                         {"range_end", base64_encode(range_end(prefix_))}});
+    Snapshot s;
+    if (!j.contains("kvs")) return s;
+    for (const json& kv : j.at("kvs")) {
+      const std::string key = base64_decode(kv.at("key").get<std::string>());
+      const std::string value = base64_decode(kv.value("value", ""));
+      const std::string name = key.substr(prefix_.size());
+      auto under = [&](const std::string& dir) { return name.rfind(dir, 0) == 0; };
+      if (name == "state") {
+        s.state = decode_state(value);
+        s.state_mod_revision = number(kv, "mod_revision");
+      } else if (under("nodes/")) {
+        s.live.insert(name.substr(6));
+      } else if (under("answers/")) {
+        s.answers[name.substr(8)] = std::stoull(value);
+      } else if (under("ended/")) {
+        s.ended[name.substr(6)] = std::get<Ended>(decode_client_message(value));
+      }
+    }
+    return s;
+  }
+
+  // Read, apply the change as the handler does, compare-and-set; again on a conflict.
+  void change(const EtcdRound::Change& f) {
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      const Snapshot snap = read();
+      std::optional<EtcdRoundState> mine = round_.state_of(snap.state, 0);
+      REQUIRE(mine);
+      EtcdRoundState& s = *mine;
+      if (!round_.apply(s, snap.live, snap.answers, snap.ended, f, now_)) return;
+      const std::string key = base64_encode(prefix_ + "state");
+      json compare = {{"key", key},
+                      {"target", "MOD"},
+                      {"result", "EQUAL"},
+                      {"mod_revision", std::to_string(snap.state_mod_revision)}};
+      json write = {{"request_put", {{"key", key}, {"value", base64_encode(encode_state(s))}}}};
+      const json r = call("/v3/kv/txn",
+                          {{"compare", json::array({compare})}, {"success", json::array({write})}});
+      if (r.value("succeeded", false)) return;
+    }
+    FAIL("no compare-and-set succeeded");
+  }
+  void refresh() {
+    change([](EtcdRoundState&, double) { return false; });
+  }
+  void tick() {
+    change([&](EtcdRoundState& s, double now) { return round_.tick(s, now); });
+    settle();
+  }
+
+  // Every member of a formed round answers it (its own key), then one change starts it; each
+  // agent then sees what the state means for it.
+  void settle() {
+    for (int i = 0; i < 10; ++i) {
+      const Snapshot snap = read();
+      if (!snap.state || snap.state->phase != EtcdRoundState::Phase::running || snap.state->started)
+        break;
+      bool answered = false;
+      for (const auto& m : snap.state->participants) {
+        Agent* a = by_id(m.id);
+        auto it = snap.answers.find(m.id);
+        if (!a || a->lost || (it != snap.answers.end() && it->second == snap.state->round))
+          continue;
+        put(prefix_ + "answers/" + m.id, std::to_string(snap.state->round), a->lease);
+        answered = true;
+      }
+      if (!answered) break;
+      refresh();
+    }
+    observe();
+  }
+
+  // What each agent makes of the state (the handler's react()).
+  void observe() {
+    const Snapshot snap = read();
+    if (!snap.state) return;
+    const EtcdRoundState& s = *snap.state;
+    for (auto& [node, a] : agents_) {
+      if (a.stop || a.lost || !a.joined) continue;
+      if (s.stop) {
+        a.stop = s.stop;
+        continue;
+      }
+      const EtcdMember* me = s.participant(a.id);
+      if (s.phase == EtcdRoundState::Phase::concluding && a.assigned == s.round) {
+        if (!me) {
+          a.stop = round_.dropped(s);
+          continue;
+        }
+        if (s.awaiting.count(a.id)) a.halted = true;
+      }
+      if (a.assigned && (s.round != *a.assigned || !me)) {
+        a.restart = s.restart;
+        a.assigned.reset();
+        a.joined = false;
+        continue;
+      }
+      if (!a.assigned && !me && !s.waiter(a.id)) {
+        a.stop = round_.dropped(s);
+        continue;
+      }
+      if (!a.assigned && me && s.phase == EtcdRoundState::Phase::running && s.started) {
+        std::size_t mine = 0;
+        while (s.participants[mine].id != a.id) ++mine;
+        a.assignment = round_.assignments(s)[mine];
+        a.assigned = s.round;
+      }
+    }
+  }
+
+  static inline int runs_ = 0;
+  const EtcdServer& server_;
+  boost::asio::io_context io_;
+  EtcdClient client_;
+  EtcdRound round_;
+  std::string prefix_;
+  double now_ = 1'000'000;
+  std::map<int, Agent> agents_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> builtin_backend(const RoundOptions& options) {
+  return std::make_unique<Builtin>(options);
+}
+
+std::unique_ptr<Backend> etcd_backend(const RoundOptions& options) {
+  const EtcdServer* server = EtcdServer::get();
+  if (!server) {
+    WARN("etcd (/usr/bin/etcd) is not available: the etcd backend's rows are not run");
+    return nullptr;
+  }
+  return std::make_unique<Etcd>(options, *server);
+}
+
+}  // namespace trainrun::rendezvous::table
