@@ -39,6 +39,9 @@ if(NOT TRAINRUN_ZIG_WRAPPERS)
     message(FATAL_ERROR "trainrun: zig not found: `pip install ziglang` (or set TRAINRUN_ZIG to a "
       "zig executable)")
   endif()
+  execute_process(COMMAND "${TRAINRUN_ZIG}" version OUTPUT_VARIABLE _zig_version
+    OUTPUT_STRIP_TRAILING_WHITESPACE)
+  set(TRAINRUN_ZIG_ID "zig-${_zig_version}-${_zig_target}" CACHE INTERNAL "")
   # Small scripts stand in for the compiler and archiver, as CMake wants one path for each.
   set(TRAINRUN_ZIG_WRAPPERS "${CMAKE_BINARY_DIR}/zig" CACHE INTERNAL "")
   foreach(tool IN ITEMS c++ cc ar ranlib)
