@@ -36,8 +36,9 @@ if(NOT TRAINRUN_ZIG_WRAPPERS)
     find_program(TRAINRUN_ZIG zig)
   endif()
   if(NOT TRAINRUN_ZIG)
-    message(FATAL_ERROR "trainrun: zig not found: `pip install ziglang` (or set TRAINRUN_ZIG to a "
-      "zig executable)")
+    # One line: CMake wraps an error's text unless it starts with a space.
+    message(FATAL_ERROR " trainrun: zig not found: `pip install ziglang` (or set TRAINRUN_ZIG to "
+      "a zig executable)")
   endif()
   execute_process(COMMAND "${TRAINRUN_ZIG}" version OUTPUT_VARIABLE _zig_version
     OUTPUT_STRIP_TRAILING_WHITESPACE)
