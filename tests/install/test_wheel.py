@@ -77,7 +77,12 @@ def other_python(than):
     candidates = [named] if named else (
         glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3"))
         + [p for p in (shutil.which(f"python3.{m}") for m in range(8, 15)) if p])
-    versions = {p: python_version(p) for p in candidates}
+    versions = {}
+    for p in candidates:
+        r = subprocess.run([p, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode == 0:  # pyenv's shims name versions that are not selected
+            versions[p] = r.stdout.strip()
     for python in sorted(versions, key=lambda p: tuple(map(int, versions[p].split("."))),
                          reverse=True):
         if versions[python] != python_version(than):
