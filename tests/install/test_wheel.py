@@ -140,9 +140,10 @@ def installed(build_env, tmp_path_factory):
     run([other_python(build_env), "-m", "venv", str(root)])
     before = tree(root)
     src = source_tree()
+    # CCACHE_BASEDIR: the compiler sees only paths under WORK, the same in any clone.
     env = dict(os.environ, PATH=f"{root}/bin:{os.environ['PATH']}", VIRTUAL_ENV=str(root),
                PYTHONPATH=build_backend(build_env), PIP_NO_BUILD_ISOLATION="0", PIP_NO_INDEX="1",
-               PIP_CONFIG_SETTINGS=f"build-dir={WORK}/build")
+               PIP_CONFIG_SETTINGS=f"build-dir={WORK}/build", CCACHE_BASEDIR=WORK)
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", "2")
     start = time.monotonic()
     r = run(["bash", "-e", "-o", "pipefail", "-c", readme_block()], cwd=src, env=env,
