@@ -34,7 +34,7 @@ packages=(
   python3-torch python3-torchvision python3-pytest python3-venv python3-matplotlib
   dataset-fashion-mnist
   iproute2 procps time
-  libcurl4-openssl-dev etcd-server etcd-client man-db dpkg-dev
+  etcd-server etcd-client man-db dpkg-dev
   slurmctld slurmd slurm-client munge
   clang libclang-rt-14-dev
 )

@@ -1,21 +1,27 @@
 #include "trainrun/rendezvous/etcd_client.hpp"
 
-#include <curl/curl.h>
 #include <fmt/format.h>
 
-#include <atomic>
-#include <cstring>
+#include <boost/asio/connect.hpp>
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <cstring>
+#include <limits>
 #include <optional>
-#include <deque>
-#include <list>
-#include <mutex>
+#include <set>
 #include <thread>
 
 namespace trainrun::rendezvous {
 
 namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
 
 std::string EtcdReply::describe() const {
   if (!transport_ok) return error;
@@ -24,162 +30,245 @@ std::string EtcdReply::describe() const {
 
 namespace {
 
-// One request: its easy handle, what it sends and what came back so far.
-struct Transfer {
-  CURL* easy = nullptr;
-  std::string url, body, response, pending_line;
-  bool streaming = false;
-  EtcdClient::Reply done;
-  EtcdClient::Line line;
-  char error[CURL_ERROR_SIZE] = {0};
-  asio::io_context* io = nullptr;
-  std::weak_ptr<void> alive;
-  // The caller's loop has work while a request is out: it does not run out and return.
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+// "http://host:port" (the host bracketed when IPv6) and the path of one request.
+struct Target {
+  std::string host, port, authority, path;
 };
 
-size_t on_data(char* data, size_t size, size_t count, void* user) {
-  auto* t = static_cast<Transfer*>(user);
-  const size_t n = size * count;
-  if (!t->streaming) {
-    t->response.append(data, n);
-    return n;
+Target parse_target(const std::string& base_url, const std::string& path) {
+  Target t;
+  t.authority =
+      base_url.substr(base_url.find("://") == std::string::npos ? 0 : base_url.find("://") + 3);
+  t.path = path.empty() ? "/" : path;
+  const auto colon = t.authority.rfind(':');
+  const auto bracket = t.authority.rfind(']');
+  if (colon != std::string::npos && (bracket == std::string::npos || colon > bracket)) {
+    t.host = t.authority.substr(0, colon);
+    t.port = t.authority.substr(colon + 1);
+  } else {
+    t.host = t.authority;
+    t.port = "80";
   }
-  t->pending_line.append(data, n);
-  size_t nl;
-  while ((nl = t->pending_line.find('\n')) != std::string::npos) {
-    std::string one = t->pending_line.substr(0, nl);
-    t->pending_line.erase(0, nl + 1);
-    asio::post(*t->io, [alive = t->alive, cb = t->line, one = std::move(one)] {
-      if (alive.lock()) cb(one);
+  if (t.host.size() >= 2 && t.host.front() == '[' && t.host.back() == ']')
+    t.host = t.host.substr(1, t.host.size() - 2);
+  return t;
+}
+
+long elapsed_ms(Clock::time_point since) {
+  return static_cast<long>(std::chrono::duration_cast<milliseconds>(Clock::now() - since).count());
+}
+
+// One POST on one connection of its own, run on `net`'s thread: resolve, connect, send, read the
+// answer (line by line when streaming). `finish` gets the reply exactly once, also after cancel().
+class Transfer : public std::enable_shared_from_this<Transfer> {
+ public:
+  using Finish = std::function<void(EtcdReply)>;
+
+  Transfer(asio::io_context& net, Target target, std::string body, bool streaming,
+           milliseconds connect_timeout, milliseconds timeout, EtcdClient::Line line, Finish finish)
+      : target_(std::move(target)),
+        streaming_(streaming),
+        connect_timeout_(connect_timeout),
+        timeout_(timeout),
+        line_(std::move(line)),
+        finish_(std::move(finish)),
+        resolver_(net),
+        socket_(net),
+        deadline_(net) {
+    request_ = http::request<http::string_body>(http::verb::post, target_.path, 11);
+    request_.set(http::field::host, target_.authority);
+    request_.set(http::field::content_type, "application/json");
+    request_.body() = std::move(body);
+    request_.prepare_payload();
+    // Watches stream for as long as the job runs, and ranges may be large: no size limit (a
+    // number, as Boost 1.74's boost::none compares wrongly against a Content-Length).
+    parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
+  }
+
+  bool streaming() const { return streaming_; }
+
+  void start() {
+    started_ = Clock::now();
+    // The connect timeout counts from the start, the whole request's too (as curl's did).
+    arm(timeout_.count() > 0 ? std::min(connect_timeout_, timeout_) : connect_timeout_);
+    auto self = shared_from_this();
+    resolver_.async_resolve(
+        target_.host, target_.port, tcp::resolver::numeric_service,
+        [self](const boost::system::error_code& ec, const tcp::resolver::results_type& results) {
+          self->on_resolved(ec, results);
+        });
+  }
+
+  // Ends the request with `why` as its error, unless it has ended already.
+  void cancel(const std::string& why) {
+    if (!error_.empty() || finished_) return;
+    error_ = why;
+    boost::system::error_code ignored;
+    resolver_.cancel();
+    socket_.close(ignored);
+    deadline_.cancel();
+  }
+
+ private:
+  void arm(milliseconds after) {
+    deadline_.expires_at(started_ + after);
+    deadline_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec == asio::error::operation_aborted) return;
+      self->cancel(self->connected_
+                       ? fmt::format("Operation timed out after {} milliseconds with {} bytes "
+                                     "received",
+                                     elapsed_ms(self->started_), self->received_)
+                       : fmt::format("Connection timed out after {} milliseconds",
+                                     elapsed_ms(self->started_)));
     });
   }
-  return n;
-}
 
-CURL* make_easy(Transfer& t, std::chrono::milliseconds timeout) {
-  CURL* e = curl_easy_init();
-  curl_easy_setopt(e, CURLOPT_URL, t.url.c_str());
-  curl_easy_setopt(e, CURLOPT_POST, 1L);
-  curl_easy_setopt(e, CURLOPT_POSTFIELDS, t.body.c_str());
-  curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, static_cast<long>(t.body.size()));
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, &t);
-  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t.error);
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-  if (timeout.count() > 0) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
-  // etcd streams watch events as they happen: no proxy, no buffering in between.
-  curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
-  curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
-  t.easy = e;
-  return e;
-}
+  void on_resolved(const boost::system::error_code& ec,
+                   const tcp::resolver::results_type& results) {
+    if (ec) return complete(ec, fmt::format("Could not resolve host: {}", target_.host));
+    asio::async_connect(
+        socket_, results,
+        [self = shared_from_this()](const boost::system::error_code& ec, const tcp::endpoint&) {
+          self->on_connected(ec);
+        });
+  }
 
-EtcdReply finish(Transfer& t, CURLcode code) {
-  EtcdReply r;
-  r.transport_ok = code == CURLE_OK;
-  r.body = std::move(t.response);
-  if (!r.transport_ok) r.error = t.error[0] ? t.error : curl_easy_strerror(code);
-  curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &r.http_status);
-  char* ip = nullptr;
-  if (curl_easy_getinfo(t.easy, CURLINFO_LOCAL_IP, &ip) == CURLE_OK && ip) r.local_ip = ip;
-  return r;
-}
+  void on_connected(const boost::system::error_code& ec) {
+    if (ec) {
+      return complete(ec,
+                      fmt::format("Failed to connect to {} port {} after {} ms: {}", target_.host,
+                                  target_.port, elapsed_ms(started_), ec.message()));
+    }
+    connected_ = true;
+    if (timeout_.count() > 0) {
+      arm(timeout_);
+    } else {
+      deadline_.cancel();
+    }
+    boost::system::error_code ignored;
+    // etcd streams watch events as they happen: nothing held back on the way.
+    socket_.set_option(tcp::no_delay(true), ignored);
+    const tcp::endpoint local = socket_.local_endpoint(ignored);
+    if (!ignored) local_ip_ = local.address().to_string();
+    http::async_write(socket_, request_,
+                      [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                        if (ec) return self->complete(ec, "Send failure: " + ec.message());
+                        self->read();
+                      });
+  }
 
-struct CurlGlobal {
-  CurlGlobal() { curl_global_init(CURL_GLOBAL_DEFAULT); }
+  void read() {
+    http::async_read_some(
+        socket_, buffer_, parser_,
+        [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
+          self->received_ += n;
+          if (self->streaming_) self->deliver_lines();
+          if (ec) {
+            const bool empty = ec == http::error::end_of_stream && self->received_ == 0;
+            return self->complete(
+                ec, empty ? "Empty reply from server" : "Recv failure: " + ec.message());
+          }
+          if (self->parser_.is_done()) return self->complete({}, "");
+          self->read();
+        });
+  }
+
+  // Each newline-terminated piece of a streamed body goes to `line_` as it arrives.
+  void deliver_lines() {
+    std::string& body = parser_.get().body();
+    size_t start = 0, nl;
+    while ((nl = body.find('\n', start)) != std::string::npos) {
+      line_(body.substr(start, nl - start));
+      start = nl + 1;
+    }
+    body.erase(0, start);
+  }
+
+  void complete(const boost::system::error_code& ec, const std::string& why) {
+    if (finished_) return;
+    finished_ = true;
+    deadline_.cancel();
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+    EtcdReply r;
+    r.transport_ok = !ec && error_.empty();
+    if (!r.transport_ok) r.error = error_.empty() ? why : error_;
+    if (parser_.is_header_done()) r.http_status = parser_.get().result_int();
+    // A stream's lines went to `line_`; what is left is an unfinished line, not an answer.
+    if (!streaming_) r.body = std::move(parser_.get().body());
+    r.local_ip = local_ip_;
+    finish_(std::move(r));
+  }
+
+  Target target_;
+  bool streaming_;
+  milliseconds connect_timeout_, timeout_;
+  EtcdClient::Line line_;
+  Finish finish_;
+  tcp::resolver resolver_;
+  tcp::socket socket_;
+  asio::steady_timer deadline_;
+  http::request<http::string_body> request_;
+  boost::beast::flat_buffer buffer_;
+  http::response_parser<http::string_body> parser_;
+  Clock::time_point started_;
+  bool connected_ = false, finished_ = false;
+  size_t received_ = 0;
+  std::string error_, local_ip_;
 };
+
+constexpr milliseconds kConnectTimeout{5000};
 
 }  // namespace
 
-// The curl thread: adds queued transfers to the multi handle, runs them, posts the results.
+// The network thread: runs every request on an io_context of its own, posts the results and the
+// stream lines to the caller's loop, where they run only while the client is alive.
 struct EtcdClient::Impl {
   asio::io_context& io;
+  asio::io_context net;
+  asio::executor_work_guard<asio::io_context::executor_type> net_work{net.get_executor()};
   std::shared_ptr<int> alive = std::make_shared<int>(0);
-  CURLM* multi = nullptr;
-  std::mutex mutex;
-  std::deque<std::unique_ptr<Transfer>> queued;  // guarded by mutex
-  bool cancel = false;                           // guarded by mutex
-  std::atomic<bool> stopping{false};
-  std::list<std::unique_ptr<Transfer>> running;  // curl thread only
+  std::set<std::shared_ptr<Transfer>> running;  // network thread only
   std::thread thread;
 
   explicit Impl(asio::io_context& context) : io(context) {
-    static CurlGlobal global;
-    multi = curl_multi_init();
-    thread = std::thread([this] { loop(); });
+    thread = std::thread([this] { net.run(); });
   }
 
   ~Impl() {
-    stopping = true;
-    curl_multi_wakeup(multi);
+    net.stop();
     thread.join();
-    for (auto& t : running) {
-      curl_multi_remove_handle(multi, t->easy);
-      curl_easy_cleanup(t->easy);
-    }
-    curl_multi_cleanup(multi);
+    running.clear();
   }
 
-  void submit(std::unique_ptr<Transfer> t) {
-    t->io = &io;
-    t->alive = alive;
-    t->work.emplace(io.get_executor());
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      queued.push_back(std::move(t));
+  void submit(Target target, std::string body, bool streaming, milliseconds timeout, Line line,
+              Reply done) {
+    // The caller's loop has work while a request is out: it does not run out and return.
+    auto work = std::make_shared<asio::executor_work_guard<asio::io_context::executor_type>>(
+        io.get_executor());
+    std::weak_ptr<int> weak = alive;
+    Line post_line;
+    if (line) {
+      post_line = [this, weak, line](const std::string& one) {
+        asio::post(io, [weak, line, one] {
+          if (weak.lock()) line(one);
+        });
+      };
     }
-    curl_multi_wakeup(multi);
-  }
-
-  void take_queued() {
-    std::lock_guard<std::mutex> lock(mutex);
-    while (!queued.empty()) {
-      curl_multi_add_handle(multi, queued.front()->easy);
-      running.push_back(std::move(queued.front()));
-      queued.pop_front();
-    }
-    if (cancel) {
-      cancel = false;
-      for (auto it = running.begin(); it != running.end();) {
-        if (!(*it)->streaming) {
-          ++it;
-          continue;
-        }
-        complete(**it, CURLE_ABORTED_BY_CALLBACK);
-        it = running.erase(it);
-      }
-    }
-  }
-
-  void complete(Transfer& t, CURLcode code) {
-    curl_multi_remove_handle(multi, t.easy);
-    EtcdReply reply = finish(t, code);
-    curl_easy_cleanup(t.easy);
-    asio::post(io, [alive = t.alive, cb = std::move(t.done), reply = std::move(reply),
-                    work = std::move(t.work)]() mutable {
-      if (alive.lock()) cb(std::move(reply));
+    auto finished = std::make_shared<std::weak_ptr<Transfer>>();
+    auto t = std::make_shared<Transfer>(
+        net, std::move(target), std::move(body), streaming, kConnectTimeout, timeout,
+        std::move(post_line), [this, weak, done = std::move(done), work, finished](EtcdReply r) {
+          running.erase(finished->lock());
+          asio::post(io, [weak, done, r = std::move(r), work]() mutable {
+            if (weak.lock()) done(std::move(r));
+          });
+        });
+    *finished = t;
+    asio::post(net, [this, t] {
+      running.insert(t);
+      t->start();
     });
-  }
-
-  void loop() {
-    while (!stopping) {
-      take_queued();
-      int still = 0;
-      curl_multi_perform(multi, &still);
-      int left = 0;
-      while (CURLMsg* m = curl_multi_info_read(multi, &left)) {
-        if (m->msg != CURLMSG_DONE) continue;
-        for (auto it = running.begin(); it != running.end(); ++it) {
-          if ((*it)->easy != m->easy_handle) continue;
-          complete(**it, m->data.result);
-          running.erase(it);
-          break;
-        }
-      }
-      curl_multi_poll(multi, nullptr, 0, 1000, nullptr);
-    }
   }
 };
 
@@ -190,43 +279,35 @@ EtcdClient::~EtcdClient() = default;
 
 void EtcdClient::post(const std::string& path, std::string body, std::chrono::milliseconds timeout,
                       Reply done) {
-  auto t = std::make_unique<Transfer>();
-  t->url = base_url_ + path;
-  t->body = std::move(body);
-  t->done = std::move(done);
-  make_easy(*t, timeout);
-  impl_->submit(std::move(t));
+  impl_->submit(parse_target(base_url_, path), std::move(body), false, timeout, nullptr,
+                std::move(done));
 }
 
 void EtcdClient::stream(const std::string& path, std::string body, Line line, Reply done) {
-  auto t = std::make_unique<Transfer>();
-  t->url = base_url_ + path;
-  t->body = std::move(body);
-  t->streaming = true;
-  t->line = std::move(line);
-  t->done = std::move(done);
-  make_easy(*t, std::chrono::milliseconds(0));
-  impl_->submit(std::move(t));
+  impl_->submit(parse_target(base_url_, path), std::move(body), true, milliseconds(0),
+                std::move(line), std::move(done));
 }
 
 void EtcdClient::cancel_streams() {
-  {
-    std::lock_guard<std::mutex> lock(impl_->mutex);
-    impl_->cancel = true;
-  }
-  curl_multi_wakeup(impl_->multi);
+  asio::post(impl_->net, [impl = impl_.get()] {
+    // cancel() ends a transfer through its reply, which takes it out of `running`.
+    std::vector<std::shared_ptr<Transfer>> streams;
+    for (const auto& t : impl->running)
+      if (t->streaming()) streams.push_back(t);
+    for (const auto& t : streams) t->cancel("Operation was aborted by an application callback");
+  });
 }
 
 EtcdReply EtcdClient::post_now(const std::string& path, const std::string& body,
                                std::chrono::milliseconds timeout) const {
-  Transfer t;
-  t.url = base_url_ + path;
-  t.body = body;
-  CURL* e = make_easy(t, timeout);
-  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout.count()));
-  EtcdReply r = finish(t, curl_easy_perform(e));
-  curl_easy_cleanup(e);
-  return r;
+  asio::io_context local;
+  EtcdReply reply;
+  auto t =
+      std::make_shared<Transfer>(local, parse_target(base_url_, path), body, false, timeout,
+                                 timeout, nullptr, [&reply](EtcdReply r) { reply = std::move(r); });
+  t->start();
+  local.run();
+  return reply;
 }
 
 namespace {

@@ -13,8 +13,8 @@ struct EtcdReply {
   bool transport_ok = false;  // a whole HTTP answer arrived
   long http_status = 0;
   std::string body;
-  std::string error;     // curl's reason when !transport_ok
-  std::string local_ip;  // this end of the connection, as curl saw it
+  std::string error;     // why, when !transport_ok (curl's wording)
+  std::string local_ip;  // this end of the connection
   bool ok() const { return transport_ok && http_status == 200; }
   // No answer, or one that says "not now" rather than "not etcd": a server error or unavailable
   // (5xx), too many requests (429), and 408, which etcd's HTTP gateway gives while it shuts down
@@ -22,12 +22,12 @@ struct EtcdReply {
   bool transient() const {
     return !transport_ok || http_status == 408 || http_status == 429 || http_status >= 500;
   }
-  // One line for messages: curl's error, or the status and the body's start.
+  // One line for messages: the error, or the status and the body's start.
   std::string describe() const;
 };
 
-// HTTP to etcd's v3 gRPC gateway (POST /v3/...), through libcurl's multi interface on one
-// thread of its own. Replies and stream lines are posted to `io`: every callback runs on the
+// HTTP to etcd's v3 gRPC gateway (POST /v3/...), with Boost.Beast on one thread of its own, one
+// connection per request. Replies and stream lines are posted to `io`: every callback runs on the
 // caller's event loop, never after the client is destroyed.
 class EtcdClient {
  public:
