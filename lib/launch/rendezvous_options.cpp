@@ -252,30 +252,23 @@ std::unique_ptr<rendezvous::RendezvousHandler> make_rendezvous(
 }
 
 std::string rendezvous_hint(const rendezvous::Stop& stop) {
-  switch (stop.refusal) {
-    case Refusal::none:
-      return "";
-    case Refusal::run_id:
-      return "check --rdzv-id";
-    case Refusal::token:
-      return "give every node the same one with --rdzv-conf token_file=PATH or " +
-             std::string(kTokenVariable);
-    case Refusal::node_rank:
-      return "check --node-rank and --nnodes";
-    case Refusal::rank_taken:
-      return "check --node-rank";
-    case Refusal::port_held:
-      return "free it or choose another --rdzv-endpoint port";
-    case Refusal::not_a_host:
-      return "check --rdzv-endpoint, or free the port";
-    case Refusal::unreachable:
-      return "is the node that hosts it running, and is --rdzv-endpoint right?";
-    case Refusal::no_handshake:
-      return "is a trainrun agent of this job hosting it, and is --rdzv-endpoint right?";
-    case Refusal::foreign_state:
-      return "use another --rdzv-id";
-  }
-  return "";
+  // What the user acts on, by what the rendezvous refused: the one place that names options.
+  static const std::map<Refusal, std::string> hints = {
+      {Refusal::run_id, "check --rdzv-id"},
+      {Refusal::token, fmt::format("give every node the same one with --rdzv-conf "
+                                   "token_file=PATH or {}",
+                                   kTokenVariable)},
+      {Refusal::node_rank, "check --node-rank and --nnodes"},
+      {Refusal::rank_taken, "check --node-rank"},
+      {Refusal::port_held, "free it or choose another --rdzv-endpoint port"},
+      {Refusal::not_a_host, "check --rdzv-endpoint, or free the port"},
+      {Refusal::unreachable, "is the node that hosts it running, and is --rdzv-endpoint right?"},
+      {Refusal::no_handshake,
+       "is a trainrun agent of this job hosting it, and is --rdzv-endpoint right?"},
+      {Refusal::foreign_state, "use another --rdzv-id"},
+  };
+  const auto it = hints.find(stop.refusal);
+  return it == hints.end() ? "" : it->second;
 }
 
 rendezvous::Stop with_hint(rendezvous::Stop stop) {
