@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -20,10 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/round_counts.hpp"
+#include "test_support.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/rendezvous/etcd.hpp"
 #include "trainrun/rendezvous/handler.hpp"
-#include "rendezvous/round_counts.hpp"
 
 using namespace trainrun::rendezvous;
 namespace asio = boost::asio;
@@ -36,20 +36,14 @@ struct Times {
   double barrier_s = -1;
 };
 
-int free_port() {
-  asio::io_context io;
-  asio::ip::tcp::acceptor a(io, asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
-  return a.local_endpoint().port();
-}
-
 double since(SteadyClock::time_point t) {
   return std::chrono::duration<double>(SteadyClock::now() - t).count();
 }
 
 Times one_round(int n, const HostPort* etcd) {
   asio::io_context io;
-  RendezvousOptions base;
-  base.endpoint = etcd ? *etcd : HostPort{"127.0.0.1", free_port()};
+  TcpRendezvousOptions base;
+  base.endpoint = etcd ? *etcd : HostPort{"127.0.0.1", trainrun::test::free_port()};
   base.credentials.run_id = "bench-" + trainrun::random_hex(6);
   base.round.min_nodes = base.round.max_nodes = n;
   base.local_addr = "127.0.0.1";
@@ -57,7 +51,7 @@ Times one_round(int n, const HostPort* etcd) {
   std::vector<std::unique_ptr<RendezvousHandler>> handlers;
   const auto start = SteadyClock::now();
   for (int i = 0; i < n; ++i) {
-    RendezvousOptions o = base;
+    TcpRendezvousOptions o = base;
     o.is_host = i == 0;
     LogFunction log;  // quiet: failures come back as stops
     handlers.push_back(etcd ? make_etcd_rendezvous_handler(io, o, log)

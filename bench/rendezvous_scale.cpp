@@ -59,7 +59,7 @@ void run_clients(int n, bool token, int port, int out) {
     co.endpoint = HostPort{"127.0.0.1", port};
     co.credentials.run_id = "bench";
     if (token) co.credentials.token = "bench-token";
-    co.retry.deadline = std::chrono::seconds(120);
+    co.deadline = std::chrono::seconds(120);
     ClientEvents e = counts.events("rendezvous_scale: a client stopped");
     clients.push_back(std::make_unique<RendezvousClient>(io, co, e));
     clients.back()->start();

@@ -67,7 +67,7 @@ class Agent {
  private:
   int run_job() {
     job_ = job_settings(config_, config_.standalone ? random_run_id() : config_.rdzv_id);
-    std::optional<rendezvous::RendezvousOptions> rdzv_options;
+    std::optional<rendezvous::TcpRendezvousOptions> rdzv_options;
     if (uses_rendezvous(config_)) {
       rdzv_options = rendezvous_options(config_, inherited_);
       rdzv_options->limits = server_limits_for(config_.nproc_per_node.number);
@@ -109,7 +109,7 @@ class Agent {
   }
 
   // Throws SetupError when this node must host the rendezvous and cannot.
-  void start_rendezvous(const rendezvous::RendezvousOptions& options) {
+  void start_rendezvous(const rendezvous::TcpRendezvousOptions& options) {
     rdzv_ = make_rendezvous(io_, config_, options,
                             [this](const std::string& line) { say_on_console(line); });
     rendezvous::ClientEvents events;
@@ -121,12 +121,15 @@ class Agent {
       apply(policy_.restart(r, Clock::now()));
     };
     events.on_halt = [this](const rendezvous::Halt& h) { apply(policy_.halt(h, Clock::now())); };
-    events.on_stop = [this](const rendezvous::Stop& s) {
+    events.on_stop = [this](const rendezvous::Stop& stop) {
+      const rendezvous::Stop s = with_hint(stop);
       summary_.stopped(s);
       apply(policy_.stop(s, Clock::now()));
     };
     try {
       rdzv_->start(std::move(events));
+    } catch (const rendezvous::HostingError& e) {
+      throw SetupError(fmt::format("{}; {}", e.what(), hosting_hint(config_)));
     } catch (const std::runtime_error& e) {
       throw SetupError(e.what());
     }

@@ -15,7 +15,10 @@
 namespace trainrun::launch {
 
 using rendezvous::Clock;
-using rendezvous::RendezvousOptions;
+using rendezvous::is_etcd_backend;
+using rendezvous::kEtcdPort;
+using rendezvous::Refusal;
+using RendezvousOptions = rendezvous::TcpRendezvousOptions;
 
 namespace {
 
@@ -177,10 +180,6 @@ RendezvousConf check_rdzv_conf(const std::map<std::string, std::string>& entries
   return conf;
 }
 
-bool is_etcd_backend(const std::string& backend) {
-  return backend == "etcd" || backend == "etcd-v2";
-}
-
 void check_rdzv_backend(const std::string& backend, const std::string& what) {
   if (backend != "static" && backend != "c10d" && !is_etcd_backend(backend)) {
     throw UsageError(
@@ -244,12 +243,44 @@ RendezvousOptions rendezvous_options(const LaunchConfig& config,
 
 std::unique_ptr<rendezvous::RendezvousHandler> make_rendezvous(
     boost::asio::io_context& io, const LaunchConfig& config,
-    const rendezvous::RendezvousOptions& options, const rendezvous::LogFunction& log) {
+    const rendezvous::TcpRendezvousOptions& options, const rendezvous::LogFunction& log) {
   if (!is_etcd_backend(config.rdzv_backend))
     return rendezvous::make_rendezvous_handler(io, options, log);
-  if (config.rdzv_backend == "etcd-v2")
-    log("--rdzv-backend=etcd-v2: trainrun speaks etcd's v3 API for etcd and etcd-v2");
+  const std::string_view note = rendezvous::etcd_alias_note(config.rdzv_backend);
+  if (!note.empty()) log(fmt::format("--rdzv-backend={}: {}", config.rdzv_backend, note));
   return rendezvous::make_etcd_rendezvous_handler(io, options, log);
+}
+
+std::string rendezvous_hint(const rendezvous::Stop& stop) {
+  // What the user acts on, by what the rendezvous refused: the one place that names options.
+  static const std::map<Refusal, std::string> hints = {
+      {Refusal::run_id, "check --rdzv-id"},
+      {Refusal::token, fmt::format("give every node the same one with --rdzv-conf "
+                                   "token_file=PATH or {}",
+                                   kTokenVariable)},
+      {Refusal::node_rank, "check --node-rank and --nnodes"},
+      {Refusal::rank_taken, "check --node-rank"},
+      {Refusal::port_held, "free it or choose another --rdzv-endpoint port"},
+      {Refusal::not_a_host, "check --rdzv-endpoint, or free the port"},
+      {Refusal::unreachable, "is the node that hosts it running, and is --rdzv-endpoint right?"},
+      {Refusal::no_handshake,
+       "is a trainrun agent of this job hosting it, and is --rdzv-endpoint right?"},
+      {Refusal::foreign_state, "use another --rdzv-id"},
+  };
+  const auto it = hints.find(stop.refusal);
+  return it == hints.end() ? "" : it->second;
+}
+
+rendezvous::Stop with_hint(rendezvous::Stop stop) {
+  const std::string hint = rendezvous_hint(stop);
+  if (!hint.empty()) stop.reason += "; " + hint;
+  return stop;
+}
+
+std::string hosting_hint(const LaunchConfig& config) {
+  return config.rdzv_backend == "static"
+             ? "free the port or choose another one with --rdzv-conf rdzv_port=N"
+             : "free the port or choose another one in --rdzv-endpoint";
 }
 
 }  // namespace trainrun::launch

@@ -39,10 +39,6 @@ RendezvousConf check_rdzv_conf(const std::map<std::string, std::string>& entries
 // ("--rdzv-backend=etcd"). Throws UsageError.
 void check_rdzv_backend(const std::string& backend, const std::string& what);
 
-// etcd or etcd-v2: the rendezvous is kept in etcd (its endpoint's default port is kEtcdPort).
-bool is_etcd_backend(const std::string& backend);
-inline constexpr int kEtcdPort = 2379;
-
 // One node with the static backend needs nobody's agreement: no rendezvous at all.
 bool uses_rendezvous(const LaunchConfig& config);
 
@@ -63,13 +59,23 @@ void check_rendezvous_layout(const LaunchConfig& config,
 // Throws UsageError (exit 2) with a one-line reason naming the option, for values that do not
 // fit together (a static job without a fixed node count, a missing endpoint) or an unreadable
 // token file.
-rendezvous::RendezvousOptions rendezvous_options(const LaunchConfig& config,
-                                                 const std::map<std::string, std::string>& env);
+// The built-in backend's options; etcd's handler takes the RendezvousOptions within.
+rendezvous::TcpRendezvousOptions rendezvous_options(const LaunchConfig& config,
+                                                    const std::map<std::string, std::string>& env);
 
 // The handler of the configured backend (etcd's or the built-in TCP one) on `io`, not started.
 // `log` gets the rendezvous' lines for the console.
 std::unique_ptr<rendezvous::RendezvousHandler> make_rendezvous(
     boost::asio::io_context& io, const LaunchConfig& config,
-    const rendezvous::RendezvousOptions& options, const rendezvous::LogFunction& log);
+    const rendezvous::TcpRendezvousOptions& options, const rendezvous::LogFunction& log);
+
+// What the user acts on when the rendezvous stopped this node (`stop.refusal`: its run id, its
+// token, its node rank, the endpoint), in the launcher's options; empty when there is nothing to
+// change. The rendezvous library says what happened and names no option: the hints are here.
+std::string rendezvous_hint(const rendezvous::Stop& stop);
+// `stop` with its hint after its reason ("...; check --rdzv-id").
+rendezvous::Stop with_hint(rendezvous::Stop stop);
+// What to do when this node must host the rendezvous and its port is taken (HostingError).
+std::string hosting_hint(const LaunchConfig& config);
 
 }  // namespace trainrun::launch

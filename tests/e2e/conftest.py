@@ -105,6 +105,27 @@ def wait_for_pids(path, count, timeout=10.0):
 
 
 @pytest.fixture
+def etcd(tmp_path):
+    """A fresh etcd of the test's own (backends.Etcd), started; skips where etcd is missing."""
+    from backends import ETCD, Etcd
+    if not ETCD:
+        pytest.skip("etcd is not installed (Debian package etcd-server; scripts/setup.sh)")
+    server = Etcd(tmp_path)
+    server.start()
+    yield server
+    server.stop(signal.SIGKILL)
+
+
+@pytest.fixture(params=["builtin", "etcd"])
+def rdzv(request):
+    """Each rendezvous backend in turn (backends.py): the scenario that takes it runs on both."""
+    from backends import Builtin, EtcdBackend
+    if request.param == "builtin":
+        return Builtin()
+    return EtcdBackend(request.getfixturevalue("etcd"))
+
+
+@pytest.fixture
 def agents(tmp_path):
     """agents(name, args, env=None, netns=None) starts `trainrun ARGS` as one agent of a job, its
     output in tmp_path/NAME.out and .err (see agents.Agents); whatever is still running at the

@@ -1,4 +1,5 @@
-"""Several trainrun agents on this machine forming one job through the built-in rendezvous."""
+"""The built-in rendezvous' own cases: static ranks, the hosting agent, its endpoint, run ids and
+tokens in the handshake. The scenarios every backend shares are in test_rendezvous.py."""
 import os
 import signal
 import socket
@@ -7,44 +8,9 @@ import time
 
 import pytest
 
-from conftest import (alive, dynamic, ranks_by_restart, read_envs, read_pids, wait_for,
-                      wait_for_pids)
+from backends import Builtin, check_job, sigterm_one_of_two
+from conftest import alive, dynamic, read_envs, read_pids, wait_for, wait_for_pids
 from ports import free_port, held_port
-
-
-def check_job(envs, world, nodes):
-    assert sorted(envs) == list(range(world))
-    assert {e["WORLD_SIZE"] for e in envs.values()} == {str(world)}
-    assert {e["GROUP_WORLD_SIZE"] for e in envs.values()} == {str(nodes)}
-    assert sorted({int(e["GROUP_RANK"]) for e in envs.values()}) == list(range(nodes))
-    assert len({(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs.values()}) == 1
-    # Ranks are contiguous per node: local rank 0 of each node starts its block.
-    for e in envs.values():
-        assert int(e["RANK"]) - int(e["LOCAL_RANK"]) == min(
-            int(x["RANK"]) for x in envs.values() if x["GROUP_RANK"] == e["GROUP_RANK"])
-
-
-def test_two_agents_with_different_nproc_form_one_job(agents, worker, tmp_path):
-    port = free_port()
-    out = tmp_path / "env"
-    out.mkdir()
-    a = agents("a", dynamic(port, 2, 2) + [worker, "env", str(out / "e")])
-    b = agents("b", dynamic(port, 2, 3) + [worker, "env", str(out / "e")])
-    assert a.wait() == 0, a.err
-    assert b.wait() == 0, b.err
-    envs = read_envs(out)
-    check_job(envs, 5, 2)
-    assert sorted(e["LOCAL_WORLD_SIZE"] for e in envs.values()) == ["2", "2", "3", "3", "3"]
-
-
-def test_three_agents(agents, worker, tmp_path):
-    port = free_port()
-    out = tmp_path / "env"
-    out.mkdir()
-    procs = [agents(f"n{i}", dynamic(port, 3, 2) + [worker, "env", str(out / "e")]) for i in range(3)]
-    for p in procs:
-        assert p.wait() == 0, p.err
-    check_job(read_envs(out), 6, 3)
 
 
 def test_static_backend_with_node_ranks(agents, worker, tmp_path):
@@ -75,116 +41,6 @@ def test_cxx_all_reduce_across_agents(agents):
     assert lines == [f"rank {r}/3: all_reduce sum=6 (expected 6) ok" for r in range(3)]
 
 
-def test_failure_on_one_node_stops_every_node_with_the_same_code(agents, worker, tmp_path):
-    port = free_port()
-    pids = tmp_path / "pids"
-    args = [worker, "pidfile", str(pids), "wait-lines", str(pids), "4", "rank-exit", "3", "7",
-            "sleep", "60"]
-    a = agents("a", dynamic(port, 2, 2, "--shutdown-timeout=5") + args)
-    b = agents("b", dynamic(port, 2, 2, "--shutdown-timeout=5") + args)
-    assert a.wait() == 7, a.err
-    assert b.wait() == 7, b.err
-    for agent in (a, b):
-        assert "FAILED" in agent.err
-        assert "rank      : 3 (local_rank: 1)" in agent.err
-        assert f"host      : {socket.gethostname()}" in agent.err
-
-
-def test_restarts_are_counted_per_job(agents, tmp_path):
-    port = free_port()
-    script = tmp_path / "w.sh"
-    marks = tmp_path / "marks"
-    script.write_text(f"#!/bin/sh\necho \"$TORCHELASTIC_RESTART_COUNT $RANK\" >> {marks}\n"
-                      "sleep 0.5\n"
-                      "[ \"$RANK\" = 2 ] && [ \"$TORCHELASTIC_RESTART_COUNT\" -lt 2 ] && exit 5\n"
-                      "exit 0\n")
-    script.chmod(0o755)
-    a = agents("a", dynamic(port, 2, 2, "--max-restarts=3") + [str(script)])
-    b = agents("b", dynamic(port, 2, 2, "--max-restarts=3") + [str(script)])
-    assert a.wait() == 0, a.err
-    assert b.wait() == 0, b.err
-    # Attempts 0, 1 and 2 each ran all four ranks, with one count on every node.
-    assert ranks_by_restart(marks) == {0: {0, 1, 2, 3}, 1: {0, 1, 2, 3}, 2: {0, 1, 2, 3}}
-
-
-def test_elastic_round_completes_at_min_after_last_call(agents, worker, tmp_path):
-    port = free_port()
-    out = tmp_path / "env"
-    out.mkdir()
-    # join_timeout far above what the agents' wait allows: the round completes by last call.
-    extra = ["--rdzv-conf=last_call_timeout=1,join_timeout=600"]
-    a = agents("a", dynamic(port, "2:3", 1, *extra) + [worker, "env", str(out / "e")])
-    b = agents("b", dynamic(port, "2:3", 1, *extra) + [worker, "env", str(out / "e")])
-    assert a.wait(120) == 0, a.err
-    assert b.wait(120) == 0, b.err
-    check_job(read_envs(out), 2, 2)
-
-
-def test_node_arriving_mid_job_restarts_everyone_into_a_bigger_round(agents, worker, tmp_path):
-    port = free_port()
-    stamps = tmp_path / "ws"
-    script = tmp_path / "w.sh"
-    # Run until the job has two nodes, then finish.
-    script.write_text(f"#!/bin/sh\necho \"$WORLD_SIZE $GROUP_WORLD_SIZE\" >> {stamps}\n"
-                      "[ \"$GROUP_WORLD_SIZE\" = 2 ] && exit 0\nsleep 60\n")
-    script.chmod(0o755)
-    extra = ["--rdzv-conf=last_call_timeout=0.2", "--max-restarts=2"]
-    a = agents("a", dynamic(port, "1:2", 1, *extra) + [str(script)])
-    assert wait_for(lambda: stamps.exists(), 20)
-    b = agents("b", dynamic(port, "1:2", 1, *extra) + [str(script)])
-    assert a.wait(60) == 0, a.err
-    assert b.wait(60) == 0, b.err
-    lines = stamps.read_text().splitlines()
-    assert lines[0] == "1 1"
-    assert lines[1:] == ["2 2", "2 2"]
-
-
-def test_lost_agent_is_noticed_and_job_continues_smaller(agents, worker, tmp_path):
-    port = free_port()
-    pids = tmp_path / "pids"
-    script = tmp_path / "w.sh"
-    # The world size first: once a worker's pid is in pids, its world size is in pids.ws
-    # too, however soon after that its agent is killed.
-    script.write_text(f"#!/bin/sh\necho \"$GROUP_WORLD_SIZE\" >> {pids}.ws\necho $$ >> {pids}\n"
-                      "[ \"$GROUP_WORLD_SIZE\" = 1 ] && exit 0\nsleep 600\n")
-    script.chmod(0o755)
-    conf = "--rdzv-conf=heartbeat_timeout=2,keep_alive_interval=0.5,last_call_timeout=1"
-    extra = ["--max-restarts=2", "--shutdown-timeout=2"]
-    host = agents("host", dynamic(port, "1:2", 1, conf + ",is_host=1", *extra) + [str(script)])
-    other = agents("other", dynamic(port, "1:2", 1, conf + ",is_host=0", *extra) + [str(script)])
-    wait_for_pids(pids, 2, timeout=30)
-    other.proc.kill()
-    other.proc.wait()
-    # Bounded far below the workers' 600 s: the host restarts without the lost node.
-    assert host.wait(120) == 0, host.err
-    assert (tmp_path / "pids.ws").read_text().split() == ["2", "2", "1"]
-
-
-def test_lost_agent_without_restarts_stops_everyone_clearly(agents, worker, tmp_path):
-    port = free_port()
-    pids = tmp_path / "pids"
-    conf = "--rdzv-conf=heartbeat_timeout=2,keep_alive_interval=0.5"
-    host = agents("host", dynamic(port, 2, 1, conf + ",is_host=1") + [worker, "pidfile", str(pids),
-                                                                         "sleep", "60"])
-    other = agents("other", dynamic(port, 2, 1, conf + ",is_host=0") + [worker, "pidfile", str(pids),
-                                                                         "sleep", "60"])
-    workers = wait_for_pids(pids, 2, timeout=30)
-    other.proc.kill()
-    other.proc.wait()
-    code = host.wait(60)
-    assert code != 0
-    assert "lost" in host.err.lower()
-    assert wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in workers), 10)
-
-
-def test_join_timeout_names_endpoint_and_missing_count(agents):
-    port = free_port()
-    a = agents("a", dynamic(port, 3, 1, "--rdzv-conf=join_timeout=2") + ["/bin/true"])
-    assert a.wait(60) != 0
-    assert f"127.0.0.1:{port}" in a.err
-    assert "1 of 3" in a.err or "2 missing" in a.err or "missing" in a.err, a.err
-
-
 def test_endpoint_not_up_yet_is_retried(agents, worker, tmp_path):
     port = free_port()
     out = tmp_path / "env"
@@ -201,19 +57,23 @@ def test_endpoint_not_up_yet_is_retried(agents, worker, tmp_path):
 
 def test_agent_of_another_job_is_refused(agents):
     port = free_port()
-    a = agents("a", dynamic(port, 2, 1, "--rdzv-conf=is_host=1,join_timeout=5", run_id="jobA") +
-               ["/bin/true"])
+    a = agents("a", dynamic(port, 2, 1, "--rdzv-conf=is_host=1", run_id="jobA") + ["/bin/true"])
     time.sleep(0.5)
     b = agents("b", dynamic(port, 2, 1, run_id="jobB") + ["/bin/true"])
-    assert b.wait(30) != 0
-    assert "jobA" in b.err or "run id" in b.err.lower(), b.err
-    a.wait(30)
-    assert "jobB" in a.err or "refused" in a.err.lower() or "reject" in a.err.lower(), a.err
+    assert b.wait(30) == 1, b.err
+    reason = 'run id "jobB" does not match this rendezvous\'s run id'
+    # The hint is the launcher's, on the node that has the option to change.
+    assert (f"trainrun: the rendezvous at 127.0.0.1:{port} refused this node: {reason}; check "
+            "--rdzv-id") in b.err.splitlines(), b.err
+    # The host names the refused node and goes on waiting for its own job's nodes.
+    assert wait_for(lambda: any(line.startswith("trainrun: rendezvous server: rejected 127.0.0.1:")
+                                and line.endswith(f": {reason}") for line in a.err.splitlines()),
+                    30), a.err
 
 
 def test_wrong_token_is_refused(agents, tmp_path):
     port = free_port()
-    a = agents("a", dynamic(port, 2, 1, "--rdzv-conf=is_host=1,join_timeout=5") + ["/bin/true"],
+    a = agents("a", dynamic(port, 2, 1, "--rdzv-conf=is_host=1") + ["/bin/true"],
                env={"TRAINRUN_RDZV_TOKEN": "right"})
     time.sleep(0.5)
     b = agents("b", dynamic(port, 2, 1) + ["/bin/true"], env={"TRAINRUN_RDZV_TOKEN": "wrong"})
@@ -221,12 +81,11 @@ def test_wrong_token_is_refused(agents, tmp_path):
     reason = "the server's token proof does not match: the nodes hold different tokens"
     assert f"trainrun: this node refused the rendezvous at 127.0.0.1:{port}: {reason}" in \
         b.err.splitlines(), b.err
-    a.wait(30)
     # The host says it too, with the same reason, naming the refused node's address (its
     # "hosting ... token required" line is no answer).
-    assert any(line.startswith("trainrun: rendezvous server: rejected 127.0.0.1:") and
-               line.endswith(f": the client refused this rendezvous: {reason}")
-               for line in a.err.splitlines()), a.err
+    assert wait_for(lambda: any(line.startswith("trainrun: rendezvous server: rejected 127.0.0.1:")
+                                and line.endswith(f": the client refused this rendezvous: {reason}")
+                                for line in a.err.splitlines()), 30), a.err
 
 
 def _run_agents_while(blocker, agents, port, conf, names=("a",)):
@@ -307,17 +166,56 @@ def test_listener_that_is_not_a_trainrun_agent_is_named_at_once(agents, answer):
     assert took < 60, took
 
 
-def test_refused_remote_endpoint_is_retried_until_the_join_timeout(agents):
+def test_remote_endpoint_is_retried_until_the_join_timeout_naming_every_failure(agents):
     # is_host=0: the agent does not own the endpoint, as on another machine than its host, so a
-    # refusal may be a host that has not started yet.
+    # refusal may be a host that has not started yet. The port first refuses (bound, not
+    # listening), then accepts and closes each connection after its hello: both failures are
+    # named when the agent gives up, not only the last.
     holder = held_port()
     port = holder.getsockname()[1]
-    (a,), (code,), took = _run_agents_while(holder, agents, port,
-                                            "--rdzv-conf=is_host=0,join_timeout=6")
+    closed = []
+
+    def close_each():
+        holder.settimeout(0.1)
+        while not closed:
+            try:
+                conn, _ = holder.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                try:
+                    conn.recv(4096)  # its hello: closing unread would reset, not close
+                except OSError:
+                    pass
+
+    closer = threading.Thread(target=close_each, daemon=True)
+    try:
+        t0 = time.monotonic()
+        a = agents("a", dynamic(port, 2, 1, "--rdzv-conf=is_host=0,join_timeout=6") +
+                   ["/bin/true"])
+        assert wait_for(lambda: "Connection refused), retrying" in a.err, 30), a.err
+        holder.listen(8)
+        closer.start()
+        code = a.wait(120)
+        took = time.monotonic() - t0
+    finally:
+        closed.append(True)
+        if closer.is_alive():
+            closer.join()
+        holder.close()
     assert code == 1, a.err
     assert took >= 5.5, took
-    assert (f"rendezvous endpoint 127.0.0.1:{port} not reachable after 6 s (last attempt: "
-            "Connection refused)") in a.err, a.err
+    line = next((x for x in a.err.splitlines()
+                 if f"rendezvous endpoint 127.0.0.1:{port}: no handshake completed in 6 s (" in x),
+                None)
+    assert line, a.err
+    assert "attempts failed: Connection refused x" in line, line
+    assert "connection closed by peer during the handshake x" in line, line
+    assert line.endswith("is a trainrun agent of this job hosting it, and is --rdzv-endpoint "
+                         "right?"), line
 
 
 def test_stopped_agent_does_not_hold_up_the_hosts_exit(agents, worker, tmp_path):
@@ -345,31 +243,17 @@ def test_stopped_agent_does_not_hold_up_the_hosts_exit(agents, worker, tmp_path)
     assert other.wait(30) != 0, other.err
 
 
-@pytest.mark.parametrize("stopped", ["host", "other"])
-def test_node_stopped_by_a_signal_is_named_on_the_others(agents, worker, tmp_path, stopped):
-    port = free_port()
-    pids = tmp_path / "pids"
-    args = [worker, "pidfile", str(pids), "sleep", "600"]
-    extra = ["--max-restarts=2", "--shutdown-timeout=600"]
-    host = agents("host", dynamic(port, 2, 1, "--rdzv-conf=is_host=1", *extra) + args)
-    other = agents("other", dynamic(port, 2, 1, "--rdzv-conf=is_host=0", *extra) + args)
-    workers = wait_for_pids(pids, 2, timeout=30)
-    target, survivor = (host, other) if stopped == "host" else (other, host)
-    os.kill(target.proc.pid, signal.SIGTERM)
-    # Bounded far below the 600 s grace period: the workers end on the SIGTERM itself.
-    assert target.wait(120) == 143, target.err
-    assert "sending SIGKILL" not in target.err, target.err
-    # The same code either way: a node stopped mid-job is a lost node (exit 1), on every other.
-    assert survivor.wait(30) == 1, survivor.err
+def test_host_stopped_by_a_signal_is_named_on_the_others(agents, worker, tmp_path):
+    # A non-hosting node stopped so is a shared scenario (test_rendezvous.py).
+    rdzv = Builtin()
+    host, other = sigterm_one_of_two(rdzv, agents, worker, tmp_path, "host")
     name = socket.gethostname()
-    expected = (f"trainrun: node {name} (127.0.0.1, pid {target.proc.pid}) lost (left: {name} "
-                "stopped by SIGTERM); ")
-    expected += (f"it hosted the rendezvous at 127.0.0.1:{port}, so the job cannot continue"
-                 if stopped == "host" else "1 node remains, fewer than the minimum of 2")
+    expected = (f"trainrun: node {name} (127.0.0.1, pid {host.proc.pid}) lost (left: {name} "
+                f"stopped by SIGTERM); it hosted the rendezvous at {rdzv.endpoint}, so the job "
+                "cannot continue")
     # The host used to leave only "lost the rendezvous server at ...: connection closed by peer".
-    assert expected in survivor.err.splitlines(), survivor.err
-    assert "lost the rendezvous server" not in survivor.err, survivor.err
-    assert wait_for(lambda: not any(alive(p) for p in workers), 10)
+    assert expected in other.err.splitlines(), other.err
+    assert "lost the rendezvous server" not in other.err, other.err
 
 
 def test_failure_on_the_host_stops_every_node_with_its_code(agents, tmp_path):

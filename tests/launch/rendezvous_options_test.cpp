@@ -34,7 +34,7 @@ LaunchConfig c10d(const std::string& endpoint, int min = 2, int max = 2) {
 TEST_CASE("c10d options take defaults and --rdzv-conf keys", "[rendezvous]") {
   LaunchConfig c = c10d("node0:29401", 2, 4);
   c.max_restarts = 3;
-  RendezvousOptions o = rendezvous_options(c, {});
+  TcpRendezvousOptions o = rendezvous_options(c, {});
   CHECK_FALSE(o.round.static_ranks);
   CHECK(o.endpoint.host == "node0");
   CHECK(o.endpoint.port == 29401);
@@ -95,7 +95,7 @@ TEST_CASE("the static backend serves on MASTER_PORT + 1 unless rdzv_port is give
   s.node_rank = 1;
   s.master_addr = "node0";
   s.master_port = 29500;
-  RendezvousOptions o = rendezvous_options(s, {});
+  TcpRendezvousOptions o = rendezvous_options(s, {});
   CHECK(o.round.static_ranks);
   CHECK(o.node_rank == 1);
   CHECK(o.endpoint.host == "node0");
@@ -231,4 +231,36 @@ TEST_CASE("an unknown backend is refused when the command line is parsed", "[ren
   CHECK_THROWS_WITH(outcome({"--rdzv-conf=heartbeat_timeout=2,keep_alive_interval=5", "x"}),
                     Catch::Contains("must exceed keep_alive_interval"));
   CHECK_NOTHROW(outcome({"--rdzv-conf=join_timeout=5,is_host=1", "x"}));
+}
+
+TEST_CASE("the launcher adds the hint a user acts on to a rendezvous stop, by its kind",
+          "[rendezvous]") {
+  const auto shown = [](Refusal kind) {
+    return with_hint(Stop{StopCause::rejected, "what happened", kind}).reason;
+  };
+  CHECK(shown(Refusal::none) == "what happened");
+  CHECK(shown(Refusal::run_id) == "what happened; check --rdzv-id");
+  CHECK(shown(Refusal::token) ==
+        "what happened; give every node the same one with --rdzv-conf token_file=PATH or "
+        "TRAINRUN_RDZV_TOKEN");
+  CHECK(shown(Refusal::node_rank) == "what happened; check --node-rank and --nnodes");
+  CHECK(shown(Refusal::rank_taken) == "what happened; check --node-rank");
+  CHECK(shown(Refusal::port_held) ==
+        "what happened; free it or choose another --rdzv-endpoint port");
+  CHECK(shown(Refusal::not_a_host) == "what happened; check --rdzv-endpoint, or free the port");
+  CHECK(shown(Refusal::unreachable) ==
+        "what happened; is the node that hosts it running, and is --rdzv-endpoint right?");
+  CHECK(shown(Refusal::no_handshake) ==
+        "what happened; is a trainrun agent of this job hosting it, and is --rdzv-endpoint "
+        "right?");
+  CHECK(shown(Refusal::foreign_state) == "what happened; use another --rdzv-id");
+  // A stop of the job (finished, failed, lost) is told as it is.
+  const Stop lost{StopCause::node_lost, "node b lost", 1, std::nullopt};
+  CHECK(with_hint(lost).reason == "node b lost");
+
+  LaunchConfig s;
+  s.rdzv_backend = "static";
+  CHECK(hosting_hint(s) == "free the port or choose another one with --rdzv-conf rdzv_port=N");
+  CHECK(hosting_hint(c10d("node0:29400")) ==
+        "free the port or choose another one in --rdzv-endpoint");
 }

@@ -15,6 +15,7 @@ struct Outcome {
   std::string client_reason;
   std::optional<SessionKeys> server_keys;
   std::optional<SessionKeys> client_keys;
+  Refusal refusal = Refusal::none;  // the kind of the server's reject, as the client read it
 };
 
 // Runs both halves against each other, passing messages through encode/decode as the wire does.
@@ -30,7 +31,9 @@ Outcome run(const std::string& server_run, std::optional<std::string> server_tok
     out.server_reason = s.reason;
     if (s.keys) out.server_keys = s.keys;
     if (!s.reply) break;
-    auto c = client.on_message(decode_server_message(encode(*s.reply)));
+    const ServerMessage reply = decode_server_message(encode(*s.reply));
+    if (const auto* reject = std::get_if<Reject>(&reply)) out.refusal = reject->kind;
+    auto c = client.on_message(reply);
     out.client = c.outcome;
     out.client_reason = c.reason;
     if (c.keys) out.client_keys = c.keys;
@@ -95,6 +98,9 @@ TEST_CASE("strangers are refused with a reason", "[rendezvous]") {
     CHECK(o.client == HandshakeOutcome::rejected);
     CHECK_THAT(o.client_reason, Catch::Contains("run id \"job8\" does not match"));
     CHECK_THAT(o.client_reason, !Catch::Contains("job7"));  // the job's id is not revealed
+    // What to change is the launcher's to say (--rdzv-id), by the kind.
+    CHECK(o.refusal == Refusal::run_id);
+    CHECK_THAT(o.client_reason, !Catch::Contains("--"));
   }
   SECTION("a wrong token: the client refuses the server's proof first") {
     Outcome o = run("job7", "s3cret", "job7", "guess");
@@ -105,6 +111,8 @@ TEST_CASE("strangers are refused with a reason", "[rendezvous]") {
     Outcome o = run("job7", "s3cret", "job7", std::nullopt);
     CHECK(o.server == HandshakeOutcome::rejected);
     CHECK_THAT(o.client_reason, Catch::Contains("requires a shared token"));
+    CHECK(o.refusal == Refusal::token);
+    CHECK_THAT(o.client_reason, !Catch::Contains("token_file"));
   }
   SECTION("a token where none is configured") {
     Outcome o = run("job7", std::nullopt, "job7", "s3cret");

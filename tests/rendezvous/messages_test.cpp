@@ -100,6 +100,13 @@ TEST_CASE("server messages survive encode and decode", "[rendezvous]") {
   Restart r{RestartCause::scale_up, "grow", 0, std::nullopt};
   CHECK(round_trip_server(r).cause == RestartCause::scale_up);
   CHECK_FALSE(round_trip_server(r).failure);
+  // A reject's kind travels; one this version does not know is only a hint the less.
+  CHECK(round_trip_server(Reject{"run id \"x\" does not match", Refusal::run_id}).kind ==
+        Refusal::run_id);
+  CHECK(round_trip_server(Reject{"protocol error"}).kind == Refusal::none);
+  const ServerMessage newer =
+      decode_server_message(R"({"type":"reject","reason":"r","kind":"from_the_future"})");
+  CHECK(std::get<Reject>(newer).kind == Refusal::none);
   Waiting w{0, 1, 2, 4, 12.5, 600};
   CHECK(round_trip_server(w).joined == 1);
   CHECK(round_trip_server(w).waited_s == Approx(12.5));

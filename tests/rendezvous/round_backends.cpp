@@ -206,7 +206,9 @@ class Etcd : public Backend {
     Agent& a = agent(node);
     const NodeDescriptor d = descriptor(node, host, nproc, master_port);
     change([&](EtcdRoundState& s, double now) {
-      a.refused = round_.refusal(s, a.id, d);
+      const std::optional<Reject> refused = round_.refusal(s, a.id, d);
+      a.refused.reset();
+      if (refused) a.refused = refused->reason;
       return !a.refused && round_.join(s, a.id, d, now);
     });
     a.joined = !a.refused;

@@ -63,7 +63,7 @@ struct Agent {
     o.endpoint.port = port;
     o.credentials.run_id = std::move(run_id);
     o.credentials.token = std::move(token);
-    o.retry.deadline = 5s;
+    o.deadline = 5s;
     o.log = [this](const std::string& l) { log.push_back(l); };
     ClientEvents e;
     e.on_assignment = [this](const Assignment& a) { assignments.push_back(a); };
@@ -265,7 +265,7 @@ TEST_CASE("an endpoint that never comes up fails after the deadline", "[rendezvo
   o.endpoint.host = "127.0.0.1";
   o.endpoint.port = port;
   o.credentials.run_id = "job7";
-  o.retry.deadline = 300ms;
+  o.deadline = 300ms;
   std::optional<Stop> stop;
   ClientEvents e;
   e.on_stop = [&](const Stop& s) { stop = s; };
@@ -676,8 +676,8 @@ TEST_CASE("refused while this machine cannot bind the port: not a trainrun host,
   asio::io_context io;
   BoundNotListening holder(io);
   ClientOptions o;
-  o.retry.deadline = 60s;
-  o.retry.refused_grace = 300ms;
+  o.deadline = 60s;
+  o.connection.refused_grace = 300ms;
   int probes = 0;
   o.local_port_held = [&]() -> std::optional<std::string> {
     ++probes;
@@ -696,8 +696,10 @@ TEST_CASE("refused while this machine cannot bind the port: not a trainrun host,
   CHECK(c.stop->reason ==
         fmt::format("rendezvous endpoint 127.0.0.1:{}: the port is in use by another process "
                     "that is not a trainrun rendezvous host (bind: Address already in use; "
-                    "connect: Connection refused); free it or choose another --rdzv-endpoint port",
+                    "connect: Connection refused)",
                     holder.port()));
+  // The hint ("free it or choose another --rdzv-endpoint port") is the launcher's, by kind.
+  CHECK(c.stop->refusal == Refusal::port_held);
 }
 
 TEST_CASE("refused without local knowledge (a remote host not up yet) is retried to the deadline",
@@ -706,33 +708,34 @@ TEST_CASE("refused without local knowledge (a remote host not up yet) is retried
   BoundNotListening holder(io);
   SECTION("remote endpoint") {
     ClientOptions o;
-    o.retry.deadline = 800ms;
+    o.deadline = 800ms;
     auto t0 = std::chrono::steady_clock::now();
     LoneClient c(io, holder.port(), o);
     REQUIRE(run_until(
         io, [&] { return c.stop.has_value(); }, 10s));
     CHECK(std::chrono::steady_clock::now() - t0 >= 800ms);
     CHECK(c.stop->cause == StopCause::join_timeout);
-    CHECK_THAT(c.stop->reason, Catch::Contains("not reachable after 1 s (last attempt: "
-                                               "Connection refused)"));
+    CHECK_THAT(c.stop->reason, Catch::Contains("not reachable after 1 s ("));
+    CHECK_THAT(c.stop->reason, Catch::Contains(" attempts failed: Connection refused x"));
+    CHECK(c.stop->refusal == Refusal::unreachable);
   }
   SECTION("the port was freed since the bind failed: no verdict, keep retrying") {
     ClientOptions o;
-    o.retry.deadline = 800ms;
-    o.retry.refused_grace = 100ms;
+    o.deadline = 800ms;
+    o.connection.refused_grace = 100ms;
     o.local_port_held = []() -> std::optional<std::string> { return std::nullopt; };
     LoneClient c(io, holder.port(), o);
     REQUIRE(run_until(
         io, [&] { return c.stop.has_value(); }, 10s));
     CHECK(c.stop->cause == StopCause::join_timeout);
-    CHECK_THAT(c.stop->reason, Catch::Contains("last attempt: Connection refused"));
+    CHECK_THAT(c.stop->reason, Catch::Contains("attempts failed: Connection refused x"));
   }
 }
 
 TEST_CASE("a listener that does not speak the protocol is named at once", "[rendezvous]") {
   asio::io_context io;
   ClientOptions o;
-  o.retry.deadline = 60s;
+  o.deadline = 60s;
   SECTION("not a frame") {
     StrangeListener http(io, "HTTP/1.1 400 Bad Request\r\n\r\n");
     LoneClient c(io, http.port(), o);
@@ -762,7 +765,7 @@ TEST_CASE("connections closed during the handshake are retried, and the deadline
   asio::io_context io;
   StrangeListener closer(io, "");  // as a flooded server drops pending handshakes
   ClientOptions o;
-  o.retry.deadline = 1s;
+  o.deadline = 1s;
   LoneClient c(io, closer.port(), o);
   REQUIRE(run_until(
       io, [&] { return c.stop.has_value(); }, 10s));

@@ -7,9 +7,9 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <random>
 
 #include "trainrun/base/system.hpp"
+#include "trainrun/rendezvous/backoff.hpp"
 #include "trainrun/rendezvous/crypto.hpp"
 #include "trainrun/rendezvous/endpoint.hpp"
 #include "trainrun/rendezvous/framed_connection.hpp"
@@ -21,11 +21,6 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using boost::system::error_code;
 
-namespace {
-
-
-}  // namespace
-
 struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   enum class State { idle, connecting, handshaking, admitted, ended };
 
@@ -36,7 +31,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
         resolver_(io),
         timer_(io),
         keep_alive_timer_(io),
-        backoff_(options_.retry.initial_backoff) {}
+        backoff_(options_.retry.backoff, options_.deadline) {}
 
   std::string endpoint() const {
     return fmt::format("{}:{}", options_.endpoint.host, options_.endpoint.port);
@@ -49,6 +44,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   void start() {
     if (state_ != State::idle) return;
     started_at_ = Clock::now();
+    backoff_.start(started_at_);
     attempt();
   }
 
@@ -56,7 +52,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     state_ = State::connecting;
     attempt_timed_out_ = false;
     std::weak_ptr<Impl> weak = shared_from_this();
-    timer_.expires_after(options_.retry.attempt_timeout);
+    timer_.expires_after(options_.connection.attempt_timeout);
     timer_.async_wait([weak](error_code ec) {
       auto self = weak.lock();
       if (ec || !self || self->state_ != State::connecting) return;
@@ -70,12 +66,13 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
           auto self = weak.lock();
           if (!self || self->state_ != State::connecting) return;
           if (ec) {
-            return self->retry(self->attempt_timed_out_
-                                   ? fmt::format("resolving {} took longer than {:.0f} s",
-                                                 self->options_.endpoint.host,
-                                                 in_seconds(self->options_.retry.attempt_timeout))
-                                   : fmt::format("cannot resolve {}: {}",
-                                                 self->options_.endpoint.host, ec.message()));
+            return self->retry(
+                self->attempt_timed_out_
+                    ? fmt::format("resolving {} took longer than {:.0f} s",
+                                  self->options_.endpoint.host,
+                                  in_seconds(self->options_.connection.attempt_timeout))
+                    : fmt::format("cannot resolve {}: {}", self->options_.endpoint.host,
+                                  ec.message()));
           }
           self->socket_ = std::make_unique<tcp::socket>(self->io_);
           asio::async_connect(*self->socket_, results,
@@ -91,22 +88,22 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   void on_connect_failed(const error_code& ec) {
     if (attempt_timed_out_) {
       return retry(fmt::format("no answer to connecting within {:.0f} s",
-                               in_seconds(options_.retry.attempt_timeout)));
+                               in_seconds(options_.connection.attempt_timeout)));
     }
     // Refused while this machine cannot bind the port: whatever holds it does not listen, so no
     // trainrun agent hosts the endpoint. The grace covers a hosting agent caught between its
     // bind and its listen.
     if (ec == asio::error::connection_refused && options_.local_port_held) {
       Clock::time_point judge_at =
-          started_at_ + std::min(options_.retry.refused_grace, options_.retry.deadline);
+          started_at_ + std::min(options_.connection.refused_grace, options_.deadline);
       if (Clock::now() < judge_at) return retry(ec.message(), judge_at);
       if (std::optional<std::string> bind_error = options_.local_port_held()) {
         return end(Stop{StopCause::rejected,
                         fmt::format("rendezvous endpoint {}: the port is in use by another process "
                                     "that is not a trainrun rendezvous host (bind: {}; connect: "
-                                    "{}); free it or choose another --rdzv-endpoint port",
+                                    "{})",
                                     endpoint(), *bind_error, ec.message()),
-                        1, std::nullopt});
+                        Refusal::port_held});
       }
     }
     retry(ec.message());
@@ -117,9 +114,9 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     connection_->close_now();
     end(Stop{StopCause::rejected,
              fmt::format("rendezvous endpoint {}: the process listening there is not a trainrun "
-                         "rendezvous host ({}); check --rdzv-endpoint, or free the port",
+                         "rendezvous host ({})",
                          endpoint(), what),
-             1, std::nullopt});
+             Refusal::not_a_host});
   }
 
   // `by`: try again no later than this.
@@ -128,34 +125,29 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     socket_.reset();
     connection_.reset();
     auto now = Clock::now();
-    if (now - started_at_ >= options_.retry.deadline) {
+    std::optional<Clock::duration> wait = backoff_.failed(why, now);
+    if (!wait) {
+      // Every distinct failure, not only the last: a refusal followed by failed handshakes
+      // says the host started and something else went wrong.
       std::string reason =
           connections_ == 0
-              ? fmt::format(
-                    "rendezvous endpoint {} not reachable after {:.0f} s (last attempt: "
-                    "{}); is the node that hosts it running, and is --rdzv-endpoint right?",
-                    endpoint(), in_seconds(options_.retry.deadline), why)
+              ? fmt::format("rendezvous endpoint {} not reachable after {:.0f} s ({})", endpoint(),
+                            in_seconds(options_.deadline), backoff_.summary())
               : fmt::format(
                     "rendezvous endpoint {}: no handshake completed in {:.0f} s ({} "
-                    "connection{}, last attempt: {}); is a trainrun agent of this job "
-                    "hosting it, and is --rdzv-endpoint right?",
-                    endpoint(), in_seconds(options_.retry.deadline), connections_,
-                    connections_ == 1 ? "" : "s", why);
-      return end(Stop{StopCause::join_timeout, reason, 1, std::nullopt});
+                    "connection{}; {})",
+                    endpoint(), in_seconds(options_.deadline), connections_,
+                    connections_ == 1 ? "" : "s", backoff_.summary());
+      return end(Stop{StopCause::join_timeout, reason,
+                      connections_ == 0 ? Refusal::unreachable : Refusal::no_handshake});
     }
     if (!last_retry_log_ || now - *last_retry_log_ >= options_.retry.log_interval) {
       log(fmt::format("rendezvous endpoint {} not reachable yet ({}), retrying", endpoint(), why));
       last_retry_log_ = now;
     }
-    // Jitter spreads many agents' retries so a restarted host is not hit all at once.
-    std::uniform_real_distribution<double> jitter(0.5, 1.0);
-    auto wait = std::chrono::duration_cast<Clock::duration>(backoff_ * jitter(random_));
-    // The last try falls on the deadline, so that giving up is not late by a whole back-off.
-    wait = std::min(wait, options_.retry.deadline - (now - started_at_));
-    if (by) wait = std::max(Clock::duration::zero(), std::min(wait, *by - now));
-    backoff_ = std::min(backoff_ * 2, options_.retry.max_backoff);
+    if (by) wait = std::max(Clock::duration::zero(), std::min(*wait, *by - now));
     state_ = State::connecting;
-    timer_.expires_after(wait);
+    timer_.expires_after(*wait);
     timer_.async_wait([weak = std::weak_ptr<Impl>(shared_from_this())](error_code ec) {
       auto self = weak.lock();
       if (ec || !self || self->state_ != State::connecting) return;
@@ -234,11 +226,11 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     if (state_ == State::handshaking) {
       ClientHandshake::Step step = handshake_->on_message(message);
       if (step.outcome == HandshakeOutcome::rejected) {
-        if (std::holds_alternative<Reject>(message)) {
+        if (const auto* reject = std::get_if<Reject>(&message)) {
           return end(Stop{
               StopCause::rejected,
-              fmt::format("the rendezvous at {} refused this node: {}", endpoint(), step.reason), 1,
-              std::nullopt});
+              fmt::format("the rendezvous at {} refused this node: {}", endpoint(), step.reason),
+              reject->kind});
         }
         // We refuse the server (its token proof): it is told why, so that its log says it too.
         connection_->send(encode(ClientMessage{Leave{step.reason}}));
@@ -270,8 +262,8 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
           } else if constexpr (std::is_same_v<T, Reject>) {
             end(Stop{
                 StopCause::rejected,
-                fmt::format("the rendezvous at {} dropped this node: {}", endpoint(), m.reason), 1,
-                std::nullopt});
+                fmt::format("the rendezvous at {} dropped this node: {}", endpoint(), m.reason),
+                m.kind});
           }
         },
         message);
@@ -389,11 +381,10 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   std::optional<Clock::time_point> last_retry_log_;
   bool attempt_timed_out_ = false;
   int connections_ = 0;  // TCP connections made while not yet admitted
-  Clock::duration backoff_;
+  Backoff backoff_;
   LivenessOptions liveness_;  // the server's, from `welcome`
   std::optional<NodeDescriptor> pending_join_;
   std::optional<Assignment> assignment_;
-  std::minstd_rand random_{std::random_device{}()};
 };
 
 RendezvousClient::RendezvousClient(asio::io_context& io, ClientOptions options, ClientEvents events)

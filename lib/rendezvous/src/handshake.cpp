@@ -61,10 +61,11 @@ ServerHandshake::ServerHandshake(std::string run_id, std::optional<std::string> 
       nonce_(std::move(nonce)),
       welcome_(welcome) {}
 
-ServerHandshake::Step ServerHandshake::reject(std::string kind, std::string reason) {
+ServerHandshake::Step ServerHandshake::reject(std::string kind, std::string reason,
+                                              Refusal refusal) {
   outcome_ = HandshakeOutcome::rejected;
   Step step;
-  step.reply = Reject{reason};
+  step.reply = Reject{reason, refusal};
   step.outcome = outcome_;
   step.reason = std::move(reason);
   step.kind = std::move(kind);
@@ -96,13 +97,11 @@ ServerHandshake::Step ServerHandshake::on_message(const ClientMessage& message) 
       // The job's own run id is not echoed: a stranger learns nothing about the job.
       return reject(
           "wrong run id",
-          fmt::format("run id \"{}\" does not match this rendezvous's run id; check --rdzv-id",
-                      hello->run_id));
+          fmt::format("run id \"{}\" does not match this rendezvous's run id", hello->run_id),
+          Refusal::run_id);
     }
     if (token_ && !hello->auth) {
-      return reject("no token",
-                    "this rendezvous requires a shared token; give every node the same one with "
-                    "--rdzv-conf token_file=PATH or TRAINRUN_RDZV_TOKEN");
+      return reject("no token", "this rendezvous requires a shared token", Refusal::token);
     }
     if (!token_ && hello->auth) {
       return reject(

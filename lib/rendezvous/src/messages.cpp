@@ -240,6 +240,9 @@ std::optional<FailureReport> optional_failure(const json& j) {
 constexpr std::string_view kStopCauses[] = {
     "finished", "worker_failed", "node_lost", "join_timeout", "rejected", "server_lost", "left"};
 constexpr std::string_view kRestartCauses[] = {"worker_failed", "node_lost", "scale_up"};
+constexpr std::string_view kRefusals[] = {
+    "none",      "run_id",     "token",       "node_rank",    "rank_taken",
+    "port_held", "not_a_host", "unreachable", "no_handshake", "foreign_state"};
 
 template <class Enum, std::size_t N>
 Enum get_enum(const json& j, const char* key, const std::string_view (&names)[N]) {
@@ -256,6 +259,7 @@ std::string get_type(const json& j) { return get_string(j, "type", 32); }
 
 std::string_view to_string(StopCause cause) { return kStopCauses[static_cast<int>(cause)]; }
 std::string_view to_string(RestartCause cause) { return kRestartCauses[static_cast<int>(cause)]; }
+std::string_view to_string(Refusal refusal) { return kRefusals[static_cast<int>(refusal)]; }
 
 std::string encode(const ClientMessage& message) {
   json j = std::visit(
@@ -306,7 +310,9 @@ std::string encode(const ServerMessage& message) {
                         {"heartbeat_timeout_s", in_seconds(m.liveness.heartbeat_timeout)}};
           },
           [](const Reject& m) {
-            return json{{"type", "reject"}, {"reason", m.reason}};
+            json j{{"type", "reject"}, {"reason", m.reason}};
+            if (m.kind != Refusal::none) j["kind"] = to_string(m.kind);
+            return j;
           },
           [](const Waiting& m) {
             return json{{"type", "waiting"},        {"round", m.round},
@@ -395,7 +401,16 @@ ServerMessage decode_server_message(std::string_view body) {
     m.liveness.heartbeat_timeout = get_duration(j, "heartbeat_timeout_s");
     return m;
   }
-  if (type == "reject") return Reject{get_string(j, "reason", kMaxTextLength)};
+  if (type == "reject") {
+    Reject m{get_string(j, "reason", kMaxTextLength)};
+    // A kind this version does not know (a newer peer) is only a hint the less.
+    const auto kind = j.find("kind");
+    if (kind != j.end() && kind->is_string()) {
+      for (std::size_t i = 0; i < std::size(kRefusals); ++i)
+        if (kRefusals[i] == kind->get<std::string>()) m.kind = static_cast<Refusal>(i);
+    }
+    return m;
+  }
   if (type == "waiting") {
     Waiting m;
     m.round = static_cast<std::uint64_t>(get_int(j, "round", 0, kMaxRound));

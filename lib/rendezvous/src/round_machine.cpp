@@ -88,7 +88,7 @@ Effects RoundMachine::received(NodeId id, const ClientMessage& message, Clock::t
                  [&](const Heartbeat&) {},
                  [&](const auto& m) {
                    std::string why = fmt::format("sent \"{}\" after the handshake", type_name(m));
-                   drop(fx, id, why);
+                   drop(fx, id, Reject{why});
                    on_lost(fx, id, why, now);
                  },
              },
@@ -102,9 +102,9 @@ Effects RoundMachine::disconnected(NodeId id, const std::string& why, Clock::tim
   return fx;
 }
 
-void RoundMachine::drop(Effects& fx, NodeId id, const std::string& reason, bool peer_lost) {
-  fx.messages.push_back({id, Reject{reason}, true, peer_lost});
-  std::string line = fmt::format("dropping {}: {}", describe(id), reason);
+void RoundMachine::drop(Effects& fx, NodeId id, const Reject& reject, bool peer_lost) {
+  fx.messages.push_back({id, reject, true, peer_lost});
+  std::string line = fmt::format("dropping {}: {}", describe(id), reject.reason);
   if (peer_lost && sessions_.count(id) && !joined(id))
     fx.refusals.emplace_back("idle past the heartbeat timeout", std::move(line));
   else
@@ -114,9 +114,9 @@ void RoundMachine::drop(Effects& fx, NodeId id, const std::string& reason, bool 
 void RoundMachine::on_join(Effects& fx, NodeId id, const NodeDescriptor& node,
                            Clock::time_point now) {
   const std::string k = key(id);
-  if (auto why = rules_.refusal(state_, k, node)) {
-    drop(fx, id, *why);
-    return on_lost(fx, id, *why, now);
+  if (auto refused = rules_.refusal(state_, k, node)) {
+    drop(fx, id, *refused);
+    return on_lost(fx, id, refused->reason, now);
   }
   const bool again = state_.waiter(k) != nullptr;  // a repeated join only refreshes it
   const bool forming = state_.phase == Phase::forming;
@@ -206,7 +206,7 @@ Effects RoundMachine::tick(Clock::time_point now) {
     if (state_.phase == Phase::ended) return fx;
     std::string why = fmt::format("no message for {:.0f} s (heartbeat timeout)",
                                   in_seconds(liveness_.heartbeat_timeout));
-    drop(fx, id, why, /*peer_lost=*/true);
+    drop(fx, id, Reject{why}, /*peer_lost=*/true);
     on_lost(fx, id, why, now);
   }
   if (state_.phase == Phase::ended) return fx;

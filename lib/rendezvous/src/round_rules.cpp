@@ -44,25 +44,27 @@ const RoundMember* RoundState::participant(const std::string& id) const {
 }
 const RoundMember* RoundState::waiter(const std::string& id) const { return find(waiting, id); }
 
-std::optional<std::string> RoundRules::refusal(const RoundState& s, const std::string& id,
-                                               const NodeDescriptor& node) const {
+std::optional<Reject> RoundRules::refusal(const RoundState& s, const std::string& id,
+                                          const NodeDescriptor& node) const {
   if ((s.phase == Phase::running || s.phase == Phase::concluding) && s.participant(id)) {
-    return "joined again while its round is running";
+    return Reject{"joined again while its round is running"};
   }
   if (!options_.static_ranks) {
-    if (node.master_port <= 0) return "join carries no reserved master_port";
+    if (node.master_port <= 0) return Reject{"join carries no reserved master_port"};
     return std::nullopt;
   }
   if (node.node_rank < 0 || node.node_rank >= options_.max_nodes) {
-    return fmt::format(
-        "node rank {} is out of range: this job has {} (0..{}); check --node-rank and --nnodes",
-        node.node_rank, count_of(options_.max_nodes, "node"), options_.max_nodes - 1);
+    return Reject{
+        fmt::format("node rank {} is out of range: this job has {} (0..{})", node.node_rank,
+                    count_of(options_.max_nodes, "node"), options_.max_nodes - 1),
+        Refusal::node_rank};
   }
   for (const auto* list : {&s.waiting, &s.participants}) {
     for (const RoundMember& m : *list) {
       if (m.id != id && m.node.node_rank == node.node_rank) {
-        return fmt::format("node rank {} is already taken by {}; check --node-rank", node.node_rank,
-                           describe(m));
+        return Reject{
+            fmt::format("node rank {} is already taken by {}", node.node_rank, describe(m)),
+            Refusal::rank_taken};
       }
     }
   }

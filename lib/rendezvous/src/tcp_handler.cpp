@@ -45,7 +45,7 @@ std::string format_waiting(const Waiting& w) {
 
 class TcpRendezvousHandler : public RendezvousHandler {
  public:
-  TcpRendezvousHandler(asio::io_context& io, RendezvousOptions options, LogFunction log)
+  TcpRendezvousHandler(asio::io_context& io, TcpRendezvousOptions options, LogFunction log)
       : io_(io), options_(std::move(options)), log_(std::move(log)), resolver_(io) {}
 
   ~TcpRendezvousHandler() override {
@@ -156,10 +156,9 @@ class TcpRendezvousHandler : public RendezvousHandler {
       server->listen(where);
     } catch (const boost::system::system_error& e) {
       if (required) {
-        throw std::runtime_error(fmt::format(
-            "cannot host the rendezvous on {}:{}: {}; free the port or choose another one{}",
-            where.address().to_string(), where.port(), e.code().message(),
-            options_.round.static_ranks ? " with --rdzv-conf rdzv_port=N" : " in --rdzv-endpoint"));
+        throw HostingError(fmt::format("cannot host the rendezvous on {}:{}: {}",
+                                       where.address().to_string(), where.port(),
+                                       e.code().message()));
       }
       // Another agent on this machine got there first: it hosts, we are a client. Unless what
       // holds the port is not an agent; the client finds out if it is refused (see connect).
@@ -183,7 +182,7 @@ class TcpRendezvousHandler : public RendezvousHandler {
     co.credentials = options_.credentials;
     co.connection = options_.connection;
     co.retry = options_.retry;
-    co.retry.deadline = options_.round.join_timeout;
+    co.deadline = join_deadline(options_);
     if (port_held_) {
       co.local_port_held = [this, where = *port_held_]() -> std::optional<std::string> {
         error_code ec = try_bind(io_, where);
@@ -213,7 +212,7 @@ class TcpRendezvousHandler : public RendezvousHandler {
   }
 
   asio::io_context& io_;
-  RendezvousOptions options_;
+  TcpRendezvousOptions options_;
   LogFunction log_;
   tcp::resolver resolver_;
   ClientEvents events_;
@@ -227,7 +226,7 @@ class TcpRendezvousHandler : public RendezvousHandler {
 }  // namespace
 
 std::unique_ptr<RendezvousHandler> make_rendezvous_handler(asio::io_context& io,
-                                                           RendezvousOptions options,
+                                                           TcpRendezvousOptions options,
                                                            LogFunction log) {
   return std::make_unique<TcpRendezvousHandler>(io, std::move(options), std::move(log));
 }

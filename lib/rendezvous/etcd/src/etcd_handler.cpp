@@ -10,6 +10,7 @@
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/base/text.hpp"
+#include "trainrun/rendezvous/backoff.hpp"
 #include "trainrun/rendezvous/conclusion.hpp"
 #include "trainrun/rendezvous/etcd.hpp"
 #include "trainrun/rendezvous/etcd_client.hpp"
@@ -68,8 +69,6 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     client_ = std::make_unique<EtcdClient>(
         io_, fmt::format("http://{}:{}", bracketed(options_.endpoint.host), options_.endpoint.port));
     started_at_ = Clock::now();
-    // As the built-in client: an unreachable endpoint is retried as long as a round may form.
-    options_.retry.deadline = options_.round.join_timeout;
     grant_lease();
   }
 
@@ -159,7 +158,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       if (r.ok()) {
         json j = json::parse(r.body, nullptr, false);
         if (!j.is_discarded() && j.is_object()) {
-          unreachable_since_.reset();
+          backoff_.reset();
           return ok(j);
         }
       }
@@ -176,23 +175,20 @@ class EtcdRendezvousHandler : public RendezvousHandler {
 
   void unreachable(const EtcdReply& r, std::function<void()> retry) {
     const auto now = Clock::now();
-    if (!unreachable_since_) {
-      unreachable_since_ = now;
-      backoff_ = options_.retry.initial_backoff;
-    }
-    if (now - *unreachable_since_ >= options_.retry.deadline) {
-      return fail(Stop{StopCause::server_lost,
-                       fmt::format("etcd at {} unreachable for {:.0f} s ({}); giving up",
-                                   endpoint(), in_seconds(now - *unreachable_since_), r.describe()),
-                       1, std::nullopt});
+    const std::optional<Clock::duration> wait = backoff_.failed(r.describe(), now);
+    if (!wait) {
+      return fail(
+          Stop{StopCause::server_lost,
+               fmt::format("etcd at {} unreachable for {:.0f} s ({}); giving up", endpoint(),
+                           in_seconds(backoff_.elapsed(now)), backoff_.summary()),
+               1, std::nullopt});
     }
     if (!last_unreachable_log_ || now - *last_unreachable_log_ >= options_.retry.log_interval) {
       last_unreachable_log_ = now;
       log(fmt::format("etcd at {} not reachable ({}); retrying for up to {:.0f} s", endpoint(),
-                      r.describe(), in_seconds(options_.retry.deadline)));
+                      r.describe(), in_seconds(backoff_.deadline())));
     }
-    after(backoff_, retry);
-    backoff_ = std::min(backoff_ * 2, options_.retry.max_backoff);
+    after(*wait, retry);
   }
 
   void after(Clock::duration d, std::function<void()> fn) {
@@ -326,9 +322,9 @@ class EtcdRendezvousHandler : public RendezvousHandler {
            } catch (const std::exception& e) {
              return fail(Stop{StopCause::rejected,
                               fmt::format("the rendezvous state in etcd at {} under {} is not one "
-                                          "this trainrun wrote ({}); use another --rdzv-id",
+                                          "this trainrun wrote ({})",
                                           endpoint(), prefix_, e.what()),
-                              1, std::nullopt});
+                              Refusal::foreign_state});
            }
            if (!generation_) generation_ = round_.generation_to_join(s.state);
            answers_ = s.answers;
@@ -366,7 +362,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     json j = json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.contains("result")) return;
     const json& result = j.at("result");
-    unreachable_since_.reset();
+    backoff_.reset();
     if (!result.contains("events")) return;
     bool node_gone = false;
     for (const json& ev : result.at("events")) {
@@ -471,10 +467,10 @@ class EtcdRendezvousHandler : public RendezvousHandler {
             join_landed_rev_ = rev;
             return;
           }
-          fail(
-              Stop{StopCause::rejected,
-                   fmt::format("the rendezvous at {} dropped this node: {}", endpoint(), *refused_),
-                   1, std::nullopt});
+          fail(Stop{StopCause::rejected,
+                    fmt::format("the rendezvous at {} dropped this node: {}", endpoint(),
+                                refused_->reason),
+                    refused_->kind});
         });
   }
 
@@ -653,7 +649,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   bool finished_ = false;
   bool joined_ = false;
   std::optional<NodeDescriptor> pending_join_;
-  std::optional<std::string> refused_;  // why the rules refused this node's join
+  std::optional<Reject> refused_;  // why the rules refused this node's join
   std::int64_t join_landed_rev_ = 0;
   std::optional<std::uint64_t> generation_;  // this node's job, known from the first read
   std::optional<std::uint64_t> assigned_;
@@ -674,9 +670,8 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   bool changing_ = false;
   int conflicts_ = 0;  // compare-and-sets lost in a row
   std::minstd_rand rng_{std::random_device{}()};
-  std::optional<Clock::time_point> unreachable_since_;
+  Backoff backoff_{options_.retry.backoff, join_deadline(options_)};  // while etcd is unreachable
   std::optional<Clock::time_point> last_unreachable_log_;
-  Clock::duration backoff_{};
   int last_waiting_count_ = -1;
   Clock::time_point last_waiting_log_{};
   // A timer that had already fired when the handler was destroyed still runs its function,

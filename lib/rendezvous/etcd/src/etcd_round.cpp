@@ -147,8 +147,8 @@ bool EtcdRound::apply(EtcdRoundState& s, const std::set<std::string>& live,
   return conclude(s, ended, now) || changed;
 }
 
-std::optional<std::string> EtcdRound::refusal(const EtcdRoundState& s, const std::string& id,
-                                              const NodeDescriptor& node) const {
+std::optional<Reject> EtcdRound::refusal(const EtcdRoundState& s, const std::string& id,
+                                         const NodeDescriptor& node) const {
   if (s.participant(id)) return std::nullopt;  // join() below: a retried write, not a new join
   return rules_.refusal(s, id, node);
 }

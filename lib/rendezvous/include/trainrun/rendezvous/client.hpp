@@ -18,11 +18,13 @@ struct ClientOptions {
   Credentials credentials;
   ConnectionOptions connection;
   RetryOptions retry;
+  // Unreachable endpoints are retried until this passes.
+  Clock::duration deadline = RoundOptions{}.join_timeout;
   // Set when the endpoint is on this machine and this agent could not bind its port. Called on
   // a refused connection, it returns the bind error while the port is still held, else nothing.
   // Held but refusing means the holder does not listen: it is not a trainrun host, and waiting
-  // cannot help. Past retry.refused_grace (a hosting agent may be starting) the client gives up.
-  // Unset (remote endpoints): refusals are retried until retry.deadline.
+  // cannot help. Past connection.refused_grace (a hosting agent may be starting) the client gives
+  // up. Unset (remote endpoints): refusals are retried until the deadline.
   std::function<std::optional<std::string>()> local_port_held;
   LogFunction log;
 };
@@ -36,7 +38,7 @@ struct ClientEvents {
 };
 
 // One agent's connection to the rendezvous server, on the agent's io_context, never blocking.
-// start() connects (retrying with back-off until retry.deadline) and authenticates; join()
+// start() connects (retrying with back-off until the deadline) and authenticates; join()
 // may be called before that and is sent once admitted. Exactly one on_stop ends its life; after
 // on_stop, or after leave(), no event is delivered. Connections lost during the handshake are
 // retried (a flooded server drops pending handshakes); a peer that answers with something that

@@ -2,6 +2,8 @@
 
 #include <boost/asio/io_context.hpp>
 #include <memory>
+#include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "trainrun/rendezvous/client.hpp"
@@ -10,27 +12,41 @@
 
 namespace trainrun::rendezvous {
 
-// What make_rendezvous_handler needs: where agents meet, who this node is, and the options of
-// each part, passed on to the server and the client as they are but for retry.deadline (below).
-// The backend is round.static_ranks: static, node rank 0 hosts the server and ranks are the
-// nodes' node_rank; dynamic, the agent owning the endpoint hosts it.
+// What every backend receives: where agents meet, who this node is, how rounds form, how each
+// node shows it is alive, and how the endpoint is tried again while it cannot be reached.
 struct RendezvousOptions {
   HostPort endpoint;
-  std::optional<bool> is_host;  // host (or not) whatever the address; empty: decided as above
-  int node_rank = -1;           // static backend only
-  std::string local_addr;       // the address advertised to the others; empty: derived
+  std::string local_addr;  // the address advertised to the others; empty: derived
   Credentials credentials;
   RoundOptions round;
   LivenessOptions liveness;
-  ConnectionOptions connection;
-  ServerLimits limits;  // for the server, where this node hosts it
-  // retry.deadline is round.join_timeout here: a node that cannot reach the server gives up when
-  // a round it could join would have timed out.
   RetryOptions retry;
 };
 
-// What an agent asks of the rendezvous, whatever coordinates the job behind it (the built-in TCP
-// server today; a store such as etcd would be another implementation of this interface).
+// A node that cannot reach the endpoint gives up when a round it could join would have timed
+// out: the one rule for how long every backend retries.
+inline Clock::duration join_deadline(const RendezvousOptions& options) {
+  return options.round.join_timeout;
+}
+
+// What only the built-in TCP backend uses besides: who hosts the server, and the server's and the
+// connections' own bounds. The backend is round.static_ranks: static, node rank 0 hosts the
+// server and ranks are the nodes' node_rank; dynamic, the agent owning the endpoint hosts it.
+struct TcpRendezvousOptions : RendezvousOptions {
+  std::optional<bool> is_host;  // host (or not) whatever the address; empty: decided as above
+  int node_rank = -1;           // static backend only
+  ConnectionOptions connection;
+  ServerLimits limits;  // for the server, where this node hosts it
+};
+
+// This node must host the rendezvous server and cannot: what stood in the way (the port taken).
+class HostingError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// What an agent asks of the rendezvous, whatever coordinates the job behind it: the built-in TCP
+// server (make_rendezvous_handler) or etcd (etcd.hpp).
 //
 // Lifecycle, all on the agent's io_context (no call blocks, no thread is started):
 //   auto rdzv = make_rendezvous_handler(io, options, log);
@@ -63,7 +79,7 @@ class RendezvousHandler {
 
   virtual ~RendezvousHandler() = default;
 
-  // Throws std::runtime_error when this node must host the server and cannot (port taken).
+  // Throws HostingError when this node must host the server and cannot (port taken).
   virtual void start(ClientEvents events) = 0;
   virtual void join(const JoinRequest& request) = 0;
   // `failures`: this node's failures of the round so far, `not_relayed` those left out of it.
@@ -86,7 +102,7 @@ class RendezvousHandler {
 // without prefix (the agent adds "trainrun: "), including the waiting status
 // ("waiting for nodes: 1 of 2 joined, 12 s of 600 s").
 std::unique_ptr<RendezvousHandler> make_rendezvous_handler(boost::asio::io_context& io,
-                                                           RendezvousOptions options,
+                                                           TcpRendezvousOptions options,
                                                            LogFunction log);
 
 }  // namespace trainrun::rendezvous

@@ -48,7 +48,7 @@ class ServerHandshake {
   HandshakeOutcome outcome() const { return outcome_; }
 
  private:
-  Step reject(std::string kind, std::string reason);
+  Step reject(std::string kind, std::string reason, Refusal refusal = Refusal::none);
 
   std::string run_id_;
   std::optional<std::string> token_;

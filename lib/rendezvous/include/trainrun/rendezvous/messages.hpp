@@ -103,8 +103,24 @@ enum class StopCause {
 };
 enum class RestartCause { worker_failed, node_lost, scale_up };
 
+// What a refusal (or a stop for want of a server) is about, where the user has something to
+// change: this library says what happened, the launcher adds which of its options to look at.
+enum class Refusal {
+  none,
+  run_id,         // the node belongs to another job
+  token,          // the rendezvous requires a token the node does not hold
+  node_rank,      // static ranks: the node's rank is out of range
+  rank_taken,     // static ranks: another node has the node's rank
+  port_held,      // the endpoint's port is held on this machine by what is not a host
+  not_a_host,     // what listens at the endpoint is not a trainrun rendezvous host
+  unreachable,    // no connection to the endpoint before the deadline
+  no_handshake,   // connections, but none admitted before the deadline
+  foreign_state,  // etcd: the state under the run id is not one trainrun wrote
+};
+
 std::string_view to_string(StopCause cause);
 std::string_view to_string(RestartCause cause);
+std::string_view to_string(Refusal refusal);
 
 // Client to server.
 struct Hello {
@@ -157,6 +173,7 @@ struct Welcome {
 };
 struct Reject {
   std::string reason;
+  Refusal kind = Refusal::none;  // on the wire only when not none; one not known reads as none
 };
 struct Waiting {
   std::uint64_t round = 0;
@@ -188,6 +205,9 @@ struct Stop {
   Stop() = default;
   Stop(StopCause c, std::string why, int code, std::optional<FailureReport> f)
       : cause(c), reason(std::move(why)), exit_code(code), failure(std::move(f)) {}
+  // This node cannot take part (exit 1), for the reason `r` names.
+  Stop(StopCause c, std::string why, Refusal r)
+      : cause(c), reason(std::move(why)), exit_code(1), refusal(r) {}
   StopCause cause = StopCause::finished;
   std::string reason;
   int exit_code = 0;
@@ -196,6 +216,8 @@ struct Stop {
   // kMaxRelayedFailures of them; `not_relayed` counts the others.
   std::vector<WorkerFailure> failures;
   int not_relayed = 0;
+  // rejected, join_timeout: what the refusal is about (not on the wire: the node's own stop).
+  Refusal refusal = Refusal::none;
 };
 // "halt": the job ends with `round`: stop the workers, then send `ended` with what failed. The
 // `stop` that names the job's root cause follows once every node has said.

@@ -63,6 +63,12 @@ struct ConnectionOptions {
   // A client that leaves (its agent shuts down) waits this long for the server to take its last
   // message.
   Clock::duration leave_linger = std::chrono::seconds(2);
+  // A client's attempt to connect (resolve and connect) that takes longer fails and is retried.
+  Clock::duration attempt_timeout = std::chrono::seconds(5);
+  // When the endpoint's port is held on this machine by something that refuses connections:
+  // how long refusals are taken for a hosting agent that is starting (between its bind and its
+  // listen). Past it the holder is judged not a trainrun host.
+  Clock::duration refused_grace = std::chrono::seconds(3);
 };
 
 // The server's bounds, so that a flood of connections cannot exhaust it. An agent sets the two
@@ -84,20 +90,21 @@ struct ServerLimits {
   Clock::duration refusal_log_interval = std::chrono::seconds(10);
 };
 
-// How a client tries to reach the server until it is admitted.
+// Exponential back-off between attempts, with jitter (backoff.hpp).
+struct BackoffOptions {
+  Clock::duration initial = std::chrono::milliseconds(100);
+  Clock::duration max = std::chrono::seconds(5);
+  double multiplier = 2;
+  // Each wait is drawn from [1 - jitter, 1] times the current interval.
+  double jitter = 0.5;
+};
+
+// How a backend tries to reach its server or store again. How long: as long as a round may take
+// to form (join_deadline in handler.hpp).
 struct RetryOptions {
-  // Unreachable endpoints are retried until this passes: as long as a round may take to form.
-  Clock::duration deadline = RoundOptions{}.join_timeout;
-  Clock::duration attempt_timeout = std::chrono::seconds(5);
-  // Exponential back-off between attempts, with jitter.
-  Clock::duration initial_backoff = std::chrono::milliseconds(100);
-  Clock::duration max_backoff = std::chrono::seconds(5);
+  BackoffOptions backoff;
   // "not reachable yet" is logged at most this often.
   Clock::duration log_interval = std::chrono::seconds(10);
-  // When the endpoint's port is held on this machine by something that refuses connections:
-  // how long refusals are taken for a hosting agent that is starting (between its bind and its
-  // listen). Past it the holder is judged not a trainrun host.
-  Clock::duration refused_grace = std::chrono::seconds(3);
 };
 
 }  // namespace trainrun::rendezvous

@@ -80,7 +80,7 @@ class RoundMachine {
   void on_lost(Effects& fx, NodeId id, const std::string& why, Clock::time_point now);
   // Carries out what the rules decided: the messages, and the sessions that end with the job.
   void apply(Effects& fx, const RoundDecision& d, Clock::time_point now);
-  void drop(Effects& fx, NodeId id, const std::string& reason, bool peer_lost = false);
+  void drop(Effects& fx, NodeId id, const Reject& reject, bool peer_lost = false);
   Waiting waiting_status(Clock::time_point now, std::size_t joined) const;
   std::string describe(NodeId id) const;
   bool joined(NodeId id) const;

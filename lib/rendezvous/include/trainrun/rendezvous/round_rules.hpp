@@ -62,7 +62,7 @@ struct RoundState {
 // several things: a lost node ends a round, and the next forms at once.
 struct RoundDecision {
   bool changed = false;
-  std::optional<std::string> refused;  // the join is refused, why; the state is unchanged
+  std::optional<Reject> refused;       // the join is refused, why; the state is unchanged
   std::vector<std::string> restarted;  // the ended round's members, told state.restart
   // A round formed: state.participants, each with its assignment (index-aligned).
   std::vector<Assignment> formed;
@@ -84,8 +84,8 @@ class RoundRules {
 
   // Why a join of `id` would be refused (node rank, master port, a member of the running round
   // joining again), or nothing.
-  std::optional<std::string> refusal(const RoundState& s, const std::string& id,
-                                     const NodeDescriptor& node) const;
+  std::optional<Reject> refusal(const RoundState& s, const std::string& id,
+                                const NodeDescriptor& node) const;
   // A waiting member that joins again keeps its place: its descriptor is refreshed.
   RoundDecision join(RoundState& s, const std::string& id, const NodeDescriptor& node,
                      RoundTime now) const;

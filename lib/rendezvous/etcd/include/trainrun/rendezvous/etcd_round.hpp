@@ -66,8 +66,8 @@ class EtcdRound {
              const std::map<std::string, Ended>& ended, const Change& change, double now) const;
 
   // Why this join is refused, or nothing.
-  std::optional<std::string> refusal(const EtcdRoundState& s, const std::string& id,
-                                     const NodeDescriptor& node) const;
+  std::optional<Reject> refusal(const EtcdRoundState& s, const std::string& id,
+                                const NodeDescriptor& node) const;
   bool join(EtcdRoundState& s, const std::string& id, const NodeDescriptor& node, double now) const;
   // The round starts once every participant has answered it.
   bool start(EtcdRoundState& s, const std::map<std::string, std::uint64_t>& answers) const;
