@@ -6,6 +6,7 @@
 #include <deque>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <utility>
 
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/system.hpp"
@@ -95,6 +96,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   // same moment); the agent that sees the barrier complete ends the job.
   void report_done() override {
     if (!assigned_) return;
+    done_round_ = *assigned_;
     put_own(done_prefix(), encode_done(EtcdDone{*generation_, *assigned_}));
   }
 
@@ -104,6 +106,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (!assigned_) return;
     Ended ended{*assigned_, failures, not_relayed};
     fit_failures(ended.failures, ended.not_relayed, kMaxStoredFailureBytes);
+    ended_round_ = *assigned_;
     put_own(ended_prefix(), encode(ClientMessage{ended}));
   }
 
@@ -374,14 +377,25 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     });
   }
 
+  // The agent with the lowest live node id watches every key; the others only the node keys and
+  // the state ([nodes/, state], nothing else sorts between), so that etcd sends each agent's join,
+  // answer and done to one agent, not to all.
   void watch(std::int64_t from) {
-    json body = {{"create_request", range_request(prefix_)}};
+    watching_all_ = lowest();
+    json request = watching_all_ ? range_request(prefix_)
+                                 : json{{"key", base64_encode(nodes_prefix())},
+                                        {"range_end", base64_encode(state_key() + '\0')}};
+    json body = {{"create_request", std::move(request)}};
     body["create_request"]["start_revision"] = std::to_string(from);
     watch_from_ = from;
     client_->stream(
         "/v3/watch", body.dump(), [this](const std::string& line) { on_watch(line); },
         [this](EtcdReply r) {
           if (finished_) return;
+          if (rewatch_) {
+            rewatch_ = false;
+            return read_and_watch();
+          }
           // The stream ended: etcd restarted or went away. Read again, then watch
           // from where we were.
           unreachable(r, [this] { read_and_watch(); });
@@ -395,6 +409,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     const json& result = j.at("result");
     backoff_.reset();
     if (!result.contains("events")) return;
+    bool node_gone = false;
     for (const json& ev : result.at("events")) {
       const json& kv = ev.at("kv");
       const std::string key = base64_decode(kv.at("key").get<std::string>());
@@ -409,10 +424,17 @@ class EtcdRendezvousHandler : public RendezvousHandler {
         }
       } else {
         note_key(keys_, key, deleted ? nullptr : &kv);
+        node_gone = node_gone || (deleted && key.rfind(nodes_prefix(), 0) == 0);
       }
       if (finished_) return;
     }
-    consider();
+    if (watching_all_) return consider();
+    if (node_gone && lowest()) {
+      // The lowest is gone and this agent comes next: it reads, and watches every key.
+      rewatch_ = true;
+      return client_->cancel_streams();
+    }
+    if (node_gone) check_later(true);
   }
 
   // ---- changing the state: read, apply, compare-and-set; again if another agent was first ----
@@ -434,23 +456,42 @@ class EtcdRendezvousHandler : public RendezvousHandler {
 
   // Whether the keys as watched (joins, answers, dones, what failed, a lease gone) or a deadline
   // change the state: then one agent writes the change, not every one (they would collide). The
-  // agent with the lowest live node id writes at once; the others only if the change is still
-  // due after a pause that grows with their place, in case it is gone.
+  // agents watching every key (the lowest live node id) write at once; the others read and write
+  // only what is still due after a pause that grows with their place, in case the lowest is gone
+  // or slow: `always` for a lease gone or a deadline, else only while the state does not show
+  // this agent's own keys.
   void consider() {
     if (finished_ || !generation_ || !lease_) return;
-    const auto place = std::distance(keys_.live.begin(), keys_.live.lower_bound(node_id_));
-    if (place == 0) {
-      if (is_due()) enqueue_refresh();
-      return;
-    }
-    // The others look only when the pause ends: N agents each applying the rules to every key
-    // they see would cost more than the change.
+    if (watching_all_ && is_due()) enqueue_refresh();
+  }
+
+  void check_later(bool always) {
+    if (finished_ || !generation_ || !lease_) return;
+    if (watching_all_) return consider();
+    fallback_always_ = fallback_always_ || always;
     if (fallback_armed_) return;
     fallback_armed_ = true;
+    const auto place = std::distance(keys_.live.begin(), keys_.live.lower_bound(node_id_));
     after(kFallbackPause * (1 + place), [this] {
       fallback_armed_ = false;
-      if (is_due()) enqueue_refresh();
+      if (std::exchange(fallback_always_, false) || own_keys_pending()) enqueue_refresh();
     });
+  }
+
+  bool lowest() const { return keys_.live.lower_bound(node_id_) == keys_.live.begin(); }
+
+  // Whether the state does not yet show what this agent's own keys say.
+  bool own_keys_pending() const {
+    using Phase = EtcdRoundState::Phase;
+    if (!stored_ || stored_->generation != *generation_) return joined_ && !assigned_;
+    const EtcdRoundState& s = *stored_;
+    if (joined_ && !assigned_ && !join_taken(s)) return true;
+    if (answering_ && s.round == *answering_ && s.phase == Phase::running && !s.started)
+      return true;
+    if (done_round_ && s.round == *done_round_ && s.phase == Phase::running &&
+        !s.done.count(node_id_))
+      return true;
+    return ended_round_ && s.round == *ended_round_ && s.phase == Phase::concluding;
   }
 
   bool is_due() const {
@@ -469,7 +510,8 @@ class EtcdRendezvousHandler : public RendezvousHandler {
                  {"value", base64_encode(value)},
                  {"lease", std::to_string(*lease_)}};
     call(
-        "/v3/kv/put", body, [](const json&) {}, [this, dir, value] { put_own(dir, value); });
+        "/v3/kv/put", body, [this](const json&) { check_later(false); },
+        [this, dir, value] { put_own(dir, value); });
   }
 
   // This node's join: its own key, naming its job and which join it is; the agent that takes it
@@ -635,7 +677,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     tick_timer_.async_wait(
         [this, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec) {
           if (alive.expired() || ec || finished_) return;
-          consider();
+          check_later(true);
         });
   }
 
@@ -675,7 +717,12 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   std::optional<std::uint64_t> answering_;  // the round this node answered, not started yet
   std::optional<EtcdRoundState> stored_;    // the state as last read, then watched
   EtcdKeys keys_;                           // the keys beside it, the same
-  bool fallback_armed_ = false;             // consider() waits to write a change due
+  bool fallback_armed_ = false;             // check_later() waits
+  bool fallback_always_ = false;
+  bool watching_all_ = false;                 // every key, or the node keys and the state
+  bool rewatch_ = false;                      // the watch ends, to watch every key
+  std::optional<std::uint64_t> done_round_;   // the round this node's done key names
+  std::optional<std::uint64_t> ended_round_;  // the round its ended key names
   static constexpr Clock::duration kFallbackPause = 100ms;
   std::optional<std::uint64_t> halted_;  // the round whose halt this node was given
   std::int64_t seen_revision_ = 0;
