@@ -169,15 +169,55 @@ TEST_CASE("etcd round: a run id's next job starts afresh once the last one has e
   CHECK(round.superseded().exit_code == 1);
 }
 
-TEST_CASE("etcd round: a state from before generations and answers reads as started", "[etcd]") {
+TEST_CASE("etcd round: a state of the earlier layout is refused, saying so", "[etcd]") {
   EtcdRound round(options(1, 1, 0), "etcd:2379", 15);
   EtcdRoundState s;
   round.join(s, "a", node("a"), 100);
-  answer_all(round, s);
   auto j = nlohmann::json::parse(encode_state(s));
-  j.erase("generation");
-  j.erase("started");
-  const EtcdRoundState old = decode_state(j.dump());
-  CHECK(old.generation == 0);
-  CHECK(old.started);
+  j.erase("layout");
+  j.erase("joins_taken");
+  j.erase("refused");
+  CHECK_THROWS_WITH(decode_state(j.dump()),
+                    Catch::Contains("layout 1 was written by another version of trainrun"));
+}
+
+TEST_CASE("etcd round: joins and dones are keys of their own, taken in by one change", "[etcd]") {
+  RoundOptions o = options(2, 2, 0);
+  o.static_ranks = true;
+  EtcdRound round(o, "etcd:2379", 15);
+  auto join = [](const std::string& host, int rank, std::uint64_t seq, std::int64_t rev) {
+    NodeDescriptor n = node(host);
+    n.node_rank = rank;
+    return EtcdJoin{0, seq, n, rev};
+  };
+  const auto none = [](EtcdRoundState&, double) { return false; };
+  EtcdKeys keys;
+  keys.live = {"a", "b", "c"};
+  // Written in the order b, a; c takes a's rank; a dead agent's join is not taken.
+  keys.joins = {{"a", join("a", 0, 1, 11)},
+                {"b", join("b", 1, 1, 10)},
+                {"c", join("c", 0, 1, 12)},
+                {"gone", join("gone", 1, 1, 9)}};
+  EtcdRoundState s;
+  REQUIRE(round.apply(s, keys, none, 100));
+  s = stored(s);
+  REQUIRE(s.phase == Phase::running);
+  CHECK(s.participants[0].id == "b");
+  CHECK(s.participants[1].id == "a");
+  CHECK(s.refused.at("c").kind == Refusal::rank_taken);
+  CHECK(s.joins_taken.at("c") == 1);
+  CHECK_FALSE(s.joins_taken.count("gone"));
+  // Taken once: the same keys change nothing more until every member answers.
+  CHECK_FALSE(round.apply(s, keys, none, 101));
+  keys.answers = {{"a", s.round}, {"b", s.round}};
+  REQUIRE(round.apply(s, keys, none, 102));
+  REQUIRE(s.started);
+  // The exit barrier: one member's done key, then the other's, from this job only.
+  keys.done = {{"a", EtcdDone{0, s.round}}, {"b", EtcdDone{1, s.round}}};
+  CHECK(round.apply(s, keys, none, 103));
+  CHECK(s.phase == Phase::running);
+  keys.done["b"] = EtcdDone{0, s.round};
+  CHECK(round.apply(s, keys, none, 104));
+  CHECK(stored(s).phase == Phase::ended);
+  CHECK(s.stop->exit_code == 0);
 }

@@ -186,9 +186,7 @@ std::int64_t number(const json& j, const char* key) {
 struct Snapshot {
   std::optional<EtcdRoundState> state;
   std::int64_t state_mod_revision = 0;
-  std::set<std::string> live;
-  std::map<std::string, std::uint64_t> answers;
-  std::map<std::string, Ended> ended;
+  EtcdKeys keys;
 };
 
 class Etcd : public Backend {
@@ -205,12 +203,13 @@ class Etcd : public Backend {
   void join(int node, const std::string& host, int nproc, std::optional<int> master_port) override {
     Agent& a = agent(node);
     const NodeDescriptor d = descriptor(node, host, nproc, master_port);
-    change([&](EtcdRoundState& s, double now) {
-      const std::optional<Reject> refused = round_.refusal(s, a.id, d);
-      a.refused.reset();
-      if (refused) a.refused = refused->reason;
-      return !a.refused && round_.join(s, a.id, d, now);
-    });
+    // Its own key, then one change takes it in, as the agent that sees it first does.
+    put(prefix_ + "joins/" + a.id, encode_join(EtcdJoin{0, ++a.joins, d, 0}), a.lease);
+    refresh();
+    const Snapshot snap = read();
+    a.refused.reset();
+    if (auto r = snap.state->refused.find(a.id); r != snap.state->refused.end())
+      a.refused = r->second.reason;
     a.joined = !a.refused;
     settle();
   }
@@ -223,8 +222,8 @@ class Etcd : public Backend {
   }
   void done(int node) override {
     Agent& a = agent(node);
-    const std::uint64_t r = a.assigned.value_or(0);
-    change([&](EtcdRoundState& s, double) { return round_.done(s, a.id, r); });
+    put(prefix_ + "done/" + a.id, encode_done(EtcdDone{0, a.assigned.value_or(0)}), a.lease);
+    refresh();
     settle();
   }
   void ended(int node, const std::vector<WorkerFailure>& failures, int not_relayed) override {
@@ -268,6 +267,7 @@ class Etcd : public Backend {
   struct Agent {
     std::string id;
     std::int64_t lease = 0;
+    std::uint64_t joins = 0;
     bool joined = false;
     bool lost = false;
     std::optional<std::uint64_t> assigned;
@@ -329,11 +329,15 @@ class Etcd : public Backend {
         s.state = decode_state(value);
         s.state_mod_revision = number(kv, "mod_revision");
       } else if (under("nodes/")) {
-        s.live.insert(name.substr(6));
+        s.keys.live.insert(name.substr(6));
+      } else if (under("joins/")) {
+        s.keys.joins[name.substr(6)] = *decode_join(value, number(kv, "mod_revision"));
       } else if (under("answers/")) {
-        s.answers[name.substr(8)] = std::stoull(value);
+        s.keys.answers[name.substr(8)] = std::stoull(value);
+      } else if (under("done/")) {
+        s.keys.done[name.substr(5)] = *decode_done(value);
       } else if (under("ended/")) {
-        s.ended[name.substr(6)] = std::get<Ended>(decode_client_message(value));
+        s.keys.ended[name.substr(6)] = std::get<Ended>(decode_client_message(value));
       }
     }
     return s;
@@ -346,7 +350,7 @@ class Etcd : public Backend {
       std::optional<EtcdRoundState> mine = round_.state_of(snap.state, 0);
       REQUIRE(mine);
       EtcdRoundState& s = *mine;
-      if (!round_.apply(s, snap.live, snap.answers, snap.ended, f, now_)) return;
+      if (!round_.apply(s, snap.keys, f, now_)) return;
       const std::string key = base64_encode(prefix_ + "state");
       json compare = {{"key", key},
                       {"target", "MOD"},
@@ -377,8 +381,8 @@ class Etcd : public Backend {
       bool answered = false;
       for (const auto& m : snap.state->participants) {
         Agent* a = by_id(m.id);
-        auto it = snap.answers.find(m.id);
-        if (!a || a->lost || (it != snap.answers.end() && it->second == snap.state->round))
+        auto it = snap.keys.answers.find(m.id);
+        if (!a || a->lost || (it != snap.keys.answers.end() && it->second == snap.state->round))
           continue;
         put(prefix_ + "answers/" + m.id, std::to_string(snap.state->round), a->lease);
         answered = true;

@@ -6,6 +6,7 @@
 #include <deque>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <utility>
 
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/system.hpp"
@@ -24,7 +25,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-
 std::int64_t int_field(const json& j, const char* key) {
   if (!j.contains(key)) return 0;
   const json& v = j.at(key);
@@ -34,14 +34,12 @@ std::int64_t int_field(const json& j, const char* key) {
   return *n;
 }
 
-// The round state and the live node ids under the prefix, from one range response.
+// The round state and the keys beside it under the prefix, from one range response.
 struct Snapshot {
   std::optional<EtcdRoundState> state;
   std::int64_t state_mod_revision = 0;  // 0: no state yet
   std::int64_t revision = 0;            // the store's revision when read
-  std::set<std::string> live;
-  std::map<std::string, std::uint64_t> answers;  // node id: the round its answer key names
-  std::map<std::string, Ended> ended;            // node id: what failed there, its ended key
+  EtcdKeys keys;
 };
 
 using Change = EtcdRound::Change;
@@ -67,7 +65,8 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   void start(ClientEvents events) override {
     events_ = std::move(events);
     client_ = std::make_unique<EtcdClient>(
-        io_, fmt::format("http://{}:{}", bracketed(options_.endpoint.host), options_.endpoint.port));
+        io_,
+        fmt::format("http://{}:{}", bracketed(options_.endpoint.host), options_.endpoint.port));
     started_at_ = Clock::now();
     grant_lease();
   }
@@ -79,9 +78,9 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     node.nproc = request.nproc;
     node.master_port = request.master_port;
     joined_ = true;
-    join_landed_rev_ = 0;
+    ++join_seq_;
     pending_join_ = node;
-    if (lease_) submit_join();
+    if (lease_ && generation_) submit_join();
   }
 
   void report_failure(const FailureReport& failure, const std::vector<WorkerFailure>& failures,
@@ -93,19 +92,22 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     });
   }
 
+  // A key of its own, on its lease, not the shared state (every member is done at about the
+  // same moment); the agent that sees the barrier complete ends the job.
   void report_done() override {
     if (!assigned_) return;
-    const std::uint64_t round = *assigned_;
-    enqueue([this, round](EtcdRoundState& s, double) { return round_.done(s, node_id_, round); });
+    done_round_ = *assigned_;
+    put_own(done_prefix(), encode_done(EtcdDone{*generation_, *assigned_}));
   }
 
-  // After on_halt: a key of its own, on its lease, not the shared state (every member answers at
-  // once); the agent that sees every awaited answer concludes.
+  // After on_halt: a key of its own, as report_done's; the agent that sees every awaited answer
+  // concludes.
   void report_ended(const std::vector<WorkerFailure>& failures, int not_relayed) override {
     if (!assigned_) return;
     Ended ended{*assigned_, failures, not_relayed};
     fit_failures(ended.failures, ended.not_relayed, kMaxStoredFailureBytes);
-    put_ended(encode(ClientMessage{ended}));
+    ended_round_ = *assigned_;
+    put_own(ended_prefix(), encode(ClientMessage{ended}));
   }
 
   void shutdown(const std::string& reason) override {
@@ -135,7 +137,9 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   }
   std::string state_key() const { return prefix_ + "state"; }
   std::string nodes_prefix() const { return prefix_ + "nodes/"; }
+  std::string joins_prefix() const { return prefix_ + "joins/"; }
   std::string answers_prefix() const { return prefix_ + "answers/"; }
+  std::string done_prefix() const { return prefix_ + "done/"; }
   std::string ended_prefix() const { return prefix_ + "ended/"; }
   // The end of the key range [prefix, prefix_end): the prefix with its last byte incremented.
   static std::string range_end(std::string prefix) {
@@ -194,12 +198,12 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   void after(Clock::duration d, std::function<void()> fn) {
     auto timer = std::make_shared<asio::steady_timer>(io_, d);
     timers_.push_back(timer);
-    timer->async_wait([this, alive = std::weak_ptr<int>(alive_), timer, fn](
-                          boost::system::error_code ec) {
-      if (alive.expired() || ec || finished_) return;
-      timers_.erase(std::remove(timers_.begin(), timers_.end(), timer), timers_.end());
-      fn();
-    });
+    timer->async_wait(
+        [this, alive = std::weak_ptr<int>(alive_), timer, fn](boost::system::error_code ec) {
+          if (alive.expired() || ec || finished_) return;
+          timers_.erase(std::remove(timers_.begin(), timers_.end(), timer), timers_.end());
+          fn();
+        });
   }
 
   void cancel_timers() {
@@ -226,47 +230,49 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   void grant_lease() {
     const auto ttl = std::max<std::int64_t>(
         2, static_cast<std::int64_t>(std::ceil(in_seconds(options_.liveness.heartbeat_timeout))));
-    call("/v3/lease/grant", {{"TTL", ttl}, {"ID", 0}},
-         [this](const json& j) {
-           lease_ = int_field(j, "ID");
-           put_node_key();
-         },
-         [this] { grant_lease(); });
+    call(
+        "/v3/lease/grant", {{"TTL", ttl}, {"ID", 0}},
+        [this](const json& j) {
+          lease_ = int_field(j, "ID");
+          put_node_key();
+        },
+        [this] { grant_lease(); });
   }
 
   void put_node_key() {
     json body = {{"key", base64_encode(nodes_prefix() + node_id_)},
                  {"value", base64_encode(fmt::format("{} pid {}", host_name(), ::getpid()))},
                  {"lease", std::to_string(*lease_)}};
-    call("/v3/kv/put", body,
-         [this](const json&) {
-           keep_alive();
-           read_and_watch();
-           if (joined_) submit_join();
-         },
-         [this] { put_node_key(); });
+    call(
+        "/v3/kv/put", body,
+        [this](const json&) {
+          keep_alive();
+          read_and_watch();
+        },
+        [this] { put_node_key(); });
   }
 
   void keep_alive() {
     keepalive_timer_.expires_after(options_.liveness.keep_alive_interval);
-    keepalive_timer_.async_wait([this, alive = std::weak_ptr<int>(alive_)](
-                                    boost::system::error_code ec) {
-      if (alive.expired() || ec || finished_) return;
-      call("/v3/lease/keepalive", {{"ID", std::to_string(*lease_)}},
-           [this](const json& j) {
-             const json& result = j.contains("result") ? j.at("result") : j;
-             if (int_field(result, "TTL") <= 0) {
-               return fail(Stop{StopCause::node_lost,
-                                fmt::format("this node's etcd lease at {} expired (no keep-alive "
-                                            "reached etcd for {:.0f} s): the others count it lost",
-                                            endpoint(),
-                                            in_seconds(options_.liveness.heartbeat_timeout)),
-                                1, std::nullopt});
-             }
-             keep_alive();
-           },
-           [this] { keep_alive(); });
-    });
+    keepalive_timer_.async_wait(
+        [this, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec) {
+          if (alive.expired() || ec || finished_) return;
+          call(
+              "/v3/lease/keepalive", {{"ID", std::to_string(*lease_)}},
+              [this](const json& j) {
+                const json& result = j.contains("result") ? j.at("result") : j;
+                if (int_field(result, "TTL") <= 0) {
+                  return fail(
+                      Stop{StopCause::node_lost,
+                           fmt::format("this node's etcd lease at {} expired (no keep-alive "
+                                       "reached etcd for {:.0f} s): the others count it lost",
+                                       endpoint(), in_seconds(options_.liveness.heartbeat_timeout)),
+                           1, std::nullopt});
+                }
+                keep_alive();
+              },
+              [this] { keep_alive(); });
+        });
   }
 
   void revoke() {
@@ -285,16 +291,42 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       if (key == state_key()) {
         s.state = decode_state(base64_decode(kv.value("value", "")));
         s.state_mod_revision = int_field(kv, "mod_revision");
-      } else if (key.rfind(nodes_prefix(), 0) == 0) {
-        s.live.insert(key.substr(nodes_prefix().size()));
-      } else if (key.rfind(answers_prefix(), 0) == 0) {
-        if (auto round = answered_round(kv))
-          s.answers[key.substr(answers_prefix().size())] = *round;
-      } else if (key.rfind(ended_prefix(), 0) == 0) {
-        if (auto e = ended_report(kv)) s.ended[key.substr(ended_prefix().size())] = *e;
+      } else {
+        note_key(s.keys, key, &kv);
       }
     }
     return s;
+  }
+
+  // One key beside the state, put (`kv`) or deleted (null), into `keys`.
+  void note_key(EtcdKeys& keys, const std::string& key, const json* kv) const {
+    auto under = [&](const std::string& dir) { return key.rfind(dir, 0) == 0; };
+    auto value = [&] { return base64_decode(kv->value("value", "")); };
+    if (under(nodes_prefix())) {
+      const std::string id = key.substr(nodes_prefix().size());
+      if (kv)
+        keys.live.insert(id);
+      else
+        keys.live.erase(id);
+    } else if (under(joins_prefix())) {
+      note(keys.joins, key.substr(joins_prefix().size()),
+           kv ? decode_join(value(), int_field(*kv, "mod_revision")) : std::nullopt);
+    } else if (under(answers_prefix())) {
+      note(keys.answers, key.substr(answers_prefix().size()),
+           kv ? answered_round(*kv) : std::nullopt);
+    } else if (under(done_prefix())) {
+      note(keys.done, key.substr(done_prefix().size()), kv ? decode_done(value()) : std::nullopt);
+    } else if (under(ended_prefix())) {
+      note(keys.ended, key.substr(ended_prefix().size()), kv ? ended_report(*kv) : std::nullopt);
+    }
+  }
+  template <class T>
+  static void note(std::map<std::string, T>& keys, const std::string& id,
+                   const std::optional<T>& value) {
+    if (value)
+      keys[id] = *value;
+    else
+      keys.erase(id);
   }
 
   // A value that is not an `ended` message counts as no answer (the deadline still comes).
@@ -314,47 +346,60 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   }
 
   void read(std::function<void(const Snapshot&)> then) {
-    call("/v3/kv/range", range_request(prefix_),
-         [this, then](const json& j) {
-           Snapshot s;
-           try {
-             s = snapshot(j);
-           } catch (const std::exception& e) {
-             return fail(Stop{StopCause::rejected,
-                              fmt::format("the rendezvous state in etcd at {} under {} is not one "
-                                          "this trainrun wrote ({})",
-                                          endpoint(), prefix_, e.what()),
-                              Refusal::foreign_state});
-           }
-           if (!generation_) generation_ = round_.generation_to_join(s.state);
-           answers_ = s.answers;
-           ended_.clear();
-           for (const auto& [id, e] : s.ended) ended_[id] = e.round;
-           then(s);
-         },
-         [this, then] { read(then); });
+    call(
+        "/v3/kv/range", range_request(prefix_),
+        [this, then](const json& j) {
+          Snapshot s;
+          try {
+            s = snapshot(j);
+          } catch (const std::exception& e) {
+            return fail(Stop{StopCause::rejected,
+                             fmt::format("the rendezvous state in etcd at {} under {} is not one "
+                                         "this trainrun wrote ({})",
+                                         endpoint(), prefix_, e.what()),
+                             Refusal::foreign_state});
+          }
+          if (!generation_) generation_ = round_.generation_to_join(s.state);
+          keys_ = s.keys;
+          stored_ = s.state;
+          then(s);
+        },
+        [this, then] { read(then); });
   }
 
   void read_and_watch() {
     read([this](const Snapshot& s) {
       if (s.state) react(*s.state, s.state_mod_revision);
-      if (s.state && !s.live.empty()) enqueue_refresh();
-      maybe_conclude();  // answers that came while the watch was down
+      if (finished_) return;
+      if (pending_join_) submit_join();
+      consider();  // keys that came while the watch was down
       watch(s.revision + 1);
     });
   }
 
+  // The agent with the lowest live node id watches every key; the others only the node keys and
+  // the state ([nodes/, state], nothing else sorts between), so that etcd sends each agent's join,
+  // answer and done to one agent, not to all.
   void watch(std::int64_t from) {
-    json body = {{"create_request", range_request(prefix_)}};
+    watching_all_ = lowest();
+    json request = watching_all_ ? range_request(prefix_)
+                                 : json{{"key", base64_encode(nodes_prefix())},
+                                        {"range_end", base64_encode(state_key() + '\0')}};
+    json body = {{"create_request", std::move(request)}};
     body["create_request"]["start_revision"] = std::to_string(from);
     watch_from_ = from;
-    client_->stream("/v3/watch", body.dump(), [this](const std::string& line) { on_watch(line); },
-                    [this](EtcdReply r) {
-                      if (finished_) return;
-                      // The stream ended: etcd restarted or went away. Read again, then watch
-                      // from where we were.
-                      unreachable(r, [this] { read_and_watch(); });
-                    });
+    client_->stream(
+        "/v3/watch", body.dump(), [this](const std::string& line) { on_watch(line); },
+        [this](EtcdReply r) {
+          if (finished_) return;
+          if (rewatch_) {
+            rewatch_ = false;
+            return read_and_watch();
+          }
+          // The stream ended: etcd restarted or went away. Read again, then watch
+          // from where we were.
+          unreachable(r, [this] { read_and_watch(); });
+        });
   }
 
   void on_watch(const std::string& line) {
@@ -372,31 +417,24 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       const bool deleted = ev.value("type", "") == "DELETE";
       if (key == state_key() && !deleted) {
         try {
-          react(decode_state(base64_decode(kv.value("value", ""))), int_field(kv, "mod_revision"));
+          EtcdRoundState s = decode_state(base64_decode(kv.value("value", "")));
+          stored_ = s;
+          react(s, int_field(kv, "mod_revision"));
         } catch (const std::exception&) {
         }
-      } else if (deleted && key.rfind(nodes_prefix(), 0) == 0) {
-        node_gone = true;
-      } else if (key.rfind(answers_prefix(), 0) == 0) {
-        const std::string id = key.substr(answers_prefix().size());
-        const std::optional<std::uint64_t> round = deleted ? std::nullopt : answered_round(kv);
-        if (round)
-          answers_[id] = *round;
-        else
-          answers_.erase(id);
-        maybe_start();
-      } else if (key.rfind(ended_prefix(), 0) == 0) {
-        const std::string id = key.substr(ended_prefix().size());
-        const std::optional<Ended> e = deleted ? std::nullopt : ended_report(kv);
-        if (e)
-          ended_[id] = e->round;
-        else
-          ended_.erase(id);
-        maybe_conclude();
+      } else {
+        note_key(keys_, key, deleted ? nullptr : &kv);
+        node_gone = node_gone || (deleted && key.rfind(nodes_prefix(), 0) == 0);
       }
       if (finished_) return;
     }
-    if (node_gone) enqueue_refresh();
+    if (watching_all_) return consider();
+    if (node_gone && lowest()) {
+      // The lowest is gone and this agent comes next: it reads, and watches every key.
+      rewatch_ = true;
+      return client_->cancel_streams();
+    }
+    if (node_gone) check_later(true);
   }
 
   // ---- changing the state: read, apply, compare-and-set; again if another agent was first ----
@@ -406,72 +444,91 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     run_next_change();
   }
 
+  // The change every agent may make: take in the keys written since, and the timeouts. One
+  // queued at a time is enough: it reads afresh when it runs.
   void enqueue_refresh() {
-    // Every change first drops the lost and starts an answered round.
-    enqueue([](EtcdRoundState&, double) { return false; });
-  }
-
-  // Every participant's answer is in: one change starts the round (the first agent's write
-  // wins; the others find it started). Once per round from this node.
-  void maybe_start() {
-    const EtcdRoundState* s = last_state_ ? &*last_state_ : nullptr;
-    if (!s || s->phase != EtcdRoundState::Phase::running || s->started) return;
-    if (start_requested_ == s->round) return;
-    EtcdRoundState probe = *s;
-    if (!round_.start(probe, answers_)) return;
-    start_requested_ = s->round;
-    enqueue_refresh();
-  }
-
-  // Every awaited member has said what failed: one change concludes (the first agent's write
-  // wins). Once per round from this node; the deadline concludes without the silent.
-  void maybe_conclude() {
-    const EtcdRoundState* s = last_state_ ? &*last_state_ : nullptr;
-    if (!s || s->phase != EtcdRoundState::Phase::concluding || conclude_requested_ == s->round)
+    if (!changes_.empty() && changes_.back().refresh && !(changing_ && changes_.size() == 1))
       return;
-    if (!EtcdRound::all_answered(*s, ended_)) return;
-    conclude_requested_ = s->round;
-    enqueue_refresh();
+    changes_.push_back(
+        {[this](EtcdRoundState& s, double now) { return round_.tick(s, now); }, nullptr, true});
+    run_next_change();
   }
 
-  void put_ended(const std::string& value) {
-    json body = {{"key", base64_encode(ended_prefix() + node_id_)},
+  // Whether the keys as watched (joins, answers, dones, what failed, a lease gone) or a deadline
+  // change the state: then one agent writes the change, not every one (they would collide). The
+  // agents watching every key (the lowest live node id) write at once; the others read and write
+  // only what is still due after a pause that grows with their place, in case the lowest is gone
+  // or slow: `always` for a lease gone or a deadline, else only while the state does not show
+  // this agent's own keys.
+  void consider() {
+    if (finished_ || !generation_ || !lease_) return;
+    if (watching_all_ && is_due()) enqueue_refresh();
+  }
+
+  void check_later(bool always) {
+    if (finished_ || !generation_ || !lease_) return;
+    if (watching_all_) return consider();
+    fallback_always_ = fallback_always_ || always;
+    if (fallback_armed_) return;
+    fallback_armed_ = true;
+    const auto place = std::distance(keys_.live.begin(), keys_.live.lower_bound(node_id_));
+    after(kFallbackPause * (1 + place), [this] {
+      fallback_armed_ = false;
+      if (std::exchange(fallback_always_, false) || own_keys_pending()) enqueue_refresh();
+    });
+  }
+
+  bool lowest() const { return keys_.live.lower_bound(node_id_) == keys_.live.begin(); }
+
+  // Whether the state does not yet show what this agent's own keys say.
+  bool own_keys_pending() const {
+    using Phase = EtcdRoundState::Phase;
+    if (!stored_ || stored_->generation != *generation_) return joined_ && !assigned_;
+    const EtcdRoundState& s = *stored_;
+    if (joined_ && !assigned_ && !join_taken(s)) return true;
+    if (answering_ && s.round == *answering_ && s.phase == Phase::running && !s.started)
+      return true;
+    if (done_round_ && s.round == *done_round_ && s.phase == Phase::running &&
+        !s.done.count(node_id_))
+      return true;
+    return ended_round_ && s.round == *ended_round_ && s.phase == Phase::concluding;
+  }
+
+  bool is_due() const {
+    if (finished_ || !generation_) return false;
+    const std::optional<EtcdRoundState> mine = round_.state_of(stored_, *generation_);
+    if (!mine) return false;
+    EtcdRoundState probe = *mine;
+    return round_.apply(
+        probe, keys_, [this](EtcdRoundState& s, double now) { return round_.tick(s, now); },
+        unix_time());
+  }
+
+  // A key of this node's own, on its lease: its join, answer, done, what failed there.
+  void put_own(const std::string& dir, const std::string& value) {
+    json body = {{"key", base64_encode(dir + node_id_)},
                  {"value", base64_encode(value)},
                  {"lease", std::to_string(*lease_)}};
     call(
-        "/v3/kv/put", body, [](const json&) {}, [this, value] { put_ended(value); });
+        "/v3/kv/put", body, [this](const json&) { check_later(false); },
+        [this, dir, value] { put_own(dir, value); });
   }
 
-  // This node takes its place in the round: a key of its own, on its lease, naming the round
-  // (not the shared state: every member answers at once, and separate puts do not collide).
-  void put_answer(std::uint64_t round) {
-    json body = {{"key", base64_encode(answers_prefix() + node_id_)},
-                 {"value", base64_encode(std::to_string(round))},
-                 {"lease", std::to_string(*lease_)}};
-    call(
-        "/v3/kv/put", body, [](const json&) {}, [this, round] { put_answer(round); });
-  }
-
+  // This node's join: its own key, naming its job and which join it is; the agent that takes it
+  // into the state writes there whether it was refused.
   void submit_join() {
     if (!pending_join_) return;
     NodeDescriptor node = *pending_join_;
     pending_join_.reset();
     if (node.addr.empty()) node.addr = advertised_address();
-    enqueue(
-        [this, node](EtcdRoundState& s, double now) {
-          refused_ = round_.refusal(s, node_id_, node);
-          return !refused_ && round_.join(s, node_id_, node, now);
-        },
-        [this](std::int64_t rev) {
-          if (!refused_) {
-            join_landed_rev_ = rev;
-            return;
-          }
-          fail(Stop{StopCause::rejected,
-                    fmt::format("the rendezvous at {} dropped this node: {}", endpoint(),
-                                refused_->reason),
-                    refused_->kind});
-        });
+    put_own(joins_prefix(), encode_join(EtcdJoin{*generation_, join_seq_, node, 0}));
+  }
+
+  // Whether the state has taken this node's latest join (so it is a member, a waiter, refused,
+  // or dropped since).
+  bool join_taken(const EtcdRoundState& s) const {
+    auto it = s.joins_taken.find(node_id_);
+    return !pending_join_ && it != s.joins_taken.end() && it->second >= join_seq_;
   }
 
   void run_next_change() {
@@ -482,7 +539,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       if (!mine) return fail(round_.superseded());
       EtcdRoundState& s = *mine;
       const double now = unix_time();
-      if (!round_.apply(s, snap.live, snap.answers, snap.ended, changes_.front().change, now)) {
+      if (!round_.apply(s, snap.keys, changes_.front().change, now)) {
         finish_change(snap.revision);
         if (snap.state) react(*snap.state, snap.state_mod_revision);
         return;
@@ -494,33 +551,36 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   // The transaction that writes `s` if the state is still at the revision `snap` read.
   json compare_and_set_body(const Snapshot& snap, const EtcdRoundState& s) const {
     const std::string key = base64_encode(state_key());
-    json compare = {{"key", key}, {"target", "MOD"}, {"result", "EQUAL"},
+    json compare = {{"key", key},
+                    {"target", "MOD"},
+                    {"result", "EQUAL"},
                     {"mod_revision", std::to_string(snap.state_mod_revision)}};
     json put = {{"request_put", {{"key", key}, {"value", base64_encode(encode_state(s))}}}};
     return {{"compare", json::array({compare})}, {"success", json::array({put})}};
   }
 
   void compare_and_set(const Snapshot& snap, const EtcdRoundState& s) {
-    call("/v3/kv/txn", compare_and_set_body(snap, s),
-         [this](const json& j) {
-           if (!j.value("succeeded", false)) {
-             // Another agent changed it first: again, after a short random pause, so that N
-             // agents writing at once do not all collide again.
-             ++conflicts_;
-             const auto pause = std::chrono::microseconds(
-                 std::uniform_int_distribution<int>(0, 2000 * std::min(conflicts_, 10))(rng_));
-             return after(pause, [this] {
-               changing_ = false;
-               run_next_change();
-             });
-           }
-           conflicts_ = 0;
-           finish_change(int_field(j.at("header"), "revision"));
-         },
-         [this] {
-           changing_ = false;
-           run_next_change();
-         });
+    call(
+        "/v3/kv/txn", compare_and_set_body(snap, s),
+        [this](const json& j) {
+          if (!j.value("succeeded", false)) {
+            // Another agent changed it first: again, after a short random pause, so that N
+            // agents writing at once do not all collide again.
+            ++conflicts_;
+            const auto pause = std::chrono::microseconds(
+                std::uniform_int_distribution<int>(0, 2000 * std::min(conflicts_, 10))(rng_));
+            return after(pause, [this] {
+              changing_ = false;
+              run_next_change();
+            });
+          }
+          conflicts_ = 0;
+          finish_change(int_field(j.at("header"), "revision"));
+        },
+        [this] {
+          changing_ = false;
+          run_next_change();
+        });
   }
 
   void finish_change(std::int64_t revision) {
@@ -539,7 +599,6 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     seen_revision_ = revision;
     if (s.generation > *generation_) return fail(round_.superseded());
     if (s.stop) return fail(*s.stop);
-    last_state_ = s;
     const EtcdMember* me = s.participant(node_id_);
     if (s.phase == EtcdRoundState::Phase::concluding && assigned_ && *assigned_ == s.round) {
       if (!me) return fail(round_.dropped(s));
@@ -557,28 +616,31 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (assigned_ && (s.round != *assigned_ || !me)) {
       assigned_.reset();
       joined_ = false;
-      join_landed_rev_ = 0;
       Restart r = s.restart.value_or(
           Restart{RestartCause::node_lost, "the round ended", s.restart_count, std::nullopt});
       if (events_.on_restart) events_.on_restart(r);
       if (finished_) return;
     }
-    if (joined_ && join_landed_rev_ > 0 && revision >= join_landed_rev_ && !assigned_ && !me &&
-        !s.waiter(node_id_)) {
-      return fail(round_.dropped(s));
+    if (joined_ && !assigned_ && join_taken(s)) {
+      if (auto r = s.refused.find(node_id_); r != s.refused.end()) {
+        return fail(Stop{
+            StopCause::rejected,
+            fmt::format("the rendezvous at {} dropped this node: {}", endpoint(), r->second.reason),
+            r->second.kind});
+      }
+      if (!me && !s.waiter(node_id_)) return fail(round_.dropped(s));
     }
     if (joined_ && !assigned_ && me && s.phase == EtcdRoundState::Phase::running) {
       if (s.started) {
         assign(s);
       } else if (!answering_) {
+        // This node takes its place in the round: a key of its own, naming the round.
         answering_ = s.round;
-        put_answer(s.round);
+        put_own(answers_prefix(), std::to_string(s.round));
       }
     } else if (joined_ && !assigned_ && s.waiter(node_id_)) {
       report_waiting(s);
     }
-    maybe_start();
-    maybe_conclude();
     arm_tick(s);
   }
 
@@ -600,10 +662,9 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     last_waiting_log_ = now;
     const auto& r = options_.round;
     log(fmt::format("waiting for nodes in etcd at {}: {}", endpoint(),
-                    r.min_nodes == r.max_nodes
-                        ? fmt::format("{} of {} joined", joined, r.min_nodes)
-                        : fmt::format("{} joined ({} to {} wanted)", joined, r.min_nodes,
-                                      r.max_nodes)));
+                    r.min_nodes == r.max_nodes ? fmt::format("{} of {} joined", joined, r.min_nodes)
+                                               : fmt::format("{} joined ({} to {} wanted)", joined,
+                                                             r.min_nodes, r.max_nodes)));
   }
 
   void arm_tick(const EtcdRoundState& s) {
@@ -611,12 +672,13 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     tick_timer_.cancel();
     if (!at) return;
     const double wait = std::max(0.0, *at - unix_time()) + 0.05;
-    tick_timer_.expires_after(std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(wait)));
-    tick_timer_.async_wait([this, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec) {
-      if (alive.expired() || ec || finished_) return;
-      enqueue([this](EtcdRoundState& st, double now) { return round_.tick(st, now); });
-    });
+    tick_timer_.expires_after(
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait)));
+    tick_timer_.async_wait(
+        [this, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec) {
+          if (alive.expired() || ec || finished_) return;
+          check_later(true);
+        });
   }
 
   // shutdown(): the one blocking path, bounded: read, mark this node lost, compare-and-set.
@@ -649,22 +711,26 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   bool finished_ = false;
   bool joined_ = false;
   std::optional<NodeDescriptor> pending_join_;
-  std::optional<Reject> refused_;  // why the rules refused this node's join
-  std::int64_t join_landed_rev_ = 0;
+  std::uint64_t join_seq_ = 0;               // this agent's joins so far
   std::optional<std::uint64_t> generation_;  // this node's job, known from the first read
   std::optional<std::uint64_t> assigned_;
   std::optional<std::uint64_t> answering_;  // the round this node answered, not started yet
-  std::optional<EtcdRoundState> last_state_;      // this job's state as last seen
-  std::map<std::string, std::uint64_t> answers_;  // as last read, then watched
-  std::optional<std::uint64_t> start_requested_;
-  std::map<std::string, std::uint64_t> ended_;  // node id: the round its ended key names
-  std::optional<std::uint64_t> conclude_requested_;
+  std::optional<EtcdRoundState> stored_;    // the state as last read, then watched
+  EtcdKeys keys_;                           // the keys beside it, the same
+  bool fallback_armed_ = false;             // check_later() waits
+  bool fallback_always_ = false;
+  bool watching_all_ = false;                 // every key, or the node keys and the state
+  bool rewatch_ = false;                      // the watch ends, to watch every key
+  std::optional<std::uint64_t> done_round_;   // the round this node's done key names
+  std::optional<std::uint64_t> ended_round_;  // the round its ended key names
+  static constexpr Clock::duration kFallbackPause = 100ms;
   std::optional<std::uint64_t> halted_;  // the round whose halt this node was given
   std::int64_t seen_revision_ = 0;
   std::int64_t watch_from_ = 0;
   struct Pending {
     Change change;
     std::function<void(std::int64_t)> landed;
+    bool refresh = false;  // enqueue_refresh()'s
   };
   std::deque<Pending> changes_;
   bool changing_ = false;

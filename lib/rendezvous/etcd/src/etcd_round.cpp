@@ -57,7 +57,8 @@ json optional_time_json(const std::optional<RoundTime>& t) {
 }  // namespace
 
 std::string encode_state(const EtcdRoundState& s) {
-  json j = {{"generation", s.generation},
+  json j = {{"layout", kEtcdStateLayout},
+            {"generation", s.generation},
             {"phase", kPhases[static_cast<int>(s.phase)]},
             {"round", s.round},
             {"restart_count", s.restart_count},
@@ -70,6 +71,10 @@ std::string encode_state(const EtcdRoundState& s) {
             {"min_reached_at", optional_time_json(s.min_reached_at)}};
   for (const auto& m : s.waiting) j["waiting"].push_back(member_json(m));
   for (const auto& m : s.participants) j["participants"].push_back(member_json(m));
+  j["joins_taken"] = s.joins_taken;
+  json refused = json::object();
+  for (const auto& [id, r] : s.refused) refused[id] = json::parse(encode(ServerMessage{r}));
+  j["refused"] = std::move(refused);
   if (s.restart) j["restart"] = json::parse(encode(ServerMessage{*s.restart}));
   if (s.stop) j["stop"] = json::parse(encode(ServerMessage{*s.stop}));
   if (s.phase == Phase::concluding) {
@@ -86,8 +91,15 @@ std::string encode_state(const EtcdRoundState& s) {
 EtcdRoundState decode_state(const std::string& text) {
   try {
     json j = json::parse(text);
+    const int layout = j.is_object() ? j.value("layout", 1) : 0;
+    if (layout != kEtcdStateLayout) {
+      throw ProtocolError(fmt::format(
+          "state: layout {} was written by another version of trainrun (this one reads layout "
+          "{}); run every agent of the job with one version, or use another --rdzv-id",
+          layout, kEtcdStateLayout));
+    }
     EtcdRoundState s;
-    s.generation = j.value("generation", std::uint64_t{0});
+    s.generation = j.at("generation").get<std::uint64_t>();
     const std::string phase = j.at("phase").get<std::string>();
     auto known = std::find(std::begin(kPhases), std::end(kPhases), phase);
     if (known == std::end(kPhases)) throw ProtocolError("state: unknown phase \"" + phase + "\"");
@@ -96,14 +108,19 @@ EtcdRoundState decode_state(const std::string& text) {
     s.restart_count = j.at("restart_count").get<int>();
     for (const auto& m : j.at("waiting")) s.waiting.push_back(member_from(m));
     for (const auto& m : j.at("participants")) s.participants.push_back(member_from(m));
-    // A state written before members answered: a running round had started.
-    s.started = j.value("started", s.phase == Phase::running);
+    s.started = j.at("started").get<bool>();
     s.done = j.at("done").get<std::set<std::string>>();
     s.expected = j.at("expected").get<std::set<std::string>>();
     s.forming_since = optional_time(j, "forming_since");
     s.min_reached_at = optional_time(j, "min_reached_at");
     s.restart = message_from<Restart>(j, "restart");
     s.stop = message_from<Stop>(j, "stop");
+    s.joins_taken = j.at("joins_taken").get<std::map<std::string, std::uint64_t>>();
+    for (const auto& [id, r] : j.at("refused").items()) {
+      ServerMessage m = decode_server_message(r.dump());
+      if (!std::holds_alternative<Reject>(m)) throw ProtocolError("state: bad \"refused\"");
+      s.refused[id] = std::get<Reject>(m);
+    }
     if (s.phase == Phase::concluding) {
       const json& c = j.at("concluding");
       s.concluding_since = optional_time(c, "since");
@@ -121,6 +138,40 @@ EtcdRoundState decode_state(const std::string& text) {
   }
 }
 
+std::string encode_join(const EtcdJoin& join) {
+  return json{{"generation", join.generation},
+              {"seq", join.seq},
+              {"node", json::parse(encode(ClientMessage{Join{join.node}}))}}
+      .dump();
+}
+
+std::string encode_done(const EtcdDone& done) {
+  return json{{"generation", done.generation}, {"round", done.round}}.dump();
+}
+
+std::optional<EtcdJoin> decode_join(const std::string& text, std::int64_t revision) {
+  try {
+    const json j = json::parse(text);
+    EtcdJoin join;
+    join.generation = j.at("generation").get<std::uint64_t>();
+    join.seq = j.at("seq").get<std::uint64_t>();
+    join.node = std::get<Join>(decode_client_message(j.at("node").dump())).node;
+    join.revision = revision;
+    return join;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<EtcdDone> decode_done(const std::string& text) {
+  try {
+    const json j = json::parse(text);
+    return EtcdDone{j.at("generation").get<std::uint64_t>(), j.at("round").get<std::uint64_t>()};
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 std::uint64_t EtcdRound::generation_to_join(const std::optional<EtcdRoundState>& stored) const {
   if (!stored) return 0;
   return stored->phase == Phase::ended ? stored->generation + 1 : stored->generation;
@@ -135,16 +186,41 @@ std::optional<EtcdRoundState> EtcdRound::state_of(const std::optional<EtcdRoundS
   return fresh;
 }
 
-bool EtcdRound::apply(EtcdRoundState& s, const std::set<std::string>& live,
-                      const std::map<std::string, std::uint64_t>& answers,
-                      const std::map<std::string, Ended>& ended, const Change& change,
+bool EtcdRound::apply(EtcdRoundState& s, const EtcdKeys& keys, const Change& change,
                       double now) const {
-  bool changed = prune(s, live, now);
-  changed = start(s, answers) || changed;
+  bool changed = prune(s, keys.live, now);
+  changed = take_joins(s, keys, now) || changed;
+  for (const auto& [id, d] : keys.done) {
+    if (d.generation == s.generation) changed = done(s, id, d.round) || changed;
+  }
+  changed = start(s, keys.answers) || changed;
   // Before the change too: at the deadline, what the members said still counts.
-  changed = conclude(s, ended, now) || changed;
+  changed = conclude(s, keys.ended, now) || changed;
   changed = change(s, now) || changed;
-  return conclude(s, ended, now) || changed;
+  return conclude(s, keys.ended, now) || changed;
+}
+
+bool EtcdRound::take_joins(EtcdRoundState& s, const EtcdKeys& keys, double now) const {
+  if (s.phase == Phase::ended) return false;
+  std::vector<std::pair<std::string, const EtcdJoin*>> fresh;
+  for (const auto& [id, j] : keys.joins) {
+    auto taken = s.joins_taken.find(id);
+    if (j.generation != s.generation || !keys.live.count(id)) continue;
+    if (taken != s.joins_taken.end() && taken->second >= j.seq) continue;
+    fresh.emplace_back(id, &j);
+  }
+  std::sort(fresh.begin(), fresh.end(),
+            [](const auto& a, const auto& b) { return a.second->revision < b.second->revision; });
+  for (const auto& [id, j] : fresh) {
+    s.joins_taken[id] = j->seq;
+    s.refused.erase(id);
+    if (std::optional<Reject> r = refusal(s, id, j->node)) {
+      s.refused[id] = *r;
+    } else {
+      join(s, id, j->node, now);
+    }
+  }
+  return !fresh.empty();
 }
 
 std::optional<Reject> EtcdRound::refusal(const EtcdRoundState& s, const std::string& id,
@@ -183,14 +259,6 @@ bool EtcdRound::failure(EtcdRoundState& s, const std::string& id, const Failure&
 
 bool EtcdRound::done(EtcdRoundState& s, const std::string& id, std::uint64_t round) const {
   return rules_.done(s, id, round).changed;
-}
-
-bool EtcdRound::all_answered(const EtcdRoundState& s,
-                             const std::map<std::string, std::uint64_t>& answered) {
-  return std::all_of(s.awaiting.begin(), s.awaiting.end(), [&](const std::string& id) {
-    auto it = answered.find(id);
-    return it != answered.end() && it->second == s.round;
-  });
 }
 
 // What the members said lives in their own keys, not in the state: it is taken in only when it

@@ -17,7 +17,8 @@ namespace trainrun::rendezvous {
 // compare-and-set: the rules are RoundRules', the same as the built-in rendezvous'; every agent
 // may apply a change, so no node is special. What is etcd's own: the state's encoding (times in
 // Unix seconds: the agents' clocks are compared with each other only for timeouts of seconds),
-// generations, members' answers before a round starts, and members found lost by their keys.
+// generations, the keys each agent writes for itself (its join, its answer, its done, what
+// failed there), which a change takes into the state, and members found lost by their keys.
 // docs/protocol.md describes the layout.
 //
 // A run id may hold one job after another: each has a generation, and a job that has ended is
@@ -29,13 +30,48 @@ using EtcdMember = RoundMember;
 // under etcd's default request limit (1.5 MiB) with the members beside them.
 inline constexpr std::size_t kMaxStoredFailureBytes = 256 * 1024;
 
+// The layout of the state this version writes and reads; a state of another layout is refused.
+inline constexpr int kEtcdStateLayout = 2;
+
 struct EtcdRoundState : RoundState {
   std::uint64_t generation = 0;  // which job of the run id this is
+  // Node id: the last of its joins taken into the state, and why it was refused, where it was.
+  std::map<std::string, std::uint64_t> joins_taken;
+  std::map<std::string, Reject> refused;
 };
 
 std::string encode_state(const EtcdRoundState& state);
 // Throws ProtocolError for a value that is not a state this version wrote.
 EtcdRoundState decode_state(const std::string& text);
+
+// A node's join, a key of its own (joins/<node id>), not a write to the shared state: every agent
+// joins at once, and separate puts do not collide. `seq`: which of this agent's joins it is (a
+// node joins again after each restart); `revision`: the key's, the order joins are taken in.
+struct EtcdJoin {
+  std::uint64_t generation = 0;
+  std::uint64_t seq = 0;
+  NodeDescriptor node;
+  std::int64_t revision = 0;
+};
+// A node's exit barrier, a key of its own (done/<node id>): the round its workers finished.
+struct EtcdDone {
+  std::uint64_t generation = 0;
+  std::uint64_t round = 0;
+};
+std::string encode_join(const EtcdJoin& join);
+std::string encode_done(const EtcdDone& done);
+// Nothing for a value that is not one (it counts as no key).
+std::optional<EtcdJoin> decode_join(const std::string& text, std::int64_t revision);
+std::optional<EtcdDone> decode_done(const std::string& text);
+
+// The keys beside the state, by node id, as one read (or a watch since) found them.
+struct EtcdKeys {
+  std::set<std::string> live;                    // nodes/: the agents whose lease lives
+  std::map<std::string, EtcdJoin> joins;         // joins/
+  std::map<std::string, std::uint64_t> answers;  // answers/: the round each answered
+  std::map<std::string, EtcdDone> done;          // done/
+  std::map<std::string, Ended> ended;            // ended/: what failed there
+};
 
 // The rules applied to the state in etcd. `now`: Unix seconds.
 class EtcdRound {
@@ -58,12 +94,13 @@ class EtcdRound {
                                          std::uint64_t g) const;
 
   // A change as every agent makes it, to the state it read with the keys beside it: first the
-  // members whose node key is gone (`live`: the node ids with one) are lost, a round every member
-  // has answered (`answers`: node id to the round its answer key names) starts, and a concluding
-  // job takes what its members said (`ended`: node id to its ended key); then `change`.
-  bool apply(EtcdRoundState& s, const std::set<std::string>& live,
-             const std::map<std::string, std::uint64_t>& answers,
-             const std::map<std::string, Ended>& ended, const Change& change, double now) const;
+  // members whose node key is gone are lost, the joins not taken yet are taken (in the order
+  // they were written), the members done are done, a round every member has answered starts,
+  // and a concluding job takes what its members said; then `change`.
+  bool apply(EtcdRoundState& s, const EtcdKeys& keys, const Change& change, double now) const;
+  // The joins of live nodes not taken yet, in the order written; each refused one is kept in
+  // s.refused for its agent to read.
+  bool take_joins(EtcdRoundState& s, const EtcdKeys& keys, double now) const;
 
   // Why this join is refused, or nothing.
   std::optional<Reject> refusal(const EtcdRoundState& s, const std::string& id,
@@ -76,9 +113,6 @@ class EtcdRound {
   // Concluding: the job ends once every awaited member has said what failed (`ended`, as its key
   // under ended/ holds it), or at the deadline (join_timeout after the failure).
   bool conclude(EtcdRoundState& s, const std::map<std::string, Ended>& ended, double now) const;
-  // Whether every awaited member has said, `answered`: node id to the round its report names.
-  static bool all_answered(const EtcdRoundState& s,
-                           const std::map<std::string, std::uint64_t>& answered);
   bool lost(EtcdRoundState& s, const std::string& id, const std::string& why, double now) const;
   // Members whose node key is gone (lease expired or revoked) are lost.
   bool prune(EtcdRoundState& s, const std::set<std::string>& live, double now) const;
