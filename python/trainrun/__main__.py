@@ -15,7 +15,13 @@ def main():
         )
         sys.exit(127)
     sys.stdout.flush()
-    os.execv(path, [path] + sys.argv[1:])
+    try:
+        os.execv(path, [path] + sys.argv[1:])
+    except OSError as e:
+        # Found but not runnable here (another architecture, a damaged file): 126, as a shell's.
+        sys.stderr.write(f"trainrun: cannot run the trainrun binary {path}: {e.strerror}; "
+                         "reinstall it with `pip install --force-reinstall trainrun`\n")
+        sys.exit(126)
 
 
 if __name__ == "__main__":

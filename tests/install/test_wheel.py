@@ -210,6 +210,22 @@ def test_python_m_trainrun_without_its_binary_says_so(installed):
     assert len(r.stderr.splitlines()) == 1, r.stderr
 
 
+def test_python_m_trainrun_with_a_binary_that_cannot_run_says_so(installed):
+    # An executable file the kernel cannot run (another architecture's, a damaged download).
+    root = installed[0]
+    binary = root / "bin" / "trainrun"
+    saved = binary.read_bytes()
+    binary.write_bytes(b"\x7fELF but not a program of this machine\n")
+    try:
+        r = subprocess.run([str(root / "bin" / "python"), "-m", "trainrun", "--version"],
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        binary.write_bytes(saved)
+    assert r.returncode == 126, r.stderr
+    assert r.stderr.startswith("trainrun: cannot run ") and "Exec format error" in r.stderr
+    assert len(r.stderr.splitlines()) == 1, r.stderr
+
+
 def test_uninstall_leaves_nothing_behind(installed):
     root, before = installed[0], installed[1]
     run([str(root / "bin" / "python"), "-m", "pip", "uninstall", "-y", "-q", "trainrun"])
