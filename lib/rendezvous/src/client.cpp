@@ -10,6 +10,7 @@
 
 #include "trainrun/base/system.hpp"
 #include "trainrun/rendezvous/backoff.hpp"
+#include "trainrun/rendezvous/conclusion.hpp"
 #include "trainrun/rendezvous/crypto.hpp"
 #include "trainrun/rendezvous/endpoint.hpp"
 #include "trainrun/rendezvous/framed_connection.hpp"
@@ -327,13 +328,15 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   void report_failure(const FailureReport& failure, const std::vector<WorkerFailure>& failures,
                       int not_relayed) {
     if (state_ != State::admitted || !assignment_) return;
-    connection_->send(
-        encode(ClientMessage{Failure{assignment_->round, failure, failures, not_relayed}}));
+    Ended list = relayed_failures(assignment_->round, failures, not_relayed);
+    connection_->send(encode(ClientMessage{
+        Failure{assignment_->round, failure, std::move(list.failures), list.not_relayed}}));
   }
 
   void report_ended(const std::vector<WorkerFailure>& failures, int not_relayed) {
     if (state_ != State::admitted || !assignment_) return;
-    connection_->send(encode(ClientMessage{Ended{assignment_->round, failures, not_relayed}}));
+    connection_->send(
+        encode(ClientMessage{relayed_failures(assignment_->round, failures, not_relayed)}));
   }
 
   void report_done() {

@@ -42,6 +42,7 @@ Stop concluded_stop(const std::vector<Ended>& reports, const std::string& why) {
     not_relayed += static_cast<int>(all.size() - kMaxRelayedFailures);
     all.resize(kMaxRelayedFailures);
   }
+  fit_failures(all, not_relayed, kMaxRelayedFailureBytes);
   const WorkerFailure& root = all.front();
   const int code = root.shell_code();
   std::string reason = fmt::format(

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -49,5 +50,13 @@ Stop concluded_stop(const std::map<Id, Ended>& reports, const std::string& why) 
 // counts the others in `not_relayed`: a list that must fit in one value of a store (etcd's
 // request limit), whatever its text escapes to.
 void fit_failures(std::vector<WorkerFailure>& failures, int& not_relayed, std::size_t max_bytes);
+
+// A node's list as it travels in one frame (`failure`, `ended`, `stop`): within
+// kMaxRelayedFailureBytes, the rest counted.
+inline Ended relayed_failures(std::uint64_t round, std::vector<WorkerFailure> failures,
+                              int not_relayed) {
+  fit_failures(failures, not_relayed, kMaxRelayedFailureBytes);
+  return Ended{round, std::move(failures), not_relayed};
+}
 
 }  // namespace trainrun::rendezvous

@@ -75,6 +75,9 @@ struct WorkerFailure {
 inline constexpr std::size_t kMaxRelayedTraceback = 4 * 1024;
 // At most this many failures travel in a `stop` (the root cause first); the rest are counted.
 inline constexpr std::size_t kMaxRelayedFailures = 32;
+// And at most this many bytes of them, encoded: 32 failures of the longest texts, all control
+// characters (six bytes each escaped), would not fit in one frame (kMaxFrameSize, 1 MiB).
+inline constexpr std::size_t kMaxRelayedFailureBytes = 512 * 1024;
 
 // The root-cause rule, the one every node applies (docs/cli.md): the failure with the earliest
 // timestamp, the lowest rank among equals. `F` has `timestamp` and `rank`.
