@@ -6,6 +6,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "trainrun/base/overloaded.hpp"
 #include "trainrun/base/text.hpp"
 
 namespace trainrun::rendezvous {
@@ -16,13 +17,6 @@ using nlohmann::json;
 constexpr std::size_t kMaxTextLength = 64 * 1024;
 constexpr int kMaxNesting = 16;
 constexpr std::int64_t kMaxRound = std::int64_t{1} << 53;
-
-template <class... Fs>
-struct Overloaded : Fs... {
-  using Fs::operator()...;
-};
-template <class... Fs>
-Overloaded(Fs...) -> Overloaded<Fs...>;
 
 // nlohmann's parser keeps its own stack, but the tree it builds is walked recursively later;
 // a cheap scan rejects absurd nesting before anything is built.

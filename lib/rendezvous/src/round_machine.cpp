@@ -5,15 +5,10 @@
 #include <algorithm>
 #include <set>
 
+#include "trainrun/base/overloaded.hpp"
+
 namespace trainrun::rendezvous {
 namespace {
-
-template <class... Fs>
-struct Overloaded : Fs... {
-  using Fs::operator()...;
-};
-template <class... Fs>
-Overloaded(Fs...) -> Overloaded<Fs...>;
 
 // The rules know members by a string: a connection's id in decimal.
 std::string key(NodeId id) { return std::to_string(id); }
