@@ -1,0 +1,180 @@
+#include "trainrun/stacks/collect.hpp"
+
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <stdexcept>
+#include <thread>
+
+#include "trainrun/stacks/parse.hpp"
+#include "trainrun/stacks/proc.hpp"
+#include "trainrun/stacks/tool_run.hpp"
+
+namespace trainrun::stacks {
+
+namespace {
+
+struct Attempt {
+  std::string tool;
+  std::vector<std::string> args;
+  std::vector<Thread> (*parse)(std::string_view);
+};
+
+// Runs one tool; its threads, or nothing with a note saying why.
+std::optional<std::vector<Thread>> attempt(const std::string& program, const Attempt& a,
+                                           const CollectOptions& options, Stack& stack) {
+  ToolRun run = run_tool(program, a.args, options.timeout, options.max_output);
+  if (run.started) stack.raw = run.out;
+  // gdb says "exited normally" even when it could not attach: the parse decides.
+  const bool ended_well = run.started && !run.timed_out && !run.truncated && run.signal == 0 &&
+                          (run.exit_code == 0 || (a.tool == "eu-stack" && run.exit_code == 1));
+  if (!ended_well) {
+    stack.notes.push_back(describe_failure(a.tool, run, options.timeout));
+    return std::nullopt;
+  }
+  try {
+    return a.parse(run.out);
+  } catch (const std::runtime_error& e) {
+    std::string note = fmt::format("{} gave no stack ({})", a.tool, e.what());
+    const std::string said = first_message(run.err);
+    if (!said.empty()) note += ": " + said;
+    stack.notes.push_back(std::move(note));
+    return std::nullopt;
+  }
+}
+
+// The tool's threads with /proc's state of each; threads /proc saw that the tool did not list
+// come after, without frames.
+std::vector<Thread> merge(std::vector<Thread> from_tool, const std::vector<Thread>& from_proc,
+                          pid_t pid) {
+  std::vector<Thread> merged;
+  for (const auto& p : from_proc) {
+    auto it = std::find_if(from_tool.begin(), from_tool.end(),
+                           [&](const Thread& t) { return t.tid == p.tid; });
+    Thread t = p;
+    if (it != from_tool.end()) {
+      t.frames = std::move(it->frames);
+      if (!it->name.empty()) t.name = it->name;
+      from_tool.erase(it);
+    }
+    merged.push_back(std::move(t));
+  }
+  // Threads started after /proc was read.
+  for (auto& t : from_tool) merged.push_back(std::move(t));
+  std::stable_sort(merged.begin(), merged.end(), [pid](const Thread& a, const Thread& b) {
+    return (a.tid == pid) > (b.tid == pid);
+  });
+  return merged;
+}
+
+}  // namespace
+
+std::string CollectOptions::default_path() {
+  const char* path = std::getenv("PATH");
+  return path ? path : "/usr/local/bin:/usr/bin:/bin";
+}
+
+Stack collect_stack(pid_t pid, const CollectOptions& options) {
+  Stack stack;
+  stack.pid = pid;
+  // Before any tool stops the threads: afterwards every wait channel would be ptrace's.
+  const auto before = read_process_state(pid);
+  const std::vector<Thread> proc_threads = read_proc_threads(pid);
+  if (!before || proc_threads.empty()) {
+    stack.notes.push_back(fmt::format("no process {}", pid));
+    return stack;
+  }
+  const bool was_stopped = before->state == 'T' || before->state == 't';
+  const bool python = is_python_process(pid);
+  const std::string p = std::to_string(pid);
+
+  std::optional<std::vector<Thread>> threads;
+  if (python) {
+    if (auto py_spy = find_program("py-spy", options.path)) {
+      // --native adds the C++ side (an extension's, LibTorch's) under the Python frames; it fails
+      // where native unwinding does, and then the Python frames alone are still worth having.
+      threads = attempt(*py_spy,
+                        {"py-spy", {"dump", "--pid", p, "--json", "--native"}, parse_py_spy_json},
+                        options, stack);
+      if (threads) {
+        stack.tool = "py-spy";
+      } else if (!stack.notes.empty() &&
+                 stack.notes.back().find("timed out") == std::string::npos) {
+        threads = attempt(*py_spy, {"py-spy", {"dump", "--pid", p, "--json"}, parse_py_spy_json},
+                          options, stack);
+        if (threads) stack.tool = "py-spy";
+      }
+    } else {
+      stack.notes.push_back(
+          "py-spy is not installed: `pip install py-spy` would give the Python "
+          "frames");
+    }
+  }
+  if (!threads) {
+    const auto eu_stack = find_program("eu-stack", options.path);
+    const auto gdb = eu_stack ? std::nullopt : find_program("gdb", options.path);
+    if (eu_stack) {
+      threads = attempt(*eu_stack, {"eu-stack", {"-p", p, "-i", "-m", "-s"}, parse_eu_stack},
+                        options, stack);
+      if (threads) stack.tool = "eu-stack";
+    } else if (gdb) {
+      threads = attempt(*gdb,
+                        {"gdb",
+                         {"-nx", "-batch", "-iex", "set debuginfod enabled off", "-p", p, "-ex",
+                          "set pagination off", "-ex", "thread apply all bt"},
+                         parse_gdb},
+                        options, stack);
+      if (threads) stack.tool = "gdb";
+    } else if (!python) {
+      stack.notes.push_back(
+          "neither eu-stack (elfutils) nor gdb is installed: either would give "
+          "the native frames");
+    }
+  }
+  if (!threads) {
+    for (const auto& note : stack.notes) {
+      if (note.find("not permitted") == std::string::npos &&
+          note.find("ermission denied") == std::string::npos)
+        continue;
+      stack.notes.push_back(
+          "ptrace was refused: CAP_SYS_PTRACE, or kernel.yama.ptrace_scope 0, "
+          "would let the tools attach");
+      break;
+    }
+  }
+  if (threads) {
+    stack.threads = merge(std::move(*threads), proc_threads, pid);
+  } else {
+    stack.tool = "/proc";
+    stack.threads = proc_threads;
+  }
+
+  // A tool killed while attached leaves the process in the stop its attach caused.
+  const auto after = read_process_state(pid);
+  if (after && !was_stopped && (after->state == 'T' || after->state == 't') && after->tracer == 0) {
+    ::kill(pid, SIGCONT);
+    stack.notes.push_back(
+        fmt::format("process {} was left stopped ({}): sent SIGCONT", pid, after->state));
+  }
+  return stack;
+}
+
+std::vector<Stack> collect_stacks(const std::vector<pid_t>& pids, const CollectOptions& options) {
+  std::vector<Stack> stacks(pids.size());
+  // A few at a time: each tool run is a process and a ptrace attach.
+  const std::size_t width = std::min<std::size_t>(pids.size(), 8);
+  std::vector<std::thread> workers;
+  std::atomic<std::size_t> next{0};
+  for (std::size_t w = 0; w < width; ++w) {
+    workers.emplace_back([&] {
+      for (std::size_t i; (i = next++) < pids.size();) stacks[i] = collect_stack(pids[i], options);
+    });
+  }
+  for (auto& w : workers) w.join();
+  return stacks;
+}
+
+}  // namespace trainrun::stacks

@@ -1,0 +1,242 @@
+// The collector against real processes, each left running and then told to end (its stdin
+// closed): it must end normally, so no collection may leave it stopped or traced.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "test_support.hpp"
+#include "trainrun/stacks/collect.hpp"
+#include "trainrun/stacks/proc.hpp"
+
+using namespace trainrun::stacks;
+
+namespace {
+
+std::string env(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? value : "";
+}
+
+// A process waiting in stuck_here() for its stdin to close.
+class Target {
+ public:
+  explicit Target(std::vector<std::string> argv) {
+    int in[2], out[2];
+    REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
+    REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+    // Above the standard descriptors, which ctest may have left closed: a dup2 onto itself
+    // would keep close-on-exec.
+    for (int* fd : {&in[0], &in[1], &out[0], &out[1]}) {
+      const int high = ::fcntl(*fd, F_DUPFD_CLOEXEC, 3);
+      ::close(*fd);
+      *fd = high;
+    }
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::dup2(in[0], 0);
+      ::dup2(out[1], 1);
+      std::vector<char*> args;
+      for (auto& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      ::execv(args[0], args.data());
+      ::_exit(127);
+    }
+    ::close(in[0]);
+    ::close(out[1]);
+    stdin_ = in[1];
+    // Ready once it has printed its line (a loaded machine may take a while to start Python).
+    pollfd p{out[0], POLLIN, 0};
+    REQUIRE(::poll(&p, 1, 120000) == 1);
+    char buf[16] = {};
+    CHECK(::read(out[0], buf, sizeof buf - 1) > 0);
+    CHECK(std::string(buf).rfind("ready", 0) == 0);
+    // Kept open: an unbuffered Python writes the newline after the word.
+    stdout_ = out[0];
+    // And waiting: its main thread in read() (bounded; a failed check below says where it is).
+    for (int i = 0; i < 12000; ++i) {
+      const auto threads = read_proc_threads(pid_);
+      if (!threads.empty() && threads[0].syscall == "read" && threads[0].state[0] == 'S') break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ~Target() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (stdin_ >= 0) ::close(stdin_);
+    ::close(stdout_);
+  }
+  pid_t pid() const { return pid_; }
+
+  // Closes its stdin and waits (up to a minute) for its exit status; -1 if it does not end.
+  int finish() {
+    ::close(stdin_);
+    stdin_ = -1;
+    for (int i = 0; i < 6000; ++i) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int stdin_ = -1;
+  int stdout_ = -1;
+};
+
+Target python_target() { return Target({env("PYTHON_EXEC"), env("STUCK_PY")}); }
+
+// A directory holding links to the given tools only: PATH for one collection.
+std::string tools_dir(const std::vector<std::string>& tools) {
+  const std::string dir = trainrun::test::make_temp_dir("stacks-tools");
+  for (const auto& tool : tools) {
+    const std::string name = tool.substr(tool.rfind('/') + 1);
+    REQUIRE(::symlink(tool.c_str(), (dir + "/" + name).c_str()) == 0);
+  }
+  return dir;
+}
+
+std::string tool(const char* variable) {
+  const std::string path = env(variable);
+  INFO(variable << " is not set or names no program: run scripts/setup.sh");
+  REQUIRE((!path.empty() && path.find("NOTFOUND") == std::string::npos));
+  return path;
+}
+
+// The line of stuck.py holding `text`.
+int line_of(const std::string& file, const std::string& text) {
+  std::ifstream in(file);
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++n;
+    if (line.find(text) != std::string::npos) return n;
+  }
+  return 0;
+}
+
+void check_running(pid_t pid) {
+  const auto state = read_process_state(pid);
+  REQUIRE(state);
+  CHECK(state->state != 'T');
+  CHECK(state->state != 't');
+  CHECK(state->tracer == 0);
+}
+
+std::string notes(const Stack& s) {
+  std::string all;
+  for (const auto& n : s.notes) all += n + "\n";
+  return all;
+}
+
+const Frame* find_frame(const Thread& t, const std::string& function_part) {
+  for (const auto& f : t.frames)
+    if (f.function.find(function_part) != std::string::npos) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("py-spy names the Python function a process waits in, and leaves it running") {
+  Target target = python_target();
+  CollectOptions options;
+  options.path = tools_dir({tool("TRAINRUN_PY_SPY")});
+  const Stack stack = collect_stack(target.pid(), options);
+  INFO(format_stack(stack));
+  CHECK(stack.tool == "py-spy");
+  REQUIRE(stack.main_thread());
+  CHECK(stack.main_thread()->tid == target.pid());
+  const Frame* f = find_frame(*stack.main_thread(), "stuck_here");
+  REQUIRE(f);
+  CHECK(f->kind == FrameKind::python);
+  CHECK(f->file == env("STUCK_PY"));
+  CHECK(f->line == line_of(env("STUCK_PY"), "the line the tests look for"));
+  CHECK(stack.threads.size() == 2);
+  check_running(target.pid());
+  CHECK(target.finish() == 0);
+}
+
+TEST_CASE("without any tool, /proc says where each thread waits and which tool would say more") {
+  Target target = python_target();
+  CollectOptions options;
+  options.path = tools_dir({});
+  const Stack stack = collect_stack(target.pid(), options);
+  INFO(format_stack(stack));
+  CHECK(stack.tool == "/proc");
+  REQUIRE(stack.main_thread());
+  CHECK(stack.main_thread()->frames.empty());
+  CHECK(stack.main_thread()->state == "S (sleeping)");
+  CHECK(stack.main_thread()->syscall == "read");
+  CHECK_THAT(stack.main_thread()->wchan, Catch::Contains("pipe"));
+  CHECK(stack.threads.size() == 2);
+  CHECK_THAT(notes(stack), Catch::Contains("pip install py-spy"));
+  check_running(target.pid());
+  CHECK(target.finish() == 0);
+}
+
+TEST_CASE("eu-stack and gdb name the native function a process waits in") {
+  Target target({env("STUCK_WORKER")});
+  for (const char* variable : {"TRAINRUN_EU_STACK", "TRAINRUN_GDB"}) {
+    CollectOptions options;
+    options.path = tools_dir({tool(variable)});
+    const Stack stack = collect_stack(target.pid(), options);
+    INFO(variable << "\n" << format_stack(stack));
+    CHECK(stack.tool == (std::string(variable) == "TRAINRUN_GDB" ? "gdb" : "eu-stack"));
+    REQUIRE(stack.main_thread());
+    const Frame* f = find_frame(*stack.main_thread(), "demo::stuck_here");
+    REQUIRE(f);
+    CHECK(f->file.find("stuck_worker.cpp") != std::string::npos);
+    CHECK(stack.main_thread()->syscall == "read");
+    CHECK(stack.threads.size() == 2);
+    check_running(target.pid());
+  }
+  CHECK(target.finish() == 0);
+}
+
+TEST_CASE("a tool that stops its target and hangs is cut off, and the target continued") {
+  Target target = python_target();
+  const std::string dir = trainrun::test::make_temp_dir("stacks-hang");
+  const std::string sleeper = dir + "/sleeper.pid";
+  {
+    std::ofstream script(dir + "/py-spy");
+    script << "#!/bin/sh\n"
+              "# Called as: py-spy dump --pid PID ...\n"
+              "kill -STOP \"$3\"\n"
+              "sleep 600 &\n"
+              "echo $! > '"
+           << sleeper << "'\nwait\n";
+  }
+  REQUIRE(::chmod((dir + "/py-spy").c_str(), 0755) == 0);
+  CollectOptions options;
+  options.path = dir;
+  options.timeout = std::chrono::seconds(3);
+  const Stack stack = collect_stack(target.pid(), options);
+  INFO(format_stack(stack));
+  CHECK_THAT(notes(stack), Catch::Contains("py-spy timed out after 3 s"));
+  CHECK_THAT(notes(stack), Catch::Contains("sent SIGCONT"));
+  CHECK(stack.tool == "/proc");
+  check_running(target.pid());
+  // The tool's whole process group went with it.
+  std::ifstream pid_file(sleeper);
+  pid_t sleep_pid = 0;
+  REQUIRE(pid_file >> sleep_pid);
+  const auto sleep_state = read_process_state(sleep_pid);
+  CHECK((!sleep_state || sleep_state->state == 'Z'));
+  CHECK(target.finish() == 0);
+}
