@@ -33,7 +33,7 @@ packages=(
   libtorch-dev libgloo-dev zlib1g-dev
   python3-torch python3-torchvision python3-pytest python3-venv python3-matplotlib
   dataset-fashion-mnist
-  iproute2 procps time
+  iproute2 procps time elfutils gdb
   etcd-server etcd-client man-db dpkg-dev
   slurmctld slurmd slurm-client munge
   clang libclang-rt-14-dev
@@ -49,6 +49,17 @@ if ((${#missing[@]})); then
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}" </dev/null
+fi
+
+# py-spy (PyPI only) for the stack collector's tests, in the ignored .venv-tools/: made with the
+# python3 first on PATH (Debian's has no pip without python3-pip), only when missing.
+if [ ! -x "$root/.venv-tools/bin/py-spy" ]; then
+  echo "setup: installing py-spy into $root/.venv-tools" >&2
+  python3 -m venv "$root/.venv-tools"
+  if ! "$root/.venv-tools/bin/python" -m pip install -q py-spy; then
+    echo "setup: cannot install py-spy from PyPI (no network?): the stack tests need it" >&2
+    exit 1
+  fi
 fi
 
 if [ "$torch" = debian ]; then
