@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <stdexcept>
 #include <thread>
@@ -102,7 +103,8 @@ Stack collect_stack(pid_t pid, const CollectOptions& options) {
       if (threads) {
         stack.tool = "py-spy";
       } else if (!stack.notes.empty() &&
-                 stack.notes.back().find("timed out") == std::string::npos) {
+                 stack.notes.back().find("timed out") == std::string::npos &&
+                 stack.notes.back().find("Permission Denied") == std::string::npos) {
         threads = attempt(*py_spy, {"py-spy", {"dump", "--pid", p, "--json"}, parse_py_spy_json},
                           options, stack);
         if (threads) stack.tool = "py-spy";
@@ -135,9 +137,12 @@ Stack collect_stack(pid_t pid, const CollectOptions& options) {
     }
   }
   if (!threads) {
-    for (const auto& note : stack.notes) {
+    for (std::string note : stack.notes) {
+      // gdb: "Operation not permitted"; py-spy: "Permission Denied"; eu-stack: "permission denied".
+      std::transform(note.begin(), note.end(), note.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
       if (note.find("not permitted") == std::string::npos &&
-          note.find("ermission denied") == std::string::npos)
+          note.find("permission denied") == std::string::npos)
         continue;
       stack.notes.push_back(
           "ptrace was refused: CAP_SYS_PTRACE, or kernel.yama.ptrace_scope 0, "

@@ -108,11 +108,10 @@ bool is_python_process(pid_t pid) {
   const std::string proc = "/proc/" + std::to_string(pid);
   char target[4096];
   const ssize_t n = ::readlink((proc + "/exe").c_str(), target, sizeof target - 1);
-  if (n > 0) {
-    const std::string exe(target, static_cast<std::size_t>(n));
-    const std::string name = exe.substr(exe.rfind('/') + 1);
-    if (name.rfind("python", 0) == 0) return true;
-  }
+  // Another user's process hides its executable, not its command line.
+  const std::string exe = n > 0 ? std::string(target, static_cast<std::size_t>(n))
+                                : read_small_file(proc + "/cmdline").c_str();
+  if (exe.substr(exe.rfind('/') + 1).rfind("python", 0) == 0) return true;
   // An interpreter embedded in another program (uwsgi, a C++ host) maps libpython.
   return read_small_file(proc + "/maps").find("/libpython") != std::string::npos;
 }
