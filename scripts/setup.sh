@@ -1,26 +1,29 @@
 #!/usr/bin/env bash
 # Installs what trainrun needs (only what is missing) and builds it.
-# Usage: scripts/setup.sh [--torch=debian | --torch=pypi]
+# Usage: scripts/setup.sh [--torch=debian | --torch=pypi] [--tests]
 #   --torch=debian  (default) Debian's PyTorch 1.13 (CPU); build directory build/ or
 #                   $TRAINRUN_BUILD_DIR
 #   --torch=pypi    the current torch and torchvision from PyPI (their CUDA build) in the ignored
 #                   virtual environment .venv-pypi/, and a build against that LibTorch with NCCL
 #                   in build-pypi/ (or $TRAINRUN_PYPI_BUILD_DIR). The virtual environment is made
 #                   with $TRAINRUN_PYPI_PYTHON (default: the python3 first on PATH).
+#   --tests         also what only the test suite uses: py-spy (PyPI) in the ignored .venv-tools/
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$root/scripts/compiler-cache.sh"
 torch=debian
+tests=0
 for arg in "$@"; do
   case "$arg" in
     --torch=debian | --torch=pypi) torch="${arg#--torch=}" ;;
+    --tests) tests=1 ;;
     -h | --help)
       sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
-      echo "setup: unknown argument '$arg' (use --torch=debian or --torch=pypi)" >&2
+      echo "setup: unknown argument '$arg' (use --torch=debian, --torch=pypi or --tests)" >&2
       exit 2
       ;;
   esac
@@ -53,7 +56,7 @@ fi
 
 # py-spy (PyPI only) for the stack collector's tests, in the ignored .venv-tools/: made with the
 # python3 first on PATH (Debian's has no pip without python3-pip), only when missing.
-if [ ! -x "$root/.venv-tools/bin/py-spy" ]; then
+if [ "$tests" = 1 ] && [ ! -x "$root/.venv-tools/bin/py-spy" ]; then
   echo "setup: installing py-spy into $root/.venv-tools" >&2
   python3 -m venv "$root/.venv-tools"
   if ! "$root/.venv-tools/bin/python" -m pip install -q py-spy; then

@@ -13,7 +13,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${TRAINRUN_BUILD_DIR:-$root/build}"
-"$root/scripts/setup.sh"
+"$root/scripts/setup.sh" --tests
 
 # Everything the tests and the jobs they run leave in the temporary directory (the log trees that
 # failed jobs keep, as a user's would be kept; torchrun's own; checkpoints of killed workers) goes
