@@ -3,6 +3,7 @@
 
 #include "parse_helpers.hpp"
 #include "trainrun/launch/cli/command_line.hpp"
+#include "trainrun/launch/cli/option_values.hpp"
 
 using namespace trainrun::launch;
 using trainrun::test::outcome;

@@ -152,7 +152,7 @@ TEST_CASE("inside a step with no rendezvous option, the layout comes from Slurm"
   CHECK(c.node_rank == 1);
   CHECK(c.master_addr == "gpu-a07");
   CHECK(c.master_port == read_slurm_step(step_env()).master_port);
-  CHECK(c.rdzv_backend == "static");
+  CHECK(c.rdzv_backend == RendezvousBackend::static_);
   CHECK(c.rdzv_id == "1234.0");
   CHECK(c.nproc_per_node.number == 4);
   REQUIRE(out.notes.size() == 1);

@@ -4,6 +4,7 @@
 
 #include "trainrun/base/wording.hpp"
 #include "trainrun/launch/output/output_plan.hpp"
+#include "trainrun/launch/workers/entrypoint.hpp"
 
 namespace trainrun::launch {
 
@@ -16,7 +17,7 @@ std::optional<int> port_to_hold(const LaunchConfig& config, bool use_rendezvous)
   // A single-node job needs no fixed port: unless one was asked for, take a free one.
   if (!use_rendezvous) return config.master_port_given ? config.master_port : 0;
   // Static: MASTER_PORT is given; the node that will run RANK 0 holds it.
-  if (config.rdzv_backend == "static") {
+  if (config.rdzv_backend == RendezvousBackend::static_) {
     if (config.node_rank == 0) return config.master_port;
     return std::nullopt;
   }
@@ -56,7 +57,7 @@ WorkerLaunch worker_launch(const LaunchConfig& config, const std::string& progra
                            const Topology& topology, const JobSettings& job, int local_rank,
                            const std::string& rank_dir, const std::string& host,
                            const std::map<std::string, std::string>& inherited) {
-  const std::vector<std::string> argv = config.worker_argv();
+  const std::vector<std::string> argv = worker_argv(config);
   WorkerLaunch w;
   w.local_rank = local_rank;
   w.program = program;

@@ -12,7 +12,9 @@
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/text.hpp"
 #include "trainrun/launch/cli/cli_docs.hpp"
+#include "trainrun/launch/cli/option_values.hpp"
 #include "trainrun/launch/clusters/slurm.hpp"
+#include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/rendezvous/rendezvous_options.hpp"
 #include "trainrun/launch/version.hpp"
 #include "trainrun/launch/workers/worker_count.hpp"
@@ -128,67 +130,6 @@ class UsageFormatter : public CLI::Formatter {
 
 [[noreturn]] void fail(const std::string& message) { throw UsageError(message); }
 
-int parse_int(const std::string& value, const std::string& what, const char* rule) {
-  if (value.empty()) fail(fmt::format("{}: expected {}, got an empty value", what, rule));
-  const std::optional<long long> n = parse_integer(value);
-  if (!n || *n < INT32_MIN || *n > INT32_MAX) fail(fmt::format("{}: expected {}", what, rule));
-  return static_cast<int>(*n);
-}
-
-double parse_seconds(const std::string& value, const std::string& what) {
-  const std::optional<double> d = parse_number(value);
-  if (!d || *d < 0 || *d > 1e9) fail(fmt::format("{}: expected a number of seconds >= 0", what));
-  return *d;
-}
-
-bool parse_flag_env(const std::string& value, const std::string& what) {
-  if (value == "1" || value == "true" || value == "True") return true;
-  if (value == "0" || value == "false" || value == "False" || value.empty()) return false;
-  fail(fmt::format("{}: expected 0 or 1", what));
-}
-
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  size_t e = s.find_last_not_of(" \t");
-  return s.substr(b, e - b + 1);
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (true) {
-    size_t pos = s.find(sep, start);
-    parts.push_back(s.substr(start, pos - start));
-    if (pos == std::string::npos) break;
-    start = pos + 1;
-  }
-  return parts;
-}
-
-WorkerCount parse_worker_count(const std::string& value, const std::string& what) {
-  WorkerCount count;
-  count.source = what;
-  static const std::map<std::string, WorkerCount::Kind> words = {
-      {"cpu", WorkerCount::Kind::cpu},
-      {"gpu", WorkerCount::Kind::gpu},
-      {"xpu", WorkerCount::Kind::xpu},
-      {"auto", WorkerCount::Kind::automatic}};
-  if (auto it = words.find(value); it != words.end()) {
-    count.kind = it->second;
-    return count;
-  }
-  count.number = parse_int(value, what, "a positive integer, cpu, gpu, xpu or auto");
-  if (count.number <= 0)
-    fail(fmt::format("{}: must be at least 1, or cpu, gpu, xpu or auto", what));
-  return count;
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // The options' values as written (on the command line, else in PET_*), and how to name each one
 // in an error ("--nnodes=0", "PET_NNODES=0").
 struct GivenValues {
@@ -288,8 +229,7 @@ void read_topology(const GivenValues& g, LaunchConfig& c) {
 }
 
 void read_rendezvous(const GivenValues& g, LaunchConfig& c) {
-  c.rdzv_backend = g.value("rdzv-backend");
-  check_rdzv_backend(c.rdzv_backend, g.named("rdzv-backend"));
+  c.rdzv_backend = parse_rdzv_backend(g.value("rdzv-backend"), g.named("rdzv-backend"));
   c.rdzv_endpoint = g.value("rdzv-endpoint");
   c.rdzv_id = g.value("rdzv-id");
   if (c.rdzv_id.empty()) fail(fmt::format("{}: must not be empty", g.named("rdzv-id")));
@@ -429,7 +369,7 @@ void read_entrypoint(const GivenValues& g, const std::vector<std::string>& rest,
     c.entry_mode = EntryMode::executable;
   else
     c.entry_mode =
-        ends_with(c.entrypoint, ".py") ? EntryMode::python_script : EntryMode::executable;
+        trainrun::ends_with(c.entrypoint, ".py") ? EntryMode::python_script : EntryMode::executable;
 }
 
 // ---- Cluster managers: the job's layout from a Slurm step (slurm.hpp) ----------------------
@@ -493,115 +433,6 @@ std::optional<std::string> apply_slurm(const std::map<std::string, std::string>&
 
 }  // namespace
 
-Std StdSpec::for_rank(int local_rank) const {
-  if (!is_map) return all_ranks;
-  auto it = per_rank.find(local_rank);
-  return it == per_rank.end() ? Std::none : it->second;
-}
-
-std::pair<int, int> parse_nnodes(const std::string& value, const std::string& what) {
-  auto colon = value.find(':');
-  if (colon == std::string::npos) {
-    int n = parse_int(value, what, "N or MIN:MAX with positive integers");
-    if (n <= 0) fail(fmt::format("{}: the node count must be at least 1", what));
-    return {n, n};
-  }
-  int lo = parse_int(value.substr(0, colon), what, "N or MIN:MAX with positive integers");
-  int hi = parse_int(value.substr(colon + 1), what, "N or MIN:MAX with positive integers");
-  if (lo <= 0) fail(fmt::format("{}: MIN must be at least 1 (got MIN={})", what, lo));
-  if (lo > hi) fail(fmt::format("{}: MIN must not exceed MAX (got MIN={}, MAX={})", what, lo, hi));
-  return {lo, hi};
-}
-
-StdSpec parse_std_spec(const std::string& value, const std::string& what) {
-  const char* rule = "0, 1, 2 or 3, or a per-rank map like 0:1,1:3";
-  auto to_std = [&](const std::string& v) {
-    int n = parse_int(v, what, rule);
-    if (n < 0 || n > 3)
-      fail(fmt::format("{}: {} is not a stream selection; use {}", what, v, rule));
-    return static_cast<Std>(n);
-  };
-  StdSpec spec;
-  if (value.find(':') == std::string::npos) {
-    spec.all_ranks = to_std(trim(value));
-    return spec;
-  }
-  spec.is_map = true;
-  for (const auto& item : split(value, ',')) {
-    auto colon = item.find(':');
-    if (colon == std::string::npos)
-      fail(fmt::format("{}: '{}' is not RANK:VALUE; use {}", what, item, rule));
-    int rank = parse_int(trim(item.substr(0, colon)), what, rule);
-    if (rank < 0) fail(fmt::format("{}: local rank {} is negative", what, rank));
-    if (spec.per_rank.count(rank))
-      fail(fmt::format("{}: local rank {} is given twice", what, rank));
-    spec.per_rank[rank] = to_std(trim(item.substr(colon + 1)));
-  }
-  return spec;
-}
-
-std::map<std::string, std::string> parse_rdzv_conf(const std::string& value,
-                                                   const std::string& what) {
-  std::map<std::string, std::string> conf;
-  if (trim(value).empty()) return conf;
-  for (const auto& item : split(value, ',')) {
-    auto eq = item.find('=');
-    if (eq == std::string::npos)
-      fail(fmt::format("{}: '{}' is not KEY=VALUE (e.g. join_timeout=600,last_call_timeout=30)",
-                       what, item));
-    std::string key = trim(item.substr(0, eq));
-    std::string val = trim(item.substr(eq + 1));
-    if (key.empty()) fail(fmt::format("{}: '{}' has an empty key", what, item));
-    conf[key] = val;
-  }
-  check_rdzv_conf(conf);
-  return conf;
-}
-
-std::vector<int> parse_rank_list(const std::string& value, const std::string& what) {
-  std::vector<int> ranks;
-  for (const auto& item : split(value, ',')) {
-    int r = parse_int(trim(item), what, "a comma-separated list of local ranks");
-    if (r < 0) fail(fmt::format("{}: local rank {} is negative", what, r));
-    ranks.push_back(r);
-  }
-  return ranks;
-}
-
-int parse_signal_name(const std::string& name, const std::string& what) {
-  static const std::vector<std::pair<const char*, int>> known = {
-      {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},
-      {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2},
-      {"SIGCONT", SIGCONT}, {"SIGALRM", SIGALRM}, {"SIGXCPU", SIGXCPU}};
-  std::string upper;
-  for (char c : trim(name)) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (upper.rfind("SIG", 0) != 0) upper = "SIG" + upper;
-  for (const auto& [n, v] : known)
-    if (upper == n) return v;
-  fail(
-      fmt::format("{}: '{}' is not a signal trainrun handles (SIGTERM, SIGINT, SIGHUP, SIGQUIT, "
-                  "SIGUSR1, SIGUSR2, SIGCONT, SIGALRM, SIGXCPU)",
-                  what, name));
-}
-
-std::vector<std::string> parse_filter_list(const std::string& value) {
-  std::vector<std::string> items;
-  std::string item;
-  for (size_t i = 0; i < value.size(); ++i) {
-    if (value[i] != ',') {
-      item += value[i];
-    } else if (i + 1 < value.size() && value[i + 1] == ',') {
-      item += ',';  // torchrun's escape, read left to right: ",,," is a comma, then a separator
-      ++i;
-    } else {
-      if (!item.empty()) items.push_back(item);
-      item.clear();
-    }
-  }
-  if (!item.empty()) items.push_back(item);
-  return items;
-}
-
 std::vector<OptionDoc> option_docs() {
   GivenValues given;
   const std::unique_ptr<CLI::App> app = make_app(given);
@@ -618,82 +449,6 @@ std::vector<OptionDoc> option_docs() {
     docs.push_back(std::move(doc));
   }
   return docs;
-}
-
-std::string loopback_warning(const LaunchConfig& c) {
-  if (c.max_nodes <= 1 || c.standalone) return {};
-  const bool is_static = c.rdzv_backend == "static";
-  const std::string option = is_static ? "--master-addr" : "--rdzv-endpoint";
-  const std::string value = is_static ? c.master_addr : c.rdzv_endpoint;
-  std::string host = value;
-  if (!is_static) {
-    try {
-      host = rendezvous::parse_endpoint(value).host;
-    } catch (const std::exception&) {
-      return {};  // the rendezvous reports a bad endpoint itself
-    }
-  }
-  std::string named;
-  if (rendezvous::is_loopback_host(host))
-    named = option + "=" + value;
-  else if (!c.local_addr.empty() && rendezvous::is_loopback_host(c.local_addr))
-    named = "--local-addr=" + c.local_addr;
-  else
-    return {};
-  return fmt::format(
-      "warning: {} is a loopback address: nodes on other machines cannot reach it; with "
-      "--nnodes={} give an address or host name they can reach (see docs/cli.md#multi-node)",
-      named,
-      c.max_nodes == c.min_nodes ? std::to_string(c.max_nodes)
-                                 : fmt::format("{}:{}", c.min_nodes, c.max_nodes));
-}
-
-namespace {
-
-// Whether arg[i] continues a name of Python's string.Template ([_a-z0-9], any case): torchrun
-// leaves "$local_rankX" alone, the name being "local_rankX".
-bool identifier_char(const std::string& arg, size_t i) {
-  if (i >= arg.size()) return false;
-  const char c = arg[i];
-  return c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-}
-
-}  // namespace
-
-std::string expand_local_rank(const std::string& arg, int local_rank) {
-  std::string out;
-  const std::string rank = std::to_string(local_rank);
-  for (size_t i = 0; i < arg.size();) {
-    if (arg[i] != '$') {
-      out += arg[i++];
-    } else if (arg.compare(i, 2, "$$") == 0) {
-      out += '$';
-      i += 2;
-    } else if (arg.compare(i, 13, "${local_rank}") == 0) {
-      out += rank;
-      i += 13;
-    } else if (arg.compare(i, 11, "$local_rank") == 0 && !identifier_char(arg, i + 11)) {
-      out += rank;
-      i += 11;
-    } else {
-      out += arg[i++];
-    }
-  }
-  return out;
-}
-
-std::vector<std::string> LaunchConfig::worker_argv() const {
-  std::vector<std::string> argv;
-  if (entry_mode == EntryMode::executable) {
-    argv.push_back(entrypoint);
-  } else {
-    argv.push_back(python_exec);
-    argv.push_back("-u");
-    if (entry_mode == EntryMode::python_module) argv.push_back("-m");
-    argv.push_back(entrypoint);
-  }
-  argv.insert(argv.end(), entry_args.begin(), entry_args.end());
-  return argv;
 }
 
 namespace {
@@ -770,7 +525,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
 
   if (c.standalone) {
     c.min_nodes = c.max_nodes = 1;
-    c.rdzv_backend = "c10d";
+    c.rdzv_backend = RendezvousBackend::c10d;
     c.rdzv_endpoint = "localhost:0";
   }
   check_rendezvous_layout(c, env);

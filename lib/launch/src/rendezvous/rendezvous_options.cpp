@@ -15,7 +15,6 @@
 namespace trainrun::launch {
 
 using rendezvous::Clock;
-using rendezvous::is_etcd_backend;
 using rendezvous::kEtcdPort;
 using rendezvous::Refusal;
 using RendezvousOptions = rendezvous::TcpRendezvousOptions;
@@ -142,11 +141,11 @@ RendezvousOptions dynamic_options(const LaunchConfig& config) {
     throw UsageError(
         fmt::format("--rdzv-backend={} needs --rdzv-endpoint=HOST[:PORT] (the same "
                     "on every node)",
-                    config.rdzv_backend));
+                    backend_name(config.rdzv_backend)));
   }
   RendezvousOptions o;
   try {
-    o.endpoint = is_etcd_backend(config.rdzv_backend)
+    o.endpoint = is_etcd(config.rdzv_backend)
                      ? rendezvous::parse_endpoint(config.rdzv_endpoint, kEtcdPort)
                      : rendezvous::parse_endpoint(config.rdzv_endpoint);
   } catch (const std::invalid_argument& e) {
@@ -182,23 +181,27 @@ RendezvousConf check_rdzv_conf(const std::map<std::string, std::string>& entries
   return conf;
 }
 
-void check_rdzv_backend(const std::string& backend, const std::string& what) {
-  if (backend != "static" && backend != "c10d" && !is_etcd_backend(backend)) {
-    throw UsageError(
-        fmt::format("{}: unknown rendezvous backend; use static, c10d, etcd or etcd-v2", what));
+RendezvousBackend parse_rdzv_backend(const std::string& name, const std::string& what) {
+  for (const RendezvousBackend backend : {RendezvousBackend::static_, RendezvousBackend::c10d,
+                                          RendezvousBackend::etcd, RendezvousBackend::etcd_v2}) {
+    if (name == backend_name(backend)) return backend;
   }
+  throw UsageError(
+      fmt::format("{}: unknown rendezvous backend; use static, c10d, etcd or etcd-v2", what));
 }
 
 bool uses_rendezvous(const LaunchConfig& config) {
-  return !config.standalone && (config.max_nodes > 1 || config.rdzv_backend != "static");
+  return !config.standalone &&
+         (config.max_nodes > 1 || config.rdzv_backend != RendezvousBackend::static_);
 }
 
 namespace {
 
 // Everything but the token: from the command line alone.
 RendezvousOptions layout_options(const LaunchConfig& config, const RendezvousConf& conf) {
-  RendezvousOptions o =
-      config.rdzv_backend == "static" ? static_options(config, conf) : dynamic_options(config);
+  RendezvousOptions o = config.rdzv_backend == RendezvousBackend::static_
+                            ? static_options(config, conf)
+                            : dynamic_options(config);
   o.is_host = conf.is_host;
   o.local_addr = config.local_addr;
   o.credentials.run_id = config.rdzv_id;
@@ -222,22 +225,22 @@ RendezvousOptions layout_options(const LaunchConfig& config, const RendezvousCon
 void check_rendezvous_layout(const LaunchConfig& config,
                              const std::map<std::string, std::string>& env) {
   if (!uses_rendezvous(config)) return;
-  const RendezvousConf conf = check_rdzv_conf(config.rdzv_conf);
+  const RendezvousConf& conf = config.rdzv_conf;
   layout_options(config, conf);
   // The etcd backend has no use for a token: refused rather than ignored, so that nobody
   // believes the job authenticates its nodes.
-  if (is_etcd_backend(config.rdzv_backend) && (conf.token.file || env.count(kTokenVariable))) {
+  if (is_etcd(config.rdzv_backend) && (conf.token.file || env.count(kTokenVariable))) {
     throw UsageError(fmt::format(
         "--rdzv-backend={}: the etcd backend does not use a rendezvous token ({} is set); secure "
         "etcd itself and drop the token, or use --rdzv-backend=c10d",
-        config.rdzv_backend, conf.token.file ? "--rdzv-conf token_file" : kTokenVariable));
+        backend_name(config.rdzv_backend),
+        conf.token.file ? "--rdzv-conf token_file" : kTokenVariable));
   }
 }
 
 RendezvousOptions rendezvous_options(const LaunchConfig& config,
                                      const std::map<std::string, std::string>& env) {
-  // Already checked when the command line was parsed: this only reads the values.
-  const RendezvousConf conf = check_rdzv_conf(config.rdzv_conf);
+  const RendezvousConf& conf = config.rdzv_conf;
   RendezvousOptions o = layout_options(config, conf);
   o.credentials.token = load_token(conf.token, env);
   return o;
@@ -246,10 +249,10 @@ RendezvousOptions rendezvous_options(const LaunchConfig& config,
 std::unique_ptr<rendezvous::RendezvousHandler> make_rendezvous(
     boost::asio::io_context& io, const LaunchConfig& config,
     const rendezvous::TcpRendezvousOptions& options, const rendezvous::LogFunction& log) {
-  if (!is_etcd_backend(config.rdzv_backend))
-    return rendezvous::make_rendezvous_handler(io, options, log);
-  const std::string_view note = rendezvous::etcd_alias_note(config.rdzv_backend);
-  if (!note.empty()) log(fmt::format("--rdzv-backend={}: {}", config.rdzv_backend, note));
+  if (!is_etcd(config.rdzv_backend)) return rendezvous::make_rendezvous_handler(io, options, log);
+  const char* name = backend_name(config.rdzv_backend);
+  const std::string_view note = rendezvous::etcd_alias_note(name);
+  if (!note.empty()) log(fmt::format("--rdzv-backend={}: {}", name, note));
   return rendezvous::make_etcd_rendezvous_handler(io, options, log);
 }
 
@@ -280,9 +283,37 @@ rendezvous::Stop with_hint(rendezvous::Stop stop) {
 }
 
 std::string hosting_hint(const LaunchConfig& config) {
-  return config.rdzv_backend == "static"
+  return config.rdzv_backend == RendezvousBackend::static_
              ? "free the port or choose another one with --rdzv-conf rdzv_port=N"
              : "free the port or choose another one in --rdzv-endpoint";
+}
+
+std::string loopback_warning(const LaunchConfig& c) {
+  if (c.max_nodes <= 1 || c.standalone) return {};
+  const bool is_static = c.rdzv_backend == RendezvousBackend::static_;
+  const std::string option = is_static ? "--master-addr" : "--rdzv-endpoint";
+  const std::string value = is_static ? c.master_addr : c.rdzv_endpoint;
+  std::string host = value;
+  if (!is_static) {
+    try {
+      host = rendezvous::parse_endpoint(value).host;
+    } catch (const std::exception&) {
+      return {};  // the rendezvous reports a bad endpoint itself
+    }
+  }
+  std::string named;
+  if (rendezvous::is_loopback_host(host))
+    named = option + "=" + value;
+  else if (!c.local_addr.empty() && rendezvous::is_loopback_host(c.local_addr))
+    named = "--local-addr=" + c.local_addr;
+  else
+    return {};
+  return fmt::format(
+      "warning: {} is a loopback address: nodes on other machines cannot reach it; with "
+      "--nnodes={} give an address or host name they can reach (see docs/cli.md#multi-node)",
+      named,
+      c.max_nodes == c.min_nodes ? std::to_string(c.max_nodes)
+                                 : fmt::format("{}:{}", c.min_nodes, c.max_nodes));
 }
 
 }  // namespace trainrun::launch

@@ -123,4 +123,52 @@ ResolvedEntry resolve_entrypoint(const LaunchConfig& config,
   return r;
 }
 
+namespace {
+
+// Whether arg[i] continues a name of Python's string.Template ([_a-z0-9], any case): torchrun
+// leaves "$local_rankX" alone, the name being "local_rankX".
+bool identifier_char(const std::string& arg, size_t i) {
+  if (i >= arg.size()) return false;
+  const char c = arg[i];
+  return c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+}  // namespace
+
+std::string expand_local_rank(const std::string& arg, int local_rank) {
+  std::string out;
+  const std::string rank = std::to_string(local_rank);
+  for (size_t i = 0; i < arg.size();) {
+    if (arg[i] != '$') {
+      out += arg[i++];
+    } else if (arg.compare(i, 2, "$$") == 0) {
+      out += '$';
+      i += 2;
+    } else if (arg.compare(i, 13, "${local_rank}") == 0) {
+      out += rank;
+      i += 13;
+    } else if (arg.compare(i, 11, "$local_rank") == 0 && !identifier_char(arg, i + 11)) {
+      out += rank;
+      i += 11;
+    } else {
+      out += arg[i++];
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> worker_argv(const LaunchConfig& config) {
+  std::vector<std::string> argv;
+  if (config.entry_mode == EntryMode::executable) {
+    argv.push_back(config.entrypoint);
+  } else {
+    argv.push_back(config.python_exec);
+    argv.push_back("-u");
+    if (config.entry_mode == EntryMode::python_module) argv.push_back("-m");
+    argv.push_back(config.entrypoint);
+  }
+  argv.insert(argv.end(), config.entry_args.begin(), config.entry_args.end());
+  return argv;
+}
+
 }  // namespace trainrun::launch

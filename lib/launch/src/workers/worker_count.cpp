@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/file_io.hpp"
 #include "trainrun/launch/workers/cgroup.hpp"
 #include "trainrun/rendezvous/messages.hpp"

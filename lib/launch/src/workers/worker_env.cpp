@@ -7,6 +7,7 @@
 #include <sstream>
 #include <utility>
 
+#include "trainrun/base/text.hpp"
 #include "trainrun/base/wording.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/rendezvous/rendezvous_token.hpp"
@@ -32,19 +33,13 @@ std::pair<std::string, std::optional<std::vector<std::string>>> visible_gpus(
   return {"CUDA_VISIBLE_DEVICES", std::nullopt};
 }
 
-std::string trimmed(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
-
 // torchrun 2.x's virtual local rank: every worker is local rank 0 of a one-GPU node.
 void set_virtual_local_rank(int local_rank, const std::map<std::string, std::string>& inherited,
                             std::map<std::string, std::string>& v) {
   v["LOCAL_RANK"] = "0";
   const auto [name, ids] = visible_gpus(inherited);
   const std::string gpu =
-      ids ? trimmed(ids->at(static_cast<size_t>(local_rank))) : std::to_string(local_rank);
+      ids ? trainrun::trim(ids->at(static_cast<size_t>(local_rank))) : std::to_string(local_rank);
   v["CUDA_VISIBLE_DEVICES"] = gpu;
   if (name == "HIP_VISIBLE_DEVICES") v["HIP_VISIBLE_DEVICES"] = gpu;
 }

@@ -3,9 +3,9 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
+#include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/launch_config.hpp"
 
 namespace trainrun::launch {
@@ -27,16 +27,6 @@ struct ParseOutcome {
 ParseOutcome parse_command_line(const std::vector<std::string>& args,
                                 const std::map<std::string, std::string>& env);
 
-// Pure parsers, exposed for tests and fuzzing. Each throws UsageError naming `what`.
-std::pair<int, int> parse_nnodes(const std::string& value, const std::string& what);
-StdSpec parse_std_spec(const std::string& value, const std::string& what);
-std::map<std::string, std::string> parse_rdzv_conf(const std::string& value,
-                                                   const std::string& what);
-std::vector<int> parse_rank_list(const std::string& value, const std::string& what);
-int parse_signal_name(const std::string& name, const std::string& what);
-// torchrun's --duplicate-std*-filters list: comma-separated, ",," is a literal comma. Empty
-// items are dropped: an empty list duplicates nothing.
-std::vector<std::string> parse_filter_list(const std::string& value);
 // One option as --help shows it, for the man page and the completion scripts (cli_docs.hpp):
 // read from the same CLI11 table that parses the command line, so they cannot drift apart.
 struct OptionDoc {
@@ -47,8 +37,4 @@ struct OptionDoc {
   std::string default_value;
 };
 std::vector<OptionDoc> option_docs();
-// The one-line warning for a multi-node job whose rendezvous, master or advertised address is a
-// loopback address that other machines cannot reach; empty when there is nothing to say.
-std::string loopback_warning(const LaunchConfig& config);
-
 }  // namespace trainrun::launch

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/log.hpp"
+#include "trainrun/launch/core/rendezvous_conf.hpp"
 
 namespace trainrun::launch {
 
@@ -45,10 +45,10 @@ struct LaunchConfig {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   bool master_port_given = false;  // explicit --master-port / PET_MASTER_PORT
-  std::string rdzv_backend = "static";
+  RendezvousBackend rdzv_backend = RendezvousBackend::static_;
   std::string rdzv_endpoint;
   std::string rdzv_id = "none";
-  std::map<std::string, std::string> rdzv_conf;  // checked by check_rdzv_conf
+  RendezvousConf rdzv_conf;
   bool standalone = false;
   int max_restarts = 0;
   double monitor_interval = 0.1;
@@ -82,12 +82,6 @@ struct LaunchConfig {
   std::string python_exec = "python3";  // $PYTHON_EXEC, for scripts and modules
   std::string entrypoint;               // as given on the command line
   std::vector<std::string> entry_args;  // arguments after the entrypoint, untouched
-
-  // The program and arguments each worker runs, before ${local_rank} expansion.
-  std::vector<std::string> worker_argv() const;
 };
-
-// "${local_rank}" and "$local_rank" become the rank; "$$" becomes "$".
-std::string expand_local_rank(const std::string& arg, int local_rank);
 
 }  // namespace trainrun::launch

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "trainrun/launch/core/rendezvous_conf.hpp"
 #include "trainrun/launch/rendezvous/rendezvous_token.hpp"
 #include "trainrun/rendezvous/handler.hpp"
 #include "trainrun/rendezvous/options.hpp"
@@ -13,23 +14,12 @@ namespace trainrun::launch {
 
 struct LaunchConfig;
 
-// --rdzv-conf, checked: each key's value of its type and in its range; keys not given are empty
-// (the rendezvous library's defaults apply). Liveness is resolved here because its keys depend
-// on each other.
-struct RendezvousConf {
-  std::optional<rendezvous::Clock::duration> join_timeout;
-  std::optional<rendezvous::Clock::duration> last_call_timeout;
-  rendezvous::LivenessOptions liveness;
-  std::optional<bool> is_host;
-  TokenSource token;             // token_file, token_file_mode
-  std::optional<int> rdzv_port;  // static backend: where node rank 0 serves the rendezvous
-};
-
-// The one set of rules for --rdzv-conf KEY=VALUE entries, applied when the command line is
-// parsed. Keys: join_timeout, last_call_timeout, heartbeat_timeout, keep_alive_interval (seconds
-// from 0.01 to 1e7), keep_alive_max_attempt (heartbeat_timeout as a count of keep-alives), is_host
-// (1 or 0), token_file, token_file_mode (private or any; only with token_file), rdzv_port
-// (1..65535), and, accepted for torchrun compatibility and unused, close_timeout, timeout (seconds
+// The one set of rules for --rdzv-conf KEY=VALUE entries, applied once, when the command line is
+// parsed (parse_rdzv_conf): the result is LaunchConfig::rdzv_conf. Keys: join_timeout,
+// last_call_timeout, heartbeat_timeout, keep_alive_interval (seconds from 0.01 to 1e7),
+// keep_alive_max_attempt (heartbeat_timeout as a count of keep-alives), is_host (1 or 0),
+// token_file, token_file_mode (private or any; only with token_file), rdzv_port (1..65535), and,
+// accepted for torchrun compatibility and unused, close_timeout, timeout (seconds
 // >= 0) and read_timeout. Other keys are refused, so that a typo does not pass silently. Throws
 // UsageError with a one-line reason naming the key.
 RendezvousConf check_rdzv_conf(const std::map<std::string, std::string>& entries);
@@ -37,7 +27,7 @@ RendezvousConf check_rdzv_conf(const std::map<std::string, std::string>& entries
 // --rdzv-backend: static, c10d, etcd and etcd-v2 (the same backend: trainrun speaks etcd's v3
 // API for both); other names are unknown. `what` names the value as given
 // ("--rdzv-backend=etcd"). Throws UsageError.
-void check_rdzv_backend(const std::string& backend, const std::string& what);
+RendezvousBackend parse_rdzv_backend(const std::string& name, const std::string& what);
 
 // One node with the static backend needs nobody's agreement: no rendezvous at all.
 bool uses_rendezvous(const LaunchConfig& config);
@@ -77,5 +67,9 @@ std::string rendezvous_hint(const rendezvous::Stop& stop);
 rendezvous::Stop with_hint(rendezvous::Stop stop);
 // What to do when this node must host the rendezvous and its port is taken (HostingError).
 std::string hosting_hint(const LaunchConfig& config);
+
+// The one-line warning for a multi-node job whose rendezvous, master or advertised address is a
+// loopback address that other machines cannot reach; empty when there is nothing to say.
+std::string loopback_warning(const LaunchConfig& config);
 
 }  // namespace trainrun::launch

@@ -4,18 +4,13 @@
 #include <optional>
 #include <string>
 
+#include "trainrun/launch/core/rendezvous_conf.hpp"
+
 namespace trainrun::launch {
 
 // The environment variable that may carry the shared token. The launcher reads it and never
 // passes it on: workers do not see it (merge_environment leaves it out).
 inline constexpr const char* kTokenVariable = "TRAINRUN_RDZV_TOKEN";
-
-// Where the shared token comes from: --rdzv-conf token_file=PATH, and whether a file that others
-// than its owner may read is accepted (--rdzv-conf token_file_mode=any).
-struct TokenSource {
-  std::optional<std::string> file;
-  bool any_mode = false;
-};
 
 // The shared rendezvous token: the contents of the token file (trailing whitespace removed),
 // else the environment variable TRAINRUN_RDZV_TOKEN, else none. Throws UsageError (exit 2) with

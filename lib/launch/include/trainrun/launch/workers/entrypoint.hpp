@@ -2,6 +2,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/launch_config.hpp"
@@ -24,5 +25,12 @@ ResolvedEntry resolve_entrypoint(const LaunchConfig& config,
 // program that is not there, 126 for one that cannot run (ENOEXEC: "exec format error"; ELOOP:
 // "too many levels of symbolic links"; EACCES: permission denied).
 EntrypointError exec_error(const std::string& program, int err);
+
+// The program and arguments each worker runs, before ${local_rank} expansion: the entrypoint
+// itself, or Python (-u, -m for a module) with it.
+std::vector<std::string> worker_argv(const LaunchConfig& config);
+
+// "${local_rank}" and "$local_rank" become the rank; "$$" becomes "$".
+std::string expand_local_rank(const std::string& arg, int local_rank);
 
 }  // namespace trainrun::launch
