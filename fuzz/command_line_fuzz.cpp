@@ -1,7 +1,8 @@
 // The whole command line with PET_* defaults. Input: NUL-separated arguments, then an empty
 // string, then NUL-separated NAME=VALUE environment entries.
-#include "config.hpp"
 #include "fuzz_util.hpp"
+#include "trainrun/launch/cli/command_line.hpp"
+#include "trainrun/launch/workers/entrypoint.hpp"
 
 using namespace trainrun::launch;
 
@@ -29,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     FUZZ_CHECK(c.master_port >= 0 && c.master_port <= 65535);
     FUZZ_CHECK(c.shutdown_timeout >= 0 && c.monitor_interval > 0);
     FUZZ_CHECK(!c.entrypoint.empty() && !c.role.empty() && !c.rdzv_id.empty());
-    auto argv = c.worker_argv();
+    auto argv = worker_argv(c);
     FUZZ_CHECK(!argv.empty());
     for (const auto& a : argv) expand_local_rank(a, 3);
   } catch (const UsageError&) {

@@ -1,4 +1,4 @@
-#include "agent_plan.hpp"
+#include "trainrun/launch/agent/agent_plan.hpp"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -19,7 +19,7 @@ TEST_CASE("a rendezvous only when more than one node may take part", "[agent]") 
   c.max_nodes = 2;
   CHECK(uses_rendezvous(c));
   c.max_nodes = 1;
-  c.rdzv_backend = "c10d";
+  c.rdzv_backend = RendezvousBackend::c10d;
   CHECK(uses_rendezvous(c));
   c.standalone = true;
   CHECK_FALSE(uses_rendezvous(c));
@@ -45,7 +45,7 @@ TEST_CASE("the port held for worker RANK 0's store", "[agent]") {
   CHECK(port_to_hold(c, true) == 29511);  // static: the node of RANK 0 holds the given port
   c.node_rank = 1;
   CHECK_FALSE(port_to_hold(c, true).has_value());
-  c.rdzv_backend = "c10d";
+  c.rdzv_backend = RendezvousBackend::c10d;
   CHECK(port_to_hold(c, true) == 0);  // dynamic: every node offers a free port
 }
 

@@ -77,3 +77,12 @@ TEST_CASE("count_of is singular for exactly one", "[base]") {
   CHECK(count_of(1, "process", "processes") == "1 process");
   CHECK(count_of(3, "process", "processes") == "3 processes");
 }
+
+TEST_CASE("trim, split and ends_with", "[base]") {
+  CHECK(trim(" \t a b \t") == "a b");
+  CHECK(trim(" \t ").empty());
+  CHECK(split("a,,b", ',') == std::vector<std::string>{"a", "", "b"});
+  CHECK(split("", ',') == std::vector<std::string>{""});
+  CHECK(ends_with("train.py", ".py"));
+  CHECK_FALSE(ends_with("py", ".py"));
+}

@@ -1,10 +1,11 @@
-#include "config.hpp"
-
 #include <catch2/catch.hpp>
 #include <csignal>
 
 #include "parse_helpers.hpp"
-#include "worker_count.hpp"
+#include "trainrun/launch/cli/command_line.hpp"
+#include "trainrun/launch/cli/option_values.hpp"
+#include "trainrun/launch/workers/entrypoint.hpp"
+#include "trainrun/launch/workers/worker_count.hpp"
 
 using namespace trainrun::launch;
 using trainrun::test::parse;
@@ -18,7 +19,7 @@ TEST_CASE("defaults match torchrun") {
   CHECK(c.master_addr == "127.0.0.1");
   CHECK(c.master_port == 29500);
   CHECK_FALSE(c.master_port_given);
-  CHECK(c.rdzv_backend == "static");
+  CHECK(c.rdzv_backend == RendezvousBackend::static_);
   CHECK(c.rdzv_id == "none");
   CHECK(c.max_restarts == 0);
   CHECK(c.role == "default");
@@ -78,8 +79,8 @@ TEST_CASE("a rendezvous that cannot run is refused when the command line is pars
                     Catch::Contains("port 0 only works with --rdzv-conf is_host=1"));
   // One node, static: no rendezvous, nothing to check.
   CHECK_NOTHROW(parse({"--node-rank=5", "x"}));
-  CHECK_NOTHROW(parse({"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=h:0",
-                       "--rdzv-conf=is_host=1", "x"}));
+  CHECK_NOTHROW(parse(
+      {"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=h:0", "--rdzv-conf=is_host=1", "x"}));
 }
 
 TEST_CASE("cpu, gpu and auto are kept as words and counted by the agent") {
@@ -98,9 +99,8 @@ TEST_CASE("entry modes") {
   CHECK(parse({"--no-python", "prog.py"}).entry_mode == EntryMode::executable);
   CHECK(parse({"./train"}).entry_mode == EntryMode::executable);
   auto c = parse({"-m", "pkg.mod", "a"}, {{"PYTHON_EXEC", "/usr/bin/python3"}});
-  CHECK(c.worker_argv() ==
-        std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.mod", "a"});
-  CHECK(parse({"t.py", "b"}).worker_argv() ==
+  CHECK(worker_argv(c) == std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.mod", "a"});
+  CHECK(worker_argv(parse({"t.py", "b"})) ==
         std::vector<std::string>{"python3", "-u", "t.py", "b"});
 }
 
@@ -108,7 +108,7 @@ TEST_CASE("standalone is one node with its own rendezvous") {
   auto c = parse({"--standalone", "--nnodes=3", "x"});
   CHECK(c.standalone);
   CHECK(c.max_nodes == 1);
-  CHECK(c.rdzv_backend == "c10d");
+  CHECK(c.rdzv_backend == RendezvousBackend::c10d);
 }
 
 TEST_CASE("bad values name the option, the value and the rule") {
@@ -155,10 +155,14 @@ TEST_CASE("std specs") {
 
 TEST_CASE("rdzv conf") {
   auto conf = parse_rdzv_conf("join_timeout=5, last_call_timeout=1,is_host=1,token_file=/x", "c");
-  CHECK(conf.at("join_timeout") == "5");
-  CHECK(conf.at("last_call_timeout") == "1");
-  CHECK(conf.at("token_file") == "/x");
-  CHECK(parse_rdzv_conf("", "c").empty());
+  CHECK(conf.join_timeout == std::chrono::seconds(5));
+  CHECK(conf.last_call_timeout == std::chrono::seconds(1));
+  CHECK(conf.is_host == true);
+  CHECK(conf.token.file == "/x");
+  CHECK(rdzv_conf_entries("a=1, b = 2", "c") ==
+        std::map<std::string, std::string>{{"a", "1"}, {"b", "2"}});
+  CHECK(rdzv_conf_entries("", "c").empty());
+  CHECK_FALSE(parse_rdzv_conf("", "c").join_timeout);
   CHECK_THROWS_AS(parse_rdzv_conf("=3", "c"), UsageError);
   CHECK_THROWS_AS(parse_rdzv_conf("heartbeat_timeout=-1", "c"), UsageError);
   CHECK_THROWS_AS(parse_rdzv_conf("is_host=maybe", "c"), UsageError);
@@ -228,7 +232,10 @@ TEST_CASE("an empty value is refused where torchrun refuses it, else it is the d
     const LaunchConfig& c = out.config;
     CHECK(c.entrypoint == "x");
     CHECK(c.rdzv_endpoint == defaults.rdzv_endpoint);
-    CHECK(c.rdzv_conf == defaults.rdzv_conf);
+    CHECK(c.rdzv_conf.join_timeout == defaults.rdzv_conf.join_timeout);
+    CHECK(c.rdzv_conf.is_host == defaults.rdzv_conf.is_host);
+    CHECK(c.rdzv_conf.token.file == defaults.rdzv_conf.token.file);
+    CHECK(c.rdzv_conf.liveness.heartbeat_timeout == defaults.rdzv_conf.liveness.heartbeat_timeout);
     CHECK(c.local_addr == defaults.local_addr);
     CHECK(c.log_dir == defaults.log_dir);
     CHECK(c.local_ranks_filter == defaults.local_ranks_filter);

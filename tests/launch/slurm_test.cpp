@@ -1,12 +1,12 @@
-#include "slurm.hpp"
+#include "trainrun/launch/clusters/slurm.hpp"
 
 #include <catch2/catch.hpp>
 #include <map>
 #include <string>
 
-#include "config.hpp"
-#include "errors.hpp"
 #include "parse_helpers.hpp"
+#include "trainrun/launch/cli/command_line.hpp"
+#include "trainrun/launch/core/errors.hpp"
 
 using namespace trainrun::launch;
 using trainrun::test::outcome;
@@ -152,7 +152,7 @@ TEST_CASE("inside a step with no rendezvous option, the layout comes from Slurm"
   CHECK(c.node_rank == 1);
   CHECK(c.master_addr == "gpu-a07");
   CHECK(c.master_port == read_slurm_step(step_env()).master_port);
-  CHECK(c.rdzv_backend == "static");
+  CHECK(c.rdzv_backend == RendezvousBackend::static_);
   CHECK(c.rdzv_id == "1234.0");
   CHECK(c.nproc_per_node.number == 4);
   REQUIRE(out.notes.size() == 1);

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace trainrun {
 
@@ -23,5 +24,13 @@ std::string_view utf8_suffix(std::string_view text, std::size_t max_bytes);
 // hex): a name with no '/' that still reads as the original, and different for different texts.
 // For a run id as a directory name or as one segment of an etcd key.
 std::string percent_encode(std::string_view text);
+
+// `text` without the spaces and tabs it starts and ends with.
+std::string trim(std::string_view text);
+
+// The pieces of `text` between each `separator`: "a,,b" is {"a", "", "b"}, "" is {""}.
+std::vector<std::string> split(std::string_view text, char separator);
+
+bool ends_with(std::string_view text, std::string_view suffix);
 
 }  // namespace trainrun

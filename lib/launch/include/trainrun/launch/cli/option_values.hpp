@@ -1,0 +1,38 @@
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/core/launch_config.hpp"
+
+namespace trainrun::launch {
+
+// The values of trainrun's options, each read by one pure function (fuzzed and unit-tested). Each
+// throws UsageError naming `what`, the value as given ("--nnodes=0", "PET_NNODES=0").
+
+// A whole number within int, by the strict syntax of trainrun::parse_integer; `rule` says what
+// was expected.
+int parse_int(const std::string& value, const std::string& what, const char* rule);
+// Seconds from 0 to 1e9.
+double parse_seconds(const std::string& value, const std::string& what);
+// A flag's PET_* value: 1/true/True, 0/false/False or empty.
+bool parse_flag_env(const std::string& value, const std::string& what);
+// --nproc-per-node: a count, or cpu, gpu, xpu or auto (counted later, on the node).
+WorkerCount parse_worker_count(const std::string& value, const std::string& what);
+std::pair<int, int> parse_nnodes(const std::string& value, const std::string& what);
+StdSpec parse_std_spec(const std::string& value, const std::string& what);
+// --rdzv-conf KEY=VALUE,... as its entries (a key given twice keeps its last value), and checked
+// by the one set of rules (check_rdzv_conf) into the typed value the job keeps.
+std::map<std::string, std::string> rdzv_conf_entries(const std::string& value,
+                                                     const std::string& what);
+RendezvousConf parse_rdzv_conf(const std::string& value, const std::string& what);
+std::vector<int> parse_rank_list(const std::string& value, const std::string& what);
+int parse_signal_name(const std::string& name, const std::string& what);
+// torchrun's --duplicate-std*-filters list: comma-separated, ",," is a literal comma. Empty
+// items are dropped: an empty list duplicates nothing.
+std::vector<std::string> parse_filter_list(const std::string& value);
+
+}  // namespace trainrun::launch

@@ -1,0 +1,538 @@
+#include "trainrun/launch/cli/command_line.hpp"
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <csignal>
+#include <cstdint>
+#include <set>
+
+#include "trainrun/base/numbers.hpp"
+#include "trainrun/base/text.hpp"
+#include "trainrun/launch/cli/cli_docs.hpp"
+#include "trainrun/launch/cli/option_values.hpp"
+#include "trainrun/launch/clusters/slurm.hpp"
+#include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/rendezvous/rendezvous_options.hpp"
+#include "trainrun/launch/version.hpp"
+#include "trainrun/launch/workers/worker_count.hpp"
+#include "trainrun/launch/workers/worker_env.hpp"
+#include "trainrun/rendezvous/endpoint.hpp"
+#include "trainrun/rendezvous/messages.hpp"
+
+namespace trainrun::launch {
+
+namespace {
+
+// One command-line option: its spellings, its PET_* variable and its default.
+struct OptionSpec {
+  std::string dashed;  // "nproc-per-node"
+  std::string short_name;
+  std::string default_value;
+  std::string group;
+  std::string help;
+  bool is_flag = false;
+  // Read where neither the command line nor PET_<NAME> gives a value, as torchrun does.
+  std::string fallback_env = {};
+
+  std::string underscored() const {
+    std::string s = dashed;
+    for (char& c : s) c = c == '-' ? '_' : c;
+    return s;
+  }
+  std::string pet_name() const {
+    std::string s = "PET_" + underscored();
+    for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return s;
+  }
+};
+
+const std::vector<OptionSpec>& option_specs() {
+  static const std::vector<OptionSpec> specs = {
+      {"nnodes", "", "1:1", "Topology", "Number of nodes, N or MIN:MAX (elastic)"},
+      {"nproc-per-node", "", "1", "Topology",
+       "Workers per node: an integer, cpu, gpu, xpu or auto"},
+      {"node-rank", "", "0", "Topology", "This node's rank (static rendezvous)"},
+      {"standalone", "", "0", "Topology",
+       "Single-node job with its own rendezvous on a free local port", true},
+      {"master-addr", "", "127.0.0.1", "Rendezvous", "Static rendezvous address"},
+      {"master-port", "", "29500", "Rendezvous", "Static rendezvous port"},
+      {"rdzv-backend", "", "static", "Rendezvous", "static, c10d, etcd or etcd-v2"},
+      {"rdzv-endpoint", "", "", "Rendezvous", "Rendezvous endpoint host[:port]"},
+      {"rdzv-id", "", "none", "Rendezvous", "Job id: agents of other jobs never join this one"},
+      {"rdzv-conf", "", "", "Rendezvous",
+       "k=v,...: join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, "
+       "keep_alive_interval, is_host, token_file, token_file_mode"},
+      {"local-addr", "", "", "Rendezvous", "Address this node advertises"},
+      {"max-restarts", "", "0", "Supervision", "Restarts of the worker group after a failure"},
+      {"monitor-interval", "", "0.1", "Supervision",
+       "Accepted for compatibility; trainrun watches workers by events"},
+      {"shutdown-timeout", "", "30", "Supervision", "Seconds between the stop signal and SIGKILL",
+       false, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
+      {"signals-to-handle", "", kDefaultSignalsToHandle, "Supervision",
+       "Signals forwarded to the workers (SIGUSR1/SIGUSR2 are forwarded without stopping)"},
+      {"role", "", "default", "Supervision", "Role name for ROLE_NAME and the output prefix"},
+      {"start-method", "", "spawn", "Supervision",
+       "Accepted for compatibility: spawn, fork, forkserver"},
+      {"log-dir", "", "", "Output", "Root of the per-attempt, per-rank log files"},
+      {"redirects", "r", "0", "Output",
+       "Streams to log files: 0 none, 1 stdout, 2 stderr, 3 both; or per rank 0:1,1:3"},
+      {"tee", "t", "0", "Output", "Streams to log files and the console, same values"},
+      {"local-ranks-filter", "", "", "Output",
+       "Comma list of local ranks whose output reaches the console"},
+      {"logs-specs", "", "", "Output", "Accepted for compatibility (warns: no effect)"},
+      {"module", "m", "0", "Entrypoint", "Run ENTRYPOINT as a Python module (python -m)", true},
+      {"no-python", "", "0", "Entrypoint", "Execute ENTRYPOINT directly, not through Python", true},
+      {"run-path", "", "0", "Entrypoint", "Run a Python script through runpy (as the default)",
+       true},
+      {"numa-binding", "", "", "Entrypoint",
+       "node, socket, exclusive or core-complex: accepted for compatibility (warns: no effect)"},
+      {"log-line-prefix-template", "", "", "Output",
+       "Console prefix of tee'd lines: ${role_name}, ${rank}, ${local_rank}, ${hostname}", false,
+       "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
+      {"duplicate-stdout-filters", "", "", "Output",
+       "Comma list (,, for a comma): tee'd stdout lines containing one are also written to "
+       "attempt_<k>/filtered_stdout.log"},
+      {"duplicate-stderr-filters", "", "", "Output",
+       "The same for stderr, into attempt_<k>/filtered_stderr.log"},
+      {"virtual-local-rank", "", "0", "Topology",
+       "Every worker gets LOCAL_RANK=0 and its own GPU as the only one in CUDA_VISIBLE_DEVICES",
+       true},
+      {"event-log-handler", "", "null", "Supervision",
+       "null, console or dynamic_rendezvous: accepted (warns unless null: no events recorded)"},
+      {"print-completion", "", "", "Help", "Print a bash, zsh or tcsh completion script and exit"},
+      // trainrun's own options (torchrun has none of these): how trainrun reports on itself.
+      {"quiet", "q", "0", "Launcher output",
+       "Only trainrun's error lines (workers' output as usual)", true},
+      {"verbose", "v", "0", "Launcher output", "Also trainrun's debug lines", true},
+      {"log-timestamps", "", "0", "Launcher output",
+       "UTC time (ISO 8601) and level on trainrun's own lines; also TRAINRUN_LOG_FORMAT=timestamps",
+       true},
+      {"summary-file", "", "", "Launcher output",
+       "Write a JSON job summary (attempts, worker exits, root cause, timings) to PATH at exit"},
+      {"slurm", "", "0", "Topology",
+       "Take nodes, node rank, rendezvous host, run id and workers from the srun step (automatic "
+       "in a step when no rendezvous option is given); given options still win",
+       true},
+  };
+  return specs;
+}
+
+// CLI11 cannot know that everything after the entrypoint belongs to it.
+class UsageFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "\nUsage: trainrun [OPTIONS] ENTRYPOINT [ARGS...]\n";
+  }
+};
+
+[[noreturn]] void fail(const std::string& message) { throw UsageError(message); }
+
+// The options' values as written (on the command line, else in PET_*), and how to name each one
+// in an error ("--nnodes=0", "PET_NNODES=0").
+struct GivenValues {
+  std::map<std::string, std::string> values;
+  std::map<std::string, std::string> source;
+  std::map<std::string, bool> flags;
+  std::map<std::string, CLI::Option*> options;
+
+  const std::string& value(const std::string& name) const { return values.at(name); }
+  const std::string& named(const std::string& name) const { return source.at(name); }
+  bool flag(const std::string& name) const { return flags.at(name); }
+};
+
+// Declares every option of option_specs() to CLI11, bound to `given`.
+void add_options(CLI::App& app, GivenValues& given) {
+  for (const auto& spec : option_specs()) {
+    std::string names = "--" + spec.dashed;
+    if (spec.underscored() != spec.dashed) names += ",--" + spec.underscored();
+    if (!spec.short_name.empty()) names = "-" + spec.short_name + "," + names;
+    std::string help = spec.help;
+    // --print-completion acts at once, as in torchrun: no variable can ask for it.
+    if (spec.group != "Help")
+      help += " [env " + spec.pet_name() +
+              (spec.fallback_env.empty() ? "" : ", then " + spec.fallback_env) + "]";
+    CLI::Option* opt;
+    if (spec.is_flag) {
+      given.flags[spec.dashed] = false;
+      opt = app.add_flag(names, given.flags[spec.dashed], help);
+    } else {
+      given.values[spec.dashed] = spec.default_value;
+      opt = app.add_option(names, given.values[spec.dashed], help);
+      if (!spec.default_value.empty()) opt->default_str(spec.default_value);
+      opt->type_name("VALUE");
+    }
+    opt->group(spec.group);
+    given.options[spec.dashed] = opt;
+  }
+}
+
+// trainrun's command line: the one table behind --help, the man page and the completion scripts.
+std::unique_ptr<CLI::App> make_app(GivenValues& given) {
+  auto app = std::make_unique<CLI::App>(
+      "Launch and supervise distributed PyTorch training workers (a torchrun "
+      "replacement).\n\nOptions take their defaults from PET_<OPTION> variables, e.g. "
+      "PET_NPROC_PER_NODE=8.",
+      "trainrun");
+  app->prefix_command();
+  app->set_version_flag("--version", std::string("trainrun ") + kVersion);
+  app->formatter(std::make_shared<UsageFormatter>());
+  app->get_formatter()->column_width(38);
+  add_options(*app, given);
+  return app;
+}
+
+// Where an option is absent from the command line, PET_<NAME> supplies it.
+void apply_environment(const std::map<std::string, std::string>& env, GivenValues& given) {
+  for (const auto& spec : option_specs()) {
+    if (spec.group == "Help") continue;
+    const bool on_command_line = given.options.at(spec.dashed)->count() > 0;
+    auto env_it = env.find(spec.pet_name());
+    const bool from_env = !on_command_line && env_it != env.end();
+    if (spec.is_flag) {
+      if (from_env)
+        given.flags[spec.dashed] =
+            parse_flag_env(env_it->second, spec.pet_name() + "=" + env_it->second);
+      continue;
+    }
+    auto fallback_it = spec.fallback_env.empty() ? env.end() : env.find(spec.fallback_env);
+    if (from_env) {
+      given.values[spec.dashed] = env_it->second;
+      given.source[spec.dashed] = spec.pet_name() + "=" + env_it->second;
+    } else if (!on_command_line && fallback_it != env.end()) {
+      given.values[spec.dashed] = fallback_it->second;
+      given.source[spec.dashed] = spec.fallback_env + "=" + fallback_it->second;
+    } else {
+      given.source[spec.dashed] = "--" + spec.dashed + "=" + given.values[spec.dashed];
+    }
+  }
+}
+
+void read_topology(const GivenValues& g, LaunchConfig& c) {
+  std::tie(c.min_nodes, c.max_nodes) = parse_nnodes(g.value("nnodes"), g.named("nnodes"));
+  c.virtual_local_rank = g.flag("virtual-local-rank");
+  c.nproc_per_node = parse_worker_count(g.value("nproc-per-node"), g.named("nproc-per-node"));
+  if (c.nproc_per_node.kind == WorkerCount::Kind::number)
+    check_worker_bound(c.nproc_per_node.number, read_process_limits(), g.named("nproc-per-node"));
+  c.node_rank = parse_int(g.value("node-rank"), g.named("node-rank"), "an integer >= 0");
+  if (c.node_rank < 0) fail(fmt::format("{}: must be >= 0", g.named("node-rank")));
+  c.master_addr = g.value("master-addr");
+  if (c.master_addr.empty()) fail(fmt::format("{}: must not be empty", g.named("master-addr")));
+  c.master_port =
+      parse_int(g.value("master-port"), g.named("master-port"), "a port number 0..65535");
+  if (c.master_port < 0 || c.master_port > 65535)
+    fail(fmt::format("{}: must be a port number 0..65535", g.named("master-port")));
+  c.master_port_given =
+      g.named("master-port").rfind("PET_", 0) == 0 || g.options.at("master-port")->count() > 0;
+}
+
+void read_rendezvous(const GivenValues& g, LaunchConfig& c) {
+  c.rdzv_backend = parse_rdzv_backend(g.value("rdzv-backend"), g.named("rdzv-backend"));
+  c.rdzv_endpoint = g.value("rdzv-endpoint");
+  c.rdzv_id = g.value("rdzv-id");
+  if (c.rdzv_id.empty()) fail(fmt::format("{}: must not be empty", g.named("rdzv-id")));
+  // Refused here on every node, one node included, rather than by the rendezvous of a larger job.
+  if (c.rdzv_id.size() > rendezvous::kMaxNameLength)
+    fail(fmt::format("{}...: {} bytes; a run id has at most {} (the rendezvous protocol's limit)",
+                     utf8_prefix(g.named("rdzv-id"), 40), c.rdzv_id.size(),
+                     rendezvous::kMaxNameLength));
+  c.rdzv_conf = parse_rdzv_conf(g.value("rdzv-conf"), g.named("rdzv-conf"));
+  c.standalone = g.flag("standalone");
+  c.local_addr = g.value("local-addr");
+}
+
+void read_supervision(const GivenValues& g, LaunchConfig& c) {
+  c.max_restarts = parse_int(g.value("max-restarts"), g.named("max-restarts"), "an integer >= 0");
+  if (c.max_restarts < 0) fail(fmt::format("{}: must be >= 0", g.named("max-restarts")));
+  c.monitor_interval = parse_seconds(g.value("monitor-interval"), g.named("monitor-interval"));
+  if (c.monitor_interval <= 0) fail(fmt::format("{}: must be > 0", g.named("monitor-interval")));
+  c.shutdown_timeout = parse_seconds(g.value("shutdown-timeout"), g.named("shutdown-timeout"));
+  c.role = g.value("role");
+  if (c.role.empty()) fail(fmt::format("{}: must not be empty", g.named("role")));
+  // Accepted for compatibility and checked, but trainrun always starts workers one way.
+  const std::string& start_method = g.value("start-method");
+  if (start_method != "spawn" && start_method != "fork" && start_method != "forkserver")
+    fail(fmt::format("{}: use spawn, fork or forkserver", g.named("start-method")));
+  // The handlers torchrun registers; a name it does not know fails there too.
+  c.event_log_handler = g.value("event-log-handler");
+  static const std::set<std::string> handlers = {"null", "console", "dynamic_rendezvous"};
+  if (!handlers.count(c.event_log_handler))
+    fail(fmt::format("{}: unknown event log handler; use null, console or dynamic_rendezvous",
+                     g.named("event-log-handler")));
+}
+
+void read_output(const GivenValues& g, LaunchConfig& c) {
+  c.log_dir = g.value("log-dir");
+  c.redirects = parse_std_spec(g.value("redirects"), g.named("redirects"));
+  c.tee = parse_std_spec(g.value("tee"), g.named("tee"));
+  if (!trim(g.value("local-ranks-filter")).empty())
+    c.local_ranks_filter =
+        parse_rank_list(g.value("local-ranks-filter"), g.named("local-ranks-filter"));
+  // An empty template means the default prefix, as in torchrun.
+  if (!g.value("log-line-prefix-template").empty())
+    c.log_line_prefix_template = g.value("log-line-prefix-template");
+  c.duplicate_stdout_filters = parse_filter_list(g.value("duplicate-stdout-filters"));
+  c.duplicate_stderr_filters = parse_filter_list(g.value("duplicate-stderr-filters"));
+}
+
+bool given_explicitly(const GivenValues& g, const std::string& name);
+
+// Options trainrun accepts for torchrun's sake and checks, but that change nothing here.
+void read_ignored(const GivenValues& g, LaunchConfig& c) {
+  c.numa_binding = g.value("numa-binding");
+  static const std::set<std::string> numa_modes = {"node", "socket", "exclusive", "core-complex"};
+  // Given empty, a mode torchrun does not know either (argparse's choices).
+  if ((!c.numa_binding.empty() || given_explicitly(g, "numa-binding")) &&
+      !numa_modes.count(c.numa_binding))
+    fail(fmt::format("{}: use node, socket, exclusive or core-complex", g.named("numa-binding")));
+}
+
+std::vector<std::string> ignored_option_warnings(const GivenValues& g, const LaunchConfig& c) {
+  std::vector<std::string> out;
+  if (c.event_log_handler != "null")
+    out.push_back(
+        fmt::format("warning: {} is accepted but ignored: trainrun records no elastic events",
+                    g.named("event-log-handler")));
+  if (!c.numa_binding.empty())
+    out.push_back(fmt::format(
+        "warning: {} is accepted but ignored: trainrun does not bind workers to NUMA nodes",
+        g.named("numa-binding")));
+  if (!g.value("logs-specs").empty())
+    out.push_back(fmt::format(
+        "warning: {} is accepted but ignored: trainrun has no pluggable log specs; logs follow "
+        "--log-dir, --redirects and --tee",
+        g.named("logs-specs")));
+  return out;
+}
+
+// trainrun's own options: -q/-v, --log-timestamps (or TRAINRUN_LOG_FORMAT), --summary-file.
+void read_launcher_output(const GivenValues& g, const std::map<std::string, std::string>& env,
+                          LaunchConfig& c) {
+  if (g.flag("quiet") && g.flag("verbose"))
+    fail("-q/--quiet and -v/--verbose cannot be used together");
+  c.verbosity = g.flag("quiet")     ? Verbosity::quiet
+                : g.flag("verbose") ? Verbosity::verbose
+                                    : Verbosity::normal;
+  c.log_timestamps = g.flag("log-timestamps");
+  auto format = env.find("TRAINRUN_LOG_FORMAT");
+  const bool flag_given =
+      g.options.at("log-timestamps")->count() > 0 || env.count("PET_LOG_TIMESTAMPS") > 0;
+  if (!flag_given && format != env.end()) {
+    if (format->second == "timestamps")
+      c.log_timestamps = true;
+    else if (format->second != "plain" && !format->second.empty())
+      fail(fmt::format("TRAINRUN_LOG_FORMAT={}: use timestamps or plain", format->second));
+  }
+  c.summary_file = g.value("summary-file");
+}
+
+// SIGUSR1, SIGUSR2 and SIGCONT are only passed on to the workers; the others stop the job.
+void read_signals(const GivenValues& g, LaunchConfig& c) {
+  c.signals_to_handle = g.value("signals-to-handle");
+  for (const auto& name : split(g.value("signals-to-handle"), ',')) {
+    if (trim(name).empty()) continue;
+    int sig = parse_signal_name(name, g.named("signals-to-handle"));
+    auto& list =
+        (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) ? c.forward_signals : c.stop_signals;
+    if (std::find(list.begin(), list.end(), sig) == list.end()) list.push_back(sig);
+  }
+  // No signal handled would leave a stopped trainrun's workers to the watchdog alone.
+  if (c.stop_signals.empty() && c.forward_signals.empty())
+    fail(fmt::format("{}: names no signal; leave it out for the default {}",
+                     g.named("signals-to-handle"), kDefaultSignalsToHandle));
+}
+
+// The entrypoint, its arguments (everything after it), and how it runs.
+void read_entrypoint(const GivenValues& g, const std::vector<std::string>& rest,
+                     const std::map<std::string, std::string>& env, LaunchConfig& c) {
+  c.module = g.flag("module");
+  c.no_python = g.flag("no-python");
+  if (c.module && c.no_python)
+    fail("-m/--module and --no-python cannot be used together: a module needs Python");
+  // "--" ends the options: what follows is the entrypoint, even one that starts with "-".
+  const bool after_dashes = !rest.empty() && rest[0] == "--";
+  const size_t entry = after_dashes ? 1 : 0;
+  if (rest.size() <= entry)
+    fail("no entrypoint given: trainrun [OPTIONS] ENTRYPOINT [ARGS...] (see trainrun --help)");
+  if (!after_dashes && rest[0].size() > 1 && rest[0][0] == '-')
+    fail(fmt::format("unknown option {} (see trainrun --help)", rest[0]));
+  c.entrypoint = rest[entry];
+  c.entry_args.assign(rest.begin() + static_cast<std::ptrdiff_t>(entry) + 1, rest.end());
+
+  auto py = env.find("PYTHON_EXEC");
+  c.python_exec = (py != env.end() && !py->second.empty()) ? py->second : "python3";
+  if (c.module)
+    c.entry_mode = EntryMode::python_module;
+  else if (c.no_python)
+    c.entry_mode = EntryMode::executable;
+  else
+    c.entry_mode =
+        trainrun::ends_with(c.entrypoint, ".py") ? EntryMode::python_script : EntryMode::executable;
+}
+
+// ---- Cluster managers: the job's layout from a Slurm step (slurm.hpp) ----------------------
+// A PyTorchJob on Kubernetes needs nothing here: its PET_* variables are the options' defaults.
+
+// Where the job's rendezvous is. Given any of them (on the command line or as PET_*), trainrun
+// takes nothing from Slurm unless --slurm asks it to.
+const char* const kLayoutOptions[] = {"nnodes",       "node-rank",     "master-addr", "master-port",
+                                      "rdzv-backend", "rdzv-endpoint", "rdzv-id"};
+
+bool given_explicitly(const GivenValues& g, const std::string& name) {
+  return g.options.at(name)->count() > 0 || g.named(name).rfind("--", 0) != 0;
+}
+
+// Fills the options not given from the srun step, naming the variable each came from. Returns
+// the line that says what was taken, or nothing when trainrun is not taking its layout from Slurm.
+std::optional<std::string> apply_slurm(const std::map<std::string, std::string>& env,
+                                       GivenValues& g) {
+  const bool forced = g.flag("slurm");
+  bool layout_given = g.flag("standalone");
+  for (const char* name : kLayoutOptions) layout_given = layout_given || given_explicitly(g, name);
+  if (!in_slurm_step(env)) {
+    if (forced)
+      fail(
+          fmt::format("--slurm: not inside a Slurm job step ({} unset); start trainrun with "
+                      "srun --ntasks-per-node=1",
+                      kSlurmStepVariables));
+    return std::nullopt;
+  }
+  if (layout_given && !forced) return std::nullopt;
+  const SlurmStep step = read_slurm_step(env);
+  std::vector<std::string> taken;
+  auto take = [&](const std::string& name, const std::string& value, const std::string& from,
+                  const std::string& what) {
+    if (given_explicitly(g, name)) return;
+    g.values[name] = value;
+    g.source[name] = from;
+    taken.push_back(what);
+  };
+  take("nnodes", std::to_string(step.nodes), step.nodes_from,
+       fmt::format("{} nodes ({})", step.nodes, step.nodes_from));
+  take("node-rank", std::to_string(step.node_rank), fmt::format("SLURM_NODEID={}", step.node_rank),
+       fmt::format("node rank {}", step.node_rank));
+  take("master-addr", step.host, step.host_from,
+       fmt::format("rendezvous host {} (first of {})", step.host, step.host_from));
+  take("master-port", std::to_string(step.master_port),
+       fmt::format("the port of Slurm step {}", step.job_step),
+       fmt::format("MASTER_PORT {} (rendezvous on {})", step.master_port, step.master_port + 1));
+  take("rdzv-id", step.job_step, fmt::format("SLURM_JOB_ID.SLURM_STEP_ID={}", step.job_step),
+       fmt::format("run id {}", step.job_step));
+  if (step.workers)
+    take("nproc-per-node", std::to_string(*step.workers), step.workers_from,
+         fmt::format("{} workers per node ({})", *step.workers, step.workers_from));
+  if (taken.empty()) return std::nullopt;
+  std::string line = "from Slurm step " + step.job_step + ":";
+  for (size_t i = 0; i < taken.size(); ++i) line += (i ? ", " : " ") + taken[i];
+  return line;
+}
+
+// ---- end of the cluster managers' block --------------------------------------------------------
+
+}  // namespace
+
+std::vector<OptionDoc> option_docs() {
+  GivenValues given;
+  const std::unique_ptr<CLI::App> app = make_app(given);
+  std::vector<OptionDoc> docs;
+  for (const CLI::Option* opt : app->get_options()) {
+    if (opt->get_group().empty()) continue;  // hidden
+    OptionDoc doc;
+    for (const auto& s : opt->get_snames()) doc.names.push_back("-" + s);
+    for (const auto& l : opt->get_lnames()) doc.names.push_back("--" + l);
+    doc.takes_value = opt->get_items_expected_max() != 0;
+    doc.group = opt->get_group();
+    doc.help = opt->get_description();
+    doc.default_value = opt->get_default_str();
+    docs.push_back(std::move(doc));
+  }
+  return docs;
+}
+
+namespace {
+
+// CLI11 2.1.2 takes "--opt=" for "--opt" and then the next argument as the value, where argparse
+// reads the empty string. No argument of a real command line holds a NUL, so "--opt=" of a
+// trainrun option reaches CLI11 as "--opt=\0", and "\0" is read back as "" (in the entrypoint's
+// arguments too, which CLI11 leaves as they came).
+const std::string kEmptyValue(1, '\0');
+
+std::vector<std::string> mark_empty_values(const std::vector<std::string>& args) {
+  std::set<std::string> empty_forms;
+  for (const auto& spec : option_specs()) {
+    if (spec.is_flag) continue;
+    empty_forms.insert("--" + spec.dashed + "=");
+    empty_forms.insert("--" + spec.underscored() + "=");
+  }
+  std::vector<std::string> out = args;
+  for (std::string& arg : out)
+    if (empty_forms.count(arg)) arg += kEmptyValue;
+  return out;
+}
+
+std::string restore_empty(std::string arg) {
+  if (arg.size() >= 2 && arg.back() == '\0' && arg[arg.size() - 2] == '=') arg.pop_back();
+  return arg;
+}
+
+}  // namespace
+
+ParseOutcome parse_command_line(const std::vector<std::string>& args,
+                                const std::map<std::string, std::string>& env) {
+  GivenValues given;
+  const std::unique_ptr<CLI::App> app_ptr = make_app(given);
+  CLI::App& app = *app_ptr;
+
+  const std::vector<std::string> marked = mark_empty_values(args);
+  std::vector<std::string> reversed(marked.rbegin(), marked.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    return {LaunchConfig{}, app.help(), {}};
+  } catch (const CLI::CallForAllHelp&) {
+    return {LaunchConfig{}, app.help("", CLI::AppFormatMode::All), {}};
+  } catch (const CLI::CallForVersion& e) {
+    return {LaunchConfig{}, std::string(e.what()) + "\n", {}};
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    fail(fmt::format("{} (see trainrun --help)", msg));
+  }
+  for (auto& [name, value] : given.values)
+    if (value == kEmptyValue) value.clear();
+  apply_environment(env, given);
+  std::optional<std::string> slurm_line;
+  if (given.options.at("print-completion")->count() == 0) slurm_line = apply_slurm(env, given);
+  if (given.options.at("print-completion")->count() > 0)
+    return {LaunchConfig{},
+            completion_script(given.value("print-completion"),
+                              "--print-completion=" + given.value("print-completion")),
+            {}};
+
+  // In this order, so that of several bad values the same one is reported first as always.
+  LaunchConfig c;
+  read_topology(given, c);
+  read_rendezvous(given, c);
+  read_supervision(given, c);
+  read_output(given, c);
+  read_signals(given, c);
+  read_ignored(given, c);
+  read_launcher_output(given, env, c);
+  std::vector<std::string> rest = app.remaining();
+  std::transform(rest.begin(), rest.end(), rest.begin(), restore_empty);
+  read_entrypoint(given, rest, env, c);
+
+  if (c.standalone) {
+    c.min_nodes = c.max_nodes = 1;
+    c.rdzv_backend = RendezvousBackend::c10d;
+    c.rdzv_endpoint = "localhost:0";
+  }
+  check_rendezvous_layout(c, env);
+  ParseOutcome outcome{c, std::nullopt, ignored_option_warnings(given, c)};
+  if (std::string w = loopback_warning(c); !w.empty()) outcome.warnings.push_back(std::move(w));
+  if (slurm_line) outcome.notes.push_back(*slurm_line);
+  return outcome;
+}
+
+}  // namespace trainrun::launch

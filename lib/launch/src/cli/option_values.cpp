@@ -1,0 +1,165 @@
+#include "trainrun/launch/cli/option_values.hpp"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <csignal>
+#include <cstdint>
+
+#include "trainrun/base/numbers.hpp"
+#include "trainrun/base/text.hpp"
+#include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/rendezvous/rendezvous_options.hpp"
+
+namespace trainrun::launch {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& message) { throw UsageError(message); }
+
+}  // namespace
+
+int parse_int(const std::string& value, const std::string& what, const char* rule) {
+  if (value.empty()) fail(fmt::format("{}: expected {}, got an empty value", what, rule));
+  const std::optional<long long> n = parse_integer(value);
+  if (!n || *n < INT32_MIN || *n > INT32_MAX) fail(fmt::format("{}: expected {}", what, rule));
+  return static_cast<int>(*n);
+}
+
+double parse_seconds(const std::string& value, const std::string& what) {
+  const std::optional<double> d = parse_number(value);
+  if (!d || *d < 0 || *d > 1e9) fail(fmt::format("{}: expected a number of seconds >= 0", what));
+  return *d;
+}
+
+bool parse_flag_env(const std::string& value, const std::string& what) {
+  if (value == "1" || value == "true" || value == "True") return true;
+  if (value == "0" || value == "false" || value == "False" || value.empty()) return false;
+  fail(fmt::format("{}: expected 0 or 1", what));
+}
+
+WorkerCount parse_worker_count(const std::string& value, const std::string& what) {
+  WorkerCount count;
+  count.source = what;
+  static const std::map<std::string, WorkerCount::Kind> words = {
+      {"cpu", WorkerCount::Kind::cpu},
+      {"gpu", WorkerCount::Kind::gpu},
+      {"xpu", WorkerCount::Kind::xpu},
+      {"auto", WorkerCount::Kind::automatic}};
+  if (auto it = words.find(value); it != words.end()) {
+    count.kind = it->second;
+    return count;
+  }
+  count.number = parse_int(value, what, "a positive integer, cpu, gpu, xpu or auto");
+  if (count.number <= 0)
+    fail(fmt::format("{}: must be at least 1, or cpu, gpu, xpu or auto", what));
+  return count;
+}
+
+std::pair<int, int> parse_nnodes(const std::string& value, const std::string& what) {
+  auto colon = value.find(':');
+  if (colon == std::string::npos) {
+    int n = parse_int(value, what, "N or MIN:MAX with positive integers");
+    if (n <= 0) fail(fmt::format("{}: the node count must be at least 1", what));
+    return {n, n};
+  }
+  int lo = parse_int(value.substr(0, colon), what, "N or MIN:MAX with positive integers");
+  int hi = parse_int(value.substr(colon + 1), what, "N or MIN:MAX with positive integers");
+  if (lo <= 0) fail(fmt::format("{}: MIN must be at least 1 (got MIN={})", what, lo));
+  if (lo > hi) fail(fmt::format("{}: MIN must not exceed MAX (got MIN={}, MAX={})", what, lo, hi));
+  return {lo, hi};
+}
+
+StdSpec parse_std_spec(const std::string& value, const std::string& what) {
+  const char* rule = "0, 1, 2 or 3, or a per-rank map like 0:1,1:3";
+  auto to_std = [&](const std::string& v) {
+    int n = parse_int(v, what, rule);
+    if (n < 0 || n > 3)
+      fail(fmt::format("{}: {} is not a stream selection; use {}", what, v, rule));
+    return static_cast<Std>(n);
+  };
+  StdSpec spec;
+  if (value.find(':') == std::string::npos) {
+    spec.all_ranks = to_std(trim(value));
+    return spec;
+  }
+  spec.is_map = true;
+  for (const auto& item : split(value, ',')) {
+    auto colon = item.find(':');
+    if (colon == std::string::npos)
+      fail(fmt::format("{}: '{}' is not RANK:VALUE; use {}", what, item, rule));
+    int rank = parse_int(trim(item.substr(0, colon)), what, rule);
+    if (rank < 0) fail(fmt::format("{}: local rank {} is negative", what, rank));
+    if (spec.per_rank.count(rank))
+      fail(fmt::format("{}: local rank {} is given twice", what, rank));
+    spec.per_rank[rank] = to_std(trim(item.substr(colon + 1)));
+  }
+  return spec;
+}
+
+std::map<std::string, std::string> rdzv_conf_entries(const std::string& value,
+                                                     const std::string& what) {
+  std::map<std::string, std::string> conf;
+  if (trim(value).empty()) return conf;
+  for (const auto& item : split(value, ',')) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos)
+      fail(fmt::format("{}: '{}' is not KEY=VALUE (e.g. join_timeout=600,last_call_timeout=30)",
+                       what, item));
+    std::string key = trim(item.substr(0, eq));
+    std::string val = trim(item.substr(eq + 1));
+    if (key.empty()) fail(fmt::format("{}: '{}' has an empty key", what, item));
+    conf[key] = val;
+  }
+  return conf;
+}
+
+RendezvousConf parse_rdzv_conf(const std::string& value, const std::string& what) {
+  return check_rdzv_conf(rdzv_conf_entries(value, what));
+}
+
+std::vector<int> parse_rank_list(const std::string& value, const std::string& what) {
+  std::vector<int> ranks;
+  for (const auto& item : split(value, ',')) {
+    int r = parse_int(trim(item), what, "a comma-separated list of local ranks");
+    if (r < 0) fail(fmt::format("{}: local rank {} is negative", what, r));
+    ranks.push_back(r);
+  }
+  return ranks;
+}
+
+int parse_signal_name(const std::string& name, const std::string& what) {
+  static const std::vector<std::pair<const char*, int>> known = {
+      {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},
+      {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2},
+      {"SIGCONT", SIGCONT}, {"SIGALRM", SIGALRM}, {"SIGXCPU", SIGXCPU}};
+  std::string upper;
+  for (char c : trim(name)) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (upper.rfind("SIG", 0) != 0) upper = "SIG" + upper;
+  for (const auto& [n, v] : known)
+    if (upper == n) return v;
+  fail(
+      fmt::format("{}: '{}' is not a signal trainrun handles (SIGTERM, SIGINT, SIGHUP, SIGQUIT, "
+                  "SIGUSR1, SIGUSR2, SIGCONT, SIGALRM, SIGXCPU)",
+                  what, name));
+}
+
+std::vector<std::string> parse_filter_list(const std::string& value) {
+  std::vector<std::string> items;
+  std::string item;
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] != ',') {
+      item += value[i];
+    } else if (i + 1 < value.size() && value[i + 1] == ',') {
+      item += ',';  // torchrun's escape, read left to right: ",,," is a comma, then a separator
+      ++i;
+    } else {
+      if (!item.empty()) items.push_back(item);
+      item.clear();
+    }
+  }
+  if (!item.empty()) items.push_back(item);
+  return items;
+}
+
+}  // namespace trainrun::launch
