@@ -54,6 +54,16 @@ json optional_time_json(const std::optional<RoundTime>& t) {
   return t ? json(unix_seconds(*t)) : json(nullptr);
 }
 
+// Drops the entries of nodes not in `live`; whether there were any.
+template <class T>
+bool forget_gone(std::map<std::string, T>& by_node, const std::set<std::string>& live) {
+  const std::size_t before = by_node.size();
+  for (auto it = by_node.begin(); it != by_node.end();) {
+    it = live.count(it->first) ? std::next(it) : by_node.erase(it);
+  }
+  return by_node.size() != before;
+}
+
 }  // namespace
 
 std::string encode_state(const EtcdRoundState& s) {
@@ -295,6 +305,11 @@ bool EtcdRound::prune(EtcdRoundState& s, const std::set<std::string>& live, doub
   const std::string why =
       fmt::format("its etcd lease expired: no keep-alive for {:.0f} s", heartbeat_timeout_s_);
   for (const auto& id : gone) changed = lost(s, id, why, now) || changed;
+  // What the state keeps of a node's joins is for its agent to read; an agent whose key is gone
+  // reads nothing more (node ids are per process), so the state does not grow with every agent
+  // that ever joined.
+  changed = forget_gone(s.joins_taken, live) || changed;
+  changed = forget_gone(s.refused, live) || changed;
   return changed;
 }
 
