@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trainrun/rendezvous/conclusion.hpp"
+#include "trainrun/rendezvous/message_json.hpp"
 
 namespace trainrun::rendezvous {
 
@@ -33,7 +34,7 @@ EtcdMember member_from(const json& j) {
   EtcdMember m;
   m.id = j.at("id").get<std::string>();
   m.joined_at = from_unix(j.at("joined_at").get<double>());
-  m.node = std::get<Join>(decode_client_message(j.at("node").dump())).node;
+  m.node = decode_join_node(j.at("node"));
   return m;
 }
 
@@ -165,7 +166,7 @@ std::optional<EtcdJoin> decode_join(const std::string& text, std::int64_t revisi
     EtcdJoin join;
     join.generation = j.at("generation").get<std::uint64_t>();
     join.seq = j.at("seq").get<std::uint64_t>();
-    join.node = std::get<Join>(decode_client_message(j.at("node").dump())).node;
+    join.node = decode_join_node(j.at("node"));
     join.revision = revision;
     return join;
   } catch (const std::exception&) {
