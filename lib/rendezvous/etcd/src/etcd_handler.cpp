@@ -16,6 +16,7 @@
 #include "trainrun/rendezvous/conclusion.hpp"
 #include "trainrun/rendezvous/etcd.hpp"
 #include "trainrun/rendezvous/etcd_client.hpp"
+#include "trainrun/rendezvous/etcd_keys.hpp"
 #include "trainrun/rendezvous/etcd_round.hpp"
 
 namespace trainrun::rendezvous {
@@ -26,24 +27,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::int64_t int_field(const json& j, const char* key) {
-  if (!j.contains(key)) return 0;
-  const json& v = j.at(key);
-  if (!v.is_string()) return v.get<std::int64_t>();
-  const std::optional<long long> n = parse_integer(v.get<std::string>());
-  if (!n) throw std::runtime_error(fmt::format("{} is not an integer: {}", key, v.dump()));
-  return *n;
-}
-
-// The round state and the keys beside it under the prefix, from one range response.
-struct Snapshot {
-  std::optional<EtcdRoundState> state;
-  std::int64_t state_mod_revision = 0;  // 0: no state yet
-  std::int64_t revision = 0;            // the store's revision when read
-  EtcdKeys keys;
-};
-
 using Change = EtcdRound::Change;
+using Snapshot = EtcdSnapshot;
 
 class EtcdRendezvousHandler : public RendezvousHandler {
  public:
@@ -53,7 +38,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
         log_(std::move(log)),
         // Encoded, so that no run id's keys fall under another's: run "a" reads and watches the
         // range /trainrun/a/, which would otherwise hold run "a/nodes/x" too.
-        prefix_("/trainrun/" + percent_encode(options_.credentials.run_id) + "/"),
+        space_("/trainrun/" + percent_encode(options_.credentials.run_id) + "/"),
         round_(options_.round, endpoint(), in_seconds(options_.liveness.heartbeat_timeout)),
         node_id_(random_hex(8)) {}
 
@@ -98,7 +83,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   void report_done() override {
     if (!assigned_) return;
     done_round_ = *assigned_;
-    put_own(done_prefix(), encode_done(EtcdDone{*generation_, *assigned_}));
+    put_own(space_.done(), encode_done(EtcdDone{*generation_, *assigned_}));
   }
 
   // After on_halt: a key of its own, as report_done's; the agent that sees every awaited answer
@@ -108,7 +93,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     Ended ended{*assigned_, failures, not_relayed};
     fit_failures(ended.failures, ended.not_relayed, kMaxStoredFailureBytes);
     ended_round_ = *assigned_;
-    put_own(ended_prefix(), encode(ClientMessage{ended}));
+    put_own(space_.ended(), encode(ClientMessage{ended}));
   }
 
   void shutdown(const std::string& reason) override {
@@ -135,26 +120,6 @@ class EtcdRendezvousHandler : public RendezvousHandler {
  private:
   static std::string bracketed(const std::string& host) {
     return host.find(':') != std::string::npos ? "[" + host + "]" : host;
-  }
-  std::string state_key() const { return prefix_ + "state"; }
-  std::string nodes_prefix() const { return prefix_ + "nodes/"; }
-  std::string joins_prefix() const { return prefix_ + "joins/"; }
-  std::string answers_prefix() const { return prefix_ + "answers/"; }
-  std::string done_prefix() const { return prefix_ + "done/"; }
-  std::string ended_prefix() const { return prefix_ + "ended/"; }
-  // The end of the key range [prefix, prefix_end): the prefix with its last byte incremented.
-  static std::string range_end(std::string prefix) {
-    prefix.back() = static_cast<char>(prefix.back() + 1);
-    return prefix;
-  }
-  static json range_request(const std::string& prefix) {
-    return {{"key", base64_encode(prefix)}, {"range_end", base64_encode(range_end(prefix))}};
-  }
-  // The node keys and the state ([nodes/, state], nothing else sorts between): what an agent
-  // that does not write the state reads and watches.
-  json nodes_and_state() const {
-    return {{"key", base64_encode(nodes_prefix())},
-            {"range_end", base64_encode(state_key() + '\0')}};
   }
 
   // ---- requests, with retries while etcd is unreachable ----
@@ -240,7 +205,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     call(
         "/v3/lease/grant", {{"TTL", ttl}, {"ID", 0}},
         [this](const json& j) {
-          lease_ = int_field(j, "ID");
+          lease_ = etcd_int(j, "ID");
           first_contact();
         },
         [this] { grant_lease(); });
@@ -250,7 +215,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   // no state is stored yet (the first job of the run id: generation 0), this node's join goes in
   // it too. The agent that finds itself the lowest then reads every key, to write the state.
   void first_contact() {
-    const std::string key = base64_encode(state_key());
+    const std::string key = base64_encode(space_.state());
     json compare = {
         {"key", key}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}};
     auto put = [this](const std::string& k, const std::string& value) {
@@ -260,13 +225,13 @@ class EtcdRendezvousHandler : public RendezvousHandler {
                     {"lease", std::to_string(*lease_)}}}};
     };
     const json node_key =
-        put(nodes_prefix() + node_id_, fmt::format("{} pid {}", host_name(), ::getpid()));
-    const json range = {{"request_range", nodes_and_state()}};
+        put(space_.nodes() + node_id_, fmt::format("{} pid {}", host_name(), ::getpid()));
+    const json range = {{"request_range", space_.nodes_and_state()}};
     json first = json::array({node_key}), otherwise = json::array({node_key, range});
     if (pending_join_) {
       NodeDescriptor node = *pending_join_;
       if (node.addr.empty()) node.addr = advertised_address();
-      first.push_back(put(joins_prefix() + node_id_, encode_join(EtcdJoin{0, join_seq_, node, 0})));
+      first.push_back(put(space_.joins() + node_id_, encode_join(EtcdJoin{0, join_seq_, node, 0})));
     }
     first.push_back(range);
     const std::uint64_t seq = join_seq_;
@@ -301,7 +266,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
               "/v3/lease/keepalive", {{"ID", std::to_string(*lease_)}},
               [this](const json& j) {
                 const json& result = j.contains("result") ? j.at("result") : j;
-                if (int_field(result, "TTL") <= 0) {
+                if (etcd_int(result, "TTL") <= 0) {
                   return fail(
                       Stop{StopCause::node_lost,
                            fmt::format("this node's etcd lease at {} expired (no keep-alive "
@@ -322,79 +287,16 @@ class EtcdRendezvousHandler : public RendezvousHandler {
 
   // ---- reading and watching ----
 
-  Snapshot snapshot(const json& j) const {
-    Snapshot s;
-    s.revision = int_field(j.at("header"), "revision");
-    if (!j.contains("kvs")) return s;
-    for (const json& kv : j.at("kvs")) {
-      const std::string key = base64_decode(kv.at("key").get<std::string>());
-      if (key == state_key()) {
-        s.state = decode_state(base64_decode(kv.value("value", "")));
-        s.state_mod_revision = int_field(kv, "mod_revision");
-      } else {
-        note_key(s.keys, key, &kv);
-      }
-    }
-    return s;
-  }
-
-  // One key beside the state, put (`kv`) or deleted (null), into `keys`.
-  void note_key(EtcdKeys& keys, const std::string& key, const json* kv) const {
-    auto under = [&](const std::string& dir) { return key.rfind(dir, 0) == 0; };
-    auto value = [&] { return base64_decode(kv->value("value", "")); };
-    if (under(nodes_prefix())) {
-      const std::string id = key.substr(nodes_prefix().size());
-      if (kv)
-        keys.live.insert(id);
-      else
-        keys.live.erase(id);
-    } else if (under(joins_prefix())) {
-      note(keys.joins, key.substr(joins_prefix().size()),
-           kv ? decode_join(value(), int_field(*kv, "mod_revision")) : std::nullopt);
-    } else if (under(answers_prefix())) {
-      note(keys.answers, key.substr(answers_prefix().size()),
-           kv ? answered_round(*kv) : std::nullopt);
-    } else if (under(done_prefix())) {
-      note(keys.done, key.substr(done_prefix().size()), kv ? decode_done(value()) : std::nullopt);
-    } else if (under(ended_prefix())) {
-      note(keys.ended, key.substr(ended_prefix().size()), kv ? ended_report(*kv) : std::nullopt);
-    }
-  }
-  template <class T>
-  static void note(std::map<std::string, T>& keys, const std::string& id,
-                   const std::optional<T>& value) {
-    if (value)
-      keys[id] = *value;
-    else
-      keys.erase(id);
-  }
-
-  // A value that is not an `ended` message counts as no answer (the deadline still comes).
-  static std::optional<Ended> ended_report(const json& kv) {
-    try {
-      ClientMessage m = decode_client_message(base64_decode(kv.value("value", "")));
-      if (auto* e = std::get_if<Ended>(&m)) return *e;
-    } catch (const ProtocolError&) {
-    }
-    return std::nullopt;
-  }
-
-  static std::optional<std::uint64_t> answered_round(const json& kv) {
-    const std::optional<long long> n = parse_integer(base64_decode(kv.value("value", "")));
-    if (!n || *n < 0) return std::nullopt;
-    return static_cast<std::uint64_t>(*n);
-  }
-
   // A range response as this node's view; false where the state is not one this version wrote
   // (the job stops on this node).
   bool take_snapshot(const json& j, Snapshot& s) {
     try {
-      s = snapshot(j);
+      s = space_.snapshot(j);
     } catch (const std::exception& e) {
       fail(Stop{StopCause::rejected,
                 fmt::format("the rendezvous state in etcd at {} under {} is not one this trainrun "
                             "wrote ({})",
-                            endpoint(), prefix_, e.what()),
+                            endpoint(), space_.prefix(), e.what()),
                 Refusal::foreign_state});
       return false;
     }
@@ -407,7 +309,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
 
   void read(std::function<void(const Snapshot&)> then) {
     call(
-        "/v3/kv/range", range_request(prefix_),
+        "/v3/kv/range", space_.everything(),
         [this, then](const json& j) {
           Snapshot s;
           if (take_snapshot(j, s)) then(s);
@@ -432,7 +334,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   // answer and done to one agent, not to all.
   void watch(std::int64_t from) {
     watching_all_ = lowest();
-    json request = watching_all_ ? range_request(prefix_) : nodes_and_state();
+    json request = watching_all_ ? space_.everything() : space_.nodes_and_state();
     json body = {{"create_request", std::move(request)}};
     body["create_request"]["start_revision"] = std::to_string(from);
     watch_from_ = from;
@@ -461,10 +363,10 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     for (const json& ev : result.at("events")) {
       const json& kv = ev.at("kv");
       const std::string key = base64_decode(kv.at("key").get<std::string>());
-      watch_from_ = std::max(watch_from_, int_field(kv, "mod_revision") + 1);
+      watch_from_ = std::max(watch_from_, etcd_int(kv, "mod_revision") + 1);
       const bool deleted = ev.value("type", "") == "DELETE";
-      if (key == state_key() && !deleted) {
-        const std::int64_t revision = int_field(kv, "mod_revision");
+      if (key == space_.state() && !deleted) {
+        const std::int64_t revision = etcd_int(kv, "mod_revision");
         // This agent's own write, or one it has read since: nothing new.
         if (revision <= stored_mod_revision_) continue;
         // Decoded once the lines already received are handled: of states that came one after
@@ -477,8 +379,8 @@ class EtcdRendezvousHandler : public RendezvousHandler {
           });
         }
       } else {
-        note_key(keys_, key, deleted ? nullptr : &kv);
-        node_gone = node_gone || (deleted && key.rfind(nodes_prefix(), 0) == 0);
+        space_.note(keys_, key, deleted ? nullptr : &kv);
+        node_gone = node_gone || (deleted && key.rfind(space_.nodes(), 0) == 0);
       }
       if (finished_) return;
     }
@@ -602,7 +504,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     NodeDescriptor node = *pending_join_;
     pending_join_.reset();
     if (node.addr.empty()) node.addr = advertised_address();
-    put_own(joins_prefix(), encode_join(EtcdJoin{*generation_, join_seq_, node, 0}));
+    put_own(space_.joins(), encode_join(EtcdJoin{*generation_, join_seq_, node, 0}));
   }
 
   // Whether the state has taken this node's latest join (so it is a member, a waiter, refused,
@@ -645,7 +547,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
 
   // The transaction that writes `s` if the state is still at the revision `snap` read.
   json compare_and_set_body(const Snapshot& snap, const EtcdRoundState& s) const {
-    const std::string key = base64_encode(state_key());
+    const std::string key = base64_encode(space_.state());
     json compare = {{"key", key},
                     {"target", "MOD"},
                     {"result", "EQUAL"},
@@ -673,7 +575,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
           conflicts_ = 0;
           // What this agent wrote is the state now: its next change starts from it, before the
           // watch brings it back.
-          const std::int64_t revision = int_field(j.at("header"), "revision");
+          const std::int64_t revision = etcd_int(j.at("header"), "revision");
           if (revision > stored_mod_revision_) {
             stored_ = written;
             stored_mod_revision_ = revision;
@@ -742,7 +644,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       } else if (!answering_) {
         // This node takes its place in the round: a key of its own, naming the round.
         answering_ = s.round;
-        put_own(answers_prefix(), std::to_string(s.round));
+        put_own(space_.answers(), std::to_string(s.round));
       }
     } else if (joined_ && !assigned_ && s.waiter(node_id_)) {
       report_waiting(s);
@@ -789,10 +691,10 @@ class EtcdRendezvousHandler : public RendezvousHandler {
 
   // shutdown(): the one blocking path, bounded: read, mark this node lost, compare-and-set.
   bool leave_now(const std::string& why) {
-    EtcdReply r = client_->post_now("/v3/kv/range", range_request(prefix_).dump(), 1s);
+    EtcdReply r = client_->post_now("/v3/kv/range", space_.everything().dump(), 1s);
     if (!r.ok()) return true;  // etcd is not there: the lease will expire on its own
     try {
-      Snapshot snap = snapshot(json::parse(r.body));
+      Snapshot snap = space_.snapshot(json::parse(r.body));
       if (!snap.state || !generation_ || snap.state->generation != *generation_) return true;
       EtcdRoundState s = *snap.state;
       if (!round_.lost(s, node_id_, why, unix_time())) return true;
@@ -806,7 +708,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   asio::io_context& io_;
   RendezvousOptions options_;
   LogFunction log_;
-  std::string prefix_;
+  EtcdKeyspace space_;
   EtcdRound round_;
   std::string node_id_;
   ClientEvents events_;
