@@ -128,11 +128,12 @@ def job_that_loses_a_node(rdzv, agents, tmp_path, nnodes, names, extra=()):
 
 
 def shrinks_without(rdzv, agents, tmp_path, victim):
-    """An elastic job of agents a, b, c (2:3) loses `victim` to SIGKILL: the others go on with
-    two nodes, each saying the node was lost."""
+    """An elastic job of agents a, b, c (2:3) loses `victim` (a name, or a function of the
+    agents by name that names it once every worker runs) to SIGKILL: the others go on with two
+    nodes, each saying the node was lost."""
     started = job_that_loses_a_node(rdzv, agents, tmp_path, "2:3", ["a", "b", "c"],
                                     ["--max-restarts=2"])
-    killed = started.pop(victim)
+    killed = started.pop(victim(started) if callable(victim) else victim)
     killed.proc.send_signal(signal.SIGKILL)
     killed.proc.wait()
     for agent in started.values():

@@ -33,15 +33,21 @@ def test_the_same_run_id_runs_again_after_the_job_finished(etcd, agents, worker,
         check_job(read_envs(out), 2, 2)
 
 
-def etcd_keys(server, prefix):
-    """The keys etcd holds under `prefix`, as `etcdctl get --prefix --keys-only` lists them."""
+def etcd_values(server, prefix, keys_only=False):
+    """What etcd holds under `prefix`, by key, as `etcdctl get --prefix` lists it."""
     end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
     body = json.dumps({"key": base64.b64encode(prefix.encode()).decode(),
                        "range_end": base64.b64encode(end.encode()).decode(),
-                       "keys_only": True}).encode()
+                       "keys_only": keys_only}).encode()
     with urllib.request.urlopen(f"http://{server.endpoint}/v3/kv/range", body, timeout=10) as r:
         kvs = json.load(r).get("kvs", [])
-    return sorted(base64.b64decode(kv["key"]).decode() for kv in kvs)
+    return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode()
+            for kv in kvs}
+
+
+def etcd_keys(server, prefix):
+    """The keys etcd holds under `prefix`, as `etcdctl get --prefix --keys-only` lists them."""
+    return sorted(etcd_values(server, prefix, keys_only=True))
 
 
 def test_run_ids_one_inside_the_other_keep_to_their_own_keys(etcd, agents, worker, tmp_path):
@@ -93,6 +99,18 @@ def test_any_agent_may_be_lost_the_first_too(etcd, agents, tmp_path):
     # No agent hosts anything: the first to start is lost as any other (on the built-in backend
     # it would host the rendezvous; test_rendezvous.py loses the last one on both backends).
     shrinks_without(EtcdBackend(etcd), agents, tmp_path, "a")
+
+
+def test_the_agent_that_writes_the_state_may_be_lost(etcd, agents, tmp_path):
+    # The agent with the lowest node id takes the others' keys into the state; SIGKILLed
+    # mid-job, the next one takes over: it finds the lease gone, records the loss, and the two
+    # left re-form and finish (docs/protocol.md, the etcd backend).
+    def writer(started):
+        nodes = etcd_values(etcd, "/trainrun/job/nodes/")
+        pid = int(nodes[min(nodes)].rsplit(" pid ", 1)[1])
+        return next(name for name, agent in started.items() if agent.proc.pid == pid)
+
+    shrinks_without(EtcdBackend(etcd), agents, tmp_path, writer)
 
 
 def test_etcd_restarted_mid_job_is_reconnected(etcd, agents, tmp_path):

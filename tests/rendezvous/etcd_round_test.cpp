@@ -221,3 +221,41 @@ TEST_CASE("etcd round: joins and dones are keys of their own, taken in by one ch
   CHECK(stored(s).phase == Phase::ended);
   CHECK(s.stop->exit_code == 0);
 }
+
+TEST_CASE("etcd round: what the state keeps of a node's join goes with its key", "[etcd]") {
+  // Elastic, restarts left: agents come and go for as long as the job runs; the state keeps
+  // only the live ones' joins, not every agent's that ever joined.
+  EtcdRound round(options(1, 3, 10), "etcd:2379", 15);
+  const auto none = [](EtcdRoundState&, double) { return false; };
+  EtcdKeys keys;
+  EtcdRoundState s;
+  double now = 100;
+  for (int i = 0; i < 20; ++i) {
+    const std::string id = "n" + std::to_string(i);
+    keys.live = {"keep", id};
+    keys.joins = {{"keep", EtcdJoin{0, 1, node("keep"), 1}}, {id, EtcdJoin{0, 1, node(id), 2 + i}}};
+    round.apply(s, keys, none, now += 10);
+    s = stored(s);
+    REQUIRE(s.joins_taken.count(id));
+  }
+  CHECK(s.joins_taken == std::map<std::string, std::uint64_t>{{"keep", 1}, {"n19", 1}});
+  // A refused join is read by its agent, which then stops: its key gone, the refusal goes too.
+  RoundOptions fixed = options(1, 1, 0);
+  fixed.static_ranks = true;
+  EtcdRound static_round(fixed, "etcd:2379", 15);
+  EtcdRoundState t;
+  NodeDescriptor second = node("b");
+  second.node_rank = 0;
+  NodeDescriptor first = node("a");
+  first.node_rank = 0;
+  keys = EtcdKeys{};
+  keys.live = {"a", "b"};
+  keys.joins = {{"a", EtcdJoin{0, 1, first, 1}}, {"b", EtcdJoin{0, 1, second, 2}}};
+  REQUIRE(static_round.apply(t, keys, none, 100));
+  REQUIRE(t.refused.count("b"));
+  keys.live = {"a"};
+  keys.joins.erase("b");
+  CHECK(static_round.apply(t, keys, none, 101));
+  CHECK_FALSE(stored(t).refused.count("b"));
+  CHECK_FALSE(stored(t).joins_taken.count("b"));
+}

@@ -8,6 +8,7 @@
 
 #include "trainrun/base/overloaded.hpp"
 #include "trainrun/base/text.hpp"
+#include "trainrun/rendezvous/message_json.hpp"
 
 namespace trainrun::rendezvous {
 namespace {
@@ -349,6 +350,14 @@ std::string encode(const ServerMessage& message) {
       message);
   // Text from peers (host names, summaries) may hold invalid UTF-8: replace, never throw.
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+NodeDescriptor decode_join_node(const json& message) {
+  if (!message.is_object()) throw ProtocolError("message is not a JSON object");
+  const std::string type = get_type(message);
+  if (type != "join")
+    throw ProtocolError(fmt::format("a \"join\" message was due, not \"{}\"", type));
+  return node_from_json(field(message, "node"));
 }
 
 ClientMessage decode_client_message(std::string_view body) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -9,11 +10,12 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
-#include <cstring>
 #include <limits>
 #include <optional>
 #include <set>
 #include <thread>
+
+#include "trainrun/base/numbers.hpp"
 
 namespace trainrun::rendezvous {
 
@@ -58,31 +60,35 @@ long elapsed_ms(Clock::time_point since) {
   return static_cast<long>(std::chrono::duration_cast<milliseconds>(Clock::now() - since).count());
 }
 
-// One POST on one connection of its own, run on `net`'s thread: resolve, connect, send, read the
-// answer (line by line when streaming). `finish` gets the reply exactly once, also after cancel().
+// One POST, run on `net`'s thread: resolve, connect, send, read the answer (line by line when
+// streaming). `finish` gets the reply exactly once, also after cancel(). A connection that an
+// earlier request left open (`reused`) is tried first; where etcd has closed it meanwhile, the
+// request goes on a new one. A connection whose answer came whole goes to `keep`, for the next.
 class Transfer : public std::enable_shared_from_this<Transfer> {
  public:
   using Finish = std::function<void(EtcdReply)>;
+  using Keep = std::function<void(tcp::socket)>;
 
   Transfer(asio::io_context& net, Target target, std::string body, bool streaming,
-           milliseconds connect_timeout, milliseconds timeout, EtcdClient::Line line, Finish finish)
+           milliseconds connect_timeout, milliseconds timeout, EtcdClient::Line line, Finish finish,
+           std::optional<tcp::socket> reused = std::nullopt, Keep keep = nullptr)
       : target_(std::move(target)),
         streaming_(streaming),
         connect_timeout_(connect_timeout),
         timeout_(timeout),
         line_(std::move(line)),
         finish_(std::move(finish)),
+        keep_(std::move(keep)),
         resolver_(net),
-        socket_(net),
+        socket_(reused ? std::move(*reused) : tcp::socket(net)),
+        reused_(reused.has_value()),
         deadline_(net) {
     request_ = http::request<http::string_body>(http::verb::post, target_.path, 11);
     request_.set(http::field::host, target_.authority);
     request_.set(http::field::content_type, "application/json");
     request_.body() = std::move(body);
     request_.prepare_payload();
-    // Watches stream for as long as the job runs, and ranges may be large: no size limit (a
-    // number, as Boost 1.74's boost::none compares wrongly against a Content-Length).
-    parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
+    new_parser();
   }
 
   bool streaming() const { return streaming_; }
@@ -91,7 +97,22 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
     started_ = Clock::now();
     // The connect timeout counts from the start, the whole request's too (as curl's did).
     arm(timeout_.count() > 0 ? std::min(connect_timeout_, timeout_) : connect_timeout_);
+    if (reused_) return on_connected({});
+    resolve();
+  }
+
+ private:
+  void resolve() {
     auto self = shared_from_this();
+    // An address needs no lookup (and no trip through the resolver's thread).
+    boost::system::error_code numeric;
+    const asio::ip::address address = asio::ip::make_address(target_.host, numeric);
+    const std::optional<long long> port = parse_integer(target_.port);
+    if (!numeric && port && *port > 0 && *port <= 65535) {
+      return socket_.async_connect(
+          tcp::endpoint(address, static_cast<unsigned short>(*port)),
+          [self](const boost::system::error_code& ec) { self->on_connected(ec); });
+    }
     resolver_.async_resolve(
         target_.host, target_.port, tcp::resolver::numeric_service,
         [self](const boost::system::error_code& ec, const tcp::resolver::results_type& results) {
@@ -99,6 +120,7 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
         });
   }
 
+ public:
   // Ends the request with `why` as its error, unless it has ended already.
   void cancel(const std::string& why) {
     if (!error_.empty() || finished_) return;
@@ -152,6 +174,7 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
     if (!ignored) local_ip_ = local.address().to_string();
     http::async_write(socket_, request_,
                       [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                        if (ec && self->reused_ && self->error_.empty()) return self->reconnect();
                         if (ec) return self->complete(ec, "Send failure: " + ec.message());
                         self->read();
                       });
@@ -159,8 +182,10 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
 
   void read() {
     http::async_read_some(
-        socket_, buffer_, parser_,
+        socket_, buffer_, *parser_,
         [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
+          if (ec && self->reused_ && self->received_ == 0 && n == 0 && self->error_.empty())
+            return self->reconnect();
           self->received_ += n;
           if (self->streaming_) self->deliver_lines();
           if (ec) {
@@ -168,14 +193,33 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
             return self->complete(
                 ec, empty ? "Empty reply from server" : "Recv failure: " + ec.message());
           }
-          if (self->parser_.is_done()) return self->complete({}, "");
+          if (self->parser_->is_done()) return self->complete({}, "");
           self->read();
         });
   }
 
+  void new_parser() {
+    parser_.emplace();
+    // Watches stream for as long as the job runs, and ranges may be large: no size limit (a
+    // number, as Boost 1.74's boost::none compares wrongly against a Content-Length).
+    parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
+  }
+
+  // The kept connection was closed by etcd while idle: the same request on a new one.
+  void reconnect() {
+    reused_ = false;
+    connected_ = false;
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+    buffer_.clear();
+    new_parser();
+    arm(timeout_.count() > 0 ? std::min(connect_timeout_, timeout_) : connect_timeout_);
+    resolve();
+  }
+
   // Each newline-terminated piece of a streamed body goes to `line_` as it arrives.
   void deliver_lines() {
-    std::string& body = parser_.get().body();
+    std::string& body = parser_->get().body();
     size_t start = 0, nl;
     while ((nl = body.find('\n', start)) != std::string::npos) {
       line_(body.substr(start, nl - start));
@@ -188,14 +232,18 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
     if (finished_) return;
     finished_ = true;
     deadline_.cancel();
-    boost::system::error_code ignored;
-    socket_.close(ignored);
     EtcdReply r;
     r.transport_ok = !ec && error_.empty();
     if (!r.transport_ok) r.error = error_.empty() ? why : error_;
-    if (parser_.is_header_done()) r.http_status = parser_.get().result_int();
+    if (parser_->is_header_done()) r.http_status = parser_->get().result_int();
+    if (keep_ && r.transport_ok && !streaming_ && parser_->is_done() && parser_->keep_alive()) {
+      keep_(std::move(socket_));
+    } else {
+      boost::system::error_code ignored;
+      socket_.close(ignored);
+    }
     // A stream's lines went to `line_`; what is left is an unfinished line, not an answer.
-    if (!streaming_) r.body = std::move(parser_.get().body());
+    if (!streaming_) r.body = std::move(parser_->get().body());
     r.local_ip = local_ip_;
     finish_(std::move(r));
   }
@@ -205,12 +253,14 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
   milliseconds connect_timeout_, timeout_;
   EtcdClient::Line line_;
   Finish finish_;
+  Keep keep_;
   tcp::resolver resolver_;
   tcp::socket socket_;
+  bool reused_;
   asio::steady_timer deadline_;
   http::request<http::string_body> request_;
   boost::beast::flat_buffer buffer_;
-  http::response_parser<http::string_body> parser_;
+  std::optional<http::response_parser<http::string_body>> parser_;
   Clock::time_point started_;
   bool connected_ = false, finished_ = false;
   size_t received_ = 0;
@@ -218,6 +268,8 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
 };
 
 constexpr milliseconds kConnectTimeout{5000};
+// Connections kept open for the next requests: an agent has a few requests out at a time.
+constexpr std::size_t kIdleConnections = 4;
 
 }  // namespace
 
@@ -229,6 +281,7 @@ struct EtcdClient::Impl {
   asio::executor_work_guard<asio::io_context::executor_type> net_work{net.get_executor()};
   std::shared_ptr<int> alive = std::make_shared<int>(0);
   std::set<std::shared_ptr<Transfer>> running;  // network thread only
+  std::vector<tcp::socket> idle;                // the same: connections left open, last first
   std::thread thread;
 
   explicit Impl(asio::io_context& context) : io(context) {
@@ -239,6 +292,7 @@ struct EtcdClient::Impl {
     net.stop();
     thread.join();
     running.clear();
+    idle.clear();
   }
 
   void submit(Target target, std::string body, bool streaming, milliseconds timeout, Line line,
@@ -256,19 +310,30 @@ struct EtcdClient::Impl {
       };
     }
     auto finished = std::make_shared<std::weak_ptr<Transfer>>();
-    auto t = std::make_shared<Transfer>(
-        net, std::move(target), std::move(body), streaming, kConnectTimeout, timeout,
-        std::move(post_line), [this, weak, done = std::move(done), work, finished](EtcdReply r) {
-          running.erase(finished->lock());
-          asio::post(io, [weak, done, r = std::move(r), work]() mutable {
-            if (weak.lock()) done(std::move(r));
-          });
+    Transfer::Finish finish = [this, weak, done = std::move(done), work, finished](EtcdReply r) {
+      running.erase(finished->lock());
+      asio::post(io, [weak, done, r = std::move(r), work]() mutable {
+        if (weak.lock()) done(std::move(r));
+      });
+    };
+    asio::post(
+        net, [this, target = std::move(target), body = std::move(body), streaming, timeout,
+              post_line = std::move(post_line), finish = std::move(finish), finished]() mutable {
+          // A watch holds its connection for as long as it streams: it never takes a kept one.
+          std::optional<tcp::socket> reused;
+          if (!streaming && !idle.empty()) {
+            reused.emplace(std::move(idle.back()));
+            idle.pop_back();
+          }
+          auto t = std::make_shared<Transfer>(
+              net, std::move(target), std::move(body), streaming, kConnectTimeout, timeout,
+              std::move(post_line), std::move(finish), std::move(reused), [this](tcp::socket s) {
+                if (idle.size() < kIdleConnections) idle.push_back(std::move(s));
+              });
+          *finished = t;
+          running.insert(t);
+          t->start();
         });
-    *finished = t;
-    asio::post(net, [this, t] {
-      running.insert(t);
-      t->start();
-    });
   }
 };
 
@@ -333,13 +398,22 @@ std::string base64_encode(const std::string& bytes) {
 }
 
 std::string base64_decode(const std::string& text) {
+  // Each byte's value in the alphabet, -1 for the others: every state an agent watches is decoded.
+  static const auto values = [] {
+    std::array<std::int8_t, 256> v;
+    v.fill(-1);
+    for (int i = 0; i < 64; ++i)
+      v[static_cast<unsigned char>(kAlphabet[i])] = static_cast<std::int8_t>(i);
+    return v;
+  }();
   std::string out;
+  out.reserve(text.size() / 4 * 3);
   std::uint32_t acc = 0;
   int bits = 0;
   for (char c : text) {
-    const char* p = c ? std::strchr(kAlphabet, c) : nullptr;
-    if (!p) continue;
-    acc = (acc << 6) | static_cast<std::uint32_t>(p - kAlphabet);
+    const int value = values[static_cast<unsigned char>(c)];
+    if (value < 0) continue;
+    acc = (acc << 6) | static_cast<std::uint32_t>(value);
     bits += 6;
     if (bits >= 8) {
       bits -= 8;

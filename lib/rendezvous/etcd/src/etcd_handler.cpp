@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cmath>
 #include <deque>
@@ -15,6 +16,7 @@
 #include "trainrun/rendezvous/conclusion.hpp"
 #include "trainrun/rendezvous/etcd.hpp"
 #include "trainrun/rendezvous/etcd_client.hpp"
+#include "trainrun/rendezvous/etcd_keys.hpp"
 #include "trainrun/rendezvous/etcd_round.hpp"
 
 namespace trainrun::rendezvous {
@@ -25,24 +27,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::int64_t int_field(const json& j, const char* key) {
-  if (!j.contains(key)) return 0;
-  const json& v = j.at(key);
-  if (!v.is_string()) return v.get<std::int64_t>();
-  const std::optional<long long> n = parse_integer(v.get<std::string>());
-  if (!n) throw std::runtime_error(fmt::format("{} is not an integer: {}", key, v.dump()));
-  return *n;
-}
-
-// The round state and the keys beside it under the prefix, from one range response.
-struct Snapshot {
-  std::optional<EtcdRoundState> state;
-  std::int64_t state_mod_revision = 0;  // 0: no state yet
-  std::int64_t revision = 0;            // the store's revision when read
-  EtcdKeys keys;
-};
-
 using Change = EtcdRound::Change;
+using Snapshot = EtcdSnapshot;
 
 class EtcdRendezvousHandler : public RendezvousHandler {
  public:
@@ -52,7 +38,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
         log_(std::move(log)),
         // Encoded, so that no run id's keys fall under another's: run "a" reads and watches the
         // range /trainrun/a/, which would otherwise hold run "a/nodes/x" too.
-        prefix_("/trainrun/" + percent_encode(options_.credentials.run_id) + "/"),
+        space_("/trainrun/" + percent_encode(options_.credentials.run_id) + "/"),
         round_(options_.round, endpoint(), in_seconds(options_.liveness.heartbeat_timeout)),
         node_id_(random_hex(8)) {}
 
@@ -97,7 +83,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   void report_done() override {
     if (!assigned_) return;
     done_round_ = *assigned_;
-    put_own(done_prefix(), encode_done(EtcdDone{*generation_, *assigned_}));
+    put_own(space_.done(), encode_done(EtcdDone{*generation_, *assigned_}));
   }
 
   // After on_halt: a key of its own, as report_done's; the agent that sees every awaited answer
@@ -107,7 +93,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     Ended ended{*assigned_, failures, not_relayed};
     fit_failures(ended.failures, ended.not_relayed, kMaxStoredFailureBytes);
     ended_round_ = *assigned_;
-    put_own(ended_prefix(), encode(ClientMessage{ended}));
+    put_own(space_.ended(), encode(ClientMessage{ended}));
   }
 
   void shutdown(const std::string& reason) override {
@@ -134,20 +120,6 @@ class EtcdRendezvousHandler : public RendezvousHandler {
  private:
   static std::string bracketed(const std::string& host) {
     return host.find(':') != std::string::npos ? "[" + host + "]" : host;
-  }
-  std::string state_key() const { return prefix_ + "state"; }
-  std::string nodes_prefix() const { return prefix_ + "nodes/"; }
-  std::string joins_prefix() const { return prefix_ + "joins/"; }
-  std::string answers_prefix() const { return prefix_ + "answers/"; }
-  std::string done_prefix() const { return prefix_ + "done/"; }
-  std::string ended_prefix() const { return prefix_ + "ended/"; }
-  // The end of the key range [prefix, prefix_end): the prefix with its last byte incremented.
-  static std::string range_end(std::string prefix) {
-    prefix.back() = static_cast<char>(prefix.back() + 1);
-    return prefix;
-  }
-  static json range_request(const std::string& prefix) {
-    return {{"key", base64_encode(prefix)}, {"range_end", base64_encode(range_end(prefix))}};
   }
 
   // ---- requests, with retries while etcd is unreachable ----
@@ -233,24 +205,57 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     call(
         "/v3/lease/grant", {{"TTL", ttl}, {"ID", 0}},
         [this](const json& j) {
-          lease_ = int_field(j, "ID");
-          put_node_key();
+          lease_ = etcd_int(j, "ID");
+          first_contact();
         },
         [this] { grant_lease(); });
   }
 
-  void put_node_key() {
-    json body = {{"key", base64_encode(nodes_prefix() + node_id_)},
-                 {"value", base64_encode(fmt::format("{} pid {}", host_name(), ::getpid()))},
-                 {"lease", std::to_string(*lease_)}};
+  // This node's key and the first read (the node keys and the state), in one transaction; where
+  // no state is stored yet (the first job of the run id: generation 0), this node's join goes in
+  // it too. The agent that finds itself the lowest then reads every key, to write the state.
+  void first_contact() {
+    const std::string key = base64_encode(space_.state());
+    json compare = {
+        {"key", key}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}};
+    auto put = [this](const std::string& k, const std::string& value) {
+      return json{{"request_put",
+                   {{"key", base64_encode(k)},
+                    {"value", base64_encode(value)},
+                    {"lease", std::to_string(*lease_)}}}};
+    };
+    const json node_key =
+        put(space_.nodes() + node_id_, fmt::format("{} pid {}", host_name(), ::getpid()));
+    const json range = {{"request_range", space_.nodes_and_state()}};
+    json first = json::array({node_key}), otherwise = json::array({node_key, range});
+    if (pending_join_) {
+      NodeDescriptor node = *pending_join_;
+      if (node.addr.empty()) node.addr = advertised_address();
+      first.push_back(put(space_.joins() + node_id_, encode_join(EtcdJoin{0, join_seq_, node, 0})));
+    }
+    first.push_back(range);
+    const std::uint64_t seq = join_seq_;
     call(
-        "/v3/kv/put", body,
-        [this](const json&) {
+        "/v3/kv/txn",
+        {{"compare", json::array({compare})}, {"success", first}, {"failure", otherwise}},
+        [this, seq](const json& j) {
+          const bool joined = j.value("succeeded", false) && first_join_fits(seq);
+          if (joined) pending_join_.reset();
           keep_alive();
-          read_and_watch();
+          json reply = j.at("responses").back().at("response_range");
+          reply["header"] = j.at("header");
+          Snapshot s;
+          if (!take_snapshot(reply, s)) return;
+          if (joined) check_later(false);
+          if (lowest()) return read_and_watch();
+          watch_after_read(s);
         },
-        [this] { put_node_key(); });
+        [this] { first_contact(); });
   }
+
+  // Whether the join written with this node's key is its latest: join() was not called again
+  // while the transaction was out.
+  bool first_join_fits(std::uint64_t seq) const { return pending_join_ && join_seq_ == seq; }
 
   void keep_alive() {
     keepalive_timer_.expires_after(options_.liveness.keep_alive_interval);
@@ -261,7 +266,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
               "/v3/lease/keepalive", {{"ID", std::to_string(*lease_)}},
               [this](const json& j) {
                 const json& result = j.contains("result") ? j.at("result") : j;
-                if (int_field(result, "TTL") <= 0) {
+                if (etcd_int(result, "TTL") <= 0) {
                   return fail(
                       Stop{StopCause::node_lost,
                            fmt::format("this node's etcd lease at {} expired (no keep-alive "
@@ -282,99 +287,46 @@ class EtcdRendezvousHandler : public RendezvousHandler {
 
   // ---- reading and watching ----
 
-  Snapshot snapshot(const json& j) const {
-    Snapshot s;
-    s.revision = int_field(j.at("header"), "revision");
-    if (!j.contains("kvs")) return s;
-    for (const json& kv : j.at("kvs")) {
-      const std::string key = base64_decode(kv.at("key").get<std::string>());
-      if (key == state_key()) {
-        s.state = decode_state(base64_decode(kv.value("value", "")));
-        s.state_mod_revision = int_field(kv, "mod_revision");
-      } else {
-        note_key(s.keys, key, &kv);
-      }
-    }
-    return s;
-  }
-
-  // One key beside the state, put (`kv`) or deleted (null), into `keys`.
-  void note_key(EtcdKeys& keys, const std::string& key, const json* kv) const {
-    auto under = [&](const std::string& dir) { return key.rfind(dir, 0) == 0; };
-    auto value = [&] { return base64_decode(kv->value("value", "")); };
-    if (under(nodes_prefix())) {
-      const std::string id = key.substr(nodes_prefix().size());
-      if (kv)
-        keys.live.insert(id);
-      else
-        keys.live.erase(id);
-    } else if (under(joins_prefix())) {
-      note(keys.joins, key.substr(joins_prefix().size()),
-           kv ? decode_join(value(), int_field(*kv, "mod_revision")) : std::nullopt);
-    } else if (under(answers_prefix())) {
-      note(keys.answers, key.substr(answers_prefix().size()),
-           kv ? answered_round(*kv) : std::nullopt);
-    } else if (under(done_prefix())) {
-      note(keys.done, key.substr(done_prefix().size()), kv ? decode_done(value()) : std::nullopt);
-    } else if (under(ended_prefix())) {
-      note(keys.ended, key.substr(ended_prefix().size()), kv ? ended_report(*kv) : std::nullopt);
-    }
-  }
-  template <class T>
-  static void note(std::map<std::string, T>& keys, const std::string& id,
-                   const std::optional<T>& value) {
-    if (value)
-      keys[id] = *value;
-    else
-      keys.erase(id);
-  }
-
-  // A value that is not an `ended` message counts as no answer (the deadline still comes).
-  static std::optional<Ended> ended_report(const json& kv) {
+  // A range response as this node's view; false where the state is not one this version wrote
+  // (the job stops on this node).
+  bool take_snapshot(const json& j, Snapshot& s) {
     try {
-      ClientMessage m = decode_client_message(base64_decode(kv.value("value", "")));
-      if (auto* e = std::get_if<Ended>(&m)) return *e;
-    } catch (const ProtocolError&) {
+      s = space_.snapshot(j);
+    } catch (const std::exception& e) {
+      fail(Stop{StopCause::rejected,
+                fmt::format("the rendezvous state in etcd at {} under {} is not one this trainrun "
+                            "wrote ({})",
+                            endpoint(), space_.prefix(), e.what()),
+                Refusal::foreign_state});
+      return false;
     }
-    return std::nullopt;
-  }
-
-  static std::optional<std::uint64_t> answered_round(const json& kv) {
-    const std::optional<long long> n = parse_integer(base64_decode(kv.value("value", "")));
-    if (!n || *n < 0) return std::nullopt;
-    return static_cast<std::uint64_t>(*n);
+    if (!generation_) generation_ = round_.generation_to_join(s.state);
+    keys_ = s.keys;
+    stored_ = s.state;
+    stored_mod_revision_ = s.state_mod_revision;
+    return true;
   }
 
   void read(std::function<void(const Snapshot&)> then) {
     call(
-        "/v3/kv/range", range_request(prefix_),
+        "/v3/kv/range", space_.everything(),
         [this, then](const json& j) {
           Snapshot s;
-          try {
-            s = snapshot(j);
-          } catch (const std::exception& e) {
-            return fail(Stop{StopCause::rejected,
-                             fmt::format("the rendezvous state in etcd at {} under {} is not one "
-                                         "this trainrun wrote ({})",
-                                         endpoint(), prefix_, e.what()),
-                             Refusal::foreign_state});
-          }
-          if (!generation_) generation_ = round_.generation_to_join(s.state);
-          keys_ = s.keys;
-          stored_ = s.state;
-          then(s);
+          if (take_snapshot(j, s)) then(s);
         },
         [this, then] { read(then); });
   }
 
   void read_and_watch() {
-    read([this](const Snapshot& s) {
-      if (s.state) react(*s.state, s.state_mod_revision);
-      if (finished_) return;
-      if (pending_join_) submit_join();
-      consider();  // keys that came while the watch was down
-      watch(s.revision + 1);
-    });
+    read([this](const Snapshot& s) { watch_after_read(s); });
+  }
+
+  void watch_after_read(const Snapshot& s) {
+    if (s.state) react(*s.state, s.state_mod_revision);
+    if (finished_) return;
+    if (pending_join_) submit_join();
+    watch(s.revision + 1);
+    consider();  // keys that came while the watch was down: once watch() has chosen what it sees
   }
 
   // The agent with the lowest live node id watches every key; the others only the node keys and
@@ -382,9 +334,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   // answer and done to one agent, not to all.
   void watch(std::int64_t from) {
     watching_all_ = lowest();
-    json request = watching_all_ ? range_request(prefix_)
-                                 : json{{"key", base64_encode(nodes_prefix())},
-                                        {"range_end", base64_encode(state_key() + '\0')}};
+    json request = watching_all_ ? space_.everything() : space_.nodes_and_state();
     json body = {{"create_request", std::move(request)}};
     body["create_request"]["start_revision"] = std::to_string(from);
     watch_from_ = from;
@@ -413,28 +363,53 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     for (const json& ev : result.at("events")) {
       const json& kv = ev.at("kv");
       const std::string key = base64_decode(kv.at("key").get<std::string>());
-      watch_from_ = std::max(watch_from_, int_field(kv, "mod_revision") + 1);
+      watch_from_ = std::max(watch_from_, etcd_int(kv, "mod_revision") + 1);
       const bool deleted = ev.value("type", "") == "DELETE";
-      if (key == state_key() && !deleted) {
-        try {
-          EtcdRoundState s = decode_state(base64_decode(kv.value("value", "")));
-          stored_ = s;
-          react(s, int_field(kv, "mod_revision"));
-        } catch (const std::exception&) {
+      if (key == space_.state() && !deleted) {
+        const std::int64_t revision = etcd_int(kv, "mod_revision");
+        // This agent's own write, or one it has read since: nothing new.
+        if (revision <= stored_mod_revision_) continue;
+        // Decoded once the lines already received are handled: of states that came one after
+        // another, only the last (a read, too, finds only the latest).
+        const bool posted = pending_state_.has_value();
+        pending_state_ = std::make_pair(kv.value("value", ""), revision);
+        if (!posted) {
+          asio::post(io_, [this, alive = std::weak_ptr<int>(alive_)] {
+            if (!alive.expired()) take_pending_state();
+          });
         }
       } else {
-        note_key(keys_, key, deleted ? nullptr : &kv);
-        node_gone = node_gone || (deleted && key.rfind(nodes_prefix(), 0) == 0);
+        space_.note(keys_, key, deleted ? nullptr : &kv);
+        node_gone = node_gone || (deleted && key.rfind(space_.nodes(), 0) == 0);
       }
       if (finished_) return;
     }
-    if (watching_all_) return consider();
+    if (watching_all_ && lowest()) {
+      if (!pending_state_) consider();  // else once the state is taken
+      return;
+    }
     if (node_gone && lowest()) {
       // The lowest is gone and this agent comes next: it reads, and watches every key.
       rewatch_ = true;
       return client_->cancel_streams();
     }
     if (node_gone) check_later(true);
+  }
+
+  void take_pending_state() {
+    if (!pending_state_ || finished_) return;
+    auto [value, revision] = std::move(*pending_state_);
+    pending_state_.reset();
+    if (revision > stored_mod_revision_) {
+      try {
+        EtcdRoundState s = decode_state(base64_decode(value));
+        stored_ = s;
+        stored_mod_revision_ = revision;
+        react(s, revision);
+      } catch (const std::exception&) {
+      }
+    }
+    if (!finished_ && watching_all_ && lowest()) consider();
   }
 
   // ---- changing the state: read, apply, compare-and-set; again if another agent was first ----
@@ -459,22 +434,30 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   // agents watching every key (the lowest live node id) write at once; the others read and write
   // only what is still due after a pause that grows with their place, in case the lowest is gone
   // or slow: `always` for a lease gone or a deadline, else only while the state does not show
-  // this agent's own keys.
+  // this agent's own keys. That pause is longer (the lowest may still be starting, and a lowest
+  // gone is found by its lease), and both begin again while the state keeps changing (the
+  // lowest is at work): 64 agents each writing what the lowest is about to write collide.
   void consider() {
     if (finished_ || !generation_ || !lease_) return;
-    if (watching_all_ && is_due()) enqueue_refresh();
+    if (watching_all_ && lowest() && is_due()) enqueue_refresh();
   }
 
   void check_later(bool always) {
     if (finished_ || !generation_ || !lease_) return;
-    if (watching_all_) return consider();
+    if (watching_all_ && lowest()) return consider();
     fallback_always_ = fallback_always_ || always;
-    if (fallback_armed_) return;
-    fallback_armed_ = true;
     const auto place = std::distance(keys_.live.begin(), keys_.live.lower_bound(node_id_));
-    after(kFallbackPause * (1 + place), [this] {
-      fallback_armed_ = false;
-      if (std::exchange(fallback_always_, false) || own_keys_pending()) enqueue_refresh();
+    const auto due = Clock::now() + (always ? kFallbackPause : kOwnKeysPause) * (1 + place);
+    if (fallback_due_ && *fallback_due_ <= due) return;
+    fallback_due_ = due;
+    after(due - Clock::now(), [this, due, seen = seen_revision_] {
+      if (fallback_due_ != due) return;  // an earlier one was armed since
+      fallback_due_.reset();
+      const bool always = std::exchange(fallback_always_, false);
+      if (!always && !own_keys_pending()) return;
+      // The state changed meanwhile: the agent that writes it is at work; another pause.
+      if (seen_revision_ != seen) return check_later(always);
+      enqueue_refresh();
     });
   }
 
@@ -521,7 +504,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     NodeDescriptor node = *pending_join_;
     pending_join_.reset();
     if (node.addr.empty()) node.addr = advertised_address();
-    put_own(joins_prefix(), encode_join(EtcdJoin{*generation_, join_seq_, node, 0}));
+    put_own(space_.joins(), encode_join(EtcdJoin{*generation_, join_seq_, node, 0}));
   }
 
   // Whether the state has taken this node's latest join (so it is a member, a waiter, refused,
@@ -534,23 +517,37 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   void run_next_change() {
     if (changing_ || changes_.empty() || finished_ || !lease_) return;
     changing_ = true;
-    read([this](const Snapshot& snap) {
-      std::optional<EtcdRoundState> mine = round_.state_of(snap.state, *generation_);
-      if (!mine) return fail(round_.superseded());
-      EtcdRoundState& s = *mine;
-      const double now = unix_time();
-      if (!round_.apply(s, snap.keys, changes_.front().change, now)) {
-        finish_change(snap.revision);
-        if (snap.state) react(*snap.state, snap.state_mod_revision);
-        return;
-      }
-      compare_and_set(snap, s);
-    });
+    // The agent watching every key has them as etcd had them moments ago: it writes from that
+    // view; where the state moved on meanwhile, the compare fails, and it reads.
+    if (watching_all_ && lowest() && !read_first_) return change_from(watched());
+    read([this](const Snapshot& snap) { change_from(snap); });
+  }
+
+  Snapshot watched() const {
+    Snapshot s;
+    s.state = stored_;
+    s.state_mod_revision = stored_ ? stored_mod_revision_ : 0;
+    s.revision = watch_from_ - 1;
+    s.keys = keys_;
+    return s;
+  }
+
+  void change_from(const Snapshot& snap) {
+    std::optional<EtcdRoundState> mine = round_.state_of(snap.state, *generation_);
+    if (!mine) return fail(round_.superseded());
+    EtcdRoundState& s = *mine;
+    const double now = unix_time();
+    if (!round_.apply(s, snap.keys, changes_.front().change, now)) {
+      finish_change(snap.revision);
+      if (snap.state) react(*snap.state, snap.state_mod_revision);
+      return;
+    }
+    compare_and_set(snap, s);
   }
 
   // The transaction that writes `s` if the state is still at the revision `snap` read.
   json compare_and_set_body(const Snapshot& snap, const EtcdRoundState& s) const {
-    const std::string key = base64_encode(state_key());
+    const std::string key = base64_encode(space_.state());
     json compare = {{"key", key},
                     {"target", "MOD"},
                     {"result", "EQUAL"},
@@ -562,11 +559,12 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   void compare_and_set(const Snapshot& snap, const EtcdRoundState& s) {
     call(
         "/v3/kv/txn", compare_and_set_body(snap, s),
-        [this](const json& j) {
+        [this, written = s](const json& j) {
           if (!j.value("succeeded", false)) {
             // Another agent changed it first: again, after a short random pause, so that N
             // agents writing at once do not all collide again.
             ++conflicts_;
+            read_first_ = true;
             const auto pause = std::chrono::microseconds(
                 std::uniform_int_distribution<int>(0, 2000 * std::min(conflicts_, 10))(rng_));
             return after(pause, [this] {
@@ -575,15 +573,25 @@ class EtcdRendezvousHandler : public RendezvousHandler {
             });
           }
           conflicts_ = 0;
-          finish_change(int_field(j.at("header"), "revision"));
+          // What this agent wrote is the state now: its next change starts from it, before the
+          // watch brings it back.
+          const std::int64_t revision = etcd_int(j.at("header"), "revision");
+          if (revision > stored_mod_revision_) {
+            stored_ = written;
+            stored_mod_revision_ = revision;
+          }
+          finish_change(revision);
+          react(written, revision);
         },
         [this] {
           changing_ = false;
+          read_first_ = true;
           run_next_change();
         });
   }
 
   void finish_change(std::int64_t revision) {
+    read_first_ = false;
     auto landed = std::move(changes_.front().landed);
     changes_.pop_front();
     changing_ = false;
@@ -636,7 +644,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       } else if (!answering_) {
         // This node takes its place in the round: a key of its own, naming the round.
         answering_ = s.round;
-        put_own(answers_prefix(), std::to_string(s.round));
+        put_own(space_.answers(), std::to_string(s.round));
       }
     } else if (joined_ && !assigned_ && s.waiter(node_id_)) {
       report_waiting(s);
@@ -683,10 +691,10 @@ class EtcdRendezvousHandler : public RendezvousHandler {
 
   // shutdown(): the one blocking path, bounded: read, mark this node lost, compare-and-set.
   bool leave_now(const std::string& why) {
-    EtcdReply r = client_->post_now("/v3/kv/range", range_request(prefix_).dump(), 1s);
+    EtcdReply r = client_->post_now("/v3/kv/range", space_.everything().dump(), 1s);
     if (!r.ok()) return true;  // etcd is not there: the lease will expire on its own
     try {
-      Snapshot snap = snapshot(json::parse(r.body));
+      Snapshot snap = space_.snapshot(json::parse(r.body));
       if (!snap.state || !generation_ || snap.state->generation != *generation_) return true;
       EtcdRoundState s = *snap.state;
       if (!round_.lost(s, node_id_, why, unix_time())) return true;
@@ -700,7 +708,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   asio::io_context& io_;
   RendezvousOptions options_;
   LogFunction log_;
-  std::string prefix_;
+  EtcdKeyspace space_;
   EtcdRound round_;
   std::string node_id_;
   ClientEvents events_;
@@ -716,14 +724,18 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   std::optional<std::uint64_t> assigned_;
   std::optional<std::uint64_t> answering_;  // the round this node answered, not started yet
   std::optional<EtcdRoundState> stored_;    // the state as last read, then watched
-  EtcdKeys keys_;                           // the keys beside it, the same
-  bool fallback_armed_ = false;             // check_later() waits
+  std::int64_t stored_mod_revision_ = 0;
+  // A state watched, not yet decoded (base64), and its revision.
+  std::optional<std::pair<std::string, std::int64_t>> pending_state_;
+  EtcdKeys keys_;                                  // the keys beside it, the same
+  std::optional<Clock::time_point> fallback_due_;  // when check_later()'s pause ends
   bool fallback_always_ = false;
   bool watching_all_ = false;                 // every key, or the node keys and the state
   bool rewatch_ = false;                      // the watch ends, to watch every key
   std::optional<std::uint64_t> done_round_;   // the round this node's done key names
   std::optional<std::uint64_t> ended_round_;  // the round its ended key names
   static constexpr Clock::duration kFallbackPause = 100ms;
+  static constexpr Clock::duration kOwnKeysPause = 1s;
   std::optional<std::uint64_t> halted_;  // the round whose halt this node was given
   std::int64_t seen_revision_ = 0;
   std::int64_t watch_from_ = 0;
@@ -734,7 +746,8 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   };
   std::deque<Pending> changes_;
   bool changing_ = false;
-  int conflicts_ = 0;  // compare-and-sets lost in a row
+  bool read_first_ = false;  // the last compare-and-set failed: the next change reads
+  int conflicts_ = 0;        // compare-and-sets lost in a row
   std::minstd_rand rng_{std::random_device{}()};
   Backoff backoff_{options_.retry.backoff, join_deadline(options_)};  // while etcd is unreachable
   std::optional<Clock::time_point> last_unreachable_log_;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trainrun/rendezvous/conclusion.hpp"
+#include "trainrun/rendezvous/message_json.hpp"
 
 namespace trainrun::rendezvous {
 
@@ -33,7 +34,7 @@ EtcdMember member_from(const json& j) {
   EtcdMember m;
   m.id = j.at("id").get<std::string>();
   m.joined_at = from_unix(j.at("joined_at").get<double>());
-  m.node = std::get<Join>(decode_client_message(j.at("node").dump())).node;
+  m.node = decode_join_node(j.at("node"));
   return m;
 }
 
@@ -52,6 +53,16 @@ std::optional<RoundTime> optional_time(const json& j, const char* key) {
 
 json optional_time_json(const std::optional<RoundTime>& t) {
   return t ? json(unix_seconds(*t)) : json(nullptr);
+}
+
+// Drops the entries of nodes not in `live`; whether there were any.
+template <class T>
+bool forget_gone(std::map<std::string, T>& by_node, const std::set<std::string>& live) {
+  const std::size_t before = by_node.size();
+  for (auto it = by_node.begin(); it != by_node.end();) {
+    it = live.count(it->first) ? std::next(it) : by_node.erase(it);
+  }
+  return by_node.size() != before;
 }
 
 }  // namespace
@@ -155,7 +166,7 @@ std::optional<EtcdJoin> decode_join(const std::string& text, std::int64_t revisi
     EtcdJoin join;
     join.generation = j.at("generation").get<std::uint64_t>();
     join.seq = j.at("seq").get<std::uint64_t>();
-    join.node = std::get<Join>(decode_client_message(j.at("node").dump())).node;
+    join.node = decode_join_node(j.at("node"));
     join.revision = revision;
     return join;
   } catch (const std::exception&) {
@@ -295,6 +306,11 @@ bool EtcdRound::prune(EtcdRoundState& s, const std::set<std::string>& live, doub
   const std::string why =
       fmt::format("its etcd lease expired: no keep-alive for {:.0f} s", heartbeat_timeout_s_);
   for (const auto& id : gone) changed = lost(s, id, why, now) || changed;
+  // What the state keeps of a node's joins is for its agent to read; an agent whose key is gone
+  // reads nothing more (node ids are per process), so the state does not grow with every agent
+  // that ever joined.
+  changed = forget_gone(s.joins_taken, live) || changed;
+  changed = forget_gone(s.refused, live) || changed;
   return changed;
 }
 

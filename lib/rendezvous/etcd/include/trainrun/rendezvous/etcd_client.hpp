@@ -26,9 +26,11 @@ struct EtcdReply {
   std::string describe() const;
 };
 
-// HTTP to etcd's v3 gRPC gateway (POST /v3/...), with Boost.Beast on one thread of its own, one
-// connection per request. Replies and stream lines are posted to `io`: every callback runs on the
-// caller's event loop, never after the client is destroyed.
+// HTTP to etcd's v3 gRPC gateway (POST /v3/...), with Boost.Beast on one thread of its own. A
+// request goes on a connection an earlier one left open where there is one (etcd's gateway
+// spends more on a new connection than on a small request); a watch has one of its own. Replies and
+// stream lines are posted to `io`: every callback runs on the caller's event loop, never after the
+// client is destroyed.
 class EtcdClient {
  public:
   using Reply = std::function<void(EtcdReply)>;
