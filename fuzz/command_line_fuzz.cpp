@@ -1,7 +1,7 @@
 // The whole command line with PET_* defaults. Input: NUL-separated arguments, then an empty
 // string, then NUL-separated NAME=VALUE environment entries.
-#include "config.hpp"
 #include "fuzz_util.hpp"
+#include "trainrun/launch/cli/command_line.hpp"
 
 using namespace trainrun::launch;
 

@@ -2,8 +2,8 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "failure.hpp"
 #include "fuzz_util.hpp"
+#include "trainrun/launch/workers/failure.hpp"
 
 using namespace trainrun::launch;
 

@@ -1,6 +1,6 @@
 // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE expansion. Input: template, NUL, role.
 #include "fuzz_util.hpp"
-#include "output_plan.hpp"
+#include "trainrun/launch/output/output_plan.hpp"
 
 using namespace trainrun::launch;
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "fuzz_util.hpp"
-#include "tee_reader.hpp"
+#include "trainrun/launch/output/tee_reader.hpp"
 
 using namespace trainrun::launch;
 

@@ -1,6 +1,6 @@
 // --nnodes / PET_NNODES.
-#include "config.hpp"
 #include "fuzz_util.hpp"
+#include "trainrun/launch/cli/command_line.hpp"
 
 using namespace trainrun::launch;
 

@@ -1,6 +1,6 @@
 // --local-ranks-filter.
-#include "config.hpp"
 #include "fuzz_util.hpp"
+#include "trainrun/launch/cli/command_line.hpp"
 
 using namespace trainrun::launch;
 

@@ -1,6 +1,6 @@
 // --rdzv-conf KEY=VALUE,...
-#include "config.hpp"
 #include "fuzz_util.hpp"
+#include "trainrun/launch/cli/command_line.hpp"
 
 using namespace trainrun::launch;
 

@@ -1,6 +1,6 @@
 // --redirects / --tee: one value or a per-rank map.
-#include "config.hpp"
 #include "fuzz_util.hpp"
+#include "trainrun/launch/cli/command_line.hpp"
 
 using namespace trainrun::launch;
 

@@ -4,8 +4,8 @@
 #include <exception>
 #include <string>
 
-#include "cli_docs.hpp"
-#include "file_io.hpp"
+#include "trainrun/launch/cli/cli_docs.hpp"
+#include "trainrun/launch/core/file_io.hpp"
 
 namespace launch = trainrun::launch;
 

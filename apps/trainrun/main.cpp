@@ -3,12 +3,12 @@
 #include <string>
 #include <vector>
 
-#include "agent.hpp"
-#include "config.hpp"
-#include "descriptors.hpp"
-#include "errors.hpp"
-#include "log.hpp"
-#include "worker_env.hpp"
+#include "trainrun/launch/agent/agent.hpp"
+#include "trainrun/launch/cli/command_line.hpp"
+#include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/core/log.hpp"
+#include "trainrun/launch/workers/descriptors.hpp"
+#include "trainrun/launch/workers/worker_env.hpp"
 
 namespace launch = trainrun::launch;
 

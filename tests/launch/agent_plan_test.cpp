@@ -1,4 +1,4 @@
-#include "agent_plan.hpp"
+#include "trainrun/launch/agent/agent_plan.hpp"
 
 #include <algorithm>
 #include <catch2/catch.hpp>

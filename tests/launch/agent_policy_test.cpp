@@ -1,4 +1,4 @@
-#include "agent_policy.hpp"
+#include "trainrun/launch/agent/agent_policy.hpp"
 
 #include <fmt/format.h>
 
@@ -432,7 +432,7 @@ TEST_CASE("in a job: halted, it says what failed; the stop's root cause and list
   REQUIRE(root != std::string::npos);
   CHECK(text.find("rank      : 1 (local_rank: 1)", root) != std::string::npos);
   CHECK(text.find("rank      : 2 (local_rank: 0)") < root);
-  CHECK(text.find("Traceback ...") != std::string::npos);  // our own, whole
+  CHECK(text.find("Traceback ...") != std::string::npos);   // our own, whole
   CHECK(text.find("\\x1b[2Jtheirs") != std::string::npos);  // theirs, escaped
 }
 

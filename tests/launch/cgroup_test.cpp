@@ -1,4 +1,4 @@
-#include "cgroup.hpp"
+#include "trainrun/launch/workers/cgroup.hpp"
 
 #include <catch2/catch.hpp>
 #include <string>

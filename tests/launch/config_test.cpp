@@ -1,10 +1,9 @@
-#include "config.hpp"
-
 #include <catch2/catch.hpp>
 #include <csignal>
 
 #include "parse_helpers.hpp"
-#include "worker_count.hpp"
+#include "trainrun/launch/cli/command_line.hpp"
+#include "trainrun/launch/workers/worker_count.hpp"
 
 using namespace trainrun::launch;
 using trainrun::test::parse;
@@ -78,8 +77,8 @@ TEST_CASE("a rendezvous that cannot run is refused when the command line is pars
                     Catch::Contains("port 0 only works with --rdzv-conf is_host=1"));
   // One node, static: no rendezvous, nothing to check.
   CHECK_NOTHROW(parse({"--node-rank=5", "x"}));
-  CHECK_NOTHROW(parse({"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=h:0",
-                       "--rdzv-conf=is_host=1", "x"}));
+  CHECK_NOTHROW(parse(
+      {"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=h:0", "--rdzv-conf=is_host=1", "x"}));
 }
 
 TEST_CASE("cpu, gpu and auto are kept as words and counted by the agent") {

@@ -1,8 +1,8 @@
 // The options and behaviours that torchrun 2.x added, as the parser sees them.
 #include <catch2/catch.hpp>
 
-#include "config.hpp"
 #include "parse_helpers.hpp"
+#include "trainrun/launch/cli/command_line.hpp"
 
 using namespace trainrun::launch;
 using trainrun::test::outcome;

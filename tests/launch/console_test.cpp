@@ -1,4 +1,4 @@
-#include "console.hpp"
+#include "trainrun/launch/output/console.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
-#include "tee_reader.hpp"
 #include "test_support.hpp"
+#include "trainrun/launch/output/tee_reader.hpp"
 
 using namespace trainrun::launch;
 

@@ -1,4 +1,4 @@
-#include "descriptors.hpp"
+#include "trainrun/launch/workers/descriptors.hpp"
 
 #include <sys/resource.h>
 

@@ -1,10 +1,10 @@
-#include "errors.hpp"
+#include "trainrun/launch/core/errors.hpp"
 
 #include <catch2/catch.hpp>
 
-#include "config.hpp"
-#include "entrypoint.hpp"
-#include "log.hpp"
+#include "trainrun/launch/cli/command_line.hpp"
+#include "trainrun/launch/core/log.hpp"
+#include "trainrun/launch/workers/entrypoint.hpp"
 
 using namespace trainrun::launch;
 

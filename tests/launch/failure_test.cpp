@@ -1,4 +1,4 @@
-#include "failure.hpp"
+#include "trainrun/launch/workers/failure.hpp"
 
 #include <catch2/catch.hpp>
 #include <csignal>

@@ -1,10 +1,11 @@
-#include "leftovers.hpp"
-#include "processes.hpp"
+#include "trainrun/launch/workers/leftovers.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+
+#include "trainrun/launch/workers/processes.hpp"
 
 using namespace trainrun::launch;
 

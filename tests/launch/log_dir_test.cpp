@@ -1,4 +1,4 @@
-#include "log_dir.hpp"
+#include "trainrun/launch/output/log_dir.hpp"
 
 #include <catch2/catch.hpp>
 #include <string>

@@ -1,6 +1,8 @@
-#include "output_plan.hpp"
+#include "trainrun/launch/output/output_plan.hpp"
 
 #include <catch2/catch.hpp>
+
+#include "trainrun/launch/cli/command_line.hpp"
 
 using namespace trainrun::launch;
 

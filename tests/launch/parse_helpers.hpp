@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "config.hpp"
+#include "trainrun/launch/cli/command_line.hpp"
 
 namespace trainrun::test {
 

@@ -3,11 +3,11 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "cli_docs.hpp"
-#include "config.hpp"
-#include "job_summary.hpp"
-#include "log.hpp"
 #include "parse_helpers.hpp"
+#include "trainrun/launch/agent/job_summary.hpp"
+#include "trainrun/launch/cli/cli_docs.hpp"
+#include "trainrun/launch/cli/command_line.hpp"
+#include "trainrun/launch/core/log.hpp"
 
 using namespace trainrun::launch;
 using trainrun::test::outcome;
@@ -16,8 +16,9 @@ namespace rendezvous = trainrun::rendezvous;
 namespace {
 
 std::chrono::system_clock::time_point at(double unix_seconds) {
-  return std::chrono::system_clock::time_point(std::chrono::duration_cast<
-      std::chrono::system_clock::duration>(std::chrono::duration<double>(unix_seconds)));
+  return std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::duration<double>(unix_seconds)));
 }
 
 }  // namespace

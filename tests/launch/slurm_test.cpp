@@ -1,12 +1,12 @@
-#include "slurm.hpp"
+#include "trainrun/launch/clusters/slurm.hpp"
 
 #include <catch2/catch.hpp>
 #include <map>
 #include <string>
 
-#include "config.hpp"
-#include "errors.hpp"
 #include "parse_helpers.hpp"
+#include "trainrun/launch/cli/command_line.hpp"
+#include "trainrun/launch/core/errors.hpp"
 
 using namespace trainrun::launch;
 using trainrun::test::outcome;

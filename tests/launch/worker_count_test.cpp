@@ -1,4 +1,4 @@
-#include "worker_count.hpp"
+#include "trainrun/launch/workers/worker_count.hpp"
 
 #include <sys/stat.h>
 

@@ -1,8 +1,8 @@
-#include "worker_env.hpp"
+#include "trainrun/launch/workers/worker_env.hpp"
 
 #include <catch2/catch.hpp>
 
-#include "errors.hpp"
+#include "trainrun/launch/core/errors.hpp"
 
 using namespace trainrun::launch;
 

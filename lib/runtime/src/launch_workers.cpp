@@ -11,10 +11,10 @@
 #include <trainrun/runtime/errors.hpp>
 #include <vector>
 
-#include "agent.hpp"
-#include "config.hpp"
-#include "errors.hpp"
-#include "log.hpp"
+#include "trainrun/launch/agent/agent.hpp"
+#include "trainrun/launch/cli/command_line.hpp"
+#include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/core/log.hpp"
 
 namespace trainrun::runtime::detail {
 namespace {

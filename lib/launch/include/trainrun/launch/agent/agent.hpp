@@ -1,0 +1,23 @@
+#pragma once
+
+#include <string>
+
+#include "trainrun/launch/core/launch_config.hpp"
+
+namespace trainrun::launch {
+
+class Watchdog;
+
+// Runs one node's part of a job to the end: rendezvous, start the workers, supervise them,
+// restart or stop. Returns the job's exit code. Before anything starts, counts the workers
+// (resolve_worker_count) and checks the entrypoint: a LaunchError from either carries its own
+// exit code. (run_agent.cpp)
+int run_agent(const LaunchConfig& config);
+
+// The job itself, once the worker count and `program` are resolved in `config`: the Agent turns
+// worker exits, signals, timers and the rendezvous into AgentPolicy's events and carries out its
+// actions on one io_context. Jobs started are stopped through `watchdog` should trainrun die.
+// (agent.cpp)
+int run_job(const LaunchConfig& config, const std::string& program, Watchdog& watchdog);
+
+}  // namespace trainrun::launch

@@ -1,0 +1,48 @@
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "trainrun/launch/core/launch_config.hpp"
+#include "trainrun/launch/rendezvous/rendezvous_options.hpp"
+#include "trainrun/launch/workers/supervisor.hpp"
+#include "trainrun/launch/workers/worker_env.hpp"
+#include "trainrun/rendezvous/messages.hpp"
+
+namespace trainrun::launch {
+
+// What the agent sets up for a job, decided from the configuration alone (pure functions).
+
+// Whether some worker output goes to log files (redirects, tee, a rank filter): the log
+// directory is then kept even when small.
+bool logs_worker_output(const LaunchConfig& config);
+
+// The port this node holds for worker RANK 0's store until that worker binds it: 0 for any free
+// port, none when this node cannot be the one to run RANK 0.
+std::optional<int> port_to_hold(const LaunchConfig& config, bool use_rendezvous);
+
+// What every worker shares beyond the topology; the rendezvous may change max_restarts.
+JobSettings job_settings(const LaunchConfig& config, const std::string& run_id);
+
+// Everything needed to start worker `local_rank` of an attempt whose rank directory is
+// `rank_dir`: `program` with the configured arguments (${local_rank} expanded), torchrun's
+// environment on top of `inherited`, the output plan and the console prefix (the configured
+// template, ${hostname} being `host`). Creates nothing.
+WorkerLaunch worker_launch(const LaunchConfig& config, const std::string& program,
+                           const Topology& topology, const JobSettings& job, int local_rank,
+                           const std::string& rank_dir, const std::string& host,
+                           const std::map<std::string, std::string>& inherited);
+
+// The line that opens an attempt: its workers, their ranks and the store's address.
+std::string attempt_line(const Topology& topology, int nproc);
+
+// The line that names this node in a multi-node job: its node rank, `host` and the address the
+// other nodes reach it by (`advertised`, "?" when unknown).
+std::string node_line(const rendezvous::Assignment& assignment, const std::string& host,
+                      const std::string& advertised);
+
+// The worker's TORCHELASTIC_ERROR_FILE in its rank directory.
+std::string error_file_in(const std::string& rank_dir);
+
+}  // namespace trainrun::launch

@@ -1,0 +1,54 @@
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "trainrun/launch/core/launch_config.hpp"
+
+namespace trainrun::launch {
+
+// Parses a command line (argv[0] excluded) with PET_* defaults read from `env`, and inside a
+// Slurm step (or with --slurm) the job's layout from its SLURM_* variables (slurm.hpp). Pure: it
+// reads nothing else (no file, no other variable, no program), so it is fuzzed and tested as a
+// function. Throws UsageError with a one-line reason on bad input. `--help`/`--version` are
+// reported through `help_text` (then the returned config is meaningless and main exits 0).
+// `warnings` name the options that were accepted but change nothing here; main prints them.
+// `notes` say where values came from other than the command line and PET_* (a Slurm step,
+// slurm.hpp: one line naming each value taken); main prints them too.
+struct ParseOutcome {
+  LaunchConfig config;
+  std::optional<std::string> help_text;
+  std::vector<std::string> warnings;
+  std::vector<std::string> notes = {};
+};
+ParseOutcome parse_command_line(const std::vector<std::string>& args,
+                                const std::map<std::string, std::string>& env);
+
+// Pure parsers, exposed for tests and fuzzing. Each throws UsageError naming `what`.
+std::pair<int, int> parse_nnodes(const std::string& value, const std::string& what);
+StdSpec parse_std_spec(const std::string& value, const std::string& what);
+std::map<std::string, std::string> parse_rdzv_conf(const std::string& value,
+                                                   const std::string& what);
+std::vector<int> parse_rank_list(const std::string& value, const std::string& what);
+int parse_signal_name(const std::string& name, const std::string& what);
+// torchrun's --duplicate-std*-filters list: comma-separated, ",," is a literal comma. Empty
+// items are dropped: an empty list duplicates nothing.
+std::vector<std::string> parse_filter_list(const std::string& value);
+// One option as --help shows it, for the man page and the completion scripts (cli_docs.hpp):
+// read from the same CLI11 table that parses the command line, so they cannot drift apart.
+struct OptionDoc {
+  std::vector<std::string> names;  // "-r", "--redirects": short names first
+  bool takes_value = false;
+  std::string group;
+  std::string help;  // as --help prints it, "[env PET_...]" included
+  std::string default_value;
+};
+std::vector<OptionDoc> option_docs();
+// The one-line warning for a multi-node job whose rendezvous, master or advertised address is a
+// loopback address that other machines cannot reach; empty when there is nothing to say.
+std::string loopback_warning(const LaunchConfig& config);
+
+}  // namespace trainrun::launch

@@ -1,0 +1,93 @@
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/core/log.hpp"
+
+namespace trainrun::launch {
+
+// Which of a worker's streams go to log files (redirect) or to files and the console (tee).
+enum class Std : int { none = 0, out = 1, err = 2, all = 3 };
+
+// A per-local-rank stream selection: one value for all ranks, or an explicit map.
+struct StdSpec {
+  Std all_ranks = Std::none;
+  std::map<int, Std> per_rank;
+  bool is_map = false;
+  Std for_rank(int local_rank) const;
+};
+
+enum class EntryMode { python_script, python_module, executable };
+
+// --nproc-per-node as given: a number, or a word that asks the node how many it can run (cpu,
+// gpu, xpu, auto). Parsing keeps the word, so that reading a command line never asks the machine;
+// the agent counts when it starts (resolve_worker_count in worker_count.hpp).
+struct WorkerCount {
+  enum class Kind { number, cpu, gpu, xpu, automatic };
+  Kind kind = Kind::number;
+  int number = 1;      // the count, when kind is number
+  std::string source;  // how it was given ("--nproc-per-node=gpu"), to name it in an error
+
+  WorkerCount() = default;
+  // A plain count, as a program that builds its own LaunchConfig gives it.
+  WorkerCount(int n) : number(n) {}  // NOLINT(google-explicit-constructor)
+};
+
+struct LaunchConfig {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  WorkerCount nproc_per_node;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool master_port_given = false;  // explicit --master-port / PET_MASTER_PORT
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string rdzv_id = "none";
+  std::map<std::string, std::string> rdzv_conf;  // checked by check_rdzv_conf
+  bool standalone = false;
+  int max_restarts = 0;
+  double monitor_interval = 0.1;
+  std::string role = "default";
+  bool module = false;
+  bool no_python = false;
+  std::string log_dir;  // empty: a fresh temporary directory
+  StdSpec redirects;
+  StdSpec tee;
+  std::optional<std::vector<int>> local_ranks_filter;
+  std::string local_addr;
+  double shutdown_timeout = 30.0;
+  std::vector<int> stop_signals;     // stop the job, forwarded to workers first
+  std::vector<int> forward_signals;  // forwarded only (SIGUSR1, SIGUSR2)
+  std::string signals_to_handle;     // as given: workers see it in TORCHELASTIC_SIGNALS_TO_HANDLE
+  // --log-line-prefix-template, else TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; none: "[role0]:".
+  std::optional<std::string> log_line_prefix_template;
+  // Tee'd console lines containing any of these are also written to filtered_std{out,err}.log.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  bool virtual_local_rank = false;         // LOCAL_RANK=0, one GPU per worker
+  std::string event_log_handler = "null";  // accepted; trainrun records no elastic events
+  std::string numa_binding;                // accepted; trainrun binds nothing
+
+  // trainrun's own output and reporting (not torchrun options).
+  Verbosity verbosity = Verbosity::normal;  // -q / -v
+  bool log_timestamps = false;              // --log-timestamps, TRAINRUN_LOG_FORMAT=timestamps
+  std::string summary_file;                 // --summary-file: JSON job summary at exit
+
+  EntryMode entry_mode = EntryMode::executable;
+  std::string python_exec = "python3";  // $PYTHON_EXEC, for scripts and modules
+  std::string entrypoint;               // as given on the command line
+  std::vector<std::string> entry_args;  // arguments after the entrypoint, untouched
+
+  // The program and arguments each worker runs, before ${local_rank} expansion.
+  std::vector<std::string> worker_argv() const;
+};
+
+// "${local_rank}" and "$local_rank" become the rank; "$$" becomes "$".
+std::string expand_local_rank(const std::string& arg, int local_rank);
+
+}  // namespace trainrun::launch

@@ -1,0 +1,99 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/output/console.hpp"
+#include "trainrun/launch/output/output_plan.hpp"
+#include "trainrun/launch/output/tee_reader.hpp"
+#include "trainrun/launch/workers/cgroup.hpp"
+#include "trainrun/launch/workers/failure.hpp"
+#include "trainrun/launch/workers/watchdog.hpp"
+
+namespace trainrun::launch {
+
+// Everything needed to start one worker process.
+struct WorkerLaunch {
+  int local_rank = 0;
+  std::string program;  // path handed to execve (already resolved)
+  std::vector<std::string> argv;
+  std::vector<std::string> envp;  // "NAME=value"
+  OutputPlan output;
+  std::string prefix;  // console prefix for tee'd lines
+};
+
+// Starts, signals and reaps one node's group of workers. Each worker leads its own process
+// group, so a signal to the group also reaches what the worker started; a worker that left its
+// group is signalled itself as well. Where the kernel lets us, the job's workers also run in a
+// cgroup of their own (see cgroup.hpp), killed whole when the job is killed. Passive: the agent
+// calls reap() when SIGCHLD arrives and decides what a worker's end means.
+class Supervisor {
+ public:
+  using ExitHandler = std::function<void(int local_rank, pid_t pid, ExitStatus status)>;
+
+  Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console& out, Console& err);
+
+  // Starts every worker. On failure, kills those already started and throws SpawnError.
+  void start(const std::vector<WorkerLaunch>& workers, ExitHandler on_exit);
+  // Collects every child that has ended (workers and orphans that came back to us).
+  void reap();
+  // Sends `sig` to the process group of every worker still running, and to the worker itself
+  // where it has left that group. SIGKILL also kills everything in the job's cgroup.
+  void signal_all(int sig);
+  // Sends `sig` to each running worker process alone, not to what it started.
+  void signal_workers(int sig);
+  size_t running() const;
+  // After every worker has ended: stops what they left behind (the rest of their process groups,
+  // orphans re-parented to us, whatever is in the job's cgroup) with SIGTERM, then SIGKILL after
+  // `grace` seconds, and waits for
+  // the tee'd output to drain (read to the end, into the log files and the console's queue,
+  // however full that queue is). Calls `done` when nothing of this group is left.
+  void finish(double grace, std::function<void()> done);
+
+ private:
+  struct Worker {
+    int local_rank = 0;
+    pid_t pid = -1;
+    bool running = false;
+  };
+  // Copies a worker stream's pipe to its log file and (with `console_copy`, or once the file
+  // cannot be written) to `console`; counted in open_readers_.
+  void tee(int pipe_fd, int file_fd, Console& console, const std::string& prefix,
+           Duplicate duplicate, bool console_copy);
+  // The attempt's file for lines duplicated by --duplicate-std*-filters, opened (emptied) once.
+  Duplicate duplicate_for(const StreamPlan& plan);
+  bool leftovers(bool signal, int sig);
+  void finish_step();
+  void name_leftovers();
+
+  boost::asio::io_context& io_;
+  Watchdog& watchdog_;
+  std::unique_ptr<JobCgroup> cgroup_;  // null where the kernel does not let us make one
+  Console& out_;
+  Console& err_;
+  std::vector<Worker> workers_;
+  ExitHandler on_exit_;
+  size_t open_readers_ = 0;
+  // Bumped when a group starts or its remaining readers are given up on: a late reader's close
+  // then no longer counts.
+  unsigned generation_ = 0;
+  std::vector<std::weak_ptr<TeeReader>> readers_;
+  std::map<std::string, std::shared_ptr<SharedLogFile>> duplicate_files_;  // of this start()
+  boost::asio::steady_timer finish_timer_;
+  std::chrono::steady_clock::time_point finish_deadline_;
+  bool finish_killed_ = false;
+  // When leftovers still alive after SIGTERM are named (once) instead of waited for silently.
+  std::optional<std::chrono::steady_clock::time_point> finish_name_at_;
+  std::function<void()> finish_done_;
+};
+
+}  // namespace trainrun::launch

@@ -1,0 +1,284 @@
+#include "trainrun/launch/agent/agent.hpp"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "trainrun/base/system.hpp"
+#include "trainrun/launch/agent/agent_consoles.hpp"
+#include "trainrun/launch/agent/agent_plan.hpp"
+#include "trainrun/launch/agent/agent_policy.hpp"
+#include "trainrun/launch/agent/job_summary.hpp"
+#include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/core/log.hpp"
+#include "trainrun/launch/output/console.hpp"
+#include "trainrun/launch/output/log_dir.hpp"
+#include "trainrun/launch/rendezvous/rendezvous_options.hpp"
+#include "trainrun/launch/workers/descriptors.hpp"
+#include "trainrun/launch/workers/failure.hpp"
+#include "trainrun/launch/workers/port.hpp"
+#include "trainrun/launch/workers/supervisor.hpp"
+#include "trainrun/launch/workers/watchdog.hpp"
+#include "trainrun/launch/workers/worker_env.hpp"
+
+namespace trainrun::launch {
+
+namespace asio = boost::asio;
+
+namespace {
+
+using Clock = AgentPolicy::Clock;
+
+// One node's life on one io_context. What to do is AgentPolicy's to decide; the agent turns
+// worker exits, signals, timers and the rendezvous into its events and carries out its actions.
+class Agent {
+ public:
+  Agent(const LaunchConfig& config, std::string program, Watchdog& watchdog)
+      : config_(config),
+        program_(std::move(program)),
+        watchdog_(watchdog),
+        host_(host_name()),
+        policy_(config, host_),
+        summary_(host_, config.entrypoint, config.entry_args, unix_time()) {}
+
+  int run() {
+    int code;
+    try {
+      code = run_job();
+    } catch (const LaunchError& e) {
+      write_summary(e.exit_code(), e.what());
+      throw;
+    }
+    // Counted from the end of the job: the rendezvous' last messages take from the same time.
+    consoles_.flush(signals_, config_.stop_signals, ended_.value_or(Clock::now()));
+    write_summary(code);
+    return code;
+  }
+
+ private:
+  int run_job() {
+    job_ = job_settings(config_, config_.standalone ? random_run_id() : config_.rdzv_id);
+    std::optional<rendezvous::TcpRendezvousOptions> rdzv_options;
+    if (uses_rendezvous(config_)) {
+      rdzv_options = rendezvous_options(config_, inherited_);
+      rdzv_options->limits = server_limits_for(config_.nproc_per_node.number);
+    }
+    summary_.set_run_id(job_.run_id);
+    logs_ = LogDir::create(config_.log_dir, job_.run_id, !logs_worker_output(config_));
+    say_on_console("log directory: " + logs_.run_dir(), Level::debug);
+    // If trainrun itself is killed, the watchdog finds this job's escaped descendants by it.
+    watchdog_.mark_job_directory(logs_.run_dir());
+    watchdog_.set_log_tree(logs_.own_root());
+    try {
+      if (auto port = port_to_hold(config_, rdzv_options.has_value())) port_.emplace(*port);
+      if (rdzv_options) start_rendezvous(*rdzv_options);
+    } catch (const LaunchError&) {
+      logs_.remove_if_empty();
+      throw;
+    }
+
+    signals_.add(SIGCHLD);
+    for (int sig : config_.stop_signals) signals_.add(sig);
+    for (int sig : config_.forward_signals) signals_.add(sig);
+    wait_for_signal();
+
+    if (rdzv_options) {
+      apply(policy_.start_in_job(Clock::now()));
+    } else {
+      asio::post(io_, [this] { apply(policy_.start_single_node(port_->port(), Clock::now())); });
+    }
+    io_.run();
+    if (rdzv_) {
+      // Closing our own connection lets a server we host finish at once; then the loop runs
+      // until its last messages have reached the other nodes (bounded).
+      rdzv_.reset();
+      io_.restart();
+      io_.run_for(std::chrono::seconds(5));
+    }
+    logs_.remove_if_empty();
+    return exit_code_;
+  }
+
+  // Throws SetupError when this node must host the rendezvous and cannot.
+  void start_rendezvous(const rendezvous::TcpRendezvousOptions& options) {
+    rdzv_ = make_rendezvous(io_, config_, options,
+                            [this](const std::string& line) { say_on_console(line); });
+    rendezvous::ClientEvents events;
+    events.on_assignment = [this](const rendezvous::Assignment& a) {
+      announce_node(a);
+      apply(policy_.assignment(a, Clock::now()));
+    };
+    events.on_restart = [this](const rendezvous::Restart& r) {
+      apply(policy_.restart(r, Clock::now()));
+    };
+    events.on_halt = [this](const rendezvous::Halt& h) { apply(policy_.halt(h, Clock::now())); };
+    events.on_stop = [this](const rendezvous::Stop& stop) {
+      const rendezvous::Stop s = with_hint(stop);
+      summary_.stopped(s);
+      apply(policy_.stop(s, Clock::now()));
+    };
+    try {
+      rdzv_->start(std::move(events));
+    } catch (const rendezvous::HostingError& e) {
+      throw SetupError(fmt::format("{}; {}", e.what(), hosting_hint(config_)));
+    } catch (const std::runtime_error& e) {
+      throw SetupError(e.what());
+    }
+  }
+
+  void wait_for_signal() {
+    signals_.async_wait([this](boost::system::error_code ec, int sig) {
+      if (ec) return;
+      if (sig == SIGCHLD)
+        supervisor_.reap();
+      else
+        apply(policy_.signal(sig, Clock::now()));
+      if (!policy_.done()) wait_for_signal();
+    });
+  }
+
+  void on_worker_exit(int local_rank, pid_t pid, ExitStatus status) {
+    const std::string error_file = error_file_in(logs_.rank_dir(attempt_, local_rank));
+    WorkerExit exit{local_rank, pid, status, unix_time(), error_file, std::nullopt, ""};
+    if (status.failed()) exit.contents = read_error_file(exit.error_file, &exit.problem);
+    summary_.worker_exited(local_rank, pid, status, exit.seen_at, exit.contents ? error_file : "",
+                           exit.contents ? exit.contents->message : "");
+    say_on_console(fmt::format("worker {} (local rank {}, pid {}) {}", base_rank_ + local_rank,
+                               local_rank, pid, describe_exit(status)),
+                   Level::debug);
+    for (const AgentAction& a : policy_.worker_exited(exit, Clock::now())) {
+      // Carried out after the supervisor's reaping loop has returned, never from inside it.
+      if (auto* sweep = std::get_if<action::Sweep>(&a))
+        asio::post(io_, [this, s = *sweep] { carry_out(s); });
+      else
+        std::visit([this](const auto& x) { carry_out(x); }, a);
+    }
+  }
+
+  void apply(const AgentActions& actions) {
+    for (const AgentAction& a : actions) std::visit([this](const auto& x) { carry_out(x); }, a);
+  }
+
+  void carry_out(const action::StartWorkers& a) {
+    attempt_ = a.topology.restart_count;
+    base_rank_ = a.topology.base_rank;
+    job_.max_restarts = a.max_restarts;
+    summary_.attempt_started(a.topology, unix_time());
+    say_on_console(attempt_line(a.topology, config_.nproc_per_node.number), Level::debug);
+    std::vector<WorkerLaunch> launches;
+    try {
+      for (int lr = 0; lr < config_.nproc_per_node.number; ++lr) {
+        const std::string rank_dir = logs_.make_rank_dir(attempt_, lr);
+        ::unlink(error_file_in(rank_dir).c_str());
+        launches.push_back(
+            worker_launch(config_, program_, a.topology, job_, lr, rank_dir, host_, inherited_));
+      }
+      supervisor_.start(launches,
+                        [this](int lr, pid_t pid, ExitStatus st) { on_worker_exit(lr, pid, st); });
+    } catch (const LaunchError& e) {
+      apply(policy_.start_failed(e.what(), e.exit_code(), Clock::now()));
+    } catch (const std::exception& e) {
+      // Anything else that stops a worker from starting (memory, a system call) is a spawn error.
+      const SpawnError error(e.what());
+      apply(policy_.start_failed(error.what(), error.exit_code(), Clock::now()));
+    }
+  }
+  void carry_out(const action::SignalWorkers& a) {
+    if (a.whole_group)
+      supervisor_.signal_all(a.signal);
+    else
+      supervisor_.signal_workers(a.signal);
+  }
+  void carry_out(const action::ArmGraceTimer& a) {
+    grace_timer_.expires_at(a.deadline);
+    grace_timer_.async_wait([this](boost::system::error_code ec) {
+      if (!ec) apply(policy_.grace_expired(Clock::now()));
+    });
+  }
+  void carry_out(const action::Sweep& a) {
+    grace_timer_.cancel();
+    supervisor_.finish(a.grace, [this] {
+      summary_.attempt_ended(policy_.failures(), unix_time());
+      apply(policy_.attempt_ended(Clock::now()));
+    });
+  }
+  void carry_out(const action::Join&) {
+    rendezvous::RendezvousHandler::JoinRequest request;
+    request.nproc = config_.nproc_per_node.number;
+    request.master_port = port_ ? port_->port() : 0;
+    rdzv_->join(request);
+  }
+  void carry_out(const action::ReportFailure& a) {
+    rdzv_->report_failure(a.failure, a.failures, a.not_relayed);
+  }
+  void carry_out(const action::ReportEnded& a) { rdzv_->report_ended(a.failures, a.not_relayed); }
+  void carry_out(const action::ReportDone&) { rdzv_->report_done(); }
+  void carry_out(const action::ShutdownRendezvous& a) { rdzv_->shutdown(a.reason); }
+  void carry_out(const action::Say& a) { say_on_console(a.line, a.level); }
+  void carry_out(const action::WriteSummary& a) { consoles_.err().write(a.text); }
+  void carry_out(const action::Finish& a) {
+    exit_code_ = a.exit_code;
+    ended_ = Clock::now();
+    signals_.cancel();
+    grace_timer_.cancel();
+    io_.stop();
+  }
+
+  // trainrun's own lines go through the console while the loop runs: they keep their place among
+  // the workers' lines, and a paused reader cannot block the event loop on them.
+  void say_on_console(const std::string& line, Level level = Level::info) {
+    const std::string text = launcher_line(line, level);
+    if (!text.empty()) consoles_.err().write(text);
+  }
+
+  // Once per job, on a multi-node job: which node this is and the address the others reach it by.
+  void announce_node(const rendezvous::Assignment& a) {
+    if (announced_ || (a.group_world_size <= 1 && config_.max_nodes <= 1)) return;
+    announced_ = true;
+    say_on_console(node_line(a, host_, rdzv_->advertised_address()));
+  }
+
+  void write_summary(int exit_code, const std::string& error = {}) {
+    write_summary_file(config_.summary_file, summary_, exit_code, error);
+  }
+
+  LaunchConfig config_;
+  std::string program_;
+  Watchdog& watchdog_;
+  asio::io_context io_;
+  AgentConsoles consoles_{io_};
+  Supervisor supervisor_{io_, watchdog_, consoles_.out(), consoles_.err()};
+  asio::signal_set signals_{io_};
+  asio::steady_timer grace_timer_{io_};
+  std::map<std::string, std::string> inherited_ = current_environment();
+  std::string host_;
+  JobSettings job_;
+  LogDir logs_;
+  std::optional<HeldPort> port_;
+  std::unique_ptr<rendezvous::RendezvousHandler> rdzv_;
+  AgentPolicy policy_;
+  JobSummary summary_;
+  bool announced_ = false;
+  int base_rank_ = 0;  // the running attempt's RANK of local rank 0
+  int attempt_ = 0;    // the running attempt's restart count: where its rank directories are
+  int exit_code_ = 0;
+  std::optional<Clock::time_point> ended_;
+};
+
+}  // namespace
+
+int run_job(const LaunchConfig& config, const std::string& program, Watchdog& watchdog) {
+  Agent agent(config, program, watchdog);
+  return agent.run();
+}
+
+}  // namespace trainrun::launch

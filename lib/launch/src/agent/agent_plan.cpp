@@ -1,0 +1,74 @@
+#include "trainrun/launch/agent/agent_plan.hpp"
+
+#include <fmt/format.h>
+
+#include "trainrun/base/wording.hpp"
+#include "trainrun/launch/output/output_plan.hpp"
+
+namespace trainrun::launch {
+
+bool logs_worker_output(const LaunchConfig& config) {
+  return config.redirects.is_map || config.redirects.all_ranks != Std::none || config.tee.is_map ||
+         config.tee.all_ranks != Std::none || config.local_ranks_filter.has_value();
+}
+
+std::optional<int> port_to_hold(const LaunchConfig& config, bool use_rendezvous) {
+  // A single-node job needs no fixed port: unless one was asked for, take a free one.
+  if (!use_rendezvous) return config.master_port_given ? config.master_port : 0;
+  // Static: MASTER_PORT is given; the node that will run RANK 0 holds it.
+  if (config.rdzv_backend == "static") {
+    if (config.node_rank == 0) return config.master_port;
+    return std::nullopt;
+  }
+  // Dynamic: any node may become group rank 0, so each holds a free port to offer.
+  return 0;
+}
+
+JobSettings job_settings(const LaunchConfig& config, const std::string& run_id) {
+  JobSettings job;
+  job.role = config.role;
+  job.run_id = run_id;
+  job.max_restarts = config.max_restarts;
+  job.use_agent_store = false;
+  job.signals_to_handle = config.signals_to_handle;
+  job.virtual_local_rank = config.virtual_local_rank;
+  return job;
+}
+
+std::string error_file_in(const std::string& rank_dir) { return rank_dir + "/error.json"; }
+
+std::string attempt_line(const Topology& topology, int nproc) {
+  return fmt::format("attempt {}: starting {} (ranks {}..{} of {}), MASTER_ADDR={} MASTER_PORT={}",
+                     topology.restart_count, count_of(nproc, "worker"), topology.base_rank,
+                     topology.base_rank + nproc - 1, topology.world_size, topology.master_addr,
+                     topology.master_port);
+}
+
+std::string node_line(const rendezvous::Assignment& a, const std::string& host,
+                      const std::string& advertised) {
+  return fmt::format("node rank {} of {} (host {}, advertising {}; ranks {}..{})", a.group_rank,
+                     count_of(a.group_world_size, "node"), host,
+                     advertised.empty() ? "?" : advertised, a.base_rank,
+                     a.base_rank + a.local_world_size - 1);
+}
+
+WorkerLaunch worker_launch(const LaunchConfig& config, const std::string& program,
+                           const Topology& topology, const JobSettings& job, int local_rank,
+                           const std::string& rank_dir, const std::string& host,
+                           const std::map<std::string, std::string>& inherited) {
+  const std::vector<std::string> argv = config.worker_argv();
+  WorkerLaunch w;
+  w.local_rank = local_rank;
+  w.program = program;
+  for (const auto& arg : argv) w.argv.push_back(expand_local_rank(arg, local_rank));
+  // argv[0] is the program as the user named it, never expanded.
+  w.argv[0] = argv[0];
+  w.envp = merge_environment(
+      inherited, worker_variables(topology, job, local_rank, error_file_in(rank_dir), inherited));
+  w.output = plan_output(config, local_rank, rank_dir);
+  w.prefix = line_prefix(config.log_line_prefix_template, config.role,
+                         topology.base_rank + local_rank, local_rank, host);
+  return w;
+}
+
+}  // namespace trainrun::launch

@@ -1,0 +1,170 @@
+#include "trainrun/launch/cli/cli_docs.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "trainrun/launch/cli/command_line.hpp"
+#include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/version.hpp"
+
+namespace trainrun::launch {
+
+namespace {
+
+std::string joined(const std::vector<std::string>& words, const std::string& sep = " ") {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : sep) + w;
+  return out;
+}
+
+std::vector<std::string> all_names(bool valued_only) {
+  std::vector<std::string> names;
+  for (const auto& doc : option_docs())
+    if (!valued_only || doc.takes_value)
+      names.insert(names.end(), doc.names.begin(), doc.names.end());
+  return names;
+}
+
+std::string bash_completion() {
+  return fmt::format(R"(# bash completion for trainrun, generated from its option table
+_trainrun() {{
+  local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="" word i
+  local options=" {} "
+  local valued=" {} "
+  ((COMP_CWORD > 0)) && prev="${{COMP_WORDS[COMP_CWORD - 1]}}"
+  COMPREPLY=()
+  # Once the entrypoint is given, every later word belongs to it: files, as bash would.
+  for ((i = 1; i < COMP_CWORD; i++)); do
+    word="${{COMP_WORDS[i]}}"
+    [[ "$word" == "--" ]] && return 0
+    if [[ "$word" == -* ]]; then
+      if [[ "${{COMP_WORDS[i + 1]}}" == "=" ]]; then
+        ((i += 2))
+      elif [[ "$valued" == *" $word "* ]]; then
+        ((i += 1))
+      fi
+      continue
+    fi
+    return 0
+  done
+  # A value (--opt VALUE or --opt=VALUE): files.
+  [[ "$cur" == "=" || "$prev" == "=" ]] && {{ [[ "$cur" == "=" ]] && cur=""; return 0; }}
+  [[ "$valued" == *" $prev "* ]] && return 0
+  if [[ "$cur" == -* ]]; then
+    mapfile -t COMPREPLY < <(compgen -W "$options" -- "$cur")
+  fi
+  return 0
+}}
+complete -o default -F _trainrun trainrun
+)",
+                     joined(all_names(false)), joined(all_names(true)));
+}
+
+std::string zsh_completion() {
+  return "#compdef trainrun\nif [[ $words[CURRENT] == -* ]]; then\n  compadd -- " +
+         joined(all_names(false)) + "\nelse\n  _files\nfi\n";
+}
+
+std::string tcsh_completion() {
+  std::vector<std::string> bare;  // tcsh completes the word after the "--" it matched
+  for (const auto& name : all_names(false))
+    if (name.rfind("--", 0) == 0) bare.push_back(name.substr(2));
+  return "complete trainrun 'c/--/(" + joined(bare) + ")/' 'p/*/f/'\n";
+}
+
+// Text as troff prints it: backslashes and hyphens escaped (an option stays "--x" in the output,
+// never a typographic dash), a leading dot or quote made literal.
+std::string troff(const std::string& text) {
+  std::string out;
+  bool line_start = true;
+  for (char c : text) {
+    if (line_start && (c == '.' || c == '\'')) out += "\\&";
+    if (c == '\\')
+      out += "\\e";
+    else if (c == '-')
+      out += "\\-";
+    else
+      out += c;
+    line_start = c == '\n';
+  }
+  return out;
+}
+
+std::string option_entry(const OptionDoc& doc) {
+  std::vector<std::string> names;
+  for (const auto& n : doc.names) names.push_back("\\fB" + troff(n) + "\\fR");
+  std::string entry = ".TP\n" + joined(names, ", ");
+  if (doc.takes_value) entry += " \\fIVALUE\\fR";
+  entry += "\n" + troff(doc.help);
+  if (!doc.default_value.empty()) entry += " (default: " + troff(doc.default_value) + ")";
+  return entry + "\n";
+}
+
+constexpr const char* kManualTail = R"(.SH ENVIRONMENT
+.TP
+\fBPET_\fR\fINAME\fR
+The value of option \fB\-\-\fR\fIname\fR when the command line does not give it (flags: 0 or 1),
+as in torchrun: \fBPET_NPROC_PER_NODE=8\fR.
+.TP
+\fBTRAINRUN_LOG_FORMAT\fR
+\fBtimestamps\fR: as \fB\-\-log\-timestamps\fR; \fBplain\fR: without.
+.TP
+\fBTRAINRUN_RDZV_TOKEN\fR
+The rendezvous' shared token, when \fB\-\-rdzv\-conf token_file=\fR\fIPATH\fR is not given.
+.TP
+\fBPYTHON_EXEC\fR
+The Python that runs a script or module entrypoint (default: python3 on PATH).
+.SH ERROR FILES
+Each worker finds in \fBTORCHELASTIC_ERROR_FILE\fR the path of a JSON file where it can record
+why it failed: a message and a traceback (PyTorch's
+\fBtorch.distributed.elastic.multiprocessing.errors.record\fR decorator writes it; so does
+trainrun's C++ runtime). The failure summary shows it as the worker's traceback, and the earliest
+timestamp among them names the root cause. A worker that writes none is shown with
+\fIerror_file: <N/A>\fR. See docs/cli.md, section "Error files".
+.SH EXIT STATUS
+0 when every worker exited 0; the root-cause worker's exit code (128+N for signal N) when the job
+failed; 2 for a bad command line; 126 or 127 for an entrypoint that cannot run; 128+N when
+trainrun was stopped by signal N; 1 for anything else.
+.SH SEE ALSO
+\fBtorchrun\fR(1), docs/cli.md and docs/multinode.md in trainrun's sources.
+)";
+
+}  // namespace
+
+std::string completion_script(const std::string& shell, const std::string& what) {
+  if (shell == "bash") return bash_completion();
+  if (shell == "zsh") return zsh_completion();
+  if (shell == "tcsh") return tcsh_completion();
+  throw UsageError(fmt::format("{}: use bash, zsh or tcsh", what));
+}
+
+std::string manual_page() {
+  std::string page = fmt::format(
+      ".TH TRAINRUN 1 \"\" \"trainrun {}\" \"User Commands\"\n"
+      // No hyphenation, no justification: option and variable names stay whole, as typed.
+      ".nh\n.ad l\n"
+      ".SH NAME\ntrainrun \\- launch and supervise distributed PyTorch training workers\n"
+      ".SH SYNOPSIS\n.B trainrun\n[\\fIOPTIONS\\fR] \\fIENTRYPOINT\\fR [\\fIARGS\\fR...]\n"
+      ".SH DESCRIPTION\nA drop\\-in replacement for \\fBtorchrun\\fR: starts \\fI\\-\\-nproc\\-per"
+      "\\-node\\fR workers of \\fIENTRYPOINT\\fR on this node (a Python script, \\fB\\-m\\fR "
+      "module, or program), gives them torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, "
+      "...), meets the other nodes at a rendezvous, and stops, restarts or reports the job when a "
+      "worker fails. Everything after \\fIENTRYPOINT\\fR is passed to it untouched.\n"
+      ".SH OPTIONS\n",
+      kVersion);
+  std::vector<std::string> groups;
+  const std::vector<OptionDoc> docs = option_docs();
+  for (const auto& doc : docs)
+    if (std::find(groups.begin(), groups.end(), doc.group) == groups.end())
+      groups.push_back(doc.group);
+  for (const auto& group : groups) {
+    page += ".SS " + troff(group) + "\n";
+    for (const auto& doc : docs)
+      if (doc.group == group) page += option_entry(doc);
+  }
+  return page + kManualTail;
+}
+
+}  // namespace trainrun::launch

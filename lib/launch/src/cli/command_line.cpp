@@ -1,0 +1,783 @@
+#include "trainrun/launch/cli/command_line.hpp"
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <csignal>
+#include <cstdint>
+#include <set>
+
+#include "trainrun/base/numbers.hpp"
+#include "trainrun/base/text.hpp"
+#include "trainrun/launch/cli/cli_docs.hpp"
+#include "trainrun/launch/clusters/slurm.hpp"
+#include "trainrun/launch/rendezvous/rendezvous_options.hpp"
+#include "trainrun/launch/version.hpp"
+#include "trainrun/launch/workers/worker_count.hpp"
+#include "trainrun/launch/workers/worker_env.hpp"
+#include "trainrun/rendezvous/endpoint.hpp"
+#include "trainrun/rendezvous/messages.hpp"
+
+namespace trainrun::launch {
+
+namespace {
+
+// One command-line option: its spellings, its PET_* variable and its default.
+struct OptionSpec {
+  std::string dashed;  // "nproc-per-node"
+  std::string short_name;
+  std::string default_value;
+  std::string group;
+  std::string help;
+  bool is_flag = false;
+  // Read where neither the command line nor PET_<NAME> gives a value, as torchrun does.
+  std::string fallback_env = {};
+
+  std::string underscored() const {
+    std::string s = dashed;
+    for (char& c : s) c = c == '-' ? '_' : c;
+    return s;
+  }
+  std::string pet_name() const {
+    std::string s = "PET_" + underscored();
+    for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return s;
+  }
+};
+
+const std::vector<OptionSpec>& option_specs() {
+  static const std::vector<OptionSpec> specs = {
+      {"nnodes", "", "1:1", "Topology", "Number of nodes, N or MIN:MAX (elastic)"},
+      {"nproc-per-node", "", "1", "Topology",
+       "Workers per node: an integer, cpu, gpu, xpu or auto"},
+      {"node-rank", "", "0", "Topology", "This node's rank (static rendezvous)"},
+      {"standalone", "", "0", "Topology",
+       "Single-node job with its own rendezvous on a free local port", true},
+      {"master-addr", "", "127.0.0.1", "Rendezvous", "Static rendezvous address"},
+      {"master-port", "", "29500", "Rendezvous", "Static rendezvous port"},
+      {"rdzv-backend", "", "static", "Rendezvous", "static, c10d, etcd or etcd-v2"},
+      {"rdzv-endpoint", "", "", "Rendezvous", "Rendezvous endpoint host[:port]"},
+      {"rdzv-id", "", "none", "Rendezvous", "Job id: agents of other jobs never join this one"},
+      {"rdzv-conf", "", "", "Rendezvous",
+       "k=v,...: join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, "
+       "keep_alive_interval, is_host, token_file, token_file_mode"},
+      {"local-addr", "", "", "Rendezvous", "Address this node advertises"},
+      {"max-restarts", "", "0", "Supervision", "Restarts of the worker group after a failure"},
+      {"monitor-interval", "", "0.1", "Supervision",
+       "Accepted for compatibility; trainrun watches workers by events"},
+      {"shutdown-timeout", "", "30", "Supervision", "Seconds between the stop signal and SIGKILL",
+       false, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
+      {"signals-to-handle", "", kDefaultSignalsToHandle, "Supervision",
+       "Signals forwarded to the workers (SIGUSR1/SIGUSR2 are forwarded without stopping)"},
+      {"role", "", "default", "Supervision", "Role name for ROLE_NAME and the output prefix"},
+      {"start-method", "", "spawn", "Supervision",
+       "Accepted for compatibility: spawn, fork, forkserver"},
+      {"log-dir", "", "", "Output", "Root of the per-attempt, per-rank log files"},
+      {"redirects", "r", "0", "Output",
+       "Streams to log files: 0 none, 1 stdout, 2 stderr, 3 both; or per rank 0:1,1:3"},
+      {"tee", "t", "0", "Output", "Streams to log files and the console, same values"},
+      {"local-ranks-filter", "", "", "Output",
+       "Comma list of local ranks whose output reaches the console"},
+      {"logs-specs", "", "", "Output", "Accepted for compatibility (warns: no effect)"},
+      {"module", "m", "0", "Entrypoint", "Run ENTRYPOINT as a Python module (python -m)", true},
+      {"no-python", "", "0", "Entrypoint", "Execute ENTRYPOINT directly, not through Python", true},
+      {"run-path", "", "0", "Entrypoint", "Run a Python script through runpy (as the default)",
+       true},
+      {"numa-binding", "", "", "Entrypoint",
+       "node, socket, exclusive or core-complex: accepted for compatibility (warns: no effect)"},
+      {"log-line-prefix-template", "", "", "Output",
+       "Console prefix of tee'd lines: ${role_name}, ${rank}, ${local_rank}, ${hostname}", false,
+       "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
+      {"duplicate-stdout-filters", "", "", "Output",
+       "Comma list (,, for a comma): tee'd stdout lines containing one are also written to "
+       "attempt_<k>/filtered_stdout.log"},
+      {"duplicate-stderr-filters", "", "", "Output",
+       "The same for stderr, into attempt_<k>/filtered_stderr.log"},
+      {"virtual-local-rank", "", "0", "Topology",
+       "Every worker gets LOCAL_RANK=0 and its own GPU as the only one in CUDA_VISIBLE_DEVICES",
+       true},
+      {"event-log-handler", "", "null", "Supervision",
+       "null, console or dynamic_rendezvous: accepted (warns unless null: no events recorded)"},
+      {"print-completion", "", "", "Help", "Print a bash, zsh or tcsh completion script and exit"},
+      // trainrun's own options (torchrun has none of these): how trainrun reports on itself.
+      {"quiet", "q", "0", "Launcher output",
+       "Only trainrun's error lines (workers' output as usual)", true},
+      {"verbose", "v", "0", "Launcher output", "Also trainrun's debug lines", true},
+      {"log-timestamps", "", "0", "Launcher output",
+       "UTC time (ISO 8601) and level on trainrun's own lines; also TRAINRUN_LOG_FORMAT=timestamps",
+       true},
+      {"summary-file", "", "", "Launcher output",
+       "Write a JSON job summary (attempts, worker exits, root cause, timings) to PATH at exit"},
+      {"slurm", "", "0", "Topology",
+       "Take nodes, node rank, rendezvous host, run id and workers from the srun step (automatic "
+       "in a step when no rendezvous option is given); given options still win",
+       true},
+  };
+  return specs;
+}
+
+// CLI11 cannot know that everything after the entrypoint belongs to it.
+class UsageFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "\nUsage: trainrun [OPTIONS] ENTRYPOINT [ARGS...]\n";
+  }
+};
+
+[[noreturn]] void fail(const std::string& message) { throw UsageError(message); }
+
+int parse_int(const std::string& value, const std::string& what, const char* rule) {
+  if (value.empty()) fail(fmt::format("{}: expected {}, got an empty value", what, rule));
+  const std::optional<long long> n = parse_integer(value);
+  if (!n || *n < INT32_MIN || *n > INT32_MAX) fail(fmt::format("{}: expected {}", what, rule));
+  return static_cast<int>(*n);
+}
+
+double parse_seconds(const std::string& value, const std::string& what) {
+  const std::optional<double> d = parse_number(value);
+  if (!d || *d < 0 || *d > 1e9) fail(fmt::format("{}: expected a number of seconds >= 0", what));
+  return *d;
+}
+
+bool parse_flag_env(const std::string& value, const std::string& what) {
+  if (value == "1" || value == "true" || value == "True") return true;
+  if (value == "0" || value == "false" || value == "False" || value.empty()) return false;
+  fail(fmt::format("{}: expected 0 or 1", what));
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t pos = s.find(sep, start);
+    parts.push_back(s.substr(start, pos - start));
+    if (pos == std::string::npos) break;
+    start = pos + 1;
+  }
+  return parts;
+}
+
+WorkerCount parse_worker_count(const std::string& value, const std::string& what) {
+  WorkerCount count;
+  count.source = what;
+  static const std::map<std::string, WorkerCount::Kind> words = {
+      {"cpu", WorkerCount::Kind::cpu},
+      {"gpu", WorkerCount::Kind::gpu},
+      {"xpu", WorkerCount::Kind::xpu},
+      {"auto", WorkerCount::Kind::automatic}};
+  if (auto it = words.find(value); it != words.end()) {
+    count.kind = it->second;
+    return count;
+  }
+  count.number = parse_int(value, what, "a positive integer, cpu, gpu, xpu or auto");
+  if (count.number <= 0)
+    fail(fmt::format("{}: must be at least 1, or cpu, gpu, xpu or auto", what));
+  return count;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The options' values as written (on the command line, else in PET_*), and how to name each one
+// in an error ("--nnodes=0", "PET_NNODES=0").
+struct GivenValues {
+  std::map<std::string, std::string> values;
+  std::map<std::string, std::string> source;
+  std::map<std::string, bool> flags;
+  std::map<std::string, CLI::Option*> options;
+
+  const std::string& value(const std::string& name) const { return values.at(name); }
+  const std::string& named(const std::string& name) const { return source.at(name); }
+  bool flag(const std::string& name) const { return flags.at(name); }
+};
+
+// Declares every option of option_specs() to CLI11, bound to `given`.
+void add_options(CLI::App& app, GivenValues& given) {
+  for (const auto& spec : option_specs()) {
+    std::string names = "--" + spec.dashed;
+    if (spec.underscored() != spec.dashed) names += ",--" + spec.underscored();
+    if (!spec.short_name.empty()) names = "-" + spec.short_name + "," + names;
+    std::string help = spec.help;
+    // --print-completion acts at once, as in torchrun: no variable can ask for it.
+    if (spec.group != "Help")
+      help += " [env " + spec.pet_name() +
+              (spec.fallback_env.empty() ? "" : ", then " + spec.fallback_env) + "]";
+    CLI::Option* opt;
+    if (spec.is_flag) {
+      given.flags[spec.dashed] = false;
+      opt = app.add_flag(names, given.flags[spec.dashed], help);
+    } else {
+      given.values[spec.dashed] = spec.default_value;
+      opt = app.add_option(names, given.values[spec.dashed], help);
+      if (!spec.default_value.empty()) opt->default_str(spec.default_value);
+      opt->type_name("VALUE");
+    }
+    opt->group(spec.group);
+    given.options[spec.dashed] = opt;
+  }
+}
+
+// trainrun's command line: the one table behind --help, the man page and the completion scripts.
+std::unique_ptr<CLI::App> make_app(GivenValues& given) {
+  auto app = std::make_unique<CLI::App>(
+      "Launch and supervise distributed PyTorch training workers (a torchrun "
+      "replacement).\n\nOptions take their defaults from PET_<OPTION> variables, e.g. "
+      "PET_NPROC_PER_NODE=8.",
+      "trainrun");
+  app->prefix_command();
+  app->set_version_flag("--version", std::string("trainrun ") + kVersion);
+  app->formatter(std::make_shared<UsageFormatter>());
+  app->get_formatter()->column_width(38);
+  add_options(*app, given);
+  return app;
+}
+
+// Where an option is absent from the command line, PET_<NAME> supplies it.
+void apply_environment(const std::map<std::string, std::string>& env, GivenValues& given) {
+  for (const auto& spec : option_specs()) {
+    if (spec.group == "Help") continue;
+    const bool on_command_line = given.options.at(spec.dashed)->count() > 0;
+    auto env_it = env.find(spec.pet_name());
+    const bool from_env = !on_command_line && env_it != env.end();
+    if (spec.is_flag) {
+      if (from_env)
+        given.flags[spec.dashed] =
+            parse_flag_env(env_it->second, spec.pet_name() + "=" + env_it->second);
+      continue;
+    }
+    auto fallback_it = spec.fallback_env.empty() ? env.end() : env.find(spec.fallback_env);
+    if (from_env) {
+      given.values[spec.dashed] = env_it->second;
+      given.source[spec.dashed] = spec.pet_name() + "=" + env_it->second;
+    } else if (!on_command_line && fallback_it != env.end()) {
+      given.values[spec.dashed] = fallback_it->second;
+      given.source[spec.dashed] = spec.fallback_env + "=" + fallback_it->second;
+    } else {
+      given.source[spec.dashed] = "--" + spec.dashed + "=" + given.values[spec.dashed];
+    }
+  }
+}
+
+void read_topology(const GivenValues& g, LaunchConfig& c) {
+  std::tie(c.min_nodes, c.max_nodes) = parse_nnodes(g.value("nnodes"), g.named("nnodes"));
+  c.virtual_local_rank = g.flag("virtual-local-rank");
+  c.nproc_per_node = parse_worker_count(g.value("nproc-per-node"), g.named("nproc-per-node"));
+  if (c.nproc_per_node.kind == WorkerCount::Kind::number)
+    check_worker_bound(c.nproc_per_node.number, read_process_limits(), g.named("nproc-per-node"));
+  c.node_rank = parse_int(g.value("node-rank"), g.named("node-rank"), "an integer >= 0");
+  if (c.node_rank < 0) fail(fmt::format("{}: must be >= 0", g.named("node-rank")));
+  c.master_addr = g.value("master-addr");
+  if (c.master_addr.empty()) fail(fmt::format("{}: must not be empty", g.named("master-addr")));
+  c.master_port =
+      parse_int(g.value("master-port"), g.named("master-port"), "a port number 0..65535");
+  if (c.master_port < 0 || c.master_port > 65535)
+    fail(fmt::format("{}: must be a port number 0..65535", g.named("master-port")));
+  c.master_port_given =
+      g.named("master-port").rfind("PET_", 0) == 0 || g.options.at("master-port")->count() > 0;
+}
+
+void read_rendezvous(const GivenValues& g, LaunchConfig& c) {
+  c.rdzv_backend = g.value("rdzv-backend");
+  check_rdzv_backend(c.rdzv_backend, g.named("rdzv-backend"));
+  c.rdzv_endpoint = g.value("rdzv-endpoint");
+  c.rdzv_id = g.value("rdzv-id");
+  if (c.rdzv_id.empty()) fail(fmt::format("{}: must not be empty", g.named("rdzv-id")));
+  // Refused here on every node, one node included, rather than by the rendezvous of a larger job.
+  if (c.rdzv_id.size() > rendezvous::kMaxNameLength)
+    fail(fmt::format("{}...: {} bytes; a run id has at most {} (the rendezvous protocol's limit)",
+                     utf8_prefix(g.named("rdzv-id"), 40), c.rdzv_id.size(),
+                     rendezvous::kMaxNameLength));
+  c.rdzv_conf = parse_rdzv_conf(g.value("rdzv-conf"), g.named("rdzv-conf"));
+  c.standalone = g.flag("standalone");
+  c.local_addr = g.value("local-addr");
+}
+
+void read_supervision(const GivenValues& g, LaunchConfig& c) {
+  c.max_restarts = parse_int(g.value("max-restarts"), g.named("max-restarts"), "an integer >= 0");
+  if (c.max_restarts < 0) fail(fmt::format("{}: must be >= 0", g.named("max-restarts")));
+  c.monitor_interval = parse_seconds(g.value("monitor-interval"), g.named("monitor-interval"));
+  if (c.monitor_interval <= 0) fail(fmt::format("{}: must be > 0", g.named("monitor-interval")));
+  c.shutdown_timeout = parse_seconds(g.value("shutdown-timeout"), g.named("shutdown-timeout"));
+  c.role = g.value("role");
+  if (c.role.empty()) fail(fmt::format("{}: must not be empty", g.named("role")));
+  // Accepted for compatibility and checked, but trainrun always starts workers one way.
+  const std::string& start_method = g.value("start-method");
+  if (start_method != "spawn" && start_method != "fork" && start_method != "forkserver")
+    fail(fmt::format("{}: use spawn, fork or forkserver", g.named("start-method")));
+  // The handlers torchrun registers; a name it does not know fails there too.
+  c.event_log_handler = g.value("event-log-handler");
+  static const std::set<std::string> handlers = {"null", "console", "dynamic_rendezvous"};
+  if (!handlers.count(c.event_log_handler))
+    fail(fmt::format("{}: unknown event log handler; use null, console or dynamic_rendezvous",
+                     g.named("event-log-handler")));
+}
+
+void read_output(const GivenValues& g, LaunchConfig& c) {
+  c.log_dir = g.value("log-dir");
+  c.redirects = parse_std_spec(g.value("redirects"), g.named("redirects"));
+  c.tee = parse_std_spec(g.value("tee"), g.named("tee"));
+  if (!trim(g.value("local-ranks-filter")).empty())
+    c.local_ranks_filter =
+        parse_rank_list(g.value("local-ranks-filter"), g.named("local-ranks-filter"));
+  // An empty template means the default prefix, as in torchrun.
+  if (!g.value("log-line-prefix-template").empty())
+    c.log_line_prefix_template = g.value("log-line-prefix-template");
+  c.duplicate_stdout_filters = parse_filter_list(g.value("duplicate-stdout-filters"));
+  c.duplicate_stderr_filters = parse_filter_list(g.value("duplicate-stderr-filters"));
+}
+
+bool given_explicitly(const GivenValues& g, const std::string& name);
+
+// Options trainrun accepts for torchrun's sake and checks, but that change nothing here.
+void read_ignored(const GivenValues& g, LaunchConfig& c) {
+  c.numa_binding = g.value("numa-binding");
+  static const std::set<std::string> numa_modes = {"node", "socket", "exclusive", "core-complex"};
+  // Given empty, a mode torchrun does not know either (argparse's choices).
+  if ((!c.numa_binding.empty() || given_explicitly(g, "numa-binding")) &&
+      !numa_modes.count(c.numa_binding))
+    fail(fmt::format("{}: use node, socket, exclusive or core-complex", g.named("numa-binding")));
+}
+
+std::vector<std::string> ignored_option_warnings(const GivenValues& g, const LaunchConfig& c) {
+  std::vector<std::string> out;
+  if (c.event_log_handler != "null")
+    out.push_back(
+        fmt::format("warning: {} is accepted but ignored: trainrun records no elastic events",
+                    g.named("event-log-handler")));
+  if (!c.numa_binding.empty())
+    out.push_back(fmt::format(
+        "warning: {} is accepted but ignored: trainrun does not bind workers to NUMA nodes",
+        g.named("numa-binding")));
+  if (!g.value("logs-specs").empty())
+    out.push_back(fmt::format(
+        "warning: {} is accepted but ignored: trainrun has no pluggable log specs; logs follow "
+        "--log-dir, --redirects and --tee",
+        g.named("logs-specs")));
+  return out;
+}
+
+// trainrun's own options: -q/-v, --log-timestamps (or TRAINRUN_LOG_FORMAT), --summary-file.
+void read_launcher_output(const GivenValues& g, const std::map<std::string, std::string>& env,
+                          LaunchConfig& c) {
+  if (g.flag("quiet") && g.flag("verbose"))
+    fail("-q/--quiet and -v/--verbose cannot be used together");
+  c.verbosity = g.flag("quiet")     ? Verbosity::quiet
+                : g.flag("verbose") ? Verbosity::verbose
+                                    : Verbosity::normal;
+  c.log_timestamps = g.flag("log-timestamps");
+  auto format = env.find("TRAINRUN_LOG_FORMAT");
+  const bool flag_given =
+      g.options.at("log-timestamps")->count() > 0 || env.count("PET_LOG_TIMESTAMPS") > 0;
+  if (!flag_given && format != env.end()) {
+    if (format->second == "timestamps")
+      c.log_timestamps = true;
+    else if (format->second != "plain" && !format->second.empty())
+      fail(fmt::format("TRAINRUN_LOG_FORMAT={}: use timestamps or plain", format->second));
+  }
+  c.summary_file = g.value("summary-file");
+}
+
+// SIGUSR1, SIGUSR2 and SIGCONT are only passed on to the workers; the others stop the job.
+void read_signals(const GivenValues& g, LaunchConfig& c) {
+  c.signals_to_handle = g.value("signals-to-handle");
+  for (const auto& name : split(g.value("signals-to-handle"), ',')) {
+    if (trim(name).empty()) continue;
+    int sig = parse_signal_name(name, g.named("signals-to-handle"));
+    auto& list =
+        (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) ? c.forward_signals : c.stop_signals;
+    if (std::find(list.begin(), list.end(), sig) == list.end()) list.push_back(sig);
+  }
+  // No signal handled would leave a stopped trainrun's workers to the watchdog alone.
+  if (c.stop_signals.empty() && c.forward_signals.empty())
+    fail(fmt::format("{}: names no signal; leave it out for the default {}",
+                     g.named("signals-to-handle"), kDefaultSignalsToHandle));
+}
+
+// The entrypoint, its arguments (everything after it), and how it runs.
+void read_entrypoint(const GivenValues& g, const std::vector<std::string>& rest,
+                     const std::map<std::string, std::string>& env, LaunchConfig& c) {
+  c.module = g.flag("module");
+  c.no_python = g.flag("no-python");
+  if (c.module && c.no_python)
+    fail("-m/--module and --no-python cannot be used together: a module needs Python");
+  // "--" ends the options: what follows is the entrypoint, even one that starts with "-".
+  const bool after_dashes = !rest.empty() && rest[0] == "--";
+  const size_t entry = after_dashes ? 1 : 0;
+  if (rest.size() <= entry)
+    fail("no entrypoint given: trainrun [OPTIONS] ENTRYPOINT [ARGS...] (see trainrun --help)");
+  if (!after_dashes && rest[0].size() > 1 && rest[0][0] == '-')
+    fail(fmt::format("unknown option {} (see trainrun --help)", rest[0]));
+  c.entrypoint = rest[entry];
+  c.entry_args.assign(rest.begin() + static_cast<std::ptrdiff_t>(entry) + 1, rest.end());
+
+  auto py = env.find("PYTHON_EXEC");
+  c.python_exec = (py != env.end() && !py->second.empty()) ? py->second : "python3";
+  if (c.module)
+    c.entry_mode = EntryMode::python_module;
+  else if (c.no_python)
+    c.entry_mode = EntryMode::executable;
+  else
+    c.entry_mode =
+        ends_with(c.entrypoint, ".py") ? EntryMode::python_script : EntryMode::executable;
+}
+
+// ---- Cluster managers: the job's layout from a Slurm step (slurm.hpp) ----------------------
+// A PyTorchJob on Kubernetes needs nothing here: its PET_* variables are the options' defaults.
+
+// Where the job's rendezvous is. Given any of them (on the command line or as PET_*), trainrun
+// takes nothing from Slurm unless --slurm asks it to.
+const char* const kLayoutOptions[] = {"nnodes",       "node-rank",     "master-addr", "master-port",
+                                      "rdzv-backend", "rdzv-endpoint", "rdzv-id"};
+
+bool given_explicitly(const GivenValues& g, const std::string& name) {
+  return g.options.at(name)->count() > 0 || g.named(name).rfind("--", 0) != 0;
+}
+
+// Fills the options not given from the srun step, naming the variable each came from. Returns
+// the line that says what was taken, or nothing when trainrun is not taking its layout from Slurm.
+std::optional<std::string> apply_slurm(const std::map<std::string, std::string>& env,
+                                       GivenValues& g) {
+  const bool forced = g.flag("slurm");
+  bool layout_given = g.flag("standalone");
+  for (const char* name : kLayoutOptions) layout_given = layout_given || given_explicitly(g, name);
+  if (!in_slurm_step(env)) {
+    if (forced)
+      fail(
+          fmt::format("--slurm: not inside a Slurm job step ({} unset); start trainrun with "
+                      "srun --ntasks-per-node=1",
+                      kSlurmStepVariables));
+    return std::nullopt;
+  }
+  if (layout_given && !forced) return std::nullopt;
+  const SlurmStep step = read_slurm_step(env);
+  std::vector<std::string> taken;
+  auto take = [&](const std::string& name, const std::string& value, const std::string& from,
+                  const std::string& what) {
+    if (given_explicitly(g, name)) return;
+    g.values[name] = value;
+    g.source[name] = from;
+    taken.push_back(what);
+  };
+  take("nnodes", std::to_string(step.nodes), step.nodes_from,
+       fmt::format("{} nodes ({})", step.nodes, step.nodes_from));
+  take("node-rank", std::to_string(step.node_rank), fmt::format("SLURM_NODEID={}", step.node_rank),
+       fmt::format("node rank {}", step.node_rank));
+  take("master-addr", step.host, step.host_from,
+       fmt::format("rendezvous host {} (first of {})", step.host, step.host_from));
+  take("master-port", std::to_string(step.master_port),
+       fmt::format("the port of Slurm step {}", step.job_step),
+       fmt::format("MASTER_PORT {} (rendezvous on {})", step.master_port, step.master_port + 1));
+  take("rdzv-id", step.job_step, fmt::format("SLURM_JOB_ID.SLURM_STEP_ID={}", step.job_step),
+       fmt::format("run id {}", step.job_step));
+  if (step.workers)
+    take("nproc-per-node", std::to_string(*step.workers), step.workers_from,
+         fmt::format("{} workers per node ({})", *step.workers, step.workers_from));
+  if (taken.empty()) return std::nullopt;
+  std::string line = "from Slurm step " + step.job_step + ":";
+  for (size_t i = 0; i < taken.size(); ++i) line += (i ? ", " : " ") + taken[i];
+  return line;
+}
+
+// ---- end of the cluster managers' block --------------------------------------------------------
+
+}  // namespace
+
+Std StdSpec::for_rank(int local_rank) const {
+  if (!is_map) return all_ranks;
+  auto it = per_rank.find(local_rank);
+  return it == per_rank.end() ? Std::none : it->second;
+}
+
+std::pair<int, int> parse_nnodes(const std::string& value, const std::string& what) {
+  auto colon = value.find(':');
+  if (colon == std::string::npos) {
+    int n = parse_int(value, what, "N or MIN:MAX with positive integers");
+    if (n <= 0) fail(fmt::format("{}: the node count must be at least 1", what));
+    return {n, n};
+  }
+  int lo = parse_int(value.substr(0, colon), what, "N or MIN:MAX with positive integers");
+  int hi = parse_int(value.substr(colon + 1), what, "N or MIN:MAX with positive integers");
+  if (lo <= 0) fail(fmt::format("{}: MIN must be at least 1 (got MIN={})", what, lo));
+  if (lo > hi) fail(fmt::format("{}: MIN must not exceed MAX (got MIN={}, MAX={})", what, lo, hi));
+  return {lo, hi};
+}
+
+StdSpec parse_std_spec(const std::string& value, const std::string& what) {
+  const char* rule = "0, 1, 2 or 3, or a per-rank map like 0:1,1:3";
+  auto to_std = [&](const std::string& v) {
+    int n = parse_int(v, what, rule);
+    if (n < 0 || n > 3)
+      fail(fmt::format("{}: {} is not a stream selection; use {}", what, v, rule));
+    return static_cast<Std>(n);
+  };
+  StdSpec spec;
+  if (value.find(':') == std::string::npos) {
+    spec.all_ranks = to_std(trim(value));
+    return spec;
+  }
+  spec.is_map = true;
+  for (const auto& item : split(value, ',')) {
+    auto colon = item.find(':');
+    if (colon == std::string::npos)
+      fail(fmt::format("{}: '{}' is not RANK:VALUE; use {}", what, item, rule));
+    int rank = parse_int(trim(item.substr(0, colon)), what, rule);
+    if (rank < 0) fail(fmt::format("{}: local rank {} is negative", what, rank));
+    if (spec.per_rank.count(rank))
+      fail(fmt::format("{}: local rank {} is given twice", what, rank));
+    spec.per_rank[rank] = to_std(trim(item.substr(colon + 1)));
+  }
+  return spec;
+}
+
+std::map<std::string, std::string> parse_rdzv_conf(const std::string& value,
+                                                   const std::string& what) {
+  std::map<std::string, std::string> conf;
+  if (trim(value).empty()) return conf;
+  for (const auto& item : split(value, ',')) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos)
+      fail(fmt::format("{}: '{}' is not KEY=VALUE (e.g. join_timeout=600,last_call_timeout=30)",
+                       what, item));
+    std::string key = trim(item.substr(0, eq));
+    std::string val = trim(item.substr(eq + 1));
+    if (key.empty()) fail(fmt::format("{}: '{}' has an empty key", what, item));
+    conf[key] = val;
+  }
+  check_rdzv_conf(conf);
+  return conf;
+}
+
+std::vector<int> parse_rank_list(const std::string& value, const std::string& what) {
+  std::vector<int> ranks;
+  for (const auto& item : split(value, ',')) {
+    int r = parse_int(trim(item), what, "a comma-separated list of local ranks");
+    if (r < 0) fail(fmt::format("{}: local rank {} is negative", what, r));
+    ranks.push_back(r);
+  }
+  return ranks;
+}
+
+int parse_signal_name(const std::string& name, const std::string& what) {
+  static const std::vector<std::pair<const char*, int>> known = {
+      {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},
+      {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2},
+      {"SIGCONT", SIGCONT}, {"SIGALRM", SIGALRM}, {"SIGXCPU", SIGXCPU}};
+  std::string upper;
+  for (char c : trim(name)) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (upper.rfind("SIG", 0) != 0) upper = "SIG" + upper;
+  for (const auto& [n, v] : known)
+    if (upper == n) return v;
+  fail(
+      fmt::format("{}: '{}' is not a signal trainrun handles (SIGTERM, SIGINT, SIGHUP, SIGQUIT, "
+                  "SIGUSR1, SIGUSR2, SIGCONT, SIGALRM, SIGXCPU)",
+                  what, name));
+}
+
+std::vector<std::string> parse_filter_list(const std::string& value) {
+  std::vector<std::string> items;
+  std::string item;
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] != ',') {
+      item += value[i];
+    } else if (i + 1 < value.size() && value[i + 1] == ',') {
+      item += ',';  // torchrun's escape, read left to right: ",,," is a comma, then a separator
+      ++i;
+    } else {
+      if (!item.empty()) items.push_back(item);
+      item.clear();
+    }
+  }
+  if (!item.empty()) items.push_back(item);
+  return items;
+}
+
+std::vector<OptionDoc> option_docs() {
+  GivenValues given;
+  const std::unique_ptr<CLI::App> app = make_app(given);
+  std::vector<OptionDoc> docs;
+  for (const CLI::Option* opt : app->get_options()) {
+    if (opt->get_group().empty()) continue;  // hidden
+    OptionDoc doc;
+    for (const auto& s : opt->get_snames()) doc.names.push_back("-" + s);
+    for (const auto& l : opt->get_lnames()) doc.names.push_back("--" + l);
+    doc.takes_value = opt->get_items_expected_max() != 0;
+    doc.group = opt->get_group();
+    doc.help = opt->get_description();
+    doc.default_value = opt->get_default_str();
+    docs.push_back(std::move(doc));
+  }
+  return docs;
+}
+
+std::string loopback_warning(const LaunchConfig& c) {
+  if (c.max_nodes <= 1 || c.standalone) return {};
+  const bool is_static = c.rdzv_backend == "static";
+  const std::string option = is_static ? "--master-addr" : "--rdzv-endpoint";
+  const std::string value = is_static ? c.master_addr : c.rdzv_endpoint;
+  std::string host = value;
+  if (!is_static) {
+    try {
+      host = rendezvous::parse_endpoint(value).host;
+    } catch (const std::exception&) {
+      return {};  // the rendezvous reports a bad endpoint itself
+    }
+  }
+  std::string named;
+  if (rendezvous::is_loopback_host(host))
+    named = option + "=" + value;
+  else if (!c.local_addr.empty() && rendezvous::is_loopback_host(c.local_addr))
+    named = "--local-addr=" + c.local_addr;
+  else
+    return {};
+  return fmt::format(
+      "warning: {} is a loopback address: nodes on other machines cannot reach it; with "
+      "--nnodes={} give an address or host name they can reach (see docs/cli.md#multi-node)",
+      named,
+      c.max_nodes == c.min_nodes ? std::to_string(c.max_nodes)
+                                 : fmt::format("{}:{}", c.min_nodes, c.max_nodes));
+}
+
+namespace {
+
+// Whether arg[i] continues a name of Python's string.Template ([_a-z0-9], any case): torchrun
+// leaves "$local_rankX" alone, the name being "local_rankX".
+bool identifier_char(const std::string& arg, size_t i) {
+  if (i >= arg.size()) return false;
+  const char c = arg[i];
+  return c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+}  // namespace
+
+std::string expand_local_rank(const std::string& arg, int local_rank) {
+  std::string out;
+  const std::string rank = std::to_string(local_rank);
+  for (size_t i = 0; i < arg.size();) {
+    if (arg[i] != '$') {
+      out += arg[i++];
+    } else if (arg.compare(i, 2, "$$") == 0) {
+      out += '$';
+      i += 2;
+    } else if (arg.compare(i, 13, "${local_rank}") == 0) {
+      out += rank;
+      i += 13;
+    } else if (arg.compare(i, 11, "$local_rank") == 0 && !identifier_char(arg, i + 11)) {
+      out += rank;
+      i += 11;
+    } else {
+      out += arg[i++];
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> LaunchConfig::worker_argv() const {
+  std::vector<std::string> argv;
+  if (entry_mode == EntryMode::executable) {
+    argv.push_back(entrypoint);
+  } else {
+    argv.push_back(python_exec);
+    argv.push_back("-u");
+    if (entry_mode == EntryMode::python_module) argv.push_back("-m");
+    argv.push_back(entrypoint);
+  }
+  argv.insert(argv.end(), entry_args.begin(), entry_args.end());
+  return argv;
+}
+
+namespace {
+
+// CLI11 2.1.2 takes "--opt=" for "--opt" and then the next argument as the value, where argparse
+// reads the empty string. No argument of a real command line holds a NUL, so "--opt=" of a
+// trainrun option reaches CLI11 as "--opt=\0", and "\0" is read back as "" (in the entrypoint's
+// arguments too, which CLI11 leaves as they came).
+const std::string kEmptyValue(1, '\0');
+
+std::vector<std::string> mark_empty_values(const std::vector<std::string>& args) {
+  std::set<std::string> empty_forms;
+  for (const auto& spec : option_specs()) {
+    if (spec.is_flag) continue;
+    empty_forms.insert("--" + spec.dashed + "=");
+    empty_forms.insert("--" + spec.underscored() + "=");
+  }
+  std::vector<std::string> out = args;
+  for (std::string& arg : out)
+    if (empty_forms.count(arg)) arg += kEmptyValue;
+  return out;
+}
+
+std::string restore_empty(std::string arg) {
+  if (arg.size() >= 2 && arg.back() == '\0' && arg[arg.size() - 2] == '=') arg.pop_back();
+  return arg;
+}
+
+}  // namespace
+
+ParseOutcome parse_command_line(const std::vector<std::string>& args,
+                                const std::map<std::string, std::string>& env) {
+  GivenValues given;
+  const std::unique_ptr<CLI::App> app_ptr = make_app(given);
+  CLI::App& app = *app_ptr;
+
+  const std::vector<std::string> marked = mark_empty_values(args);
+  std::vector<std::string> reversed(marked.rbegin(), marked.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    return {LaunchConfig{}, app.help(), {}};
+  } catch (const CLI::CallForAllHelp&) {
+    return {LaunchConfig{}, app.help("", CLI::AppFormatMode::All), {}};
+  } catch (const CLI::CallForVersion& e) {
+    return {LaunchConfig{}, std::string(e.what()) + "\n", {}};
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    fail(fmt::format("{} (see trainrun --help)", msg));
+  }
+  for (auto& [name, value] : given.values)
+    if (value == kEmptyValue) value.clear();
+  apply_environment(env, given);
+  std::optional<std::string> slurm_line;
+  if (given.options.at("print-completion")->count() == 0) slurm_line = apply_slurm(env, given);
+  if (given.options.at("print-completion")->count() > 0)
+    return {LaunchConfig{},
+            completion_script(given.value("print-completion"),
+                              "--print-completion=" + given.value("print-completion")),
+            {}};
+
+  // In this order, so that of several bad values the same one is reported first as always.
+  LaunchConfig c;
+  read_topology(given, c);
+  read_rendezvous(given, c);
+  read_supervision(given, c);
+  read_output(given, c);
+  read_signals(given, c);
+  read_ignored(given, c);
+  read_launcher_output(given, env, c);
+  std::vector<std::string> rest = app.remaining();
+  std::transform(rest.begin(), rest.end(), rest.begin(), restore_empty);
+  read_entrypoint(given, rest, env, c);
+
+  if (c.standalone) {
+    c.min_nodes = c.max_nodes = 1;
+    c.rdzv_backend = "c10d";
+    c.rdzv_endpoint = "localhost:0";
+  }
+  check_rendezvous_layout(c, env);
+  ParseOutcome outcome{c, std::nullopt, ignored_option_warnings(given, c)};
+  if (std::string w = loopback_warning(c); !w.empty()) outcome.warnings.push_back(std::move(w));
+  if (slurm_line) outcome.notes.push_back(*slurm_line);
+  return outcome;
+}
+
+}  // namespace trainrun::launch

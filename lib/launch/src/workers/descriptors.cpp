@@ -1,0 +1,45 @@
+#include "trainrun/launch/workers/descriptors.hpp"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+
+namespace trainrun::launch {
+
+namespace {
+
+// The soft limit trainrun was started with; RLIM_INFINITY until raise_descriptor_limit().
+rlim_t original_soft = RLIM_INFINITY;
+
+}  // namespace
+
+void raise_descriptor_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  const rlim_t soft = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) == 0) original_soft = soft;
+}
+
+void restore_descriptor_limit() {
+  if (original_soft == RLIM_INFINITY) return;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  limit.rlim_cur = original_soft;
+  ::setrlimit(RLIMIT_NOFILE, &limit);
+}
+
+rendezvous::ServerLimits server_limits_for(std::size_t workers) {
+  rendezvous::ServerLimits limits;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return limits;
+  const std::size_t reserved = kLauncherDescriptors + kDescriptorsPerWorker * workers;
+  const std::size_t total = static_cast<std::size_t>(limit.rlim_cur);
+  // Never none at all: a node with too little room still takes part, with few strangers.
+  const std::size_t left = total > reserved + 32 ? total - reserved : 32;
+  limits.max_pending = std::min(limits.max_pending, std::max<std::size_t>(left / 4, 8));
+  limits.max_admitted = std::min(limits.max_admitted, left - limits.max_pending);
+  return limits;
+}
+
+}  // namespace trainrun::launch

@@ -1,0 +1,126 @@
+#include "trainrun/launch/workers/entrypoint.hpp"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+
+namespace trainrun::launch {
+
+namespace {
+
+// strerror's words with a small first letter, as in a shell's messages.
+std::string errno_text(int err) {
+  std::string text = std::strerror(err);
+  if (!text.empty()) text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(text[0])));
+  return text;
+}
+
+bool is_regular(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool is_executable_file(const std::string& path) {
+  return is_regular(path) && ::access(path.c_str(), X_OK) == 0;
+}
+
+std::string path_variable(const std::map<std::string, std::string>& env) {
+  auto it = env.find("PATH");
+  return it != env.end() ? it->second : "/usr/local/bin:/usr/bin:/bin";
+}
+
+// PATH lookup as execvp does it; empty when not found.
+std::string find_in_path(const std::string& name, const std::string& path_variable) {
+  size_t start = 0;
+  while (start <= path_variable.size()) {
+    size_t end = path_variable.find(':', start);
+    if (end == std::string::npos) end = path_variable.size();
+    std::string dir = path_variable.substr(start, end - start);
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (is_executable_file(candidate)) return candidate;
+    start = end + 1;
+  }
+  return "";
+}
+
+// Resolves a program the way a shell would, or throws with the shell's exit code.
+std::string resolve_program(const std::string& name, const std::map<std::string, std::string>& env,
+                            const std::string& hint) {
+  if (name.find('/') != std::string::npos) {
+    struct stat st {};
+    if (::stat(name.c_str(), &st) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR)
+        throw EntrypointError(fmt::format("{}: no such file{}", name, hint), 127);
+      throw exec_error(name, errno);
+    }
+    if (S_ISDIR(st.st_mode)) throw EntrypointError(fmt::format("{}: is a directory", name), 126);
+    if (::access(name.c_str(), X_OK) != 0)
+      throw EntrypointError(
+          fmt::format("{}: permission denied (not executable; chmod +x it{})", name, hint), 126);
+    return name;
+  }
+  std::string found = find_in_path(name, path_variable(env));
+  if (found.empty())
+    throw EntrypointError(fmt::format("{}: command not found on PATH{}", name, hint), 127);
+  return found;
+}
+
+}  // namespace
+
+EntrypointError exec_error(const std::string& program, int err) {
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return EntrypointError(fmt::format("{}: no such file", program), 127);
+    case ENOEXEC:
+      return EntrypointError(
+          fmt::format("{}: cannot execute: exec format error (neither a program for this machine "
+                      "nor a script with a #! line)",
+                      program),
+          126);
+    case ELOOP:
+      return EntrypointError(fmt::format("{}: too many levels of symbolic links", program), 126);
+    case EACCES:
+      return EntrypointError(fmt::format("{}: cannot execute: permission denied", program), 126);
+    default:
+      return EntrypointError(fmt::format("{}: cannot execute: {}", program, errno_text(err)), 126);
+  }
+}
+
+ResolvedEntry resolve_entrypoint(const LaunchConfig& config,
+                                 const std::map<std::string, std::string>& env) {
+  ResolvedEntry r{config, ""};
+  LaunchConfig& c = r.config;
+  if (c.entry_mode == EntryMode::executable && !c.no_python) {
+    // Without --no-python an executable file runs directly; anything else is a Python script.
+    const bool local = is_regular(c.entrypoint);
+    if (local && !is_executable_file(c.entrypoint)) c.entry_mode = EntryMode::python_script;
+    if (local && is_executable_file(c.entrypoint) && c.entrypoint.find('/') == std::string::npos)
+      c.entrypoint = "./" + c.entrypoint;
+  }
+  if (c.entry_mode == EntryMode::executable) {
+    r.program = resolve_program(c.entrypoint, env, "");
+    return r;
+  }
+  r.program = resolve_program(c.python_exec, env, " (set PYTHON_EXEC to the Python interpreter)");
+  if (c.entry_mode == EntryMode::python_script) {
+    struct stat st {};
+    if (::stat(c.entrypoint.c_str(), &st) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR)
+        throw EntrypointError(fmt::format("{}: no such file", c.entrypoint), 127);
+      throw EntrypointError(fmt::format("{}: {}", c.entrypoint, errno_text(errno)), 126);
+    }
+    if (S_ISDIR(st.st_mode) && !is_regular(c.entrypoint + "/__main__.py"))
+      throw EntrypointError(fmt::format("{}: is a directory without __main__.py", c.entrypoint),
+                            126);
+    if (::access(c.entrypoint.c_str(), R_OK) != 0)
+      throw EntrypointError(fmt::format("{}: permission denied (not readable)", c.entrypoint), 126);
+  }
+  return r;
+}
+
+}  // namespace trainrun::launch

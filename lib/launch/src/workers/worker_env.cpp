@@ -1,0 +1,120 @@
+#include "trainrun/launch/workers/worker_env.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <optional>
+#include <sstream>
+#include <utility>
+
+#include "trainrun/base/wording.hpp"
+#include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/rendezvous/rendezvous_token.hpp"
+
+extern char** environ;
+
+namespace trainrun::launch {
+
+namespace {
+
+// The variable that says which GPUs the launcher sees, and its list: HIP's wins on ROCm.
+std::pair<std::string, std::optional<std::vector<std::string>>> visible_gpus(
+    const std::map<std::string, std::string>& inherited) {
+  for (const char* name : {"HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}) {
+    auto it = inherited.find(name);
+    const bool hip = std::string(name) == "HIP_VISIBLE_DEVICES";
+    if (it == inherited.end() || (hip && it->second.empty())) continue;  // torchrun: "" is unset
+    std::vector<std::string> ids;
+    std::stringstream items(it->second);
+    for (std::string id; std::getline(items, id, ',');) ids.push_back(id);
+    return {name, ids};
+  }
+  return {"CUDA_VISIBLE_DEVICES", std::nullopt};
+}
+
+std::string trimmed(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+// torchrun 2.x's virtual local rank: every worker is local rank 0 of a one-GPU node.
+void set_virtual_local_rank(int local_rank, const std::map<std::string, std::string>& inherited,
+                            std::map<std::string, std::string>& v) {
+  v["LOCAL_RANK"] = "0";
+  const auto [name, ids] = visible_gpus(inherited);
+  const std::string gpu =
+      ids ? trimmed(ids->at(static_cast<size_t>(local_rank))) : std::to_string(local_rank);
+  v["CUDA_VISIBLE_DEVICES"] = gpu;
+  if (name == "HIP_VISIBLE_DEVICES") v["HIP_VISIBLE_DEVICES"] = gpu;
+}
+
+}  // namespace
+
+void check_virtual_local_rank(int local_world_size,
+                              const std::map<std::string, std::string>& inherited) {
+  const auto [name, ids] = visible_gpus(inherited);
+  if (ids && static_cast<int>(ids->size()) < local_world_size)
+    throw UsageError(fmt::format(
+        "--virtual-local-rank: {} per node but {}={} lists {}; give each worker one, or lower "
+        "--nproc-per-node",
+        count_of(local_world_size, "worker"), name, inherited.at(name),
+        count_of(static_cast<long long>(ids->size()), "GPU")));
+}
+
+std::map<std::string, std::string> worker_variables(
+    const Topology& t, const JobSettings& job, int local_rank, const std::string& error_file,
+    const std::map<std::string, std::string>& inherited) {
+  const std::string rank = std::to_string(t.base_rank + local_rank);
+  const std::string world = std::to_string(t.world_size);
+  std::map<std::string, std::string> v = {
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"RANK", rank},
+      {"GROUP_RANK", std::to_string(t.group_rank)},
+      {"ROLE_RANK", rank},
+      {"ROLE_NAME", job.role},
+      {"LOCAL_WORLD_SIZE", std::to_string(t.local_world_size)},
+      {"WORLD_SIZE", world},
+      {"GROUP_WORLD_SIZE", std::to_string(t.group_world_size)},
+      {"ROLE_WORLD_SIZE", world},
+      {"MASTER_ADDR", t.master_addr},
+      {"MASTER_PORT", std::to_string(t.master_port)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(t.restart_count)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(job.max_restarts)},
+      {"TORCHELASTIC_RUN_ID", job.run_id},
+      {"TORCHELASTIC_USE_AGENT_STORE", job.use_agent_store ? "True" : "False"},
+      {"TORCHELASTIC_ERROR_FILE", error_file},
+      {"TORCHELASTIC_SIGNALS_TO_HANDLE", job.signals_to_handle},
+  };
+  if (job.virtual_local_rank) set_virtual_local_rank(local_rank, inherited, v);
+  for (const char* name : {"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"})
+    if (!inherited.count(name)) v[name] = "1";
+  if (t.local_world_size > 1 && !inherited.count("OMP_NUM_THREADS")) v["OMP_NUM_THREADS"] = "1";
+  return v;
+}
+
+std::vector<std::string> merge_environment(const std::map<std::string, std::string>& inherited,
+                                           const std::map<std::string, std::string>& variables) {
+  std::map<std::string, std::string> merged = inherited;
+  // The rendezvous token is the launcher's secret: a worker has no use for it, and whatever a
+  // worker runs (and every core dump or /proc/PID/environ reader) would learn it.
+  merged.erase(kTokenVariable);
+  for (const auto& [k, val] : variables) merged[k] = val;
+  std::vector<std::string> out;
+  out.reserve(merged.size());
+  for (const auto& [k, val] : merged) out.push_back(k + "=" + val);
+  return out;
+}
+
+std::map<std::string, std::string> current_environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string entry = *e;
+    auto eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    env.emplace(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  return env;
+}
+
+}  // namespace trainrun::launch
