@@ -70,8 +70,9 @@ def test_roll_call_of_a_local_job_leaves_it_running_to_its_end(tmp_path):
         assert "stuck_here" in open(os.path.join(dumps, "rank_1.txt")).read()
     finally:
         release.touch()
+        code = job.wait(timeout=120)
     # The workers carry on: the job ends as it would have, with all its output.
-    assert job.wait(timeout=120) == 0, (tmp_path / "job.err").read_text()
+    assert code == 0, (tmp_path / "job.err").read_text()
     out = (tmp_path / "job.out").read_text()
     for rank in range(3):
         assert f"done rank {rank}" in out
@@ -125,4 +126,5 @@ def test_stacks_errors_say_which_job_and_why(tmp_path):
         a_release.touch(), b_release.touch()
         stranger.kill()
         stranger.wait()
-    assert a.wait(timeout=120) == 0 and b.wait(timeout=120) == 0
+        codes = a.wait(timeout=120), b.wait(timeout=120)
+    assert codes == (0, 0)

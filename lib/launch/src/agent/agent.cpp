@@ -151,7 +151,7 @@ class Agent {
   }
 
   NodeWorkers node_workers() const {
-    NodeWorkers node{node_rank_, host_, logs_.run_dir(), {}};
+    NodeWorkers node{node_rank_, node_count_, host_, logs_.run_dir(), {}};
     for (const auto& [local_rank, pid] : supervisor_.running_workers())
       node.workers.push_back({base_rank_ + local_rank, local_rank, pid});
     return node;
@@ -194,6 +194,7 @@ class Agent {
     attempt_ = a.topology.restart_count;
     base_rank_ = a.topology.base_rank;
     node_rank_ = a.topology.group_rank;
+    node_count_ = a.topology.group_world_size;
     if (roll_call_) roll_call_->set_node_rank(node_rank_);
     job_.max_restarts = a.max_restarts;
     summary_.attempt_started(a.topology, unix_time());
@@ -295,6 +296,7 @@ class Agent {
   bool announced_ = false;
   int base_rank_ = 0;  // the running attempt's RANK of local rank 0
   int node_rank_ = -1;
+  int node_count_ = 1;
   int attempt_ = 0;  // the running attempt's restart count: where its rank directories are
   int exit_code_ = 0;
   std::optional<Clock::time_point> ended_;

@@ -60,17 +60,14 @@ nlohmann::json node_answer(const NodeWorkers& node, const std::vector<stacks::St
   nlohmann::json ranks = nlohmann::json::array();
   for (std::size_t i = 0; i < node.workers.size() && i < stacks.size(); ++i) {
     nlohmann::json stack = stacks[i];
-    stack.erase("raw");
+    stack["raw"] = "";  // in the dumps, not on the wire
     ranks.push_back({{"rank", node.workers[i].rank},
                      {"local_rank", node.workers[i].local_rank},
                      {"pid", node.workers[i].pid},
                      {"stack", std::move(stack)}});
   }
-  return {{"node", node.node},
-          {"host", node.host},
-          {"dumps", dumps},
-          {"ranks", std::move(ranks)},
-          {"error", error}};
+  return {{"node", node.node}, {"nodes", node.nodes},       {"host", node.host},
+          {"dumps", dumps},    {"ranks", std::move(ranks)}, {"error", error}};
 }
 
 std::string format_roll_call(const nlohmann::json& reply) {
@@ -98,6 +95,13 @@ std::string format_roll_call(const nlohmann::json& reply) {
     lines_after.push_back(fmt::format("node {} ({}) did not answer: {}", m.at("node").get<int>(),
                                       escape_control(m.at("host").get<std::string>()),
                                       escape_control(m.at("reason").get<std::string>())));
+  int job_nodes = 1;
+  for (const auto& node : nodes) job_nodes = std::max(job_nodes, node.value("nodes", 1));
+  if (static_cast<std::size_t>(job_nodes) > nodes.size() + reply.at("missing").size())
+    lines_after.push_back(fmt::format(
+        "the job has {}: only this one's workers are shown (the other nodes are not asked yet: run "
+        "trainrun --stacks on each of them)",
+        count_of(job_nodes, "node")));
   std::sort(ranks.begin(), ranks.end(),
             [](const auto& a, const auto& b) { return a.rank < b.rank; });
   const auto groups = stacks::group_stacks(ranks);

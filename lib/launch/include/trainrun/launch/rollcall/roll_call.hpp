@@ -24,19 +24,21 @@ struct NodeWorkers {
     pid_t pid = 0;
   };
   int node = -1;
+  int nodes = 1;  // the job's nodes in this attempt
   std::string host;
   std::string run_dir;  // the dumps go to <run_dir>/stacks/<time>/
   std::vector<Worker> workers;
 };
 
-// One node's answer: {"node", "host", "dumps", "ranks": [{"rank", "local_rank", "pid",
+// One node's answer: {"node", "nodes", "host", "dumps", "ranks": [{"rank", "local_rank", "pid",
 // "stack"}], "error"}; the stacks without the tools' raw output, which stays in the dumps.
 nlohmann::json node_answer(const NodeWorkers& node, const std::vector<stacks::Stack>& stacks,
                            const std::string& dumps, const std::string& error);
 
 // The report `trainrun --stacks` prints for a reply {"run_id", "nodes": [node answers],
 // "missing": [{"node", "host", "reason"}]}: the groups, smallest first, the odd rank(s) named,
-// the notes of the tools, where the dumps are, and the nodes that did not answer. Pure; throws
+// the notes of the tools, where the dumps are, and the nodes that did not answer or were not
+// asked (only this node's agent answers: the other nodes are not asked yet). Pure; throws
 // nlohmann::json::exception for a reply of another shape.
 std::string format_roll_call(const nlohmann::json& reply);
 
