@@ -253,6 +253,7 @@ class Agent {
   void carry_out(const action::Finish& a) {
     exit_code_ = a.exit_code;
     ended_ = Clock::now();
+    if (roll_call_) roll_call_->close();
     signals_.cancel();
     grace_timer_.cancel();
     io_.stop();

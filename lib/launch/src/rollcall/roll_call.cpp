@@ -131,10 +131,14 @@ RollCall::RollCall(asio::io_context& io, const std::string& dir, JobEntry entry,
 }
 
 RollCall::~RollCall() {
-  boost::system::error_code ignored;
-  acceptor_.close(ignored);
+  close();
   // Bounded: every tool run is killed after its timeout.
   if (collector_.joinable()) collector_.join();
+}
+
+void RollCall::close() {
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
 }
 
 void RollCall::accept() {

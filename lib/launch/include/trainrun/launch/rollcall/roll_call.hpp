@@ -60,6 +60,9 @@ class RollCall {
   RollCall& operator=(const RollCall&) = delete;
 
   void set_node_rank(int node_rank) { registration_.update(node_rank); }
+  // Stops listening: once the job has ended, a pending accept must not keep the event loop
+  // (which still delivers the rendezvous' last messages) from running out of work.
+  void close();
   void set_ask_others(AskOthers ask) { ask_others_ = std::move(ask); }
   // This node's answer (node_answer), on the event loop.
   void answer(Answer done);
