@@ -7,6 +7,7 @@
 #include "trainrun/launch/cli/command_line.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/log.hpp"
+#include "trainrun/launch/rollcall/stacks_command.hpp"
 #include "trainrun/launch/workers/descriptors.hpp"
 #include "trainrun/launch/workers/worker_env.hpp"
 
@@ -19,6 +20,8 @@ int main(int argc, char** argv) {
   launch::raise_descriptor_limit();
   try {
     const std::vector<std::string> args(argv + 1, argv + argc);
+    if (auto selector = launch::stacks_selector(args))
+      return launch::run_stacks_command(*selector, launch::current_environment());
     auto outcome = launch::parse_command_line(args, launch::current_environment());
     if (outcome.help_text) {
       std::fputs(outcome.help_text->c_str(), stdout);

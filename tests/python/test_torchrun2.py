@@ -20,6 +20,8 @@ SCRIPT = os.path.join(HERE, "env_dump.py")
 
 # Set by torchrun 1.13, which trainrun matches too (NCCL before 2.x reads only this name).
 OLDER_ONLY = {"NCCL_ASYNC_ERROR_HANDLING"}
+# trainrun's own additions (docs/cli.md): every thread's Python traceback on a fatal signal.
+TRAINRUN_ONLY = {"PYTHONFAULTHANDLER"}
 # Per run by nature: compared by form, not value.
 FORM_ONLY = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
 # Values that differ by design (docs/cli.md): worker RANK 0 hosts the c10d store, and trainrun
@@ -81,7 +83,7 @@ def compare(ours, theirs, by_design=BY_DESIGN):
         a, b = added(ours[rank]), added(theirs[rank])
         missing = set(b) - set(a)
         assert not missing, f"rank {rank}: torchrun 2.x sets {sorted(missing)}, trainrun does not"
-        extra = set(a) - set(b) - OLDER_ONLY
+        extra = set(a) - set(b) - OLDER_ONLY - TRAINRUN_ONLY
         assert not extra, f"rank {rank}: trainrun sets {sorted(extra)}, torchrun 2.x does not"
         for k in set(b) - FORM_ONLY:
             expected = by_design.get(k, b[k])

@@ -23,6 +23,7 @@
 #include "trainrun/launch/output/console.hpp"
 #include "trainrun/launch/output/log_dir.hpp"
 #include "trainrun/launch/rendezvous/rendezvous_options.hpp"
+#include "trainrun/launch/rollcall/roll_call.hpp"
 #include "trainrun/launch/workers/descriptors.hpp"
 #include "trainrun/launch/workers/failure.hpp"
 #include "trainrun/launch/workers/port.hpp"
@@ -67,6 +68,7 @@ class Agent {
  private:
   int run_job() {
     job_ = job_settings(config_, config_.standalone ? random_run_id() : config_.rdzv_id);
+    job_.python_workers = runs_python(program_);
     std::optional<rendezvous::TcpRendezvousOptions> rdzv_options;
     if (uses_rendezvous(config_)) {
       rdzv_options = rendezvous_options(config_, inherited_);
@@ -78,6 +80,7 @@ class Agent {
     // If trainrun itself is killed, the watchdog finds this job's escaped descendants by it.
     watchdog_.mark_job_directory(logs_.run_dir());
     watchdog_.set_log_tree(logs_.own_root());
+    start_roll_call();
     try {
       if (auto port = port_to_hold(config_, rdzv_options.has_value())) port_.emplace(*port);
       if (rdzv_options) start_rendezvous(*rdzv_options);
@@ -135,6 +138,25 @@ class Agent {
     }
   }
 
+  // `trainrun --stacks` finds this job by its registration; a job that cannot register still runs.
+  void start_roll_call() {
+    JobEntry entry{::getpid(), job_.run_id, -1, host_, logs_.run_dir(), ""};
+    try {
+      roll_call_ = std::make_unique<RollCall>(io_, runtime_dir(::geteuid(), inherited_), entry,
+                                              [this] { return node_workers(); });
+    } catch (const LaunchError& e) {
+      say_on_console(fmt::format("trainrun --stacks cannot reach this job: {}", e.what()),
+                     Level::warning);
+    }
+  }
+
+  NodeWorkers node_workers() const {
+    NodeWorkers node{node_rank_, node_count_, host_, logs_.run_dir(), {}};
+    for (const auto& [local_rank, pid] : supervisor_.running_workers())
+      node.workers.push_back({base_rank_ + local_rank, local_rank, pid});
+    return node;
+  }
+
   void wait_for_signal() {
     signals_.async_wait([this](boost::system::error_code ec, int sig) {
       if (ec) return;
@@ -171,6 +193,9 @@ class Agent {
   void carry_out(const action::StartWorkers& a) {
     attempt_ = a.topology.restart_count;
     base_rank_ = a.topology.base_rank;
+    node_rank_ = a.topology.group_rank;
+    node_count_ = a.topology.group_world_size;
+    if (roll_call_) roll_call_->set_node_rank(node_rank_);
     job_.max_restarts = a.max_restarts;
     summary_.attempt_started(a.topology, unix_time());
     say_on_console(attempt_line(a.topology, config_.nproc_per_node.number), Level::debug);
@@ -228,6 +253,7 @@ class Agent {
   void carry_out(const action::Finish& a) {
     exit_code_ = a.exit_code;
     ended_ = Clock::now();
+    if (roll_call_) roll_call_->close();
     signals_.cancel();
     grace_timer_.cancel();
     io_.stop();
@@ -265,11 +291,14 @@ class Agent {
   LogDir logs_;
   std::optional<HeldPort> port_;
   std::unique_ptr<rendezvous::RendezvousHandler> rdzv_;
+  std::unique_ptr<RollCall> roll_call_;
   AgentPolicy policy_;
   JobSummary summary_;
   bool announced_ = false;
   int base_rank_ = 0;  // the running attempt's RANK of local rank 0
-  int attempt_ = 0;    // the running attempt's restart count: where its rank directories are
+  int node_rank_ = -1;
+  int node_count_ = 1;
+  int attempt_ = 0;  // the running attempt's restart count: where its rank directories are
   int exit_code_ = 0;
   std::optional<Clock::time_point> ended_;
 };

@@ -99,7 +99,7 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 // Whether any child of ours is left, ended or not (none is reaped here).
 bool has_children() {
   siginfo_t info{};
-  return waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0;
+  return waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT | __WNOTHREAD) == 0;
 }
 
 // Our children that are still running (workers' orphans re-parented to us, as a subreaper).
@@ -230,7 +230,10 @@ void Supervisor::tee(int pipe_fd, int file_fd, Console& console, const std::stri
 void Supervisor::reap() {
   while (true) {
     int status = 0;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
+    // Only the children of this thread: the workers and the orphans that come back to us (the
+    // kernel hands them to the subreaper's first thread). The stack tools another thread starts
+    // are that thread's to reap, with their exit status.
+    pid_t pid = waitpid(-1, &status, WNOHANG | __WNOTHREAD);
     if (pid <= 0) break;
     for (auto& w : workers_) {
       if (w.pid != pid || !w.running) continue;
@@ -254,6 +257,13 @@ void Supervisor::signal_all(int sig) {
 void Supervisor::signal_workers(int sig) {
   for (const auto& w : workers_)
     if (w.running) ::kill(w.pid, sig);
+}
+
+std::vector<std::pair<int, pid_t>> Supervisor::running_workers() const {
+  std::vector<std::pair<int, pid_t>> out;
+  for (const auto& w : workers_)
+    if (w.running) out.emplace_back(w.local_rank, w.pid);
+  return out;
 }
 
 size_t Supervisor::running() const {

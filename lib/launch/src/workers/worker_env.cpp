@@ -85,7 +85,13 @@ std::map<std::string, std::string> worker_variables(
   for (const char* name : {"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"})
     if (!inherited.count(name)) v[name] = "1";
   if (t.local_world_size > 1 && !inherited.count("OMP_NUM_THREADS")) v["OMP_NUM_THREADS"] = "1";
+  if (job.python_workers && !inherited.count("PYTHONFAULTHANDLER")) v["PYTHONFAULTHANDLER"] = "1";
   return v;
+}
+
+bool runs_python(const std::string& program) {
+  const std::string name = program.substr(program.rfind('/') + 1);
+  return name.rfind("python", 0) == 0;
 }
 
 std::vector<std::string> merge_environment(const std::map<std::string, std::string>& inherited,

@@ -44,7 +44,9 @@ class Supervisor {
 
   // Starts every worker. On failure, kills those already started and throws SpawnError.
   void start(const std::vector<WorkerLaunch>& workers, ExitHandler on_exit);
-  // Collects every child that has ended (workers and orphans that came back to us).
+  // Collects every child of the calling thread that has ended (workers and orphans that came
+  // back to us); children of other threads (the stack tools) are left to them. Call it from the
+  // thread that started the workers.
   void reap();
   // Sends `sig` to the process group of every worker still running, and to the worker itself
   // where it has left that group. SIGKILL also kills everything in the job's cgroup.
@@ -52,6 +54,8 @@ class Supervisor {
   // Sends `sig` to each running worker process alone, not to what it started.
   void signal_workers(int sig);
   size_t running() const;
+  // (local rank, pid) of each worker still running.
+  std::vector<std::pair<int, pid_t>> running_workers() const;
   // After every worker has ended: stops what they left behind (the rest of their process groups,
   // orphans re-parented to us, whatever is in the job's cgroup) with SIGTERM, then SIGKILL after
   // `grace` seconds, and waits for

@@ -1,0 +1,85 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "trainrun/launch/rollcall/job_registry.hpp"
+#include "trainrun/stacks/stack.hpp"
+
+namespace trainrun::launch {
+
+// The workers of this node as the roll call names them.
+struct NodeWorkers {
+  struct Worker {
+    int rank = 0;
+    int local_rank = 0;
+    pid_t pid = 0;
+  };
+  int node = -1;
+  int nodes = 1;  // the job's nodes in this attempt
+  std::string host;
+  std::string run_dir;  // the dumps go to <run_dir>/stacks/<time>/
+  std::vector<Worker> workers;
+};
+
+// One node's answer: {"node", "nodes", "host", "dumps", "ranks": [{"rank", "local_rank", "pid",
+// "stack"}], "error"}; the stacks without the tools' raw output, which stays in the dumps.
+nlohmann::json node_answer(const NodeWorkers& node, const std::vector<stacks::Stack>& stacks,
+                           const std::string& dumps, const std::string& error);
+
+// The report `trainrun --stacks` prints for a reply {"run_id", "nodes": [node answers],
+// "missing": [{"node", "host", "reason"}]}: the groups, smallest first, the odd rank(s) named,
+// the notes of the tools, where the dumps are, and the nodes that did not answer or were not
+// asked (only this node's agent answers: the other nodes are not asked yet). Pure; throws
+// nlohmann::json::exception for a reply of another shape.
+std::string format_roll_call(const nlohmann::json& reply);
+
+// An agent's side of `trainrun --stacks`: its registration in the runtime directory, the Unix
+// socket there, and the collection of its workers' stacks on a thread of its own (the event
+// loop goes on meanwhile). Requests that come while a collection runs get its result.
+class RollCall {
+ public:
+  using Workers = std::function<NodeWorkers()>;
+  using Answer = std::function<void(nlohmann::json)>;
+  // Asks the other nodes (a multi-node job); `done` gets their answers and the missing.
+  using AskOthers =
+      std::function<void(std::function<void(nlohmann::json nodes, nlohmann::json missing)>)>;
+
+  // Registers and listens. Throws SetupError when it cannot (the agent goes on without it).
+  RollCall(boost::asio::io_context& io, const std::string& dir, JobEntry entry, Workers workers);
+  ~RollCall();
+  RollCall(const RollCall&) = delete;
+  RollCall& operator=(const RollCall&) = delete;
+
+  void set_node_rank(int node_rank) { registration_.update(node_rank); }
+  // Stops listening: once the job has ended, a pending accept must not keep the event loop
+  // (which still delivers the rendezvous' last messages) from running out of work.
+  void close();
+  void set_ask_others(AskOthers ask) { ask_others_ = std::move(ask); }
+  // This node's answer (node_answer), on the event loop.
+  void answer(Answer done);
+
+ private:
+  void accept();
+  void serve(std::shared_ptr<boost::asio::local::stream_protocol::socket> peer);
+  void collected(std::vector<stacks::Stack> stacks);
+
+  boost::asio::io_context& io_;
+  JobRegistration registration_;
+  Workers workers_;
+  AskOthers ask_others_;
+  boost::asio::local::stream_protocol::acceptor acceptor_;
+  std::thread collector_;
+  NodeWorkers collecting_;
+  std::vector<Answer> waiting_;
+};
+
+}  // namespace trainrun::launch

@@ -1,0 +1,233 @@
+#include "trainrun/launch/rollcall/roll_call.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/streambuf.hpp>
+#include <boost/asio/write.hpp>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <set>
+
+#include "trainrun/base/text.hpp"
+#include "trainrun/base/wording.hpp"
+#include "trainrun/launch/core/errors.hpp"
+#include "trainrun/stacks/collect.hpp"
+#include "trainrun/stacks/groups.hpp"
+
+namespace trainrun::launch {
+
+namespace asio = boost::asio;
+using local = asio::local::stream_protocol;
+
+namespace {
+
+// A request is one short line; anything longer is not one.
+constexpr std::size_t kMaxRequest = 256;
+constexpr auto kRequestTimeout = std::chrono::seconds(10);
+
+// "20250102-153012.345": the dumps of each roll call in a directory of their own.
+std::string timestamp() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  return fmt::format("{}.{:03}", buf, ms);
+}
+
+bool peer_is_allowed(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return false;
+  return cred.uid == ::geteuid() || cred.uid == 0;
+}
+
+}  // namespace
+
+nlohmann::json node_answer(const NodeWorkers& node, const std::vector<stacks::Stack>& stacks,
+                           const std::string& dumps, const std::string& error) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (std::size_t i = 0; i < node.workers.size() && i < stacks.size(); ++i) {
+    nlohmann::json stack = stacks[i];
+    stack["raw"] = "";  // in the dumps, not on the wire
+    ranks.push_back({{"rank", node.workers[i].rank},
+                     {"local_rank", node.workers[i].local_rank},
+                     {"pid", node.workers[i].pid},
+                     {"stack", std::move(stack)}});
+  }
+  return {{"node", node.node}, {"nodes", node.nodes},       {"host", node.host},
+          {"dumps", dumps},    {"ranks", std::move(ranks)}, {"error", error}};
+}
+
+std::string format_roll_call(const nlohmann::json& reply) {
+  std::vector<stacks::RankStack> ranks;
+  std::vector<std::string> lines_after;
+  std::set<std::string> notes;
+  auto nodes = reply.at("nodes").get<std::vector<nlohmann::json>>();
+  std::sort(nodes.begin(), nodes.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+    return a.at("node").get<int>() < b.at("node").get<int>();
+  });
+  for (const auto& node : nodes) {
+    const std::string host = escape_control(node.at("host").get<std::string>());
+    const std::string error = node.at("error").get<std::string>();
+    if (!error.empty()) lines_after.push_back(fmt::format("{}: {}", host, escape_control(error)));
+    for (const auto& r : node.at("ranks")) {
+      stacks::RankStack rank{r.at("rank").get<int>(), host, r.at("stack").get<stacks::Stack>()};
+      for (const auto& note : rank.stack.notes) notes.insert(escape_control(note));
+      ranks.push_back(std::move(rank));
+    }
+    const std::string dumps = node.at("dumps").get<std::string>();
+    if (!dumps.empty())
+      lines_after.push_back(fmt::format("dumps of {}: {}", host, escape_control(dumps)));
+  }
+  for (const auto& m : reply.at("missing"))
+    lines_after.push_back(fmt::format("node {} ({}) did not answer: {}", m.at("node").get<int>(),
+                                      escape_control(m.at("host").get<std::string>()),
+                                      escape_control(m.at("reason").get<std::string>())));
+  int job_nodes = 1;
+  for (const auto& node : nodes) job_nodes = std::max(job_nodes, node.value("nodes", 1));
+  if (static_cast<std::size_t>(job_nodes) > nodes.size() + reply.at("missing").size())
+    lines_after.push_back(fmt::format(
+        "the job has {}: only this one's workers are shown (the other nodes are not asked yet: run "
+        "trainrun --stacks on each of them)",
+        count_of(job_nodes, "node")));
+  std::sort(ranks.begin(), ranks.end(),
+            [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  const auto groups = stacks::group_stacks(ranks);
+  std::string out = fmt::format("stacks of run {}: {} on {}\n",
+                                escape_control(reply.at("run_id").get<std::string>()),
+                                count_of(ranks.size(), "rank"), count_of(nodes.size(), "node"));
+  out += stacks::format_groups(groups);
+  const std::string suspects = stacks::describe_suspects(stacks::odd_ranks(groups, ranks), groups);
+  if (!suspects.empty()) out += suspects + "\n";
+  for (const auto& note : notes) out += "note: " + note + "\n";
+  for (const auto& line : lines_after) out += line + "\n";
+  return out;
+}
+
+RollCall::RollCall(asio::io_context& io, const std::string& dir, JobEntry entry, Workers workers)
+    : io_(io), registration_(dir, std::move(entry)), workers_(std::move(workers)), acceptor_(io) {
+  boost::system::error_code ec;
+  acceptor_.open(local(), ec);
+  // The workers, forked later, must not inherit the listening socket.
+  if (!ec) ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
+  if (!ec) acceptor_.bind(local::endpoint(registration_.entry().socket), ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw SetupError(
+        fmt::format("cannot listen on {}: {}", registration_.entry().socket, ec.message()));
+  accept();
+}
+
+RollCall::~RollCall() {
+  close();
+  // Bounded: every tool run is killed after its timeout.
+  if (collector_.joinable()) collector_.join();
+}
+
+void RollCall::close() {
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+}
+
+void RollCall::accept() {
+  auto peer = std::make_shared<local::socket>(io_);
+  acceptor_.async_accept(*peer, [this, peer](boost::system::error_code ec) {
+    if (ec == asio::error::operation_aborted) return;
+    if (!ec) ::fcntl(peer->native_handle(), F_SETFD, FD_CLOEXEC);
+    if (!ec && peer_is_allowed(peer->native_handle())) serve(peer);
+    accept();
+  });
+}
+
+void RollCall::serve(std::shared_ptr<local::socket> peer) {
+  auto buffer = std::make_shared<asio::streambuf>(kMaxRequest);
+  auto timer = std::make_shared<asio::steady_timer>(io_, kRequestTimeout);
+  timer->async_wait([peer](boost::system::error_code ec) {
+    if (!ec) peer->close(ec);
+  });
+  asio::async_read_until(
+      *peer, *buffer, '\n',
+      [this, peer, buffer, timer](boost::system::error_code ec, std::size_t n) {
+        timer->cancel();
+        if (ec) return;
+        std::string request(asio::buffers_begin(buffer->data()),
+                            asio::buffers_begin(buffer->data()) + static_cast<long>(n) - 1);
+        auto send = [peer](const nlohmann::json& reply) {
+          auto text = std::make_shared<std::string>(reply.dump() + "\n");
+          asio::async_write(*peer, asio::buffer(*text),
+                            [peer, text](boost::system::error_code, std::size_t) {});
+        };
+        if (request != "stacks") {
+          send({{"error", "unknown request: " + escape_control(request)}});
+          return;
+        }
+        answer([this, send](nlohmann::json mine) {
+          const std::string run_id = registration_.entry().run_id;
+          if (!ask_others_) {
+            send({{"run_id", run_id},
+                  {"nodes", nlohmann::json::array({std::move(mine)})},
+                  {"missing", nlohmann::json::array()}});
+            return;
+          }
+          ask_others_([send, run_id, mine = std::move(mine)](nlohmann::json nodes,
+                                                             nlohmann::json missing) {
+            nodes.insert(nodes.begin(), mine);
+            send(
+                {{"run_id", run_id}, {"nodes", std::move(nodes)}, {"missing", std::move(missing)}});
+          });
+        });
+      });
+}
+
+void RollCall::answer(Answer done) {
+  waiting_.push_back(std::move(done));
+  if (waiting_.size() > 1) return;  // a collection runs: its result is this request's too
+  collecting_ = workers_();
+  if (collecting_.workers.empty()) {
+    collected({});
+    return;
+  }
+  std::vector<pid_t> pids;
+  for (const auto& w : collecting_.workers) pids.push_back(w.pid);
+  // The tools run on this thread's children: the supervisor reaps only its own (__WNOTHREAD).
+  collector_ = std::thread([this, pids] {
+    auto stacks = stacks::collect_stacks(pids);
+    asio::post(io_, [this, stacks = std::move(stacks)]() mutable { collected(std::move(stacks)); });
+  });
+}
+
+void RollCall::collected(std::vector<stacks::Stack> stacks) {
+  if (collector_.joinable()) collector_.join();
+  std::string dumps, error;
+  if (collecting_.workers.empty()) {
+    error = "no worker is running now (between attempts, or the job is ending)";
+  } else {
+    std::vector<stacks::RankStack> ranks;
+    for (std::size_t i = 0; i < stacks.size(); ++i)
+      ranks.push_back({collecting_.workers[i].rank, collecting_.host, stacks[i]});
+    const std::string dir = collecting_.run_dir + "/stacks/" + timestamp();
+    try {
+      std::filesystem::create_directories(dir);
+      stacks::write_dumps(dir, ranks);
+      dumps = dir;
+    } catch (const std::exception& e) {
+      error = fmt::format("the dumps could not be written: {}", e.what());
+    }
+  }
+  const nlohmann::json mine = node_answer(collecting_, stacks, dumps, error);
+  for (auto& done : std::exchange(waiting_, {})) done(mine);
+}
+
+}  // namespace trainrun::launch

@@ -1,0 +1,130 @@
+"""`trainrun --stacks`: the stacks of a running job's workers, grouped, without stopping it."""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import TRAINRUN, run
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JOB = os.path.join(HERE, "stacks_job.py")
+PY = os.environ.get("PYTHON_EXEC", "/usr/bin/python3")
+PY_SPY = os.environ.get("TRAINRUN_PY_SPY", "") or shutil.which("py-spy") or ""
+
+
+def job_env(tmp_path):
+    """Each test its own runtime directory; py-spy on the agents' PATH."""
+    env = {"TRAINRUN_RUNTIME_DIR": str(tmp_path / "rt")}
+    if PY_SPY:
+        env["PATH"] = os.path.dirname(PY_SPY) + os.pathsep + os.environ.get("PATH", "")
+    return env
+
+
+def start_job(tmp_path, name, nproc, *extra, env=None):
+    release, ready = tmp_path / f"{name}.release", tmp_path / f"{name}.ready"
+    ready.mkdir()
+    out = open(tmp_path / f"{name}.out", "w")
+    err = open(tmp_path / f"{name}.err", "w")
+    proc = subprocess.Popen(
+        [TRAINRUN, f"--nproc-per-node={nproc}", *extra, JOB, str(release), str(ready)],
+        env=dict(os.environ, PYTHON_EXEC=PY, **(env or {})), stdout=out, stderr=err)
+    return proc, release, ready
+
+
+def wait_ready(ready, n, procs=()):
+    deadline = time.monotonic() + 120
+    while len(os.listdir(ready)) < n:
+        for p in procs:
+            assert p.poll() is None, f"the job ended early with {p.returncode}"
+        assert time.monotonic() < deadline, f"only {os.listdir(ready)} of {n} ranks in place"
+        time.sleep(0.1)
+
+
+@pytest.mark.skipif(not PY_SPY, reason="py-spy is not installed (scripts/setup.sh --tests)")
+def test_roll_call_of_a_local_job_leaves_it_running_to_its_end(tmp_path):
+    env = job_env(tmp_path)
+    logs = tmp_path / "logs"
+    job, release, ready = start_job(tmp_path, "job", 3, "--standalone", f"--log-dir={logs}",
+                                    env=env)
+    try:
+        wait_ready(ready, 3, [job])
+        r = run(["--stacks"], env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        out = r.stdout
+        assert re.search(r"^rank 1 \(1\): stuck_here <- <module>$", out, re.M), out
+        assert re.search(r"^ranks 0,2 \(2\): wait_for_others <- <module>$", out, re.M), out
+        # The odd rank, named with its host and its frame; the smaller group first.
+        assert out.index("rank 1 (1)") < out.index("ranks 0,2 (2)"), out
+        host = socket.gethostname()
+        assert re.search(rf"^rank 1 on {re.escape(host)} is in stuck_here\(\) \(stacks_job\.py:\d+\)"
+                         r" while ranks 0,2 wait in wait_for_others", out, re.M), out
+        dumps = re.search(r"^dumps of .*: (.*)$", out, re.M).group(1)
+        assert dumps.startswith(str(logs)) and "/stacks/" in dumps, out
+        assert sorted(os.listdir(dumps)) == ["rank_0.txt", "rank_1.txt", "rank_2.txt"]
+        assert "stuck_here" in open(os.path.join(dumps, "rank_1.txt")).read()
+    finally:
+        release.touch()
+        code = job.wait(timeout=120)
+    # The workers carry on: the job ends as it would have, with all its output.
+    assert code == 0, (tmp_path / "job.err").read_text()
+    out = (tmp_path / "job.out").read_text()
+    for rank in range(3):
+        assert f"done rank {rank}" in out
+    assert os.listdir(tmp_path / "rt") == [], "the job's registration is removed at its end"
+
+
+def test_stacks_errors_say_which_job_and_why(tmp_path):
+    env = job_env(tmp_path)
+    r = run(["--stacks"], env=env)
+    assert r.returncode == 1 and "no trainrun job of this user is running" in r.stderr, r.stderr
+    assert len(r.stderr.splitlines()) == 1
+    r = run(["--stacks", "one", "two"], env=env)
+    assert r.returncode == 2 and "--stacks takes one run id or PID" in r.stderr, r.stderr
+
+    a, a_release, a_ready = start_job(tmp_path, "a", 1, "--standalone", env=env)
+    b, b_release, b_ready = start_job(tmp_path, "b", 1, "--standalone", env=env)
+    stranger = subprocess.Popen(["sleep", "60"])
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    try:
+        wait_ready(a_ready, 1, [a])
+        wait_ready(b_ready, 1, [b])
+        # An agent killed with SIGKILL leaves its files: they are ignored and removed.
+        (tmp_path / "rt" / f"{ended.pid}.json").write_text(json.dumps(
+            {"pid": ended.pid, "run_id": "gone", "node_rank": 0, "host": "h", "log_dir": "/x",
+             "socket": str(tmp_path / "rt" / f"{ended.pid}.sock")}))
+        cases = [
+            ([], rf"2 trainrun jobs are running on this machine: name one with --stacks=RUN_ID or "
+                 rf"--stacks=PID \(run \S+ \(pid {min(a.pid, b.pid)}\), run \S+ \(pid "
+                 rf"{max(a.pid, b.pid)}\)\)"),
+            (["--stacks=nosuch"], r"no trainrun job with run id nosuch is running on this machine"),
+            ([f"--stacks={ended.pid}"], rf"no process {ended.pid} is running: the job has ended"),
+            ([f"--stacks={stranger.pid}"],
+             rf"process {stranger.pid} is not a trainrun agent nor one of its workers"),
+        ]
+        for args, expected in cases:
+            r = run(args or ["--stacks"], env=env)
+            assert r.returncode == 1, (args, r.stderr)
+            assert len(r.stderr.splitlines()) == 1, (args, r.stderr)
+            assert re.search(r"^trainrun: (error: )?" + expected, r.stderr), (args, r.stderr)
+        assert not (tmp_path / "rt" / f"{ended.pid}.json").exists()
+        # Another user's job: its PID is known, its registration is not theirs to read.
+        if os.geteuid() == 0 and shutil.which("setpriv"):
+            r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                TRAINRUN, f"--stacks={a.pid}"], capture_output=True, text=True,
+                               timeout=60, env=dict(os.environ, **env))
+            assert r.returncode == 1, r.stderr
+            assert re.search(rf"^trainrun: (error: )?process {a.pid} belongs to user root: run "
+                             r"trainrun --stacks as that user$", r.stderr, re.M), r.stderr
+    finally:
+        a_release.touch(), b_release.touch()
+        stranger.kill()
+        stranger.wait()
+        codes = a.wait(timeout=120), b.wait(timeout=120)
+    assert codes == (0, 0)
