@@ -17,6 +17,7 @@
 #include "trainrun/launch/agent/agent_consoles.hpp"
 #include "trainrun/launch/agent/agent_plan.hpp"
 #include "trainrun/launch/agent/agent_policy.hpp"
+#include "trainrun/launch/agent/file_timer_server.hpp"
 #include "trainrun/launch/agent/job_summary.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/log.hpp"
@@ -81,6 +82,7 @@ class Agent {
     try {
       if (auto port = port_to_hold(config_, rdzv_options.has_value())) port_.emplace(*port);
       if (rdzv_options) start_rendezvous(*rdzv_options);
+      start_file_timer();
     } catch (const LaunchError&) {
       logs_.remove_if_empty();
       throw;
@@ -133,6 +135,26 @@ class Agent {
     } catch (const std::runtime_error& e) {
       throw SetupError(e.what());
     }
+  }
+
+  // TorchElastic's file timer, when the job asks for it as torchrun's: workers find its FIFO in
+  // TORCHELASTIC_TIMER_FILE.
+  void start_file_timer() {
+    const auto path = file_timer_path(inherited_);
+    if (!path) return;
+    FileTimerServer::Hooks hooks;
+    hooks.find_worker = [this](pid_t pid) -> std::optional<FileTimerServer::Worker> {
+      const auto local_rank = supervisor_.local_rank_of(pid);
+      if (!local_rank) return std::nullopt;
+      return FileTimerServer::Worker{base_rank_ + *local_rank, *local_rank};
+    };
+    hooks.dump_dir = [this] {
+      return fmt::format("{}/attempt_{}/timer_expired", logs_.run_dir(), attempt_);
+    };
+    hooks.say = [this](const std::string& line, Level level) { say_on_console(line, level); };
+    hooks.write = [this](const std::string& text) { consoles_.err().write(text); };
+    file_timer_ = std::make_unique<FileTimerServer>(io_, *path, std::move(hooks));
+    inherited_[kTimerFileVariable] = *path;
   }
 
   void wait_for_signal() {
@@ -230,6 +252,7 @@ class Agent {
     ended_ = Clock::now();
     signals_.cancel();
     grace_timer_.cancel();
+    file_timer_.reset();  // its FIFO's wait would keep the rendezvous' last run_for busy
     io_.stop();
   }
 
@@ -265,6 +288,7 @@ class Agent {
   LogDir logs_;
   std::optional<HeldPort> port_;
   std::unique_ptr<rendezvous::RendezvousHandler> rdzv_;
+  std::unique_ptr<FileTimerServer> file_timer_;
   AgentPolicy policy_;
   JobSummary summary_;
   bool announced_ = false;

@@ -52,6 +52,8 @@ class Supervisor {
   // Sends `sig` to each running worker process alone, not to what it started.
   void signal_workers(int sig);
   size_t running() const;
+  // The local rank of the running worker whose process is `pid`, or whose process group holds it.
+  std::optional<int> local_rank_of(pid_t pid) const;
   // After every worker has ended: stops what they left behind (the rest of their process groups,
   // orphans re-parented to us, whatever is in the job's cgroup) with SIGTERM, then SIGKILL after
   // `grace` seconds, and waits for
