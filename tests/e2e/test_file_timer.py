@@ -1,6 +1,7 @@
 """TorchElastic's file timer under trainrun (TORCHELASTIC_ENABLE_FILE_TIMER=1): requests written
-as torch's FileTimerClient writes them, without torch; a scope that expires, and requests that are
-not for this job. The comparison with torchrun 2.x itself is in tests/python/test_torchrun2.py."""
+as torch's FileTimerClient writes them, without torch; a scope that expires, requests that are
+not for this job. The comparison with torchrun 2.x itself is in tests/python/test_torchrun2.py.
+Also the listing of NCCL flight recorder dumps after a failure summary."""
 import glob
 import os
 
@@ -83,3 +84,18 @@ def test_a_timer_file_that_cannot_be_made_is_one_line(tmp_path):
     assert r.stderr == (f"trainrun: TORCHELASTIC_TIMER_FILE={path}: cannot make the file timer's "
                         "FIFO: No such file or directory; name a path in a writable directory\n")
 
+
+def test_flight_recorder_dumps_are_listed_after_the_summary(tmp_path):
+    # A dump where NCCL's flight recorder would write it under trainrun (no GPU needed).
+    script = tmp_path / "dump.py"
+    script.write_text("import os, sys\n"
+                      "d = os.path.dirname(os.environ['TORCHELASTIC_ERROR_FILE'])\n"
+                      "open(os.path.join(d, 'nccl_trace_rank_' + os.environ['RANK']), 'w')\n"
+                      "sys.exit(3)\n")
+    logs = tmp_path / "logs"
+    r = run(["--standalone", f"--log-dir={logs}", "dump.py"], cwd=tmp_path)
+    assert r.returncode == 3, r.stderr
+    dump = glob.glob(str(logs / "*" / "attempt_0" / "0" / "nccl_trace_rank_0"))
+    assert len(dump) == 1
+    summary_end = r.stderr.rindex("=" * 10)
+    assert f"trainrun: NCCL flight recorder dumps (1): {dump[0]}\n" in r.stderr[summary_end:]

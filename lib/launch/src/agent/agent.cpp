@@ -26,9 +26,11 @@
 #include "trainrun/launch/rendezvous/rendezvous_options.hpp"
 #include "trainrun/launch/workers/descriptors.hpp"
 #include "trainrun/launch/workers/failure.hpp"
+#include "trainrun/launch/workers/flight_recorder.hpp"
 #include "trainrun/launch/workers/port.hpp"
 #include "trainrun/launch/workers/supervisor.hpp"
 #include "trainrun/launch/workers/watchdog.hpp"
+#include "trainrun/launch/workers/worker_count.hpp"
 #include "trainrun/launch/workers/worker_env.hpp"
 
 namespace trainrun::launch {
@@ -68,6 +70,7 @@ class Agent {
  private:
   int run_job() {
     job_ = job_settings(config_, config_.standalone ? random_run_id() : config_.rdzv_id);
+    job_.may_use_nccl = count_nvidia_gpus() > 0;
     std::optional<rendezvous::TcpRendezvousOptions> rdzv_options;
     if (uses_rendezvous(config_)) {
       rdzv_options = rendezvous_options(config_, inherited_);
@@ -246,7 +249,14 @@ class Agent {
   void carry_out(const action::ReportDone&) { rdzv_->report_done(); }
   void carry_out(const action::ShutdownRendezvous& a) { rdzv_->shutdown(a.reason); }
   void carry_out(const action::Say& a) { say_on_console(a.line, a.level); }
-  void carry_out(const action::WriteSummary& a) { consoles_.err().write(a.text); }
+  void carry_out(const action::WriteSummary& a) {
+    consoles_.err().write(a.text);
+    // Where NCCL's flight recorder left its dumps, once, after the (first) summary.
+    if (dumps_listed_) return;
+    dumps_listed_ = true;
+    const std::string dumps = flight_recorder_line(flight_recorder_dumps(logs_.run_dir()));
+    if (!dumps.empty()) say_on_console(dumps, Level::error);
+  }
   void carry_out(const action::Finish& a) {
     exit_code_ = a.exit_code;
     ended_ = Clock::now();
@@ -292,6 +302,7 @@ class Agent {
   AgentPolicy policy_;
   JobSummary summary_;
   bool announced_ = false;
+  bool dumps_listed_ = false;
   int base_rank_ = 0;  // the running attempt's RANK of local rank 0
   int attempt_ = 0;    // the running attempt's restart count: where its rank directories are
   int exit_code_ = 0;

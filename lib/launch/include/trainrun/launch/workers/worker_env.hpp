@@ -30,6 +30,8 @@ struct JobSettings {
   std::string signals_to_handle = kDefaultSignalsToHandle;
   // torchrun's --virtual-local-rank: LOCAL_RANK=0 and only the worker's own GPU visible.
   bool virtual_local_rank = false;
+  // The workers may use NCCL (an NVIDIA GPU is visible): the flight recorder's variables are set.
+  bool may_use_nccl = false;
 };
 
 // The variables torchrun gives worker `local_rank` (every value a string). `error_file` is that
