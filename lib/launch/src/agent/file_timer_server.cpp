@@ -64,6 +64,13 @@ FileTimerServer::FileTimerServer(asio::io_context& io, std::string path, Hooks h
       fifo_(io, make_fifo(path_)),
       timer_(io) {
   keep_open_ = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  // Without a writer of our own, the FIFO would read as ended, and be ready, for ever.
+  if (keep_open_ < 0) {
+    const int err = errno;
+    ::unlink(path_.c_str());
+    throw SetupError(fmt::format("{}={}: cannot open the file timer's FIFO for writing: {}",
+                                 kTimerFileVariable, path_, std::strerror(err)));
+  }
   wait_for_requests();
 }
 
