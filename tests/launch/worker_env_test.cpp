@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/workers/flight_recorder.hpp"
 
 using namespace trainrun::launch;
 
@@ -122,4 +123,31 @@ TEST_CASE("Python workers get PYTHONFAULTHANDLER unless the user set it", "[laun
   CHECK(runs_python("/usr/bin/python3.11"));
   CHECK(runs_python("python"));
   CHECK_FALSE(runs_python("/opt/python/bin/train"));
+}
+
+TEST_CASE("the flight recorder's variables are set when the workers may use NCCL") {
+  Topology t;
+  JobSettings job;
+  const std::string error_file = "/logs/run/attempt_0/0/error.json";
+  auto without = worker_variables(t, job, 0, error_file, {});
+  CHECK_FALSE(without.count("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"));
+  CHECK_FALSE(without.count("TORCH_NCCL_TRACE_BUFFER_SIZE"));
+  job.may_use_nccl = true;
+  auto with = worker_variables(t, job, 0, error_file, {});
+  CHECK(with.at("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") == "/logs/run/attempt_0/0/nccl_trace_rank_");
+  CHECK(with.at("TORCH_NCCL_TRACE_BUFFER_SIZE") == "2000");
+  CHECK(with.at("TORCH_NCCL_DUMP_ON_TIMEOUT") == "1");
+  // The user's settings, under either name, are left alone.
+  auto user = worker_variables(
+      t, job, 0, error_file,
+      {{"TORCH_FR_DUMP_TEMP_FILE", "/mine/"}, {"TORCH_NCCL_TRACE_BUFFER_SIZE", "0"}});
+  CHECK_FALSE(user.count("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"));
+  CHECK_FALSE(user.count("TORCH_NCCL_TRACE_BUFFER_SIZE"));
+  CHECK(user.at("TORCH_NCCL_DUMP_ON_TIMEOUT") == "1");
+}
+
+TEST_CASE("flight recorder dumps are named in one line") {
+  CHECK(flight_recorder_line({}).empty());
+  CHECK(flight_recorder_line({"/a/nccl_trace_rank_0", "/b/nccl_trace_rank_1"}) ==
+        "NCCL flight recorder dumps (2): /a/nccl_trace_rank_0, /b/nccl_trace_rank_1");
 }

@@ -223,3 +223,55 @@ def test_every_option_of_torchrun2_help_is_accepted(tmp_path):
             if run.returncode == 2 or "unknown option" in run.stderr:
                 rejected.append(f"{' '.join(args)}: exit {run.returncode}: {run.stderr.strip()}")
     assert not rejected, "trainrun rejects torchrun 2.x options:\n" + "\n".join(rejected)
+
+
+# TorchElastic's file timer, through torch's own client: rank 1 stays in a scope of `after`
+# seconds for `stay` seconds; rank 0 ends at once.
+FILE_TIMER = r'''
+import os, sys, time
+from torch.distributed.elastic.timer import FileTimerClient, configure, expires
+rank = int(os.environ["RANK"])
+configure(FileTimerClient(os.environ["TORCHELASTIC_TIMER_FILE"]))
+if rank == 1:
+    with expires(after=float(sys.argv[1]), scope="stuck"):
+        time.sleep(float(sys.argv[2]))
+print(f"rank {rank} done", flush=True)
+'''
+
+
+def shell_status(code):
+    """A status as a shell sees it: torchrun 2.x kills itself with the worker's signal."""
+    return 128 - code if code < 0 else code
+
+
+def both_with_file_timer(tmp_path, *args):
+    script = tmp_path / "timer.py"
+    script.write_text(FILE_TIMER)
+    env = dict(ENV, TORCHELASTIC_ENABLE_FILE_TIMER="1", TMPDIR=str(tmp_path))
+    results = []
+    for launcher in ([TRAINRUN], torchrun()):
+        results.append(subprocess.run(
+            launcher + ["--standalone", "--nproc-per-node=2", str(script), *args],
+            capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path))
+    return results
+
+
+def test_an_expired_file_timer_kills_the_worker_as_under_torchrun2(tmp_path):
+    ours, theirs = both_with_file_timer(tmp_path, "2", "600")
+    # torchrun 2.x kills the worker with SIGKILL, then itself (file_based_local_timer.py):
+    # 137 to a shell. trainrun stops the job as after any worker failure, with that status.
+    assert shell_status(theirs.returncode) == 137, theirs.stderr
+    assert ours.returncode == 137, ours.stderr
+    for r in (ours, theirs):
+        assert "rank 0 done" in r.stdout and "rank 1 done" not in r.stdout, (r.stdout, r.stderr)
+    assert "file timer: scope 'stuck' of rank 1 (local rank 1, pid " in ours.stderr, ours.stderr
+    assert "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 " in ours.stderr, ours.stderr
+
+
+def test_a_file_timer_scope_left_in_time_ends_as_under_torchrun2(tmp_path):
+    ours, theirs = both_with_file_timer(tmp_path, "60", "1")
+    assert theirs.returncode == 0, theirs.stderr
+    assert ours.returncode == 0, ours.stderr
+    assert sorted(ours.stdout.splitlines()) == sorted(theirs.stdout.splitlines()) == [
+        "rank 0 done", "rank 1 done"]
+    assert "file timer" not in ours.stderr, ours.stderr

@@ -17,6 +17,7 @@
 #include "trainrun/launch/agent/agent_consoles.hpp"
 #include "trainrun/launch/agent/agent_plan.hpp"
 #include "trainrun/launch/agent/agent_policy.hpp"
+#include "trainrun/launch/agent/file_timer_server.hpp"
 #include "trainrun/launch/agent/job_summary.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/log.hpp"
@@ -26,9 +27,11 @@
 #include "trainrun/launch/rollcall/roll_call.hpp"
 #include "trainrun/launch/workers/descriptors.hpp"
 #include "trainrun/launch/workers/failure.hpp"
+#include "trainrun/launch/workers/flight_recorder.hpp"
 #include "trainrun/launch/workers/port.hpp"
 #include "trainrun/launch/workers/supervisor.hpp"
 #include "trainrun/launch/workers/watchdog.hpp"
+#include "trainrun/launch/workers/worker_count.hpp"
 #include "trainrun/launch/workers/worker_env.hpp"
 
 namespace trainrun::launch {
@@ -69,6 +72,7 @@ class Agent {
   int run_job() {
     job_ = job_settings(config_, config_.standalone ? random_run_id() : config_.rdzv_id);
     job_.python_workers = runs_python(program_);
+    job_.may_use_nccl = count_nvidia_gpus() > 0;
     std::optional<rendezvous::TcpRendezvousOptions> rdzv_options;
     if (uses_rendezvous(config_)) {
       rdzv_options = rendezvous_options(config_, inherited_);
@@ -84,6 +88,7 @@ class Agent {
     try {
       if (auto port = port_to_hold(config_, rdzv_options.has_value())) port_.emplace(*port);
       if (rdzv_options) start_rendezvous(*rdzv_options);
+      start_file_timer();
     } catch (const LaunchError&) {
       logs_.remove_if_empty();
       throw;
@@ -155,6 +160,26 @@ class Agent {
     for (const auto& [local_rank, pid] : supervisor_.running_workers())
       node.workers.push_back({base_rank_ + local_rank, local_rank, pid});
     return node;
+  }
+
+  // TorchElastic's file timer, when the job asks for it as torchrun's: workers find its FIFO in
+  // TORCHELASTIC_TIMER_FILE.
+  void start_file_timer() {
+    const auto path = file_timer_path(inherited_);
+    if (!path) return;
+    FileTimerServer::Hooks hooks;
+    hooks.find_worker = [this](pid_t pid) -> std::optional<FileTimerServer::Worker> {
+      const auto local_rank = supervisor_.local_rank_of(pid);
+      if (!local_rank) return std::nullopt;
+      return FileTimerServer::Worker{base_rank_ + *local_rank, *local_rank};
+    };
+    hooks.dump_dir = [this] {
+      return fmt::format("{}/attempt_{}/timer_expired", logs_.run_dir(), attempt_);
+    };
+    hooks.say = [this](const std::string& line, Level level) { say_on_console(line, level); };
+    hooks.write = [this](const std::string& text) { consoles_.err().write(text); };
+    file_timer_ = std::make_unique<FileTimerServer>(io_, *path, std::move(hooks));
+    inherited_[kTimerFileVariable] = *path;
   }
 
   void wait_for_signal() {
@@ -249,13 +274,21 @@ class Agent {
   void carry_out(const action::ReportDone&) { rdzv_->report_done(); }
   void carry_out(const action::ShutdownRendezvous& a) { rdzv_->shutdown(a.reason); }
   void carry_out(const action::Say& a) { say_on_console(a.line, a.level); }
-  void carry_out(const action::WriteSummary& a) { consoles_.err().write(a.text); }
+  void carry_out(const action::WriteSummary& a) {
+    consoles_.err().write(a.text);
+    // Where NCCL's flight recorder left its dumps, once, after the (first) summary.
+    if (dumps_listed_) return;
+    dumps_listed_ = true;
+    const std::string dumps = flight_recorder_line(flight_recorder_dumps(logs_.run_dir()));
+    if (!dumps.empty()) say_on_console(dumps, Level::error);
+  }
   void carry_out(const action::Finish& a) {
     exit_code_ = a.exit_code;
     ended_ = Clock::now();
     if (roll_call_) roll_call_->close();
     signals_.cancel();
     grace_timer_.cancel();
+    file_timer_.reset();  // its FIFO's wait would keep the rendezvous' last run_for busy
     io_.stop();
   }
 
@@ -292,9 +325,11 @@ class Agent {
   std::optional<HeldPort> port_;
   std::unique_ptr<rendezvous::RendezvousHandler> rdzv_;
   std::unique_ptr<RollCall> roll_call_;
+  std::unique_ptr<FileTimerServer> file_timer_;
   AgentPolicy policy_;
   JobSummary summary_;
   bool announced_ = false;
+  bool dumps_listed_ = false;
   int base_rank_ = 0;  // the running attempt's RANK of local rank 0
   int node_rank_ = -1;
   int node_count_ = 1;

@@ -114,6 +114,11 @@ as in torchrun: \fBPET_NPROC_PER_NODE=8\fR.
 \fBTRAINRUN_RDZV_TOKEN\fR
 The rendezvous' shared token, when \fB\-\-rdzv\-conf token_file=\fR\fIPATH\fR is not given.
 .TP
+\fBTORCHELASTIC_ENABLE_FILE_TIMER\fR, \fBTORCHELASTIC_TIMER_FILE\fR
+With the first set to 1, trainrun serves TorchElastic's file timer at the FIFO the second names
+(else a new one under $TMPDIR): an expired scope's worker has its stack written, then gets the
+signal it asked for. See docs/cli.md, section "Supervision".
+.TP
 \fBPYTHON_EXEC\fR
 The Python that runs a script or module entrypoint (default: python3 on PATH).
 .SH ERROR FILES

@@ -272,6 +272,13 @@ size_t Supervisor::running() const {
   return n;
 }
 
+std::optional<int> Supervisor::local_rank_of(pid_t pid) const {
+  const pid_t group = ::getpgid(pid);
+  for (const auto& w : workers_)
+    if (w.running && (w.pid == pid || w.pid == group)) return w.local_rank;
+  return std::nullopt;
+}
+
 bool Supervisor::leftovers(bool send, int sig) {
   bool any = false;
   for (const auto& w : workers_) {

@@ -47,19 +47,6 @@ int count_nvidia_smi() {
   return n;
 }
 
-int count_nvidia_gpus() {
-  int devices = count_driver_entries();
-  if (devices < 0) devices = count_nvidia_smi();
-  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
-    std::string v = visible;
-    if (v.empty() || v == "-1") return 0;
-    int listed = 1;
-    for (char c : v) listed += c == ',';
-    return devices > 0 && listed > devices ? devices : (devices > 0 ? listed : 0);
-  }
-  return devices;
-}
-
 // ZE_AFFINITY_MASK narrows Level Zero's devices as CUDA_VISIBLE_DEVICES does CUDA's.
 int count_visible_xpus() {
   const char* mask = std::getenv("ZE_AFFINITY_MASK");
@@ -81,6 +68,19 @@ int count_usable_cpus() {
 long long read_sysctl(const char* path) { return read_positive_integer(path).value_or(0); }
 
 }  // namespace
+
+int count_nvidia_gpus() {
+  int devices = count_driver_entries();
+  if (devices < 0) devices = count_nvidia_smi();
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    std::string v = visible;
+    if (v.empty() || v == "-1") return 0;
+    int listed = 1;
+    for (char c : v) listed += c == ',';
+    return devices > 0 && listed > devices ? devices : (devices > 0 ? listed : 0);
+  }
+  return devices;
+}
 
 ProcessLimits read_process_limits() {
   ProcessLimits limits;

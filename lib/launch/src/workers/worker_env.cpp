@@ -11,6 +11,7 @@
 #include "trainrun/base/wording.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/rendezvous/rendezvous_token.hpp"
+#include "trainrun/launch/workers/flight_recorder.hpp"
 
 extern char** environ;
 
@@ -86,6 +87,11 @@ std::map<std::string, std::string> worker_variables(
     if (!inherited.count(name)) v[name] = "1";
   if (t.local_world_size > 1 && !inherited.count("OMP_NUM_THREADS")) v["OMP_NUM_THREADS"] = "1";
   if (job.python_workers && !inherited.count("PYTHONFAULTHANDLER")) v["PYTHONFAULTHANDLER"] = "1";
+  if (job.may_use_nccl) {
+    // Its dumps go to the worker's own log directory, where the error file is.
+    const std::string rank_dir = error_file.substr(0, error_file.rfind('/'));
+    for (auto& [name, value] : flight_recorder_variables(rank_dir, inherited)) v[name] = value;
+  }
   return v;
 }
 

@@ -56,6 +56,8 @@ class Supervisor {
   size_t running() const;
   // (local rank, pid) of each worker still running.
   std::vector<std::pair<int, pid_t>> running_workers() const;
+  // The local rank of the running worker whose process is `pid`, or whose process group holds it.
+  std::optional<int> local_rank_of(pid_t pid) const;
   // After every worker has ended: stops what they left behind (the rest of their process groups,
   // orphans re-parented to us, whatever is in the job's cgroup) with SIGTERM, then SIGKILL after
   // `grace` seconds, and waits for

@@ -15,6 +15,9 @@ namespace trainrun::launch {
 // Intel ones, else the CPUs.
 int resolve_worker_count(const WorkerCount& count);
 
+// The NVIDIA GPUs this process may use, as --nproc-per-node=gpu counts them; 0 when none.
+int count_nvidia_gpus();
+
 // What bounds the processes this machine lets one user start; 0 where there is no bound.
 struct ProcessLimits {
   long long rlimit_nproc = 0;  // RLIMIT_NPROC, this user's processes and threads (soft limit)

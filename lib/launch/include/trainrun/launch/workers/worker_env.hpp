@@ -32,6 +32,8 @@ struct JobSettings {
   bool virtual_local_rank = false;
   // The workers run a Python interpreter (runs_python): they get PYTHONFAULTHANDLER=1.
   bool python_workers = false;
+  // The workers may use NCCL (an NVIDIA GPU is visible): the flight recorder's variables are set.
+  bool may_use_nccl = false;
 };
 
 // Whether `program` (the path a worker execs) is a Python interpreter: its name starts with

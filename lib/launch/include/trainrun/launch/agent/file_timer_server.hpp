@@ -1,0 +1,70 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "trainrun/launch/agent/file_timer.hpp"
+#include "trainrun/launch/core/log.hpp"
+
+namespace trainrun::launch {
+
+// torchrun's FileTimerServer on the agent's event loop: reads the workers' requests from a FIFO,
+// and when a scope expires writes that worker's stack (terminal and log directory), then sends
+// it the signal its request asked for; the job goes on as after any worker failure. Requests
+// for a process that is not one of this node's running workers (or in a worker's process group)
+// and lines that are not requests are said and ignored. Idle, it costs nothing: the FIFO is
+// waited on, and a timer runs only while a scope is armed (waking at most once a second).
+class FileTimerServer {
+ public:
+  struct Worker {
+    int rank = 0;
+    int local_rank = 0;
+  };
+  struct Hooks {
+    // The running worker `pid` is, or whose process group it is in.
+    std::function<std::optional<Worker>(pid_t)> find_worker;
+    // Where this attempt's stack dumps go (created here).
+    std::function<std::string()> dump_dir;
+    // A launcher line, and text for the terminal as it is.
+    std::function<void(const std::string&, Level)> say;
+    std::function<void(const std::string&)> write;
+  };
+
+  // Makes the FIFO at `path` (replacing a file there, as torchrun does) and starts reading it.
+  // Throws SetupError naming the path when it cannot.
+  FileTimerServer(boost::asio::io_context& io, std::string path, Hooks hooks);
+  // Removes the FIFO.
+  ~FileTimerServer();
+  FileTimerServer(const FileTimerServer&) = delete;
+  FileTimerServer& operator=(const FileTimerServer&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  void wait_for_requests();
+  void read_requests();
+  void take_line(const std::string& line);
+  void ignore(const std::string& why);
+  void arm();
+  void check();
+  void reap(const FileTimers::Expired& expired, const Worker& worker);
+
+  boost::asio::io_context& io_;
+  std::string path_;
+  Hooks hooks_;
+  boost::asio::posix::stream_descriptor fifo_;
+  int keep_open_ = -1;  // our own writer: the read end never sees end of file
+  boost::asio::steady_timer timer_;
+  FileTimers timers_;
+  std::string pending_;    // the start of a line not yet ended
+  bool skipping_ = false;  // inside a line over kMaxTimerRequest, dropped up to its newline
+  int ignored_ = 0;
+};
+
+}  // namespace trainrun::launch
