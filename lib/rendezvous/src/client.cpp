@@ -3,18 +3,17 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "trainrun/base/system.hpp"
-#include "trainrun/rendezvous/backoff.hpp"
 #include "trainrun/rendezvous/conclusion.hpp"
+#include "trainrun/rendezvous/connector.hpp"
 #include "trainrun/rendezvous/crypto.hpp"
 #include "trainrun/rendezvous/endpoint.hpp"
 #include "trainrun/rendezvous/framed_connection.hpp"
 #include "trainrun/rendezvous/handshake.hpp"
+#include "trainrun/rendezvous/keep_alive.hpp"
 
 namespace trainrun::rendezvous {
 
@@ -29,85 +28,24 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
       : io_(io),
         options_(std::move(options)),
         events_(std::move(events)),
-        resolver_(io),
         timer_(io),
-        keep_alive_timer_(io),
-        backoff_(options_.retry.backoff, options_.deadline) {}
+        keep_alive_(std::make_shared<KeepAlive>(io)) {}
 
-  std::string endpoint() const {
-    return fmt::format("{}:{}", options_.endpoint.host, options_.endpoint.port);
-  }
-
-  void log(const std::string& line) const {
-    if (options_.log) options_.log(line);
-  }
+  std::string endpoint() const { return to_string(options_.endpoint); }
 
   void start() {
     if (state_ != State::idle) return;
-    started_at_ = Clock::now();
-    backoff_.start(started_at_);
-    attempt();
-  }
-
-  void attempt() {
     state_ = State::connecting;
-    attempt_timed_out_ = false;
     std::weak_ptr<Impl> weak = shared_from_this();
-    timer_.expires_after(options_.connection.attempt_timeout);
-    timer_.async_wait([weak](error_code ec) {
-      auto self = weak.lock();
-      if (ec || !self || self->state_ != State::connecting) return;
-      self->attempt_timed_out_ = true;
-      self->resolver_.cancel();
-      if (self->socket_) self->socket_->close();
-    });
-    resolver_.async_resolve(
-        options_.endpoint.host, std::to_string(options_.endpoint.port),
-        [weak](error_code ec, tcp::resolver::results_type results) {
-          auto self = weak.lock();
-          if (!self || self->state_ != State::connecting) return;
-          if (ec) {
-            return self->retry(
-                self->attempt_timed_out_
-                    ? fmt::format("resolving {} took longer than {:.0f} s",
-                                  self->options_.endpoint.host,
-                                  in_seconds(self->options_.connection.attempt_timeout))
-                    : fmt::format("cannot resolve {}: {}", self->options_.endpoint.host,
-                                  ec.message()));
-          }
-          self->socket_ = std::make_unique<tcp::socket>(self->io_);
-          asio::async_connect(*self->socket_, results,
-                              [weak](error_code ec2, const tcp::endpoint&) {
-                                auto self2 = weak.lock();
-                                if (!self2 || self2->state_ != State::connecting) return;
-                                if (ec2) return self2->on_connect_failed(ec2);
-                                self2->on_connected();
-                              });
+    connector_ = std::make_shared<Connector>(
+        io_, options_,
+        [weak](tcp::socket socket) {
+          if (auto self = weak.lock()) self->on_connected(std::move(socket));
+        },
+        [weak](const Stop& stop) {
+          if (auto self = weak.lock()) self->end(stop);
         });
-  }
-
-  void on_connect_failed(const error_code& ec) {
-    if (attempt_timed_out_) {
-      return retry(fmt::format("no answer to connecting within {:.0f} s",
-                               in_seconds(options_.connection.attempt_timeout)));
-    }
-    // Refused while this machine cannot bind the port: whatever holds it does not listen, so no
-    // trainrun agent hosts the endpoint. The grace covers a hosting agent caught between its
-    // bind and its listen.
-    if (ec == asio::error::connection_refused && options_.local_port_held) {
-      Clock::time_point judge_at =
-          started_at_ + std::min(options_.connection.refused_grace, options_.deadline);
-      if (Clock::now() < judge_at) return retry(ec.message(), judge_at);
-      if (std::optional<std::string> bind_error = options_.local_port_held()) {
-        return end(Stop{StopCause::rejected,
-                        fmt::format("rendezvous endpoint {}: the port is in use by another process "
-                                    "that is not a trainrun rendezvous host (bind: {}; connect: "
-                                    "{})",
-                                    endpoint(), *bind_error, ec.message()),
-                        Refusal::port_held});
-      }
-    }
-    retry(ec.message());
+    connector_->start();
   }
 
   // The endpoint answered, but not with the protocol: no retry can change that.
@@ -120,52 +58,21 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
              Refusal::not_a_host});
   }
 
-  // `by`: try again no later than this.
-  void retry(const std::string& why, std::optional<Clock::time_point> by = std::nullopt) {
+  // A connection lost before admission: the connector tries again within the same deadline.
+  void retry(const std::string& why) {
     timer_.cancel();
-    socket_.reset();
     connection_.reset();
-    auto now = Clock::now();
-    std::optional<Clock::duration> wait = backoff_.failed(why, now);
-    if (!wait) {
-      // Every distinct failure, not only the last: a refusal followed by failed handshakes
-      // says the host started and something else went wrong.
-      std::string reason =
-          connections_ == 0
-              ? fmt::format("rendezvous endpoint {} not reachable after {:.0f} s ({})", endpoint(),
-                            in_seconds(options_.deadline), backoff_.summary())
-              : fmt::format(
-                    "rendezvous endpoint {}: no handshake completed in {:.0f} s ({} "
-                    "connection{}; {})",
-                    endpoint(), in_seconds(options_.deadline), connections_,
-                    connections_ == 1 ? "" : "s", backoff_.summary());
-      return end(Stop{StopCause::join_timeout, reason,
-                      connections_ == 0 ? Refusal::unreachable : Refusal::no_handshake});
-    }
-    if (!last_retry_log_ || now - *last_retry_log_ >= options_.retry.log_interval) {
-      log(fmt::format("rendezvous endpoint {} not reachable yet ({}), retrying", endpoint(), why));
-      last_retry_log_ = now;
-    }
-    if (by) wait = std::max(Clock::duration::zero(), std::min(*wait, *by - now));
     state_ = State::connecting;
-    timer_.expires_after(*wait);
-    timer_.async_wait([weak = std::weak_ptr<Impl>(shared_from_this())](error_code ec) {
-      auto self = weak.lock();
-      if (ec || !self || self->state_ != State::connecting) return;
-      self->attempt();
-    });
+    connector_->retry(why);
   }
 
-  void on_connected() {
-    timer_.cancel();
-    ++connections_;
-    prepare_socket(*socket_);
+  void on_connected(tcp::socket socket) {
+    prepare_socket(socket);
     error_code ec;
-    local_endpoint_ = socket_->local_endpoint(ec);
+    local_endpoint_ = socket.local_endpoint(ec);
     state_ = State::handshaking;
-    connection_ = std::make_shared<FramedConnection>(std::move(*socket_), kMaxFrameSize,
+    connection_ = std::make_shared<FramedConnection>(std::move(socket), kMaxFrameSize,
                                                      options_.connection.reject_linger);
-    socket_.reset();
     handshake_.emplace(options_.credentials.run_id, options_.credentials.token, random_nonce());
     std::weak_ptr<Impl> weak = shared_from_this();
     connection_->start(
@@ -223,7 +130,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
                                   endpoint(), e.what()),
                       1, std::nullopt});
     }
-    last_heard_ = Clock::now();
+    keep_alive_->heard();
     if (state_ == State::handshaking) {
       ClientHandshake::Step step = handshake_->on_message(message);
       if (step.outcome == HandshakeOutcome::rejected) {
@@ -273,34 +180,27 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   void on_admitted(const Welcome& welcome) {
     timer_.cancel();
     state_ = State::admitted;
-    // Floors, so that a server's zeros cannot make the keep-alive spin.
-    liveness_.keep_alive_interval = std::max<Clock::duration>(std::chrono::milliseconds(10),
-                                                              welcome.liveness.keep_alive_interval);
-    liveness_.heartbeat_timeout = std::max<Clock::duration>(std::chrono::milliseconds(20),
-                                                            welcome.liveness.heartbeat_timeout);
-    arm_keep_alive();
+    std::weak_ptr<Impl> weak = shared_from_this();
+    keep_alive_->start(
+        welcome.liveness,
+        [weak] {
+          if (auto self = weak.lock()) self->connection_->send(encode(ClientMessage{Heartbeat{}}));
+        },
+        [weak] {
+          if (auto self = weak.lock()) self->on_silent();
+        });
     if (pending_join_) send_join();
   }
 
-  void arm_keep_alive() {
-    keep_alive_timer_.expires_after(liveness_.keep_alive_interval);
-    keep_alive_timer_.async_wait([weak = std::weak_ptr<Impl>(shared_from_this())](error_code ec) {
-      auto self = weak.lock();
-      if (ec || !self || self->state_ != State::admitted) return;
-      if (Clock::now() - self->last_heard_ >= self->liveness_.heartbeat_timeout) {
-        // Nothing more will get through: no lingering to deliver a goodbye, which would keep
-        // the agent waiting past the heartbeat timeout.
-        self->connection_->close_now();
-        return self->end(
-            Stop{StopCause::server_lost,
-                 fmt::format("lost the rendezvous server at {}: no message for {:.0f} "
-                             "s (heartbeat timeout)",
-                             self->endpoint(), in_seconds(self->liveness_.heartbeat_timeout)),
-                 1, std::nullopt});
-      }
-      self->connection_->send(encode(ClientMessage{Heartbeat{}}));
-      self->arm_keep_alive();
-    });
+  void on_silent() {
+    // Nothing more will get through: no lingering to deliver a goodbye, which would keep the
+    // agent waiting past the heartbeat timeout.
+    connection_->close_now();
+    end(Stop{StopCause::server_lost,
+             fmt::format("lost the rendezvous server at {}: no message for {:.0f} s (heartbeat "
+                         "timeout)",
+                         endpoint(), in_seconds(keep_alive_->liveness().heartbeat_timeout)),
+             1, std::nullopt});
   }
 
   void join(const NodeDescriptor& node) {
@@ -310,17 +210,9 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void send_join() {
-    NodeDescriptor node = *pending_join_;
+    NodeDescriptor node =
+        advertised(*pending_join_, local_endpoint_.address(), options_.endpoint.host);
     pending_join_.reset();
-    if (node.addr.empty()) {
-      const asio::ip::address local = local_endpoint_.address();
-      if (!local.is_loopback() || is_loopback_host(options_.endpoint.host)) {
-        node.addr = local.to_string();
-      } else {
-        node.addr = trainrun::host_name();
-      }
-    }
-    if (node.host.empty()) node.host = trainrun::host_name();
     advertised_address_ = node.addr;
     connection_->send(encode(ClientMessage{Join{node}}));
   }
@@ -352,12 +244,8 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   void shut() {
     state_ = State::ended;
     timer_.cancel();
-    keep_alive_timer_.cancel();
-    resolver_.cancel();
-    if (socket_) {
-      error_code ignored;
-      socket_->close(ignored);
-    }
+    keep_alive_->cancel();
+    if (connector_) connector_->cancel();
     if (connection_) connection_->close_gracefully(options_.connection.leave_linger);
   }
 
@@ -371,24 +259,29 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   ClientOptions options_;
   ClientEvents events_;
   State state_ = State::idle;
-  tcp::resolver resolver_;
-  asio::steady_timer timer_;
-  asio::steady_timer keep_alive_timer_;
-  std::unique_ptr<tcp::socket> socket_;
+  asio::steady_timer timer_;  // the handshake's deadline
+  std::shared_ptr<Connector> connector_;
+  std::shared_ptr<KeepAlive> keep_alive_;
   std::shared_ptr<FramedConnection> connection_;
   std::optional<ClientHandshake> handshake_;
   tcp::endpoint local_endpoint_;
   std::string advertised_address_;
-  Clock::time_point started_at_;
-  Clock::time_point last_heard_;
-  std::optional<Clock::time_point> last_retry_log_;
-  bool attempt_timed_out_ = false;
-  int connections_ = 0;  // TCP connections made while not yet admitted
-  Backoff backoff_;
-  LivenessOptions liveness_;  // the server's, from `welcome`
   std::optional<NodeDescriptor> pending_join_;
   std::optional<Assignment> assignment_;
 };
+
+NodeDescriptor advertised(NodeDescriptor node, const asio::ip::address& local,
+                          const std::string& endpoint_host) {
+  if (node.addr.empty()) {
+    if (!local.is_loopback() || is_loopback_host(endpoint_host)) {
+      node.addr = local.to_string();
+    } else {
+      node.addr = trainrun::host_name();
+    }
+  }
+  if (node.host.empty()) node.host = trainrun::host_name();
+  return node;
+}
 
 RendezvousClient::RendezvousClient(asio::io_context& io, ClientOptions options, ClientEvents events)
     : impl_(std::make_shared<Impl>(io, std::move(options), std::move(events))) {}

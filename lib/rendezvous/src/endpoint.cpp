@@ -26,6 +26,10 @@ int parse_port(const std::string& text, const std::string& whole) {
 
 }  // namespace
 
+std::string to_string(const HostPort& endpoint) {
+  return fmt::format("{}:{}", endpoint.host, endpoint.port);
+}
+
 HostPort parse_endpoint(const std::string& text, int default_port) {
   HostPort out;
   out.port = default_port;

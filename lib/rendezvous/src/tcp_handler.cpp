@@ -116,9 +116,7 @@ class TcpRendezvousHandler : public RendezvousHandler {
     if (client_) client_->leave(reason);
   }
 
-  std::string endpoint() const override {
-    return fmt::format("{}:{}", options_.endpoint.host, options_.endpoint.port);
-  }
+  std::string endpoint() const override { return to_string(options_.endpoint); }
 
   bool hosting() const override { return server_ != nullptr; }
 

@@ -76,4 +76,11 @@ class RendezvousClient {
   std::shared_ptr<Impl> impl_;
 };
 
+// `node` as a client advertises it in its join. An empty addr becomes `local` (this end of the
+// connection to the server), or this machine's host name where `local` is a loopback address
+// reached through a host name that is not one (other nodes could not reach it); an empty host
+// becomes the host name.
+NodeDescriptor advertised(NodeDescriptor node, const boost::asio::ip::address& local,
+                          const std::string& endpoint_host);
+
 }  // namespace trainrun::rendezvous

@@ -12,7 +12,8 @@ namespace trainrun::rendezvous {
 
 // How a job that a failure ends (no restart left) concludes, whichever backend keeps the rounds:
 // each node says what failed, and every node gets the same `stop`, its root cause by the one rule
-// (failed_before). The built-in RoundMachine and the etcd backend's EtcdRound both use these.
+// (failed_before). The round rules use these for both backends; the client and the etcd backend
+// bound the lists they send or store with them.
 
 // What a `failure` report says failed on its node: its list; a report without one (an agent that
 // could not say more) has its root cause stand in.

@@ -22,6 +22,9 @@ struct MasterEndpoint {
 // naming the problem (empty host, port not a number or out of 0..65535).
 HostPort parse_endpoint(const std::string& text, int default_port = kDefaultRendezvousPort);
 
+// "host:port", as messages name an endpoint.
+std::string to_string(const HostPort& endpoint);
+
 // "localhost" or a literal loopback address (127.x.y.z, ::1): a host no other machine reaches.
 // Names are not resolved.
 bool is_loopback_host(const std::string& host);

@@ -34,7 +34,7 @@ struct LivenessOptions {
   Clock::duration heartbeat_timeout = std::chrono::seconds(15);
 };
 
-// How rounds form, restart and end (RoundMachine).
+// How rounds form, restart and end (RoundRules, whichever backend keeps them).
 struct RoundOptions {
   bool static_ranks = false;  // static backend: ranks are the nodes' node_rank, count = max
   int min_nodes = 1;

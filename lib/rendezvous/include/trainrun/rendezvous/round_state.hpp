@@ -1,0 +1,80 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "trainrun/rendezvous/messages.hpp"
+
+namespace trainrun::rendezvous {
+
+// A time for the round rules: the time since an epoch each backend chooses (the built-in: its
+// steady clock's; etcd: the Unix epoch, so that every agent reads the same), in whole
+// nanoseconds, so that a deadline compares exactly as it was set.
+using RoundTime = std::chrono::nanoseconds;
+
+// A node that joined, under the id its backend gives it (the built-in: its connection; etcd: its
+// node key).
+struct RoundMember {
+  std::string id;
+  NodeDescriptor node;
+  RoundTime joined_at{};
+};
+
+// The job's rounds as a plain value: the built-in rendezvous holds one in memory, the etcd
+// backend one in etcd. Only the round rules (RoundRules and its parts) change it.
+struct RoundState {
+  // concluding: a failure ends the job; every member not done says what failed before the stop
+  // that names the job's root cause.
+  enum class Phase { forming, running, concluding, ended };
+  Phase phase = Phase::forming;
+  std::uint64_t round = 0;
+  int restart_count = 0;
+  std::vector<RoundMember> waiting;       // joined, in join order, not in the running round
+  std::vector<RoundMember> participants;  // the running round's members
+  // Running, and its members have taken their places (etcd: answered); only then do workers
+  // start. The built-in starts a round as it forms.
+  bool started = false;
+  std::set<std::string> done;
+  std::set<std::string> expected;  // forming after a restart: the survivors
+  std::optional<RoundTime> forming_since;
+  std::optional<RoundTime> min_reached_at;
+  std::optional<Restart> restart;  // why the current round began, when a round ended before it
+  std::optional<Stop> stop;        // the job's end
+  // Concluding: the members yet to say what failed, what each said (the failing node's report
+  // first), since when, and why no restart.
+  std::set<std::string> awaiting;
+  std::map<std::string, Ended> reports;
+  std::optional<RoundTime> concluding_since;
+  std::string concluding_why;
+
+  const RoundMember* participant(const std::string& id) const;
+  const RoundMember* waiter(const std::string& id) const;
+};
+
+// What one change decided, beside the new state: what the backend carries out (the built-in
+// sends it to the nodes; etcd writes the state, which every agent reads). One change may decide
+// several things: a lost node ends a round, and the next forms at once.
+struct RoundDecision {
+  bool changed = false;
+  std::optional<Reject> refused;       // the join is refused, why; the state is unchanged
+  std::vector<std::string> restarted;  // the ended round's members, told state.restart
+  // A round formed: state.participants, each with its assignment (index-aligned).
+  std::vector<Assignment> formed;
+  std::vector<std::string> halted;   // concluding began: these stop and say what failed
+  bool ended = false;                // the job ended: state.stop for every node
+  std::vector<std::string> dropped;  // newcomers that waited on a full job too long
+  std::vector<std::string> log;      // one line per notable event
+};
+
+// "host (addr, pid N)", as messages name a node.
+std::string describe(const RoundMember& m);
+
+// The job ends with `stop`: the state's one way to Phase::ended, whichever rule ends it.
+void end_job(RoundState& s, Stop stop, RoundDecision& d);
+
+}  // namespace trainrun::rendezvous
