@@ -113,7 +113,10 @@ def source_tree():
         if name not in ("dist", ".git") and not name.startswith(("build", ".venv")):
             os.symlink(os.path.join(SOURCE, name), os.path.join(src, name))
     with open(os.path.join(src, "train.py"), "w") as f:
-        f.write("import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n")
+        # One write per line: the two workers share the terminal (here a pipe), and print()'s
+        # pieces, written one by one where Python's output is unbuffered, can interleave.
+        f.write("import os, sys\n"
+                "sys.stdout.write(f\"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']}\\n\")\n")
     return src
 
 

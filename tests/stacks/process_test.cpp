@@ -236,7 +236,13 @@ TEST_CASE("a tool that stops its target and hangs is cut off, and the target con
   std::ifstream pid_file(sleeper);
   pid_t sleep_pid = 0;
   REQUIRE(pid_file >> sleep_pid);
-  const auto sleep_state = read_process_state(sleep_pid);
+  // SIGKILL takes effect when the killed process next runs, which on a loaded machine is not at
+  // once: wait for it (a sleeper the kill missed would sleep its 600 s).
+  auto sleep_state = read_process_state(sleep_pid);
+  for (int i = 0; i < 200 && sleep_state && sleep_state->state != 'Z'; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    sleep_state = read_process_state(sleep_pid);
+  }
   CHECK((!sleep_state || sleep_state->state == 'Z'));
   CHECK(target.finish() == 0);
 }
