@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -245,3 +246,75 @@ def test_summary_on_both_nodes_names_the_failing_worker(agents, worker, tmp_path
     # Both name the root cause the rendezvous decided, the same to the pid.
     assert summaries[0]["root_cause"] == summaries[1]["root_cause"]
     assert summaries[0]["root_cause"]["pid"] > 0
+
+
+# -- where the output is ----------------------------------------------------------------------
+
+TRACEBACK_WITHOUT_ERROR_FILE = """\
+import sys
+print("starting", flush=True)
+sys.stderr.write("noise\\n" * 30)
+raise ValueError("the real reason\\x1b[31m")
+"""
+
+
+def test_a_worker_without_error_file_shows_its_last_stderr_lines(tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text(TRACEBACK_WITHOUT_ERROR_FILE)
+    path = tmp_path / "summary.json"
+    r = run([f"--summary-file={path}", str(script)], env={"TMPDIR": str(tmp_path)})
+    assert r.returncode == 1, r.stderr
+    summary = r.stderr[r.stderr.index("Root Cause"):]
+    assert "error_file: <N/A>" in summary
+    assert "last 20 lines of its stderr (it wrote no error file):" in summary
+    assert "  ValueError: the real reason\\x1b[31m\n" in summary  # escaped, as another node's text
+    assert "\x1b" not in summary
+    root = json.loads(path.read_text())["root_cause"]
+    assert root["stderr_tail"].endswith("ValueError: the real reason\\x1b[31m")
+    assert root["stderr_tail"].count("\n") == 19
+    assert (root["stdout_log"], root["stderr_log"]) == (None, None)
+    # Nothing was written to the log directory: it is gone, and not named.
+    assert "log directory" not in r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["fails.py", "summary.json"]
+
+
+def test_redirected_failure_names_its_log_files_and_the_log_directory(tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text(TRACEBACK_WITHOUT_ERROR_FILE)
+    logs, path = tmp_path / "logs", tmp_path / "summary.json"
+    r = run(["--nproc-per-node=2", "--redirects=3", f"--log-dir={logs}", f"--summary-file={path}",
+             str(script)])
+    assert r.returncode == 1, r.stderr
+    s = json.loads(path.read_text())
+    [run_dir] = os.listdir(logs)
+    assert s["log_dir"] == str(logs / run_dir)
+    assert f"trainrun: log directory: {logs / run_dir}\n" in r.stderr
+    for w in s["attempts"][0]["workers"]:
+        rank_dir = logs / run_dir / "attempt_0" / str(w["local_rank"])
+        assert (w["stdout_log"], w["stderr_log"]) == (str(rank_dir / "stdout.log"),
+                                                      str(rank_dir / "stderr.log"))
+    root = s["root_cause"]
+    assert f"  stdout    : {root['stdout_log']}\n" in r.stderr
+    assert f"  stderr    : {root['stderr_log']}\n" in r.stderr
+    assert root["stderr_log"].endswith(f"/attempt_0/{root['local_rank']}/stderr.log")
+    assert "ValueError: the real reason" in root["stderr_tail"]
+    assert "ValueError: the real reason" not in r.stderr.split("Failures:")[0]  # not on the console
+
+
+def test_a_successful_tee_run_leaves_no_directory_behind(worker, tmp_path):
+    r = run(["--nproc-per-node=2", "--tee=3", worker, "spew", "1", "2"],
+            env={"TMPDIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert "[default1]:" in r.stdout
+    assert os.listdir(tmp_path) == []
+    assert "log directory" not in r.stderr
+
+
+def test_a_successful_redirected_run_says_where_its_logs_stay(worker, tmp_path):
+    r = run(["--redirects=1", worker, "spew", "1", "2"], env={"TMPDIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    [base] = os.listdir(tmp_path)
+    [run_dir] = os.listdir(tmp_path / base)
+    assert f"trainrun: log directory kept: {tmp_path / base / run_dir} (" in r.stderr
+    assert (tmp_path / base / run_dir / "attempt_0" / "0" / "stdout.log").stat().st_size > 0
+
