@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import run
+from conftest import TRAINRUN, run
 from ports import free_port
 
 STAMPED = re.compile(r"^trainrun: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (ERROR|WARNING|INFO|DEBUG) ")
@@ -318,3 +318,55 @@ def test_a_successful_redirected_run_says_where_its_logs_stay(worker, tmp_path):
     assert f"trainrun: log directory kept: {tmp_path / base / run_dir} (" in r.stderr
     assert (tmp_path / base / run_dir / "attempt_0" / "0" / "stdout.log").stat().st_size > 0
 
+
+# -- which Python ran ---------------------------------------------------------------------------
+
+def python_without_torch(tmp_path):
+    """A `python3` that cannot import Debian's torch: site-packages are off (-S)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python3"
+    python.write_text("#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n")
+    python.chmod(0o755)
+    return python
+
+
+def test_verbose_names_the_python_of_the_workers(tmp_path):
+    python = python_without_torch(tmp_path)
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    r = run(["-v", str(script)], env={"PYTHON_EXEC": str(python)})
+    assert r.returncode == 0, r.stderr
+    version = subprocess.run(["/usr/bin/python3", "--version"], capture_output=True,
+                             text=True).stdout.split()[1]
+    assert (f"trainrun: Python workers run {python} (Python {version}; from PYTHON_EXEC)\n"
+            in r.stderr)
+    quiet = run([str(script)], env={"PYTHON_EXEC": str(python)})
+    assert "Python workers run" not in quiet.stderr
+
+
+def test_a_python_without_torch_gets_one_hint(tmp_path):
+    python = python_without_torch(tmp_path)
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n")
+    r = run(["--nproc-per-node=2", str(script)], env={"PYTHON_EXEC": str(python)})
+    assert r.returncode == 1, r.stderr
+    version = subprocess.run(["/usr/bin/python3", "--version"], capture_output=True,
+                             text=True).stdout.split()[1]
+    hint = re.compile(f"^trainrun: rank [01]'s Python \\({re.escape(str(python))}, "
+                      f"{re.escape(version)}, from PYTHON_EXEC\\) has no module torch: set "
+                      "PYTHON_EXEC to the python of your environment, or activate it$", re.M)
+    assert len(hint.findall(r.stderr)) == 1, r.stderr
+    assert r.stderr.count("has no module torch") == 1
+
+
+def test_a_python_that_does_not_say_its_version_is_not_waited_for(tmp_path):
+    python = tmp_path / "python3"
+    python.write_text("#!/bin/sh\n[ \"$1\" = --version ] && exec sleep 100\n"
+                      "exec /usr/bin/python3 \"$@\"\n")
+    python.chmod(0o755)
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    r = run(["-v", str(script)], env={"PYTHON_EXEC": str(python)}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert f"trainrun: Python workers run {python} (version unknown; from PYTHON_EXEC)\n" in r.stderr

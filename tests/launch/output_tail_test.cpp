@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 
+#include "trainrun/launch/workers/python_exec.hpp"
 
 using namespace trainrun::launch;
 
@@ -52,3 +53,28 @@ TEST_CASE("a stream's tail has its control characters escaped") {
   CHECK(tail_of("\x1b[31mred\x1b[0m\rdone\n") == "\\x1b[31mred\\x1b[0m\\x0ddone");
 }
 
+TEST_CASE("which Python: the -v line and the hint for an interpreter without torch") {
+  PythonExec p{"/usr/bin/python3", false, "3.11.2"};
+  CHECK(
+      python_line(p) ==
+      "Python workers run /usr/bin/python3 (Python 3.11.2; python3 from PATH, PYTHON_EXEC unset)");
+  CHECK(missing_torch_hint(0, p) ==
+        "rank 0's Python (/usr/bin/python3, 3.11.2) has no module torch: set PYTHON_EXEC to the "
+        "python of your environment, or activate it");
+  PythonExec q{"/opt/py", true, ""};
+  CHECK(python_line(q) == "Python workers run /opt/py (version unknown; from PYTHON_EXEC)");
+  CHECK(missing_torch_hint(3, q).rfind("rank 3's Python (/opt/py, from PYTHON_EXEC) has", 0) == 0);
+
+  ProcessFailure other, missing;
+  other.rank = 0;
+  other.stderr_tail = "ModuleNotFoundError: No module named 'torchvision'";
+  missing.rank = 2;
+  missing.stderr_tail = "Traceback ...\nModuleNotFoundError: No module named 'torch'";
+  CHECK_FALSE(rank_without_torch({other}));
+  CHECK(rank_without_torch({other, missing}) == 2);
+}
+
+TEST_CASE("an interpreter that does not say its version is asked no further") {
+  CHECK(python_version("/bin/true") == "");
+  CHECK(python_version("/nonexistent/python3") == "");
+}

@@ -31,6 +31,7 @@
 #include "trainrun/launch/workers/failure.hpp"
 #include "trainrun/launch/workers/flight_recorder.hpp"
 #include "trainrun/launch/workers/port.hpp"
+#include "trainrun/launch/workers/python_exec.hpp"
 #include "trainrun/launch/workers/supervisor.hpp"
 #include "trainrun/launch/workers/watchdog.hpp"
 #include "trainrun/launch/workers/worker_count.hpp"
@@ -75,6 +76,13 @@ class Agent {
   int run_job() {
     job_ = job_settings(config_, config_.standalone ? random_run_id() : config_.rdzv_id);
     job_.python_workers = runs_python(program_);
+    python_ = PythonExec{
+        program_, inherited_.count("PYTHON_EXEC") != 0 && !inherited_.at("PYTHON_EXEC").empty(),
+        ""};
+    if (job_.python_workers && shown(Level::debug)) {
+      python_.version = python_version(program_);
+      say_on_console(python_line(python_), Level::debug);
+    }
     job_.may_use_nccl = count_nvidia_gpus() > 0;
     std::optional<rendezvous::TcpRendezvousOptions> rdzv_options;
     if (uses_rendezvous(config_)) {
@@ -325,6 +333,11 @@ class Agent {
       say_on_console("log directory: " + logs_.run_dir(), Level::error);
     const std::string dumps = flight_recorder_line(flight_recorder_dumps(logs_.run_dir()));
     if (!dumps.empty()) say_on_console(dumps, Level::error);
+    if (!job_.python_workers) return;
+    if (const auto rank = rank_without_torch(policy_.failures())) {
+      if (python_.version.empty()) python_.version = python_version(program_);
+      say_on_console(missing_torch_hint(*rank, python_), Level::error);
+    }
   }
   void carry_out(const action::Finish& a) {
     exit_code_ = a.exit_code;
@@ -372,6 +385,7 @@ class Agent {
   std::unique_ptr<FileTimerServer> file_timer_;
   AgentPolicy policy_;
   JobSummary summary_;
+  PythonExec python_;
   // Workers' stderr goes through trainrun, unchanged, so that a failure can show its last lines;
   // on a terminal it stays the workers' own (colours, progress bars: docs/cli.md).
   bool capture_stderr_ = ::isatty(STDERR_FILENO) == 0;
