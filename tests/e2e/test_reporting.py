@@ -319,6 +319,18 @@ def test_a_successful_redirected_run_says_where_its_logs_stay(worker, tmp_path):
     assert (tmp_path / base / run_dir / "attempt_0" / "0" / "stdout.log").stat().st_size > 0
 
 
+def test_a_tee_run_whose_console_went_away_keeps_its_logs(worker, tmp_path):
+    cmd = f"'{TRAINRUN}' --tee=1 '{worker}' spew 200000 100 | head -1"
+    r = subprocess.run(["/bin/bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    assert r.returncode == 0, r.stderr
+    [base] = os.listdir(tmp_path)
+    [run_dir] = os.listdir(tmp_path / base)
+    assert f"trainrun: log directory kept: {tmp_path / base / run_dir} (" in r.stderr
+    log = tmp_path / base / run_dir / "attempt_0" / "0" / "stdout.log"
+    assert log.stat().st_size == 200000 * 101
+
+
 # -- which Python ran ---------------------------------------------------------------------------
 
 def python_without_torch(tmp_path):
