@@ -333,38 +333,34 @@ def test_a_tee_run_whose_console_went_away_keeps_its_logs(worker, tmp_path):
 
 # -- which Python ran ---------------------------------------------------------------------------
 
-def python_without_torch(tmp_path):
-    """A `python3` that cannot import Debian's torch: site-packages are off (-S)."""
+def run_without_torch(tmp_path, source, *args):
+    """Runs a script `source` under a `python3` that cannot import Debian's torch (site-packages
+    off: -S), named by PYTHON_EXEC; returns the result, that python and its version."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     python = bin_dir / "python3"
     python.write_text("#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n")
     python.chmod(0o755)
-    return python
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    version = subprocess.run(["/usr/bin/python3", "--version"], capture_output=True,
+                             text=True).stdout.split()[1]
+    r = run([*args, str(script)], env={"PYTHON_EXEC": str(python)})
+    return r, python, version
 
 
 def test_verbose_names_the_python_of_the_workers(tmp_path):
-    python = python_without_torch(tmp_path)
-    script = tmp_path / "ok.py"
-    script.write_text("pass\n")
-    r = run(["-v", str(script)], env={"PYTHON_EXEC": str(python)})
+    r, python, version = run_without_torch(tmp_path, "pass\n", "-v")
     assert r.returncode == 0, r.stderr
-    version = subprocess.run(["/usr/bin/python3", "--version"], capture_output=True,
-                             text=True).stdout.split()[1]
     assert (f"trainrun: Python workers run {python} (Python {version}; from PYTHON_EXEC)\n"
             in r.stderr)
-    quiet = run([str(script)], env={"PYTHON_EXEC": str(python)})
+    quiet = run([str(tmp_path / "train.py")], env={"PYTHON_EXEC": str(python)})
     assert "Python workers run" not in quiet.stderr
 
 
 def test_a_python_without_torch_gets_one_hint(tmp_path):
-    python = python_without_torch(tmp_path)
-    script = tmp_path / "train.py"
-    script.write_text("import torch\n")
-    r = run(["--nproc-per-node=2", str(script)], env={"PYTHON_EXEC": str(python)})
+    r, python, version = run_without_torch(tmp_path, "import torch\n", "--nproc-per-node=2")
     assert r.returncode == 1, r.stderr
-    version = subprocess.run(["/usr/bin/python3", "--version"], capture_output=True,
-                             text=True).stdout.split()[1]
     hint = re.compile(f"^trainrun: rank [01]'s Python \\({re.escape(str(python))}, "
                       f"{re.escape(version)}, from PYTHON_EXEC\\) has no module torch: set "
                       "PYTHON_EXEC to the python of your environment, or activate it$", re.M)
