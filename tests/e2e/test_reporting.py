@@ -2,6 +2,7 @@
 --summary-file, and counts in words."""
 import json
 import os
+import pty
 import re
 import subprocess
 
@@ -277,6 +278,18 @@ def test_a_worker_without_error_file_shows_its_last_stderr_lines(tmp_path):
     assert "log directory" not in r.stderr
     assert sorted(os.listdir(tmp_path)) == ["fails.py", "summary.json"]
 
+
+def test_on_a_terminal_the_workers_keep_writing_to_it_themselves(tmp_path):
+    script = tmp_path / "tty.py"
+    script.write_text("import os\nprint(os.isatty(2))\n")
+    main, terminal = pty.openpty()
+    try:
+        r = subprocess.run([TRAINRUN, str(script)], stdout=subprocess.PIPE, stderr=terminal,
+                           text=True, timeout=60)
+    finally:
+        os.close(terminal)
+        os.close(main)
+    assert (r.returncode, r.stdout) == (0, "True\n")
 
 def test_redirected_failure_names_its_log_files_and_the_log_directory(tmp_path):
     script = tmp_path / "fails.py"
