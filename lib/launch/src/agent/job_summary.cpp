@@ -152,9 +152,16 @@ std::string JobSummary::to_json() const {
   // The rendezvous named the job's root cause among every node's failures: the same on each node.
   json failures;
   if (stop_ && !stop_->failures.empty()) {
-    root_cause = relayed_json(stop_->failures.front());
+    // This node's own failures with all it knows of them (log files, stderr's end).
+    auto entry = [&](const rendezvous::WorkerFailure& w) {
+      if (!attempts_.empty())
+        for (const auto& f : attempts_.back().failures)
+          if (f.host == w.host && f.rank == w.rank && f.pid == w.pid) return failure_json(f);
+      return relayed_json(w);
+    };
+    root_cause = entry(stop_->failures.front());
     failures = json::array();
-    for (const auto& w : stop_->failures) failures.push_back(relayed_json(w));
+    for (const auto& w : stop_->failures) failures.push_back(entry(w));
   }
   if (stop_ && stop_->cause != rendezvous::StopCause::finished) {
     if (reason.empty()) reason = stop_->reason;
