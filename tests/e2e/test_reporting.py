@@ -2,11 +2,13 @@
 --summary-file, and counts in words."""
 import json
 import os
+import pty
 import re
+import subprocess
 
 import pytest
 
-from conftest import run
+from conftest import TRAINRUN, run
 from ports import free_port
 
 STAMPED = re.compile(r"^trainrun: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (ERROR|WARNING|INFO|DEBUG) ")
@@ -245,3 +247,147 @@ def test_summary_on_both_nodes_names_the_failing_worker(agents, worker, tmp_path
     # Both name the root cause the rendezvous decided, the same to the pid.
     assert summaries[0]["root_cause"] == summaries[1]["root_cause"]
     assert summaries[0]["root_cause"]["pid"] > 0
+
+
+# -- where the output is ----------------------------------------------------------------------
+
+TRACEBACK_WITHOUT_ERROR_FILE = """\
+import sys
+print("starting", flush=True)
+sys.stderr.write("noise\\n" * 30)
+raise ValueError("the real reason\\x1b[31m")
+"""
+
+
+def test_a_worker_without_error_file_shows_its_last_stderr_lines(tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text(TRACEBACK_WITHOUT_ERROR_FILE)
+    path = tmp_path / "summary.json"
+    r = run([f"--summary-file={path}", str(script)], env={"TMPDIR": str(tmp_path)})
+    assert r.returncode == 1, r.stderr
+    summary = r.stderr[r.stderr.index("Root Cause"):]
+    assert "error_file: <N/A>" in summary
+    assert "last 20 lines of its stderr (it wrote no error file):" in summary
+    assert "  ValueError: the real reason\\x1b[31m\n" in summary  # escaped, as another node's text
+    assert "\x1b" not in summary
+    root = json.loads(path.read_text())["root_cause"]
+    assert root["stderr_tail"].endswith("ValueError: the real reason\\x1b[31m")
+    assert root["stderr_tail"].count("\n") == 19
+    assert (root["stdout_log"], root["stderr_log"]) == (None, None)
+    # Nothing was written to the log directory: it is gone, and not named.
+    assert "log directory" not in r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["fails.py", "summary.json"]
+
+
+def test_on_a_terminal_the_workers_keep_writing_to_it_themselves(tmp_path):
+    script = tmp_path / "tty.py"
+    script.write_text("import os\nprint(os.isatty(2))\n")
+    main, terminal = pty.openpty()
+    try:
+        r = subprocess.run([TRAINRUN, str(script)], stdout=subprocess.PIPE, stderr=terminal,
+                           text=True, timeout=60)
+    finally:
+        os.close(terminal)
+        os.close(main)
+    assert (r.returncode, r.stdout) == (0, "True\n")
+
+def test_redirected_failure_names_its_log_files_and_the_log_directory(tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text(TRACEBACK_WITHOUT_ERROR_FILE)
+    logs, path = tmp_path / "logs", tmp_path / "summary.json"
+    r = run(["--nproc-per-node=2", "--redirects=3", f"--log-dir={logs}", f"--summary-file={path}",
+             str(script)])
+    assert r.returncode == 1, r.stderr
+    s = json.loads(path.read_text())
+    [run_dir] = os.listdir(logs)
+    assert s["log_dir"] == str(logs / run_dir)
+    assert f"trainrun: log directory: {logs / run_dir}\n" in r.stderr
+    for w in s["attempts"][0]["workers"]:
+        rank_dir = logs / run_dir / "attempt_0" / str(w["local_rank"])
+        assert (w["stdout_log"], w["stderr_log"]) == (str(rank_dir / "stdout.log"),
+                                                      str(rank_dir / "stderr.log"))
+    root = s["root_cause"]
+    assert f"  stdout    : {root['stdout_log']}\n" in r.stderr
+    assert f"  stderr    : {root['stderr_log']}\n" in r.stderr
+    assert root["stderr_log"].endswith(f"/attempt_0/{root['local_rank']}/stderr.log")
+    assert "ValueError: the real reason" in root["stderr_tail"]
+    assert "ValueError: the real reason" not in r.stderr.split("Failures:")[0]  # not on the console
+
+
+def test_a_successful_tee_run_leaves_no_directory_behind(worker, tmp_path):
+    r = run(["--nproc-per-node=2", "--tee=3", worker, "spew", "1", "2"],
+            env={"TMPDIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert "[default1]:" in r.stdout
+    assert os.listdir(tmp_path) == []
+    assert "log directory" not in r.stderr
+
+
+def test_a_successful_redirected_run_says_where_its_logs_stay(worker, tmp_path):
+    r = run(["--redirects=1", worker, "spew", "1", "2"], env={"TMPDIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    [base] = os.listdir(tmp_path)
+    [run_dir] = os.listdir(tmp_path / base)
+    assert f"trainrun: log directory kept: {tmp_path / base / run_dir} (" in r.stderr
+    assert (tmp_path / base / run_dir / "attempt_0" / "0" / "stdout.log").stat().st_size > 0
+
+
+def test_a_tee_run_whose_console_went_away_keeps_its_logs(worker, tmp_path):
+    cmd = f"'{TRAINRUN}' --tee=1 '{worker}' spew 200000 100 | head -1"
+    r = subprocess.run(["/bin/bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    assert r.returncode == 0, r.stderr
+    [base] = os.listdir(tmp_path)
+    [run_dir] = os.listdir(tmp_path / base)
+    assert f"trainrun: log directory kept: {tmp_path / base / run_dir} (" in r.stderr
+    log = tmp_path / base / run_dir / "attempt_0" / "0" / "stdout.log"
+    assert log.stat().st_size == 200000 * 101
+
+
+# -- which Python ran ---------------------------------------------------------------------------
+
+def run_without_torch(tmp_path, source, *args):
+    """Runs a script `source` under a `python3` that cannot import Debian's torch (site-packages
+    off: -S), named by PYTHON_EXEC; returns the result, that python and its version."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python3"
+    python.write_text("#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n")
+    python.chmod(0o755)
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    version = subprocess.run(["/usr/bin/python3", "--version"], capture_output=True,
+                             text=True).stdout.split()[1]
+    r = run([*args, str(script)], env={"PYTHON_EXEC": str(python)})
+    return r, python, version
+
+
+def test_verbose_names_the_python_of_the_workers(tmp_path):
+    r, python, version = run_without_torch(tmp_path, "pass\n", "-v")
+    assert r.returncode == 0, r.stderr
+    assert (f"trainrun: Python workers run {python} (Python {version}; from PYTHON_EXEC)\n"
+            in r.stderr)
+    quiet = run([str(tmp_path / "train.py")], env={"PYTHON_EXEC": str(python)})
+    assert "Python workers run" not in quiet.stderr
+
+
+def test_a_python_without_torch_gets_one_hint(tmp_path):
+    r, python, version = run_without_torch(tmp_path, "import torch\n", "--nproc-per-node=2")
+    assert r.returncode == 1, r.stderr
+    hint = re.compile(f"^trainrun: rank [01]'s Python \\({re.escape(str(python))}, "
+                      f"{re.escape(version)}, from PYTHON_EXEC\\) has no module torch: set "
+                      "PYTHON_EXEC to the python of your environment, or activate it$", re.M)
+    assert len(hint.findall(r.stderr)) == 1, r.stderr
+    assert r.stderr.count("has no module torch") == 1
+
+
+def test_a_python_that_does_not_say_its_version_is_not_waited_for(tmp_path):
+    python = tmp_path / "python3"
+    python.write_text("#!/bin/sh\n[ \"$1\" = --version ] && exec sleep 100\n"
+                      "exec /usr/bin/python3 \"$@\"\n")
+    python.chmod(0o755)
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    r = run(["-v", str(script)], env={"PYTHON_EXEC": str(python)}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert f"trainrun: Python workers run {python} (version unknown; from PYTHON_EXEC)\n" in r.stderr

@@ -190,3 +190,36 @@ TEST_CASE("an error file over the read limit is named, not read") {
   CHECK_THAT(problem, Catch::Contains("is too large") && Catch::Contains("not read"));
   std::remove(path.c_str());
 }
+
+TEST_CASE("a worker without error file: its log files and its stderr's last lines") {
+  ProcessFailure f;
+  f.rank = 1;
+  f.local_rank = 1;
+  f.pid = 42;
+  f.status.code = 1;
+  f.host = "h";
+  f.error_file = "/logs/attempt_0/1/error.json";
+  f.stdout_log = "/logs/attempt_0/1/stdout.log";
+  f.stderr_log = "/logs/attempt_0/1/stderr.log";
+  f.stderr_tail = "Traceback (most recent call last):\nValueError: bad";
+  const std::string s = format_failure_summary("train.py", {f});
+  CHECK_THAT(s,
+             Catch::Contains("  error_file: <N/A>\n"
+                             "  stdout    : /logs/attempt_0/1/stdout.log\n"
+                             "  stderr    : /logs/attempt_0/1/stderr.log\n"
+                             "  traceback : last 2 lines of its stderr (it wrote no error file):\n"
+                             "  Traceback (most recent call last):\n"
+                             "  ValueError: bad\n"));
+  // An error file wins: its traceback is shown, not the stream's end.
+  f.has_error_file = true;
+  f.traceback = "from the error file";
+  CHECK_THAT(
+      format_failure_summary("train.py", {f}),
+      Catch::Contains("traceback : from the error file") && !Catch::Contains("ValueError: bad"));
+  // Killed by a signal: torchrun's line, then the stream's end.
+  f.has_error_file = false;
+  f.status = ExitStatus{0, SIGSEGV};
+  CHECK_THAT(format_failure_summary("train.py", {f}),
+             Catch::Contains("traceback : Signal 11 (SIGSEGV) received by PID 42\n"
+                             "  last 2 lines of its stderr"));
+}

@@ -149,6 +149,39 @@ TEST_CASE("the job summary names another node's failure as the root cause") {
   CHECK(j["root_cause"]["rank"] == 3);
 }
 
+TEST_CASE("the job's failures as the rendezvous listed them: this node's with its log files") {
+  JobSummary s("hosta", "train.py", {}, 0.0);
+  s.set_log_dir("/logs/job_1");
+  s.attempt_started(Topology{}, 1.0);
+  s.worker_exited(0, 10, ExitStatus{1, 0}, 2.0, "", "", "/logs/job_1/attempt_0/0/stdout.log",
+                  "/logs/job_1/attempt_0/0/stderr.log");
+  ProcessFailure own;
+  own.host = "hosta";
+  own.pid = 10;
+  own.status = ExitStatus{1, 0};
+  own.stderr_log = "/logs/job_1/attempt_0/0/stderr.log";
+  own.stderr_tail = "ValueError: bad";
+  rendezvous::Stop stop;
+  stop.cause = rendezvous::StopCause::worker_failed;
+  stop.failures.push_back(rendezvous::WorkerFailure{});
+  stop.failures[0].host = "hosta";
+  stop.failures[0].rank = 0;
+  stop.failures[0].pid = 10;
+  stop.failures[0].exit_code = 1;
+  stop.failures.push_back(stop.failures[0]);
+  stop.failures[1].host = "hostb";
+  s.stopped(stop);
+  s.attempt_ended({own}, 3.0);
+  s.finished(1, 4.0);
+  const auto j = nlohmann::json::parse(s.to_json());
+  CHECK(j["log_dir"] == "/logs/job_1");
+  CHECK(j["root_cause"]["stderr_tail"] == "ValueError: bad");
+  CHECK(j["failures"][0]["stderr_log"] == "/logs/job_1/attempt_0/0/stderr.log");
+  CHECK(j["failures"][1]["host"] == "hostb");
+  CHECK(j["failures"][1]["stderr_tail"].is_null());
+  CHECK(j["attempts"][0]["workers"][0]["stdout_log"] == "/logs/job_1/attempt_0/0/stdout.log");
+}
+
 TEST_CASE("the job summary of a job that could not start, or succeeded") {
   JobSummary failed("h", "x", {}, 0.0);
   failed.finished(1, 1.0, "cannot bind");

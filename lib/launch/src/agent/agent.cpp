@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -23,12 +24,14 @@
 #include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/output/console.hpp"
 #include "trainrun/launch/output/log_dir.hpp"
+#include "trainrun/launch/output/output_plan.hpp"
 #include "trainrun/launch/rendezvous/rendezvous_options.hpp"
 #include "trainrun/launch/rollcall/roll_call.hpp"
 #include "trainrun/launch/workers/descriptors.hpp"
 #include "trainrun/launch/workers/failure.hpp"
 #include "trainrun/launch/workers/flight_recorder.hpp"
 #include "trainrun/launch/workers/port.hpp"
+#include "trainrun/launch/workers/python_exec.hpp"
 #include "trainrun/launch/workers/supervisor.hpp"
 #include "trainrun/launch/workers/watchdog.hpp"
 #include "trainrun/launch/workers/worker_count.hpp"
@@ -64,6 +67,7 @@ class Agent {
     }
     // Counted from the end of the job: the rendezvous' last messages take from the same time.
     consoles_.flush(signals_, config_.stop_signals, ended_.value_or(Clock::now()));
+    if (!kept_logs_.empty()) say(kept_logs_);
     write_summary(code);
     return code;
   }
@@ -72,6 +76,13 @@ class Agent {
   int run_job() {
     job_ = job_settings(config_, config_.standalone ? random_run_id() : config_.rdzv_id);
     job_.python_workers = runs_python(program_);
+    python_ = PythonExec{
+        program_, inherited_.count("PYTHON_EXEC") != 0 && !inherited_.at("PYTHON_EXEC").empty(),
+        ""};
+    if (job_.python_workers && shown(Level::debug)) {
+      python_.version = python_version(program_);
+      say_on_console(python_line(python_), Level::debug);
+    }
     job_.may_use_nccl = count_nvidia_gpus() > 0;
     std::optional<rendezvous::TcpRendezvousOptions> rdzv_options;
     if (uses_rendezvous(config_)) {
@@ -112,8 +123,38 @@ class Agent {
       io_.restart();
       io_.run_for(std::chrono::seconds(5));
     }
+    if (exit_code_ == 0) drop_console_copies();
     logs_.remove_if_empty();
+    const bool kept = directory_exists(logs_.run_dir());
+    summary_.set_log_dir(kept ? logs_.run_dir() : "");
+    if (kept && exit_code_ == 0 && logs_.temporary())
+      kept_logs_ = fmt::format(
+          "log directory kept: {} (it holds what the console did not show; --log-dir chooses "
+          "where)",
+          logs_.run_dir());
     return exit_code_;
+  }
+
+  static bool directory_exists(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  }
+
+  // A job that succeeded without --log-dir keeps no copy of what the console showed (--tee), so
+  // that each run does not leave a directory behind; what only the files hold stays. When the
+  // console went away, the files hold what it did not show.
+  void drop_console_copies() {
+    if (!logs_.temporary() || consoles_.out().closed() || consoles_.err().closed()) return;
+    for (int attempt = 0; attempt <= attempt_; ++attempt) {
+      for (int lr = 0; lr < config_.nproc_per_node.number; ++lr) {
+        const OutputPlan plan = plan_output(config_, lr, logs_.rank_dir(attempt, lr));
+        for (const StreamPlan* stream : {&plan.out, &plan.err}) {
+          if (stream->route != StreamRoute::tee) continue;
+          ::unlink(stream->file.c_str());
+          if (!stream->duplicate_file.empty()) ::unlink(stream->duplicate_file.c_str());
+        }
+      }
+    }
   }
 
   // Throws SetupError when this node must host the rendezvous and cannot.
@@ -194,11 +235,15 @@ class Agent {
   }
 
   void on_worker_exit(int local_rank, pid_t pid, ExitStatus status) {
-    const std::string error_file = error_file_in(logs_.rank_dir(attempt_, local_rank));
-    WorkerExit exit{local_rank, pid, status, unix_time(), error_file, std::nullopt, ""};
+    const std::string rank_dir = logs_.rank_dir(attempt_, local_rank);
+    const std::string error_file = error_file_in(rank_dir);
+    const OutputPlan output = plan_output(config_, local_rank, rank_dir);
+    WorkerExit exit{local_rank,   pid, status,          unix_time(),    error_file,
+                    std::nullopt, "",  output.out.file, output.err.file};
     if (status.failed()) exit.contents = read_error_file(exit.error_file, &exit.problem);
     summary_.worker_exited(local_rank, pid, status, exit.seen_at, exit.contents ? error_file : "",
-                           exit.contents ? exit.contents->message : "");
+                           exit.contents ? exit.contents->message : "", exit.stdout_log,
+                           exit.stderr_log);
     say_on_console(fmt::format("worker {} (local rank {}, pid {}) {}", base_rank_ + local_rank,
                                local_rank, pid, describe_exit(status)),
                    Level::debug);
@@ -231,6 +276,7 @@ class Agent {
         ::unlink(error_file_in(rank_dir).c_str());
         launches.push_back(
             worker_launch(config_, program_, a.topology, job_, lr, rank_dir, host_, inherited_));
+        if (capture_stderr_) capture_inherited(launches.back().output.err);
       }
       supervisor_.start(launches,
                         [this](int lr, pid_t pid, ExitStatus st) { on_worker_exit(lr, pid, st); });
@@ -257,6 +303,8 @@ class Agent {
   void carry_out(const action::Sweep& a) {
     grace_timer_.cancel();
     supervisor_.finish(a.grace, [this] {
+      for (int lr = 0; lr < config_.nproc_per_node.number; ++lr)
+        policy_.stderr_tail(lr, supervisor_.stderr_tail(lr));
       summary_.attempt_ended(policy_.failures(), unix_time());
       apply(policy_.attempt_ended(Clock::now()));
     });
@@ -276,11 +324,20 @@ class Agent {
   void carry_out(const action::Say& a) { say_on_console(a.line, a.level); }
   void carry_out(const action::WriteSummary& a) {
     consoles_.err().write(a.text);
-    // Where NCCL's flight recorder left its dumps, once, after the (first) summary.
+    // Where the logs and NCCL's flight recorder dumps are, once, after the (first) summary.
     if (dumps_listed_) return;
     dumps_listed_ = true;
+    // The job is over: a directory left empty goes now, so the line names only what holds files.
+    logs_.remove_if_empty();
+    if (directory_exists(logs_.run_dir()))
+      say_on_console("log directory: " + logs_.run_dir(), Level::error);
     const std::string dumps = flight_recorder_line(flight_recorder_dumps(logs_.run_dir()));
     if (!dumps.empty()) say_on_console(dumps, Level::error);
+    if (!job_.python_workers) return;
+    if (const auto rank = rank_without_torch(policy_.failures())) {
+      if (python_.version.empty()) python_.version = python_version(program_);
+      say_on_console(missing_torch_hint(*rank, python_), Level::error);
+    }
   }
   void carry_out(const action::Finish& a) {
     exit_code_ = a.exit_code;
@@ -328,6 +385,11 @@ class Agent {
   std::unique_ptr<FileTimerServer> file_timer_;
   AgentPolicy policy_;
   JobSummary summary_;
+  PythonExec python_;
+  // Workers' stderr goes through trainrun, unchanged, so that a failure can show its last lines;
+  // on a terminal it stays the workers' own (colours, progress bars: docs/cli.md).
+  bool capture_stderr_ = ::isatty(STDERR_FILENO) == 0;
+  std::string kept_logs_;  // said at exit: why a temporary log directory stays
   bool announced_ = false;
   bool dumps_listed_ = false;
   int base_rank_ = 0;  // the running attempt's RANK of local rank 0

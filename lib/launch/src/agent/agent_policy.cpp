@@ -220,6 +220,8 @@ void AgentPolicy::record_failure(AgentActions& out, const WorkerExit& exit, bool
   f.host = host_;
   f.timestamp = exit.seen_at;
   f.error_file = exit.error_file;
+  f.stdout_log = exit.stdout_log;
+  f.stderr_log = exit.stderr_log;
   if (exit.contents) {
     f.has_error_file = true;
     f.message = exit.contents->message;
@@ -235,6 +237,11 @@ void AgentPolicy::record_failure(AgentActions& out, const WorkerExit& exit, bool
   }
   // A worker that left its own error report failed, whenever it ended.
   if (first_wave || f.has_error_file) failures_.push_back(std::move(f));
+}
+
+void AgentPolicy::stderr_tail(int local_rank, const std::string& tail) {
+  for (auto& f : failures_)
+    if (f.local_rank == local_rank && f.host == host_) f.stderr_tail = tail;
 }
 
 // Tells the other nodes about this node's first failure of the attempt.

@@ -28,6 +28,8 @@ json exit_fields(json j, const ExitStatus& status) {
   return j;
 }
 
+json string_or_null(const std::string& s) { return s.empty() ? json() : json(s); }
+
 json failure_json(const ProcessFailure& f) {
   json j = {{"host", f.host},
             {"rank", f.rank},
@@ -35,7 +37,10 @@ json failure_json(const ProcessFailure& f) {
             {"pid", f.pid},
             {"time", iso_time(f.timestamp)},
             {"error_file", f.has_error_file ? json(f.error_file) : json()},
-            {"message", f.message.empty() ? json() : json(f.message)}};
+            {"message", string_or_null(f.message)},
+            {"stdout_log", string_or_null(f.stdout_log)},
+            {"stderr_log", string_or_null(f.stderr_log)},
+            {"stderr_tail", string_or_null(f.stderr_tail)}};
   return exit_fields(std::move(j), f.status);
 }
 
@@ -48,8 +53,11 @@ json relayed_json(const rendezvous::WorkerFailure& w) {
             {"local_rank", w.local_rank},
             {"pid", w.pid},
             {"time", iso_time(w.timestamp)},
-            {"error_file", w.error_file.empty() ? json() : json(w.error_file)},
-            {"message", w.message.empty() ? json() : json(w.message)}};
+            {"error_file", string_or_null(w.error_file)},
+            {"message", string_or_null(w.message)},
+            {"stdout_log", json()},
+            {"stderr_log", json()},
+            {"stderr_tail", json()}};
   return exit_fields(std::move(j), status);
 }
 
@@ -63,8 +71,10 @@ json worker_json(const JobSummary::Worker& w) {
             {"local_rank", w.local_rank},
             {"pid", w.pid},
             {"ended_at", iso_time(w.ended_at)},
-            {"error_file", w.error_file.empty() ? json() : json(w.error_file)},
-            {"message", w.message.empty() ? json() : json(w.message)}};
+            {"error_file", string_or_null(w.error_file)},
+            {"message", string_or_null(w.message)},
+            {"stdout_log", string_or_null(w.stdout_log)},
+            {"stderr_log", string_or_null(w.stderr_log)}};
   return exit_fields(std::move(j), w.status);
 }
 
@@ -104,11 +114,12 @@ void JobSummary::attempt_started(const Topology& topology, double now) {
 }
 
 void JobSummary::worker_exited(int local_rank, pid_t pid, ExitStatus status, double now,
-                               const std::string& error_file, const std::string& message) {
+                               const std::string& error_file, const std::string& message,
+                               const std::string& stdout_log, const std::string& stderr_log) {
   if (attempts_.empty()) return;
   Attempt& a = attempts_.back();
-  a.workers.push_back(
-      Worker{a.topology.base_rank + local_rank, local_rank, pid, status, now, error_file, message});
+  a.workers.push_back(Worker{a.topology.base_rank + local_rank, local_rank, pid, status, now,
+                             error_file, message, stdout_log, stderr_log});
 }
 
 void JobSummary::attempt_ended(const std::vector<ProcessFailure>& failures, double now) {
@@ -141,9 +152,16 @@ std::string JobSummary::to_json() const {
   // The rendezvous named the job's root cause among every node's failures: the same on each node.
   json failures;
   if (stop_ && !stop_->failures.empty()) {
-    root_cause = relayed_json(stop_->failures.front());
+    // This node's own failures with all it knows of them (log files, stderr's end).
+    auto entry = [&](const rendezvous::WorkerFailure& w) {
+      if (!attempts_.empty())
+        for (const auto& f : attempts_.back().failures)
+          if (f.host == w.host && f.rank == w.rank && f.pid == w.pid) return failure_json(f);
+      return relayed_json(w);
+    };
+    root_cause = entry(stop_->failures.front());
     failures = json::array();
-    for (const auto& w : stop_->failures) failures.push_back(relayed_json(w));
+    for (const auto& w : stop_->failures) failures.push_back(entry(w));
   }
   if (stop_ && stop_->cause != rendezvous::StopCause::finished) {
     if (reason.empty()) reason = stop_->reason;
@@ -158,6 +176,7 @@ std::string JobSummary::to_json() const {
             {"trainrun_version", kVersion},
             {"host", host_},
             {"run_id", run_id_.empty() ? json() : json(run_id_)},
+            {"log_dir", string_or_null(log_dir_)},
             {"entrypoint", entrypoint_},
             {"args", args_},
             {"status", status},

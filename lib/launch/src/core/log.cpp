@@ -46,6 +46,8 @@ std::string iso_time(double unix_seconds) {
 
 void set_log_format(const LogFormat& format) { current_format() = format; }
 
+bool shown(Level level) { return shown(level, current_format()); }
+
 bool shown(Level level, const LogFormat& format) {
   switch (format.verbosity) {
     case Verbosity::quiet:

@@ -32,6 +32,10 @@ OutputPlan plan_output(const LaunchConfig& config, int local_rank, const std::st
           decide(2, "stderr", config.duplicate_stderr_filters)};
 }
 
+void capture_inherited(StreamPlan& plan) {
+  if (plan.route == StreamRoute::inherit) plan.route = StreamRoute::console;
+}
+
 std::string line_prefix(const std::optional<std::string>& templ, const std::string& role, int rank,
                         int local_rank, const std::string& hostname) {
   if (!templ) return "[" + role + std::to_string(local_rank) + "]:";

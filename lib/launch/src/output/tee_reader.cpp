@@ -112,7 +112,10 @@ void TeeReader::on_read(const char* data, size_t n) {
       to_console_ = true;
     }
   }
-  if (to_console_ && !console_->closed()) {
+  if (tail_) tail_->feed(data, n);
+  if (to_console_ && !console_->closed() && pass_through_) {
+    console_->write(data, n);
+  } else if (to_console_ && !console_->closed()) {
     lines_.clear();
     splitter_.feed(data, n, lines_);
     console_->write(lines_.data(), lines_.size());

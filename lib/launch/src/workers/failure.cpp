@@ -14,6 +14,7 @@
 
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/text.hpp"
+#include "trainrun/base/wording.hpp"
 
 namespace trainrun::launch {
 
@@ -138,11 +139,23 @@ std::string describe_exit(const ExitStatus& status) {
 
 namespace {
 
+size_t line_count(const std::string& text) {
+  return text.empty() ? 0 : 1 + static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
 // What the summary shows as a failure's traceback.
 std::string traceback_text(const ProcessFailure& f) {
+  std::string signal_line;
   if (f.status.signal != 0)
-    return fmt::format("Signal {} ({}) received by PID {}", f.status.signal,
-                       signal_name(f.status.signal), f.pid);
+    signal_line = fmt::format("Signal {} ({}) received by PID {}", f.status.signal,
+                              signal_name(f.status.signal), f.pid);
+  // Without an error file, what the worker said last is the best clue there is.
+  if (!f.has_error_file && !f.stderr_tail.empty())
+    return fmt::format("{}{}last {} of its stderr (it wrote no error file):\n{}", signal_line,
+                       signal_line.empty() ? "" : "\n",
+                       count_of(static_cast<long long>(line_count(f.stderr_tail)), "line"),
+                       f.stderr_tail);
+  if (!signal_line.empty()) return signal_line;
   if (!f.traceback.empty()) return f.traceback;
   if (!f.message.empty()) return f.message;
   return "To enable traceback see: docs/cli.md#error-files (man trainrun: ERROR FILES)";
@@ -179,6 +192,8 @@ std::string render_failure(int index, const ProcessFailure& f, size_t max_traceb
   out += fmt::format("  exitcode  : {} (pid: {})\n", by_signal ? -f.status.signal : f.status.code,
                      f.pid);
   out += fmt::format("  error_file: {}\n", f.has_error_file ? f.error_file : "<N/A>");
+  if (!f.stdout_log.empty()) out += fmt::format("  stdout    : {}\n", f.stdout_log);
+  if (!f.stderr_log.empty()) out += fmt::format("  stderr    : {}\n", f.stderr_log);
   const std::string traceback = shortened(traceback_text(f), f, max_traceback);
   // Multi-line tracebacks are indented under the field exactly as torchrun does it: every
   // newline, a final one included, is followed by two spaces.

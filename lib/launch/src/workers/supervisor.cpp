@@ -45,10 +45,10 @@ struct StreamFds {
 StreamFds open_stream(const StreamPlan& plan) {
   StreamFds fds;
   if (plan.route == StreamRoute::inherit) return fds;
-  int file = open_log(plan.file);
+  int file = plan.route == StreamRoute::console ? -1 : open_log(plan.file);
   int p[2];
   if (pipe2(p, O_CLOEXEC) != 0) {
-    ::close(file);
+    if (file >= 0) ::close(file);
     throw SpawnError(fmt::format("cannot create an output pipe: {}", std::strerror(errno)));
   }
   fds.child = p[1];
@@ -131,6 +131,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
   ++generation_;  // readers of an earlier group, given up on, must not count against this one
   readers_.clear();
   duplicate_files_.clear();
+  stderr_tails_.clear();
   const pid_t parent = getpid();
   // Every worker is forked before we wait for any exec to succeed, so a large group starts in
   // one pass. Each child reports a failed exec through its close-on-exec pipe.
@@ -186,10 +187,13 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     }
     if (out.keep_pipe >= 0)
       tee(out.keep_pipe, out.keep_file, out_, w.prefix, std::move(out_duplicate),
-          w.output.out.route == StreamRoute::tee);
-    if (err.keep_pipe >= 0)
+          w.output.out.route, nullptr);
+    if (err.keep_pipe >= 0) {
+      auto& tail = stderr_tails_[w.local_rank];
+      tail = std::make_shared<OutputTail>();
       tee(err.keep_pipe, err.keep_file, err_, w.prefix, std::move(err_duplicate),
-          w.output.err.route == StreamRoute::tee);
+          w.output.err.route, tail);
+    }
     if (pid <= 0) fail(SpawnError(fork_failure(w.local_rank, error, read_process_limits())));
   }
   for (size_t i = 0; i < reports.size(); ++i) {
@@ -215,9 +219,12 @@ Duplicate Supervisor::duplicate_for(const StreamPlan& plan) {
 }
 
 void Supervisor::tee(int pipe_fd, int file_fd, Console& console, const std::string& prefix,
-                     Duplicate duplicate, bool console_copy) {
+                     Duplicate duplicate, StreamRoute route, std::shared_ptr<OutputTail> tail) {
+  const bool console_copy = route == StreamRoute::tee || route == StreamRoute::console;
   auto reader = std::make_shared<TeeReader>(io_, pipe_fd, file_fd, &console, prefix,
                                             std::move(duplicate), console_copy);
+  if (route == StreamRoute::console) reader->pass_through();
+  if (tail) reader->keep_tail(std::move(tail));
   ++open_readers_;
   readers_.push_back(reader);
   reader->start([this, generation = generation_] {
@@ -257,6 +264,11 @@ void Supervisor::signal_all(int sig) {
 void Supervisor::signal_workers(int sig) {
   for (const auto& w : workers_)
     if (w.running) ::kill(w.pid, sig);
+}
+
+std::string Supervisor::stderr_tail(int local_rank) const {
+  const auto it = stderr_tails_.find(local_rank);
+  return it == stderr_tails_.end() ? std::string() : it->second->text();
 }
 
 std::vector<std::pair<int, pid_t>> Supervisor::running_workers() const {

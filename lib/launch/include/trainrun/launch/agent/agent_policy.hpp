@@ -84,7 +84,9 @@ struct WorkerExit {
   double seen_at = 0;      // unix seconds, when the exit was seen
   std::string error_file;  // the worker's TORCHELASTIC_ERROR_FILE
   std::optional<ErrorFileContents> contents;
-  std::string problem;  // why the error file could not be read, if it could not
+  std::string problem;     // why the error file could not be read, if it could not
+  std::string stdout_log;  // its log files, empty for a stream not sent to one
+  std::string stderr_log;
 };
 
 // One node's decisions as a pure machine: when to start, stop, escalate, restart, report or
@@ -128,6 +130,9 @@ class AgentPolicy {
   int restart_count() const { return topology_.restart_count; }
   size_t running() const { return running_; }
   const std::vector<ProcessFailure>& failures() const { return failures_; }
+  // The last lines of the stderr of the attempt's worker `local_rank`, known once its output is
+  // read to the end (before attempt_ended): shown in its failure, when it wrote no error file.
+  void stderr_tail(int local_rank, const std::string& tail);
 
  private:
   void start_attempt(AgentActions& out);

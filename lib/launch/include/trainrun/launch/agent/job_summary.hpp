@@ -25,6 +25,8 @@ class JobSummary {
     double ended_at = 0;
     std::string error_file;  // empty when the worker wrote none
     std::string message;     // from its error file
+    std::string stdout_log;  // its log files, empty for a stream not sent to one
+    std::string stderr_log;
   };
   struct Attempt {
     Topology topology;
@@ -39,13 +41,16 @@ class JobSummary {
 
   void attempt_started(const Topology& topology, double now);
   void worker_exited(int local_rank, pid_t pid, ExitStatus status, double now,
-                     const std::string& error_file, const std::string& message);
+                     const std::string& error_file, const std::string& message,
+                     const std::string& stdout_log = {}, const std::string& stderr_log = {});
   // The attempt is over (its workers and what they left are gone); `failures` are those the
   // agent counted.
   void attempt_ended(const std::vector<ProcessFailure>& failures, double now);
   // The job was stopped by the rendezvous (another node's failure, a lost node, ...).
   void stopped(const rendezvous::Stop& stop);
   void set_run_id(const std::string& run_id) { run_id_ = run_id; }
+  // The run's log directory; empty when none is left (nothing was written there).
+  void set_log_dir(const std::string& log_dir) { log_dir_ = log_dir; }
   // The job ended with `exit_code`; `error` is why when trainrun itself could not go on.
   void finished(int exit_code, double now, const std::string& error = {});
 
@@ -57,6 +62,7 @@ class JobSummary {
   std::string entrypoint_;
   std::vector<std::string> args_;
   std::string run_id_;
+  std::string log_dir_;
   double started_at_ = 0;
   std::optional<double> ended_at_;
   std::optional<int> exit_code_;

@@ -26,6 +26,8 @@ std::string iso_time(double unix_seconds);
 
 // Whether a line of this level is shown under `format`.
 bool shown(Level level, const LogFormat& format);
+// Whether a line of this level is shown under the format main set.
+bool shown(Level level);
 
 // One of the launcher's own lines: "trainrun: <line>\n", for stderr. The prefix tells them from
 // the workers' output that shares the console. With timestamps, the UTC time (ISO 8601, in

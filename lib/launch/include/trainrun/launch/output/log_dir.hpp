@@ -34,6 +34,8 @@ class LogDir {
   void remove_if_empty() const;
   // What remove_if_empty() removes: the temporary base, or the run directory under --log-dir.
   std::string own_root() const { return temporary_ ? base_ : run_dir_; }
+  // No --log-dir was given: the base is a fresh directory of trainrun's own.
+  bool temporary() const { return temporary_; }
 
  private:
   std::string base_;

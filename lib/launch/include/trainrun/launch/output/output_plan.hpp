@@ -13,6 +13,7 @@ enum class StreamRoute {
   inherit,  // straight to trainrun's own stream: no copying
   file,     // through a pipe: to the log file (to the console if the file cannot be written)
   tee,      // through a pipe: to the log file and, prefixed, to the console
+  console,  // through a pipe: to the console unchanged, the last lines kept for the summary
 };
 
 struct StreamPlan {
@@ -34,6 +35,11 @@ struct OutputPlan {
 // Tee'd streams matched by --duplicate-std*-filters are duplicated into
 // <attempt dir>/filtered_std{out,err}.log, the attempt dir being `rank_dir`'s parent.
 OutputPlan plan_output(const LaunchConfig& config, int local_rank, const std::string& rank_dir);
+
+// A stream that would go straight to trainrun's own goes through a pipe, to the console
+// unchanged, so that the failure summary can show its last lines (see docs/cli.md#output-and-logs
+// for when the agent asks for it).
+void capture_inherited(StreamPlan& plan);
 
 // The console prefix: --log-line-prefix-template (or TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE) with
 // ${role_name}, ${rank}, ${local_rank} and ${hostname} (also $name; $$ is $; other names stay as

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "trainrun/launch/output/console.hpp"
+#include "trainrun/launch/output/output_tail.hpp"
 
 namespace trainrun::launch {
 
@@ -61,6 +62,11 @@ class TeeReader : public std::enable_shared_from_this<TeeReader> {
   TeeReader(boost::asio::io_context& io, int pipe_fd, int file_fd, Console* console,
             std::string prefix, Duplicate duplicate = {}, bool console_copy = true);
   ~TeeReader();
+  // Before start(): the console gets the bytes as they come, unsplit and unprefixed, as if the
+  // worker wrote to it itself (a progress bar's '\r' updates included).
+  void pass_through() { pass_through_ = true; }
+  // Before start(): every byte read is also fed to `tail`.
+  void keep_tail(std::shared_ptr<OutputTail> tail) { tail_ = std::move(tail); }
   void start(std::function<void()> on_closed);
   // The worker and all it started have ended: read the rest of the pipe whatever the console's
   // queue holds (no writer is left, so what remains is bounded), so the log file gets all of it.
@@ -87,6 +93,8 @@ class TeeReader : public std::enable_shared_from_this<TeeReader> {
   std::function<void()> on_closed_;
   bool paused_ = false;
   bool draining_ = false;
+  bool pass_through_ = false;
+  std::shared_ptr<OutputTail> tail_;
 };
 
 }  // namespace trainrun::launch

@@ -52,6 +52,12 @@ struct ProcessFailure {
   double timestamp = 0;  // unix seconds: from the error file, else when the exit was seen
   std::string message;
   std::string traceback;
+  // Its log files, when --redirects/--tee/--local-ranks-filter sent the stream to one.
+  std::string stdout_log;
+  std::string stderr_log;
+  // The last lines of its stderr (OutputTail::text()), when it passed through trainrun: shown as
+  // the traceback of a worker that wrote no error file.
+  std::string stderr_tail;
 };
 
 // The root cause by the job's one rule (rendezvous::root_cause_index: the earliest timestamp,

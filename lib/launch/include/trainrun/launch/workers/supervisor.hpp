@@ -64,6 +64,9 @@ class Supervisor {
   // the tee'd output to drain (read to the end, into the log files and the console's queue,
   // however full that queue is). Calls `done` when nothing of this group is left.
   void finish(double grace, std::function<void()> done);
+  // The last lines of the stderr of the last group's worker `local_rank` ("" when its stderr did
+  // not pass through trainrun); whole once finish() is done.
+  std::string stderr_tail(int local_rank) const;
 
  private:
   struct Worker {
@@ -71,10 +74,11 @@ class Supervisor {
     pid_t pid = -1;
     bool running = false;
   };
-  // Copies a worker stream's pipe to its log file and (with `console_copy`, or once the file
-  // cannot be written) to `console`; counted in open_readers_.
+  // Copies a worker stream's pipe to its log file (if any) and, as `route` says (or once the file
+  // cannot be written), to `console`, keeping its end in `tail` when given; counted in
+  // open_readers_.
   void tee(int pipe_fd, int file_fd, Console& console, const std::string& prefix,
-           Duplicate duplicate, bool console_copy);
+           Duplicate duplicate, StreamRoute route, std::shared_ptr<OutputTail> tail);
   // The attempt's file for lines duplicated by --duplicate-std*-filters, opened (emptied) once.
   Duplicate duplicate_for(const StreamPlan& plan);
   bool leftovers(bool signal, int sig);
@@ -94,6 +98,7 @@ class Supervisor {
   unsigned generation_ = 0;
   std::vector<std::weak_ptr<TeeReader>> readers_;
   std::map<std::string, std::shared_ptr<SharedLogFile>> duplicate_files_;  // of this start()
+  std::map<int, std::shared_ptr<OutputTail>> stderr_tails_;                // of this start()
   boost::asio::steady_timer finish_timer_;
   std::chrono::steady_clock::time_point finish_deadline_;
   bool finish_killed_ = false;
