@@ -112,7 +112,10 @@ std::string format_roll_call(const nlohmann::json& reply) {
   });
   for (const auto& node : nodes) {
     // Another node's answer may be only {"error"} (one too long, or an agent that could not).
-    const std::string host = escape_control(node.value("host", "a node"));
+    // Several nodes may share a host name (agents on one machine): the node rank tells them apart.
+    std::string host = escape_control(node.value("host", "a node"));
+    if (nodes.size() > 1 && node.value("node", -1) >= 0)
+      host = fmt::format("{} (node {})", host, node.value("node", -1));
     const std::string error = node.value("error", "");
     if (!error.empty()) lines_after.push_back(fmt::format("{}: {}", host, escape_control(error)));
     for (const auto& r : node.value("ranks", nlohmann::json::array())) {
@@ -128,7 +131,7 @@ std::string format_roll_call(const nlohmann::json& reply) {
     lines_after.push_back(fmt::format("{} did not answer: {}",
                                       escape_control(m.at("host").get<std::string>()),
                                       escape_control(m.at("reason").get<std::string>())));
-  const std::string not_asked = reply.value("error", "");
+  const std::string not_asked = reply.value("not_asked", "");
   if (!not_asked.empty()) {
     int job_nodes = 1;
     for (const auto& node : nodes) job_nodes = std::max(job_nodes, node.value("nodes", 1));
@@ -222,7 +225,7 @@ void RollCall::serve(std::shared_ptr<local::socket> peer) {
           send({{"run_id", run_id},
                 {"nodes", std::move(parts->nodes)},
                 {"missing", std::move(parts->missing)},
-                {"error", std::move(parts->error)}});
+                {"not_asked", std::move(parts->error)}});
         };
         if (workers_().nodes <= 1) {
           parts->others_done = true;

@@ -41,9 +41,9 @@ nlohmann::json node_answer(const NodeWorkers& node, const std::vector<stacks::St
 std::string fit_node_answer(nlohmann::json answer, std::size_t max_bytes);
 
 // The report `trainrun --stacks` prints for a reply {"run_id", "nodes": [node answers],
-// "missing": [{"host", "reason"}], "error"}: the groups, smallest first, the odd rank(s) named,
-// the notes of the tools, where the dumps are, the nodes that did not answer, and why the others
-// were not asked (`error`). Pure; throws nlohmann::json::exception for a reply of another shape.
+// "missing": [{"host", "reason"}], "not_asked"}: the groups, smallest first, the odd rank(s)
+// named, the notes of the tools, where the dumps are, the nodes that did not answer, and why the
+// others were not asked (`not_asked`, empty when they were). Pure; throws nlohmann::json::exception for a reply of another shape.
 std::string format_roll_call(const nlohmann::json& reply);
 
 // An agent's side of `trainrun --stacks`: its registration in the runtime directory, the Unix
