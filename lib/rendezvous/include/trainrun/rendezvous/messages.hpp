@@ -16,7 +16,7 @@ namespace trainrun::rendezvous {
 
 // Every frame body is one JSON object with a "type" field; docs/protocol.md is the reference.
 inline constexpr std::string_view kMagic = "trainrun-rdzv";
-inline constexpr int kProtocolVersion = 3;
+inline constexpr int kProtocolVersion = 4;
 
 // A message that is not valid for this protocol: bad JSON, unknown type, a field missing, of the
 // wrong type or out of range. The peer is told why and the connection is closed.
