@@ -4,7 +4,6 @@
 
 #include <boost/asio/steady_timer.hpp>
 #include <map>
-#include <set>
 
 #include "trainrun/rendezvous/refusal_throttle.hpp"
 #include "trainrun/rendezvous/server_connections.hpp"
