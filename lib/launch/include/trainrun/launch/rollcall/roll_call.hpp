@@ -43,7 +43,8 @@ std::string fit_node_answer(nlohmann::json answer, std::size_t max_bytes);
 // The report `trainrun --stacks` prints for a reply {"run_id", "nodes": [node answers],
 // "missing": [{"host", "reason"}], "not_asked"}: the groups, smallest first, the odd rank(s)
 // named, the notes of the tools, where the dumps are, the nodes that did not answer, and why the
-// others were not asked (`not_asked`, empty when they were). Pure; throws nlohmann::json::exception for a reply of another shape.
+// others were not asked (`not_asked`, empty when they were). Pure; throws nlohmann::json::exception
+// for a reply of another shape.
 std::string format_roll_call(const nlohmann::json& reply);
 
 // An agent's side of `trainrun --stacks`: its registration in the runtime directory, the Unix
