@@ -1,4 +1,4 @@
-"""A job for `trainrun --stacks`: rank 1 waits in stuck_here(), every other rank in
+"""A job for `trainrun --stacks`: rank 1 (or $STUCK_RANK) waits in stuck_here(), every other rank in
 wait_for_others(), until RELEASE exists (argv[1]); each says it is in place with a file in READY
 (argv[2]) and ends with "done rank N"."""
 import os
@@ -7,6 +7,7 @@ import time
 
 RELEASE, READY = sys.argv[1], sys.argv[2]
 RANK = int(os.environ["RANK"])
+STUCK_RANK = int(os.environ.get("STUCK_RANK", "1"))
 
 
 def ready():
@@ -25,7 +26,7 @@ def wait_for_others():
         time.sleep(0.05)
 
 
-if RANK == 1:
+if RANK == STUCK_RANK:
     stuck_here()
 else:
     wait_for_others()

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from conftest import TRAINRUN, run
+from ports import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "stacks_job.py")
@@ -128,3 +129,39 @@ def test_stacks_errors_say_which_job_and_why(tmp_path):
         stranger.wait()
         codes = a.wait(timeout=120), b.wait(timeout=120)
     assert codes == (0, 0)
+
+
+@pytest.mark.skipif(not PY_SPY, reason="py-spy is not installed (scripts/setup.sh --tests)")
+def test_roll_call_of_a_two_node_job_asks_the_other_node(agents, tmp_path):
+    """Two agents (static ranks, node 0 hosts the rendezvous), two ranks each; rank 3, on node 1,
+    is the odd one. Asked on either node, one report holds the four ranks."""
+    env = dict(job_env(tmp_path), STUCK_RANK="3", PYTHON_EXEC=PY)
+    release, ready = tmp_path / "release", tmp_path / "ready"
+    ready.mkdir()
+    common = ["--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=static",
+              f"--rdzv-endpoint=127.0.0.1:{free_port()}", "--rdzv-id=stacks2",
+              f"--log-dir={tmp_path / 'logs'}"]
+    job = [JOB, str(release), str(ready)]
+    first = agents("first", common + ["--node-rank=0"] + job, env=env)
+    second = agents("second", common + ["--node-rank=1"] + job, env=env)
+    try:
+        wait_ready(ready, 4, [first.proc, second.proc])
+        # Asked on the host (which asks the other), then on the other node (the host answers).
+        for agent in (first, second):
+            r = run([f"--stacks={agent.proc.pid}"], env=env, timeout=120)
+            assert r.returncode == 0, r.stderr
+            out = r.stdout
+            assert re.search(r"^stacks of run stacks2: 4 ranks on 2 nodes$", out, re.M), out
+            assert re.search(r"^rank 3 \(1\): stuck_here <- <module>$", out, re.M), out
+            assert re.search(r"^ranks 0-2 \(3\): wait_for_others <- <module>$", out, re.M), out
+            host = socket.gethostname()
+            assert re.search(rf"^rank 3 on {re.escape(host)} \(node 1\) is in stuck_here\(\) "
+                             r"\(stacks_job\.py:\d+\) while ranks 0-2 wait in wait_for_others",
+                             out, re.M), out
+            for node in (0, 1):
+                assert re.search(rf"^dumps of {re.escape(host)} \(node {node}\): ", out, re.M), out
+            assert "did not answer" not in out and "only this one" not in out, out
+    finally:
+        release.touch()
+        codes = first.wait(timeout=120), second.wait(timeout=120)
+    assert codes == (0, 0), first.err + second.err

@@ -142,7 +142,7 @@ TEST_CASE("the server refuses a wrong client proof, other versions and bad order
     auto step = server.on_message(hello);
     CHECK(step.outcome == HandshakeOutcome::rejected);
     CHECK_THAT(step.reason, Catch::Contains("protocol version 1 is not supported: this rendezvous "
-                                            "speaks version 3; run the same trainrun version on "
+                                            "speaks version 4; run the same trainrun version on "
                                             "every node"));
   }
   SECTION("a client that refuses the server's proof says why, and the server logs it") {
@@ -160,7 +160,9 @@ TEST_CASE("the server refuses a wrong client proof, other versions and bad order
     hello.version = kProtocolVersion + 1;
     auto step = server.on_message(hello);
     CHECK(step.outcome == HandshakeOutcome::rejected);
-    CHECK_THAT(step.reason, Catch::Contains("protocol version 4 is not supported"));
+    CHECK_THAT(step.reason,
+               Catch::Contains("protocol version " + std::to_string(kProtocolVersion + 1) +
+                               " is not supported"));
   }
   SECTION("another magic") {
     ServerHandshake server("job7", std::nullopt, random_nonce(), Welcome{});

@@ -171,3 +171,37 @@ TEST_CASE("invalid UTF-8 from a peer is encoded without throwing", "[rendezvous]
   std::string body = encode(ClientMessage{l});
   CHECK(std::get<Leave>(decode_client_message(body)).reason.find("bad") == 0);
 }
+
+TEST_CASE("the roll call's messages carry a node's answer, bounded", "[rendezvous]") {
+  const std::string answer = R"({"host":"node1","ranks":[{"rank":3}]})";
+  CHECK(round_trip_client(StacksRequest{7}).id == 7);
+  CHECK(round_trip_server(StacksAsk{9}).id == 9);
+  const auto relayed = round_trip_server(StacksAnswer{9, answer});
+  CHECK(relayed.id == 9);
+  CHECK(relayed.answer == answer);
+  CHECK(round_trip_client(StacksAnswer{9, answer}).answer == answer);
+  const auto end = round_trip_server(StacksEnd{7, {{"node2 (10.0.0.2, pid 5)", "lost"}}, ""});
+  REQUIRE(end.missing.size() == 1);
+  CHECK(end.missing[0].host == "node2 (10.0.0.2, pid 5)");
+  CHECK(end.missing[0].reason == "lost");
+
+  // Too long: still a valid object, which says what was left out and why.
+  const std::string huge = R"({"host":")" + std::string(kMaxStacksAnswerBytes, 'x') + R"("})";
+  const std::string body = encode(ClientMessage{StacksAnswer{1, huge}});
+  CHECK(body.size() < 1024);
+  const auto cut = round_trip_client(StacksAnswer{1, huge});
+  CHECK(cut.answer.find("was left out: a node sends at most 524288 bytes") != std::string::npos);
+  // Not an object: said so, never sent as it is.
+  CHECK(round_trip_client(StacksAnswer{1, "[1"}).answer.find("not a JSON object") !=
+        std::string::npos);
+
+  // A peer that sends more than the bound, or no object, breaks the protocol.
+  const std::string over = R"({"type":"stacks_answer","id":1,"answer":{"host":")" +
+                           std::string(kMaxStacksAnswerBytes, 'x') + R"("}})";
+  CHECK_THROWS_WITH(decode_server_message(over), Catch::Contains("at most 524288 allowed"));
+  CHECK_THROWS_WITH(decode_client_message(R"({"type":"stacks_answer","id":1,"answer":"x"})"),
+                    Catch::Contains("\"answer\" must be an object"));
+  CHECK_THROWS_WITH(
+      decode_server_message(R"({"type":"stacks_end","id":1,"missing":{},"error":""})"),
+      Catch::Contains("\"missing\" must be an array"));
+}

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <map>
 
 #include "trainrun/base/system.hpp"
 #include "trainrun/rendezvous/conclusion.hpp"
@@ -165,6 +167,13 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
             if (events_.on_waiting) events_.on_waiting(m);
           } else if constexpr (std::is_same_v<T, Halt>) {
             if (events_.on_halt) events_.on_halt(m);
+          } else if constexpr (std::is_same_v<T, StacksAsk>) {
+            on_stacks_ask(m.id);
+          } else if constexpr (std::is_same_v<T, StacksAnswer>) {
+            auto it = stacks_requests_.find(m.id);
+            if (it != stacks_requests_.end()) it->second.answers.push_back(m.answer);
+          } else if constexpr (std::is_same_v<T, StacksEnd>) {
+            finish_stacks(m.id, m.missing, m.error);
           } else if constexpr (std::is_same_v<T, Stop>) {
             end(m);
           } else if constexpr (std::is_same_v<T, Reject>) {
@@ -236,6 +245,45 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     connection_->send(encode(ClientMessage{Done{assignment_->round}}));
   }
 
+  void on_stacks_ask(std::uint64_t id) {
+    std::weak_ptr<Impl> weak = shared_from_this();
+    auto reply = [weak, id](std::string answer) {
+      auto self = weak.lock();
+      if (self && self->state_ == State::admitted)
+        self->connection_->send(encode(ClientMessage{StacksAnswer{id, std::move(answer)}}));
+    };
+    if (!events_.on_stacks_ask)
+      return reply(R"({"error": "this agent cannot collect its workers' stacks"})");
+    events_.on_stacks_ask(std::move(reply));
+  }
+
+  void request_stacks(StacksDone done) {
+    if (state_ != State::admitted)
+      return done({}, {}, "this node is not connected to the rendezvous host now");
+    const std::uint64_t id = next_stacks_id_++;
+    StacksRequestState& request = stacks_requests_[id];
+    request.done = std::move(done);
+    // The host gives up on the others after kStacksAnswerTimeout; this bounds a host that
+    // never ends the request.
+    request.timer = std::make_shared<asio::steady_timer>(io_, kStacksAnswerTimeout * 2);
+    std::weak_ptr<Impl> weak = shared_from_this();
+    request.timer->async_wait([weak, id](error_code ec) {
+      if (auto self = weak.lock(); self && !ec)
+        self->finish_stacks(id, {}, "the rendezvous host did not end the request in time");
+    });
+    connection_->send(encode(ClientMessage{StacksRequest{id}}));
+  }
+
+  void finish_stacks(std::uint64_t id, const std::vector<StacksMissing>& missing,
+                     const std::string& error) {
+    auto it = stacks_requests_.find(id);
+    if (it == stacks_requests_.end()) return;
+    StacksRequestState request = std::move(it->second);
+    stacks_requests_.erase(it);
+    request.timer->cancel();
+    request.done(std::move(request.answers), missing, error);
+  }
+
   void leave(const std::string& reason) {
     if (state_ == State::admitted) connection_->send(encode(ClientMessage{Leave{reason}}));
     shut();
@@ -243,6 +291,13 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
 
   void shut() {
     state_ = State::ended;
+    // Posted: shut() runs in the destructor too, where calling back could reach freed state.
+    for (auto& [id, request] : std::exchange(stacks_requests_, {})) {
+      request.timer->cancel();
+      asio::post(io_, [done = std::move(request.done), answers = std::move(request.answers)] {
+        done(answers, {}, "the connection to the rendezvous host ended before the answers");
+      });
+    }
     timer_.cancel();
     keep_alive_->cancel();
     if (connector_) connector_->cancel();
@@ -268,6 +323,13 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   std::string advertised_address_;
   std::optional<NodeDescriptor> pending_join_;
   std::optional<Assignment> assignment_;
+  struct StacksRequestState {
+    StacksDone done;
+    std::vector<std::string> answers;
+    std::shared_ptr<asio::steady_timer> timer;
+  };
+  std::map<std::uint64_t, StacksRequestState> stacks_requests_;
+  std::uint64_t next_stacks_id_ = 1;
 };
 
 NodeDescriptor advertised(NodeDescriptor node, const asio::ip::address& local,
@@ -299,6 +361,7 @@ void RendezvousClient::report_ended(const std::vector<WorkerFailure>& failures, 
 }
 void RendezvousClient::report_done() { impl_->report_done(); }
 void RendezvousClient::leave(const std::string& reason) { impl_->leave(reason); }
+void RendezvousClient::request_stacks(StacksDone done) { impl_->request_stacks(std::move(done)); }
 std::optional<Assignment> RendezvousClient::assignment() const { return impl_->assignment_; }
 std::string RendezvousClient::advertised_address() const { return impl_->advertised_address_; }
 

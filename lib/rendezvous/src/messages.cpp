@@ -18,6 +18,8 @@ using nlohmann::json;
 constexpr std::size_t kMaxTextLength = 64 * 1024;
 constexpr int kMaxNesting = 16;
 constexpr std::int64_t kMaxRound = std::int64_t{1} << 53;
+// A stacks_end names at most one missing node per connection the server admits.
+constexpr std::size_t kMaxStacksMissing = 1 << 16;
 
 // nlohmann's parser keeps its own stack, but the tree it builds is walked recursively later;
 // a cheap scan rejects absurd nesting before anything is built.
@@ -250,6 +252,32 @@ Enum get_enum(const json& j, const char* key, const std::string_view (&names)[N]
 
 std::string get_type(const json& j) { return get_string(j, "type", 32); }
 
+// The answer as it travels: the object itself, or, when it is not one or is longer than a node
+// may send, an object that says so (the host and the asking agent still get a valid answer).
+json answer_to_json(const std::string& answer) {
+  json a = json::parse(answer, nullptr, /*allow_exceptions=*/false);
+  if (a.is_discarded() || !a.is_object())
+    return json{{"error", "this node's answer was not a JSON object"}};
+  if (answer.size() > kMaxStacksAnswerBytes)
+    return json{{"error", fmt::format("this node's answer ({} bytes) was left out: a node sends at "
+                                      "most {} bytes",
+                                      answer.size(), kMaxStacksAnswerBytes)}};
+  return a;
+}
+
+StacksAnswer stacks_answer_from_json(const json& j) {
+  StacksAnswer m;
+  m.id = static_cast<std::uint64_t>(get_int(j, "id", 0, kMaxRound));
+  const json& a = field(j, "answer");
+  if (!a.is_object()) throw ProtocolError("field \"answer\" must be an object");
+  m.answer = a.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (m.answer.size() > kMaxStacksAnswerBytes) {
+    throw ProtocolError(fmt::format("field \"answer\" is {} bytes long, at most {} allowed",
+                                    m.answer.size(), kMaxStacksAnswerBytes));
+  }
+  return m;
+}
+
 }  // namespace
 
 std::string_view to_string(StopCause cause) { return kStopCauses[static_cast<int>(cause)]; }
@@ -287,6 +315,13 @@ std::string encode(const ClientMessage& message) {
           },
           [](const Leave& m) {
             return json{{"type", "leave"}, {"reason", m.reason}};
+          },
+          [](const StacksRequest& m) {
+            return json{{"type", "stacks_request"}, {"id", m.id}};
+          },
+          [](const StacksAnswer& m) {
+            return json{
+                {"type", "stacks_answer"}, {"id", m.id}, {"answer", answer_to_json(m.answer)}};
           },
       },
       message);
@@ -346,6 +381,20 @@ std::string encode(const ServerMessage& message) {
           [](const Heartbeat&) {
             return json{{"type", "heartbeat"}};
           },
+          [](const StacksAsk& m) {
+            return json{{"type", "stacks_ask"}, {"id", m.id}};
+          },
+          [](const StacksAnswer& m) {
+            return json{
+                {"type", "stacks_answer"}, {"id", m.id}, {"answer", answer_to_json(m.answer)}};
+          },
+          [](const StacksEnd& m) {
+            json missing = json::array();
+            for (const auto& x : m.missing)
+              missing.push_back({{"host", x.host}, {"reason", x.reason}});
+            return json{
+                {"type", "stacks_end"}, {"id", m.id}, {"missing", missing}, {"error", m.error}};
+          },
       },
       message);
   // Text from peers (host names, summaries) may hold invalid UTF-8: replace, never throw.
@@ -390,6 +439,9 @@ ClientMessage decode_client_message(std::string_view body) {
   }
   if (type == "done") return Done{static_cast<std::uint64_t>(get_int(j, "round", 0, kMaxRound))};
   if (type == "leave") return Leave{get_string(j, "reason", kMaxTextLength)};
+  if (type == "stacks_request")
+    return StacksRequest{static_cast<std::uint64_t>(get_int(j, "id", 0, kMaxRound))};
+  if (type == "stacks_answer") return stacks_answer_from_json(j);
   throw ProtocolError(fmt::format("unknown message type \"{}\"", type));
 }
 
@@ -462,19 +514,38 @@ ServerMessage decode_server_message(std::string_view body) {
     return m;
   }
   if (type == "heartbeat") return Heartbeat{};
+  if (type == "stacks_ask")
+    return StacksAsk{static_cast<std::uint64_t>(get_int(j, "id", 0, kMaxRound))};
+  if (type == "stacks_answer") return stacks_answer_from_json(j);
+  if (type == "stacks_end") {
+    StacksEnd m;
+    m.id = static_cast<std::uint64_t>(get_int(j, "id", 0, kMaxRound));
+    const json& missing = field(j, "missing");
+    if (!missing.is_array() || missing.size() > kMaxStacksMissing)
+      throw ProtocolError(
+          fmt::format("field \"missing\" must be an array of at most {}", kMaxStacksMissing));
+    for (const json& x : missing) {
+      if (!x.is_object()) throw ProtocolError("field \"missing\" must hold objects");
+      m.missing.push_back(
+          {get_string(x, "host", kMaxTextLength), get_string(x, "reason", kMaxTextLength)});
+    }
+    m.error = get_string(j, "error", kMaxTextLength);
+    return m;
+  }
   throw ProtocolError(fmt::format("unknown message type \"{}\"", type));
 }
 
 std::string_view type_name(const ClientMessage& message) {
-  static constexpr std::string_view kNames[] = {"hello",   "auth", "join",  "heartbeat",
-                                                "failure", "done", "leave", "ended"};
+  static constexpr std::string_view kNames[] = {
+      "hello", "auth",  "join",  "heartbeat",      "failure",
+      "done",  "leave", "ended", "stacks_request", "stacks_answer"};
   return kNames[message.index()];
 }
 
 std::string_view type_name(const ServerMessage& message) {
-  static constexpr std::string_view kNames[] = {"challenge", "welcome",    "reject",
-                                                "waiting",   "assignment", "restart",
-                                                "stop",      "heartbeat",  "halt"};
+  static constexpr std::string_view kNames[] = {
+      "challenge", "welcome",   "reject", "waiting",    "assignment",    "restart",
+      "stop",      "heartbeat", "halt",   "stacks_ask", "stacks_answer", "stacks_end"};
   return kNames[message.index()];
 }
 

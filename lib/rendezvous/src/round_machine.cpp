@@ -81,8 +81,9 @@ Effects RoundMachine::received(NodeId id, const ClientMessage& message, Clock::t
                  [&](const Ended& m) { apply(fx, rules_.ended(state_, k, m), now); },
                  [&](const Leave& m) { on_lost(fx, id, "left: " + m.reason, now); },
                  [&](const Heartbeat&) {},
-                 [&](const auto& m) {
-                   std::string why = fmt::format("sent \"{}\" after the handshake", type_name(m));
+                 [&](const auto&) {
+                   std::string why =
+                       fmt::format("sent \"{}\" after the handshake", type_name(message));
                    drop(fx, id, Reject{why});
                    on_lost(fx, id, why, now);
                  },

@@ -1,6 +1,9 @@
 #include "trainrun/rendezvous/server.hpp"
 
+#include <fmt/format.h>
+
 #include <boost/asio/steady_timer.hpp>
+#include <map>
 
 #include "trainrun/rendezvous/refusal_throttle.hpp"
 #include "trainrun/rendezvous/server_connections.hpp"
@@ -16,7 +19,8 @@ using boost::system::error_code;
 // the server's heartbeats and the throttled refusal log run here.
 struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
   Impl(asio::io_context& io, ServerOptions options)
-      : options_(std::move(options)),
+      : io_(io),
+        options_(std::move(options)),
         machine_(options_.round, options_.liveness, options_.endpoint, Clock::now()),
         round_timer_(io),
         keep_alive_timer_(io),
@@ -31,10 +35,18 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
       if (auto self = weak.lock()) self->apply(self->machine_.connected(id, Clock::now()));
     };
     events.received = [weak](NodeId id, const ClientMessage& message) {
-      if (auto self = weak.lock()) self->apply(self->machine_.received(id, message, Clock::now()));
+      auto self = weak.lock();
+      if (!self) return;
+      // The roll call is not the rounds' business; to the machine it is a sign of life.
+      if (self->roll_call(id, message))
+        return self->apply(self->machine_.received(id, Heartbeat{}, Clock::now()));
+      self->apply(self->machine_.received(id, message, Clock::now()));
     };
     events.lost = [weak](NodeId id, const std::string& why) {
-      if (auto self = weak.lock()) self->apply(self->machine_.disconnected(id, why, Clock::now()));
+      auto self = weak.lock();
+      if (!self) return;
+      self->stacks_lost(id, why);
+      self->apply(self->machine_.disconnected(id, why, Clock::now()));
     };
     events.refused = [weak](const std::string& kind, const std::string& line) {
       if (auto self = weak.lock()) self->refuse(kind, line);
@@ -107,9 +119,98 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     });
   }
 
+  // The roll call across nodes (trainrun --stacks): a request is fanned out to every other
+  // admitted agent, their answers relayed to the asker as they come, and a stacks_end names those
+  // that did not answer within kStacksAnswerTimeout or were lost. Whether handled here.
+  bool roll_call(NodeId id, const ClientMessage& message) {
+    if (const auto* request = std::get_if<StacksRequest>(&message)) {
+      ask_stacks(id, request->id);
+      return true;
+    }
+    if (const auto* answer = std::get_if<StacksAnswer>(&message)) {
+      stacks_answered(id, *answer);
+      return true;
+    }
+    return false;
+  }
+
+  void ask_stacks(NodeId asker, std::uint64_t asker_id) {
+    // Each open call may hold an answer of every node in the asker's queue: a few at most.
+    if (stacks_calls_.size() >= kMaxStacksCalls) {
+      connections_->send(
+          asker, encode(ServerMessage{StacksEnd{asker_id,
+                                                {},
+                                                "the rendezvous host is answering other requests "
+                                                "for stacks: try again in a few seconds"}}));
+      return;
+    }
+    const std::uint64_t id = next_stacks_id_++;
+    StacksCall& call = stacks_calls_[id];
+    call.asker = asker;
+    call.asker_id = asker_id;
+    for (NodeId node : connections_->admitted_ids())
+      if (node != asker) call.waiting.emplace(node, machine_.describe(node));
+    const std::string ask = encode(ServerMessage{StacksAsk{id}});
+    for (const auto& [node, name] : call.waiting) connections_->send(node, ask);
+    call.timer = std::make_shared<asio::steady_timer>(io_, kStacksAnswerTimeout);
+    call.timer->async_wait([weak = weak_from_this(), id](error_code ec) {
+      if (auto self = weak.lock(); self && !ec) self->stacks_timed_out(id);
+    });
+    finish_stacks(id);
+  }
+
+  void stacks_answered(NodeId from, const StacksAnswer& answer) {
+    auto it = stacks_calls_.find(answer.id);
+    // Late (after the timeout), or not asked: nobody waits for it.
+    if (it == stacks_calls_.end() || it->second.waiting.erase(from) == 0) return;
+    connections_->send(it->second.asker,
+                       encode(ServerMessage{StacksAnswer{it->second.asker_id, answer.answer}}));
+    finish_stacks(answer.id);
+  }
+
+  void stacks_timed_out(std::uint64_t id) {
+    auto it = stacks_calls_.find(id);
+    if (it == stacks_calls_.end()) return;
+    for (const auto& [node, name] : it->second.waiting)
+      it->second.missing.push_back(
+          {name, fmt::format("no answer within {} s", kStacksAnswerTimeout.count())});
+    it->second.waiting.clear();
+    finish_stacks(id);
+  }
+
+  void stacks_lost(NodeId node, const std::string& why) {
+    std::vector<std::uint64_t> ids;
+    for (auto& [id, call] : stacks_calls_) {
+      if (call.asker == node) {
+        call.timer->cancel();
+        continue;
+      }
+      auto w = call.waiting.find(node);
+      if (w == call.waiting.end()) continue;
+      call.missing.push_back({w->second, "its connection ended: " + why});
+      call.waiting.erase(w);
+      ids.push_back(id);
+    }
+    for (auto it = stacks_calls_.begin(); it != stacks_calls_.end();)
+      it = it->second.asker == node ? stacks_calls_.erase(it) : std::next(it);
+    for (std::uint64_t id : ids) finish_stacks(id);
+  }
+
+  void finish_stacks(std::uint64_t id) {
+    auto it = stacks_calls_.find(id);
+    if (it == stacks_calls_.end() || !it->second.waiting.empty()) return;
+    it->second.timer->cancel();
+    connections_->send(
+        it->second.asker,
+        encode(ServerMessage{StacksEnd{it->second.asker_id, it->second.missing, ""}}));
+    stacks_calls_.erase(it);
+  }
+
   void close() {
     if (closed_) return;
     closed_ = true;
+    for (auto& [id, call] : stacks_calls_) call.timer->cancel();
+    stacks_calls_.clear();
     round_timer_.cancel();
     keep_alive_timer_.cancel();
     // Nothing held back goes unsaid.
@@ -126,6 +227,16 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     close();
   }
 
+  struct StacksCall {
+    NodeId asker = 0;
+    std::uint64_t asker_id = 0;
+    std::map<NodeId, std::string> waiting;  // asked, not answered yet: how to name them
+    std::vector<StacksMissing> missing;
+    std::shared_ptr<asio::steady_timer> timer;
+  };
+  static constexpr std::size_t kMaxStacksCalls = 4;
+
+  asio::io_context& io_;
   ServerOptions options_;
   RoundMachine machine_;
   asio::steady_timer round_timer_;
@@ -134,6 +245,8 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
   std::shared_ptr<ServerConnections> connections_;
   RefusalThrottle refusals_;
   asio::steady_timer refusal_timer_;
+  std::map<std::uint64_t, StacksCall> stacks_calls_;
+  std::uint64_t next_stacks_id_ = 1;
   bool closed_ = false;
 };
 

@@ -116,6 +116,11 @@ class TcpRendezvousHandler : public RendezvousHandler {
     if (client_) client_->leave(reason);
   }
 
+  void request_stacks(StacksDone done) override {
+    if (!client_) return done({}, {}, "this node is not connected to the rendezvous host yet");
+    client_->request_stacks(std::move(done));
+  }
+
   std::string endpoint() const override { return to_string(options_.endpoint); }
 
   bool hosting() const override { return server_ != nullptr; }

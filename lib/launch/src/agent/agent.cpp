@@ -175,6 +175,14 @@ class Agent {
       summary_.stopped(s);
       apply(policy_.stop(s, Clock::now()));
     };
+    events.on_stacks_ask = [this](std::function<void(std::string)> reply) {
+      if (!roll_call_)
+        return reply(R"({"error": "this node's agent could not start its roll call"})");
+      roll_call_->answer([reply](nlohmann::json mine) {
+        reply(fit_node_answer(std::move(mine), rendezvous::kMaxStacksAnswerBytes));
+      });
+    };
+    if (roll_call_) roll_call_->set_ask_others([this](auto done) { ask_other_nodes(done); });
     try {
       rdzv_->start(std::move(events));
     } catch (const rendezvous::HostingError& e) {
@@ -182,6 +190,23 @@ class Agent {
     } catch (const std::runtime_error& e) {
       throw SetupError(e.what());
     }
+  }
+
+  // The other nodes' answers for `trainrun --stacks`, through the rendezvous.
+  void ask_other_nodes(
+      std::function<void(nlohmann::json nodes, nlohmann::json missing, std::string error)> done) {
+    if (!rdzv_)
+      return done(nlohmann::json::array(), nlohmann::json::array(),
+                  "this node has left the rendezvous");
+    rdzv_->request_stacks([done](std::vector<std::string> answers,
+                                 std::vector<rendezvous::StacksMissing> missing,
+                                 std::string error) {
+      nlohmann::json nodes = nlohmann::json::array(), absent = nlohmann::json::array();
+      // Decoded once already (a JSON object each): parsing cannot fail here.
+      for (const auto& answer : answers) nodes.push_back(nlohmann::json::parse(answer));
+      for (const auto& m : missing) absent.push_back({{"host", m.host}, {"reason", m.reason}});
+      done(std::move(nodes), std::move(absent), std::move(error));
+    });
   }
 
   // `trainrun --stacks` finds this job by its registration; a job that cannot register still runs.

@@ -102,7 +102,15 @@ std::string option_entry(const OptionDoc& doc) {
   return entry + "\n";
 }
 
-constexpr const char* kManualTail = R"(.SH ENVIRONMENT
+// --stacks is not a launch option (main reads it before the option table), so it is told here.
+constexpr const char* kManualTail = R"(.SH A RUNNING JOB'S STACKS
+.TP
+\fBtrainrun \-\-stacks\fR[\fB=\fR\fIRUN_ID\fR|\fIPID\fR]
+Prints the stack of every worker of a running job of this user, grouped by identical stacks with
+the odd rank(s) named, without stopping it; the raw dumps go to the job's log directory. On a
+multi\-node job with the built\-in rendezvous the agent asked gathers the other nodes' stacks
+through it; a node that does not answer within 15 s is named. See docs/hangs.md.
+.SH ENVIRONMENT
 .TP
 \fBPET_\fR\fINAME\fR
 The value of option \fB\-\-\fR\fIname\fR when the command line does not give it (flags: 0 or 1),

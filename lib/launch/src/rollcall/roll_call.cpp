@@ -14,6 +14,7 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "trainrun/base/text.hpp"
@@ -70,38 +71,74 @@ nlohmann::json node_answer(const NodeWorkers& node, const std::vector<stacks::St
           {"dumps", dumps},    {"ranks", std::move(ranks)}, {"error", error}};
 }
 
+std::string fit_node_answer(nlohmann::json answer, std::size_t max_bytes) {
+  auto text = [&] { return answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); };
+  std::string out = text();
+  auto& ranks = answer["ranks"];
+  std::size_t cut = 0;
+  const std::string error = answer.value("error", "");
+  for (std::size_t i = ranks.size(); i-- > 0 && out.size() > max_bytes;) {
+    nlohmann::json& stack = ranks[i]["stack"];
+    stack["threads"] = nlohmann::json::array();
+    stack["notes"] = {"left out of this node's answer: it would be over the size a node may send"};
+    ++cut;
+    answer["error"] = fmt::format(
+        "{}{}the stacks of {} of this node were left out to fit the {} bytes a node may send (they "
+        "are in its dumps)",
+        error, error.empty() ? "" : "; ", count_of(cut, "rank"), max_bytes);
+    out = text();
+  }
+  if (out.size() > max_bytes) {
+    // Not the stacks: what else there is (long names) goes too, the node still named.
+    answer = {
+        {"node", answer.value("node", -1)},
+        {"nodes", answer.value("nodes", 1)},
+        {"host", answer.value("host", "")},
+        {"dumps", ""},
+        {"ranks", nlohmann::json::array()},
+        {"error", "this node's answer was left out: it would be over the size a node may send"}};
+    out = text();
+  }
+  return out;
+}
+
 std::string format_roll_call(const nlohmann::json& reply) {
   std::vector<stacks::RankStack> ranks;
   std::vector<std::string> lines_after;
   std::set<std::string> notes;
   auto nodes = reply.at("nodes").get<std::vector<nlohmann::json>>();
   std::sort(nodes.begin(), nodes.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
-    return a.at("node").get<int>() < b.at("node").get<int>();
+    return a.value("node", -1) < b.value("node", -1);
   });
   for (const auto& node : nodes) {
-    const std::string host = escape_control(node.at("host").get<std::string>());
-    const std::string error = node.at("error").get<std::string>();
+    // Another node's answer may be only {"error"} (one too long, or an agent that could not).
+    // Several nodes may share a host name (agents on one machine): the node rank tells them apart.
+    std::string host = escape_control(node.value("host", "a node"));
+    if (nodes.size() > 1 && node.value("node", -1) >= 0)
+      host = fmt::format("{} (node {})", host, node.value("node", -1));
+    const std::string error = node.value("error", "");
     if (!error.empty()) lines_after.push_back(fmt::format("{}: {}", host, escape_control(error)));
-    for (const auto& r : node.at("ranks")) {
+    for (const auto& r : node.value("ranks", nlohmann::json::array())) {
       stacks::RankStack rank{r.at("rank").get<int>(), host, r.at("stack").get<stacks::Stack>()};
       for (const auto& note : rank.stack.notes) notes.insert(escape_control(note));
       ranks.push_back(std::move(rank));
     }
-    const std::string dumps = node.at("dumps").get<std::string>();
+    const std::string dumps = node.value("dumps", "");
     if (!dumps.empty())
       lines_after.push_back(fmt::format("dumps of {}: {}", host, escape_control(dumps)));
   }
   for (const auto& m : reply.at("missing"))
-    lines_after.push_back(fmt::format("node {} ({}) did not answer: {}", m.at("node").get<int>(),
+    lines_after.push_back(fmt::format("{} did not answer: {}",
                                       escape_control(m.at("host").get<std::string>()),
                                       escape_control(m.at("reason").get<std::string>())));
-  int job_nodes = 1;
-  for (const auto& node : nodes) job_nodes = std::max(job_nodes, node.value("nodes", 1));
-  if (static_cast<std::size_t>(job_nodes) > nodes.size() + reply.at("missing").size())
+  const std::string not_asked = reply.value("not_asked", "");
+  if (!not_asked.empty()) {
+    int job_nodes = 1;
+    for (const auto& node : nodes) job_nodes = std::max(job_nodes, node.value("nodes", 1));
     lines_after.push_back(fmt::format(
-        "the job has {}: only this one's workers are shown (the other nodes are not asked yet: run "
-        "trainrun --stacks on each of them)",
-        count_of(job_nodes, "node")));
+        "the job has {}: only {} shown ({})", count_of(job_nodes, "node"),
+        nodes.size() == 1 ? "this one's workers are" : "these are", escape_control(not_asked)));
+  }
   std::sort(ranks.begin(), ranks.end(),
             [](const auto& a, const auto& b) { return a.rank < b.rank; });
   const auto groups = stacks::group_stacks(ranks);
@@ -173,20 +210,43 @@ void RollCall::serve(std::shared_ptr<local::socket> peer) {
           send({{"error", "unknown request: " + escape_control(request)}});
           return;
         }
-        answer([this, send](nlohmann::json mine) {
-          const std::string run_id = registration_.entry().run_id;
-          if (!ask_others_) {
-            send({{"run_id", run_id},
-                  {"nodes", nlohmann::json::array({std::move(mine)})},
-                  {"missing", nlohmann::json::array()}});
-            return;
-          }
-          ask_others_([send, run_id, mine = std::move(mine)](nlohmann::json nodes,
-                                                             nlohmann::json missing) {
-            nodes.insert(nodes.begin(), mine);
-            send(
-                {{"run_id", run_id}, {"nodes", std::move(nodes)}, {"missing", std::move(missing)}});
-          });
+        // This node's stacks and the others' are collected at once: the report waits for both.
+        struct Parts {
+          std::optional<nlohmann::json> mine;
+          bool others_done = false;
+          nlohmann::json nodes = nlohmann::json::array();
+          nlohmann::json missing = nlohmann::json::array();
+          std::string error;
+        };
+        auto parts = std::make_shared<Parts>();
+        auto finish = [send, parts, run_id = registration_.entry().run_id] {
+          if (!parts->mine || !parts->others_done) return;
+          parts->nodes.insert(parts->nodes.begin(), std::move(*parts->mine));
+          send({{"run_id", run_id},
+                {"nodes", std::move(parts->nodes)},
+                {"missing", std::move(parts->missing)},
+                {"not_asked", std::move(parts->error)}});
+        };
+        if (workers_().nodes <= 1) {
+          parts->others_done = true;
+        } else if (!ask_others_) {
+          parts->others_done = true;
+          parts->error =
+              "this agent has no rendezvous to ask the other nodes through: run trainrun --stacks "
+              "on each node";
+        } else {
+          ask_others_(
+              [parts, finish](nlohmann::json nodes, nlohmann::json missing, std::string error) {
+                parts->nodes = std::move(nodes);
+                parts->missing = std::move(missing);
+                parts->error = std::move(error);
+                parts->others_done = true;
+                finish();
+              });
+        }
+        answer([parts, finish](nlohmann::json mine) {
+          parts->mine = std::move(mine);
+          finish();
         });
       });
 }

@@ -108,6 +108,11 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     revoke();
   }
 
+  // etcd relays no messages between agents: each node's roll call is asked on that node.
+  void request_stacks(StacksDone done) override {
+    done({}, {}, "on an etcd job, run trainrun --stacks on each node");
+  }
+
   std::string endpoint() const override {
     return fmt::format("{}:{}", options_.endpoint.host, options_.endpoint.port);
   }

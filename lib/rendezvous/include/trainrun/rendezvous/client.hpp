@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "trainrun/rendezvous/messages.hpp"
 #include "trainrun/rendezvous/options.hpp"
@@ -29,12 +30,20 @@ struct ClientOptions {
   LogFunction log;
 };
 
+// What a request for the other nodes' stacks brings back: each answer (a JSON object's text), the
+// nodes that did not answer, and an error when the request could not be made or got no end.
+using StacksDone = std::function<void(std::vector<std::string> answers,
+                                      std::vector<StacksMissing> missing, std::string error)>;
+
 struct ClientEvents {
   std::function<void(const Assignment&)> on_assignment;  // a round formed: start workers
   std::function<void(const Restart&)> on_restart;        // stop workers, then join() the next round
   std::function<void(const Waiting&)> on_waiting;  // progress while a round forms (may be empty)
   std::function<void(const Stop&)> on_stop;        // terminal: finished, failed, lost, refused
   std::function<void(const Halt&)> on_halt;  // stop workers, then report_ended(); a stop follows
+  // The host asks for this node's stacks: collect them, then call `reply` once with the answer
+  // (a JSON object's text). Unset: the node answers that it cannot.
+  std::function<void(std::function<void(std::string answer)> reply)> on_stacks_ask;
 };
 
 // One agent's connection to the rendezvous server, on the agent's io_context, never blocking.
@@ -60,6 +69,9 @@ class RendezvousClient {
   void report_done();
   // After on_halt, once every worker has ended: what failed (perhaps nothing).
   void report_ended(const std::vector<WorkerFailure>& failures, int not_relayed);
+  // Asks every other node for its stacks through the host; `done` is called once, on the
+  // io_context, whatever happens (the connection ends: with an error).
+  void request_stacks(StacksDone done);
   // Says goodbye (the server treats this node as lost) and closes. No events afterwards.
   void leave(const std::string& reason);
 

@@ -91,6 +91,13 @@ class RendezvousHandler {
   virtual void report_ended(const std::vector<WorkerFailure>& failures, int not_relayed) = 0;
   virtual void shutdown(const std::string& reason) = 0;
 
+  // Asks every other node for its workers' stacks (trainrun --stacks on a multi-node job);
+  // `done` is called once, on the io_context. Answered through ClientEvents::on_stacks_ask.
+  virtual void request_stacks(StacksDone done) {
+    done({}, {},
+         "this rendezvous backend cannot ask the other nodes: run trainrun --stacks on each node");
+  }
+
   // "host:port", for messages.
   virtual std::string endpoint() const = 0;
   // Whether this agent hosts the server (known once start() has decided).

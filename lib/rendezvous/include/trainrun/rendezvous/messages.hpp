@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -15,7 +16,7 @@ namespace trainrun::rendezvous {
 
 // Every frame body is one JSON object with a "type" field; docs/protocol.md is the reference.
 inline constexpr std::string_view kMagic = "trainrun-rdzv";
-inline constexpr int kProtocolVersion = 3;
+inline constexpr int kProtocolVersion = 4;
 
 // A message that is not valid for this protocol: bad JSON, unknown type, a field missing, of the
 // wrong type or out of range. The peer is told why and the connection is closed.
@@ -164,7 +165,25 @@ struct Done {
 struct Leave {
   std::string reason;
 };
-using ClientMessage = std::variant<Hello, Auth, Join, Heartbeat, Failure, Done, Leave, Ended>;
+// The roll call across nodes (trainrun --stacks), outside the rounds: an agent asks the host
+// (stacks_request), the host asks every other agent (stacks_ask), each answers with its workers'
+// stacks (stacks_answer), which the host relays to the asking agent, then says who did not answer
+// (stacks_end). `id` is the asking side's: the agent's for its request, the host's for its ask.
+struct StacksRequest {
+  std::uint64_t id = 0;
+};
+// The longest answer a node sends, as JSON text: an answer longer than this is replaced, when
+// encoded, by one that says so ({"error": ...}); the launcher cuts its stacks to fit before that.
+inline constexpr std::size_t kMaxStacksAnswerBytes = 512 * 1024;
+// How long the host waits for the answers of the other nodes before it names them missing.
+inline constexpr std::chrono::seconds kStacksAnswerTimeout{15};
+struct StacksAnswer {
+  std::uint64_t id = 0;
+  std::string
+      answer;  // one JSON object (the launcher's node answer), kMaxStacksAnswerBytes at most
+};
+using ClientMessage = std::variant<Hello, Auth, Join, Heartbeat, Failure, Done, Leave, Ended,
+                                   StacksRequest, StacksAnswer>;
 
 // Server to client.
 struct Challenge {
@@ -228,8 +247,23 @@ struct Halt {
   std::uint64_t round = 0;
   std::string reason;
 };
-using ServerMessage =
-    std::variant<Challenge, Welcome, Reject, Waiting, Assignment, Restart, Stop, Heartbeat, Halt>;
+struct StacksAsk {
+  std::uint64_t id = 0;
+};
+// A node asked that gave no answer: `host` names it, `reason` says why (lost, no answer in time).
+struct StacksMissing {
+  std::string host;
+  std::string reason;
+};
+// After the relayed answers of request `id`: the nodes that did not answer; `error` when the host
+// could not ask at all (too many requests at once).
+struct StacksEnd {
+  std::uint64_t id = 0;
+  std::vector<StacksMissing> missing;
+  std::string error;
+};
+using ServerMessage = std::variant<Challenge, Welcome, Reject, Waiting, Assignment, Restart, Stop,
+                                   Heartbeat, Halt, StacksAsk, StacksAnswer, StacksEnd>;
 
 std::string encode(const ClientMessage& message);
 std::string encode(const ServerMessage& message);

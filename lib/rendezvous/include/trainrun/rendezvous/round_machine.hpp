@@ -70,6 +70,8 @@ class RoundMachine {
   std::uint64_t round() const { return state_.round; }
   int restart_count() const { return state_.restart_count; }
   std::size_t waiting_count() const { return state_.waiting.size(); }
+  // "host (pid N)" of a node that joined, else "connection #id": for messages.
+  std::string describe(NodeId id) const;
 
  private:
   struct Session {
@@ -82,7 +84,6 @@ class RoundMachine {
   void apply(Effects& fx, const RoundDecision& d, Clock::time_point now);
   void drop(Effects& fx, NodeId id, const Reject& reject, bool peer_lost = false);
   Waiting waiting_status(Clock::time_point now, std::size_t joined) const;
-  std::string describe(NodeId id) const;
   bool joined(NodeId id) const;
 
   RoundRules rules_;

@@ -52,6 +52,7 @@ class ServerConnections : public std::enable_shared_from_this<ServerConnections>
 
   std::size_t pending() const { return pending_.size(); }
   std::size_t admitted() const { return admitted_.size(); }
+  const std::set<NodeId>& admitted_ids() const { return admitted_; }
   FrameBytes partial_frame_bytes() const;
 
  private:

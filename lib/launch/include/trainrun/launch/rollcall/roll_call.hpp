@@ -35,11 +35,16 @@ struct NodeWorkers {
 nlohmann::json node_answer(const NodeWorkers& node, const std::vector<stacks::Stack>& stacks,
                            const std::string& dumps, const std::string& error);
 
+// `answer` (a node_answer) as JSON text of at most `max_bytes`: when longer, the stacks of the
+// ranks are left out, the last rank first, until it fits, and its "error" says how many (they are
+// in the node's dumps). Pure.
+std::string fit_node_answer(nlohmann::json answer, std::size_t max_bytes);
+
 // The report `trainrun --stacks` prints for a reply {"run_id", "nodes": [node answers],
-// "missing": [{"node", "host", "reason"}]}: the groups, smallest first, the odd rank(s) named,
-// the notes of the tools, where the dumps are, and the nodes that did not answer or were not
-// asked (only this node's agent answers: the other nodes are not asked yet). Pure; throws
-// nlohmann::json::exception for a reply of another shape.
+// "missing": [{"host", "reason"}], "not_asked"}: the groups, smallest first, the odd rank(s)
+// named, the notes of the tools, where the dumps are, the nodes that did not answer, and why the
+// others were not asked (`not_asked`, empty when they were). Pure; throws nlohmann::json::exception
+// for a reply of another shape.
 std::string format_roll_call(const nlohmann::json& reply);
 
 // An agent's side of `trainrun --stacks`: its registration in the runtime directory, the Unix
@@ -49,9 +54,10 @@ class RollCall {
  public:
   using Workers = std::function<NodeWorkers()>;
   using Answer = std::function<void(nlohmann::json)>;
-  // Asks the other nodes (a multi-node job); `done` gets their answers and the missing.
-  using AskOthers =
-      std::function<void(std::function<void(nlohmann::json nodes, nlohmann::json missing)>)>;
+  // Asks the other nodes (a multi-node job); `done` gets their answers, the missing, and why
+  // they could not be asked (empty when they were).
+  using AskOthers = std::function<void(
+      std::function<void(nlohmann::json nodes, nlohmann::json missing, std::string error)>)>;
 
   // Registers and listens. Throws SetupError when it cannot (the agent goes on without it).
   RollCall(boost::asio::io_context& io, const std::string& dir, JobEntry entry, Workers workers);
