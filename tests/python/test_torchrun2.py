@@ -18,18 +18,14 @@ PY = os.environ.get("TRAINRUN_PYTHON", "")
 ENV = dict(os.environ, PYTHON_EXEC=PY)
 SCRIPT = os.path.join(HERE, "env_dump.py")
 
-# Set by torchrun 1.13, which trainrun matches too (NCCL before 2.x reads only this name).
-OLDER_ONLY = {"NCCL_ASYNC_ERROR_HANDLING"}
-# trainrun's own additions (docs/cli.md): every thread's Python traceback on a fatal signal.
+# trainrun's one addition (docs/cli.md, "Workers"): PYTHONFAULTHANDLER=1 for Python workers,
+# every thread's Python traceback on a fatal signal. Nothing else is allowed beyond torchrun 2.x's.
 TRAINRUN_ONLY = {"PYTHONFAULTHANDLER"}
 # Per run by nature: compared by form, not value.
 FORM_ONLY = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
-# Values that differ by design (docs/cli.md): worker RANK 0 hosts the c10d store, and trainrun
-# also forwards SIGUSR1/SIGUSR2 unless --signals-to-handle says otherwise.
-BY_DESIGN = {
-    "TORCHELASTIC_USE_AGENT_STORE": "False",
-    "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2",
-}
+# The one value that differs by design (docs/cli.md): trainrun's agent hosts no c10d store, worker
+# RANK 0 does; "True" would make every worker a client of a store nobody serves.
+BY_DESIGN = {"TORCHELASTIC_USE_AGENT_STORE": "False"}
 
 
 def torchrun():
@@ -83,7 +79,7 @@ def compare(ours, theirs, by_design=BY_DESIGN):
         a, b = added(ours[rank]), added(theirs[rank])
         missing = set(b) - set(a)
         assert not missing, f"rank {rank}: torchrun 2.x sets {sorted(missing)}, trainrun does not"
-        extra = set(a) - set(b) - OLDER_ONLY - TRAINRUN_ONLY
+        extra = set(a) - set(b) - TRAINRUN_ONLY
         assert not extra, f"rank {rank}: trainrun sets {sorted(extra)}, torchrun 2.x does not"
         for k in set(b) - FORM_ONLY:
             expected = by_design.get(k, b[k])
@@ -115,7 +111,7 @@ def test_environment_matches_torchrun2_two_nodes_c10d(tmp_path):
     launch(two_agents([TRAINRUN], run_id), str(tmp_path / "ours"))
     launch(two_agents(torchrun(), run_id), str(tmp_path / "theirs"))
     ours, theirs = read_dumps(str(tmp_path / "ours"), 4), read_dumps(str(tmp_path / "theirs"), 4)
-    compare(ours, theirs, {"TORCHELASTIC_USE_AGENT_STORE": "False"})
+    compare(ours, theirs)
     for rank in range(4):
         assert ours[rank]["TORCHELASTIC_RUN_ID"] == theirs[rank]["TORCHELASTIC_RUN_ID"] == run_id
         assert ours[rank]["GROUP_RANK"] == str(rank // 2)

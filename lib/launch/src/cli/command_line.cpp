@@ -330,7 +330,10 @@ void read_launcher_output(const GivenValues& g, const std::map<std::string, std:
 
 // SIGUSR1, SIGUSR2 and SIGCONT are only passed on to the workers; the others stop the job.
 void read_signals(const GivenValues& g, LaunchConfig& c) {
-  c.signals_to_handle = g.value("signals-to-handle");
+  // Workers see what torchrun 2.x would give them: trainrun's own SIGUSR1/SIGUSR2 are not part of
+  // its default (they stop nothing here).
+  c.signals_to_handle = given_explicitly(g, "signals-to-handle") ? g.value("signals-to-handle")
+                                                                 : kTorchrunSignalsToHandle;
   for (const auto& name : split(g.value("signals-to-handle"), ',')) {
     if (trim(name).empty()) continue;
     int sig = parse_signal_name(name, g.named("signals-to-handle"));
