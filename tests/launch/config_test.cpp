@@ -260,3 +260,16 @@ TEST_CASE("a worker count above what a node can run is refused on one node as on
   }
   CHECK_THROWS_WITH(parse({"--nproc-per-node=65537", "x"}), Catch::Contains("at most"));
 }
+
+TEST_CASE("the static backend takes the master address and port from --rdzv-endpoint") {
+  auto c = parse({"--nnodes=2", "--node-rank=1", "--rdzv-endpoint=node0:29600", "x"});
+  CHECK(c.master_addr == "node0");
+  CHECK(c.master_port == 29600);
+  CHECK(c.master_port_given);
+  // As torchrun's get_rdzv_endpoint: the endpoint wins over --master-addr/--master-port.
+  CHECK(parse({"--master-port=1234", "--rdzv-endpoint=[::1]:29600", "x"}).master_addr == "::1");
+  CHECK(parse({"--rdzv-backend=c10d", "--rdzv-endpoint=h:29400", "x"}).master_port == 29500);
+  CHECK_THROWS_WITH(parse({"--nnodes=2", "--rdzv-endpoint=node0", "x"}),
+                    "--rdzv-endpoint=node0: the static backend needs HOST:PORT (the master port, "
+                    "the same on every node)");
+}

@@ -118,6 +118,25 @@ def test_environment_matches_torchrun2_two_nodes_c10d(tmp_path):
         assert ours[rank]["LOCAL_RANK"] == str(rank % 2)
 
 
+def static_pair(launcher, port):
+    """Two nodes of a static job on loopback, the master given only as --rdzv-endpoint."""
+    common = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=static",
+              f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-conf=join_timeout=120"]
+    return [launcher + common + [f"--node-rank={rank}"] for rank in (0, 1)]
+
+
+def test_static_rdzv_endpoint_is_the_master_as_in_torchrun2(tmp_path):
+    # torchrun's get_rdzv_endpoint: with the static backend, --rdzv-endpoint is MASTER_ADDR:PORT.
+    port = free_port()
+    launch(static_pair([TRAINRUN], port), str(tmp_path / "ours"))
+    launch(static_pair(torchrun(), port), str(tmp_path / "theirs"))
+    ours, theirs = read_dumps(str(tmp_path / "ours"), 2), read_dumps(str(tmp_path / "theirs"), 2)
+    for rank in range(2):
+        master = {k: ours[rank][k] for k in ("MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")}
+        assert master == {k: theirs[rank][k] for k in master}, (rank, master, theirs[rank])
+        assert (master["MASTER_ADDR"], master["MASTER_PORT"]) == ("127.0.0.1", str(port))
+
+
 # Values for the options that take one; a new option of torchrun without an entry here fails the
 # test below until it is given one. Choices ({a,b}) take their first.
 VALUES = {

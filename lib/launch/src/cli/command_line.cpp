@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdint>
 #include <set>
+#include <stdexcept>
 
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/text.hpp"
@@ -241,6 +242,26 @@ void read_rendezvous(const GivenValues& g, LaunchConfig& c) {
   c.rdzv_conf = parse_rdzv_conf(g.value("rdzv-conf"), g.named("rdzv-conf"));
   c.standalone = g.flag("standalone");
   c.local_addr = g.value("local-addr");
+}
+
+// torchrun's static rendezvous takes the master address and port from --rdzv-endpoint when it is
+// given, from --master-addr/--master-port otherwise (get_rdzv_endpoint).
+void read_static_endpoint(const GivenValues& g, LaunchConfig& c) {
+  if (c.standalone || c.rdzv_backend != RendezvousBackend::static_ || c.rdzv_endpoint.empty())
+    return;
+  rendezvous::HostPort endpoint;
+  try {
+    endpoint = rendezvous::parse_endpoint(c.rdzv_endpoint, -1);
+  } catch (const std::invalid_argument& e) {
+    fail(fmt::format("--rdzv-endpoint={}", e.what()));
+  }
+  if (endpoint.port == -1)
+    fail(fmt::format(
+        "{}: the static backend needs HOST:PORT (the master port, the same on every node)",
+        g.named("rdzv-endpoint")));
+  c.master_addr = endpoint.host;
+  c.master_port = endpoint.port;
+  c.master_port_given = true;
 }
 
 void read_supervision(const GivenValues& g, LaunchConfig& c) {
@@ -517,6 +538,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   LaunchConfig c;
   read_topology(given, c);
   read_rendezvous(given, c);
+  read_static_endpoint(given, c);
   read_supervision(given, c);
   read_output(given, c);
   read_signals(given, c);
