@@ -105,7 +105,7 @@ TEST_CASE("entry modes") {
 }
 
 TEST_CASE("standalone is one node with its own rendezvous") {
-  auto c = parse({"--standalone", "--nnodes=3", "x"});
+  auto c = parse({"--standalone", "x"});
   CHECK(c.standalone);
   CHECK(c.max_nodes == 1);
   CHECK(c.rdzv_backend == RendezvousBackend::c10d);
@@ -272,4 +272,28 @@ TEST_CASE("the static backend takes the master address and port from --rdzv-endp
   CHECK_THROWS_WITH(parse({"--nnodes=2", "--rdzv-endpoint=node0", "x"}),
                     "--rdzv-endpoint=node0: the static backend needs HOST:PORT (the master port, "
                     "the same on every node)");
+}
+
+TEST_CASE("a long option may be shortened to an unambiguous prefix, as in torchrun") {
+  CHECK(parse({"--nproc_per=2", "x"}).nproc_per_node.number == 2);
+  CHECK(parse({"--nproc", "3", "x"}).nproc_per_node.number == 3);  // both spellings: one option
+  CHECK(parse({"--standal", "x"}).standalone);
+  CHECK(parse({"--master-p=1234", "x"}).master_port == 1234);
+  CHECK(parse({"x", "--standal"}).entry_args == std::vector<std::string>{"--standal"});
+  CHECK_THROWS_WITH(parse({"--master=x", "x"}),
+                    "ambiguous option --master=x: could be --master-addr, --master-port (see "
+                    "trainrun --help)");
+  CHECK_THROWS_WITH(parse({"--standlone", "x"}),
+                    "unknown option --standlone; did you mean --standalone? (see trainrun --help)");
+  CHECK_THROWS_WITH(parse({"--frobnicate", "x"}),
+                    "unknown option --frobnicate (see trainrun --help)");
+}
+
+TEST_CASE("--standalone with more than one node is refused") {
+  CHECK_THROWS_WITH(parse({"--standalone", "--nnodes=2", "x"}),
+                    "--nnodes=2: --standalone runs one node; for 2 nodes drop --standalone and "
+                    "give every node --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT");
+  CHECK_THROWS_WITH(parse({"--standalone", "x"}, {{"PET_NNODES", "1:2"}}),
+                    Catch::StartsWith("PET_NNODES=1:2: --standalone runs one node"));
+  CHECK(parse({"--standalone", "--nnodes=1", "x"}).standalone);
 }

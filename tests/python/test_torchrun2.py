@@ -137,6 +137,43 @@ def test_static_rdzv_endpoint_is_the_master_as_in_torchrun2(tmp_path):
         assert (master["MASTER_ADDR"], master["MASTER_PORT"]) == ("127.0.0.1", str(port))
 
 
+def parse_both(*args):
+    """trainrun's and torchrun 2.x's answers to one command line."""
+    return [subprocess.run(launcher + list(args), capture_output=True, text=True, timeout=300,
+                           env=ENV, stdin=subprocess.DEVNULL) for launcher in ([TRAINRUN], torchrun())]
+
+
+def test_long_options_abbreviate_as_in_torchrun2():
+    # argparse's allow_abbrev (on in torchrun's parser): an unambiguous prefix is the option.
+    ours, theirs = parse_both("--standal", "--nproc_per=2", "--no-p", "/bin/true")
+    assert theirs.returncode == 0, theirs.stderr
+    assert ours.returncode == 0, ours.stderr
+    # Ambiguous: refused by both, naming the candidates.
+    ours, theirs = parse_both("--master=x", "--no-python", "/bin/true")
+    assert theirs.returncode == 2 and "ambiguous option: --master=x" in theirs.stderr, theirs.stderr
+    assert ours.returncode == 2, ours.stderr
+    assert ours.stderr == ("trainrun: ambiguous option --master=x: could be --master-addr, "
+                           "--master-port (see trainrun --help)\n")
+    # Unknown: refused by both; trainrun names the option meant.
+    ours, theirs = parse_both("--standlone", "--no-python", "/bin/true")
+    assert theirs.returncode == 2 and "unrecognized arguments: --standlone" in theirs.stderr
+    assert ours.returncode == 2, ours.stderr
+    assert ours.stderr == ("trainrun: unknown option --standlone; did you mean --standalone? "
+                           "(see trainrun --help)\n")
+
+
+def test_standalone_with_two_nodes_is_refused():
+    # torchrun 2.x keeps --nnodes=2 and waits for a second node its localhost rendezvous never
+    # sees (until the join timeout); trainrun refuses at once.
+    r = subprocess.run([TRAINRUN, "--standalone", "--nnodes=2", "--no-python", "/bin/true"],
+                       capture_output=True, text=True, timeout=300, env=ENV,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == ("trainrun: --nnodes=2: --standalone runs one node; for 2 nodes drop "
+                        "--standalone and give every node --rdzv-backend=c10d "
+                        "--rdzv-endpoint=HOST:PORT\n")
+
+
 # Values for the options that take one; a new option of torchrun without an entry here fails the
 # test below until it is given one. Choices ({a,b}) take their first.
 VALUES = {
