@@ -86,3 +86,11 @@ TEST_CASE("trim, split and ends_with", "[base]") {
   CHECK(ends_with("train.py", ".py"));
   CHECK_FALSE(ends_with("py", ".py"));
 }
+
+TEST_CASE("edit_distance counts single-byte edits", "[base]") {
+  CHECK(edit_distance("standlone", "standalone") == 1);
+  CHECK(edit_distance("", "abc") == 3);
+  CHECK(edit_distance("abc", "") == 3);
+  CHECK(edit_distance("kitten", "sitting") == 3);
+  CHECK(edit_distance("same", "same") == 0);
+}

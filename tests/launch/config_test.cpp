@@ -105,7 +105,7 @@ TEST_CASE("entry modes") {
 }
 
 TEST_CASE("standalone is one node with its own rendezvous") {
-  auto c = parse({"--standalone", "--nnodes=3", "x"});
+  auto c = parse({"--standalone", "x"});
   CHECK(c.standalone);
   CHECK(c.max_nodes == 1);
   CHECK(c.rdzv_backend == RendezvousBackend::c10d);
@@ -259,4 +259,41 @@ TEST_CASE("a worker count above what a node can run is refused on one node as on
         Catch::StartsWith("PET_NPROC_PER_NODE=1000000: more workers than one node can run"));
   }
   CHECK_THROWS_WITH(parse({"--nproc-per-node=65537", "x"}), Catch::Contains("at most"));
+}
+
+TEST_CASE("the static backend takes the master address and port from --rdzv-endpoint") {
+  auto c = parse({"--nnodes=2", "--node-rank=1", "--rdzv-endpoint=node0:29600", "x"});
+  CHECK(c.master_addr == "node0");
+  CHECK(c.master_port == 29600);
+  CHECK(c.master_port_given);
+  // As torchrun's get_rdzv_endpoint: the endpoint wins over --master-addr/--master-port.
+  CHECK(parse({"--master-port=1234", "--rdzv-endpoint=[::1]:29600", "x"}).master_addr == "::1");
+  CHECK(parse({"--rdzv-backend=c10d", "--rdzv-endpoint=h:29400", "x"}).master_port == 29500);
+  CHECK_THROWS_WITH(parse({"--nnodes=2", "--rdzv-endpoint=node0", "x"}),
+                    "--rdzv-endpoint=node0: the static backend needs HOST:PORT (the master port, "
+                    "the same on every node)");
+}
+
+TEST_CASE("a long option may be shortened to an unambiguous prefix, as in torchrun") {
+  CHECK(parse({"--nproc_per=2", "x"}).nproc_per_node.number == 2);
+  CHECK(parse({"--nproc", "3", "x"}).nproc_per_node.number == 3);  // both spellings: one option
+  CHECK(parse({"--standal", "x"}).standalone);
+  CHECK(parse({"--master-p=1234", "x"}).master_port == 1234);
+  CHECK(parse({"x", "--standal"}).entry_args == std::vector<std::string>{"--standal"});
+  CHECK_THROWS_WITH(parse({"--master=x", "x"}),
+                    "ambiguous option --master=x: could be --master-addr, --master-port (see "
+                    "trainrun --help)");
+  CHECK_THROWS_WITH(parse({"--standlone", "x"}),
+                    "unknown option --standlone; did you mean --standalone? (see trainrun --help)");
+  CHECK_THROWS_WITH(parse({"--frobnicate", "x"}),
+                    "unknown option --frobnicate (see trainrun --help)");
+}
+
+TEST_CASE("--standalone with more than one node is refused") {
+  CHECK_THROWS_WITH(parse({"--standalone", "--nnodes=2", "x"}),
+                    "--nnodes=2: --standalone runs one node; for 2 nodes drop --standalone and "
+                    "give every node --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT");
+  CHECK_THROWS_WITH(parse({"--standalone", "x"}, {{"PET_NNODES", "1:2"}}),
+                    Catch::StartsWith("PET_NNODES=1:2: --standalone runs one node"));
+  CHECK(parse({"--standalone", "--nnodes=1", "x"}).standalone);
 }

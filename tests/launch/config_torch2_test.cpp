@@ -75,8 +75,9 @@ TEST_CASE("log line prefix template: option, else TORCHELASTIC_LOG_LINE_PREFIX_T
       parse({"x"}, {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", ""}}).log_line_prefix_template);
 }
 
-TEST_CASE("signals to handle are kept as given for the workers") {
-  CHECK(parse({"x"}).signals_to_handle == "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2");
+TEST_CASE("signals to handle are kept as given for the workers, else torchrun 2.x's default") {
+  CHECK(parse({"x"}).signals_to_handle == "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+  CHECK(parse({"x"}, {{"PET_SIGNALS_TO_HANDLE", "SIGINT"}}).signals_to_handle == "SIGINT");
   CHECK(parse({"--signals-to-handle=SIGTERM,SIGUSR1", "x"}).signals_to_handle == "SIGTERM,SIGUSR1");
 }
 

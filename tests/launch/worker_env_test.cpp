@@ -4,6 +4,7 @@
 
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/workers/flight_recorder.hpp"
+#include "trainrun/launch/workers/python_torch.hpp"
 
 using namespace trainrun::launch;
 
@@ -38,12 +39,31 @@ TEST_CASE("worker variables follow torchrun") {
   CHECK(v.at("TORCHELASTIC_RUN_ID") == "job7");
   CHECK(v.at("TORCHELASTIC_USE_AGENT_STORE") == "False");
   CHECK(v.at("TORCHELASTIC_ERROR_FILE") == "/logs/error.json");
+  CHECK(v.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
+  // torch 2.x warns in every process about the old name: only for workers known to run 1.x.
+  CHECK(v.count("NCCL_ASYNC_ERROR_HANDLING") == 0);
+  CHECK(v.at("OMP_NUM_THREADS") == "1");
+  CHECK(v.at("TORCHELASTIC_SIGNALS_TO_HANDLE") == "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+  CHECK(v.count("CUDA_VISIBLE_DEVICES") == 0);
+  CHECK(v.size() == 19);
+}
+
+TEST_CASE("workers known to run torch 1.x also get the old NCCL variable") {
+  JobSettings job;
+  job.torch_major = 1;
+  auto v = worker_variables({}, job, 0, "e", {});
   CHECK(v.at("NCCL_ASYNC_ERROR_HANDLING") == "1");
   CHECK(v.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
-  CHECK(v.at("OMP_NUM_THREADS") == "1");
-  CHECK(v.at("TORCHELASTIC_SIGNALS_TO_HANDLE") == "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2");
-  CHECK(v.count("CUDA_VISIBLE_DEVICES") == 0);
-  CHECK(v.size() == 20);
+  job.torch_major = 2;
+  CHECK(worker_variables({}, job, 0, "e", {}).count("NCCL_ASYNC_ERROR_HANDLING") == 0);
+}
+
+TEST_CASE("the torch version a Python interpreter printed") {
+  CHECK(parse_torch_major("1.13.0a0\n") == 1);
+  CHECK(parse_torch_major("2.15.0+cu132") == 2);
+  CHECK_FALSE(parse_torch_major(""));
+  CHECK_FALSE(parse_torch_major("unknown"));
+  CHECK_FALSE(parse_torch_major("2"));
 }
 
 TEST_CASE("signals to handle are passed on as given") {
@@ -96,7 +116,9 @@ TEST_CASE("virtual local rank needs a GPU per worker in the visible list") {
 TEST_CASE("the user's own settings are left alone") {
   Topology t;
   t.local_world_size = 4;
-  auto v = worker_variables(t, {}, 0, "e",
+  JobSettings torch1;
+  torch1.torch_major = 1;
+  auto v = worker_variables(t, torch1, 0, "e",
                             {{"OMP_NUM_THREADS", "8"}, {"NCCL_ASYNC_ERROR_HANDLING", "0"}});
   CHECK(v.count("OMP_NUM_THREADS") == 0);
   CHECK(v.count("NCCL_ASYNC_ERROR_HANDLING") == 0);

@@ -18,18 +18,14 @@ PY = os.environ.get("TRAINRUN_PYTHON", "")
 ENV = dict(os.environ, PYTHON_EXEC=PY)
 SCRIPT = os.path.join(HERE, "env_dump.py")
 
-# Set by torchrun 1.13, which trainrun matches too (NCCL before 2.x reads only this name).
-OLDER_ONLY = {"NCCL_ASYNC_ERROR_HANDLING"}
-# trainrun's own additions (docs/cli.md): every thread's Python traceback on a fatal signal.
+# trainrun's one addition (docs/cli.md, "Workers"): PYTHONFAULTHANDLER=1 for Python workers,
+# every thread's Python traceback on a fatal signal. Nothing else is allowed beyond torchrun 2.x's.
 TRAINRUN_ONLY = {"PYTHONFAULTHANDLER"}
 # Per run by nature: compared by form, not value.
 FORM_ONLY = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
-# Values that differ by design (docs/cli.md): worker RANK 0 hosts the c10d store, and trainrun
-# also forwards SIGUSR1/SIGUSR2 unless --signals-to-handle says otherwise.
-BY_DESIGN = {
-    "TORCHELASTIC_USE_AGENT_STORE": "False",
-    "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2",
-}
+# The one value that differs by design (docs/cli.md): trainrun's agent hosts no c10d store, worker
+# RANK 0 does; "True" would make every worker a client of a store nobody serves.
+BY_DESIGN = {"TORCHELASTIC_USE_AGENT_STORE": "False"}
 
 
 def torchrun():
@@ -83,7 +79,7 @@ def compare(ours, theirs, by_design=BY_DESIGN):
         a, b = added(ours[rank]), added(theirs[rank])
         missing = set(b) - set(a)
         assert not missing, f"rank {rank}: torchrun 2.x sets {sorted(missing)}, trainrun does not"
-        extra = set(a) - set(b) - OLDER_ONLY - TRAINRUN_ONLY
+        extra = set(a) - set(b) - TRAINRUN_ONLY
         assert not extra, f"rank {rank}: trainrun sets {sorted(extra)}, torchrun 2.x does not"
         for k in set(b) - FORM_ONLY:
             expected = by_design.get(k, b[k])
@@ -115,11 +111,67 @@ def test_environment_matches_torchrun2_two_nodes_c10d(tmp_path):
     launch(two_agents([TRAINRUN], run_id), str(tmp_path / "ours"))
     launch(two_agents(torchrun(), run_id), str(tmp_path / "theirs"))
     ours, theirs = read_dumps(str(tmp_path / "ours"), 4), read_dumps(str(tmp_path / "theirs"), 4)
-    compare(ours, theirs, {"TORCHELASTIC_USE_AGENT_STORE": "False"})
+    compare(ours, theirs)
     for rank in range(4):
         assert ours[rank]["TORCHELASTIC_RUN_ID"] == theirs[rank]["TORCHELASTIC_RUN_ID"] == run_id
         assert ours[rank]["GROUP_RANK"] == str(rank // 2)
         assert ours[rank]["LOCAL_RANK"] == str(rank % 2)
+
+
+def static_pair(launcher, port):
+    """Two nodes of a static job on loopback, the master given only as --rdzv-endpoint."""
+    common = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=static",
+              f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-conf=join_timeout=120"]
+    return [launcher + common + [f"--node-rank={rank}"] for rank in (0, 1)]
+
+
+def test_static_rdzv_endpoint_is_the_master_as_in_torchrun2(tmp_path):
+    # torchrun's get_rdzv_endpoint: with the static backend, --rdzv-endpoint is MASTER_ADDR:PORT.
+    port = free_port()
+    launch(static_pair([TRAINRUN], port), str(tmp_path / "ours"))
+    launch(static_pair(torchrun(), port), str(tmp_path / "theirs"))
+    ours, theirs = read_dumps(str(tmp_path / "ours"), 2), read_dumps(str(tmp_path / "theirs"), 2)
+    for rank in range(2):
+        master = {k: ours[rank][k] for k in ("MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")}
+        assert master == {k: theirs[rank][k] for k in master}, (rank, master, theirs[rank])
+        assert (master["MASTER_ADDR"], master["MASTER_PORT"]) == ("127.0.0.1", str(port))
+
+
+def parse_both(*args):
+    """trainrun's and torchrun 2.x's answers to one command line."""
+    return [subprocess.run(launcher + list(args), capture_output=True, text=True, timeout=300,
+                           env=ENV, stdin=subprocess.DEVNULL) for launcher in ([TRAINRUN], torchrun())]
+
+
+def test_long_options_abbreviate_as_in_torchrun2():
+    # argparse's allow_abbrev (on in torchrun's parser): an unambiguous prefix is the option.
+    ours, theirs = parse_both("--standal", "--nproc_per=2", "--no-p", "/bin/true")
+    assert theirs.returncode == 0, theirs.stderr
+    assert ours.returncode == 0, ours.stderr
+    # Ambiguous: refused by both, naming the candidates.
+    ours, theirs = parse_both("--master=x", "--no-python", "/bin/true")
+    assert theirs.returncode == 2 and "ambiguous option: --master=x" in theirs.stderr, theirs.stderr
+    assert ours.returncode == 2, ours.stderr
+    assert ours.stderr == ("trainrun: ambiguous option --master=x: could be --master-addr, "
+                           "--master-port (see trainrun --help)\n")
+    # Unknown: refused by both; trainrun names the option meant.
+    ours, theirs = parse_both("--standlone", "--no-python", "/bin/true")
+    assert theirs.returncode == 2 and "unrecognized arguments: --standlone" in theirs.stderr
+    assert ours.returncode == 2, ours.stderr
+    assert ours.stderr == ("trainrun: unknown option --standlone; did you mean --standalone? "
+                           "(see trainrun --help)\n")
+
+
+def test_standalone_with_two_nodes_is_refused():
+    # torchrun 2.x keeps --nnodes=2 and waits for a second node its localhost rendezvous never
+    # sees (until the join timeout); trainrun refuses at once.
+    r = subprocess.run([TRAINRUN, "--standalone", "--nnodes=2", "--no-python", "/bin/true"],
+                       capture_output=True, text=True, timeout=300, env=ENV,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == ("trainrun: --nnodes=2: --standalone runs one node; for 2 nodes drop "
+                        "--standalone and give every node --rdzv-backend=c10d "
+                        "--rdzv-endpoint=HOST:PORT\n")
 
 
 # Values for the options that take one; a new option of torchrun without an entry here fails the

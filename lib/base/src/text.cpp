@@ -1,5 +1,6 @@
 #include "trainrun/base/text.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace trainrun {
@@ -91,6 +92,22 @@ std::vector<std::string> split(std::string_view text, char separator) {
 bool ends_with(std::string_view text, std::string_view suffix) {
   return text.size() >= suffix.size() &&
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  // One row of the distance table at a time: row[j] is the distance from a[0..i) to b[0..j).
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({above + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
 }
 
 }  // namespace trainrun

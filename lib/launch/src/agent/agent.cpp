@@ -32,6 +32,7 @@
 #include "trainrun/launch/workers/flight_recorder.hpp"
 #include "trainrun/launch/workers/port.hpp"
 #include "trainrun/launch/workers/python_exec.hpp"
+#include "trainrun/launch/workers/python_torch.hpp"
 #include "trainrun/launch/workers/supervisor.hpp"
 #include "trainrun/launch/workers/watchdog.hpp"
 #include "trainrun/launch/workers/worker_count.hpp"
@@ -73,6 +74,16 @@ class Agent {
   }
 
  private:
+  // Which PyTorch the Python workers will import, for the variables only torch 1.x needs.
+  std::optional<int> worker_torch_major() {
+    const std::optional<int> major = python_torch_major(program_);
+    say_on_console(major
+                       ? fmt::format("{}: PyTorch {}.x", program_, *major)
+                       : program_ + ": no PyTorch version found; workers get torch 2.x's variables",
+                   Level::debug);
+    return major;
+  }
+
   int run_job() {
     job_ = job_settings(config_, config_.standalone ? random_run_id() : config_.rdzv_id);
     job_.python_workers = runs_python(program_);
@@ -83,6 +94,7 @@ class Agent {
       python_.version = python_version(program_);
       say_on_console(python_line(python_), Level::debug);
     }
+    if (job_.python_workers) job_.torch_major = worker_torch_major();
     job_.may_use_nccl = count_nvidia_gpus() > 0;
     std::optional<rendezvous::TcpRendezvousOptions> rdzv_options;
     if (uses_rendezvous(config_)) {

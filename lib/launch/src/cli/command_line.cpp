@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdint>
 #include <set>
+#include <stdexcept>
 
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/text.hpp"
@@ -243,6 +244,26 @@ void read_rendezvous(const GivenValues& g, LaunchConfig& c) {
   c.local_addr = g.value("local-addr");
 }
 
+// torchrun's static rendezvous takes the master address and port from --rdzv-endpoint when it is
+// given, from --master-addr/--master-port otherwise (get_rdzv_endpoint).
+void read_static_endpoint(const GivenValues& g, LaunchConfig& c) {
+  if (c.standalone || c.rdzv_backend != RendezvousBackend::static_ || c.rdzv_endpoint.empty())
+    return;
+  rendezvous::HostPort endpoint;
+  try {
+    endpoint = rendezvous::parse_endpoint(c.rdzv_endpoint, -1);
+  } catch (const std::invalid_argument& e) {
+    fail(fmt::format("--rdzv-endpoint={}", e.what()));
+  }
+  if (endpoint.port == -1)
+    fail(fmt::format(
+        "{}: the static backend needs HOST:PORT (the master port, the same on every node)",
+        g.named("rdzv-endpoint")));
+  c.master_addr = endpoint.host;
+  c.master_port = endpoint.port;
+  c.master_port_given = true;
+}
+
 void read_supervision(const GivenValues& g, LaunchConfig& c) {
   c.max_restarts = parse_int(g.value("max-restarts"), g.named("max-restarts"), "an integer >= 0");
   if (c.max_restarts < 0) fail(fmt::format("{}: must be >= 0", g.named("max-restarts")));
@@ -330,7 +351,10 @@ void read_launcher_output(const GivenValues& g, const std::map<std::string, std:
 
 // SIGUSR1, SIGUSR2 and SIGCONT are only passed on to the workers; the others stop the job.
 void read_signals(const GivenValues& g, LaunchConfig& c) {
-  c.signals_to_handle = g.value("signals-to-handle");
+  // Workers see what torchrun 2.x would give them: trainrun's own SIGUSR1/SIGUSR2 are not part of
+  // its default (they stop nothing here).
+  c.signals_to_handle = given_explicitly(g, "signals-to-handle") ? g.value("signals-to-handle")
+                                                                 : kTorchrunSignalsToHandle;
   for (const auto& name : split(g.value("signals-to-handle"), ',')) {
     if (trim(name).empty()) continue;
     int sig = parse_signal_name(name, g.named("signals-to-handle"));
@@ -472,6 +496,77 @@ std::vector<std::string> mark_empty_values(const std::vector<std::string>& args)
   return out;
 }
 
+// Long options CLI11 adds itself.
+const char* const kBuiltinOptions[] = {"help", "version"};
+
+// Every long spelling ("nproc-per-node", "nproc_per_node", "help") with whether it takes a value.
+std::map<std::string, bool> long_spellings() {
+  std::map<std::string, bool> out;
+  for (const auto& spec : option_specs()) {
+    out[spec.dashed] = !spec.is_flag;
+    out[spec.underscored()] = !spec.is_flag;
+  }
+  for (const char* name : kBuiltinOptions) out[name] = false;
+  return out;
+}
+
+// The dashed name of a spelling: the two spellings of one option are one option.
+std::string dashed(std::string name) {
+  std::replace(name.begin(), name.end(), '_', '-');
+  return name;
+}
+
+[[noreturn]] void unknown_option(const std::string& arg, const std::string& name,
+                                 const std::map<std::string, bool>& spellings) {
+  std::string best;
+  size_t best_distance = std::string::npos;
+  for (const auto& [spelling, takes_value] : spellings) {
+    const size_t d = edit_distance(dashed(name), dashed(spelling));
+    if (d < best_distance) best = dashed(spelling), best_distance = d;
+  }
+  // A typo, not another word: at most a third of the name changed.
+  if (best_distance <= std::max<size_t>(1, name.size() / 3))
+    fail(fmt::format("unknown option {}; did you mean --{}? (see trainrun --help)", arg, best));
+  fail(fmt::format("unknown option {} (see trainrun --help)", arg));
+}
+
+// argparse's allow_abbrev, which torchrun keeps: an unambiguous prefix of a long option stands for
+// it. Unlike argparse (3.11), a prefix of both spellings of one option ("--nproc") is not
+// ambiguous. Only the options before the entrypoint are read; an unknown one is refused here.
+std::vector<std::string> expand_abbreviations(const std::vector<std::string>& args) {
+  static const std::map<std::string, bool> spellings = long_spellings();
+  static const std::set<std::string> short_with_value = {"-r", "-t"};
+  std::vector<std::string> out = args;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const std::string& arg = out[i];
+    if (arg == "--" || arg.size() < 2 || arg[0] != '-') break;
+    if (arg[1] != '-') {
+      if (short_with_value.count(arg)) ++i;
+      continue;
+    }
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(2, eq == std::string::npos ? eq : eq - 2);
+    auto exact = spellings.find(name);
+    if (exact == spellings.end()) {
+      std::set<std::string> options;
+      std::string spelling;
+      for (const auto& [candidate, takes_value] : spellings)
+        if (candidate.rfind(name, 0) == 0 && options.insert(dashed(candidate)).second)
+          spelling = candidate;
+      if (options.empty()) unknown_option(arg, name, spellings);
+      if (options.size() > 1) {
+        std::string listed;
+        for (const auto& o : options) listed += (listed.empty() ? "--" : ", --") + o;
+        fail(fmt::format("ambiguous option {}: could be {} (see trainrun --help)", arg, listed));
+      }
+      exact = spellings.find(spelling);
+      out[i] = "--" + spelling + (eq == std::string::npos ? "" : arg.substr(eq));
+    }
+    if (exact->second && eq == std::string::npos) ++i;  // its value follows
+  }
+  return out;
+}
+
 std::string restore_empty(std::string arg) {
   if (arg.size() >= 2 && arg.back() == '\0' && arg[arg.size() - 2] == '=') arg.pop_back();
   return arg;
@@ -485,7 +580,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   const std::unique_ptr<CLI::App> app_ptr = make_app(given);
   CLI::App& app = *app_ptr;
 
-  const std::vector<std::string> marked = mark_empty_values(args);
+  const std::vector<std::string> marked = mark_empty_values(expand_abbreviations(args));
   std::vector<std::string> reversed(marked.rbegin(), marked.rend());
   try {
     app.parse(reversed);
@@ -514,6 +609,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   LaunchConfig c;
   read_topology(given, c);
   read_rendezvous(given, c);
+  read_static_endpoint(given, c);
   read_supervision(given, c);
   read_output(given, c);
   read_signals(given, c);
@@ -524,6 +620,12 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   read_entrypoint(given, rest, env, c);
 
   if (c.standalone) {
+    // torchrun 2.x keeps the count and waits for nodes its own localhost rendezvous never sees.
+    if (c.max_nodes != 1)
+      fail(fmt::format(
+          "{}: --standalone runs one node; for {} nodes drop --standalone and give every node "
+          "--rdzv-backend=c10d --rdzv-endpoint=HOST:PORT",
+          given.named("nnodes"), c.max_nodes));
     c.min_nodes = c.max_nodes = 1;
     c.rdzv_backend = RendezvousBackend::c10d;
     c.rdzv_endpoint = "localhost:0";

@@ -290,11 +290,12 @@ std::string hosting_hint(const LaunchConfig& config) {
 
 std::string loopback_warning(const LaunchConfig& c) {
   if (c.max_nodes <= 1 || c.standalone) return {};
-  const bool is_static = c.rdzv_backend == RendezvousBackend::static_;
-  const std::string option = is_static ? "--master-addr" : "--rdzv-endpoint";
-  const std::string value = is_static ? c.master_addr : c.rdzv_endpoint;
+  // A static job's master is --rdzv-endpoint when that is given (command_line.cpp).
+  const bool names_master = c.rdzv_backend == RendezvousBackend::static_ && c.rdzv_endpoint.empty();
+  const std::string option = names_master ? "--master-addr" : "--rdzv-endpoint";
+  const std::string value = names_master ? c.master_addr : c.rdzv_endpoint;
   std::string host = value;
-  if (!is_static) {
+  if (!names_master) {
     try {
       host = rendezvous::parse_endpoint(value).host;
     } catch (const std::exception&) {

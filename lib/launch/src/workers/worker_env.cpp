@@ -83,8 +83,11 @@ std::map<std::string, std::string> worker_variables(
       {"TORCHELASTIC_SIGNALS_TO_HANDLE", job.signals_to_handle},
   };
   if (job.virtual_local_rank) set_virtual_local_rank(local_rank, inherited, v);
-  for (const char* name : {"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"})
-    if (!inherited.count(name)) v[name] = "1";
+  if (!inherited.count("TORCH_NCCL_ASYNC_ERROR_HANDLING"))
+    v["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
+  // Torch before 2.0 reads only the old name; 2.x reads it too and warns that it is deprecated.
+  if (job.torch_major == 1 && !inherited.count("NCCL_ASYNC_ERROR_HANDLING"))
+    v["NCCL_ASYNC_ERROR_HANDLING"] = "1";
   if (t.local_world_size > 1 && !inherited.count("OMP_NUM_THREADS")) v["OMP_NUM_THREADS"] = "1";
   if (job.python_workers && !inherited.count("PYTHONFAULTHANDLER")) v["PYTHONFAULTHANDLER"] = "1";
   if (job.may_use_nccl) {

@@ -33,4 +33,8 @@ std::vector<std::string> split(std::string_view text, char separator);
 
 bool ends_with(std::string_view text, std::string_view suffix);
 
+// Levenshtein distance: the fewest single-byte insertions, deletions and substitutions that turn
+// `a` into `b` (for "did you mean ...?").
+std::size_t edit_distance(std::string_view a, std::string_view b);
+
 }  // namespace trainrun

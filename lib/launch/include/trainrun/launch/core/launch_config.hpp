@@ -63,7 +63,8 @@ struct LaunchConfig {
   double shutdown_timeout = 30.0;
   std::vector<int> stop_signals;     // stop the job, forwarded to workers first
   std::vector<int> forward_signals;  // forwarded only (SIGUSR1, SIGUSR2)
-  std::string signals_to_handle;     // as given: workers see it in TORCHELASTIC_SIGNALS_TO_HANDLE
+  // As given, else torchrun 2.x's default: workers see it in TORCHELASTIC_SIGNALS_TO_HANDLE.
+  std::string signals_to_handle;
   // --log-line-prefix-template, else TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; none: "[role0]:".
   std::optional<std::string> log_line_prefix_template;
   // Tee'd console lines containing any of these are also written to filtered_std{out,err}.log.

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,10 @@ struct Topology {
   int restart_count = 0;
 };
 
-// --signals-to-handle's default, as torchrun's.
+// --signals-to-handle's default: torchrun's, and the signals trainrun passes on to the workers.
 inline constexpr char kDefaultSignalsToHandle[] = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2";
+// torchrun 2.x's default, which its workers see in TORCHELASTIC_SIGNALS_TO_HANDLE.
+inline constexpr char kTorchrunSignalsToHandle[] = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 
 // What every worker of this node shares, beyond the topology.
 struct JobSettings {
@@ -27,13 +30,16 @@ struct JobSettings {
   std::string run_id = "none";
   int max_restarts = 0;
   bool use_agent_store = false;
-  std::string signals_to_handle = kDefaultSignalsToHandle;
+  std::string signals_to_handle = kTorchrunSignalsToHandle;
   // torchrun's --virtual-local-rank: LOCAL_RANK=0 and only the worker's own GPU visible.
   bool virtual_local_rank = false;
   // The workers run a Python interpreter (runs_python): they get PYTHONFAULTHANDLER=1.
   bool python_workers = false;
   // The workers may use NCCL (an NVIDIA GPU is visible): the flight recorder's variables are set.
   bool may_use_nccl = false;
+  // The major version of the workers' PyTorch when trainrun could ask (Python workers): 1 gets
+  // torchrun 1.13's NCCL_ASYNC_ERROR_HANDLING, which torch 2.x warns about in every process.
+  std::optional<int> torch_major;
 };
 
 // Whether `program` (the path a worker execs) is a Python interpreter: its name starts with

@@ -1,0 +1,18 @@
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace trainrun::launch {
+
+// The major version in what `python -c` printed for torch's version ("1.13.0a0", "2.15.0+cu132"):
+// nothing when it printed none (no torch there).
+std::optional<int> parse_torch_major(std::string_view printed);
+
+// The major version of the PyTorch that the interpreter `python` (a path) would import, read from
+// torch/version.py without importing torch (a fraction of a second, not torch's import time):
+// nothing when it has no torch or cannot say within a generous bound.
+std::optional<int> python_torch_major(const std::string& python);
+
+}  // namespace trainrun::launch
