@@ -181,6 +181,60 @@ TEST_CASE("etcd round: a state of the earlier layout is refused, saying so", "[e
                     Catch::Contains("layout 1 was written by another version of trainrun"));
 }
 
+TEST_CASE("etcd round: a state of layout 2 is refused, saying so", "[etcd]") {
+  EtcdRound round(options(1, 1, 0), "etcd:2379", 15);
+  EtcdRoundState s;
+  round.join(s, "a", node("a"), 100);
+  auto j = nlohmann::json::parse(encode_state(s));
+  j["layout"] = 2;
+  CHECK_THROWS_WITH(decode_state(j.dump()),
+                    Catch::Contains("layout 2 was written by another version of trainrun (this "
+                                    "one reads layout 3)"));
+}
+
+TEST_CASE("etcd round: the summary beside the state says which changes concern a node", "[etcd]") {
+  EtcdRound round(options(3, 3, 0), "etcd:2379", 15);
+  const auto decoded = [](const EtcdRoundSummary& m) {
+    std::optional<EtcdRoundSummary> d = decode_summary(encode_summary(m));
+    REQUIRE(d);
+    return *d;
+  };
+  EtcdRoundState s;
+  round.join(s, "a", node("a"), 100);
+  const std::optional<EtcdRoundState> a_read = stored(s);
+  // b's join taken: a waiter like a, in the same phase: nothing for a to read.
+  EtcdRoundState t = s;
+  round.join(t, "b", node("b"), 101);
+  EtcdRoundSummary m = decoded(summarize(s, t, round.next_deadline(t)));
+  CHECK(m.waiting == 2);
+  CHECK(m.deadline == round.next_deadline(t));
+  CHECK_FALSE(concerns(m, a_read, "a"));
+  CHECK(concerns(m, std::nullopt, "a"));  // nothing read yet
+  // b lost: b is no longer a member (its agent reads), a still waits.
+  EtcdRoundState u = t;
+  round.lost(u, "b", "gone", 102);
+  m = decoded(summarize(t, u, round.next_deadline(u)));
+  CHECK(m.left == std::set<std::string>{"b"});
+  CHECK(concerns(m, a_read, "b"));
+  CHECK_FALSE(concerns(m, a_read, "a"));
+  // The round forms: every member reads.
+  EtcdRoundState v = t;
+  round.join(v, "c", node("c"), 103);
+  REQUIRE(v.phase == Phase::running);
+  m = decoded(summarize(t, v, round.next_deadline(v)));
+  CHECK(concerns(m, a_read, "a"));
+  // A join refused: its agent reads, the others do not.
+  EtcdRoundState w = v;
+  w.refused["d"] = Reject{"rank taken", Refusal::rank_taken};
+  m = decoded(summarize(v, w, round.next_deadline(w)));
+  CHECK(concerns(m, stored(v), "d"));
+  CHECK_FALSE(concerns(m, stored(v), "a"));
+  // A summary of another layout is none: the agent reads the state, which says why.
+  auto j = nlohmann::json::parse(encode_summary(m));
+  j["layout"] = 2;
+  CHECK_FALSE(decode_summary(j.dump()));
+}
+
 TEST_CASE("etcd round: joins and dones are keys of their own, taken in by one change", "[etcd]") {
   RoundOptions o = options(2, 2, 0);
   o.static_ranks = true;

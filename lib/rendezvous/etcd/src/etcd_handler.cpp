@@ -290,8 +290,18 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   // A range response as this node's view; false where the state is not one this version wrote
   // (the job stops on this node).
   bool take_snapshot(const json& j, Snapshot& s) {
+    if (!parse_snapshot(j, s)) return false;
+    if (!generation_) generation_ = round_.generation_to_join(s.state);
+    keys_ = s.keys;
+    stored_ = s.state;
+    stored_mod_revision_ = s.state_mod_revision;
+    return true;
+  }
+
+  bool parse_snapshot(const json& j, Snapshot& s) {
     try {
       s = space_.snapshot(j);
+      return true;
     } catch (const std::exception& e) {
       fail(Stop{StopCause::rejected,
                 fmt::format("the rendezvous state in etcd at {} under {} is not one this trainrun "
@@ -300,11 +310,6 @@ class EtcdRendezvousHandler : public RendezvousHandler {
                 Refusal::foreign_state});
       return false;
     }
-    if (!generation_) generation_ = round_.generation_to_join(s.state);
-    keys_ = s.keys;
-    stored_ = s.state;
-    stored_mod_revision_ = s.state_mod_revision;
-    return true;
   }
 
   void read(std::function<void(const Snapshot&)> then) {
@@ -330,11 +335,11 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   }
 
   // The agent with the lowest live node id watches every key; the others only the node keys and
-  // the state ([nodes/, state], nothing else sorts between), so that etcd sends each agent's join,
-  // answer and done to one agent, not to all.
+  // the state's summary, so that etcd sends each agent's join, answer and done, and each state,
+  // to one agent, not to all.
   void watch(std::int64_t from) {
     watching_all_ = lowest();
-    json request = watching_all_ ? space_.everything() : space_.nodes_and_state();
+    json request = watching_all_ ? space_.everything() : space_.nodes_and_round();
     json body = {{"create_request", std::move(request)}};
     body["create_request"]["start_revision"] = std::to_string(from);
     watch_from_ = from;
@@ -365,7 +370,10 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       const std::string key = base64_decode(kv.at("key").get<std::string>());
       watch_from_ = std::max(watch_from_, etcd_int(kv, "mod_revision") + 1);
       const bool deleted = ev.value("type", "") == "DELETE";
-      if (key == space_.state() && !deleted) {
+      if (key == space_.round() && !deleted) {
+        // The agents watching every key have the state itself.
+        if (!watching_all_) take_summary(kv.value("value", ""), etcd_int(kv, "mod_revision"));
+      } else if (key == space_.state() && !deleted) {
         const std::int64_t revision = etcd_int(kv, "mod_revision");
         // This agent's own write, or one it has read since: nothing new.
         if (revision <= stored_mod_revision_) continue;
@@ -410,6 +418,44 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       }
     }
     if (!finished_ && watching_all_ && lowest()) consider();
+  }
+
+  // A summary of a change: the state is read only where the change concerns this node (it
+  // decides nothing for the others: a join taken, a deadline moved).
+  void take_summary(const std::string& value, std::int64_t revision) {
+    if (revision <= stored_mod_revision_) return;  // read since
+    const std::optional<EtcdRoundSummary> m = decode_summary(base64_decode(value));
+    if (!m || concerns(*m, stored_, node_id_)) return read_state(revision);
+    // The state changes: the agent that writes it is at work (check_later()).
+    seen_revision_ = std::max(seen_revision_, revision);
+    arm_tick(m->deadline);
+    if (joined_ && !assigned_ && (!stored_ || !join_taken(*stored_) || stored_->waiter(node_id_)))
+      report_waiting(m->waiting);
+  }
+
+  // The state alone, at `revision` or later; one read at a time, again where a later summary
+  // wants a later state than the one it read.
+  void read_state(std::int64_t revision) {
+    state_wanted_ = std::max(state_wanted_, revision);
+    if (reading_state_) return;
+    reading_state_ = true;
+    call(
+        "/v3/kv/range", space_.state_only(),
+        [this](const json& j) {
+          reading_state_ = false;
+          Snapshot s;
+          if (!parse_snapshot(j, s)) return;
+          if (s.state && s.state_mod_revision > stored_mod_revision_) {
+            stored_ = s.state;
+            stored_mod_revision_ = s.state_mod_revision;
+            react(*s.state, s.state_mod_revision);
+          }
+          if (!finished_ && state_wanted_ > s.revision) read_state(state_wanted_);
+        },
+        [this] {
+          reading_state_ = false;
+          read_state(state_wanted_);
+        });
   }
 
   // ---- changing the state: read, apply, compare-and-set; again if another agent was first ----
@@ -553,7 +599,12 @@ class EtcdRendezvousHandler : public RendezvousHandler {
                     {"result", "EQUAL"},
                     {"mod_revision", std::to_string(snap.state_mod_revision)}};
     json put = {{"request_put", {{"key", key}, {"value", base64_encode(encode_state(s))}}}};
-    return {{"compare", json::array({compare})}, {"success", json::array({put})}};
+    const EtcdRoundSummary summary = summarize(snap.state, s, round_.next_deadline(s));
+    json put_summary = {{"request_put",
+                         {{"key", base64_encode(space_.round())},
+                          {"value", base64_encode(encode_summary(summary))}}}};
+    return {{"compare", json::array({compare})},
+            {"success", json::array({put, std::move(put_summary)})}};
   }
 
   void compare_and_set(const Snapshot& snap, const EtcdRoundState& s) {
@@ -647,9 +698,9 @@ class EtcdRendezvousHandler : public RendezvousHandler {
         put_own(space_.answers(), std::to_string(s.round));
       }
     } else if (joined_ && !assigned_ && s.waiter(node_id_)) {
-      report_waiting(s);
+      report_waiting(s.waiting.size());
     }
-    arm_tick(s);
+    arm_tick(round_.next_deadline(s));
   }
 
   void assign(const EtcdRoundState& s) {
@@ -661,9 +712,9 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (events_.on_assignment) events_.on_assignment(a);
   }
 
-  void report_waiting(const EtcdRoundState& s) {
+  void report_waiting(std::size_t waiting) {
     const auto now = Clock::now();
-    const int joined = static_cast<int>(s.waiting.size());
+    const int joined = static_cast<int>(waiting);
     if (joined == last_waiting_count_ && now - last_waiting_log_ < options_.round.status_interval)
       return;
     last_waiting_count_ = joined;
@@ -675,8 +726,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
                                                              r.min_nodes, r.max_nodes)));
   }
 
-  void arm_tick(const EtcdRoundState& s) {
-    const std::optional<double> at = round_.next_deadline(s);
+  void arm_tick(const std::optional<double>& at) {
     tick_timer_.cancel();
     if (!at) return;
     const double wait = std::max(0.0, *at - unix_time()) + 0.05;
@@ -727,7 +777,9 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   std::int64_t stored_mod_revision_ = 0;
   // A state watched, not yet decoded (base64), and its revision.
   std::optional<std::pair<std::string, std::int64_t>> pending_state_;
-  EtcdKeys keys_;                                  // the keys beside it, the same
+  bool reading_state_ = false;     // read_state()'s read is out
+  std::int64_t state_wanted_ = 0;  // the revision the last summary that concerned this node had
+  EtcdKeys keys_;                  // the keys beside it, the same
   std::optional<Clock::time_point> fallback_due_;  // when check_later()'s pause ends
   bool fallback_always_ = false;
   bool watching_all_ = false;                 // every key, or the node keys and the state

@@ -149,6 +149,69 @@ EtcdRoundState decode_state(const std::string& text) {
   }
 }
 
+EtcdRoundSummary summarize(const std::optional<EtcdRoundState>& before, const EtcdRoundState& after,
+                           std::optional<double> deadline) {
+  EtcdRoundSummary m;
+  m.generation = after.generation;
+  m.phase = after.phase;
+  m.round = after.round;
+  m.started = after.started;
+  m.waiting = after.waiting.size();
+  m.deadline = deadline;
+  for (const auto& [id, r] : after.refused) m.refused.insert(id);
+  if (before) {
+    for (const auto* list : {&before->participants, &before->waiting}) {
+      for (const auto& member : *list) {
+        if (!after.participant(member.id) && !after.waiter(member.id)) m.left.insert(member.id);
+      }
+    }
+  }
+  return m;
+}
+
+std::string encode_summary(const EtcdRoundSummary& m) {
+  return json{{"layout", kEtcdStateLayout},
+              {"generation", m.generation},
+              {"phase", kPhases[static_cast<int>(m.phase)]},
+              {"round", m.round},
+              {"started", m.started},
+              {"waiting", m.waiting},
+              {"deadline", m.deadline ? json(*m.deadline) : json(nullptr)},
+              {"refused", m.refused},
+              {"left", m.left}}
+      .dump();
+}
+
+std::optional<EtcdRoundSummary> decode_summary(const std::string& text) {
+  try {
+    const json j = json::parse(text);
+    if (j.value("layout", 0) != kEtcdStateLayout) return std::nullopt;
+    EtcdRoundSummary m;
+    m.generation = j.at("generation").get<std::uint64_t>();
+    const std::string phase = j.at("phase").get<std::string>();
+    auto known = std::find(std::begin(kPhases), std::end(kPhases), phase);
+    if (known == std::end(kPhases)) return std::nullopt;
+    m.phase = static_cast<Phase>(known - std::begin(kPhases));
+    m.round = j.at("round").get<std::uint64_t>();
+    m.started = j.at("started").get<bool>();
+    m.waiting = j.at("waiting").get<std::size_t>();
+    if (!j.at("deadline").is_null()) m.deadline = j.at("deadline").get<double>();
+    m.refused = j.at("refused").get<std::set<std::string>>();
+    m.left = j.at("left").get<std::set<std::string>>();
+    return m;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+bool concerns(const EtcdRoundSummary& m, const std::optional<EtcdRoundState>& stored,
+              const std::string& id) {
+  if (!stored || stored->generation != m.generation || stored->phase != m.phase ||
+      stored->round != m.round || stored->started != m.started)
+    return true;
+  return m.left.count(id) || (m.refused.count(id) && !stored->refused.count(id));
+}
+
 std::string encode_join(const EtcdJoin& join) {
   return json{{"generation", join.generation},
               {"seq", join.seq},
