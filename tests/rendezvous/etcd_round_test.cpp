@@ -201,34 +201,48 @@ TEST_CASE("etcd round: the summary beside the state says which changes concern a
   };
   EtcdRoundState s;
   round.join(s, "a", node("a"), 100);
-  const std::optional<EtcdRoundState> a_read = stored(s);
+  // What a knows: the state it read.
+  const std::optional<EtcdRoundSummary> a_knows = round.summary(std::nullopt, stored(s));
   // b's join taken: a waiter like a, in the same phase: nothing for a to read.
   EtcdRoundState t = s;
   round.join(t, "b", node("b"), 101);
-  EtcdRoundSummary m = decoded(summarize(s, t, round.next_deadline(t)));
+  EtcdRoundSummary m = decoded(round.summary(s, t));
   CHECK(m.waiting == 2);
   CHECK(m.deadline == round.next_deadline(t));
-  CHECK_FALSE(concerns(m, a_read, "a"));
-  CHECK(concerns(m, std::nullopt, "a"));  // nothing read yet
+  CHECK(m.members.empty());
+  CHECK_FALSE(concerns(m, a_knows, "a"));
+  CHECK(concerns(m, std::nullopt, "a"));  // nothing known yet
   // b lost: b is no longer a member (its agent reads), a still waits.
   EtcdRoundState u = t;
   round.lost(u, "b", "gone", 102);
-  m = decoded(summarize(t, u, round.next_deadline(u)));
+  m = decoded(round.summary(t, u));
   CHECK(m.left == std::set<std::string>{"b"});
-  CHECK(concerns(m, a_read, "b"));
-  CHECK_FALSE(concerns(m, a_read, "a"));
-  // The round forms: every member reads.
+  CHECK(concerns(m, a_knows, "b"));
+  CHECK_FALSE(concerns(m, a_knows, "a"));
+  // The round forms: it concerns every member, and names them.
   EtcdRoundState v = t;
-  round.join(v, "c", node("c"), 103);
+  round.join(v, "c", node("c", 2), 103);
   REQUIRE(v.phase == Phase::running);
-  m = decoded(summarize(t, v, round.next_deadline(v)));
-  CHECK(concerns(m, a_read, "a"));
-  // A join refused: its agent reads, the others do not.
+  m = decoded(round.summary(t, v));
+  CHECK(concerns(m, a_knows, "a"));
+  CHECK(m.members == std::vector<std::string>{"a", "b", "c"});
+  CHECK(m.assignments.empty());
+  // Started: each member's assignment, as from the state.
   EtcdRoundState w = v;
-  w.refused["d"] = Reject{"rank taken", Refusal::rank_taken};
-  m = decoded(summarize(v, w, round.next_deadline(w)));
-  CHECK(concerns(m, stored(v), "d"));
-  CHECK_FALSE(concerns(m, stored(v), "a"));
+  answer_all(round, w);
+  m = decoded(round.summary(v, w));
+  const std::vector<Assignment> from_state = round.assignments(w);
+  REQUIRE(m.assignments.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(encode(ServerMessage{m.assignments[i]}) == encode(ServerMessage{from_state[i]}));
+  }
+  // A join refused: its agent reads, the others do not.
+  EtcdRoundState x = w;
+  x.refused["d"] = Reject{"rank taken", Refusal::rank_taken};
+  const std::optional<EtcdRoundSummary> w_known = round.summary(std::nullopt, w);
+  m = decoded(round.summary(w, x));
+  CHECK(concerns(m, w_known, "d"));
+  CHECK_FALSE(concerns(m, w_known, "a"));
   // A summary of another layout is none: the agent reads the state, which says why.
   auto j = nlohmann::json::parse(encode_summary(m));
   j["layout"] = 2;

@@ -421,16 +421,41 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   }
 
   // A summary of a change: the state is read only where the change concerns this node (it
-  // decides nothing for the others: a join taken, a deadline moved).
+  // decides nothing for the others: a join taken, a deadline moved), and where a round formed
+  // or started with this node in it does not say all this node needs.
   void take_summary(const std::string& value, std::int64_t revision) {
-    if (revision <= stored_mod_revision_) return;  // read since
+    if (revision <= stored_mod_revision_ || revision <= seen_revision_) return;  // read since
     const std::optional<EtcdRoundSummary> m = decode_summary(base64_decode(value));
-    if (!m || concerns(*m, stored_, node_id_)) return read_state(revision);
+    if (!m) return read_state(revision);
+    if (!take_round(*m) && concerns(*m, known_, node_id_)) return read_state(revision);
     // The state changes: the agent that writes it is at work (check_later()).
-    seen_revision_ = std::max(seen_revision_, revision);
+    seen_revision_ = revision;
+    known_ = *m;
     arm_tick(m->deadline);
     if (joined_ && !assigned_ && (!stored_ || !join_taken(*stored_) || stored_->waiter(node_id_)))
       report_waiting(m->waiting);
+  }
+
+  // This node, joined and waiting for its round, in the running round the summary names: it
+  // answers it (formed) or takes its assignment (started), as react() does from the state.
+  bool take_round(const EtcdRoundSummary& m) {
+    if (!joined_ || assigned_ || m.generation != *generation_ ||
+        m.phase != EtcdRoundState::Phase::running)
+      return false;
+    const auto at = std::find(m.members.begin(), m.members.end(), node_id_);
+    if (at == m.members.end()) return false;
+    if (m.started) {
+      if (m.assignments.empty()) return false;
+      assigned_ = m.round;
+      answering_.reset();
+      if (events_.on_assignment) events_.on_assignment(m.assignments[at - m.members.begin()]);
+      return true;
+    }
+    // Another round this node answered never started: the state says why.
+    if (answering_) return *answering_ == m.round;
+    answering_ = m.round;
+    put_own(space_.answers(), std::to_string(m.round));
+    return true;
   }
 
   // The state alone, at `revision` or later; one read at a time, again where a later summary
@@ -512,6 +537,12 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   // Whether the state does not yet show what this agent's own keys say.
   bool own_keys_pending() const {
     using Phase = EtcdRoundState::Phase;
+    // Where this agent took changes in from their summaries since it read the state, what the
+    // summary does not say (a join taken, a done) counts as not shown.
+    if (answering_ && known_)
+      return known_->round == *answering_ && known_->phase == Phase::running && !known_->started;
+    if (stored_mod_revision_ < seen_revision_)
+      return (joined_ && !assigned_) || done_round_.has_value();
     if (!stored_ || stored_->generation != *generation_) return joined_ && !assigned_;
     const EtcdRoundState& s = *stored_;
     if (joined_ && !assigned_ && !join_taken(s)) return true;
@@ -599,7 +630,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
                     {"result", "EQUAL"},
                     {"mod_revision", std::to_string(snap.state_mod_revision)}};
     json put = {{"request_put", {{"key", key}, {"value", base64_encode(encode_state(s))}}}};
-    const EtcdRoundSummary summary = summarize(snap.state, s, round_.next_deadline(s));
+    const EtcdRoundSummary summary = round_.summary(snap.state, s);
     json put_summary = {{"request_put",
                          {{"key", base64_encode(space_.round())},
                           {"value", base64_encode(encode_summary(summary))}}}};
@@ -656,6 +687,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     // An earlier job, over: this node's job begins with its join.
     if (finished_ || revision <= seen_revision_ || s.generation < *generation_) return;
     seen_revision_ = revision;
+    known_ = round_.summary(std::nullopt, s);
     if (s.generation > *generation_) return fail(round_.superseded());
     if (s.stop) return fail(*s.stop);
     const EtcdMember* me = s.participant(node_id_);
@@ -777,9 +809,11 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   std::int64_t stored_mod_revision_ = 0;
   // A state watched, not yet decoded (base64), and its revision.
   std::optional<std::pair<std::string, std::int64_t>> pending_state_;
-  bool reading_state_ = false;     // read_state()'s read is out
-  std::int64_t state_wanted_ = 0;  // the revision the last summary that concerned this node had
-  EtcdKeys keys_;                  // the keys beside it, the same
+  bool reading_state_ = false;  // read_state()'s read is out
+  std::int64_t state_wanted_ = 0;
+  std::optional<EtcdRoundSummary> known_;  // the summary of what this node last took in  // the
+                                           // revision the last summary that concerned this node had
+  EtcdKeys keys_;                          // the keys beside it, the same
   std::optional<Clock::time_point> fallback_due_;  // when check_later()'s pause ends
   bool fallback_always_ = false;
   bool watching_all_ = false;                 // every key, or the node keys and the state
