@@ -327,7 +327,13 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   }
 
   void watch_after_read(const Snapshot& s) {
-    if (s.state) react(*s.state, s.state_mod_revision);
+    if (s.state) {
+      react(*s.state, s.state_mod_revision);
+    } else {
+      // No state yet: what this node knows is its job's first state, so that the summary of the
+      // write that takes the first joins is not news to it.
+      known_ = round_.summary(std::nullopt, *round_.state_of(std::nullopt, *generation_));
+    }
     if (finished_) return;
     if (pending_join_) submit_join();
     watch(s.revision + 1);
