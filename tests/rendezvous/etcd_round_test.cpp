@@ -243,6 +243,14 @@ TEST_CASE("etcd round: the summary beside the state says which changes concern a
   m = decoded(round.summary(w, x));
   CHECK(concerns(m, w_known, "d"));
   CHECK_FALSE(concerns(m, w_known, "a"));
+  CHECK_FALSE(m.stop);
+  // Every member done: the job's end, in the summary too.
+  EtcdRoundState y = w;
+  for (const auto& id : {"a", "b", "c"}) round.done(y, id, y.round);
+  REQUIRE(y.phase == Phase::ended);
+  m = decoded(round.summary(w, y));
+  REQUIRE(m.stop);
+  CHECK(encode(ServerMessage{*m.stop}) == encode(ServerMessage{*y.stop}));
   // A summary of another layout is none: the agent reads the state, which says why.
   auto j = nlohmann::json::parse(encode_summary(m));
   j["layout"] = 2;

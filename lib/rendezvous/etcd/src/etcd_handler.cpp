@@ -434,6 +434,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     const std::optional<EtcdRoundSummary> m = decode_summary(base64_decode(value));
     if (!m) return read_state(revision);
     if (!take_round(*m) && concerns(*m, known_, node_id_)) return read_state(revision);
+    if (finished_) return;
     // The state changes: the agent that writes it is at work (check_later()).
     seen_revision_ = revision;
     known_ = *m;
@@ -445,6 +446,11 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   // This node, joined and waiting for its round, in the running round the summary names: it
   // answers it (formed) or takes its assignment (started), as react() does from the state.
   bool take_round(const EtcdRoundSummary& m) {
+    // The job's end, as react() takes it from the state.
+    if (m.stop && generation_ && m.generation == *generation_) {
+      fail(*m.stop);
+      return true;
+    }
     if (!joined_ || assigned_ || m.generation != *generation_ ||
         m.phase != EtcdRoundState::Phase::running)
       return false;

@@ -195,7 +195,8 @@ std::string encode_summary(const EtcdRoundSummary& m) {
               {"refused", m.refused},
               {"left", m.left},
               {"members", m.members},
-              {"assigned", assigned_json(m.assignments)}}
+              {"assigned", assigned_json(m.assignments)},
+              {"stop", m.stop ? json::parse(encode(ServerMessage{*m.stop})) : json(nullptr)}}
       .dump();
 }
 
@@ -219,6 +220,7 @@ std::optional<EtcdRoundSummary> decode_summary(const std::string& text) {
     m.assignments = assignments_from(j.at("assigned"));
     if (!m.assignments.empty() && m.assignments.size() != m.members.size()) return std::nullopt;
     for (auto& a : m.assignments) a.round = m.round;
+    m.stop = message_from<Stop>(j, "stop");
     return m;
   } catch (const std::exception&) {
     return std::nullopt;
@@ -422,6 +424,12 @@ EtcdRoundSummary EtcdRound::summary(const std::optional<EtcdRoundState>& before,
   if (after.phase == Phase::running) {
     for (const auto& member : after.participants) m.members.push_back(member.id);
     if (after.started) m.assignments = assignments(after);
+  }
+  // The job's end, where it is short (no failures to carry), so that no agent reads the state
+  // to learn it.
+  if (after.stop && !after.stop->failure) {
+    const std::string stop = encode(ServerMessage{*after.stop});
+    if (stop.size() <= kMaxSummaryStopBytes) m.stop = after.stop;
   }
   return m;
 }

@@ -61,7 +61,10 @@ struct EtcdRoundSummary {
   std::set<std::string> left;           // members (participants, waiting) no longer members
   std::vector<std::string> members;     // running: the participants' ids, in order
   std::vector<Assignment> assignments;  // started: theirs, index-aligned with `members`
+  std::optional<Stop> stop;             // ended: the state's stop, where it is short
 };
+// The longest stop a summary carries; a longer one is read from the state.
+inline constexpr std::size_t kMaxSummaryStopBytes = 1024;
 std::string encode_summary(const EtcdRoundSummary& summary);
 // Nothing for a value that is not a summary this version wrote (the agent reads the state).
 std::optional<EtcdRoundSummary> decode_summary(const std::string& text);
