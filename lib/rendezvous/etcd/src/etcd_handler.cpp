@@ -327,11 +327,11 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   }
 
   void watch_after_read(const Snapshot& s) {
-    if (s.state) {
+    if (s.state && s.state->generation >= *generation_) {
       react(*s.state, s.state_mod_revision);
     } else {
-      // No state yet: what this node knows is its job's first state, so that the summary of the
-      // write that takes the first joins is not news to it.
+      // No state yet, or an earlier job's: what this node knows is its job's first state, so
+      // that the summary of the write that takes the first joins is not news to it.
       known_ = round_.summary(std::nullopt, *round_.state_of(std::nullopt, *generation_));
     }
     if (finished_) return;
@@ -554,7 +554,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (answering_ && known_)
       return known_->round == *answering_ && known_->phase == Phase::running && !known_->started;
     if (stored_mod_revision_ < seen_revision_)
-      return (joined_ && !assigned_) || done_round_.has_value();
+      return (joined_ && !assigned_) || done_round_.has_value() || ended_round_.has_value();
     if (!stored_ || stored_->generation != *generation_) return joined_ && !assigned_;
     const EtcdRoundState& s = *stored_;
     if (joined_ && !assigned_ && !join_taken(s)) return true;
