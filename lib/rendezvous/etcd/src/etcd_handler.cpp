@@ -17,6 +17,7 @@
 #include "trainrun/rendezvous/etcd.hpp"
 #include "trainrun/rendezvous/etcd_client.hpp"
 #include "trainrun/rendezvous/etcd_keys.hpp"
+#include "trainrun/rendezvous/etcd_lease.hpp"
 #include "trainrun/rendezvous/etcd_round.hpp"
 
 namespace trainrun::rendezvous {
@@ -44,7 +45,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
 
   ~EtcdRendezvousHandler() override {
     cancel_timers();
-    if (client_ && lease_ && !revoked_) revoke();
+    if (client_ && lease_.id() && !lease_.revoked()) lease_.revoke(*client_);
     client_.reset();
   }
 
@@ -54,7 +55,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
         io_,
         fmt::format("http://{}:{}", bracketed(options_.endpoint.host), options_.endpoint.port));
     started_at_ = Clock::now();
-    grant_lease();
+    lease_.grant([this] { first_contact(); });
   }
 
   void join(const JoinRequest& request) override {
@@ -66,7 +67,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     joined_ = true;
     ++join_seq_;
     pending_join_ = node;
-    if (lease_ && generation_) submit_join();
+    if (lease_.id() && generation_) submit_join();
   }
 
   void report_failure(const FailureReport& failure, const std::vector<WorkerFailure>& failures,
@@ -100,12 +101,12 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (finished_) return;
     finished_ = true;
     cancel_timers();
-    if (!client_ || !lease_) return;
+    if (!client_ || !lease_.id()) return;
     // The agent is on its way out: say why in the state (bounded, blocking), then let go.
     for (int attempt = 0; attempt < 3; ++attempt) {
       if (leave_now("left: " + reason)) break;
     }
-    revoke();
+    lease_.revoke(*client_);
   }
 
   std::string endpoint() const override {
@@ -182,7 +183,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     for (auto& t : timers_) t->cancel();
     timers_.clear();
     tick_timer_.cancel();
-    keepalive_timer_.cancel();
+    lease_.cancel();
   }
 
   void fail(Stop stop) {
@@ -197,18 +198,14 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (log_) log_(line);
   }
 
-  // ---- liveness: the lease, its keep-alives, this node's key ----
+  // ---- liveness: the lease (EtcdLease), this node's key ----
 
-  void grant_lease() {
-    const auto ttl = std::max<std::int64_t>(
-        2, static_cast<std::int64_t>(std::ceil(in_seconds(options_.liveness.heartbeat_timeout))));
-    call(
-        "/v3/lease/grant", {{"TTL", ttl}, {"ID", 0}},
-        [this](const json& j) {
-          lease_ = etcd_int(j, "ID");
-          first_contact();
-        },
-        [this] { grant_lease(); });
+  void lease_expired() {
+    fail(Stop{StopCause::node_lost,
+              fmt::format("this node's etcd lease at {} expired (no keep-alive reached etcd for "
+                          "{:.0f} s): the others count it lost",
+                          endpoint(), in_seconds(options_.liveness.heartbeat_timeout)),
+              1, std::nullopt});
   }
 
   // This node's key and the first read (the node keys and the state), in one transaction; where
@@ -222,7 +219,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       return json{{"request_put",
                    {{"key", base64_encode(k)},
                     {"value", base64_encode(value)},
-                    {"lease", std::to_string(*lease_)}}}};
+                    {"lease", std::to_string(*lease_.id())}}}};
     };
     const json node_key =
         put(space_.nodes() + node_id_, fmt::format("{} pid {}", host_name(), ::getpid()));
@@ -241,7 +238,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
         [this, seq](const json& j) {
           const bool joined = j.value("succeeded", false) && first_join_fits(seq);
           if (joined) pending_join_.reset();
-          keep_alive();
+          lease_.keep_alive();
           json reply = j.at("responses").back().at("response_range");
           reply["header"] = j.at("header");
           Snapshot s;
@@ -256,34 +253,6 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   // Whether the join written with this node's key is its latest: join() was not called again
   // while the transaction was out.
   bool first_join_fits(std::uint64_t seq) const { return pending_join_ && join_seq_ == seq; }
-
-  void keep_alive() {
-    keepalive_timer_.expires_after(options_.liveness.keep_alive_interval);
-    keepalive_timer_.async_wait(
-        [this, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec) {
-          if (alive.expired() || ec || finished_) return;
-          call(
-              "/v3/lease/keepalive", {{"ID", std::to_string(*lease_)}},
-              [this](const json& j) {
-                const json& result = j.contains("result") ? j.at("result") : j;
-                if (etcd_int(result, "TTL") <= 0) {
-                  return fail(
-                      Stop{StopCause::node_lost,
-                           fmt::format("this node's etcd lease at {} expired (no keep-alive "
-                                       "reached etcd for {:.0f} s): the others count it lost",
-                                       endpoint(), in_seconds(options_.liveness.heartbeat_timeout)),
-                           1, std::nullopt});
-                }
-                keep_alive();
-              },
-              [this] { keep_alive(); });
-        });
-  }
-
-  void revoke() {
-    revoked_ = true;
-    client_->post_now("/v3/lease/revoke", json{{"ID", std::to_string(*lease_)}}.dump(), 1s);
-  }
 
   // ---- reading and watching ----
 
@@ -521,12 +490,12 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   // gone is found by its lease), and both begin again while the state keeps changing (the
   // lowest is at work): 64 agents each writing what the lowest is about to write collide.
   void consider() {
-    if (finished_ || !generation_ || !lease_) return;
+    if (finished_ || !generation_ || !lease_.id()) return;
     if (watching_all_ && lowest() && is_due()) enqueue_refresh();
   }
 
   void check_later(bool always) {
-    if (finished_ || !generation_ || !lease_) return;
+    if (finished_ || !generation_ || !lease_.id()) return;
     if (watching_all_ && lowest()) return consider();
     fallback_always_ = fallback_always_ || always;
     const auto place = std::distance(keys_.live.begin(), keys_.live.lower_bound(node_id_));
@@ -580,7 +549,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   void put_own(const std::string& dir, const std::string& value) {
     json body = {{"key", base64_encode(dir + node_id_)},
                  {"value", base64_encode(value)},
-                 {"lease", std::to_string(*lease_)}};
+                 {"lease", std::to_string(*lease_.id())}};
     call(
         "/v3/kv/put", body, [this](const json&) { check_later(false); },
         [this, dir, value] { put_own(dir, value); });
@@ -604,7 +573,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   }
 
   void run_next_change() {
-    if (changing_ || changes_.empty() || finished_ || !lease_) return;
+    if (changing_ || changes_.empty() || finished_ || !lease_.id()) return;
     changing_ = true;
     // The agent watching every key has them as etcd had them moments ago: it writes from that
     // view; where the state moved on meanwhile, the compare fails, and it reads.
@@ -807,8 +776,6 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   std::string node_id_;
   ClientEvents events_;
   Clock::time_point started_at_;
-  std::optional<std::int64_t> lease_;
-  bool revoked_ = false;
   std::string local_ip_;
   bool finished_ = false;
   bool joined_ = false;
@@ -856,7 +823,11 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
   std::vector<std::shared_ptr<asio::steady_timer>> timers_;
   asio::steady_timer tick_timer_{io_};
-  asio::steady_timer keepalive_timer_{io_};
+  EtcdLease lease_{
+      io_, options_.liveness,
+      [this](const std::string& path, const json& body, std::function<void(const json&)> ok,
+             std::function<void()> retry) { call(path, body, ok, retry); },
+      [this] { lease_expired(); }};
   std::unique_ptr<EtcdClient> client_;  // last: destroyed first, no callback runs after it
 };
 
