@@ -15,6 +15,7 @@
 #include "trainrun/rendezvous/backoff.hpp"
 #include "trainrun/rendezvous/conclusion.hpp"
 #include "trainrun/rendezvous/etcd.hpp"
+#include "trainrun/rendezvous/etcd_calls.hpp"
 #include "trainrun/rendezvous/etcd_client.hpp"
 #include "trainrun/rendezvous/etcd_keys.hpp"
 #include "trainrun/rendezvous/etcd_lease.hpp"
@@ -45,14 +46,13 @@ class EtcdRendezvousHandler : public RendezvousHandler {
 
   ~EtcdRendezvousHandler() override {
     cancel_timers();
-    if (client_ && lease_.id() && !lease_.revoked()) lease_.revoke(*client_);
-    client_.reset();
+    if (calls_.client() && lease_.id() && !lease_.revoked()) lease_.revoke(*calls_.client());
+    calls_.disconnect();
   }
 
   void start(ClientEvents events) override {
     events_ = std::move(events);
-    client_ = std::make_unique<EtcdClient>(
-        io_,
+    calls_.connect(
         fmt::format("http://{}:{}", bracketed(options_.endpoint.host), options_.endpoint.port));
     started_at_ = Clock::now();
     lease_.grant([this] { first_contact(); });
@@ -101,12 +101,12 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (finished_) return;
     finished_ = true;
     cancel_timers();
-    if (!client_ || !lease_.id()) return;
+    if (!calls_.client() || !lease_.id()) return;
     // The agent is on its way out: say why in the state (bounded, blocking), then let go.
     for (int attempt = 0; attempt < 3; ++attempt) {
       if (leave_now("left: " + reason)) break;
     }
-    lease_.revoke(*client_);
+    lease_.revoke(*calls_.client());
   }
 
   std::string endpoint() const override {
@@ -115,7 +115,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   bool hosting() const override { return false; }
   // What this node's join carries: --local-addr, else the address it reaches etcd from.
   std::string advertised_address() const override {
-    return options_.local_addr.empty() ? local_ip_ : options_.local_addr;
+    return options_.local_addr.empty() ? calls_.local_ip() : options_.local_addr;
   }
 
  private:
@@ -125,63 +125,18 @@ class EtcdRendezvousHandler : public RendezvousHandler {
 
   // ---- requests, with retries while etcd is unreachable ----
 
-  // POST `path`; on a JSON answer call `ok`; while etcd cannot be reached, call `retry` after a
-  // back-off, until the deadline; an answer that is not etcd's ends the job on this node.
+  // Requests through EtcdCalls: retried while etcd is unreachable, until the deadline.
   void call(const std::string& path, const json& body, std::function<void(const json&)> ok,
             std::function<void()> retry) {
-    client_->post(path, body.dump(), 5s, [this, path, ok, retry](EtcdReply r) {
-      if (finished_) return;
-      if (!r.local_ip.empty()) local_ip_ = r.local_ip;
-      if (r.ok()) {
-        json j = json::parse(r.body, nullptr, false);
-        if (!j.is_discarded() && j.is_object()) {
-          backoff_.reset();
-          return ok(j);
-        }
-      }
-      if (!r.transient()) {
-        return fail(Stop{StopCause::rejected,
-                         fmt::format("{} does not answer as etcd's v3 API does ({} on {}); is it "
-                                     "an etcd 3.4+ client endpoint?",
-                                     endpoint(), r.describe(), path),
-                         1, std::nullopt});
-      }
-      unreachable(r, retry);
-    });
+    calls_.call(path, body, std::move(ok), std::move(retry));
   }
-
   void unreachable(const EtcdReply& r, std::function<void()> retry) {
-    const auto now = Clock::now();
-    const std::optional<Clock::duration> wait = backoff_.failed(r.describe(), now);
-    if (!wait) {
-      return fail(
-          Stop{StopCause::server_lost,
-               fmt::format("etcd at {} unreachable for {:.0f} s ({}); giving up", endpoint(),
-                           in_seconds(backoff_.elapsed(now)), backoff_.summary()),
-               1, std::nullopt});
-    }
-    if (!last_unreachable_log_ || now - *last_unreachable_log_ >= options_.retry.log_interval) {
-      last_unreachable_log_ = now;
-      log(fmt::format("etcd at {} not reachable ({}); retrying for up to {:.0f} s", endpoint(),
-                      r.describe(), in_seconds(backoff_.deadline())));
-    }
-    after(*wait, retry);
+    calls_.unreachable(r, std::move(retry));
   }
-
-  void after(Clock::duration d, std::function<void()> fn) {
-    auto timer = std::make_shared<asio::steady_timer>(io_, d);
-    timers_.push_back(timer);
-    timer->async_wait(
-        [this, alive = std::weak_ptr<int>(alive_), timer, fn](boost::system::error_code ec) {
-          if (alive.expired() || ec || finished_) return;
-          timers_.erase(std::remove(timers_.begin(), timers_.end(), timer), timers_.end());
-          fn();
-        });
-  }
+  void after(Clock::duration d, std::function<void()> fn) { calls_.after(d, std::move(fn)); }
 
   void cancel_timers() {
-    for (auto& t : timers_) t->cancel();
-    timers_.clear();
+    calls_.cancel();
     tick_timer_.cancel();
     lease_.cancel();
   }
@@ -190,7 +145,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (finished_) return;
     finished_ = true;
     cancel_timers();
-    if (client_) client_->cancel_streams();
+    if (calls_.client()) calls_.client()->cancel_streams();
     if (events_.on_stop) events_.on_stop(stop);
   }
 
@@ -318,7 +273,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     json body = {{"create_request", std::move(request)}};
     body["create_request"]["start_revision"] = std::to_string(from);
     watch_from_ = from;
-    client_->stream(
+    calls_.client()->stream(
         "/v3/watch", body.dump(), [this](const std::string& line) { on_watch(line); },
         [this](EtcdReply r) {
           if (finished_) return;
@@ -337,7 +292,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     json j = json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.contains("result")) return;
     const json& result = j.at("result");
-    backoff_.reset();
+    calls_.reached();
     if (!result.contains("events")) return;
     bool node_gone = false;
     for (const json& ev : result.at("events")) {
@@ -374,7 +329,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (node_gone && lowest()) {
       // The lowest is gone and this agent comes next: it reads, and watches every key.
       rewatch_ = true;
-      return client_->cancel_streams();
+      return calls_.client()->cancel_streams();
     }
     if (node_gone) check_later(true);
   }
@@ -754,14 +709,15 @@ class EtcdRendezvousHandler : public RendezvousHandler {
 
   // shutdown(): the one blocking path, bounded: read, mark this node lost, compare-and-set.
   bool leave_now(const std::string& why) {
-    EtcdReply r = client_->post_now("/v3/kv/range", space_.everything().dump(), 1s);
+    EtcdReply r = calls_.client()->post_now("/v3/kv/range", space_.everything().dump(), 1s);
     if (!r.ok()) return true;  // etcd is not there: the lease will expire on its own
     try {
       Snapshot snap = space_.snapshot(json::parse(r.body));
       if (!snap.state || !generation_ || snap.state->generation != *generation_) return true;
       EtcdRoundState s = *snap.state;
       if (!round_.lost(s, node_id_, why, unix_time())) return true;
-      EtcdReply t = client_->post_now("/v3/kv/txn", compare_and_set_body(snap, s).dump(), 1s);
+      EtcdReply t =
+          calls_.client()->post_now("/v3/kv/txn", compare_and_set_body(snap, s).dump(), 1s);
       return !t.ok() || json::parse(t.body).value("succeeded", false);
     } catch (const std::exception&) {
       return true;
@@ -776,7 +732,6 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   std::string node_id_;
   ClientEvents events_;
   Clock::time_point started_at_;
-  std::string local_ip_;
   bool finished_ = false;
   bool joined_ = false;
   std::optional<NodeDescriptor> pending_join_;
@@ -814,21 +769,21 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   bool read_first_ = false;  // the last compare-and-set failed: the next change reads
   int conflicts_ = 0;        // compare-and-sets lost in a row
   std::minstd_rand rng_{std::random_device{}()};
-  Backoff backoff_{options_.retry.backoff, join_deadline(options_)};  // while etcd is unreachable
-  std::optional<Clock::time_point> last_unreachable_log_;
   int last_waiting_count_ = -1;
   Clock::time_point last_waiting_log_{};
   // A timer that had already fired when the handler was destroyed still runs its function,
   // whatever cancel() says: each checks this first.
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
-  std::vector<std::shared_ptr<asio::steady_timer>> timers_;
   asio::steady_timer tick_timer_{io_};
   EtcdLease lease_{
       io_, options_.liveness,
       [this](const std::string& path, const json& body, std::function<void(const json&)> ok,
              std::function<void()> retry) { call(path, body, ok, retry); },
       [this] { lease_expired(); }};
-  std::unique_ptr<EtcdClient> client_;  // last: destroyed first, no callback runs after it
+  // Last: destroyed first (its client first of all), no callback runs after it.
+  EtcdCalls calls_{io_, endpoint(), options_,
+                   EtcdCalls::Hooks{[this] { return finished_; }, [this](Stop s) { fail(s); },
+                                    [this](const std::string& line) { log(line); }}};
 };
 
 }  // namespace
