@@ -67,7 +67,7 @@ def test_run_ids_one_inside_the_other_keep_to_their_own_keys(etcd, agents, worke
     for prefix in ("/trainrun/a/", "/trainrun/a%2Fnodes%2Fx/"):
         keys = [k[len(prefix):] for k in etcd_keys(etcd, prefix)]
         assert "state" in keys and all(
-            re.fullmatch(r"state|(nodes|answers)/[0-9a-f]{16}", k) for k in keys), (prefix, keys)
+            re.fullmatch(r"state|round|(nodes|answers)/[0-9a-f]{16}", k) for k in keys), (prefix, keys)
 
 
 def test_agent_killed_while_joining_is_left_out_of_the_next_round(etcd, agents, worker,

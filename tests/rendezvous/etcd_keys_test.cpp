@@ -25,6 +25,10 @@ TEST_CASE("etcd keys: the ranges of a run, and of its node keys and state", "[et
   CHECK(base64_decode(space.nodes_and_state().at("key")) == "/trainrun/a/nodes/");
   CHECK(base64_decode(space.nodes_and_state().at("range_end")) ==
         std::string("/trainrun/a/state\0", 18));
+  // The agents that do not write watch the node keys and the state's summary, not the state.
+  CHECK(base64_decode(space.nodes_and_round().at("range_end")) ==
+        std::string("/trainrun/a/round\0", 18));
+  CHECK(space.round() < space.state());
 }
 
 TEST_CASE("etcd keys: a range response read as the state and the keys beside it", "[etcd]") {

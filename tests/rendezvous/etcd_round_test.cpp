@@ -181,6 +181,82 @@ TEST_CASE("etcd round: a state of the earlier layout is refused, saying so", "[e
                     Catch::Contains("layout 1 was written by another version of trainrun"));
 }
 
+TEST_CASE("etcd round: a state of layout 2 is refused, saying so", "[etcd]") {
+  EtcdRound round(options(1, 1, 0), "etcd:2379", 15);
+  EtcdRoundState s;
+  round.join(s, "a", node("a"), 100);
+  auto j = nlohmann::json::parse(encode_state(s));
+  j["layout"] = 2;
+  CHECK_THROWS_WITH(decode_state(j.dump()),
+                    Catch::Contains("layout 2 was written by another version of trainrun (this "
+                                    "one reads layout 3)"));
+}
+
+TEST_CASE("etcd round: the summary beside the state says which changes concern a node", "[etcd]") {
+  EtcdRound round(options(3, 3, 0), "etcd:2379", 15);
+  const auto decoded = [](const EtcdRoundSummary& m) {
+    std::optional<EtcdRoundSummary> d = decode_summary(encode_summary(m));
+    REQUIRE(d);
+    return *d;
+  };
+  EtcdRoundState s;
+  round.join(s, "a", node("a"), 100);
+  // What a knows: the state it read.
+  const std::optional<EtcdRoundSummary> a_knows = round.summary(std::nullopt, stored(s));
+  // b's join taken: a waiter like a, in the same phase: nothing for a to read.
+  EtcdRoundState t = s;
+  round.join(t, "b", node("b"), 101);
+  EtcdRoundSummary m = decoded(round.summary(s, t));
+  CHECK(m.waiting == 2);
+  CHECK(m.deadline == round.next_deadline(t));
+  CHECK(m.members.empty());
+  CHECK_FALSE(concerns(m, a_knows, "a"));
+  CHECK(concerns(m, std::nullopt, "a"));  // nothing known yet
+  // b lost: b is no longer a member (its agent reads), a still waits.
+  EtcdRoundState u = t;
+  round.lost(u, "b", "gone", 102);
+  m = decoded(round.summary(t, u));
+  CHECK(m.left == std::set<std::string>{"b"});
+  CHECK(concerns(m, a_knows, "b"));
+  CHECK_FALSE(concerns(m, a_knows, "a"));
+  // The round forms: it concerns every member, and names them.
+  EtcdRoundState v = t;
+  round.join(v, "c", node("c", 2), 103);
+  REQUIRE(v.phase == Phase::running);
+  m = decoded(round.summary(t, v));
+  CHECK(concerns(m, a_knows, "a"));
+  CHECK(m.members == std::vector<std::string>{"a", "b", "c"});
+  CHECK(m.assignments.empty());
+  // Started: each member's assignment, as from the state.
+  EtcdRoundState w = v;
+  answer_all(round, w);
+  m = decoded(round.summary(v, w));
+  const std::vector<Assignment> from_state = round.assignments(w);
+  REQUIRE(m.assignments.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(encode(ServerMessage{m.assignments[i]}) == encode(ServerMessage{from_state[i]}));
+  }
+  // A join refused: its agent reads, the others do not.
+  EtcdRoundState x = w;
+  x.refused["d"] = Reject{"rank taken", Refusal::rank_taken};
+  const std::optional<EtcdRoundSummary> w_known = round.summary(std::nullopt, w);
+  m = decoded(round.summary(w, x));
+  CHECK(concerns(m, w_known, "d"));
+  CHECK_FALSE(concerns(m, w_known, "a"));
+  CHECK_FALSE(m.stop);
+  // Every member done: the job's end, in the summary too.
+  EtcdRoundState y = w;
+  for (const auto& id : {"a", "b", "c"}) round.done(y, id, y.round);
+  REQUIRE(y.phase == Phase::ended);
+  m = decoded(round.summary(w, y));
+  REQUIRE(m.stop);
+  CHECK(encode(ServerMessage{*m.stop}) == encode(ServerMessage{*y.stop}));
+  // A summary of another layout is none: the agent reads the state, which says why.
+  auto j = nlohmann::json::parse(encode_summary(m));
+  j["layout"] = 2;
+  CHECK_FALSE(decode_summary(j.dump()));
+}
+
 TEST_CASE("etcd round: joins and dones are keys of their own, taken in by one change", "[etcd]") {
   RoundOptions o = options(2, 2, 0);
   o.static_ranks = true;

@@ -15,8 +15,10 @@
 #include "trainrun/rendezvous/backoff.hpp"
 #include "trainrun/rendezvous/conclusion.hpp"
 #include "trainrun/rendezvous/etcd.hpp"
+#include "trainrun/rendezvous/etcd_calls.hpp"
 #include "trainrun/rendezvous/etcd_client.hpp"
 #include "trainrun/rendezvous/etcd_keys.hpp"
+#include "trainrun/rendezvous/etcd_lease.hpp"
 #include "trainrun/rendezvous/etcd_round.hpp"
 
 namespace trainrun::rendezvous {
@@ -44,17 +46,16 @@ class EtcdRendezvousHandler : public RendezvousHandler {
 
   ~EtcdRendezvousHandler() override {
     cancel_timers();
-    if (client_ && lease_ && !revoked_) revoke();
-    client_.reset();
+    if (calls_.client() && lease_.id() && !lease_.revoked()) lease_.revoke(*calls_.client());
+    calls_.disconnect();
   }
 
   void start(ClientEvents events) override {
     events_ = std::move(events);
-    client_ = std::make_unique<EtcdClient>(
-        io_,
+    calls_.connect(
         fmt::format("http://{}:{}", bracketed(options_.endpoint.host), options_.endpoint.port));
     started_at_ = Clock::now();
-    grant_lease();
+    lease_.grant([this] { first_contact(); });
   }
 
   void join(const JoinRequest& request) override {
@@ -66,7 +67,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     joined_ = true;
     ++join_seq_;
     pending_join_ = node;
-    if (lease_ && generation_) submit_join();
+    if (lease_.id() && generation_) submit_join();
   }
 
   void report_failure(const FailureReport& failure, const std::vector<WorkerFailure>& failures,
@@ -100,12 +101,12 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (finished_) return;
     finished_ = true;
     cancel_timers();
-    if (!client_ || !lease_) return;
+    if (!calls_.client() || !lease_.id()) return;
     // The agent is on its way out: say why in the state (bounded, blocking), then let go.
     for (int attempt = 0; attempt < 3; ++attempt) {
       if (leave_now("left: " + reason)) break;
     }
-    revoke();
+    lease_.revoke(*calls_.client());
   }
 
   // etcd relays no messages between agents: each node's roll call is asked on that node.
@@ -119,7 +120,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   bool hosting() const override { return false; }
   // What this node's join carries: --local-addr, else the address it reaches etcd from.
   std::string advertised_address() const override {
-    return options_.local_addr.empty() ? local_ip_ : options_.local_addr;
+    return options_.local_addr.empty() ? calls_.local_ip() : options_.local_addr;
   }
 
  private:
@@ -129,72 +130,27 @@ class EtcdRendezvousHandler : public RendezvousHandler {
 
   // ---- requests, with retries while etcd is unreachable ----
 
-  // POST `path`; on a JSON answer call `ok`; while etcd cannot be reached, call `retry` after a
-  // back-off, until the deadline; an answer that is not etcd's ends the job on this node.
+  // Requests through EtcdCalls: retried while etcd is unreachable, until the deadline.
   void call(const std::string& path, const json& body, std::function<void(const json&)> ok,
             std::function<void()> retry) {
-    client_->post(path, body.dump(), 5s, [this, path, ok, retry](EtcdReply r) {
-      if (finished_) return;
-      if (!r.local_ip.empty()) local_ip_ = r.local_ip;
-      if (r.ok()) {
-        json j = json::parse(r.body, nullptr, false);
-        if (!j.is_discarded() && j.is_object()) {
-          backoff_.reset();
-          return ok(j);
-        }
-      }
-      if (!r.transient()) {
-        return fail(Stop{StopCause::rejected,
-                         fmt::format("{} does not answer as etcd's v3 API does ({} on {}); is it "
-                                     "an etcd 3.4+ client endpoint?",
-                                     endpoint(), r.describe(), path),
-                         1, std::nullopt});
-      }
-      unreachable(r, retry);
-    });
+    calls_.call(path, body, std::move(ok), std::move(retry));
   }
-
   void unreachable(const EtcdReply& r, std::function<void()> retry) {
-    const auto now = Clock::now();
-    const std::optional<Clock::duration> wait = backoff_.failed(r.describe(), now);
-    if (!wait) {
-      return fail(
-          Stop{StopCause::server_lost,
-               fmt::format("etcd at {} unreachable for {:.0f} s ({}); giving up", endpoint(),
-                           in_seconds(backoff_.elapsed(now)), backoff_.summary()),
-               1, std::nullopt});
-    }
-    if (!last_unreachable_log_ || now - *last_unreachable_log_ >= options_.retry.log_interval) {
-      last_unreachable_log_ = now;
-      log(fmt::format("etcd at {} not reachable ({}); retrying for up to {:.0f} s", endpoint(),
-                      r.describe(), in_seconds(backoff_.deadline())));
-    }
-    after(*wait, retry);
+    calls_.unreachable(r, std::move(retry));
   }
-
-  void after(Clock::duration d, std::function<void()> fn) {
-    auto timer = std::make_shared<asio::steady_timer>(io_, d);
-    timers_.push_back(timer);
-    timer->async_wait(
-        [this, alive = std::weak_ptr<int>(alive_), timer, fn](boost::system::error_code ec) {
-          if (alive.expired() || ec || finished_) return;
-          timers_.erase(std::remove(timers_.begin(), timers_.end(), timer), timers_.end());
-          fn();
-        });
-  }
+  void after(Clock::duration d, std::function<void()> fn) { calls_.after(d, std::move(fn)); }
 
   void cancel_timers() {
-    for (auto& t : timers_) t->cancel();
-    timers_.clear();
+    calls_.cancel();
     tick_timer_.cancel();
-    keepalive_timer_.cancel();
+    lease_.cancel();
   }
 
   void fail(Stop stop) {
     if (finished_) return;
     finished_ = true;
     cancel_timers();
-    if (client_) client_->cancel_streams();
+    if (calls_.client()) calls_.client()->cancel_streams();
     if (events_.on_stop) events_.on_stop(stop);
   }
 
@@ -202,18 +158,14 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (log_) log_(line);
   }
 
-  // ---- liveness: the lease, its keep-alives, this node's key ----
+  // ---- liveness: the lease (EtcdLease), this node's key ----
 
-  void grant_lease() {
-    const auto ttl = std::max<std::int64_t>(
-        2, static_cast<std::int64_t>(std::ceil(in_seconds(options_.liveness.heartbeat_timeout))));
-    call(
-        "/v3/lease/grant", {{"TTL", ttl}, {"ID", 0}},
-        [this](const json& j) {
-          lease_ = etcd_int(j, "ID");
-          first_contact();
-        },
-        [this] { grant_lease(); });
+  void lease_expired() {
+    fail(Stop{StopCause::node_lost,
+              fmt::format("this node's etcd lease at {} expired (no keep-alive reached etcd for "
+                          "{:.0f} s): the others count it lost",
+                          endpoint(), in_seconds(options_.liveness.heartbeat_timeout)),
+              1, std::nullopt});
   }
 
   // This node's key and the first read (the node keys and the state), in one transaction; where
@@ -227,7 +179,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       return json{{"request_put",
                    {{"key", base64_encode(k)},
                     {"value", base64_encode(value)},
-                    {"lease", std::to_string(*lease_)}}}};
+                    {"lease", std::to_string(*lease_.id())}}}};
     };
     const json node_key =
         put(space_.nodes() + node_id_, fmt::format("{} pid {}", host_name(), ::getpid()));
@@ -246,7 +198,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
         [this, seq](const json& j) {
           const bool joined = j.value("succeeded", false) && first_join_fits(seq);
           if (joined) pending_join_.reset();
-          keep_alive();
+          lease_.keep_alive();
           json reply = j.at("responses").back().at("response_range");
           reply["header"] = j.at("header");
           Snapshot s;
@@ -262,41 +214,23 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   // while the transaction was out.
   bool first_join_fits(std::uint64_t seq) const { return pending_join_ && join_seq_ == seq; }
 
-  void keep_alive() {
-    keepalive_timer_.expires_after(options_.liveness.keep_alive_interval);
-    keepalive_timer_.async_wait(
-        [this, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec) {
-          if (alive.expired() || ec || finished_) return;
-          call(
-              "/v3/lease/keepalive", {{"ID", std::to_string(*lease_)}},
-              [this](const json& j) {
-                const json& result = j.contains("result") ? j.at("result") : j;
-                if (etcd_int(result, "TTL") <= 0) {
-                  return fail(
-                      Stop{StopCause::node_lost,
-                           fmt::format("this node's etcd lease at {} expired (no keep-alive "
-                                       "reached etcd for {:.0f} s): the others count it lost",
-                                       endpoint(), in_seconds(options_.liveness.heartbeat_timeout)),
-                           1, std::nullopt});
-                }
-                keep_alive();
-              },
-              [this] { keep_alive(); });
-        });
-  }
-
-  void revoke() {
-    revoked_ = true;
-    client_->post_now("/v3/lease/revoke", json{{"ID", std::to_string(*lease_)}}.dump(), 1s);
-  }
-
   // ---- reading and watching ----
 
   // A range response as this node's view; false where the state is not one this version wrote
   // (the job stops on this node).
   bool take_snapshot(const json& j, Snapshot& s) {
+    if (!parse_snapshot(j, s)) return false;
+    if (!generation_) generation_ = round_.generation_to_join(s.state);
+    keys_ = s.keys;
+    stored_ = s.state;
+    stored_mod_revision_ = s.state_mod_revision;
+    return true;
+  }
+
+  bool parse_snapshot(const json& j, Snapshot& s) {
     try {
       s = space_.snapshot(j);
+      return true;
     } catch (const std::exception& e) {
       fail(Stop{StopCause::rejected,
                 fmt::format("the rendezvous state in etcd at {} under {} is not one this trainrun "
@@ -305,11 +239,6 @@ class EtcdRendezvousHandler : public RendezvousHandler {
                 Refusal::foreign_state});
       return false;
     }
-    if (!generation_) generation_ = round_.generation_to_join(s.state);
-    keys_ = s.keys;
-    stored_ = s.state;
-    stored_mod_revision_ = s.state_mod_revision;
-    return true;
   }
 
   void read(std::function<void(const Snapshot&)> then) {
@@ -327,7 +256,13 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   }
 
   void watch_after_read(const Snapshot& s) {
-    if (s.state) react(*s.state, s.state_mod_revision);
+    if (s.state && s.state->generation >= *generation_) {
+      react(*s.state, s.state_mod_revision);
+    } else {
+      // No state yet, or an earlier job's: what this node knows is its job's first state, so
+      // that the summary of the write that takes the first joins is not news to it.
+      known_ = round_.summary(std::nullopt, *round_.state_of(std::nullopt, *generation_));
+    }
     if (finished_) return;
     if (pending_join_) submit_join();
     watch(s.revision + 1);
@@ -335,15 +270,15 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   }
 
   // The agent with the lowest live node id watches every key; the others only the node keys and
-  // the state ([nodes/, state], nothing else sorts between), so that etcd sends each agent's join,
-  // answer and done to one agent, not to all.
+  // the state's summary, so that etcd sends each agent's join, answer and done, and each state,
+  // to one agent, not to all.
   void watch(std::int64_t from) {
     watching_all_ = lowest();
-    json request = watching_all_ ? space_.everything() : space_.nodes_and_state();
+    json request = watching_all_ ? space_.everything() : space_.nodes_and_round();
     json body = {{"create_request", std::move(request)}};
     body["create_request"]["start_revision"] = std::to_string(from);
     watch_from_ = from;
-    client_->stream(
+    calls_.client()->stream(
         "/v3/watch", body.dump(), [this](const std::string& line) { on_watch(line); },
         [this](EtcdReply r) {
           if (finished_) return;
@@ -362,7 +297,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     json j = json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.contains("result")) return;
     const json& result = j.at("result");
-    backoff_.reset();
+    calls_.reached();
     if (!result.contains("events")) return;
     bool node_gone = false;
     for (const json& ev : result.at("events")) {
@@ -370,7 +305,10 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       const std::string key = base64_decode(kv.at("key").get<std::string>());
       watch_from_ = std::max(watch_from_, etcd_int(kv, "mod_revision") + 1);
       const bool deleted = ev.value("type", "") == "DELETE";
-      if (key == space_.state() && !deleted) {
+      if (key == space_.round() && !deleted) {
+        // The agents watching every key have the state itself.
+        if (!watching_all_) take_summary(kv.value("value", ""), etcd_int(kv, "mod_revision"));
+      } else if (key == space_.state() && !deleted) {
         const std::int64_t revision = etcd_int(kv, "mod_revision");
         // This agent's own write, or one it has read since: nothing new.
         if (revision <= stored_mod_revision_) continue;
@@ -396,7 +334,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (node_gone && lowest()) {
       // The lowest is gone and this agent comes next: it reads, and watches every key.
       rewatch_ = true;
-      return client_->cancel_streams();
+      return calls_.client()->cancel_streams();
     }
     if (node_gone) check_later(true);
   }
@@ -415,6 +353,75 @@ class EtcdRendezvousHandler : public RendezvousHandler {
       }
     }
     if (!finished_ && watching_all_ && lowest()) consider();
+  }
+
+  // A summary of a change: the state is read only where the change concerns this node (it
+  // decides nothing for the others: a join taken, a deadline moved), and where a round formed
+  // or started with this node in it does not say all this node needs.
+  void take_summary(const std::string& value, std::int64_t revision) {
+    if (revision <= stored_mod_revision_ || revision <= seen_revision_) return;  // read since
+    const std::optional<EtcdRoundSummary> m = decode_summary(base64_decode(value));
+    if (!m) return read_state(revision);
+    if (!take_round(*m) && concerns(*m, known_, node_id_)) return read_state(revision);
+    if (finished_) return;
+    // The state changes: the agent that writes it is at work (check_later()).
+    seen_revision_ = revision;
+    known_ = *m;
+    arm_tick(m->deadline);
+    if (joined_ && !assigned_ && (!stored_ || !join_taken(*stored_) || stored_->waiter(node_id_)))
+      report_waiting(m->waiting);
+  }
+
+  // This node, joined and waiting for its round, in the running round the summary names: it
+  // answers it (formed) or takes its assignment (started), as react() does from the state.
+  bool take_round(const EtcdRoundSummary& m) {
+    // The job's end, as react() takes it from the state.
+    if (m.stop && generation_ && m.generation == *generation_) {
+      fail(*m.stop);
+      return true;
+    }
+    if (!joined_ || assigned_ || m.generation != *generation_ ||
+        m.phase != EtcdRoundState::Phase::running)
+      return false;
+    const auto at = std::find(m.members.begin(), m.members.end(), node_id_);
+    if (at == m.members.end()) return false;
+    if (m.started) {
+      if (m.assignments.empty()) return false;
+      assigned_ = m.round;
+      answering_.reset();
+      if (events_.on_assignment) events_.on_assignment(m.assignments[at - m.members.begin()]);
+      return true;
+    }
+    // Another round this node answered never started: the state says why.
+    if (answering_) return *answering_ == m.round;
+    answering_ = m.round;
+    put_own(space_.answers(), std::to_string(m.round));
+    return true;
+  }
+
+  // The state alone, at `revision` or later; one read at a time, again where a later summary
+  // wants a later state than the one it read.
+  void read_state(std::int64_t revision) {
+    state_wanted_ = std::max(state_wanted_, revision);
+    if (reading_state_) return;
+    reading_state_ = true;
+    call(
+        "/v3/kv/range", space_.state_only(),
+        [this](const json& j) {
+          reading_state_ = false;
+          Snapshot s;
+          if (!parse_snapshot(j, s)) return;
+          if (s.state && s.state_mod_revision > stored_mod_revision_) {
+            stored_ = s.state;
+            stored_mod_revision_ = s.state_mod_revision;
+            react(*s.state, s.state_mod_revision);
+          }
+          if (!finished_ && state_wanted_ > s.revision) read_state(state_wanted_);
+        },
+        [this] {
+          reading_state_ = false;
+          read_state(state_wanted_);
+        });
   }
 
   // ---- changing the state: read, apply, compare-and-set; again if another agent was first ----
@@ -443,12 +450,12 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   // gone is found by its lease), and both begin again while the state keeps changing (the
   // lowest is at work): 64 agents each writing what the lowest is about to write collide.
   void consider() {
-    if (finished_ || !generation_ || !lease_) return;
+    if (finished_ || !generation_ || !lease_.id()) return;
     if (watching_all_ && lowest() && is_due()) enqueue_refresh();
   }
 
   void check_later(bool always) {
-    if (finished_ || !generation_ || !lease_) return;
+    if (finished_ || !generation_ || !lease_.id()) return;
     if (watching_all_ && lowest()) return consider();
     fallback_always_ = fallback_always_ || always;
     const auto place = std::distance(keys_.live.begin(), keys_.live.lower_bound(node_id_));
@@ -471,6 +478,12 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   // Whether the state does not yet show what this agent's own keys say.
   bool own_keys_pending() const {
     using Phase = EtcdRoundState::Phase;
+    // Where this agent took changes in from their summaries since it read the state, what the
+    // summary does not say (a join taken, a done) counts as not shown.
+    if (answering_ && known_)
+      return known_->round == *answering_ && known_->phase == Phase::running && !known_->started;
+    if (stored_mod_revision_ < seen_revision_)
+      return (joined_ && !assigned_) || done_round_.has_value() || ended_round_.has_value();
     if (!stored_ || stored_->generation != *generation_) return joined_ && !assigned_;
     const EtcdRoundState& s = *stored_;
     if (joined_ && !assigned_ && !join_taken(s)) return true;
@@ -496,7 +509,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   void put_own(const std::string& dir, const std::string& value) {
     json body = {{"key", base64_encode(dir + node_id_)},
                  {"value", base64_encode(value)},
-                 {"lease", std::to_string(*lease_)}};
+                 {"lease", std::to_string(*lease_.id())}};
     call(
         "/v3/kv/put", body, [this](const json&) { check_later(false); },
         [this, dir, value] { put_own(dir, value); });
@@ -520,7 +533,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   }
 
   void run_next_change() {
-    if (changing_ || changes_.empty() || finished_ || !lease_) return;
+    if (changing_ || changes_.empty() || finished_ || !lease_.id()) return;
     changing_ = true;
     // The agent watching every key has them as etcd had them moments ago: it writes from that
     // view; where the state moved on meanwhile, the compare fails, and it reads.
@@ -558,7 +571,12 @@ class EtcdRendezvousHandler : public RendezvousHandler {
                     {"result", "EQUAL"},
                     {"mod_revision", std::to_string(snap.state_mod_revision)}};
     json put = {{"request_put", {{"key", key}, {"value", base64_encode(encode_state(s))}}}};
-    return {{"compare", json::array({compare})}, {"success", json::array({put})}};
+    const EtcdRoundSummary summary = round_.summary(snap.state, s);
+    json put_summary = {{"request_put",
+                         {{"key", base64_encode(space_.round())},
+                          {"value", base64_encode(encode_summary(summary))}}}};
+    return {{"compare", json::array({compare})},
+            {"success", json::array({put, std::move(put_summary)})}};
   }
 
   void compare_and_set(const Snapshot& snap, const EtcdRoundState& s) {
@@ -610,6 +628,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     // An earlier job, over: this node's job begins with its join.
     if (finished_ || revision <= seen_revision_ || s.generation < *generation_) return;
     seen_revision_ = revision;
+    known_ = round_.summary(std::nullopt, s);
     if (s.generation > *generation_) return fail(round_.superseded());
     if (s.stop) return fail(*s.stop);
     const EtcdMember* me = s.participant(node_id_);
@@ -652,9 +671,9 @@ class EtcdRendezvousHandler : public RendezvousHandler {
         put_own(space_.answers(), std::to_string(s.round));
       }
     } else if (joined_ && !assigned_ && s.waiter(node_id_)) {
-      report_waiting(s);
+      report_waiting(s.waiting.size());
     }
-    arm_tick(s);
+    arm_tick(round_.next_deadline(s));
   }
 
   void assign(const EtcdRoundState& s) {
@@ -666,9 +685,9 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     if (events_.on_assignment) events_.on_assignment(a);
   }
 
-  void report_waiting(const EtcdRoundState& s) {
+  void report_waiting(std::size_t waiting) {
     const auto now = Clock::now();
-    const int joined = static_cast<int>(s.waiting.size());
+    const int joined = static_cast<int>(waiting);
     if (joined == last_waiting_count_ && now - last_waiting_log_ < options_.round.status_interval)
       return;
     last_waiting_count_ = joined;
@@ -680,8 +699,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
                                                              r.min_nodes, r.max_nodes)));
   }
 
-  void arm_tick(const EtcdRoundState& s) {
-    const std::optional<double> at = round_.next_deadline(s);
+  void arm_tick(const std::optional<double>& at) {
     tick_timer_.cancel();
     if (!at) return;
     const double wait = std::max(0.0, *at - unix_time()) + 0.05;
@@ -696,14 +714,15 @@ class EtcdRendezvousHandler : public RendezvousHandler {
 
   // shutdown(): the one blocking path, bounded: read, mark this node lost, compare-and-set.
   bool leave_now(const std::string& why) {
-    EtcdReply r = client_->post_now("/v3/kv/range", space_.everything().dump(), 1s);
+    EtcdReply r = calls_.client()->post_now("/v3/kv/range", space_.everything().dump(), 1s);
     if (!r.ok()) return true;  // etcd is not there: the lease will expire on its own
     try {
       Snapshot snap = space_.snapshot(json::parse(r.body));
       if (!snap.state || !generation_ || snap.state->generation != *generation_) return true;
       EtcdRoundState s = *snap.state;
       if (!round_.lost(s, node_id_, why, unix_time())) return true;
-      EtcdReply t = client_->post_now("/v3/kv/txn", compare_and_set_body(snap, s).dump(), 1s);
+      EtcdReply t =
+          calls_.client()->post_now("/v3/kv/txn", compare_and_set_body(snap, s).dump(), 1s);
       return !t.ok() || json::parse(t.body).value("succeeded", false);
     } catch (const std::exception&) {
       return true;
@@ -718,9 +737,6 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   std::string node_id_;
   ClientEvents events_;
   Clock::time_point started_at_;
-  std::optional<std::int64_t> lease_;
-  bool revoked_ = false;
-  std::string local_ip_;
   bool finished_ = false;
   bool joined_ = false;
   std::optional<NodeDescriptor> pending_join_;
@@ -732,7 +748,11 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   std::int64_t stored_mod_revision_ = 0;
   // A state watched, not yet decoded (base64), and its revision.
   std::optional<std::pair<std::string, std::int64_t>> pending_state_;
-  EtcdKeys keys_;                                  // the keys beside it, the same
+  bool reading_state_ = false;  // read_state()'s read is out
+  std::int64_t state_wanted_ = 0;
+  std::optional<EtcdRoundSummary> known_;  // the summary of what this node last took in  // the
+                                           // revision the last summary that concerned this node had
+  EtcdKeys keys_;                          // the keys beside it, the same
   std::optional<Clock::time_point> fallback_due_;  // when check_later()'s pause ends
   bool fallback_always_ = false;
   bool watching_all_ = false;                 // every key, or the node keys and the state
@@ -754,17 +774,21 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   bool read_first_ = false;  // the last compare-and-set failed: the next change reads
   int conflicts_ = 0;        // compare-and-sets lost in a row
   std::minstd_rand rng_{std::random_device{}()};
-  Backoff backoff_{options_.retry.backoff, join_deadline(options_)};  // while etcd is unreachable
-  std::optional<Clock::time_point> last_unreachable_log_;
   int last_waiting_count_ = -1;
   Clock::time_point last_waiting_log_{};
   // A timer that had already fired when the handler was destroyed still runs its function,
   // whatever cancel() says: each checks this first.
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
-  std::vector<std::shared_ptr<asio::steady_timer>> timers_;
   asio::steady_timer tick_timer_{io_};
-  asio::steady_timer keepalive_timer_{io_};
-  std::unique_ptr<EtcdClient> client_;  // last: destroyed first, no callback runs after it
+  EtcdLease lease_{
+      io_, options_.liveness,
+      [this](const std::string& path, const json& body, std::function<void(const json&)> ok,
+             std::function<void()> retry) { call(path, body, ok, retry); },
+      [this] { lease_expired(); }};
+  // Last: destroyed first (its client first of all), no callback runs after it.
+  EtcdCalls calls_{io_, endpoint(), options_,
+                   EtcdCalls::Hooks{[this] { return finished_; }, [this](Stop s) { fail(s); },
+                                    [this](const std::string& line) { log(line); }}};
 };
 
 }  // namespace

@@ -63,6 +63,12 @@ json EtcdKeyspace::nodes_and_state() const {
   return {{"key", base64_encode(nodes())}, {"range_end", base64_encode(state() + '\0')}};
 }
 
+json EtcdKeyspace::nodes_and_round() const {
+  return {{"key", base64_encode(nodes())}, {"range_end", base64_encode(round() + '\0')}};
+}
+
+json EtcdKeyspace::state_only() const { return {{"key", base64_encode(state())}}; }
+
 EtcdSnapshot EtcdKeyspace::snapshot(const json& response) const {
   EtcdSnapshot s;
   s.revision = etcd_int(response.at("header"), "revision");

@@ -55,6 +55,41 @@ json optional_time_json(const std::optional<RoundTime>& t) {
   return t ? json(unix_seconds(*t)) : json(nullptr);
 }
 
+// A round's assignments differ only in each member's ranks: those, with the rest once (null when
+// there are none).
+json assigned_json(const std::vector<Assignment>& all) {
+  if (all.empty()) return nullptr;
+  const Assignment& a = all.front();
+  json ranks = json::array();
+  for (const auto& b : all) ranks.push_back({b.group_rank, b.base_rank, b.local_world_size});
+  return {{"group_world_size", a.group_world_size},
+          {"world_size", a.world_size},
+          {"master_addr", a.master_addr},
+          {"master_port", a.master_port},
+          {"restart_count", a.restart_count},
+          {"max_restarts", a.max_restarts},
+          {"ranks", std::move(ranks)}};
+}
+
+std::vector<Assignment> assignments_from(const json& j) {
+  std::vector<Assignment> all;
+  if (j.is_null()) return all;
+  Assignment a;
+  a.group_world_size = j.at("group_world_size").get<int>();
+  a.world_size = j.at("world_size").get<int>();
+  a.master_addr = j.at("master_addr").get<std::string>();
+  a.master_port = j.at("master_port").get<int>();
+  a.restart_count = j.at("restart_count").get<int>();
+  a.max_restarts = j.at("max_restarts").get<int>();
+  for (const auto& r : j.at("ranks")) {
+    a.group_rank = r.at(0).get<int>();
+    a.base_rank = r.at(1).get<int>();
+    a.local_world_size = r.at(2).get<int>();
+    all.push_back(a);
+  }
+  return all;
+}
+
 // Drops the entries of nodes not in `live`; whether there were any.
 template <class T>
 bool forget_gone(std::map<std::string, T>& by_node, const std::set<std::string>& live) {
@@ -147,6 +182,57 @@ EtcdRoundState decode_state(const std::string& text) {
   } catch (const json::exception& e) {
     throw ProtocolError(fmt::format("state: {}", e.what()));
   }
+}
+
+std::string encode_summary(const EtcdRoundSummary& m) {
+  return json{{"layout", kEtcdStateLayout},
+              {"generation", m.generation},
+              {"phase", kPhases[static_cast<int>(m.phase)]},
+              {"round", m.round},
+              {"started", m.started},
+              {"waiting", m.waiting},
+              {"deadline", m.deadline ? json(*m.deadline) : json(nullptr)},
+              {"refused", m.refused},
+              {"left", m.left},
+              {"members", m.members},
+              {"assigned", assigned_json(m.assignments)},
+              {"stop", m.stop ? json::parse(encode(ServerMessage{*m.stop})) : json(nullptr)}}
+      .dump();
+}
+
+std::optional<EtcdRoundSummary> decode_summary(const std::string& text) {
+  try {
+    const json j = json::parse(text);
+    if (j.value("layout", 0) != kEtcdStateLayout) return std::nullopt;
+    EtcdRoundSummary m;
+    m.generation = j.at("generation").get<std::uint64_t>();
+    const std::string phase = j.at("phase").get<std::string>();
+    auto known = std::find(std::begin(kPhases), std::end(kPhases), phase);
+    if (known == std::end(kPhases)) return std::nullopt;
+    m.phase = static_cast<Phase>(known - std::begin(kPhases));
+    m.round = j.at("round").get<std::uint64_t>();
+    m.started = j.at("started").get<bool>();
+    m.waiting = j.at("waiting").get<std::size_t>();
+    if (!j.at("deadline").is_null()) m.deadline = j.at("deadline").get<double>();
+    m.refused = j.at("refused").get<std::set<std::string>>();
+    m.left = j.at("left").get<std::set<std::string>>();
+    m.members = j.at("members").get<std::vector<std::string>>();
+    m.assignments = assignments_from(j.at("assigned"));
+    if (!m.assignments.empty() && m.assignments.size() != m.members.size()) return std::nullopt;
+    for (auto& a : m.assignments) a.round = m.round;
+    m.stop = message_from<Stop>(j, "stop");
+    return m;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+bool concerns(const EtcdRoundSummary& m, const std::optional<EtcdRoundSummary>& known,
+              const std::string& id) {
+  if (!known || known->generation != m.generation || known->phase != m.phase ||
+      known->round != m.round || known->started != m.started)
+    return true;
+  return m.left.count(id) || (m.refused.count(id) && !known->refused.count(id));
 }
 
 std::string encode_join(const EtcdJoin& join) {
@@ -316,6 +402,36 @@ bool EtcdRound::prune(EtcdRoundState& s, const std::set<std::string>& live, doub
 
 bool EtcdRound::tick(EtcdRoundState& s, double now) const {
   return rules_.tick(s, from_unix(now)).changed;
+}
+
+EtcdRoundSummary EtcdRound::summary(const std::optional<EtcdRoundState>& before,
+                                    const EtcdRoundState& after) const {
+  EtcdRoundSummary m;
+  m.generation = after.generation;
+  m.phase = after.phase;
+  m.round = after.round;
+  m.started = after.started;
+  m.waiting = after.waiting.size();
+  m.deadline = next_deadline(after);
+  for (const auto& [id, r] : after.refused) m.refused.insert(id);
+  if (before) {
+    for (const auto* list : {&before->participants, &before->waiting}) {
+      for (const auto& member : *list) {
+        if (!after.participant(member.id) && !after.waiter(member.id)) m.left.insert(member.id);
+      }
+    }
+  }
+  if (after.phase == Phase::running) {
+    for (const auto& member : after.participants) m.members.push_back(member.id);
+    if (after.started) m.assignments = assignments(after);
+  }
+  // The job's end, where it is short (no failures to carry), so that no agent reads the state
+  // to learn it.
+  if (after.stop && !after.stop->failure) {
+    const std::string stop = encode(ServerMessage{*after.stop});
+    if (stop.size() <= kMaxSummaryStopBytes) m.stop = after.stop;
+  }
+  return m;
 }
 
 std::optional<double> EtcdRound::next_deadline(const EtcdRoundState& s) const {

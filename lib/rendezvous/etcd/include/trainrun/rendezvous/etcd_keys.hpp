@@ -30,6 +30,8 @@ class EtcdKeyspace {
 
   const std::string& prefix() const { return prefix_; }
   std::string state() const { return prefix_ + "state"; }
+  // The state's summary (layout 3), written with it.
+  std::string round() const { return prefix_ + "round"; }
   std::string nodes() const { return prefix_ + "nodes/"; }
   std::string joins() const { return prefix_ + "joins/"; }
   std::string answers() const { return prefix_ + "answers/"; }
@@ -37,9 +39,12 @@ class EtcdKeyspace {
   std::string ended() const { return prefix_ + "ended/"; }
 
   // A range (or watch) request: every key of the run; the node keys and the state only
-  // ([nodes/, state], nothing else sorts between), what an agent that does not write reads.
+  // ([nodes/, state], nothing else sorts between but the summary), what an agent that does not
+  // write reads; the node keys and the summary ([nodes/, round]), what it watches; the state.
   nlohmann::json everything() const;
   nlohmann::json nodes_and_state() const;
+  nlohmann::json nodes_and_round() const;
+  nlohmann::json state_only() const;
 
   // A range response; throws (ProtocolError, or the JSON library's) for a state this version
   // did not write. A key beside the state whose value is not one is no key.

@@ -31,7 +31,8 @@ using EtcdMember = RoundMember;
 inline constexpr std::size_t kMaxStoredFailureBytes = 256 * 1024;
 
 // The layout of the state this version writes and reads; a state of another layout is refused.
-inline constexpr int kEtcdStateLayout = 2;
+// 3: the state has its summary beside it (EtcdRoundSummary).
+inline constexpr int kEtcdStateLayout = 3;
 
 struct EtcdRoundState : RoundState {
   std::uint64_t generation = 0;  // which job of the run id this is
@@ -43,6 +44,35 @@ struct EtcdRoundState : RoundState {
 std::string encode_state(const EtcdRoundState& state);
 // Throws ProtocolError for a value that is not a state this version wrote.
 EtcdRoundState decode_state(const std::string& text);
+
+// What a change of the state was, in a few bytes: written beside the state (key `round`) in the
+// same transaction, and watched by the agents that do not write, instead of the state (about
+// 15 KB at 64 members, sent to every watcher at every change). An agent reads the state only
+// where the summary says the change concerns it (concerns()); a round formed or started with it
+// in it, it takes from the summary: the members while running, their assignments once started.
+struct EtcdRoundSummary {
+  std::uint64_t generation = 0;
+  RoundState::Phase phase = RoundState::Phase::forming;
+  std::uint64_t round = 0;
+  bool started = false;
+  std::size_t waiting = 0;              // s.waiting's size, for the agents' "waiting" lines
+  std::optional<double> deadline;       // EtcdRound::next_deadline(), Unix seconds
+  std::set<std::string> refused;        // s.refused's node ids
+  std::set<std::string> left;           // members (participants, waiting) no longer members
+  std::vector<std::string> members;     // running: the participants' ids, in order
+  std::vector<Assignment> assignments;  // started: theirs, index-aligned with `members`
+  std::optional<Stop> stop;             // ended: the state's stop, where it is short
+};
+// The longest stop a summary carries; a longer one is read from the state.
+inline constexpr std::size_t kMaxSummaryStopBytes = 1024;
+std::string encode_summary(const EtcdRoundSummary& summary);
+// Nothing for a value that is not a summary this version wrote (the agent reads the state).
+std::optional<EtcdRoundSummary> decode_summary(const std::string& text);
+// Whether the change `summary` says was made concerns node `id`, which last knew `known` (the
+// summary of the state it read, or of the change it took in last): a new job, phase, round or
+// start, or `id` refused or no longer a member.
+bool concerns(const EtcdRoundSummary& summary, const std::optional<EtcdRoundSummary>& known,
+              const std::string& id);
 
 // A node's join, a key of its own (joins/<node id>), not a write to the shared state: every agent
 // joins at once, and separate puts do not collide. `seq`: which of this agent's joins it is (a
@@ -120,6 +150,9 @@ class EtcdRound {
   bool tick(EtcdRoundState& s, double now) const;
   // When tick() may next change something.
   std::optional<double> next_deadline(const EtcdRoundState& s) const;
+  // The summary of the change from `before` (nothing: no state yet, or unknown) to `after`.
+  EtcdRoundSummary summary(const std::optional<EtcdRoundState>& before,
+                           const EtcdRoundState& after) const;
   // The running round's assignments, index-aligned with s.participants, and a halted member's
   // halt.
   std::vector<Assignment> assignments(const EtcdRoundState& s) const {
