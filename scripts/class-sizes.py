@@ -9,6 +9,7 @@ import argparse
 import collections
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -50,6 +51,7 @@ def sizes(folders):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # | head
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--over", type=int, default=0)
     parser.add_argument("folders", nargs="*")
