@@ -6,22 +6,13 @@
 #include <variant>
 #include <vector>
 
+#include "worker_exit.hpp"
+
 using namespace trainrun::launch;
+using trainrun::test::worker_exit;
 namespace rendezvous = trainrun::rendezvous;
 
 namespace {
-
-WorkerExit exit_of(int local_rank, ExitStatus status, const std::string& message = "",
-                   double written = 0) {
-  WorkerExit e;
-  e.local_rank = local_rank;
-  e.pid = 1000 + local_rank;
-  e.status = status;
-  e.seen_at = 5000 + local_rank;
-  e.error_file = "/logs/error.json";
-  if (!message.empty()) e.contents = ErrorFileContents{message, "Traceback ...", written};
-  return e;
-}
 
 // Each action as a line; summaries as "summary" (their layout is failure_test's).
 std::vector<std::string> lines(const AgentActions& actions) {
@@ -37,9 +28,9 @@ std::vector<std::string> lines(const AgentActions& actions) {
 
 TEST_CASE("a failure that does not count is listed only with a report of its own", "[agent]") {
   AttemptFailures f("train.py", "hosta");
-  CHECK_FALSE(f.record(exit_of(0, ExitStatus{0, SIGTERM}), 4, false));
+  CHECK_FALSE(f.record(worker_exit(0, ExitStatus{0, SIGTERM}), 4, false));
   CHECK(f.empty());
-  CHECK_FALSE(f.record(exit_of(1, ExitStatus{3, 0}, "ValueError: bad", 100), 4, false));
+  CHECK_FALSE(f.record(worker_exit(1, ExitStatus{3, 0}, "ValueError: bad", 100), 4, false));
   REQUIRE(f.list().size() == 1);
   CHECK(f.list()[0].rank == 5);
   CHECK(f.list()[0].timestamp == 100);  // the report's own time, not when the exit was seen
@@ -48,7 +39,7 @@ TEST_CASE("a failure that does not count is listed only with a report of its own
 
 TEST_CASE("an unreadable error report is a warning, and the failure names it", "[agent]") {
   AttemptFailures f("train.py", "hosta");
-  WorkerExit e = exit_of(1, ExitStatus{1, 0});
+  WorkerExit e = worker_exit(1, ExitStatus{1, 0});
   e.problem = "error.json is not JSON";
   const auto warning = f.record(e, 0, true);
   REQUIRE(warning);
@@ -59,8 +50,8 @@ TEST_CASE("an unreadable error report is a warning, and the failure names it", "
 TEST_CASE("the other nodes hear of the root cause once per attempt", "[agent]") {
   AttemptFailures f("train.py", "hosta");
   CHECK_FALSE(f.report());
-  f.record(exit_of(1, ExitStatus{7, 0}), 2, true);
-  f.record(exit_of(0, ExitStatus{0, SIGSEGV}), 2, true);
+  f.record(worker_exit(1, ExitStatus{7, 0}), 2, true);
+  f.record(worker_exit(0, ExitStatus{0, SIGSEGV}), 2, true);
   const auto report = f.report();
   REQUIRE(report);
   CHECK(report->failure.rank == 2);  // the earlier exit
@@ -68,14 +59,14 @@ TEST_CASE("the other nodes hear of the root cause once per attempt", "[agent]") 
   CHECK(report->failures.size() == 2);
   CHECK_FALSE(f.report());
   f.clear();
-  f.record(exit_of(1, ExitStatus{7, 0}), 2, true);
+  f.record(worker_exit(1, ExitStatus{7, 0}), 2, true);
   CHECK(f.report());
 }
 
 TEST_CASE("restart lines: the root cause alone, another node's failure from the rendezvous",
           "[agent]") {
   AttemptFailures f("train.py", "hosta");
-  f.record(exit_of(1, ExitStatus{7, 0}), 0, true);
+  f.record(worker_exit(1, ExitStatus{7, 0}), 0, true);
   CHECK(f.restart_line(1, 3) ==
         "worker 1 (local rank 1) failed with exit code 7; restarting the worker group (1 of 3 "
         "restarts)");
@@ -94,7 +85,7 @@ TEST_CASE("restart lines: the root cause alone, another node's failure from the 
 
 TEST_CASE("the exit status of a failed node is its root cause's, never 0", "[agent]") {
   AttemptFailures f("train.py", "hosta");
-  f.record(exit_of(0, ExitStatus{0, 0}, "RuntimeError", 10), 0, true);
+  f.record(worker_exit(0, ExitStatus{0, 0}, "RuntimeError", 10), 0, true);
   AgentActions out;
   CHECK(f.fail(out) == 1);
   CHECK(lines(out) == std::vector<std::string>{"summary"});
@@ -116,7 +107,7 @@ TEST_CASE("stopped by the rendezvous: how the node ends", "[agent]") {
   theirs.summary = "their summary\n";
   rendezvous::Stop failed{rendezvous::StopCause::worker_failed, "worker failed on hostb", 0,
                           theirs};
-  f.record(exit_of(0, ExitStatus{2, 0}), 0, true);
+  f.record(worker_exit(0, ExitStatus{2, 0}), 0, true);
   CHECK(f.stopped(out, failed, true) == 1);
   CHECK(lines(out) ==
         std::vector<std::string>{"summary", "summary", "say: worker failed on hostb"});

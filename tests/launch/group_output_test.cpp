@@ -5,23 +5,15 @@
 
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "test_support.hpp"
+#include "trainrun/base/system.hpp"
 #include "trainrun/launch/core/errors.hpp"
 
 using namespace trainrun::launch;
 
 namespace {
-
-std::string contents(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // What a worker would write on its stream: the child's end, taken over before start() closes it.
 int take_child_end(GroupOutput::Ends& ends) {
@@ -83,8 +75,8 @@ TEST_CASE("a worker's streams reach their log files; the end of its stderr is ke
   ::close(err);
   g.run_until_closed(2);
   CHECK(g.output->open_readers() == 0);
-  CHECK(contents(dir + "/stdout.log") == "step 1\n");
-  CHECK(contents(dir + "/stderr.log") == "Traceback\nValueError: bad\n");
+  CHECK(trainrun::read_small_file(dir + "/stdout.log") == "step 1\n");
+  CHECK(trainrun::read_small_file(dir + "/stderr.log") == "Traceback\nValueError: bad\n");
   CHECK(g.output->stderr_tail(3) == "Traceback\nValueError: bad");
   CHECK(g.output->stderr_tail(0).empty());
 }
