@@ -9,12 +9,15 @@ import argparse
 import collections
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 
 
 def tags(folders):
+    if shutil.which("ctags") is None:
+        sys.exit("class-sizes: needs Universal Ctags (`apt-get install universal-ctags`)")
     out = subprocess.run(
         ["ctags", "--output-format=json", "--fields=+neKZ", "--languages=C++", "--kinds-C++=+p",
          "-R", "-f", "-", *folders],
