@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import TRAINRUN, read_envs, wait_for
+from conftest import TRAINRUN, read_envs, run, wait_for
 from agents import ip_binary
 
 SSHD = "/usr/sbin/sshd"
@@ -240,3 +240,32 @@ echo "end $RANK"
     errs = [p for p in logs.rglob("stderr.log")]
     assert len(errs) == 8
     assert all(p.read_text() == "UserWarning: the same for everyone\n" for p in errs)
+
+
+SLURM_STEP = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_NODEID": "0", "SLURM_NNODES": "2",
+              "SLURM_STEP_NODELIST": "n[0-1]", "SLURM_JOB_NODELIST": "n[0-1]"}
+
+
+@pytest.mark.parametrize("args,env,needle", [
+    (["--hostfile=HF"], {}, "HF: line 3: cannot read 'n2 slots=four'; use HOST slots=N"),
+    (["--hosts=n0:2,n1:2,n0:2"], {}, "--hosts=n0:2,n1:2,n0:2: n0 is listed twice"),
+    (["--hosts=n0:0"], {}, "n0 has 0 slots"),
+    (["--hosts="], {}, "--hosts=: empty; give the hosts to run on"),
+    (["--hosts=n0,n1", "--node-rank=1"], {}, "--node-rank=1: --hosts gives every host its node"),
+    (["--hosts=n0,n1"], SLURM_STEP, "--hosts=n0,n1: inside a Slurm job step srun starts"),
+])
+def test_bad_host_lists_are_one_line_and_exit_2(tmp_path, args, env, needle):
+    hostfile = tmp_path / "HF"
+    hostfile.write_text("n0 slots=2\n# n1 is down\nn2 slots=four\n")
+    r = run([a.replace("HF", str(hostfile)) for a in args] + ["x"], env=env, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trainrun: "), r.stderr
+    assert needle in lines[0], r.stderr
+
+
+def test_a_remote_agent_of_another_version_names_both(tmp_path):
+    r = run(["--remote-agent=0.0.0-other", "x"], stdin=subprocess.DEVNULL)
+    assert r.returncode == 2, r.stderr
+    assert "this host runs trainrun " in r.stderr
+    assert "the launching machine trainrun 0.0.0-other; install the same version" in r.stderr

@@ -94,8 +94,9 @@ std::vector<HostEntry> parse_host_file(const std::string& text, const std::strin
   std::vector<HostEntry> hosts;
   std::map<std::string, int> seen;
   int number = 0;
-  for (const std::string& raw : split(text, '\n')) {
+  for (std::string raw : split(text, '\n')) {
     ++number;
+    if (!raw.empty() && raw.back() == '\r') raw.pop_back();  // written on Windows
     const std::string line = trim(raw.substr(0, raw.find('#')));
     if (line.empty()) continue;
     const std::string where = fmt::format("--hostfile={}: line {}", path, number);
