@@ -645,7 +645,8 @@ std::optional<HostsOptions> read_hosts(const GivenValues& g,
                          g.named(name)));
     for (const char* name : {"include", "exclude", "forward-env", "dedup"})
       if (on_command_line(g, name))
-        fail(fmt::format("--{} applies only to a job started with --hosts or --hostfile", name));
+        fail(fmt::format("{}{} applies only to a job started with --hosts or --hostfile",
+                         std::string(name) == "forward-env" ? "-x/--" : "--", name));
     return std::nullopt;
   }
   const std::string named = listed ? g.named("hosts") : g.named("hostfile");
