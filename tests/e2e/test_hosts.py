@@ -187,8 +187,8 @@ def test_ctrl_c_stops_every_host(hosts, netns_pair, worker, tmp_path):
 def test_a_host_that_is_down_is_named_and_the_others_stop(hosts, netns_pair, worker, tmp_path):
     a, _ = netns_pair.ns
     down = a.addr.rsplit(".", 1)[0] + ".77"  # off the namespaces' /30: no route there
-    job = hosts.launch([f"--hosts={a.addr}:1,{down}:1", JOIN, worker, "sleep", "60"],
-                       cwd=tmp_path)
+    # The default join timeout (600 s): the started agent must be stopped, not time out.
+    job = hosts.launch([f"--hosts={a.addr}:1,{down}:1", worker, "sleep", "60"], cwd=tmp_path)
     out, err = job.communicate(timeout=90)
     assert job.returncode == 1, err
     assert re.search(rf"trainrun: {re.escape(down)}: cannot start its agent \(ssh exit 255\): "
