@@ -35,7 +35,8 @@ class Hosts:
             conf = tmp / f"sshd_{ns.addr}.conf"
             conf.write_text("\n".join([
                 "Port 22", f"ListenAddress {ns.addr}", f"HostKey {tmp / 'hostkey'}",
-                f"AuthorizedKeysFile {tmp / 'authorized_keys'}", f"PidFile {tmp}/sshd_{ns.addr}.pid",
+                f"AuthorizedKeysFile {tmp / 'authorized_keys'}",
+                f"PidFile {tmp}/sshd_{ns.addr}.pid",
                 "UsePAM no", "PermitRootLogin prohibit-password", "PasswordAuthentication no",
                 "KbdInteractiveAuthentication no", "StrictModes no", ""]))
             log = open(tmp / f"sshd_{ns.addr}.log", "w")
