@@ -39,6 +39,7 @@ packages=(
   iproute2 procps time elfutils gdb
   etcd-server etcd-client man-db dpkg-dev
   slurmctld slurmd slurm-client munge
+  openssh-server openssh-client
   clang libclang-rt-14-dev
 )
 

@@ -1,3 +1,4 @@
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -7,6 +8,8 @@
 #include "trainrun/launch/cli/command_line.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/log.hpp"
+#include "trainrun/launch/hosts/hosts_launcher.hpp"
+#include "trainrun/launch/hosts/remote_agent.hpp"
 #include "trainrun/launch/rollcall/stacks_command.hpp"
 #include "trainrun/launch/workers/descriptors.hpp"
 #include "trainrun/launch/workers/worker_env.hpp"
@@ -19,7 +22,9 @@ int main(int argc, char** argv) {
   // descriptors its workers need (see descriptors.hpp).
   launch::raise_descriptor_limit();
   try {
-    const std::vector<std::string> args(argv + 1, argv + argc);
+    std::vector<std::string> args(argv + 1, argv + argc);
+    // An agent that a --hosts launcher started over ssh: its token and variables come first.
+    const auto remote = launch::take_remote_agent(args);
     if (auto selector = launch::stacks_selector(args))
       return launch::run_stacks_command(*selector, launch::current_environment());
     auto outcome = launch::parse_command_line(args, launch::current_environment());
@@ -30,6 +35,16 @@ int main(int argc, char** argv) {
     launch::set_log_format({outcome.config.verbosity, outcome.config.log_timestamps});
     for (const auto& warning : outcome.warnings) launch::say(warning, launch::Level::warning);
     for (const auto& note : outcome.notes) launch::say(note);
+    if (outcome.hosts) {
+      if (remote)
+        throw launch::UsageError("--hosts: an agent started by --hosts cannot start others");
+      return launch::run_hosts(*outcome.hosts, launch::current_environment());
+    }
+    if (remote) {
+      outcome.config.rdzv_conf.token.handed_over = remote->token;
+      launch::watch_launcher(
+          outcome.config.stop_signals.empty() ? SIGTERM : outcome.config.stop_signals.front());
+    }
     return launch::run_agent(outcome.config);
   } catch (const launch::LaunchError& e) {
     launch::say(e.what(), launch::Level::error);

@@ -16,6 +16,7 @@
 #include "trainrun/launch/cli/option_values.hpp"
 #include "trainrun/launch/clusters/slurm.hpp"
 #include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/hosts/host_list.hpp"
 #include "trainrun/launch/rendezvous/rendezvous_options.hpp"
 #include "trainrun/launch/version.hpp"
 #include "trainrun/launch/workers/worker_count.hpp"
@@ -37,6 +38,8 @@ struct OptionSpec {
   bool is_flag = false;
   // Read where neither the command line nor PET_<NAME> gives a value, as torchrun does.
   std::string fallback_env = {};
+  // Given several times, its values are joined by newlines (-x NAME -x NAME2).
+  bool repeatable = false;
 
   std::string underscored() const {
     std::string s = dashed;
@@ -117,6 +120,21 @@ const std::vector<OptionSpec>& option_specs() {
        "Take nodes, node rank, rendezvous host, run id and workers from the srun step (automatic "
        "in a step when no rendezvous option is given); given options still win",
        true},
+      // Many hosts from one terminal (hosts/): trainrun starts an agent on each over ssh.
+      {"hosts", "", "", "Hosts",
+       "HOST:SLOTS,...: run the job on these hosts, one agent each over ssh; node ranks in this "
+       "order, the first hosts the rendezvous"},
+      {"hostfile", "", "", "Hosts",
+       "File of hosts, one per line: HOST slots=N (DeepSpeed, Open MPI), HOST:N or HOST"},
+      {"include", "", "", "Hosts", "Only these hosts or GPU slots of the list: HOST[:I,J]@HOST..."},
+      {"exclude", "", "", "Hosts", "Leave out these hosts or GPU slots: HOST[:I,J]@HOST..."},
+      {"ssh", "", "ssh", "Hosts", "The ssh command with its options, e.g. \"ssh -p 2222 -i KEY\"",
+       false, "TRAINRUN_SSH"},
+      {"forward-env", "x", "", "Hosts",
+       "NAME or NAME=VALUE: set in the agents' environment on every host (repeatable)", false, "",
+       true},
+      {"dedup", "", "0", "Hosts",
+       "Print a line that many ranks print within a second once, with the ranks: [0-15]:...", true},
   };
   return specs;
 }
@@ -162,6 +180,7 @@ void add_options(CLI::App& app, GivenValues& given) {
     } else {
       given.values[spec.dashed] = spec.default_value;
       opt = app.add_option(names, given.values[spec.dashed], help);
+      if (spec.repeatable) opt->multi_option_policy(CLI::MultiOptionPolicy::Join);
       if (!spec.default_value.empty()) opt->default_str(spec.default_value);
       opt->type_name("VALUE");
     }
@@ -535,7 +554,7 @@ std::string dashed(std::string name) {
 // ambiguous. Only the options before the entrypoint are read; an unknown one is refused here.
 std::vector<std::string> expand_abbreviations(const std::vector<std::string>& args) {
   static const std::map<std::string, bool> spellings = long_spellings();
-  static const std::set<std::string> short_with_value = {"-r", "-t"};
+  static const std::set<std::string> short_with_value = {"-r", "-t", "-x"};
   std::vector<std::string> out = args;
   for (size_t i = 0; i < out.size(); ++i) {
     const std::string& arg = out[i];
@@ -572,6 +591,110 @@ std::string restore_empty(std::string arg) {
   return arg;
 }
 
+// ---- Many hosts from one terminal (hosts/): what the launching trainrun needs ----------------
+
+// The launching trainrun's own options: no agent gets them.
+const char* const kLauncherOptions[] = {"hosts",   "ssh",     "hostfile", "forward-env",
+                                        "include", "exclude", "dedup"};
+
+// The command line's options as every agent gets them: without the launcher's own, nor the worker
+// count (each host is given its own).
+std::vector<std::string> agent_options(const std::vector<std::string>& options) {
+  static const std::map<std::string, bool> spellings = long_spellings();
+  std::set<std::string> dropped(std::begin(kLauncherOptions), std::end(kLauncherOptions));
+  dropped.insert("nproc-per-node");
+  std::vector<std::string> out;
+  for (size_t i = 0; i < options.size(); ++i) {
+    const std::string& arg = options[i];
+    const bool has_next = i + 1 < options.size();
+    if (arg.rfind("--", 0) == 0) {
+      const size_t eq = arg.find('=');
+      const std::string name = arg.substr(2, eq == std::string::npos ? eq : eq - 2);
+      auto it = spellings.find(name);
+      const bool value_follows = it != spellings.end() && it->second && eq == std::string::npos;
+      if (dropped.count(dashed(name))) {
+        i += value_follows && has_next ? 1 : 0;
+        continue;
+      }
+      out.push_back(arg);
+      if (value_follows && has_next) out.push_back(options[++i]);
+    } else if (arg.rfind("-x", 0) == 0) {
+      i += arg == "-x" && has_next ? 1 : 0;
+    } else {
+      out.push_back(arg);
+      if ((arg == "-r" || arg == "-t") && has_next) out.push_back(options[++i]);
+    }
+  }
+  return out;
+}
+
+bool on_command_line(const GivenValues& g, const std::string& name) {
+  return g.options.at(name)->count() > 0;
+}
+
+std::optional<HostsOptions> read_hosts(const GivenValues& g,
+                                       const std::map<std::string, std::string>& env,
+                                       const std::vector<std::string>& options,
+                                       const std::vector<std::string>& rest,
+                                       const LaunchConfig& c) {
+  const bool listed = !g.value("hosts").empty(), file = !g.value("hostfile").empty();
+  if (!listed && !file) {
+    for (const char* name : {"hosts", "hostfile"})
+      if (given_explicitly(g, name) && g.value(name).empty())
+        fail(fmt::format("{}: empty; give the hosts to run on (e.g. --hosts=node0:4,node1:4)",
+                         g.named(name)));
+    for (const char* name : {"include", "exclude", "forward-env", "dedup"})
+      if (on_command_line(g, name))
+        fail(fmt::format("{}{} applies only to a job started with --hosts or --hostfile",
+                         std::string(name) == "forward-env" ? "-x/--" : "--", name));
+    return std::nullopt;
+  }
+  const std::string named = listed ? g.named("hosts") : g.named("hostfile");
+  if (listed && file) fail("--hosts and --hostfile cannot be used together: give one of them");
+  if (in_slurm_step(env) || g.flag("slurm"))
+    fail(
+        fmt::format("{}: inside a Slurm job step srun starts the agents; run trainrun under "
+                    "srun without --hosts",
+                    named));
+  if (g.flag("standalone"))
+    fail(fmt::format("{}: --standalone runs one node here; drop one of them", named));
+  for (const char* name : {"node-rank", "nnodes", "rdzv-backend", "rdzv-endpoint"})
+    if (given_explicitly(g, name))
+      fail(
+          fmt::format("{}: --hosts gives every host its node rank (the list's order) and the "
+                      "rendezvous (the first host); drop {}",
+                      g.named(name), g.named(name)));
+  if (c.rdzv_conf.token.file)
+    fail(
+        fmt::format("{}: a --hosts job gets a fresh token from trainrun, handed to each agent "
+                    "over ssh; drop token_file",
+                    g.named("rdzv-conf")));
+  HostsOptions h;
+  h.hosts = g.value("hosts");
+  h.hostfile = g.value("hostfile");
+  if (listed) parse_host_option(h.hosts, named);  // the host file is read when the job starts
+  h.include = g.value("include");
+  h.exclude = g.value("exclude");
+  h.ssh.clear();
+  for (const std::string& word : split(g.value("ssh"), ' '))
+    if (!trim(word).empty()) h.ssh.push_back(trim(word));
+  if (h.ssh.empty())
+    fail(fmt::format("{}: names no command; leave it out for ssh", g.named("ssh")));
+  for (const std::string& entry : split(g.value("forward-env"), '\n'))
+    if (!entry.empty()) h.forward_env.push_back(entry);
+  h.dedup = g.flag("dedup");
+  h.workers = g.value("nproc-per-node");
+  h.master_addr_given = on_command_line(g, "master-addr");
+  h.output_given = on_command_line(g, "tee") || on_command_line(g, "redirects");
+  h.prefix_given = on_command_line(g, "log-line-prefix-template");
+  h.shutdown_timeout = c.shutdown_timeout;
+  h.agent_options = agent_options(options);
+  h.entry = rest;
+  return h;
+}
+
+// ---- end of the hosts block --------------------------------------------------------------------
+
 }  // namespace
 
 ParseOutcome parse_command_line(const std::vector<std::string>& args,
@@ -580,7 +703,8 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   const std::unique_ptr<CLI::App> app_ptr = make_app(given);
   CLI::App& app = *app_ptr;
 
-  const std::vector<std::string> marked = mark_empty_values(expand_abbreviations(args));
+  const std::vector<std::string> expanded = expand_abbreviations(args);
+  const std::vector<std::string> marked = mark_empty_values(expanded);
   std::vector<std::string> reversed(marked.rbegin(), marked.rend());
   try {
     app.parse(reversed);
@@ -632,6 +756,11 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   }
   check_rendezvous_layout(c, env);
   ParseOutcome outcome{c, std::nullopt, ignored_option_warnings(given, c)};
+  outcome.hosts =
+      read_hosts(given, env,
+                 std::vector<std::string>(
+                     expanded.begin(), expanded.end() - static_cast<std::ptrdiff_t>(rest.size())),
+                 rest, c);
   if (std::string w = loopback_warning(c); !w.empty()) outcome.warnings.push_back(std::move(w));
   if (slurm_line) outcome.notes.push_back(*slurm_line);
   return outcome;

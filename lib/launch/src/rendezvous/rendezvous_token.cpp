@@ -85,6 +85,7 @@ std::string read_token_file(const std::string& path, bool any_mode) {
 
 std::optional<std::string> load_token(const TokenSource& source,
                                       const std::map<std::string, std::string>& env) {
+  if (source.handed_over) return source.handed_over;
   if (source.file) return read_token_file(*source.file, source.any_mode);
   // Set but empty is refused as blank is: either would otherwise turn authentication off.
   if (auto it = env.find(kTokenVariable); it != env.end()) {

@@ -7,6 +7,7 @@
 
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/launch_config.hpp"
+#include "trainrun/launch/hosts/hosts_options.hpp"
 
 namespace trainrun::launch {
 
@@ -23,6 +24,8 @@ struct ParseOutcome {
   std::optional<std::string> help_text;
   std::vector<std::string> warnings;
   std::vector<std::string> notes = {};
+  // --hosts or --hostfile: main runs the job on those hosts (hosts_launcher.hpp), not here.
+  std::optional<HostsOptions> hosts = {};
 };
 ParseOutcome parse_command_line(const std::vector<std::string>& args,
                                 const std::map<std::string, std::string>& env);

@@ -31,11 +31,13 @@ inline const char* backend_name(RendezvousBackend backend) {
   return "static";
 }
 
-// Where the shared token comes from: --rdzv-conf token_file=PATH, and whether a file that others
-// than its owner may read is accepted (--rdzv-conf token_file_mode=any).
+// Where the shared token comes from: the --hosts launcher, --rdzv-conf token_file=PATH, and whether
+// a file that others than its owner may read is accepted (--rdzv-conf token_file_mode=any).
 struct TokenSource {
   std::optional<std::string> file;
   bool any_mode = false;
+  // The token itself, as a --hosts launcher hands it to a remote agent (never on a command line).
+  std::optional<std::string> handed_over = {};
 };
 
 // --rdzv-conf, checked once when the command line is parsed (check_rdzv_conf in

@@ -12,7 +12,7 @@ namespace trainrun::launch {
 // passes it on: workers do not see it (merge_environment leaves it out).
 inline constexpr const char* kTokenVariable = "TRAINRUN_RDZV_TOKEN";
 
-// The shared rendezvous token: the contents of the token file (trailing whitespace removed),
+// The shared rendezvous token: the one a --hosts launcher handed over, else the contents of the token file (trailing whitespace removed),
 // else the environment variable TRAINRUN_RDZV_TOKEN, else none. Throws UsageError (exit 2) with
 // one line naming the file when it cannot be opened, is not a regular file (a directory, a FIFO:
 // never waited on), is readable by group or others (unless any_mode), is too large, or holds an

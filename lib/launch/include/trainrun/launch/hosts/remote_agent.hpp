@@ -1,0 +1,29 @@
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace trainrun::launch {
+
+// The agent's side of --hosts: `trainrun --remote-agent=VERSION ARGS...`, as the launching
+// trainrun's ssh starts it on each host. Not an option for people: it is not in --help, only
+// the first argument, and refused at a terminal.
+inline constexpr const char* kRemoteAgentOption = "--remote-agent=";
+
+struct RemoteAgent {
+  std::string token;  // the job's rendezvous token, handed over on standard input
+};
+
+// When args[0] is --remote-agent=VERSION: refuses another version than this trainrun's (naming
+// both) and a terminal on standard input, reads the launcher's handover line from standard input
+// (waiting at most 30 s), sets the variables it forwards in this process's environment, and
+// drops args[0]. Nothing for any other command line. Throws UsageError.
+std::optional<RemoteAgent> take_remote_agent(std::vector<std::string>& args);
+
+// Tells the launcher that the agent has started (hosts_plan.hpp's kReadyLine on standard
+// output), then stops the job with `stop_signal`, as a signal from outside would, when standard
+// input closes: the launcher stopped the job, or the ssh connection was lost.
+void watch_launcher(int stop_signal);
+
+}  // namespace trainrun::launch

@@ -1,0 +1,93 @@
+#include "trainrun/launch/hosts/remote_agent.hpp"
+
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <thread>
+
+#include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/core/file_io.hpp"
+#include "trainrun/launch/hosts/hosts_plan.hpp"
+#include "trainrun/launch/version.hpp"
+
+namespace trainrun::launch {
+
+namespace {
+
+constexpr auto kHandoverWait = std::chrono::seconds(30);
+constexpr size_t kMaxHandoverBytes = 1 << 20;
+
+// One line from standard input, byte by byte so that nothing after it is taken from the stream
+// whose end later means "stop".
+std::string read_handover_line() {
+  const auto deadline = std::chrono::steady_clock::now() + kHandoverWait;
+  std::string line;
+  while (line.size() < kMaxHandoverBytes) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{STDIN_FILENO, POLLIN, 0};
+    const int ready = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0)
+      throw UsageError(
+          "--remote-agent: no handover on standard input within 30 s; this option is for the "
+          "agents trainrun --hosts starts over ssh");
+    char c;
+    const ssize_t n = ::read(STDIN_FILENO, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw UsageError(
+          "--remote-agent: standard input closed before the launcher's handover; the launching "
+          "trainrun stopped or its connection was lost");
+    if (c == '\n') return line;
+    line += c;
+  }
+  throw UsageError("--remote-agent: the handover on standard input is too long");
+}
+
+}  // namespace
+
+std::optional<RemoteAgent> take_remote_agent(std::vector<std::string>& args) {
+  const std::string prefix = kRemoteAgentOption;
+  if (args.empty() || args[0].rfind(prefix, 0) != 0) return std::nullopt;
+  const std::string theirs = args[0].substr(prefix.size());
+  if (theirs != kVersion)
+    throw UsageError(fmt::format(
+        "this host runs trainrun {}, the launching machine trainrun {}; install the same version "
+        "on every host",
+        kVersion, theirs));
+  // Typed by hand, it would wait for a token nobody sends.
+  if (::isatty(STDIN_FILENO))
+    throw UsageError(
+        "--remote-agent: standard input is a terminal; this option is for the agents trainrun "
+        "--hosts starts over ssh (run trainrun --hosts HOST,... instead)");
+  const Handover handover = decode_handover(read_handover_line());
+  for (const auto& [name, value] : handover.env) ::setenv(name.c_str(), value.c_str(), 1);
+  args.erase(args.begin());
+  return RemoteAgent{handover.token};
+}
+
+void watch_launcher(int stop_signal) {
+  const std::string ready = std::string(kReadyLine) + "\n";
+  write_all(STDOUT_FILENO, ready.data(), ready.size());
+  std::thread([stop_signal] {
+    // The agent's own thread takes every signal.
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    char buffer[256];
+    for (;;) {
+      const ssize_t n = ::read(STDIN_FILENO, buffer, sizeof(buffer));
+      if (n > 0 || (n < 0 && errno == EINTR)) continue;
+      break;
+    }
+    ::kill(::getpid(), stop_signal);
+  }).detach();
+}
+
+}  // namespace trainrun::launch

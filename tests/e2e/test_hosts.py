@@ -1,0 +1,272 @@
+"""One job on two hosts from one command (--hosts), over real ssh: Debian's sshd runs in each of
+two network namespaces, with a key this test makes (needs root, `ip netns` and openssh-server)."""
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import TRAINRUN, read_envs, run, wait_for
+from agents import ip_binary
+
+SSHD = "/usr/sbin/sshd"
+JOIN = "--rdzv-conf=join_timeout=60"
+
+
+class Hosts:
+    """sshd on port 22 of each namespace of `pair`, taking `key` for root; ssh_words() is the
+    client command that reaches them."""
+
+    def __init__(self, pair, tmp):
+        self.pair, self.tmp = pair, tmp
+        self.key = tmp / "key"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key)],
+                       check=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp / "hostkey")],
+                       check=True)
+        (tmp / "authorized_keys").write_text((tmp / "key.pub").read_text())
+        # sshd refuses to start without its privilege separation directory.
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        self.daemons = []
+        for ns in pair.ns:
+            conf = tmp / f"sshd_{ns.addr}.conf"
+            conf.write_text("\n".join([
+                "Port 22", f"ListenAddress {ns.addr}", f"HostKey {tmp / 'hostkey'}",
+                f"AuthorizedKeysFile {tmp / 'authorized_keys'}",
+                f"PidFile {tmp}/sshd_{ns.addr}.pid",
+                "UsePAM no", "PermitRootLogin prohibit-password", "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no", "StrictModes no", ""]))
+            log = open(tmp / f"sshd_{ns.addr}.log", "w")
+            self.daemons.append(subprocess.Popen(
+                [ip_binary(), "netns", "exec", ns.name, SSHD, "-D", "-e", "-f", str(conf)],
+                stdout=log, stderr=log))
+        for ns in pair.ns:
+            assert wait_for(lambda: self.ssh(ns, "true", check=False).returncode == 0, 30), \
+                (tmp / f"sshd_{ns.addr}.log").read_text()
+
+    def ssh_words(self, key=None):
+        return ["ssh", "-F", "/dev/null", "-i", str(key or self.key), "-o", "IdentitiesOnly=yes",
+                "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                "-o", "LogLevel=ERROR"]
+
+    def ssh(self, ns, command, check=True, **kw):
+        """`command` on ns's host, over ssh from ns itself."""
+        return subprocess.run([ip_binary(), "netns", "exec", ns.name, *self.ssh_words(),
+                               ns.addr, command], capture_output=True, text=True, timeout=60,
+                              check=check, **kw)
+
+    def launch(self, args, ns=None, ssh=None, **kw):
+        """`trainrun ARGS` on the first namespace's host, as a user would type it there."""
+        ns = ns or self.pair.ns[0]
+        return subprocess.Popen([ip_binary(), "netns", "exec", ns.name, TRAINRUN,
+                                 f"--ssh={' '.join(ssh or self.ssh_words())}", *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+    def job_processes(self):
+        """Every process in the two namespaces but the sshd listeners."""
+        listeners = {str(p.pid) for p in self.daemons}
+        for p in self.daemons:
+            listeners.update(subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                                            text=True).stdout.split())
+        pids = []
+        for ns in self.pair.ns:
+            out = subprocess.run([ip_binary(), "netns", "pids", ns.name], capture_output=True,
+                                 text=True).stdout.split()
+            pids += [p for p in out if p not in listeners]
+        return pids
+
+    def stop(self):
+        for p in self.daemons:
+            p.terminate()
+            p.wait(10)
+
+
+@pytest.fixture
+def hosts(netns_pair, tmp_path):
+    if not os.access(SSHD, os.X_OK):
+        pytest.skip("openssh-server is not installed (scripts/setup.sh)")
+    h = Hosts(netns_pair, tmp_path)
+    yield h
+    h.stop()
+
+
+def no_job_left(hosts):
+    assert wait_for(lambda: not hosts.job_processes(), 60, 0.2), \
+        f"left running: {[open(f'/proc/{p}/cmdline').read() for p in hosts.job_processes()]}"
+
+
+def host_list(pair, slots):
+    return ",".join(f"{ns.addr}:{slots}" for ns in pair.ns)
+
+
+def test_one_command_runs_the_job_a_by_hand_launch_runs(hosts, netns_pair, worker, tmp_path):
+    a, b = netns_pair.ns
+    ours, by_hand = tmp_path / "ours", tmp_path / "by_hand"
+    ours.mkdir()
+    by_hand.mkdir()
+    job = hosts.launch([f"--hosts={host_list(netns_pair, 2)}", "-x", "FORWARDED=yes", JOIN,
+                        worker, "env", str(ours / "e")], cwd=tmp_path)
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    # The same job typed on each node, logged in over ssh.
+    common = (f"cd {tmp_path} && FORWARDED=yes {TRAINRUN} --nnodes=2 --nproc-per-node=2 "
+              f"--master-addr={a.addr} {JOIN}")
+    manual = [subprocess.Popen([ip_binary(), "netns", "exec", ns.name, *hosts.ssh_words(), ns.addr,
+                                f"{common} --node-rank={i} {worker} env {by_hand / 'e'}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for i, ns in enumerate((a, b))]
+    for p in manual:
+        assert p.wait(120) == 0, p.stderr.read()
+    ours_env, by_hand_env = read_envs(ours), read_envs(by_hand)
+    assert sorted(ours_env) == [0, 1, 2, 3]
+    # What differs between any two ssh logins (the client's port), between any two runs (the log
+    # directory's random name in the error file's path), and `_`, which bash sets for a command
+    # it runs but not for one it execs (the agent replaces the login shell).
+    differs = {"SSH_CLIENT", "SSH_CONNECTION", "TORCHELASTIC_ERROR_FILE", "_"}
+    for rank in range(4):
+        mine = {k: v for k, v in ours_env[rank].items() if k not in differs}
+        theirs = {k: v for k, v in by_hand_env[rank].items() if k not in differs}
+        assert mine == theirs, (rank, set(mine.items()) ^ set(theirs.items()))
+    assert ours_env[0]["FORWARDED"] == "yes"
+    assert {e["GROUP_RANK"] for r, e in ours_env.items() if r < 2} == {"0"}
+    # Every worker's output line came back, prefixed with its host and rank.
+    assert f"starting 2 agents over ssh: {a.addr} (node rank 0), {b.addr} (node rank 1)" in err
+
+
+def test_token_is_in_no_command_line_nor_environment(hosts, netns_pair, worker, tmp_path):
+    # The ssh command is wrapped so that the test learns the token the launcher hands over.
+    seen = tmp_path / "handover"
+    wrapper = tmp_path / "ssh_wrapper"
+    wrapper.write_text("#!/bin/sh\n{ IFS= read -r line; printf '%s\\n' \"$line\" >> "
+                       f"{seen}; printf '%s\\n' \"$line\"; exec cat; }} | exec \"$@\"\n")
+    wrapper.chmod(0o755)
+    pids = tmp_path / "pids"
+    job = hosts.launch([f"--hosts={host_list(netns_pair, 1)}", JOIN, worker, "pidfile", str(pids),
+                        "sleep", "60"], ssh=[str(wrapper), *hosts.ssh_words()], cwd=tmp_path)
+    try:
+        assert wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, 60), \
+            job.stderr.read() if job.poll() is not None else "workers did not start"
+        tokens = {json.loads(line)["token"] for line in seen.read_text().splitlines()}
+        assert len(tokens) == 1 and len(next(iter(tokens))) >= 32
+        token = next(iter(tokens)).encode()
+        # Both namespaces share this kernel: /proc shows every process of both hosts.
+        found, read = [], 0
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            for part in ("cmdline", "environ"):
+                try:
+                    with open(f"/proc/{pid}/{part}", "rb") as f:
+                        text = f.read()
+                except OSError:
+                    continue
+                read += 1
+                if token in text:
+                    found.append((pid, part))
+        assert read > 20
+        assert not found, found
+    finally:
+        job.send_signal(signal.SIGTERM)
+        job.communicate(timeout=90)
+    no_job_left(hosts)
+
+
+def test_ctrl_c_stops_every_host(hosts, netns_pair, worker, tmp_path):
+    pids = tmp_path / "pids"
+    job = hosts.launch([f"--hosts={host_list(netns_pair, 2)}", JOIN, "--shutdown-timeout=10",
+                        worker, "pidfile", str(pids), "sleep", "120"], cwd=tmp_path)
+    assert wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 4, 60), \
+        job.stderr.read() if job.poll() is not None else "workers did not start"
+    job.send_signal(signal.SIGINT)
+    out, err = job.communicate(timeout=90)
+    assert job.returncode == 130, err
+    assert "received SIGINT; stopping the agents on 2 hosts" in err
+    no_job_left(hosts)
+
+
+def test_a_host_that_is_down_is_named_and_the_others_stop(hosts, netns_pair, worker, tmp_path):
+    a, _ = netns_pair.ns
+    down = a.addr.rsplit(".", 1)[0] + ".77"  # off the namespaces' /30: no route there
+    # The default join timeout (600 s): the started agent must be stopped, not time out.
+    job = hosts.launch([f"--hosts={a.addr}:1,{down}:1", worker, "sleep", "60"], cwd=tmp_path)
+    out, err = job.communicate(timeout=90)
+    assert job.returncode == 1, err
+    assert re.search(rf"trainrun: {re.escape(down)}: cannot start its agent \(ssh exit 255\): "
+                     rf"ssh: connect to host {re.escape(down)} port 22: Network is unreachable",
+                     err), err
+    no_job_left(hosts)
+
+
+def test_a_refused_key_is_named(hosts, netns_pair, worker, tmp_path):
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    job = hosts.launch([f"--hosts={host_list(netns_pair, 1)}", JOIN, worker, "sleep", "60"],
+                       ssh=hosts.ssh_words(other), cwd=tmp_path)
+    out, err = job.communicate(timeout=90)
+    assert job.returncode == 1, err
+    assert "cannot start its agent (ssh exit 255): root@" in err and \
+        "Permission denied (publickey)" in err, err
+    no_job_left(hosts)
+
+
+def test_dedup_collapses_a_warning_all_ranks_print(hosts, netns_pair, tmp_path):
+    barrier = tmp_path / "barrier"
+    script = tmp_path / "warn.sh"
+    # Every worker prints its own line, waits for the other seven, then the same warning.
+    script.write_text(f"""#!/bin/sh
+echo "start $RANK"
+echo "$RANK" >> {barrier}
+while [ "$(wc -l < {barrier})" -lt 8 ]; do sleep 0.05; done
+echo "UserWarning: the same for everyone" >&2
+echo "end $RANK"
+""")
+    script.chmod(0o755)
+    logs = tmp_path / "logs"
+    job = hosts.launch([f"--hosts={host_list(netns_pair, 4)}", "--dedup", JOIN,
+                        f"--log-dir={logs}", "--no-python", str(script)], cwd=tmp_path)
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    a, b = netns_pair.ns
+    assert err.count("UserWarning") == 1, err
+    assert "[0-7]:UserWarning: the same for everyone\n" in err, err
+    expected = {f"[{(a if r < 4 else b).addr}:{r}]:{word} {r}" for r in range(8)
+                for word in ("start", "end")}
+    assert set(out.splitlines()) == expected, out
+    # Each rank's lines in order.
+    for r in range(8):
+        host = (a if r < 4 else b).addr
+        assert out.index(f"[{host}:{r}]:start {r}") < out.index(f"[{host}:{r}]:end {r}")
+    # The per-rank files keep every line as the worker wrote it.
+    errs = [p for p in logs.rglob("stderr.log")]
+    assert len(errs) == 8
+    assert all(p.read_text() == "UserWarning: the same for everyone\n" for p in errs)
+
+
+SLURM_STEP = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_NODEID": "0", "SLURM_NNODES": "2",
+              "SLURM_STEP_NODELIST": "n[0-1]", "SLURM_JOB_NODELIST": "n[0-1]"}
+
+
+@pytest.mark.parametrize("args,env,needle", [
+    (["--hostfile=HF"], {}, "HF: line 3: cannot read 'n2 slots=four'; use HOST slots=N"),
+    (["--hosts=n0:2,n1:2,n0:2"], {}, "--hosts=n0:2,n1:2,n0:2: n0 is listed twice"),
+    (["--hosts=n0:0"], {}, "n0 has 0 slots"),
+    (["--hosts="], {}, "--hosts=: empty; give the hosts to run on"),
+    (["--hosts=n0,n1", "--node-rank=1"], {}, "--node-rank=1: --hosts gives every host its node"),
+    (["--hosts=n0,n1"], SLURM_STEP, "--hosts=n0,n1: inside a Slurm job step srun starts"),
+])
+def test_bad_host_lists_are_one_line_and_exit_2(tmp_path, args, env, needle):
+    hostfile = tmp_path / "HF"
+    hostfile.write_text("n0 slots=2\n# n1 is down\nn2 slots=four\n")
+    r = run([a.replace("HF", str(hostfile)) for a in args] + ["x"], env=env, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trainrun: "), r.stderr
+    assert needle in lines[0], r.stderr
+
+
+def test_a_remote_agent_of_another_version_names_both(tmp_path):
+    r = run(["--remote-agent=0.0.0-other", "x"], stdin=subprocess.DEVNULL)
+    assert r.returncode == 2, r.stderr
+    assert "this host runs trainrun " in r.stderr
+    assert "the launching machine trainrun 0.0.0-other; install the same version" in r.stderr
