@@ -81,6 +81,15 @@ AgentActions AgentPolicy::worker_exited(const WorkerExit& exit, Clock::time_poin
   return out;
 }
 
+AgentActions AgentPolicy::hang_confirmed(ProcessFailure hang, Clock::time_point now) {
+  AgentActions out;
+  if (state_ != State::running) return out;
+  failures_.push_back(std::move(hang));
+  report_failure(out);
+  begin_stop(out, SIGTERM, now);
+  return out;
+}
+
 AgentActions AgentPolicy::attempt_ended(Clock::time_point) {
   AgentActions out;
   if (state_ != State::finishing) return out;

@@ -48,6 +48,8 @@ class Supervisor {
   // back to us); children of other threads (the stack tools) are left to them. Call it from the
   // thread that started the workers.
   void reap();
+  // Called whenever a worker's output arrives (streams that pass through trainrun).
+  void set_progress(std::function<void()> progress) { progress_ = std::move(progress); }
   // Sends `sig` to the process group of every worker still running, and to the worker itself
   // where it has left that group. SIGKILL also kills everything in the job's cgroup.
   void signal_all(int sig);
@@ -105,6 +107,7 @@ class Supervisor {
   // When leftovers still alive after SIGTERM are named (once) instead of waited for silently.
   std::optional<std::chrono::steady_clock::time_point> finish_name_at_;
   std::function<void()> finish_done_;
+  std::function<void()> progress_;
 };
 
 }  // namespace trainrun::launch
