@@ -44,8 +44,8 @@ struct JobSettings {
   // The major version of the workers' PyTorch when trainrun could ask (Python workers): 1 gets
   // torchrun 1.13's NCCL_ASYNC_ERROR_HANDLING, which torch 2.x warns about in every process.
   std::optional<int> torch_major;
-  // --hang-timeout: the file whose time says progress (TRAINRUN_HEARTBEAT_FILE); Python workers
-  // also get PYTHONUNBUFFERED=1, so that a line they print reaches trainrun when printed.
+  // --hang-timeout: the file whose time says progress (TRAINRUN_HEARTBEAT_FILE). Python workers
+  // run with -u (as torchrun's): a line they print reaches trainrun when printed.
   std::string heartbeat_file;
 };
 
