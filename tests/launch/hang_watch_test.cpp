@@ -71,6 +71,17 @@ TEST_CASE("a node that made progress within the timeout keeps the job from being
   CHECK(judge_second(hung_job(12, 10), hung_job(15, 1), 10).kind == HangVerdict::Kind::progress);
 }
 
+TEST_CASE("a job whose nodes did not all answer is never found hung", "[hang]") {
+  auto missing = hung_job(12, 12);
+  missing["missing"] = {{{"host", "node1 (10.0.0.2, pid 7)"}, {"reason", "no answer within 15 s"}}};
+  const HangVerdict v = judge_first(missing, 10);
+  CHECK(v.kind == HangVerdict::Kind::progress);
+  CHECK(v.why == "node1 (10.0.0.2, pid 7) did not answer");
+  auto not_asked = hung_job(15, 15);
+  not_asked["not_asked"] = "too many roll calls at once";
+  CHECK(judge_second(hung_job(12, 12), not_asked, 10).kind == HangVerdict::Kind::progress);
+}
+
 TEST_CASE("a rank whose stack moved between the roll calls is progress; still ones are a hang",
           "[hang]") {
   const auto first = hung_job(12, 10);

@@ -32,6 +32,17 @@ HangVerdict progressing(double recheck_s, std::string why, bool stack_moved = fa
   return {HangVerdict::Kind::progress, recheck_s, std::move(why), stack_moved};
 }
 
+// Why a reply cannot show the whole job (a node not asked, or not answering), else "": its
+// progress is unknown, so no hang is found on it.
+std::string incomplete(const nlohmann::json& reply) {
+  const std::string not_asked = reply.value("not_asked", "");
+  if (!not_asked.empty()) return "the other nodes could not be asked: " + not_asked;
+  const auto missing = reply.value("missing", nlohmann::json::array());
+  if (!missing.empty())
+    return fmt::format("{} did not answer", missing.front().value("host", "a node"));
+  return "";
+}
+
 }  // namespace
 
 std::optional<double> job_quiet_s(const nlohmann::json& reply) {
@@ -56,6 +67,8 @@ std::vector<int> moved_ranks(const nlohmann::json& first, const nlohmann::json& 
 }
 
 HangVerdict judge_first(const nlohmann::json& reply, double timeout_s) {
+  if (const std::string why = incomplete(reply); !why.empty())
+    return progressing(kHangConfirmGap.count(), why);
   const double quiet = job_quiet_s(reply).value_or(timeout_s);
   if (quiet < timeout_s)
     return progressing(timeout_s - quiet,
@@ -65,6 +78,8 @@ HangVerdict judge_first(const nlohmann::json& reply, double timeout_s) {
 
 HangVerdict judge_second(const nlohmann::json& first, const nlohmann::json& second,
                          double timeout_s) {
+  if (const std::string why = incomplete(second); !why.empty())
+    return progressing(kHangConfirmGap.count(), why);
   const double quiet = job_quiet_s(second).value_or(timeout_s);
   if (quiet < timeout_s)
     return progressing(timeout_s - quiet,

@@ -40,7 +40,8 @@ struct HangVerdict {
 
 // After the first roll call: `quiet` when every node that says has been quiet for `timeout_s`
 // (the second roll call follows), else progress, looked at again when the least quiet node
-// reaches the timeout. Pure.
+// reaches the timeout. A reply without every node (one not asked: too many roll calls at once;
+// one that did not answer) is progress, looked at again kHangConfirmGap later. Pure.
 HangVerdict judge_first(const nlohmann::json& reply, double timeout_s);
 // After the second, kHangConfirmGap later: hung when every node is still quiet and no rank's
 // stack moved; a reply without ranks (the workers ended) is not a hang. Pure.
