@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "worker_exit.hpp"
+
 using namespace trainrun::launch;
 namespace rendezvous = trainrun::rendezvous;
 using std::chrono::seconds;
@@ -79,14 +81,8 @@ struct Harness {
   // A worker's end; `message` non-empty: it left an error file written at `written`.
   Lines exit(int local_rank, ExitStatus status, const std::string& message = "",
              double written = 0) {
-    WorkerExit e;
-    e.local_rank = local_rank;
-    e.pid = 1000 + local_rank;
-    e.status = status;
-    e.seen_at = 5000 + local_rank;
-    e.error_file = fmt::format("/logs/{}/error.json", local_rank);
-    if (!message.empty()) e.contents = ErrorFileContents{message, "Traceback ...", written};
-    return take(policy.worker_exited(e, now));
+    return take(policy.worker_exited(
+        trainrun::test::worker_exit(local_rank, status, message, written), now));
   }
   Lines ended() { return take(policy.attempt_ended(now)); }
   Lines signal(int sig) { return take(policy.signal(sig, now)); }

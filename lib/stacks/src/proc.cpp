@@ -4,12 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <sstream>
 #include <unordered_map>
 #include <utility>
 
 #include "trainrun/base/numbers.hpp"
+#include "trainrun/base/system.hpp"
 
 namespace trainrun::stacks {
 
@@ -18,15 +18,6 @@ extern const std::pair<long, const char*> kSyscallNames[];
 extern const unsigned long kSyscallNameCount;
 
 namespace {
-
-// The whole of a small /proc file; empty when it cannot be read.
-std::string read_small_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return {};
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 

@@ -22,17 +22,13 @@ AgentActions actions(A&&... a) {
   return out;
 }
 
-// A stop that the job's other nodes brought about: it ran to its end, or failed.
-bool ended_without_us(rendezvous::StopCause cause) {
-  using rendezvous::StopCause;
-  return cause == StopCause::finished || cause == StopCause::worker_failed ||
-         cause == StopCause::node_lost;
-}
-
 }  // namespace
 
 AgentPolicy::AgentPolicy(LaunchConfig config, std::string host)
-    : config_(std::move(config)), host_(std::move(host)), max_restarts_(config_.max_restarts) {}
+    : config_(std::move(config)),
+      host_(std::move(host)),
+      max_restarts_(config_.max_restarts),
+      failures_(config_.entrypoint, host_) {}
 
 AgentActions AgentPolicy::start_single_node(int master_port, Clock::time_point) {
   topology_.group_rank = 0;
@@ -69,9 +65,11 @@ AgentActions AgentPolicy::worker_exited(const WorkerExit& exit, Clock::time_poin
   AgentActions out;
   if (running_ > 0) --running_;
   if (exit.status.failed() && (state_ == State::running || stop_signal_ == 0))
-    record_failure(out, exit, counts_as_failure(exit.status));
+    if (auto warning = failures_.record(exit, topology_.base_rank, counts_as_failure(exit.status)))
+      out.emplace_back(action::Say{std::move(*warning), Level::warning});
   if (state_ == State::running && exit.status.failed()) {
-    report_failure(out);
+    if (in_job_)
+      if (auto report = failures_.report()) out.emplace_back(std::move(*report));
     begin_stop(out, SIGTERM, now);
   }
   if (running_ == 0 && (state_ == State::running || state_ == State::stopping)) {
@@ -84,8 +82,9 @@ AgentActions AgentPolicy::worker_exited(const WorkerExit& exit, Clock::time_poin
 AgentActions AgentPolicy::hang_confirmed(ProcessFailure hang, Clock::time_point now) {
   AgentActions out;
   if (state_ != State::running) return out;
-  failures_.push_back(std::move(hang));
-  report_failure(out);
+  failures_.add(std::move(hang));
+  if (in_job_)
+    if (auto report = failures_.report()) out.emplace_back(std::move(*report));
   begin_stop(out, SIGTERM, now);
   return out;
 }
@@ -161,15 +160,8 @@ AgentActions AgentPolicy::assignment(const rendezvous::Assignment& a, Clock::tim
 AgentActions AgentPolicy::restart(const rendezvous::Restart& r, Clock::time_point now) {
   AgentActions out;
   if (state_ == State::done) return out;
-  // Our own failure was reported and needs no second word (agents of one host tell theirs
-  // apart by that, not by the host name).
-  const bool ours = r.failure && r.failure->host == host_ && !failures_.empty();
-  if (r.failure && !ours)
-    out.emplace_back(
-        action::Say{fmt::format("worker {} on {} failed with exit code {}; restarting ({} of {})",
-                                r.failure->rank, r.failure->host, r.failure->exit_code,
-                                r.restart_count, count_of(max_restarts_, "restart")),
-                    Level::warning});
+  if (auto line = failures_.restart_line(r, max_restarts_))
+    out.emplace_back(action::Say{std::move(*line), Level::warning});
   else if (!r.failure)
     out.emplace_back(
         action::Say{fmt::format("{}; restarting the workers in a new round", r.reason)});
@@ -203,7 +195,6 @@ void AgentPolicy::start_attempt(AgentActions& out) {
   failures_.clear();
   stop_signal_ = 0;
   pending_restart_ = false;
-  reported_ = false;
   start_failed_ = 0;
   ran_ = true;
   running_ = static_cast<size_t>(config_.nproc_per_node.number);
@@ -218,55 +209,6 @@ bool AgentPolicy::counts_as_failure(const ExitStatus& status) const {
   if (pending_restart_ || pending_stop_ || halted_) return false;
   if (state_ == State::running) return true;
   return status.signal != SIGTERM && status.signal != SIGKILL;
-}
-
-void AgentPolicy::record_failure(AgentActions& out, const WorkerExit& exit, bool first_wave) {
-  ProcessFailure f;
-  f.local_rank = exit.local_rank;
-  f.rank = topology_.base_rank + exit.local_rank;
-  f.pid = exit.pid;
-  f.status = exit.status;
-  f.host = host_;
-  f.timestamp = exit.seen_at;
-  f.error_file = exit.error_file;
-  f.stdout_log = exit.stdout_log;
-  f.stderr_log = exit.stderr_log;
-  if (exit.contents) {
-    f.has_error_file = true;
-    f.message = exit.contents->message;
-    f.traceback = exit.contents->traceback;
-    if (exit.contents->timestamp) f.timestamp = *exit.contents->timestamp;
-  } else if (!exit.problem.empty()) {
-    out.emplace_back(action::Say{
-        fmt::format("worker {} (local rank {}): {}", f.rank, f.local_rank, exit.problem),
-        Level::warning});
-    // The worker left a report that cannot be shown: the summary names the file and why.
-    f.has_error_file = true;
-    f.message = exit.problem;
-  }
-  // A worker that left its own error report failed, whenever it ended.
-  if (first_wave || f.has_error_file) failures_.push_back(std::move(f));
-}
-
-void AgentPolicy::stderr_tail(int local_rank, const std::string& tail) {
-  for (auto& f : failures_)
-    if (f.local_rank == local_rank && f.host == host_) f.stderr_tail = tail;
-}
-
-// Tells the other nodes about this node's first failure of the attempt.
-void AgentPolicy::report_failure(AgentActions& out) {
-  if (!in_job_ || reported_ || failures_.empty()) return;
-  reported_ = true;
-  const auto& root = failures_[root_cause_index(failures_)];
-  rendezvous::FailureReport f;
-  f.host = root.host;
-  f.rank = root.rank;
-  f.local_rank = root.local_rank;
-  f.exit_code = root.status.shell_code();
-  f.summary = format_failure_summary(config_.entrypoint, failures_, rendezvous::kMaxSummaryBytes);
-  action::ReportFailure report{std::move(f), {}, 0};
-  report.failures = relayed_failures(failures_, &report.not_relayed);
-  out.emplace_back(std::move(report));
 }
 
 void AgentPolicy::begin_stop(AgentActions& out, int sig, Clock::time_point now) {
@@ -284,78 +226,29 @@ void AgentPolicy::after_attempt(AgentActions& out) {
   if (in_job_) return after_attempt_in_job(out);
   if (failures_.empty()) return finish(out, 0);
   if (topology_.restart_count < config_.max_restarts) {
-    const auto& root = failures_[root_cause_index(failures_)];
     ++topology_.restart_count;
     out.emplace_back(action::Say{
-        fmt::format("worker {} (local rank {}) failed with exit code {}; restarting the worker "
-                    "group ({} of {})",
-                    root.rank, root.local_rank, root.status.shell_code(), topology_.restart_count,
-                    count_of(config_.max_restarts, "restart")),
-        Level::warning});
+        failures_.restart_line(topology_.restart_count, config_.max_restarts), Level::warning});
     return start_attempt(out);
   }
-  fail_with_summary(out);
+  finish(out, failures_.fail(out));
 }
 
 // The same decision when the rendezvous decides for the whole job.
 void AgentPolicy::after_attempt_in_job(AgentActions& out) {
-  if (pending_stop_) {
-    const rendezvous::Stop& s = *pending_stop_;
-    if (!ran_ && ended_without_us(s.cause)) {
-      // Late, or waiting for a round that never came: torchrun's agent fails the same way (its
-      // rendezvous is closed), so a scheduler sees that this node did no work.
-      out.emplace_back(action::Say{
-          fmt::format("the job ended before this node was given work ({}); it ran no workers",
-                      s.reason.empty() ? std::string(to_string(s.cause)) : s.reason)});
-      return finish(out, 1);
-    }
-    if (s.cause == rendezvous::StopCause::finished) return finish(out, 0);
-    if (!s.failures.empty()) return fail_with_job_summary(out, s);
-    if (s.failure && s.failure->host == host_ && !failures_.empty()) return fail_with_summary(out);
-    // Another node's summary first (the job's root cause), then what failed here as well.
-    if (s.failure && !s.failure->summary.empty())
-      out.emplace_back(action::WriteSummary{escape_control(s.failure->summary, true)});
-    if (!failures_.empty())
-      out.emplace_back(action::WriteSummary{format_failure_summary(config_.entrypoint, failures_)});
-    out.emplace_back(action::Say{s.reason.empty() ? "the job stopped" : s.reason, Level::error});
-    return finish(out, s.exit_code != 0 ? s.exit_code : 1);
-  }
+  if (pending_stop_) return finish(out, failures_.stopped(out, *pending_stop_, ran_));
   if (pending_restart_) {
     pending_restart_ = false;
     out.emplace_back(action::Join{});
     return;
   }
   if (halted_) {
-    action::ReportEnded ended;
-    ended.failures = relayed_failures(failures_, &ended.not_relayed);
-    out.emplace_back(std::move(ended));
+    out.emplace_back(failures_.ended());
     return;
   }
   // Our own workers all succeeded: wait at the exit barrier; our failures were reported and
   // the decision is on its way.
   if (failures_.empty()) out.emplace_back(action::ReportDone{});
-}
-
-void AgentPolicy::fail_with_summary(AgentActions& out) {
-  out.emplace_back(action::WriteSummary{format_failure_summary(config_.entrypoint, failures_)});
-  const int code = failures_[root_cause_index(failures_)].status.shell_code();
-  finish(out, code != 0 ? code : 1);
-}
-
-// The job's failures as the rendezvous decided them, the same on every node: the relayed list with
-// this node's own failures shown whole, the root cause the one the rendezvous named (first).
-void AgentPolicy::fail_with_job_summary(AgentActions& out, const rendezvous::Stop& s) {
-  std::vector<ProcessFailure> job;
-  for (const auto& w : s.failures) {
-    auto own = std::find_if(failures_.begin(), failures_.end(), [&](const ProcessFailure& f) {
-      return f.host == w.host && f.rank == w.rank && f.pid == w.pid;
-    });
-    job.push_back(own != failures_.end() ? *own : from_relayed(w));
-  }
-  out.emplace_back(action::WriteSummary{format_failure_summary(
-      config_.entrypoint, job, 0, size_t{0}, static_cast<size_t>(s.not_relayed))});
-  out.emplace_back(action::Say{s.reason.empty() ? "the job failed" : s.reason, Level::error});
-  finish(out, s.exit_code != 0 ? s.exit_code : 1);
 }
 
 void AgentPolicy::finish(AgentActions& out, int exit_code) {

@@ -1,100 +1,22 @@
 #include "trainrun/launch/workers/supervisor.hpp"
 
-#include <fcntl.h>
-#include <fmt/format.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <optional>
 
-#include "trainrun/base/numbers.hpp"
-#include "trainrun/launch/core/file_io.hpp"
 #include "trainrun/launch/core/log.hpp"
-#include "trainrun/launch/workers/descriptors.hpp"
 #include "trainrun/launch/workers/entrypoint.hpp"
 #include "trainrun/launch/workers/leftovers.hpp"
 #include "trainrun/launch/workers/processes.hpp"
+#include "trainrun/launch/workers/spawn.hpp"
 #include "trainrun/launch/workers/worker_count.hpp"
 
 namespace trainrun::launch {
 
 namespace {
-
-int open_log(const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw SpawnError(fmt::format("cannot open log file {}: {}", path, std::strerror(errno)));
-  return fd;
-}
-
-// The file descriptors one worker stream needs: what the child gets, and what we keep.
-struct StreamFds {
-  int child = -1;      // dup2'ed onto 1 or 2 in the child; -1 to inherit
-  int keep_file = -1;  // the log file we write
-  int keep_pipe = -1;  // the read end we watch
-};
-
-// A stream bound for a log file reaches it through us, also without --tee: a worker writing the
-// file itself on a full disk loses its output unseen (a C++ program ignores the error), while a
-// reader of ours says so and moves the stream to the console.
-StreamFds open_stream(const StreamPlan& plan) {
-  StreamFds fds;
-  if (plan.route == StreamRoute::inherit) return fds;
-  int file = plan.route == StreamRoute::console ? -1 : open_log(plan.file);
-  int p[2];
-  if (pipe2(p, O_CLOEXEC) != 0) {
-    if (file >= 0) ::close(file);
-    throw SpawnError(fmt::format("cannot create an output pipe: {}", std::strerror(errno)));
-  }
-  fds.child = p[1];
-  fds.keep_pipe = p[0];
-  fds.keep_file = file;
-  return fds;
-}
-
-void close_fd(int& fd) {
-  if (fd >= 0) ::close(fd);
-  fd = -1;
-}
-
-std::vector<char*> c_strings(const std::vector<std::string>& v) {
-  std::vector<char*> out;
-  out.reserve(v.size() + 1);
-  for (const auto& s : v) out.push_back(const_cast<char*>(s.c_str()));
-  out.push_back(nullptr);
-  return out;
-}
-
-// Runs in the child between fork and exec: async-signal-safe calls only.
-[[noreturn]] void exec_child(pid_t parent, const char* program, char** argv, char** envp,
-                             int out_fd, int err_fd, int report_fd, int cgroup_fd) {
-  setpgid(0, 0);
-  // Into the job's cgroup before anything of the worker runs; without it, the process group,
-  // the subreaper and the job marker still reach what it starts.
-  if (cgroup_fd >= 0) {
-    ssize_t ignored = write(cgroup_fd, "0", 1);
-    (void)ignored;
-  }
-  restore_descriptor_limit();
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(127);  // the launcher died before prctl took effect
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  signal(SIGPIPE, SIG_DFL);
-  if (out_fd >= 0 && dup2(out_fd, 1) < 0) _exit(127);
-  if (err_fd >= 0 && dup2(err_fd, 2) < 0) _exit(127);
-  execve(program, argv, envp);
-  int err = errno;
-  ssize_t ignored = write(report_fd, &err, sizeof err);
-  (void)ignored;
-  _exit(127);
-}
 
 // Whether any child of ours is left, ended or not (none is reaped here).
 bool has_children() {
@@ -115,11 +37,13 @@ constexpr auto kNameAfter = std::chrono::seconds(1);
 }  // namespace
 
 Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console& out, Console& err)
-    : io_(io),
-      watchdog_(watchdog),
+    : watchdog_(watchdog),
       cgroup_(JobCgroup::create()),
-      out_(out),
       err_(err),
+      output_(io, out, err,
+              [this] {
+                if (finish_done_) finish_step();
+              }),
       finish_timer_(io) {
   if (cgroup_) watchdog_.set_cgroup(cgroup_->path());
 }
@@ -127,17 +51,13 @@ Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console&
 void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on_exit) {
   on_exit_ = std::move(on_exit);
   workers_.clear();
-  open_readers_ = 0;
-  ++generation_;  // readers of an earlier group, given up on, must not count against this one
-  readers_.clear();
-  duplicate_files_.clear();
-  stderr_tails_.clear();
-  const pid_t parent = getpid();
+  output_.reset();
   // Every worker is forked before we wait for any exec to succeed, so a large group starts in
   // one pass. Each child reports a failed exec through its close-on-exec pipe.
-  std::vector<int> reports;
+  std::vector<Spawned> spawned;
   auto fail = [&](const LaunchError& error) {
-    for (int& fd : reports) close_fd(fd);
+    for (auto& s : spawned)
+      if (s.exec_report >= 0) ::close(s.exec_report);
     signal_all(SIGKILL);
     // Reaped before we go on: a child killed before its exec is a copy of trainrun, which the
     // sweep after a failed start would otherwise find still dying and name as a leftover.
@@ -149,90 +69,25 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     throw error;
   };
   for (const auto& w : launches) {
-    StreamFds out, err;
-    Duplicate out_duplicate, err_duplicate;
+    GroupOutput::Streams streams;
     try {
-      out_duplicate = duplicate_for(w.output.out);
-      err_duplicate = duplicate_for(w.output.err);
-      out = open_stream(w.output.out);
-      err = open_stream(w.output.err);
+      streams = output_.open(w.output);
     } catch (const SpawnError& e) {
-      close_fd(out.child), close_fd(out.keep_file), close_fd(out.keep_pipe);
       fail(e);
     }
-    auto argv = c_strings(w.argv);
-    auto envp = c_strings(w.envp);
-    int report[2] = {-1, -1};
-    pid_t pid = -1;
-    int error = 0;
-    if (pipe2(report, O_CLOEXEC) != 0) {
-      error = errno;
-    } else {
-      pid = fork();
-      if (pid == 0)
-        exec_child(parent, w.program.c_str(), argv.data(), envp.data(), out.child, err.child,
-                   report[1], cgroup_ ? cgroup_->procs_fd() : -1);
-      error = errno;
+    Spawned s = spawn_worker(w.program, w.argv, w.envp, streams.out.child, streams.err.child,
+                             cgroup_ ? cgroup_->procs_fd() : -1);
+    if (s.pid > 0) {
+      watchdog_.add_group(s.pid);
+      workers_.push_back({w.local_rank, s.pid, true});
+      spawned.push_back(s);
     }
-    close_fd(report[1]);
-    close_fd(out.child);
-    close_fd(err.child);
-    if (pid > 0) {
-      setpgid(pid, pid);  // also here, so the group exists before we ever signal it
-      watchdog_.add_group(pid);
-      workers_.push_back({w.local_rank, pid, true});
-      reports.push_back(report[0]);
-    } else {
-      close_fd(report[0]);
-    }
-    if (out.keep_pipe >= 0)
-      tee(out.keep_pipe, out.keep_file, out_, w.prefix, std::move(out_duplicate),
-          w.output.out.route, nullptr);
-    if (err.keep_pipe >= 0) {
-      auto& tail = stderr_tails_[w.local_rank];
-      tail = std::make_shared<OutputTail>();
-      tee(err.keep_pipe, err.keep_file, err_, w.prefix, std::move(err_duplicate),
-          w.output.err.route, tail);
-    }
-    if (pid <= 0) fail(SpawnError(fork_failure(w.local_rank, error, read_process_limits())));
+    output_.start(streams, w.output, w.local_rank, w.prefix);
+    if (s.pid <= 0) fail(SpawnError(fork_failure(w.local_rank, s.error, read_process_limits())));
   }
-  for (size_t i = 0; i < reports.size(); ++i) {
-    int exec_errno = 0;
-    const bool exec_failed = read_exactly(reports[i], &exec_errno, sizeof exec_errno);
-    close_fd(reports[i]);
-    if (exec_failed) fail(exec_error(launches[i].program, exec_errno));
-  }
-}
-
-Duplicate Supervisor::duplicate_for(const StreamPlan& plan) {
-  if (plan.duplicate_file.empty()) return {};
-  auto& file = duplicate_files_[plan.duplicate_file];
-  if (!file) {
-    const int fd = ::open(plan.duplicate_file.c_str(),
-                          O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0)
-      throw SpawnError(
-          fmt::format("cannot open log file {}: {}", plan.duplicate_file, std::strerror(errno)));
-    file = std::make_shared<SharedLogFile>(fd);
-  }
-  return {file, plan.filters};
-}
-
-void Supervisor::tee(int pipe_fd, int file_fd, Console& console, const std::string& prefix,
-                     Duplicate duplicate, StreamRoute route, std::shared_ptr<OutputTail> tail) {
-  const bool console_copy = route == StreamRoute::tee || route == StreamRoute::console;
-  auto reader = std::make_shared<TeeReader>(io_, pipe_fd, file_fd, &console, prefix,
-                                            std::move(duplicate), console_copy);
-  if (route == StreamRoute::console) reader->pass_through();
-  if (tail) reader->keep_tail(std::move(tail));
-  if (progress_) reader->on_data(progress_);
-  ++open_readers_;
-  readers_.push_back(reader);
-  reader->start([this, generation = generation_] {
-    if (generation != generation_) return;
-    --open_readers_;
-    if (finish_done_) finish_step();
-  });
+  for (size_t i = 0; i < spawned.size(); ++i)
+    if (const int exec_errno = wait_for_exec(spawned[i]))
+      fail(exec_error(launches[i].program, exec_errno));
 }
 
 void Supervisor::reap() {
@@ -268,8 +123,7 @@ void Supervisor::signal_workers(int sig) {
 }
 
 std::string Supervisor::stderr_tail(int local_rank) const {
-  const auto it = stderr_tails_.find(local_rank);
-  return it == stderr_tails_.end() ? std::string() : it->second->text();
+  return output_.stderr_tail(local_rank);
 }
 
 std::vector<std::pair<int, pid_t>> Supervisor::running_workers() const {
@@ -334,16 +188,15 @@ void Supervisor::finish_step() {
   if (!alive) {
     // No writer of ours is left: what the pipes still hold is bounded, so read it all even while
     // the console is paused; the console's queue is flushed (bounded) when the agent finishes.
-    for (const auto& r : readers_)
-      if (auto reader = r.lock()) reader->drain();
+    output_.drain();
   }
-  if (!alive && open_readers_ == 0) {
+  if (!alive && output_.open_readers() == 0) {
     finish_timer_.cancel();
     for (const auto& w : workers_) watchdog_.remove_group(w.pid);
     auto done = std::move(finish_done_);
     finish_done_ = nullptr;
     workers_.clear();
-    readers_.clear();
+    output_.release();
     done();
     return;
   }
@@ -351,8 +204,7 @@ void Supervisor::finish_step() {
   // Nothing of ours is alive, yet a pipe is still held open by a process outside our tree: do
   // not wait for it forever.
   if (!alive && now >= finish_deadline_ + std::chrono::seconds(1)) {
-    open_readers_ = 0;
-    ++generation_;
+    output_.give_up();
     finish_step();
     return;
   }

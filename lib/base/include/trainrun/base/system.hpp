@@ -19,4 +19,7 @@ std::string random_run_id();
 // summaries, etcd round deadlines). Intervals are measured on the steady clock instead.
 double unix_time();
 
+// The whole of a small file (a /proc entry, a registry entry); empty when it cannot be read.
+std::string read_small_file(const std::string& path);
+
 }  // namespace trainrun

@@ -48,8 +48,9 @@ class HostingError : public std::runtime_error {
 // What an agent asks of the rendezvous, whatever coordinates the job behind it: the built-in TCP
 // server (make_rendezvous_handler) or etcd (etcd.hpp).
 //
-// Lifecycle, all on the agent's io_context (no call blocks; every event comes on it — the etcd
-// backend's HTTP client runs its requests on a thread of its own and posts the results back):
+// Lifecycle, all on the agent's io_context (every event comes on it — the etcd backend's HTTP
+// client runs its requests on a thread of its own and posts the results back). No call blocks
+// but the etcd backend's shutdown(), for its last words to etcd, a few seconds at most:
 //   auto rdzv = make_rendezvous_handler(io, options, log);
 //   rdzv->start(events);          // hosts the server if this node owns the endpoint, connects
 //   rdzv->join({nproc, port});    // join the first round

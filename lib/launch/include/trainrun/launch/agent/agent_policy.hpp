@@ -8,86 +8,13 @@
 #include <variant>
 #include <vector>
 
+#include "trainrun/launch/agent/agent_actions.hpp"
+#include "trainrun/launch/agent/attempt_failures.hpp"
 #include "trainrun/launch/core/launch_config.hpp"
-#include "trainrun/launch/core/log.hpp"
-#include "trainrun/launch/workers/failure.hpp"
 #include "trainrun/launch/workers/worker_env.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 
 namespace trainrun::launch {
-
-// What the policy asks the agent to do, in order.
-namespace action {
-// Start the group: one worker per local rank with this topology.
-struct StartWorkers {
-  Topology topology;
-  int max_restarts = 0;  // TORCHELASTIC_MAX_RESTARTS: the job's, once the rendezvous has said it
-};
-// Signal every worker still running: with `whole_group`, everything in its process group (its
-// DataLoader's processes too); without, the worker process alone.
-struct SignalWorkers {
-  int signal = 0;
-  bool whole_group = true;
-};
-// Call grace_expired() at `deadline` (replaces an earlier timer).
-struct ArmGraceTimer {
-  std::chrono::steady_clock::time_point deadline;
-};
-// Every worker has ended: stop what they left (SIGKILL after `grace` seconds), drain their
-// output, then call attempt_ended().
-struct Sweep {
-  double grace = 0;
-};
-// Join the rendezvous' next round.
-struct Join {};
-struct ReportFailure {
-  rendezvous::FailureReport failure;
-  std::vector<rendezvous::WorkerFailure> failures;  // this node's, as relayed_failures gives them
-  int not_relayed = 0;
-};
-// After a halt, every worker has ended: tell the rendezvous what failed (perhaps nothing).
-struct ReportEnded {
-  std::vector<rendezvous::WorkerFailure> failures;
-  int not_relayed = 0;
-};
-// All of this node's workers succeeded: wait at the exit barrier.
-struct ReportDone {};
-struct ShutdownRendezvous {
-  std::string reason;
-};
-// One line of trainrun's own ("trainrun: " is added), on stderr, shown as its level allows.
-struct Say {
-  std::string line;
-  Level level = Level::info;
-};
-// A failure summary, as it is, on stderr.
-struct WriteSummary {
-  std::string text;
-};
-// The job is over for this node: stop the event loop and exit with `exit_code`.
-struct Finish {
-  int exit_code = 0;
-};
-}  // namespace action
-
-using AgentAction =
-    std::variant<action::StartWorkers, action::SignalWorkers, action::ArmGraceTimer, action::Sweep,
-                 action::Join, action::ReportFailure, action::ReportEnded, action::ReportDone,
-                 action::ShutdownRendezvous, action::Say, action::WriteSummary, action::Finish>;
-using AgentActions = std::vector<AgentAction>;
-
-// A worker's end, with what the agent read of its error file (only when it failed).
-struct WorkerExit {
-  int local_rank = 0;
-  pid_t pid = 0;
-  ExitStatus status;
-  double seen_at = 0;      // unix seconds, when the exit was seen
-  std::string error_file;  // the worker's TORCHELASTIC_ERROR_FILE
-  std::optional<ErrorFileContents> contents;
-  std::string problem;     // why the error file could not be read, if it could not
-  std::string stdout_log;  // its log files, empty for a stream not sent to one
-  std::string stderr_log;
-};
 
 // One node's decisions as a pure machine: when to start, stop, escalate, restart, report or
 // finish. Events and the current time go in, actions come out; it owns no process, socket or
@@ -132,21 +59,19 @@ class AgentPolicy {
   bool done() const { return state_ == State::done; }
   int restart_count() const { return topology_.restart_count; }
   size_t running() const { return running_; }
-  const std::vector<ProcessFailure>& failures() const { return failures_; }
+  const std::vector<ProcessFailure>& failures() const { return failures_.list(); }
   // The last lines of the stderr of the attempt's worker `local_rank`, known once its output is
   // read to the end (before attempt_ended): shown in its failure, when it wrote no error file.
-  void stderr_tail(int local_rank, const std::string& tail);
+  void stderr_tail(int local_rank, const std::string& tail) {
+    failures_.stderr_tail(local_rank, tail);
+  }
 
  private:
   void start_attempt(AgentActions& out);
   bool counts_as_failure(const ExitStatus& status) const;
-  void record_failure(AgentActions& out, const WorkerExit& exit, bool first_wave);
-  void report_failure(AgentActions& out);
   void begin_stop(AgentActions& out, int sig, Clock::time_point now);
   void after_attempt(AgentActions& out);
   void after_attempt_in_job(AgentActions& out);
-  void fail_with_summary(AgentActions& out);
-  void fail_with_job_summary(AgentActions& out, const rendezvous::Stop& s);
   void finish(AgentActions& out, int exit_code);
   bool forwarded(int sig) const;
 
@@ -157,8 +82,7 @@ class AgentPolicy {
   Topology topology_;
   int max_restarts_ = 0;
   size_t running_ = 0;
-  std::vector<ProcessFailure> failures_;
-  bool reported_ = false;
+  AttemptFailures failures_;
   int start_failed_ = 0;  // the exit status when the group could not be started, else 0
   bool ran_ = false;      // a group was started at least once
   bool pending_restart_ = false;

@@ -13,8 +13,8 @@
 
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/output/console.hpp"
+#include "trainrun/launch/output/group_output.hpp"
 #include "trainrun/launch/output/output_plan.hpp"
-#include "trainrun/launch/output/tee_reader.hpp"
 #include "trainrun/launch/workers/cgroup.hpp"
 #include "trainrun/launch/workers/failure.hpp"
 #include "trainrun/launch/workers/watchdog.hpp"
@@ -49,7 +49,7 @@ class Supervisor {
   // thread that started the workers.
   void reap();
   // Called whenever a worker's output arrives (streams that pass through trainrun).
-  void set_progress(std::function<void()> progress) { progress_ = std::move(progress); }
+  void set_progress(std::function<void()> progress) { output_.set_progress(std::move(progress)); }
   // Sends `sig` to the process group of every worker still running, and to the worker itself
   // where it has left that group. SIGKILL also kills everything in the job's cgroup.
   void signal_all(int sig);
@@ -76,38 +76,22 @@ class Supervisor {
     pid_t pid = -1;
     bool running = false;
   };
-  // Copies a worker stream's pipe to its log file (if any) and, as `route` says (or once the file
-  // cannot be written), to `console`, keeping its end in `tail` when given; counted in
-  // open_readers_.
-  void tee(int pipe_fd, int file_fd, Console& console, const std::string& prefix,
-           Duplicate duplicate, StreamRoute route, std::shared_ptr<OutputTail> tail);
-  // The attempt's file for lines duplicated by --duplicate-std*-filters, opened (emptied) once.
-  Duplicate duplicate_for(const StreamPlan& plan);
   bool leftovers(bool signal, int sig);
   void finish_step();
   void name_leftovers();
 
-  boost::asio::io_context& io_;
   Watchdog& watchdog_;
   std::unique_ptr<JobCgroup> cgroup_;  // null where the kernel does not let us make one
-  Console& out_;
   Console& err_;
   std::vector<Worker> workers_;
   ExitHandler on_exit_;
-  size_t open_readers_ = 0;
-  // Bumped when a group starts or its remaining readers are given up on: a late reader's close
-  // then no longer counts.
-  unsigned generation_ = 0;
-  std::vector<std::weak_ptr<TeeReader>> readers_;
-  std::map<std::string, std::shared_ptr<SharedLogFile>> duplicate_files_;  // of this start()
-  std::map<int, std::shared_ptr<OutputTail>> stderr_tails_;                // of this start()
+  GroupOutput output_;
   boost::asio::steady_timer finish_timer_;
   std::chrono::steady_clock::time_point finish_deadline_;
   bool finish_killed_ = false;
   // When leftovers still alive after SIGTERM are named (once) instead of waited for silently.
   std::optional<std::chrono::steady_clock::time_point> finish_name_at_;
   std::function<void()> finish_done_;
-  std::function<void()> progress_;
 };
 
 }  // namespace trainrun::launch

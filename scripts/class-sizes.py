@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Lists the size of every class in lib/ (or the folders given), largest first: the lines of its
+declaration plus those of its member functions defined outside it, as Universal Ctags finds them.
+
+Usage: scripts/class-sizes.py [--over N] [FOLDER...]
+  --over N   list only the classes over N lines; exit 1 if there is one (default: list them all)
+"""
+import argparse
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+
+
+def tags(folders):
+    out = subprocess.run(
+        ["ctags", "--output-format=json", "--fields=+neKZ", "--languages=C++", "--kinds-C++=+p",
+         "-R", "-f", "-", *folders],
+        check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        tag = json.loads(line)
+        if tag.get("_type") == "tag" and "end" in tag:
+            yield tag
+
+
+def sizes(folders):
+    classes = {}  # qualified name -> (path, first line, last line) of its declaration
+    members = []  # (class, path, first line, last line) of a member function's definition
+    for tag in tags(folders):
+        scope = tag.get("scope")
+        name = f"{scope}::{tag['name']}" if scope else tag["name"]
+        if tag["kind"] in ("class", "struct"):
+            classes[name] = (tag["path"], tag["line"], tag["end"])
+        elif tag["kind"] == "function" and tag.get("scopeKind") in ("class", "struct"):
+            members.append((scope, tag["path"], tag["line"], tag["end"]))
+    total = collections.Counter()
+    for name, (path, first, last) in classes.items():
+        total[name] += last - first + 1
+    for scope, path, first, last in members:
+        if scope not in classes:
+            continue
+        cpath, cfirst, clast = classes[scope]
+        # Defined inside the declaration: already counted.
+        if cpath == path and cfirst <= first and last <= clast:
+            continue
+        total[scope] += last - first + 1
+    files = {name: classes[name][0] for name in total}
+    return total, files
+
+
+def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # | head
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--over", type=int, default=0)
+    parser.add_argument("folders", nargs="*")
+    args = parser.parse_args()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    folders = args.folders or [os.path.join(root, "lib")]
+    total, files = sizes(folders)
+    over = False
+    for name, lines in total.most_common():
+        if lines <= args.over:
+            break
+        over = over or args.over > 0
+        short = name.replace("trainrun::", "").split("::__anon")[0] + (
+            "::" + name.split("::")[-1] if "::__anon" in name else "")
+        print(f"{lines:5d}  {short}  ({os.path.relpath(files[name], root)})")
+    return 1 if over else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+#include "trainrun/launch/agent/attempt_failures.hpp"
+
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "worker_exit.hpp"
+
+using namespace trainrun::launch;
+using trainrun::test::worker_exit;
+namespace rendezvous = trainrun::rendezvous;
+
+namespace {
+
+// Each action as a line; summaries as "summary" (their layout is failure_test's).
+std::vector<std::string> lines(const AgentActions& actions) {
+  std::vector<std::string> out;
+  for (const auto& a : actions) {
+    if (auto* say = std::get_if<action::Say>(&a)) out.push_back("say: " + say->line);
+    if (std::holds_alternative<action::WriteSummary>(a)) out.push_back("summary");
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a failure that does not count is listed only with a report of its own", "[agent]") {
+  AttemptFailures f("train.py", "hosta");
+  CHECK_FALSE(f.record(worker_exit(0, ExitStatus{0, SIGTERM}), 4, false));
+  CHECK(f.empty());
+  CHECK_FALSE(f.record(worker_exit(1, ExitStatus{3, 0}, "ValueError: bad", 100), 4, false));
+  REQUIRE(f.list().size() == 1);
+  CHECK(f.list()[0].rank == 5);
+  CHECK(f.list()[0].timestamp == 100);  // the report's own time, not when the exit was seen
+  CHECK(f.list()[0].host == "hosta");
+}
+
+TEST_CASE("an unreadable error report is a warning, and the failure names it", "[agent]") {
+  AttemptFailures f("train.py", "hosta");
+  WorkerExit e = worker_exit(1, ExitStatus{1, 0});
+  e.problem = "error.json is not JSON";
+  const auto warning = f.record(e, 0, true);
+  REQUIRE(warning);
+  CHECK(*warning == "worker 1 (local rank 1): error.json is not JSON");
+  CHECK(f.list().at(0).message == "error.json is not JSON");
+}
+
+TEST_CASE("the other nodes hear of the root cause once per attempt", "[agent]") {
+  AttemptFailures f("train.py", "hosta");
+  CHECK_FALSE(f.report());
+  f.record(worker_exit(1, ExitStatus{7, 0}), 2, true);
+  f.record(worker_exit(0, ExitStatus{0, SIGSEGV}), 2, true);
+  const auto report = f.report();
+  REQUIRE(report);
+  CHECK(report->failure.rank == 2);  // the earlier exit
+  CHECK(report->failure.exit_code == 128 + SIGSEGV);
+  CHECK(report->failures.size() == 2);
+  CHECK_FALSE(f.report());
+  f.clear();
+  f.record(worker_exit(1, ExitStatus{7, 0}), 2, true);
+  CHECK(f.report());
+}
+
+TEST_CASE("restart lines: the root cause alone, another node's failure from the rendezvous",
+          "[agent]") {
+  AttemptFailures f("train.py", "hosta");
+  f.record(worker_exit(1, ExitStatus{7, 0}), 0, true);
+  CHECK(f.restart_line(1, 3) ==
+        "worker 1 (local rank 1) failed with exit code 7; restarting the worker group (1 of 3 "
+        "restarts)");
+  rendezvous::Restart r;
+  r.restart_count = 2;
+  r.failure = rendezvous::FailureReport{};
+  r.failure->host = "hostb";
+  r.failure->rank = 3;
+  r.failure->exit_code = 9;
+  CHECK(f.restart_line(r, 1) ==
+        "worker 3 on hostb failed with exit code 9; restarting (2 of 1 "
+        "restart)");
+  r.failure->host = "hosta";  // ours, reported already
+  CHECK_FALSE(f.restart_line(r, 1));
+}
+
+TEST_CASE("the exit status of a failed node is its root cause's, never 0", "[agent]") {
+  AttemptFailures f("train.py", "hosta");
+  f.record(worker_exit(0, ExitStatus{0, 0}, "RuntimeError", 10), 0, true);
+  AgentActions out;
+  CHECK(f.fail(out) == 1);
+  CHECK(lines(out) == std::vector<std::string>{"summary"});
+}
+
+TEST_CASE("stopped by the rendezvous: how the node ends", "[agent]") {
+  AttemptFailures f("train.py", "hosta");
+  AgentActions out;
+  rendezvous::Stop finished{rendezvous::StopCause::finished, "", 0, {}};
+  CHECK(f.stopped(out, finished, true) == 0);
+  CHECK(out.empty());
+  CHECK(f.stopped(out, finished, false) == 1);
+  CHECK(lines(out) == std::vector<std::string>{
+                          "say: the job ended before this node was given work (finished); it ran "
+                          "no workers"});
+  out.clear();
+  rendezvous::FailureReport theirs;
+  theirs.host = "hostb";
+  theirs.summary = "their summary\n";
+  rendezvous::Stop failed{rendezvous::StopCause::worker_failed, "worker failed on hostb", 0,
+                          theirs};
+  f.record(worker_exit(0, ExitStatus{2, 0}), 0, true);
+  CHECK(f.stopped(out, failed, true) == 1);
+  CHECK(lines(out) ==
+        std::vector<std::string>{"summary", "summary", "say: worker failed on hostb"});
+}
