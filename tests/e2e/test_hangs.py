@@ -12,7 +12,9 @@ from conftest import WORKER, dynamic, run
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "hang_job.py")
 PYTHON = os.environ.get("PYTHON_EXEC", "") or sys.executable
-PY_SPY = os.environ.get("TRAINRUN_PY_SPY", "") or shutil.which("py-spy") or ""
+# CMake passes TRAINRUN_PY_SPY-NOTFOUND where it found none: only an executable counts.
+PY_SPY = next((p for p in (os.environ.get("TRAINRUN_PY_SPY", ""), shutil.which("py-spy") or "")
+               if p and os.access(p, os.X_OK)), "")
 HANG_EXIT = 124
 
 
