@@ -493,3 +493,40 @@ TEST_CASE("workers that cannot start end the job with 1", "[agent]") {
     CHECK(h.ended() == Lines{"finish 1"});
   }
 }
+
+TEST_CASE("a hang is the attempt's failure: reported, the group stopped, trainrun exits 124",
+          "[agent][hang]") {
+  Harness h(config(2));
+  h.start();
+  ProcessFailure hang;
+  hang.rank = 1;
+  hang.local_rank = 1;
+  hang.pid = 1001;
+  hang.host = "hosta";
+  hang.status = ExitStatus{124, 0};
+  hang.timestamp = 4000;
+  hang.message = "hung: rank 1 on hosta is in stuck_here() (train.py:41)";
+  CHECK(h.take(h.policy.hang_confirmed(hang, h.now)) ==
+        Lines{"signal SIGTERM", "grace timer +30s"});
+  // The stop (SIGABRT for Python workers) ends them: failures too, after the hang.
+  h.exit(0, killed(SIGABRT));
+  CHECK(h.exit(1, killed(SIGABRT)) == Lines{"sweep 30"});
+  CHECK(h.ended() == Lines{"summary", "finish 124"});
+  CHECK(h.summaries[0].find("hung: rank 1 on hosta") != std::string::npos);
+  // Once the group stops, a late confirmation changes nothing.
+  CHECK(h.take(h.policy.hang_confirmed(hang, h.now)).empty());
+}
+
+TEST_CASE("in a job, a hang is reported to the rendezvous with its exit code", "[agent][hang]") {
+  Harness h(config(2));
+  h.join();
+  h.assign(1, 2, 0);
+  ProcessFailure hang;
+  hang.rank = 2;
+  hang.host = "hosta";
+  hang.status = ExitStatus{124, 0};
+  hang.timestamp = 4000;
+  CHECK(h.take(h.policy.hang_confirmed(hang, h.now)) ==
+        Lines{"report failure of rank 2 (local rank 0) on hosta: exit code 124", "signal SIGTERM",
+              "grace timer +30s"});
+}

@@ -130,6 +130,15 @@ TEST_CASE("bad values name the option, the value and the rule") {
   CHECK_THROWS_WITH(parse({"--what", "x"}), Catch::Contains("unknown option --what"));
   CHECK_THROWS_AS(parse({"--master-port=-1", "x"}), UsageError);
   CHECK_THROWS_AS(parse({"--monitor-interval=0", "x"}), UsageError);
+  CHECK_THROWS_WITH(parse({"--hang-timeout=0.5", "x"}),
+                    Catch::Contains("--hang-timeout=0.5: must be 0 (off) or at least 1 second"));
+  CHECK_THROWS_WITH(parse({"--hang-timeout=-1", "x"}), Catch::Contains("--hang-timeout=-1"));
+  CHECK_THROWS_WITH(parse({"--nnodes=2", "--rdzv-backend=etcd", "--rdzv-endpoint=h:2379",
+                           "--hang-timeout=10", "x"}),
+                    Catch::Contains("needs the built-in rendezvous"));
+  CHECK(parse({"--hang-timeout=10", "x"}).hang_timeout == 10);
+  CHECK(parse({"x"}, {{"PET_HANG_TIMEOUT", "30"}}).hang_timeout == 30);
+  CHECK(parse({"x"}).hang_timeout == 0);
   CHECK_THROWS_AS(parse({"--start-method=thread", "x"}), UsageError);
 }
 

@@ -9,7 +9,7 @@ namespace {
 
 // A node's answer of `ranks` workers, each with a stack of one frame named `function`.
 nlohmann::json answer_of(int ranks, const std::string& function) {
-  NodeWorkers node{1, 2, "node1", "/logs/run", {}};
+  NodeWorkers node{1, 2, "node1", "/logs/run", {}, std::nullopt};
   std::vector<trainrun::stacks::Stack> stacks;
   for (int r = 0; r < ranks; ++r) {
     node.workers.push_back({2 + r, r, 100 + r});

@@ -22,6 +22,8 @@
 //   stamp PATH             append "<RANK> <CLOCK_MONOTONIC seconds>" to PATH
 //   rank-stamp-exit RANK PATH N   if RANK equals $RANK: stamp PATH, then exit N
 //   wait-lines PATH N      wait (up to 30 s) until PATH holds at least N lines: a barrier
+//   stuck-here RANK SECONDS   if RANK equals $RANK: sleep SECONDS in stuck_here(), a native frame
+//                          of its own for a stack to name
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -53,6 +55,13 @@ void append(const std::string& path, const std::string& text) {
 }
 
 void on_usr1(int) { append(usr1_path, "usr1\n"); }
+
+// Not inlined, and with work after the sleep: the frame stays on the stack while it sleeps.
+__attribute__((noinline)) int stuck_here(unsigned seconds) {
+  unsigned left = seconds;
+  while (left > 0) left = sleep(left);
+  return static_cast<int>(left);
+}
 
 [[noreturn]] void usage(const char* what) {
   std::fprintf(stderr, "test_worker: bad arguments near '%s'\n", what);
@@ -137,6 +146,11 @@ int main(int argc, char** argv) {
       int code = std::atoi(next().c_str());
       const char* r = std::getenv("RANK");
       if (r && rank == r) std::exit(code);
+    } else if (a == "stuck-here") {
+      const int rank = std::atoi(next().c_str());
+      const unsigned seconds = static_cast<unsigned>(std::atoi(next().c_str()));
+      const char* r = std::getenv("RANK");
+      if (r && std::atoi(r) == rank && stuck_here(seconds) != 0) return 1;
     } else if (a == "env") {
       std::string path = next() + "." + (std::getenv("RANK") ? std::getenv("RANK") : "x");
       std::string text;

@@ -60,7 +60,7 @@ std::string frame_label(const Frame& f) {
 
 }  // namespace
 
-std::vector<Frame> signature(const Stack& stack) {
+std::vector<Frame> signature(const Stack& stack, bool with_lines) {
   const Thread* main = stack.main_thread();
   if (!main) return {Frame{"no thread", "", 0, "", FrameKind::native}};
   const bool python = std::any_of(main->frames.begin(), main->frames.end(),
@@ -74,6 +74,7 @@ std::vector<Frame> signature(const Stack& stack) {
     if (!starts_with(f.function, "0x")) s.function = f.function;
     s.file = base_name(f.file);
     s.module = base_name(f.module);
+    if (with_lines) s.line = f.line;
     frames.push_back(std::move(s));
   }
   if (frames.empty()) {

@@ -21,11 +21,13 @@
 #include "trainrun/launch/agent/file_timer_server.hpp"
 #include "trainrun/launch/agent/job_summary.hpp"
 #include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/core/file_io.hpp"
 #include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/output/console.hpp"
 #include "trainrun/launch/output/log_dir.hpp"
 #include "trainrun/launch/output/output_plan.hpp"
 #include "trainrun/launch/rendezvous/rendezvous_options.hpp"
+#include "trainrun/launch/rollcall/hang_watch.hpp"
 #include "trainrun/launch/rollcall/roll_call.hpp"
 #include "trainrun/launch/workers/descriptors.hpp"
 #include "trainrun/launch/workers/failure.hpp"
@@ -108,6 +110,7 @@ class Agent {
     watchdog_.mark_job_directory(logs_.run_dir());
     watchdog_.set_log_tree(logs_.own_root());
     start_roll_call();
+    start_hang_watch();
     try {
       if (auto port = port_to_hold(config_, rdzv_options.has_value())) port_.emplace(*port);
       if (rdzv_options) start_rendezvous(*rdzv_options);
@@ -136,6 +139,7 @@ class Agent {
       io_.run_for(std::chrono::seconds(5));
     }
     if (exit_code_ == 0) drop_console_copies();
+    if (!job_.heartbeat_file.empty()) ::unlink(job_.heartbeat_file.c_str());
     logs_.remove_if_empty();
     const bool kept = directory_exists(logs_.run_dir());
     summary_.set_log_dir(kept ? logs_.run_dir() : "");
@@ -233,8 +237,77 @@ class Agent {
     }
   }
 
+  // --hang-timeout: progress is any worker's output (every stream then passes through trainrun),
+  // a touch of the heartbeat file, a file-timer request; a hang is confirmed with the roll call.
+  void start_hang_watch() {
+    if (config_.hang_timeout <= 0) return;
+    if (!roll_call_) {
+      say_on_console("--hang-timeout is off: without the roll call a hang cannot be confirmed",
+                     Level::warning);
+      return;
+    }
+    job_.heartbeat_file = logs_.run_dir() + "/heartbeat";
+    if (!write_heartbeat_file()) job_.heartbeat_file.clear();
+    HangWatch::Hooks hooks;
+    hooks.roll_call = [this](HangWatch::Reply done) { roll_call_->job_reply(std::move(done)); };
+    hooks.hung = [this](const HangReport& report) { on_hang(report); };
+    hooks.say = [this](const std::string& line, Level level) { say_on_console(line, level); };
+    hang_watch_ = std::make_unique<HangWatch>(io_, config_.hang_timeout, job_.heartbeat_file,
+                                              std::move(hooks));
+    supervisor_.set_progress([this] { hang_watch_->progress(); });
+  }
+
+  bool write_heartbeat_file() {
+    try {
+      write_file_atomically(job_.heartbeat_file, "");
+      return true;
+    } catch (const std::exception& e) {
+      say_on_console(fmt::format("--hang-timeout: no heartbeat file for the workers: {}", e.what()),
+                     Level::warning);
+      return false;
+    }
+  }
+
+  void on_hang(const HangReport& report) {
+    if (policy_.state() != AgentPolicy::State::running) return;
+    std::string text = launcher_line(
+        fmt::format("the job is hung: no worker made progress for {:.0f} s (--hang-timeout={:g}) "
+                    "and no rank's stack moved in {} s: {}",
+                    report.json.value("quiet_s", 0.0), config_.hang_timeout,
+                    kHangConfirmGap.count(), report.line),
+        Level::error);
+    text += report.text;
+    nlohmann::json hang = report.json;
+    const std::string file = fmt::format("{}/attempt_{}/hang.txt", logs_.run_dir(), attempt_);
+    bool written = false;
+    try {
+      write_file_atomically(file, text);
+      hang["report_file"] = file;
+      written = true;
+    } catch (const std::exception& e) {
+      say_on_console(fmt::format("the hang report could not be written: {}", e.what()),
+                     Level::warning);
+    }
+    consoles_.err().write(text);
+    summary_.hang(std::move(hang));
+    ProcessFailure failure;
+    failure.rank = report.rank;
+    failure.local_rank = report.local_rank;
+    failure.pid = report.pid;
+    failure.host = report.host.empty() ? host_ : report.host;
+    failure.status = ExitStatus{kHangExitCode, 0};
+    failure.timestamp = unix_time();
+    failure.message = "hung: " + report.line;
+    failure.traceback = failure.message;
+    // The report stands as its error file: the summary shows the line, not a rank's stderr.
+    failure.has_error_file = written;
+    if (written) failure.error_file = file;
+    apply(policy_.hang_confirmed(std::move(failure), Clock::now()));
+  }
+
   NodeWorkers node_workers() const {
-    NodeWorkers node{node_rank_, node_count_, host_, logs_.run_dir(), {}};
+    NodeWorkers node{node_rank_, node_count_, host_, logs_.run_dir(), {}, std::nullopt};
+    if (hang_watch_) node.quiet_s = hang_watch_->quiet_s();
     for (const auto& [local_rank, pid] : supervisor_.running_workers())
       node.workers.push_back({base_rank_ + local_rank, local_rank, pid});
     return node;
@@ -256,6 +329,9 @@ class Agent {
     };
     hooks.say = [this](const std::string& line, Level level) { say_on_console(line, level); };
     hooks.write = [this](const std::string& text) { consoles_.err().write(text); };
+    hooks.request = [this] {
+      if (hang_watch_) hang_watch_->progress();
+    };
     file_timer_ = std::make_unique<FileTimerServer>(io_, *path, std::move(hooks));
     inherited_[kTimerFileVariable] = *path;
   }
@@ -263,10 +339,12 @@ class Agent {
   void wait_for_signal() {
     signals_.async_wait([this](boost::system::error_code ec, int sig) {
       if (ec) return;
-      if (sig == SIGCHLD)
+      if (sig == SIGCHLD) {
         supervisor_.reap();
-      else
+      } else {
+        stopped_by_signal_ = true;
         apply(policy_.signal(sig, Clock::now()));
+      }
       if (!policy_.done()) wait_for_signal();
     });
   }
@@ -313,10 +391,13 @@ class Agent {
         ::unlink(error_file_in(rank_dir).c_str());
         launches.push_back(
             worker_launch(config_, program_, a.topology, job_, lr, rank_dir, host_, inherited_));
-        if (capture_stderr_) capture_inherited(launches.back().output.err);
+        // The hang watch sees progress in the output that passes through trainrun: all of it.
+        if (capture_stderr_ || hang_watch_) capture_inherited(launches.back().output.err);
+        if (hang_watch_) capture_inherited(launches.back().output.out);
       }
       supervisor_.start(launches,
                         [this](int lr, pid_t pid, ExitStatus st) { on_worker_exit(lr, pid, st); });
+      if (hang_watch_) hang_watch_->start();
     } catch (const LaunchError& e) {
       apply(policy_.start_failed(e.what(), e.exit_code(), Clock::now()));
     } catch (const std::exception& e) {
@@ -326,6 +407,16 @@ class Agent {
     }
   }
   void carry_out(const action::SignalWorkers& a) {
+    // A stop for a failure (a hang, found here or on another node) of Python workers that have
+    // been quiet for the hang timeout: SIGABRT first, so that faulthandler writes every thread's
+    // traceback to their stderr. Not to a user's stop signal: their handlers expect SIGTERM.
+    if (a.signal == SIGTERM && !stopped_by_signal_ && job_.python_workers && hang_watch_ &&
+        hang_watch_->suspected()) {
+      say_on_console("stopping the Python workers with SIGABRT: their tracebacks follow on stderr",
+                     Level::warning);
+      supervisor_.signal_workers(SIGABRT);
+      return;
+    }
     if (a.whole_group)
       supervisor_.signal_all(a.signal);
     else
@@ -339,6 +430,7 @@ class Agent {
   }
   void carry_out(const action::Sweep& a) {
     grace_timer_.cancel();
+    if (hang_watch_) hang_watch_->stop();
     supervisor_.finish(a.grace, [this] {
       for (int lr = 0; lr < config_.nproc_per_node.number; ++lr)
         policy_.stderr_tail(lr, supervisor_.stderr_tail(lr));
@@ -380,6 +472,7 @@ class Agent {
     exit_code_ = a.exit_code;
     ended_ = Clock::now();
     if (roll_call_) roll_call_->close();
+    if (hang_watch_) hang_watch_->stop();
     signals_.cancel();
     grace_timer_.cancel();
     file_timer_.reset();  // its FIFO's wait would keep the rendezvous' last run_for busy
@@ -420,6 +513,7 @@ class Agent {
   std::unique_ptr<rendezvous::RendezvousHandler> rdzv_;
   std::unique_ptr<RollCall> roll_call_;
   std::unique_ptr<FileTimerServer> file_timer_;
+  std::unique_ptr<HangWatch> hang_watch_;  // with --hang-timeout
   AgentPolicy policy_;
   JobSummary summary_;
   PythonExec python_;
@@ -429,7 +523,8 @@ class Agent {
   std::string kept_logs_;  // said at exit: why a temporary log directory stays
   bool announced_ = false;
   bool dumps_listed_ = false;
-  int base_rank_ = 0;  // the running attempt's RANK of local rank 0
+  bool stopped_by_signal_ = false;  // a stop signal reached trainrun: its stop is the user's
+  int base_rank_ = 0;               // the running attempt's RANK of local rank 0
   int node_rank_ = -1;
   int node_count_ = 1;
   int attempt_ = 0;  // the running attempt's restart count: where its rank directories are

@@ -79,6 +79,16 @@ AgentActions AgentPolicy::worker_exited(const WorkerExit& exit, Clock::time_poin
   return out;
 }
 
+AgentActions AgentPolicy::hang_confirmed(ProcessFailure hang, Clock::time_point now) {
+  AgentActions out;
+  if (state_ != State::running) return out;
+  failures_.add(std::move(hang));
+  if (in_job_)
+    if (auto report = failures_.report()) out.emplace_back(std::move(*report));
+  begin_stop(out, SIGTERM, now);
+  return out;
+}
+
 AgentActions AgentPolicy::attempt_ended(Clock::time_point) {
   AgentActions out;
   if (state_ != State::finishing) return out;

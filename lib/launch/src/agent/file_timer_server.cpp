@@ -131,6 +131,7 @@ void FileTimerServer::take_line(const std::string& line) {
         fmt::format("a request for pid {} (scope '{}'), which is not a worker of this "
                     "job",
                     request->pid, request->scope_id));
+  if (hooks_.request) hooks_.request();
   timers_.apply(*request);
 }
 

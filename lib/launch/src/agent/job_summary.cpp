@@ -184,6 +184,7 @@ std::string JobSummary::to_json() const {
             {"reason", reason.empty() ? json() : json(reason)},
             {"root_cause", root_cause},
             {"failures", failures},
+            {"hang", hang_},
             {"restarts", attempts_.empty() ? 0 : attempts_.back().topology.restart_count},
             {"started_at", iso_time(started_at_)},
             {"ended_at", time_or_null(ended_at_)},

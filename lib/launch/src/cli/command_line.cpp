@@ -75,6 +75,10 @@ const std::vector<OptionSpec>& option_specs() {
        "Accepted for compatibility; trainrun watches workers by events"},
       {"shutdown-timeout", "", "30", "Supervision", "Seconds between the stop signal and SIGKILL",
        false, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
+      {"hang-timeout", "", "0", "Supervision",
+       "Seconds without progress (output, a heartbeat, a file-timer request) on every node after "
+       "which the job's stacks are taken twice; a hung job is reported and stopped (exit 124). "
+       "0: off"},
       {"signals-to-handle", "", kDefaultSignalsToHandle, "Supervision",
        "Signals forwarded to the workers (SIGUSR1/SIGUSR2 are forwarded without stopping)"},
       {"role", "", "default", "Supervision", "Role name for ROLE_NAME and the output prefix"},
@@ -289,6 +293,10 @@ void read_supervision(const GivenValues& g, LaunchConfig& c) {
   c.monitor_interval = parse_seconds(g.value("monitor-interval"), g.named("monitor-interval"));
   if (c.monitor_interval <= 0) fail(fmt::format("{}: must be > 0", g.named("monitor-interval")));
   c.shutdown_timeout = parse_seconds(g.value("shutdown-timeout"), g.named("shutdown-timeout"));
+  c.hang_timeout = parse_seconds(g.value("hang-timeout"), g.named("hang-timeout"));
+  // The watch wakes at most once a second; a shorter silence is no sign of a hang.
+  if (c.hang_timeout > 0 && c.hang_timeout < 1)
+    fail(fmt::format("{}: must be 0 (off) or at least 1 second", g.named("hang-timeout")));
   c.role = g.value("role");
   if (c.role.empty()) fail(fmt::format("{}: must not be empty", g.named("role")));
   // Accepted for compatibility and checked, but trainrun always starts workers one way.
@@ -754,6 +762,12 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
     c.rdzv_backend = RendezvousBackend::c10d;
     c.rdzv_endpoint = "localhost:0";
   }
+  // Whether the job made progress is asked of every node through the built-in rendezvous.
+  if (c.hang_timeout > 0 && c.max_nodes > 1 && is_etcd(c.rdzv_backend))
+    fail(
+        fmt::format("{}: a job of several nodes needs the built-in rendezvous (c10d or static) "
+                    "to see every node's progress; drop it or use --rdzv-backend=c10d",
+                    given.named("hang-timeout")));
   check_rendezvous_layout(c, env);
   ParseOutcome outcome{c, std::nullopt, ignored_option_warnings(given, c)};
   outcome.hosts =

@@ -115,6 +115,7 @@ void GroupOutput::tee(int pipe_fd, int file_fd, Console& console, const std::str
                                             std::move(duplicate), console_copy);
   if (route == StreamRoute::console) reader->pass_through();
   if (tail) reader->keep_tail(std::move(tail));
+  if (progress_) reader->on_data(progress_);
   ++open_readers_;
   readers_.push_back(reader);
   reader->start([this, generation = generation_] {

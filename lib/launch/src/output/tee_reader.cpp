@@ -102,6 +102,7 @@ void TeeReader::resume() {
 }
 
 void TeeReader::on_read(const char* data, size_t n) {
+  if (on_data_) on_data_();
   if (file_ok_ && file_fd_ >= 0) {
     file_ok_ = write_all(file_fd_, data, n);
     if (!file_ok_) {

@@ -67,8 +67,10 @@ nlohmann::json node_answer(const NodeWorkers& node, const std::vector<stacks::St
                      {"pid", node.workers[i].pid},
                      {"stack", std::move(stack)}});
   }
-  return {{"node", node.node}, {"nodes", node.nodes},       {"host", node.host},
-          {"dumps", dumps},    {"ranks", std::move(ranks)}, {"error", error}};
+  nlohmann::json answer = {{"node", node.node}, {"nodes", node.nodes},       {"host", node.host},
+                           {"dumps", dumps},    {"ranks", std::move(ranks)}, {"error", error}};
+  if (node.quiet_s) answer["quiet_s"] = *node.quiet_s;
+  return answer;
 }
 
 std::string fit_node_answer(nlohmann::json answer, std::size_t max_bytes) {
@@ -102,27 +104,51 @@ std::string fit_node_answer(nlohmann::json answer, std::size_t max_bytes) {
   return out;
 }
 
-std::string format_roll_call(const nlohmann::json& reply) {
-  std::vector<stacks::RankStack> ranks;
-  std::vector<std::string> lines_after;
-  std::set<std::string> notes;
+namespace {
+
+std::vector<nlohmann::json> nodes_by_rank(const nlohmann::json& reply) {
   auto nodes = reply.at("nodes").get<std::vector<nlohmann::json>>();
   std::sort(nodes.begin(), nodes.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
     return a.value("node", -1) < b.value("node", -1);
   });
+  return nodes;
+}
+
+// Another node's answer may be only {"error"} (one too long, or an agent that could not).
+// Several nodes may share a host name (agents on one machine): the node rank tells them apart.
+std::string node_name(const nlohmann::json& node, std::size_t nodes) {
+  std::string host = escape_control(node.value("host", "a node"));
+  if (nodes > 1 && node.value("node", -1) >= 0)
+    host = fmt::format("{} (node {})", host, node.value("node", -1));
+  return host;
+}
+
+}  // namespace
+
+std::vector<stacks::RankStack> roll_call_ranks(const nlohmann::json& reply) {
+  std::vector<stacks::RankStack> ranks;
+  const auto nodes = nodes_by_rank(reply);
   for (const auto& node : nodes) {
-    // Another node's answer may be only {"error"} (one too long, or an agent that could not).
-    // Several nodes may share a host name (agents on one machine): the node rank tells them apart.
-    std::string host = escape_control(node.value("host", "a node"));
-    if (nodes.size() > 1 && node.value("node", -1) >= 0)
-      host = fmt::format("{} (node {})", host, node.value("node", -1));
+    const std::string host = node_name(node, nodes.size());
+    for (const auto& r : node.value("ranks", nlohmann::json::array()))
+      ranks.push_back({r.at("rank").get<int>(), host, r.at("stack").get<stacks::Stack>()});
+  }
+  std::sort(ranks.begin(), ranks.end(),
+            [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  return ranks;
+}
+
+std::string format_roll_call(const nlohmann::json& reply) {
+  const std::vector<stacks::RankStack> ranks = roll_call_ranks(reply);
+  std::vector<std::string> lines_after;
+  std::set<std::string> notes;
+  const auto nodes = nodes_by_rank(reply);
+  for (const auto& rank : ranks)
+    for (const auto& note : rank.stack.notes) notes.insert(escape_control(note));
+  for (const auto& node : nodes) {
+    const std::string host = node_name(node, nodes.size());
     const std::string error = node.value("error", "");
     if (!error.empty()) lines_after.push_back(fmt::format("{}: {}", host, escape_control(error)));
-    for (const auto& r : node.value("ranks", nlohmann::json::array())) {
-      stacks::RankStack rank{r.at("rank").get<int>(), host, r.at("stack").get<stacks::Stack>()};
-      for (const auto& note : rank.stack.notes) notes.insert(escape_control(note));
-      ranks.push_back(std::move(rank));
-    }
     const std::string dumps = node.value("dumps", "");
     if (!dumps.empty())
       lines_after.push_back(fmt::format("dumps of {}: {}", host, escape_control(dumps)));
@@ -139,8 +165,6 @@ std::string format_roll_call(const nlohmann::json& reply) {
         "the job has {}: only {} shown ({})", count_of(job_nodes, "node"),
         nodes.size() == 1 ? "this one's workers are" : "these are", escape_control(not_asked)));
   }
-  std::sort(ranks.begin(), ranks.end(),
-            [](const auto& a, const auto& b) { return a.rank < b.rank; });
   const auto groups = stacks::group_stacks(ranks);
   std::string out = fmt::format("stacks of run {}: {} on {}\n",
                                 escape_control(reply.at("run_id").get<std::string>()),
@@ -210,45 +234,48 @@ void RollCall::serve(std::shared_ptr<local::socket> peer) {
           send({{"error", "unknown request: " + escape_control(request)}});
           return;
         }
-        // This node's stacks and the others' are collected at once: the report waits for both.
-        struct Parts {
-          std::optional<nlohmann::json> mine;
-          bool others_done = false;
-          nlohmann::json nodes = nlohmann::json::array();
-          nlohmann::json missing = nlohmann::json::array();
-          std::string error;
-        };
-        auto parts = std::make_shared<Parts>();
-        auto finish = [send, parts, run_id = registration_.entry().run_id] {
-          if (!parts->mine || !parts->others_done) return;
-          parts->nodes.insert(parts->nodes.begin(), std::move(*parts->mine));
-          send({{"run_id", run_id},
-                {"nodes", std::move(parts->nodes)},
-                {"missing", std::move(parts->missing)},
-                {"not_asked", std::move(parts->error)}});
-        };
-        if (workers_().nodes <= 1) {
-          parts->others_done = true;
-        } else if (!ask_others_) {
-          parts->others_done = true;
-          parts->error =
-              "this agent has no rendezvous to ask the other nodes through: run trainrun --stacks "
-              "on each node";
-        } else {
-          ask_others_(
-              [parts, finish](nlohmann::json nodes, nlohmann::json missing, std::string error) {
-                parts->nodes = std::move(nodes);
-                parts->missing = std::move(missing);
-                parts->error = std::move(error);
-                parts->others_done = true;
-                finish();
-              });
-        }
-        answer([parts, finish](nlohmann::json mine) {
-          parts->mine = std::move(mine);
-          finish();
-        });
+        job_reply(send);
       });
+}
+
+void RollCall::job_reply(Answer done) {
+  // This node's stacks and the others' are collected at once: the reply waits for both.
+  struct Parts {
+    std::optional<nlohmann::json> mine;
+    bool others_done = false;
+    nlohmann::json nodes = nlohmann::json::array();
+    nlohmann::json missing = nlohmann::json::array();
+    std::string error;
+  };
+  auto parts = std::make_shared<Parts>();
+  auto finish = [done, parts, run_id = registration_.entry().run_id] {
+    if (!parts->mine || !parts->others_done) return;
+    parts->nodes.insert(parts->nodes.begin(), std::move(*parts->mine));
+    done({{"run_id", run_id},
+          {"nodes", std::move(parts->nodes)},
+          {"missing", std::move(parts->missing)},
+          {"not_asked", std::move(parts->error)}});
+  };
+  if (workers_().nodes <= 1) {
+    parts->others_done = true;
+  } else if (!ask_others_) {
+    parts->others_done = true;
+    parts->error =
+        "this agent has no rendezvous to ask the other nodes through: run trainrun --stacks "
+        "on each node";
+  } else {
+    ask_others_([parts, finish](nlohmann::json nodes, nlohmann::json missing, std::string error) {
+      parts->nodes = std::move(nodes);
+      parts->missing = std::move(missing);
+      parts->error = std::move(error);
+      parts->others_done = true;
+      finish();
+    });
+  }
+  answer([parts, finish](nlohmann::json mine) {
+    parts->mine = std::move(mine);
+    finish();
+  });
 }
 
 void RollCall::answer(Answer done) {

@@ -19,8 +19,9 @@ struct RankStack {
 // loop at different lines, or with the library at another address, wait in the same place).
 // Where the main thread has Python frames, only those (the native frames under a Python frame
 // differ with how each rank happens to wait: futex, poll, recv). A stack without frames (the
-// /proc fallback) is its main thread's system call and wait channel.
-std::vector<Frame> signature(const Stack& stack);
+// /proc fallback) is its main thread's system call and wait channel. `with_lines` keeps each
+// frame's line: where a rank is, rather than where it waits (has its stack moved?).
+std::vector<Frame> signature(const Stack& stack, bool with_lines = false);
 
 struct Group {
   std::vector<int> ranks;          // ascending

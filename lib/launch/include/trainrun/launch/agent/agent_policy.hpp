@@ -40,6 +40,9 @@ class AgentPolicy {
   // node exits with `exit_code` (126/127 for an entrypoint that cannot run, as a shell).
   AgentActions start_failed(const std::string& reason, int exit_code, Clock::time_point now);
   AgentActions worker_exited(const WorkerExit& exit, Clock::time_point now);
+  // The job was found hung (--hang-timeout): `hang` is the attempt's failure (its status the hang
+  // exit code), reported and stopped for as a worker's failure. Only while the group runs.
+  AgentActions hang_confirmed(ProcessFailure hang, Clock::time_point now);
   // After Sweep: nothing of the attempt's workers is left.
   AgentActions attempt_ended(Clock::time_point now);
   // A stop or forwarded signal (the agent reaps on SIGCHLD itself).

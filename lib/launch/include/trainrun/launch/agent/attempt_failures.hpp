@@ -24,6 +24,8 @@ class AttemptFailures {
   // whenever it left an error report of its own; returns the warning to show when that report
   // cannot be read.
   std::optional<std::string> record(const WorkerExit& exit, int base_rank, bool counts);
+  // A failure the launcher found itself (a hung job), listed as it is.
+  void add(ProcessFailure failure) { failures_.push_back(std::move(failure)); }
   // The end of the stderr of the worker `local_rank`, shown when it wrote no error file.
   void stderr_tail(int local_rank, const std::string& tail);
 

@@ -34,6 +34,8 @@ class FileTimerServer {
     // A launcher line, and text for the terminal as it is.
     std::function<void(const std::string&, Level)> say;
     std::function<void(const std::string&)> write;
+    // A worker's valid request (the hang watch's progress); may be empty.
+    std::function<void()> request;
   };
 
   // Makes the FIFO at `path` (replacing a file there, as torchrun does) and starts reading it.

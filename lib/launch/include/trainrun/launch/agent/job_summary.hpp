@@ -2,6 +2,7 @@
 
 #include <sys/types.h>
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +49,8 @@ class JobSummary {
   void attempt_ended(const std::vector<ProcessFailure>& failures, double now);
   // The job was stopped by the rendezvous (another node's failure, a lost node, ...).
   void stopped(const rendezvous::Stop& stop);
+  // This node found the job hung (--hang-timeout): hang_report's JSON; the last one is kept.
+  void hang(nlohmann::json hang) { hang_ = std::move(hang); }
   void set_run_id(const std::string& run_id) { run_id_ = run_id; }
   // The run's log directory; empty when none is left (nothing was written there).
   void set_log_dir(const std::string& log_dir) { log_dir_ = log_dir; }
@@ -69,6 +72,7 @@ class JobSummary {
   std::string error_;
   std::optional<rendezvous::Stop> stop_;
   std::vector<Attempt> attempts_;
+  nlohmann::json hang_;  // null: no hang found
 };
 
 // --summary-file: records that the job ended with `exit_code` (`error`: why trainrun could not go

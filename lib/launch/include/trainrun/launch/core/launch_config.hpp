@@ -61,6 +61,7 @@ struct LaunchConfig {
   std::optional<std::vector<int>> local_ranks_filter;
   std::string local_addr;
   double shutdown_timeout = 30.0;
+  double hang_timeout = 0;  // --hang-timeout: seconds without progress before a hang check; 0 off
   std::vector<int> stop_signals;     // stop the job, forwarded to workers first
   std::vector<int> forward_signals;  // forwarded only (SIGUSR1, SIGUSR2)
   // As given, else torchrun 2.x's default: workers see it in TORCHELASTIC_SIGNALS_TO_HANDLE.

@@ -35,6 +35,8 @@ class GroupOutput {
   GroupOutput(boost::asio::io_context& io, Console& out, Console& err,
               std::function<void()> closed);
 
+  // Called whenever a worker's output arrives (the hang watch's progress).
+  void set_progress(std::function<void()> progress) { progress_ = std::move(progress); }
   // A new group: the last one's readers no longer count; its files and tails are forgotten.
   void reset();
   // Opens the pipes and log files of a worker's `plan`. Throws SpawnError, closing what it opened.
@@ -69,6 +71,7 @@ class GroupOutput {
   std::vector<std::weak_ptr<TeeReader>> readers_;
   std::map<std::string, std::shared_ptr<SharedLogFile>> duplicate_files_;
   std::map<int, std::shared_ptr<OutputTail>> stderr_tails_;
+  std::function<void()> progress_;
 };
 
 }  // namespace trainrun::launch

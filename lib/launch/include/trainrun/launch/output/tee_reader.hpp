@@ -67,6 +67,8 @@ class TeeReader : public std::enable_shared_from_this<TeeReader> {
   void pass_through() { pass_through_ = true; }
   // Before start(): every byte read is also fed to `tail`.
   void keep_tail(std::shared_ptr<OutputTail> tail) { tail_ = std::move(tail); }
+  // Before start(): called whenever bytes arrive (the hang watch's progress).
+  void on_data(std::function<void()> seen) { on_data_ = std::move(seen); }
   void start(std::function<void()> on_closed);
   // The worker and all it started have ended: read the rest of the pipe whatever the console's
   // queue holds (no writer is left, so what remains is bounded), so the log file gets all of it.
@@ -95,6 +97,7 @@ class TeeReader : public std::enable_shared_from_this<TeeReader> {
   bool draining_ = false;
   bool pass_through_ = false;
   std::shared_ptr<OutputTail> tail_;
+  std::function<void()> on_data_;
 };
 
 }  // namespace trainrun::launch

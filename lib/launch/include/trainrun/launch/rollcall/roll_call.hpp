@@ -7,11 +7,13 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "trainrun/launch/rollcall/job_registry.hpp"
+#include "trainrun/stacks/groups.hpp"
 #include "trainrun/stacks/stack.hpp"
 
 namespace trainrun::launch {
@@ -28,10 +30,13 @@ struct NodeWorkers {
   std::string host;
   std::string run_dir;  // the dumps go to <run_dir>/stacks/<time>/
   std::vector<Worker> workers;
+  // Seconds since this node's workers last made progress (--hang-timeout); none without it.
+  std::optional<double> quiet_s;
 };
 
 // One node's answer: {"node", "nodes", "host", "dumps", "ranks": [{"rank", "local_rank", "pid",
-// "stack"}], "error"}; the stacks without the tools' raw output, which stays in the dumps.
+// "stack"}], "error"}, and "quiet_s" where the node has it; the stacks without the tools' raw
+// output, which stays in the dumps.
 nlohmann::json node_answer(const NodeWorkers& node, const std::vector<stacks::Stack>& stacks,
                            const std::string& dumps, const std::string& error);
 
@@ -46,6 +51,10 @@ std::string fit_node_answer(nlohmann::json answer, std::size_t max_bytes);
 // others were not asked (`not_asked`, empty when they were). Pure; throws nlohmann::json::exception
 // for a reply of another shape.
 std::string format_roll_call(const nlohmann::json& reply);
+
+// The ranks of such a reply, by rank, each named by its host ("host (node N)" on a job of several
+// nodes). Pure; throws nlohmann::json::exception for a reply of another shape.
+std::vector<stacks::RankStack> roll_call_ranks(const nlohmann::json& reply);
 
 // An agent's side of `trainrun --stacks`: its registration in the runtime directory, the Unix
 // socket there, and the collection of its workers' stacks on a thread of its own (the event
@@ -72,6 +81,8 @@ class RollCall {
   void set_ask_others(AskOthers ask) { ask_others_ = std::move(ask); }
   // This node's answer (node_answer), on the event loop.
   void answer(Answer done);
+  // The whole job's reply, as `trainrun --stacks` gets it (format_roll_call), on the event loop.
+  void job_reply(Answer done);
 
  private:
   void accept();

@@ -48,6 +48,8 @@ class Supervisor {
   // back to us); children of other threads (the stack tools) are left to them. Call it from the
   // thread that started the workers.
   void reap();
+  // Called whenever a worker's output arrives (streams that pass through trainrun).
+  void set_progress(std::function<void()> progress) { output_.set_progress(std::move(progress)); }
   // Sends `sig` to the process group of every worker still running, and to the worker itself
   // where it has left that group. SIGKILL also kills everything in the job's cgroup.
   void signal_all(int sig);

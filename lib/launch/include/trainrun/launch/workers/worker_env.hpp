@@ -24,6 +24,10 @@ inline constexpr char kDefaultSignalsToHandle[] = "SIGTERM,SIGINT,SIGHUP,SIGQUIT
 // torchrun 2.x's default, which its workers see in TORCHELASTIC_SIGNALS_TO_HANDLE.
 inline constexpr char kTorchrunSignalsToHandle[] = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 
+// The variable that names the file a worker touches to say it makes progress (the C++ runtime's
+// report() does); set only with --hang-timeout.
+inline constexpr char kHeartbeatFileVariable[] = "TRAINRUN_HEARTBEAT_FILE";
+
 // What every worker of this node shares, beyond the topology.
 struct JobSettings {
   std::string role = "default";
@@ -40,6 +44,9 @@ struct JobSettings {
   // The major version of the workers' PyTorch when trainrun could ask (Python workers): 1 gets
   // torchrun 1.13's NCCL_ASYNC_ERROR_HANDLING, which torch 2.x warns about in every process.
   std::optional<int> torch_major;
+  // --hang-timeout: the file whose time says progress (TRAINRUN_HEARTBEAT_FILE). Python workers
+  // run with -u (as torchrun's): a line they print reaches trainrun when printed.
+  std::string heartbeat_file;
 };
 
 // Whether `program` (the path a worker execs) is a Python interpreter: its name starts with

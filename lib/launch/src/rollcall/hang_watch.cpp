@@ -1,0 +1,242 @@
+#include "trainrun/launch/rollcall/hang_watch.hpp"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <map>
+
+#include "trainrun/base/wording.hpp"
+#include "trainrun/launch/rollcall/roll_call.hpp"
+#include "trainrun/stacks/groups.hpp"
+
+namespace trainrun::launch {
+
+namespace {
+
+std::map<int, std::vector<stacks::Frame>> positions(const nlohmann::json& reply) {
+  std::map<int, std::vector<stacks::Frame>> out;
+  for (const auto& r : roll_call_ranks(reply)) out[r.rank] = stacks::signature(r.stack, true);
+  return out;
+}
+
+bool same_place(const std::vector<stacks::Frame>& a, const std::vector<stacks::Frame>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const stacks::Frame& x, const stacks::Frame& y) {
+                      return x.function == y.function && x.file == y.file && x.line == y.line &&
+                             x.module == y.module && x.kind == y.kind;
+                    });
+}
+
+HangVerdict progressing(double recheck_s, std::string why, bool stack_moved = false) {
+  return {HangVerdict::Kind::progress, recheck_s, std::move(why), stack_moved};
+}
+
+// Why a reply cannot show the whole job (a node not asked, or not answering), else "": its
+// progress is unknown, so no hang is found on it.
+std::string incomplete(const nlohmann::json& reply) {
+  const std::string not_asked = reply.value("not_asked", "");
+  if (!not_asked.empty()) return "the other nodes could not be asked: " + not_asked;
+  const auto missing = reply.value("missing", nlohmann::json::array());
+  if (!missing.empty())
+    return fmt::format("{} did not answer", missing.front().value("host", "a node"));
+  return "";
+}
+
+}  // namespace
+
+std::optional<double> job_quiet_s(const nlohmann::json& reply) {
+  std::optional<double> least;
+  for (const auto& node : reply.value("nodes", nlohmann::json::array())) {
+    const auto it = node.find("quiet_s");
+    if (it == node.end() || !it->is_number()) continue;
+    const double q = it->get<double>();
+    if (!least || q < *least) least = q;
+  }
+  return least;
+}
+
+std::vector<int> moved_ranks(const nlohmann::json& first, const nlohmann::json& second) {
+  const auto before = positions(first);
+  std::vector<int> moved;
+  for (const auto& [rank, frames] : positions(second)) {
+    const auto it = before.find(rank);
+    if (it != before.end() && !same_place(it->second, frames)) moved.push_back(rank);
+  }
+  return moved;
+}
+
+HangVerdict judge_first(const nlohmann::json& reply, double timeout_s) {
+  if (const std::string why = incomplete(reply); !why.empty())
+    return progressing(kHangConfirmGap.count(), why);
+  const double quiet = job_quiet_s(reply).value_or(timeout_s);
+  if (quiet < timeout_s)
+    return progressing(timeout_s - quiet,
+                       fmt::format("a node's workers made progress {:.1f} s ago", quiet));
+  return {HangVerdict::Kind::quiet, 0, ""};
+}
+
+HangVerdict judge_second(const nlohmann::json& first, const nlohmann::json& second,
+                         double timeout_s) {
+  if (const std::string why = incomplete(second); !why.empty())
+    return progressing(kHangConfirmGap.count(), why);
+  const double quiet = job_quiet_s(second).value_or(timeout_s);
+  if (quiet < timeout_s)
+    return progressing(timeout_s - quiet,
+                       fmt::format("a node's workers made progress {:.1f} s ago", quiet));
+  if (roll_call_ranks(second).empty()) return progressing(timeout_s, "no worker is running");
+  const auto moved = moved_ranks(first, second);
+  if (!moved.empty())
+    return progressing(timeout_s,
+                       fmt::format("the stack of {} {} moved", moved.size() == 1 ? "rank" : "ranks",
+                                   stacks::rank_ranges(moved)),
+                       true);
+  return {HangVerdict::Kind::hung, 0, ""};
+}
+
+HangReport hang_report(const nlohmann::json& reply, double quiet_s) {
+  HangReport report;
+  const auto ranks = roll_call_ranks(reply);
+  const auto groups = stacks::group_stacks(ranks);
+  const auto suspects = stacks::odd_ranks(groups, ranks);
+  report.line = stacks::describe_suspects(suspects, groups);
+  if (report.line.empty()) {
+    // Every rank waits with others: the groups say where.
+    std::string where;
+    for (const auto& g : groups)
+      where += fmt::format("{}{} {} in {}", where.empty() ? "" : "; ",
+                           g.ranks.size() == 1 ? "rank" : "ranks", stacks::rank_ranges(g.ranks),
+                           g.frames.empty() ? "?" : g.frames.front().function);
+    report.line = "no rank stands out: " + where;
+  }
+  report.text = format_roll_call(reply);
+  nlohmann::json suspects_json = nlohmann::json::array();
+  for (const auto& s : suspects)
+    suspects_json.push_back({{"rank", s.rank}, {"host", s.host}, {"where", s.where}});
+  report.json = {{"quiet_s", quiet_s},
+                 {"line", report.line},
+                 {"suspects", std::move(suspects_json)},
+                 {"groups", stacks::groups_json(groups)}};
+  if (!suspects.empty()) {
+    report.rank = suspects.front().rank;
+    report.host = suspects.front().host;
+  } else if (!groups.empty() && !groups.front().ranks.empty()) {
+    report.rank = groups.front().ranks.front();
+    report.host = groups.front().hosts.empty() ? "" : groups.front().hosts.front();
+  }
+  for (const auto& node : reply.at("nodes"))
+    for (const auto& r : node.value("ranks", nlohmann::json::array()))
+      if (r.value("rank", -2) == report.rank) {
+        report.local_rank = r.value("local_rank", -1);
+        report.pid = r.value("pid", 0);
+      }
+  return report;
+}
+
+HangWatch::HangWatch(boost::asio::io_context& io, double timeout_s, std::string heartbeat_file,
+                     Hooks hooks)
+    : timer_(io),
+      timeout_s_(timeout_s),
+      heartbeat_file_(std::move(heartbeat_file)),
+      hooks_(std::move(hooks)) {}
+
+void HangWatch::start() {
+  stop();
+  confirmed_ = false;
+  progress();
+  stage_ = Stage::waiting;
+  arm(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_)));
+}
+
+void HangWatch::stop() {
+  ++generation_;
+  stage_ = Stage::idle;
+  first_.reset();
+  timer_.cancel();
+}
+
+double HangWatch::quiet_s() const {
+  double quiet = std::chrono::duration<double>(Clock::now() - last_progress_).count();
+  struct stat st {};
+  if (!heartbeat_file_.empty() && ::stat(heartbeat_file_.c_str(), &st) == 0) {
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    const double age = static_cast<double>(now.tv_sec - st.st_mtim.tv_sec) +
+                       static_cast<double>(now.tv_nsec - st.st_mtim.tv_nsec) / 1e9;
+    quiet = std::min(quiet, std::max(age, 0.0));
+  }
+  return quiet;
+}
+
+bool HangWatch::suspected() const {
+  return confirmed_ || (stage_ != Stage::idle && quiet_s() >= timeout_s_);
+}
+
+// Never sooner than a second from now: at most one wake-up a second, whatever the timeout.
+void HangWatch::arm(Clock::duration after) {
+  timer_.expires_after(std::max<Clock::duration>(after, std::chrono::seconds(1)));
+  timer_.async_wait([this, generation = generation_](boost::system::error_code ec) {
+    if (ec || generation != generation_) return;
+    if (stage_ == Stage::waiting)
+      check();
+    else if (stage_ == Stage::gap)
+      sample();
+  });
+}
+
+void HangWatch::check() {
+  const double quiet = quiet_s();
+  if (quiet < timeout_s_) {
+    arm(std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(timeout_s_ - quiet)));
+    return;
+  }
+  hooks_.say(fmt::format("hang watch: no progress on this node for {:.0f} s; taking the job's "
+                         "stacks to see whether it is hung",
+                         quiet),
+             Level::debug);
+  stage_ = Stage::first;
+  sample();
+}
+
+void HangWatch::sample() {
+  if (stage_ == Stage::gap) stage_ = Stage::second;
+  hooks_.roll_call([this, generation = generation_](nlohmann::json reply) {
+    if (generation == generation_) sampled(std::move(reply));
+  });
+}
+
+void HangWatch::sampled(nlohmann::json reply) {
+  HangVerdict verdict;
+  try {
+    verdict = stage_ == Stage::first ? judge_first(reply, timeout_s_)
+                                     : judge_second(*first_, reply, timeout_s_);
+  } catch (const nlohmann::json::exception& e) {
+    verdict = progressing(timeout_s_,
+                          fmt::format("the roll call's reply could not be read: {}", e.what()));
+  }
+  switch (verdict.kind) {
+    case HangVerdict::Kind::progress:
+      hooks_.say("hang watch: not hung: " + verdict.why, Level::debug);
+      // A stack that moved is this node's progress too: the next look is a timeout away.
+      if (verdict.stack_moved) progress();
+      first_.reset();
+      stage_ = Stage::waiting;
+      arm(std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(verdict.recheck_s)));
+      return;
+    case HangVerdict::Kind::quiet:
+      first_ = std::move(reply);
+      stage_ = Stage::gap;
+      arm(kHangConfirmGap);
+      return;
+    case HangVerdict::Kind::hung:
+      break;
+  }
+  const double quiet = quiet_s();
+  stop();
+  confirmed_ = true;
+  hooks_.hung(hang_report(reply, quiet));
+}
+
+}  // namespace trainrun::launch

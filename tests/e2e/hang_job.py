@@ -1,0 +1,53 @@
+"""A job for --hang-timeout (argv[1] the mode, argv[2] seconds where it takes them):
+  stuck SECONDS    rank 2 sleeps in stuck_here() while every other rank blocks in a Gloo
+                   all_reduce (which waits for rank 2), at most SECONDS
+  compute SECONDS  prints nothing, computes through ever deeper frames for SECONDS, then ends
+  chatty SECONDS   prints a line every second (print(), no flush) for SECONDS, then ends
+  heartbeat SECONDS  prints nothing, touches $TRAINRUN_HEARTBEAT_FILE every second (as the C++
+                   runtime's report() does) for SECONDS, then ends"""
+import os
+import sys
+import time
+
+MODE, SECONDS = sys.argv[1], float(sys.argv[2])
+RANK = int(os.environ["RANK"])
+
+
+def stuck_here():
+    time.sleep(SECONDS)
+
+
+def all_reduce_with_rank_2():
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    if RANK == 2:
+        stuck_here()
+    t = torch.ones(1)
+    dist.all_reduce(t)
+
+
+def deeper(level, until):
+    # Half a second of work at each depth: two looks at the stack seconds apart never agree.
+    end = time.monotonic() + 0.5
+    x = 0
+    while time.monotonic() < end:
+        x += level
+    if time.monotonic() < until:
+        deeper(level + 1, until)
+
+
+if MODE == "stuck":
+    all_reduce_with_rank_2()
+elif MODE == "compute":
+    deeper(0, time.monotonic() + SECONDS)
+elif MODE == "chatty":
+    for i in range(int(SECONDS)):
+        print(f"rank {RANK}: step {i}")
+        time.sleep(1)
+elif MODE == "heartbeat":
+    for i in range(int(SECONDS)):
+        os.utime(os.environ["TRAINRUN_HEARTBEAT_FILE"])
+        time.sleep(1)
+print(f"done rank {RANK}", flush=True)

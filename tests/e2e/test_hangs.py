@@ -1,0 +1,109 @@
+"""--hang-timeout: a job that makes no progress on any node is found hung by its stacks, reported
+and stopped (exit 124); a job that computes silently, or says a line now and then, is not."""
+import json
+import os
+import shutil
+import sys
+
+import pytest
+
+from conftest import WORKER, dynamic, run
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JOB = os.path.join(HERE, "hang_job.py")
+PYTHON = os.environ.get("PYTHON_EXEC", "") or sys.executable
+# CMake passes TRAINRUN_PY_SPY-NOTFOUND where it found none: only an executable counts.
+PY_SPY = next((p for p in (os.environ.get("TRAINRUN_PY_SPY", ""), shutil.which("py-spy") or "")
+               if p and os.access(p, os.X_OK)), "")
+HANG_EXIT = 124
+
+
+def path_without_py_spy():
+    dirs = os.environ.get("PATH", "").split(os.pathsep)
+    return os.pathsep.join(d for d in dirs if not os.path.exists(os.path.join(d, "py-spy")))
+
+
+def tools_path(with_py_spy):
+    path = path_without_py_spy()
+    return os.path.dirname(PY_SPY) + os.pathsep + path if with_py_spy else path
+
+
+@pytest.fixture(autouse=True)
+def own_runtime_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINRUN_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.setenv("PYTHON_EXEC", PYTHON)
+
+
+@pytest.mark.parametrize("with_py_spy", [
+    pytest.param(True, id="py-spy", marks=pytest.mark.skipif(
+        not PY_SPY, reason="py-spy is not installed (scripts/setup.sh --tests)")),
+    pytest.param(False, id="fallback")])
+def test_a_hang_across_two_nodes_names_the_stuck_rank(netns_pair, agents, tmp_path, with_py_spy):
+    a, b = netns_pair.ns
+    endpoint = f"{a.addr}:29404"
+    summaries = [tmp_path / "a.json", tmp_path / "b.json"]
+    common = ["--rdzv-conf=join_timeout=60", "--hang-timeout=10", "--shutdown-timeout=10",
+              f"--log-dir={tmp_path / 'logs'}"]
+    env = {"PATH": tools_path(with_py_spy)}
+    nodes = []
+    for ns, summary in zip((a, b), summaries):
+        nodes.append(agents(ns.name[-1], dynamic(endpoint, 2, 2, *common, f"--local-addr={ns.addr}",
+                                                 f"--summary-file={summary}", run_id="hang")
+                            + [JOB, "stuck", "300"],
+                            env={**env, "GLOO_SOCKET_IFNAME": ns.veth}, netns=ns.name))
+    # Bounded far above 10 s of silence and the two roll calls 3 s apart: no timing is asserted.
+    codes = [node.wait(240) for node in nodes]
+    err = nodes[0].err + nodes[1].err
+    assert codes == [HANG_EXIT, HANG_EXIT], err
+    # Rank 2 (node 1's local rank 0) is named: by py-spy's Python frame, or, without it, by the
+    # traceback faulthandler wrote when the SIGABRT stopped it.
+    assert "the job is hung" in err, err
+    assert "rank 2 on " in err and "(node 1) is in " in err, err
+    if with_py_spy:
+        assert "(node 1) is in stuck_here() (hang_job.py:" in err, err
+        assert "wait in all_reduce" in err, err
+    else:
+        assert "stopping the Python workers with SIGABRT" in err, err
+    assert 'in stuck_here\n' in err, err  # faulthandler: File "...hang_job.py", line N in stuck_here
+    hangs = [json.loads(s.read_text())["hang"] for s in summaries if s.exists()]
+    found = [h for h in hangs if h]
+    assert found, hangs
+    assert found[0]["groups"] and os.path.exists(found[0]["report_file"]), found
+    if with_py_spy:
+        assert [s["rank"] for s in found[0]["suspects"]] == [2], found
+
+
+def test_a_native_worker_hung_is_named_with_its_native_frame(tmp_path):
+    r = run(["--nproc-per-node=4", "--hang-timeout=3", "--shutdown-timeout=5",
+             f"--log-dir={tmp_path / 'logs'}", WORKER, "stuck-here", "2", "120", "sleep", "120"],
+            timeout=120)
+    assert r.returncode == HANG_EXIT, r.stderr
+    assert "rank 2 on " in r.stderr and " is in stuck_here" in r.stderr, r.stderr
+    assert "while ranks 0-1,3 wait in" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(not PY_SPY, reason="py-spy is not installed (scripts/setup.sh --tests)")
+def test_a_silent_worker_computing_through_changing_frames_is_not_hung(tmp_path):
+    r = run(["--nproc-per-node=1", "--hang-timeout=3", "-v", f"--log-dir={tmp_path / 'logs'}",
+             JOB, "compute", "14"], env={"PATH": tools_path(True)}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "hang watch: not hung: the stack of rank 0 moved" in r.stderr, r.stderr
+    assert "the job is hung" not in r.stderr
+    assert "done rank 0" in r.stdout
+
+
+def test_a_line_every_second_is_progress(tmp_path):
+    # print() without flush: the workers run `python -u`, as torchrun's.
+    r = run(["--nproc-per-node=1", "--hang-timeout=4", f"--log-dir={tmp_path / 'logs'}", JOB,
+             "chatty", "12"], env={"PATH": tools_path(bool(PY_SPY))}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "the job is hung" not in r.stderr, r.stderr
+    assert "rank 0: step 11" in r.stdout
+
+
+def test_a_heartbeat_every_second_is_progress(tmp_path):
+    r = run(["--nproc-per-node=1", "--hang-timeout=4", f"--log-dir={tmp_path / 'logs'}", JOB,
+             "heartbeat", "12"], env={"PATH": tools_path(bool(PY_SPY))}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "the job is hung" not in r.stderr, r.stderr
+    assert "done rank 0" in r.stdout
