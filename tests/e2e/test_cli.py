@@ -69,6 +69,30 @@ def test_command_line_wins_over_pet(tmp_path, worker):
     assert os.listdir(tmp_path) == ["env.0"]
 
 
+def test_config_file_sets_options_and_a_bad_one_starts_nothing(tmp_path, worker):
+    job = tmp_path / "job.toml"
+    job.write_text("nproc-per-node = 2\nmax_restarts = 1\n")
+    r = run(["--config", str(job), "--no-python", worker, "env", str(tmp_path / "env")],
+            env={"PET_NPROC_PER_NODE": "3"})
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["env.0", "env.1", "job.toml"]
+    assert "TORCHELASTIC_MAX_RESTARTS=1\n" in (tmp_path / "env.0").read_text()
+    bad = tmp_path / "bad.toml"
+    for text, needle in (("nproc-per-node = 2\nmax-restart = 1\n",
+                          "bad.toml:2: unknown key 'max-restart'; did you mean max-restarts?"),
+                         ("nproc-per-node = true\n", "bad.toml:1: nproc-per-node: expected a"),
+                         (None, "--config=" + str(bad) + ": cannot read it")):
+        if text is None:
+            bad.unlink()
+        else:
+            bad.write_text(text)
+        r = run(["--config", str(bad), "--no-python", worker, "env", str(tmp_path / "bad")])
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("trainrun: "), r.stderr
+        assert needle in lines[0]
+        assert not any(name.startswith("bad.") for name in os.listdir(tmp_path) if name != "bad.toml")
+
+
 def test_cpu_and_auto_count_usable_cpus(tmp_path, worker):
     ncpu = len(os.sched_getaffinity(0))
     for value in ("cpu", "auto"):

@@ -13,6 +13,7 @@
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/text.hpp"
 #include "trainrun/launch/cli/cli_docs.hpp"
+#include "trainrun/launch/cli/config_file.hpp"
 #include "trainrun/launch/cli/option_values.hpp"
 #include "trainrun/launch/clusters/slurm.hpp"
 #include "trainrun/launch/core/errors.hpp"
@@ -26,6 +27,8 @@
 namespace trainrun::launch {
 
 namespace {
+
+constexpr const char* kConfigGroup = "Configuration file";
 
 // One command-line option: its spellings, its PET_* variable and its default.
 struct OptionSpec {
@@ -43,6 +46,9 @@ struct OptionSpec {
     for (char& c : s) c = c == '-' ? '_' : c;
     return s;
   }
+  // What acts at once (--print-completion) or names the file (--config) has no PET_* variable
+  // and no key in a configuration file.
+  bool is_setting() const { return group != "Help" && group != kConfigGroup; }
   std::string pet_name() const {
     std::string s = "PET_" + underscored();
     for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -104,6 +110,11 @@ const std::vector<OptionSpec>& option_specs() {
       {"event-log-handler", "", "null", "Supervision",
        "null, console or dynamic_rendezvous: accepted (warns unless null: no events recorded)"},
       {"print-completion", "", "", "Help", "Print a bash, zsh or tcsh completion script and exit"},
+      {"config", "", "", kConfigGroup,
+       "A TOML file of option values, keyed by long option names; the command line wins over "
+       "it, it wins over PET_*"},
+      {"print-config", "", "0", kConfigGroup,
+       "Print the effective configuration of the command line as such a file and exit", true},
       // trainrun's own options (torchrun has none of these): how trainrun reports on itself.
       {"quiet", "q", "0", "Launcher output",
        "Only trainrun's error lines (workers' output as usual)", true},
@@ -138,11 +149,16 @@ struct GivenValues {
   std::map<std::string, std::string> source;
   std::map<std::string, bool> flags;
   std::map<std::string, CLI::Option*> options;
+  std::set<std::string> from_config;
 
   const std::string& value(const std::string& name) const { return values.at(name); }
   const std::string& named(const std::string& name) const { return source.at(name); }
   bool flag(const std::string& name) const { return flags.at(name); }
 };
+
+// Whether an option's value was given (command line, --config, PET_* or a fallback variable),
+// not its default. Not for flags.
+bool given_explicitly(const GivenValues& g, const std::string& name);
 
 // Declares every option of option_specs() to CLI11, bound to `given`.
 void add_options(CLI::App& app, GivenValues& given) {
@@ -152,7 +168,7 @@ void add_options(CLI::App& app, GivenValues& given) {
     if (!spec.short_name.empty()) names = "-" + spec.short_name + "," + names;
     std::string help = spec.help;
     // --print-completion acts at once, as in torchrun: no variable can ask for it.
-    if (spec.group != "Help")
+    if (spec.is_setting())
       help += " [env " + spec.pet_name() +
               (spec.fallback_env.empty() ? "" : ", then " + spec.fallback_env) + "]";
     CLI::Option* opt;
@@ -185,30 +201,72 @@ std::unique_ptr<CLI::App> make_app(GivenValues& given) {
   return app;
 }
 
-// Where an option is absent from the command line, PET_<NAME> supplies it.
-void apply_environment(const std::map<std::string, std::string>& env, GivenValues& given) {
+// Where an option is absent from the command line, the --config file supplies it, else
+// PET_<NAME>.
+void apply_environment(const std::map<std::string, std::string>& env, const ConfigEntries& config,
+                       const std::string& config_path, GivenValues& given) {
   for (const auto& spec : option_specs()) {
-    if (spec.group == "Help") continue;
+    if (!spec.is_setting()) continue;
     const bool on_command_line = given.options.at(spec.dashed)->count() > 0;
+    auto config_it = config.find(spec.dashed);
+    const bool from_config = !on_command_line && config_it != config.end();
+    if (from_config) given.from_config.insert(spec.dashed);
     auto env_it = env.find(spec.pet_name());
-    const bool from_env = !on_command_line && env_it != env.end();
+    const bool from_env = !on_command_line && !from_config && env_it != env.end();
     if (spec.is_flag) {
-      if (from_env)
+      if (from_config)
+        given.flags[spec.dashed] = config_it->second.value == "true";
+      else if (from_env)
         given.flags[spec.dashed] =
             parse_flag_env(env_it->second, spec.pet_name() + "=" + env_it->second);
       continue;
     }
     auto fallback_it = spec.fallback_env.empty() ? env.end() : env.find(spec.fallback_env);
-    if (from_env) {
+    if (from_config) {
+      given.values[spec.dashed] = config_it->second.value;
+      given.source[spec.dashed] = fmt::format("{}:{}: {}={}", config_path, config_it->second.line,
+                                              spec.dashed, config_it->second.value);
+    } else if (from_env) {
       given.values[spec.dashed] = env_it->second;
       given.source[spec.dashed] = spec.pet_name() + "=" + env_it->second;
-    } else if (!on_command_line && fallback_it != env.end()) {
+    } else if (!on_command_line && !from_config && fallback_it != env.end()) {
       given.values[spec.dashed] = fallback_it->second;
       given.source[spec.dashed] = spec.fallback_env + "=" + fallback_it->second;
     } else {
       given.source[spec.dashed] = "--" + spec.dashed + "=" + given.values[spec.dashed];
     }
   }
+}
+
+// The --config file's entries: every option but those that are not settings.
+ConfigEntries read_config(const GivenValues& given, const ConfigReader& read_text) {
+  std::map<std::string, bool> settings;
+  for (const auto& spec : option_specs())
+    if (spec.is_setting()) settings[spec.dashed] = !spec.is_flag;
+  const std::string& path = given.value("config");
+  return parse_config(read_text(path), path, settings);
+}
+
+// --print-config: every setting as a line of a --config file; those that nothing set are
+// commented out, so that the file reads back as the same configuration.
+std::string print_config(const GivenValues& given) {
+  std::string text =
+      "# trainrun --config FILE ENTRYPOINT [ARGS...]; the command line wins over these values.\n"
+      "# The lines commented out give the defaults.\n";
+  for (const auto& spec : option_specs()) {
+    if (!spec.is_setting()) continue;
+    bool set;
+    std::string value;
+    if (spec.is_flag) {
+      set = given.flags.at(spec.dashed);
+      value = set ? "true" : "false";
+    } else {
+      set = given_explicitly(given, spec.dashed);
+      value = given.value(spec.dashed);
+    }
+    text += (set ? "" : "# ") + config_line(spec.dashed, value, spec.is_flag) + "\n";
+  }
+  return text;
 }
 
 void read_topology(const GivenValues& g, LaunchConfig& c) {
@@ -225,8 +283,9 @@ void read_topology(const GivenValues& g, LaunchConfig& c) {
       parse_int(g.value("master-port"), g.named("master-port"), "a port number 0..65535");
   if (c.master_port < 0 || c.master_port > 65535)
     fail(fmt::format("{}: must be a port number 0..65535", g.named("master-port")));
-  c.master_port_given =
-      g.named("master-port").rfind("PET_", 0) == 0 || g.options.at("master-port")->count() > 0;
+  c.master_port_given = g.named("master-port").rfind("PET_", 0) == 0 ||
+                        g.options.at("master-port")->count() > 0 ||
+                        g.from_config.count("master-port") > 0;
 }
 
 void read_rendezvous(const GivenValues& g, LaunchConfig& c) {
@@ -298,8 +357,6 @@ void read_output(const GivenValues& g, LaunchConfig& c) {
   c.duplicate_stderr_filters = parse_filter_list(g.value("duplicate-stderr-filters"));
 }
 
-bool given_explicitly(const GivenValues& g, const std::string& name);
-
 // Options trainrun accepts for torchrun's sake and checks, but that change nothing here.
 void read_ignored(const GivenValues& g, LaunchConfig& c) {
   c.numa_binding = g.value("numa-binding");
@@ -338,8 +395,9 @@ void read_launcher_output(const GivenValues& g, const std::map<std::string, std:
                                     : Verbosity::normal;
   c.log_timestamps = g.flag("log-timestamps");
   auto format = env.find("TRAINRUN_LOG_FORMAT");
-  const bool flag_given =
-      g.options.at("log-timestamps")->count() > 0 || env.count("PET_LOG_TIMESTAMPS") > 0;
+  const bool flag_given = g.options.at("log-timestamps")->count() > 0 ||
+                          g.from_config.count("log-timestamps") > 0 ||
+                          env.count("PET_LOG_TIMESTAMPS") > 0;
   if (!flag_given && format != env.end()) {
     if (format->second == "timestamps")
       c.log_timestamps = true;
@@ -405,7 +463,8 @@ const char* const kLayoutOptions[] = {"nnodes",       "node-rank",     "master-a
                                       "rdzv-backend", "rdzv-endpoint", "rdzv-id"};
 
 bool given_explicitly(const GivenValues& g, const std::string& name) {
-  return g.options.at(name)->count() > 0 || g.named(name).rfind("--", 0) != 0;
+  return g.options.at(name)->count() > 0 || g.from_config.count(name) > 0 ||
+         g.named(name).rfind("--", 0) != 0;
 }
 
 // Fills the options not given from the srun step, naming the variable each came from. Returns
@@ -518,14 +577,10 @@ std::string dashed(std::string name) {
 
 [[noreturn]] void unknown_option(const std::string& arg, const std::string& name,
                                  const std::map<std::string, bool>& spellings) {
-  std::string best;
-  size_t best_distance = std::string::npos;
-  for (const auto& [spelling, takes_value] : spellings) {
-    const size_t d = edit_distance(dashed(name), dashed(spelling));
-    if (d < best_distance) best = dashed(spelling), best_distance = d;
-  }
-  // A typo, not another word: at most a third of the name changed.
-  if (best_distance <= std::max<size_t>(1, name.size() / 3))
+  std::vector<std::string> options;
+  for (const auto& [spelling, takes_value] : spellings) options.push_back(dashed(spelling));
+  const std::string best = closest_word(dashed(name), options);
+  if (!best.empty())
     fail(fmt::format("unknown option {}; did you mean --{}? (see trainrun --help)", arg, best));
   fail(fmt::format("unknown option {} (see trainrun --help)", arg));
 }
@@ -575,7 +630,8 @@ std::string restore_empty(std::string arg) {
 }  // namespace
 
 ParseOutcome parse_command_line(const std::vector<std::string>& args,
-                                const std::map<std::string, std::string>& env) {
+                                const std::map<std::string, std::string>& env,
+                                const ConfigReader& read_config_text) {
   GivenValues given;
   const std::unique_ptr<CLI::App> app_ptr = make_app(given);
   CLI::App& app = *app_ptr;
@@ -596,9 +652,13 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   }
   for (auto& [name, value] : given.values)
     if (value == kEmptyValue) value.clear();
-  apply_environment(env, given);
+  const bool config_given = given.options.at("config")->count() > 0;
+  apply_environment(env, config_given ? read_config(given, read_config_text) : ConfigEntries{},
+                    given.value("config"), given);
+  // A Slurm step's layout is this node's, read again at each start: not part of --print-config.
   std::optional<std::string> slurm_line;
-  if (given.options.at("print-completion")->count() == 0) slurm_line = apply_slurm(env, given);
+  if (given.options.at("print-completion")->count() == 0 && !given.flag("print-config"))
+    slurm_line = apply_slurm(env, given);
   if (given.options.at("print-completion")->count() > 0)
     return {LaunchConfig{},
             completion_script(given.value("print-completion"),
@@ -617,6 +677,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   read_launcher_output(given, env, c);
   std::vector<std::string> rest = app.remaining();
   std::transform(rest.begin(), rest.end(), rest.begin(), restore_empty);
+  if (given.flag("print-config")) return {LaunchConfig{}, print_config(given), {}};
   read_entrypoint(given, rest, env, c);
 
   if (c.standalone) {
