@@ -107,7 +107,7 @@ constexpr const char* kManualTail = R"(.SH A RUNNING JOB'S STACKS
 .TP
 \fBtrainrun \-\-stacks\fR[\fB=\fR\fIRUN_ID\fR|\fIPID\fR]
 Prints the stack of every worker of a running job of this user, grouped by identical stacks with
-the odd rank(s) named, without stopping it; the raw dumps go to the job's log directory. On a
+the odd ranks named, without stopping it; the raw dumps go to the job's log directory. On a
 multi\-node job with the built\-in rendezvous the agent asked gathers the other nodes' stacks
 through it; a node that does not answer within 15 s is named. See docs/hangs.md.
 .SH ENVIRONMENT

@@ -12,6 +12,7 @@
 
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/text.hpp"
+#include "trainrun/base/wording.hpp"
 #include "trainrun/launch/cli/cli_docs.hpp"
 #include "trainrun/launch/cli/config_file.hpp"
 #include "trainrun/launch/cli/option_values.hpp"
@@ -493,19 +494,24 @@ std::optional<std::string> apply_slurm(const std::map<std::string, std::string>&
     taken.push_back(what);
   };
   take("nnodes", std::to_string(step.nodes), step.nodes_from,
-       fmt::format("{} nodes ({})", step.nodes, step.nodes_from));
+       fmt::format("{} ({})", count_of(step.nodes, "node"), step.nodes_from));
   take("node-rank", std::to_string(step.node_rank), fmt::format("SLURM_NODEID={}", step.node_rank),
        fmt::format("node rank {}", step.node_rank));
   take("master-addr", step.host, step.host_from,
        fmt::format("rendezvous host {} (first of {})", step.host, step.host_from));
-  take("master-port", std::to_string(step.master_port),
-       fmt::format("the port of Slurm step {}", step.job_step),
-       fmt::format("MASTER_PORT {} (rendezvous on {})", step.master_port, step.master_port + 1));
+  // One node needs no agreed port: its workers get a free one (agent_plan.hpp), so the step's
+  // port would be a number the job never uses.
+  if (step.nodes > 1)
+    take("master-port", std::to_string(step.master_port),
+         fmt::format("the port of Slurm step {}", step.job_step),
+         fmt::format("MASTER_PORT {} (rendezvous on {})", step.master_port, step.master_port + 1));
+  else if (!given_explicitly(g, "master-port"))
+    taken.push_back("MASTER_PORT a free port (one node)");
   take("rdzv-id", step.job_step, fmt::format("SLURM_JOB_ID.SLURM_STEP_ID={}", step.job_step),
        fmt::format("run id {}", step.job_step));
   if (step.workers)
     take("nproc-per-node", std::to_string(*step.workers), step.workers_from,
-         fmt::format("{} workers per node ({})", *step.workers, step.workers_from));
+         fmt::format("{} per node ({})", count_of(*step.workers, "worker"), step.workers_from));
   if (taken.empty()) return std::nullopt;
   std::string line = "from Slurm step " + step.job_step + ":";
   for (size_t i = 0; i < taken.size(); ++i) line += (i ? ", " : " ") + taken[i];
@@ -684,9 +690,9 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
     // torchrun 2.x keeps the count and waits for nodes its own localhost rendezvous never sees.
     if (c.max_nodes != 1)
       fail(fmt::format(
-          "{}: --standalone runs one node; for {} nodes drop --standalone and give every node "
+          "{}: --standalone runs one node; for {} drop --standalone and give every node "
           "--rdzv-backend=c10d --rdzv-endpoint=HOST:PORT",
-          given.named("nnodes"), c.max_nodes));
+          given.named("nnodes"), count_of(c.max_nodes, "node")));
     c.min_nodes = c.max_nodes = 1;
     c.rdzv_backend = RendezvousBackend::c10d;
     c.rdzv_endpoint = "localhost:0";
