@@ -1,5 +1,6 @@
 """Command line: validation, help, version, PET_* defaults, entrypoint checks."""
 import os
+import re
 
 import pytest
 
@@ -112,6 +113,23 @@ def test_help_is_grouped_and_version_prints():
         assert word in r.stdout
     r = run(["--version"])
     assert r.returncode == 0 and r.stdout.startswith("trainrun ")
+
+
+def test_help_names_what_the_docs_do():
+    help_text = run(["--help"]).stdout
+    # --rdzv-conf: the keys of docs/cli.md's table, without those accepted and unused.
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "cli.md")) as f:
+        table = f.read().split("| key | default | meaning |", 1)[1].split("\n\n", 1)[0]
+    documented = set()
+    for row in table.splitlines()[2:]:
+        cells = row.split("|")
+        if "unused" not in cells[3]:
+            documented |= set(re.findall(r"`([a-z_]+)`", cells[1]))
+    listed = re.search(r"--rdzv-conf,--rdzv_conf VALUE\s+k=v,\.\.\.: ([a-z_, ]+)", help_text)
+    assert listed and set(listed.group(1).replace(",", " ").split()) == documented, help_text
+    assert re.search(r"--master-port,--master_port VALUE=29500 \(one node: a free port\)",
+                     help_text)
+    assert "trainrun --stacks[=RUN_ID|PID]" in help_text
 
 
 def test_missing_entrypoint_is_127_before_any_worker(tmp_path):

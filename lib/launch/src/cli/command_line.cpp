@@ -41,6 +41,8 @@ struct OptionSpec {
   bool is_flag = false;
   // Read where neither the command line nor PET_<NAME> gives a value, as torchrun does.
   std::string fallback_env = {};
+  // What --help and the man page show as the default, where it is not simply default_value.
+  std::string shown_default = {};
 
   std::string underscored() const {
     std::string s = dashed;
@@ -66,13 +68,14 @@ const std::vector<OptionSpec>& option_specs() {
       {"standalone", "", "0", "Topology",
        "Single-node job with its own rendezvous on a free local port", true},
       {"master-addr", "", "127.0.0.1", "Rendezvous", "Static rendezvous address"},
-      {"master-port", "", "29500", "Rendezvous", "Static rendezvous port"},
+      {"master-port", "", "29500", "Rendezvous", "Static rendezvous port", false, "",
+       "29500 (one node: a free port)"},
       {"rdzv-backend", "", "static", "Rendezvous", "static, c10d, etcd or etcd-v2"},
       {"rdzv-endpoint", "", "", "Rendezvous", "Rendezvous endpoint host[:port]"},
       {"rdzv-id", "", "none", "Rendezvous", "Job id: agents of other jobs never join this one"},
       {"rdzv-conf", "", "", "Rendezvous",
-       "k=v,...: join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, "
-       "keep_alive_interval, is_host, token_file, token_file_mode"},
+       "k=v,...: join_timeout, last_call_timeout, heartbeat_timeout, keep_alive_interval, "
+       "keep_alive_max_attempt, is_host, token_file, token_file_mode, rdzv_port"},
       {"local-addr", "", "", "Rendezvous", "Address this node advertises"},
       {"max-restarts", "", "0", "Supervision", "Restarts of the worker group after a failure"},
       {"monitor-interval", "", "0.1", "Supervision",
@@ -179,7 +182,8 @@ void add_options(CLI::App& app, GivenValues& given) {
     } else {
       given.values[spec.dashed] = spec.default_value;
       opt = app.add_option(names, given.values[spec.dashed], help);
-      if (!spec.default_value.empty()) opt->default_str(spec.default_value);
+      if (!spec.default_value.empty())
+        opt->default_str(spec.shown_default.empty() ? spec.default_value : spec.shown_default);
       opt->type_name("VALUE");
     }
     opt->group(spec.group);
@@ -197,6 +201,11 @@ std::unique_ptr<CLI::App> make_app(GivenValues& given) {
   app->prefix_command();
   app->set_version_flag("--version", std::string("trainrun ") + kVersion);
   app->formatter(std::make_shared<UsageFormatter>());
+  // --stacks is a command of its own, read before this table (stacks_command.hpp).
+  app->footer(
+      "A running job:\n  trainrun --stacks[=RUN_ID|PID]      Print the stacks of a running job's "
+      "workers, grouped\n                                      (man trainrun: A RUNNING JOB'S "
+      "STACKS)");
   app->get_formatter()->column_width(38);
   add_options(*app, given);
   return app;
