@@ -99,7 +99,7 @@ const std::vector<OptionSpec>& option_specs() {
       {"run-path", "", "0", "Entrypoint", "Run a Python script through runpy (as the default)",
        true},
       {"numa-binding", "", "", "Entrypoint",
-       "node, socket, exclusive or core-complex: accepted for compatibility (warns: no effect)"},
+       "node, socket, exclusive or core-complex: bind each worker to CPUs near its GPU"},
       {"log-line-prefix-template", "", "", "Output",
        "Console prefix of tee'd lines: ${role_name}, ${rank}, ${local_rank}, ${hostname}", false,
        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
@@ -367,7 +367,8 @@ void read_output(const GivenValues& g, LaunchConfig& c) {
   c.duplicate_stderr_filters = parse_filter_list(g.value("duplicate-stderr-filters"));
 }
 
-// Options trainrun accepts for torchrun's sake and checks, but that change nothing here.
+// --numa-binding (workers/numa_binding.hpp), then the options trainrun accepts for torchrun's
+// sake and checks, but that change nothing here.
 void read_ignored(const GivenValues& g, LaunchConfig& c) {
   c.numa_binding = g.value("numa-binding");
   static const std::set<std::string> numa_modes = {"node", "socket", "exclusive", "core-complex"};
@@ -383,10 +384,6 @@ std::vector<std::string> ignored_option_warnings(const GivenValues& g, const Lau
     out.push_back(
         fmt::format("warning: {} is accepted but ignored: trainrun records no elastic events",
                     g.named("event-log-handler")));
-  if (!c.numa_binding.empty())
-    out.push_back(fmt::format(
-        "warning: {} is accepted but ignored: trainrun does not bind workers to NUMA nodes",
-        g.named("numa-binding")));
   if (!g.value("logs-specs").empty())
     out.push_back(fmt::format(
         "warning: {} is accepted but ignored: trainrun has no pluggable log specs; logs follow "

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -72,8 +73,11 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 
 // Runs in the child between fork and exec: async-signal-safe calls only.
 [[noreturn]] void exec_child(pid_t parent, const char* program, char** argv, char** envp,
-                             int out_fd, int err_fd, int report_fd, int cgroup_fd) {
+                             int out_fd, int err_fd, int report_fd, int cgroup_fd,
+                             const cpu_set_t* cpus) {
   setpgid(0, 0);
+  // Inherited by the program and every thread it starts, as numactl --physcpubind would set it.
+  if (cpus) sched_setaffinity(0, sizeof(cpu_set_t), cpus);
   // Into the job's cgroup before anything of the worker runs; without it, the process group,
   // the subreaper and the job marker still reach what it starts.
   if (cgroup_fd >= 0) {
@@ -162,6 +166,10 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     }
     auto argv = c_strings(w.argv);
     auto envp = c_strings(w.envp);
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    for (int cpu : w.cpus)
+      if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &cpus);
     int report[2] = {-1, -1};
     pid_t pid = -1;
     int error = 0;
@@ -171,7 +179,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
       pid = fork();
       if (pid == 0)
         exec_child(parent, w.program.c_str(), argv.data(), envp.data(), out.child, err.child,
-                   report[1], cgroup_ ? cgroup_->procs_fd() : -1);
+                   report[1], cgroup_ ? cgroup_->procs_fd() : -1, w.cpus.empty() ? nullptr : &cpus);
       error = errno;
     }
     close_fd(report[1]);
