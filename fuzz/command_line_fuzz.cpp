@@ -21,7 +21,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   }
   try {
-    ParseOutcome outcome = parse_command_line(args, env);
+    // A --config file's text is the last environment entry's value: no file is read.
+    const std::string config = env.empty() ? "" : env.rbegin()->second;
+    ParseOutcome outcome =
+        parse_command_line(args, env, [&](const std::string&) { return config; });
     if (outcome.help_text) return 0;
     const LaunchConfig& c = outcome.config;
     FUZZ_CHECK(c.min_nodes >= 1 && c.min_nodes <= c.max_nodes);

@@ -32,6 +32,7 @@ done
 packages=(
   cmake ninja-build g++ ccache pkg-config
   libcli11-dev libfmt-dev libboost-dev libboost-filesystem-dev nlohmann-json3-dev catch2
+  libtomlplusplus-dev
   libssl-dev
   libtorch-dev libgloo-dev zlib1g-dev
   python3-torch python3-torchvision python3-pytest python3-venv python3-matplotlib

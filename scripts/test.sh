@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the test suite in both PyTorch configurations.
-# Usage: scripts/test.sh [quick | CTEST_ARGS...]
-#   quick      skip tests labelled slow
-#   otherwise  extra arguments go to ctest (e.g. -L e2e, -R python_dropin)
+# Usage: scripts/test.sh [quick | --only TEST | CTEST_ARGS...]
+#   quick        skip tests labelled slow
+#   --only TEST  the one ctest TEST (ctest -N lists them), in the first configuration only; says so
+#   otherwise    extra arguments go to ctest (e.g. -L e2e, -R python_dropin)
 # 1. Debian's PyTorch 1.13 (build/): the whole suite.
 # 2. Unless TRAINRUN_SANITIZE_SUITE=0: the launcher's suite again under ASan + UBSan + LSan
 #    (scripts/sanitize.sh, build-asan/), with the same arguments.
@@ -13,6 +14,14 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${TRAINRUN_BUILD_DIR:-$root/build}"
+only=""
+if [ "${1:-}" = "--only" ]; then
+  if [ $# -ne 2 ] || [ -z "$2" ]; then
+    echo "test: --only takes one test name, e.g. --only e2e_slurm (ctest -N lists them)" >&2
+    exit 2
+  fi
+  only="$2"
+fi
 "$root/scripts/setup.sh" --tests
 
 # Everything the tests and the jobs they run leave in the temporary directory (the log trees that
@@ -30,6 +39,12 @@ finish() {
   return "$status"
 }
 trap finish EXIT
+
+if [ -n "$only" ]; then
+  echo "test: only $only, in $build; the sanitizer and PyTorch 2.x configurations are not run" >&2
+  cd "$build" && ctest --output-on-failure --no-tests=error -R "^${only}\$"
+  exit
+fi
 
 args=("$@")
 if [ "${1:-}" = "quick" ]; then args=(-LE slow "${@:2}"); fi

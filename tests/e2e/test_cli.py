@@ -1,5 +1,6 @@
 """Command line: validation, help, version, PET_* defaults, entrypoint checks."""
 import os
+import re
 
 import pytest
 
@@ -69,6 +70,30 @@ def test_command_line_wins_over_pet(tmp_path, worker):
     assert os.listdir(tmp_path) == ["env.0"]
 
 
+def test_config_file_sets_options_and_a_bad_one_starts_nothing(tmp_path, worker):
+    job = tmp_path / "job.toml"
+    job.write_text("nproc-per-node = 2\nmax_restarts = 1\n")
+    r = run(["--config", str(job), "--no-python", worker, "env", str(tmp_path / "env")],
+            env={"PET_NPROC_PER_NODE": "3"})
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["env.0", "env.1", "job.toml"]
+    assert "TORCHELASTIC_MAX_RESTARTS=1\n" in (tmp_path / "env.0").read_text()
+    bad = tmp_path / "bad.toml"
+    for text, needle in (("nproc-per-node = 2\nmax-restart = 1\n",
+                          "bad.toml:2: unknown key 'max-restart'; did you mean max-restarts?"),
+                         ("nproc-per-node = true\n", "bad.toml:1: nproc-per-node: expected a"),
+                         (None, "--config=" + str(bad) + ": cannot read it")):
+        if text is None:
+            bad.unlink()
+        else:
+            bad.write_text(text)
+        r = run(["--config", str(bad), "--no-python", worker, "env", str(tmp_path / "bad")])
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("trainrun: "), r.stderr
+        assert needle in lines[0]
+        assert not any(name.startswith("bad.") for name in os.listdir(tmp_path) if name != "bad.toml")
+
+
 def test_cpu_and_auto_count_usable_cpus(tmp_path, worker):
     ncpu = len(os.sched_getaffinity(0))
     for value in ("cpu", "auto"):
@@ -88,6 +113,23 @@ def test_help_is_grouped_and_version_prints():
         assert word in r.stdout
     r = run(["--version"])
     assert r.returncode == 0 and r.stdout.startswith("trainrun ")
+
+
+def test_help_names_what_the_docs_do():
+    help_text = run(["--help"]).stdout
+    # --rdzv-conf: the keys of docs/cli.md's table, without those accepted and unused.
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "cli.md")) as f:
+        table = f.read().split("| key | default | meaning |", 1)[1].split("\n\n", 1)[0]
+    documented = set()
+    for row in table.splitlines()[2:]:
+        cells = row.split("|")
+        if "unused" not in cells[3]:
+            documented |= set(re.findall(r"`([a-z_]+)`", cells[1]))
+    listed = re.search(r"--rdzv-conf,--rdzv_conf VALUE\s+k=v,\.\.\.: ([a-z_, ]+)", help_text)
+    assert listed and set(listed.group(1).replace(",", " ").split()) == documented, help_text
+    assert re.search(r"--master-port,--master_port VALUE=29500 \(one node: a free port\)",
+                     help_text)
+    assert "trainrun --stacks[=RUN_ID|PID]" in help_text
 
 
 def test_missing_entrypoint_is_127_before_any_worker(tmp_path):

@@ -146,10 +146,11 @@ def test_shutdown_timeout_comes_from_torch_elastic_shutdown_timeout(worker, tmp_
     assert read_pids(pids)
 
 
-def test_ignored_options_warn_in_one_line_each_and_the_job_runs():
+def test_ignored_options_warn_in_one_line_each_and_the_job_runs(tmp_path):
+    # A sysfs without GPUs: --numa-binding says in one line that it does nothing here.
     r = run(["--event-log-handler=console", "--numa-binding=socket", "--logs-specs=custom",
              "--start-method=fork", "--monitor-interval=2", "--run-path", "--no-python",
-             "/bin/sh", "-c", "echo ran"])
+             "/bin/sh", "-c", "echo ran"], env={"TRAINRUN_SYSFS_ROOT": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     assert r.stdout == "ran\n"
     lines = r.stderr.splitlines()
@@ -169,3 +170,38 @@ def test_print_completion(shell):
     if shell == "bash":
         check = subprocess.run(["bash", "-n"], input=r.stdout, text=True, capture_output=True)
         assert check.returncode == 0, check.stderr
+
+
+def fake_sysfs(root, cpus):
+    """Two NUMA nodes of one CPU each (`cpus`, two CPUs this machine has), each with one NVIDIA
+    GPU; the GPU of node 1 has the lower PCI address only after the other (device order)."""
+    def write(path, text):
+        os.makedirs(os.path.dirname(root / path), exist_ok=True)
+        (root / path).write_text(text + "\n")
+    write("devices/system/node/possible", "0-1")
+    for node, cpu in enumerate(cpus):
+        write(f"devices/system/node/node{node}/cpulist", str(cpu))
+    for address, node in (("0000:1b:00.0", 0), ("0000:9a:00.0", 1)):
+        write(f"bus/pci/devices/{address}/vendor", "0x10de")
+        write(f"bus/pci/devices/{address}/class", "0x030200")
+        write(f"bus/pci/devices/{address}/numa_node", str(node))
+
+
+def test_numa_binding_binds_each_worker_to_its_gpus_node(tmp_path):
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs to bind two workers apart")
+    cpus = allowed[:2]
+    fake_sysfs(tmp_path / "sys", cpus)
+    script = tmp_path / "cpus.sh"
+    script.write_text('#!/bin/sh\ngrep Cpus_allowed_list /proc/self/status > "$1/cpus.$LOCAL_RANK"\n')
+    script.chmod(0o755)
+    r = run(["--numa-binding=node", "--nproc-per-node=3", "-v", "--no-python", str(script),
+             str(tmp_path)], env={"TRAINRUN_SYSFS_ROOT": str(tmp_path / "sys")})
+    assert r.returncode == 0, r.stderr
+    bound = {rank: (tmp_path / f"cpus.{rank}").read_text().split()[-1] for rank in range(3)}
+    assert bound[0] == str(cpus[0]) and bound[1] == str(cpus[1]), bound
+    assert bound[2] != str(cpus[0]) and bound[2] != str(cpus[1])  # no GPU of its own: unbound
+    assert "local rank 0 (GPU 0000:1b:00.0) on CPUs %d" % cpus[0] in r.stderr
+    assert "--numa-binding=node: local rank 2 has no GPU of its own (2 GPUs here): not bound" \
+        in r.stderr

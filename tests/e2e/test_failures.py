@@ -333,6 +333,6 @@ def test_a_descendant_that_ignores_sigterm_is_named_not_waited_for_silently(tmp_
     assert r.returncode == 0, r.stderr
     lines = [l for l in r.stderr.splitlines() if "still running after SIGTERM" in l]
     assert len(lines) == 1, r.stderr
-    assert re.search(r"waiting for 1 process\(es\) the workers left, still running after "
+    assert re.search(r"waiting for 1 process the workers left, still running after "
                      r"SIGTERM: pid \d+ \(\S*python\S* -c import signal, time; .*\); SIGKILL in "
                      r"\d+ s \(--shutdown-timeout\)$", lines[0]), lines[0]

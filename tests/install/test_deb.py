@@ -2,6 +2,7 @@
 machine) and used from there: --version, the man page, the bash completion, a two-worker job."""
 import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -43,6 +44,8 @@ def test_package_fields(installed):
     assert fields["Maintainer"]
     assert "torchrun" in fields["Description"]
     assert "libc6" in fields["Depends"]  # computed from the binaries
+    # What loads the installed bash completion.
+    assert "bash-completion" in fields["Recommends"]
 
 
 def test_installed_files(installed):
@@ -70,6 +73,12 @@ def test_man_page(installed):
     text = render_man(str(root / "usr/share/man/man1/trainrun.1"))
     assert "trainrun - launch and supervise" in text
     assert "--nproc-per-node" in text and "ERROR FILES" in text
+    # SEE ALSO names only what the package installs.
+    see_also = text.split("SEE ALSO", 1)[1]
+    guides = re.findall(r"\b([a-z]+\.md)\b", see_also)
+    assert guides and "torchrun(1)" not in see_also, see_also
+    for guide in guides:
+        assert (root / "usr/share/doc/trainrun" / guide).is_file(), guide
 
 
 def test_bash_completion(installed):

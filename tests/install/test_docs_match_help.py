@@ -43,6 +43,16 @@ def test_completion_leaves_the_entrypoints_arguments_alone():
     assert complete(COMPLETION, "--log-dir", "--") == []  # a value, not an option
 
 
+def test_completion_offers_an_options_values():
+    assert complete(COMPLETION, "--rdzv-backend", "") == ["static", "c10d", "etcd", "etcd-v2"]
+    assert complete(COMPLETION, "--rdzv_backend", "e") == ["etcd", "etcd-v2"]
+    # --tee=VALUE reaches the function split at "=", as bash splits it.
+    assert complete(COMPLETION, "--tee", "=") == ["0", "1", "2", "3"]
+    assert complete(COMPLETION, "-r", "=", "3") == ["3"]
+    assert complete(COMPLETION, "--print-completion", "z") == ["zsh"]
+    assert complete(COMPLETION, "--log-dir", "") == []  # a path: bash's file completion
+
+
 def test_print_completion_is_the_installed_file():
     r = subprocess.run([TRAINRUN, "--print-completion", "bash"], capture_output=True, text=True)
     assert r.returncode == 0

@@ -1,7 +1,9 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <csignal>
 
 #include "parse_helpers.hpp"
+#include "trainrun/launch/cli/cli_docs.hpp"
 #include "trainrun/launch/cli/command_line.hpp"
 #include "trainrun/launch/cli/option_values.hpp"
 #include "trainrun/launch/workers/entrypoint.hpp"
@@ -305,4 +307,22 @@ TEST_CASE("--standalone with more than one node is refused") {
   CHECK_THROWS_WITH(parse({"--standalone", "x"}, {{"PET_NNODES", "1:2"}}),
                     Catch::StartsWith("PET_NNODES=1:2: --standalone runs one node"));
   CHECK(parse({"--standalone", "--nnodes=1", "x"}).standalone);
+}
+
+TEST_CASE("every word the completion offers for a value is one its option takes") {
+  for (const auto& doc : option_docs()) {
+    std::string option = doc.names.back().substr(2);
+    std::replace(option.begin(), option.end(), '_', '-');
+    for (const auto& word : completion_values(option)) {
+      INFO("--" << option << "=" << word);
+      // A dynamic backend needs an endpoint besides.
+      CHECK_NOTHROW(trainrun::test::outcome(
+          {"--" + option + "=" + word, "--rdzv-endpoint=node0:29400", "x"}));
+    }
+  }
+  CHECK(completion_values("rdzv-backend") ==
+        std::vector<std::string>{"static", "c10d", "etcd", "etcd-v2"});
+  CHECK(completion_script("zsh", "zsh")
+            .find("--rdzv-backend|--rdzv_backend) reply=(static c10d etcd etcd-v2) ;;") !=
+        std::string::npos);
 }

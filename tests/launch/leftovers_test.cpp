@@ -25,7 +25,7 @@ TEST_CASE("the leftovers line names the first few, counts the rest and says when
           "[leftovers]") {
   const pid_t me = getpid();
   const std::string line = leftovers_line({me, me}, 2.4);
-  CHECK_THAT(line, Catch::StartsWith("waiting for 1 process(es) the workers left, still running "
+  CHECK_THAT(line, Catch::StartsWith("waiting for 1 process the workers left, still running "
                                      "after SIGTERM: pid " +
                                      std::to_string(me) + " ("));
   CHECK_THAT(line, Catch::EndsWith("; SIGKILL in 2 s (--shutdown-timeout)"));

@@ -134,6 +134,8 @@ TEST_CASE("a bad or missing step variable is named in one line", "[slurm]") {
         "SLURM_STEP_NODELIST=gpu-a[07-08: not a Slurm host list: '[' without ']'");
   CHECK(error_of(with(step_env(), {{"SLURM_STEP_NODELIST", "gpu-a[07-09]"}})) ==
         "SLURM_STEP_NODELIST=gpu-a[07-09] names 3 hosts, but SLURM_STEP_NUM_NODES=2");
+  CHECK(error_of(with(step_env(), {{"SLURM_STEP_NODELIST", "gpu-a07"}})) ==
+        "SLURM_STEP_NODELIST=gpu-a07 names 1 host, but SLURM_STEP_NUM_NODES=2");
   CHECK(error_of(with(step_env(), {{"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}})) ==
         "SLURM_STEP_TASKS_PER_NODE=2(x2): srun started 2 trainrun tasks on one node; start one "
         "per node (srun --ntasks-per-node=1) and give the workers per node with "
@@ -160,6 +162,24 @@ TEST_CASE("inside a step with no rendezvous option, the layout comes from Slurm"
         "from Slurm step 1234.0: 2 nodes (SLURM_STEP_NUM_NODES=2), node rank 1, rendezvous host "
         "gpu-a07 (first of SLURM_STEP_NODELIST=gpu-a[07-08]), MASTER_PORT 29488 (rendezvous on "
         "29489), run id 1234.0, 4 workers per node (SLURM_GPUS_ON_NODE=4)");
+}
+
+TEST_CASE("a one-node step's line names the port its workers get: a free one", "[slurm]") {
+  const Env one_node = with(step_env(), {{"SLURM_STEP_NUM_NODES", "1"},
+                                         {"SLURM_NODEID", "0"},
+                                         {"SLURM_STEP_NODELIST", "gpu-a07"},
+                                         {"SLURM_STEP_TASKS_PER_NODE", "1"}});
+  const ParseOutcome out = outcome({"train.py"}, one_node);
+  CHECK_FALSE(out.config.master_port_given);
+  REQUIRE(out.notes.size() == 1);
+  CHECK(out.notes[0] ==
+        "from Slurm step 1234.0: 1 node (SLURM_STEP_NUM_NODES=1), node rank 0, rendezvous host "
+        "gpu-a07 (first of SLURM_STEP_NODELIST=gpu-a07), MASTER_PORT a free port (one node), run "
+        "id 1234.0");
+  // A port given is the one used, and Slurm's line leaves it out.
+  const ParseOutcome given = outcome({"--slurm", "--master-port=23456", "train.py"}, one_node);
+  CHECK(given.config.master_port == 23456);
+  CHECK(given.notes[0].find("MASTER_PORT") == std::string::npos);
 }
 
 TEST_CASE("--nproc-per-node and other options that are not the layout keep Slurm on", "[slurm]") {

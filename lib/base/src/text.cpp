@@ -110,4 +110,15 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
+std::string closest_word(std::string_view word, const std::vector<std::string>& candidates) {
+  std::string best;
+  std::size_t best_distance = std::string::npos;
+  for (const auto& candidate : candidates) {
+    const std::size_t d = edit_distance(word, candidate);
+    if (d < best_distance) best = candidate, best_distance = d;
+  }
+  // A typo, not another word: at most a third of the word changed.
+  return best_distance <= std::max<std::size_t>(1, word.size() / 3) ? best : std::string();
+}
+
 }  // namespace trainrun

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <boost/asio/connect.hpp>
 
+#include "trainrun/base/wording.hpp"
+
 namespace trainrun::rendezvous {
 
 namespace asio = boost::asio;
@@ -23,9 +25,8 @@ Stop unreachable_stop(const std::string& endpoint, Clock::duration deadline, int
   }
   return Stop{
       StopCause::join_timeout,
-      fmt::format("rendezvous endpoint {}: no handshake completed in {:.0f} s ({} "
-                  "connection{}; {})",
-                  endpoint, in_seconds(deadline), connections, connections == 1 ? "" : "s", tried),
+      fmt::format("rendezvous endpoint {}: no handshake completed in {:.0f} s ({}; {})", endpoint,
+                  in_seconds(deadline), count_of(connections, "connection"), tried),
       Refusal::no_handshake};
 }
 

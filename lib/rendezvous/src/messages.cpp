@@ -8,6 +8,7 @@
 
 #include "trainrun/base/overloaded.hpp"
 #include "trainrun/base/text.hpp"
+#include "trainrun/base/wording.hpp"
 #include "trainrun/rendezvous/message_json.hpp"
 
 namespace trainrun::rendezvous {
@@ -217,8 +218,9 @@ std::vector<WorkerFailure> optional_failures(const json& j, int* not_relayed) {
   if (it == j.end()) return out;
   if (!it->is_array()) throw ProtocolError("field \"failures\" must be an array");
   if (it->size() > kMaxRelayedFailures)
-    throw ProtocolError(fmt::format("field \"failures\" holds {} failures, at most {} allowed",
-                                    it->size(), kMaxRelayedFailures));
+    throw ProtocolError(fmt::format("field \"failures\" holds {}, at most {} allowed",
+                                    count_of(static_cast<long long>(it->size()), "failure"),
+                                    kMaxRelayedFailures));
   for (const json& f : *it) out.push_back(worker_failure_from_json(f));
   *not_relayed = get_small(j, "not_relayed", 0, std::numeric_limits<int>::max());
   return out;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "trainrun/base/wording.hpp"
 #include "trainrun/rendezvous/crypto.hpp"
 
 namespace trainrun::rendezvous {
@@ -33,8 +34,8 @@ void ServerConnections::on_accept(tcp::socket socket) {
     auto connection = std::make_shared<FramedConnection>(std::move(socket), kMaxHandshakeFrameSize,
                                                          options_.connection.reject_linger);
     events_.refused("too many connections",
-                    fmt::format("refusing {}: {} connections already admitted", connection->peer(),
-                                admitted_.size()));
+                    fmt::format("refusing {}: {} already admitted", connection->peer(),
+                                count_of(static_cast<long long>(admitted_.size()), "connection")));
     connection->close_now();
     return;
   }

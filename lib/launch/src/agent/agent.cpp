@@ -32,6 +32,7 @@
 #include "trainrun/launch/workers/descriptors.hpp"
 #include "trainrun/launch/workers/failure.hpp"
 #include "trainrun/launch/workers/flight_recorder.hpp"
+#include "trainrun/launch/workers/numa_binding.hpp"
 #include "trainrun/launch/workers/port.hpp"
 #include "trainrun/launch/workers/python_exec.hpp"
 #include "trainrun/launch/workers/python_torch.hpp"
@@ -98,6 +99,12 @@ class Agent {
     }
     if (job_.python_workers) job_.torch_major = worker_torch_major();
     job_.may_use_nccl = count_nvidia_gpus() > 0;
+    if (!config_.numa_binding.empty()) {
+      numa_ = plan_numa_binding(config_.numa_binding, config_.nproc_per_node.number,
+                                sysfs_root(inherited_), inherited_, own_cpu_affinity());
+      for (const auto& line : numa_.warnings) say_on_console(line, Level::warning);
+      for (const auto& line : numa_.details) say_on_console(line, Level::debug);
+    }
     std::optional<rendezvous::TcpRendezvousOptions> rdzv_options;
     if (uses_rendezvous(config_)) {
       rdzv_options = rendezvous_options(config_, inherited_);
@@ -391,6 +398,8 @@ class Agent {
         ::unlink(error_file_in(rank_dir).c_str());
         launches.push_back(
             worker_launch(config_, program_, a.topology, job_, lr, rank_dir, host_, inherited_));
+        if (static_cast<size_t>(lr) < numa_.cpus.size())
+          launches.back().cpus = numa_.cpus[static_cast<size_t>(lr)];
         // The hang watch sees progress in the output that passes through trainrun: all of it.
         if (capture_stderr_ || hang_watch_) capture_inherited(launches.back().output.err);
         if (hang_watch_) capture_inherited(launches.back().output.out);
@@ -517,6 +526,7 @@ class Agent {
   AgentPolicy policy_;
   JobSummary summary_;
   PythonExec python_;
+  NumaPlan numa_;  // --numa-binding: each local rank's CPUs, planned once
   // Workers' stderr goes through trainrun, unchanged, so that a failure can show its last lines;
   // on a terminal it stays the workers' own (colours, progress bars: docs/cli.md).
   bool capture_stderr_ = ::isatty(STDERR_FILENO) == 0;

@@ -6,6 +6,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <functional>
 
+#include "trainrun/base/wording.hpp"
 #include "trainrun/launch/workers/failure.hpp"
 
 namespace trainrun::launch {
@@ -80,9 +81,9 @@ void AgentConsoles::flush(asio::signal_set& signals, const std::vector<int>& sto
                         signal_name(stopped_by))
           : fmt::format("the console has taken no output for {} s", Console::kFlushSeconds);
   err().write_now(
-      fmt::format("trainrun: {}; {} bytes of console output were not written (log files keep the "
+      fmt::format("trainrun: {}; {} of console output were not written (log files keep the "
                   "workers' output)\n",
-                  why, lost));
+                  why, count_of(static_cast<long long>(lost), "byte")));
 }
 
 }  // namespace trainrun::launch

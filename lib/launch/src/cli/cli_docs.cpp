@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "trainrun/launch/cli/command_line.hpp"
@@ -27,6 +29,41 @@ std::vector<std::string> all_names(bool valued_only) {
   return names;
 }
 
+const std::map<std::string, std::vector<std::string>>& value_words() {
+  static const std::map<std::string, std::vector<std::string>> words = {
+      {"nproc-per-node", {"cpu", "gpu", "xpu", "auto"}},
+      {"rdzv-backend", {"static", "c10d", "etcd", "etcd-v2"}},
+      {"start-method", {"spawn", "fork", "forkserver"}},
+      {"event-log-handler", {"null", "console", "dynamic_rendezvous"}},
+      {"redirects", {"0", "1", "2", "3"}},
+      {"tee", {"0", "1", "2", "3"}},
+      {"numa-binding", {"node", "socket", "exclusive", "core-complex"}},
+      {"print-completion", {"bash", "zsh", "tcsh"}},
+  };
+  return words;
+}
+
+// Each option with value words: its spellings ("-r", "--redirects") and its words.
+std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> valued_words() {
+  std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> out;
+  for (const auto& doc : option_docs()) {
+    auto long_name = std::find_if(doc.names.begin(), doc.names.end(),
+                                  [](const std::string& n) { return n.rfind("--", 0) == 0; });
+    if (long_name == doc.names.end()) continue;
+    const std::vector<std::string> words = completion_values(long_name->substr(2));
+    if (!words.empty()) out.emplace_back(doc.names, words);
+  }
+  return out;
+}
+
+// A shell `case` of the options with value words: `PATTERNS) ASSIGN WORDS ;;`.
+std::string case_arms(const std::string& before, const std::string& after) {
+  std::string arms;
+  for (const auto& [names, words] : valued_words())
+    arms += "    " + joined(names, "|") + ") " + before + joined(words) + after + " ;;\n";
+  return arms;
+}
+
 std::string bash_completion() {
   return fmt::format(R"(# bash completion for trainrun, generated from its option table
 _trainrun() {{
@@ -49,9 +86,22 @@ _trainrun() {{
     fi
     return 0
   done
-  # A value (--opt VALUE or --opt=VALUE): files.
-  [[ "$cur" == "=" || "$prev" == "=" ]] && {{ [[ "$cur" == "=" ]] && cur=""; return 0; }}
-  [[ "$valued" == *" $prev "* ]] && return 0
+  # A value (--opt VALUE or --opt=VALUE; bash splits at "="): its words, else files.
+  local option=""
+  if [[ "$cur" == "=" ]]; then
+    option="$prev" cur=""
+  elif [[ "$prev" == "=" ]]; then
+    option="${{COMP_WORDS[COMP_CWORD - 2]}}"
+  elif [[ "$valued" == *" $prev "* ]]; then
+    option="$prev"
+  fi
+  if [[ -n "$option" ]]; then
+    local words=""
+    case "$option" in
+{}    esac
+    [[ -n "$words" ]] && mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+    return 0
+  fi
   if [[ "$cur" == -* ]]; then
     mapfile -t COMPREPLY < <(compgen -W "$options" -- "$cur")
   fi
@@ -59,11 +109,22 @@ _trainrun() {{
 }}
 complete -o default -F _trainrun trainrun
 )",
-                     joined(all_names(false)), joined(all_names(true)));
+                     joined(all_names(false)), joined(all_names(true)),
+                     case_arms("words=\"", "\""));
 }
 
 std::string zsh_completion() {
-  return "#compdef trainrun\nif [[ $words[CURRENT] == -* ]]; then\n  compadd -- " +
+  // zsh keeps "--opt=VALUE" one word: the value words follow the "=" there, or the option word.
+  return "#compdef trainrun\nlocal -a reply\n_trainrun_values() {\n  reply=()\n  case $1 in\n" +
+         case_arms("reply=(", ")") +
+         "  esac\n}\n"
+         "if [[ $words[CURRENT] == -*=* ]]; then\n"
+         "  _trainrun_values ${words[CURRENT]%%=*}\n"
+         "  compset -P '*='\n"
+         "  if (( $#reply )); then compadd -- $reply; else _files; fi\n"
+         "elif _trainrun_values $words[CURRENT-1]; (( $#reply )); then\n"
+         "  compadd -- $reply\n"
+         "elif [[ $words[CURRENT] == -* ]]; then\n  compadd -- " +
          joined(all_names(false)) + "\nelse\n  _files\nfi\n";
 }
 
@@ -71,7 +132,10 @@ std::string tcsh_completion() {
   std::vector<std::string> bare;  // tcsh completes the word after the "--" it matched
   for (const auto& name : all_names(false))
     if (name.rfind("--", 0) == 0) bare.push_back(name.substr(2));
-  return "complete trainrun 'c/--/(" + joined(bare) + ")/' 'p/*/f/'\n";
+  std::string value_rules;
+  for (const auto& [names, words] : valued_words())
+    for (const auto& name : names) value_rules += " 'n/" + name + "/(" + joined(words) + ")/'";
+  return "complete trainrun 'c/--/(" + joined(bare) + ")/'" + value_rules + " 'p/*/f/'\n";
 }
 
 // Text as troff prints it: backslashes and hyphens escaped (an option stays "--x" in the output,
@@ -107,9 +171,9 @@ constexpr const char* kManualTail = R"(.SH A RUNNING JOB'S STACKS
 .TP
 \fBtrainrun \-\-stacks\fR[\fB=\fR\fIRUN_ID\fR|\fIPID\fR]
 Prints the stack of every worker of a running job of this user, grouped by identical stacks with
-the odd rank(s) named, without stopping it; the raw dumps go to the job's log directory. On a
+the odd ranks named, without stopping it; the raw dumps go to the job's log directory. On a
 multi\-node job with the built\-in rendezvous the agent asked gathers the other nodes' stacks
-through it; a node that does not answer within 15 s is named. See docs/hangs.md.
+through it; a node that does not answer within 15 s is named. See hangs.md (SEE ALSO).
 .SH ENVIRONMENT
 .TP
 \fBPET_\fR\fINAME\fR
@@ -125,7 +189,7 @@ The rendezvous' shared token, when \fB\-\-rdzv\-conf token_file=\fR\fIPATH\fR is
 \fBTORCHELASTIC_ENABLE_FILE_TIMER\fR, \fBTORCHELASTIC_TIMER_FILE\fR
 With the first set to 1, trainrun serves TorchElastic's file timer at the FIFO the second names
 (else a new one under $TMPDIR): an expired scope's worker has its stack written, then gets the
-signal it asked for. See docs/cli.md, section "Supervision".
+signal it asked for. See cli.md (SEE ALSO), section "Supervision".
 .TP
 \fBPYTHON_EXEC\fR
 The Python that runs a script or module entrypoint (default: python3 on PATH).
@@ -135,16 +199,24 @@ why it failed: a message and a traceback (PyTorch's
 \fBtorch.distributed.elastic.multiprocessing.errors.record\fR decorator writes it; so does
 trainrun's C++ runtime). The failure summary shows it as the worker's traceback, and the earliest
 timestamp among them names the root cause. A worker that writes none is shown with
-\fIerror_file: <N/A>\fR. See docs/cli.md, section "Error files".
+\fIerror_file: <N/A>\fR, with the last lines of its stderr when there are any. See cli.md (SEE
+ALSO), section "Error files".
 .SH EXIT STATUS
 0 when every worker exited 0; the root-cause worker's exit code (128+N for signal N) when the job
 failed; 2 for a bad command line; 126 or 127 for an entrypoint that cannot run; 128+N when
 trainrun was stopped by signal N; 1 for anything else.
 .SH SEE ALSO
-\fBtorchrun\fR(1), docs/cli.md and docs/multinode.md in trainrun's sources.
+\fBtrainrun \-\-help\fR. The guides cli.md, multinode.md, slurm.md, kubernetes.md and hangs.md,
+in \fIshare/doc/trainrun\fR under the installation prefix: \fI/usr/share/doc/trainrun\fR from
+the .deb, \fBcmake \-\-install\fR's prefix from a build (the wheel installs this page only).
 )";
 
 }  // namespace
+
+std::vector<std::string> completion_values(const std::string& option) {
+  auto it = value_words().find(option);
+  return it == value_words().end() ? std::vector<std::string>{} : it->second;
+}
 
 std::string completion_script(const std::string& shell, const std::string& what) {
   if (shell == "bash") return bash_completion();

@@ -12,7 +12,9 @@
 
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/text.hpp"
+#include "trainrun/base/wording.hpp"
 #include "trainrun/launch/cli/cli_docs.hpp"
+#include "trainrun/launch/cli/config_file.hpp"
 #include "trainrun/launch/cli/option_values.hpp"
 #include "trainrun/launch/clusters/slurm.hpp"
 #include "trainrun/launch/core/errors.hpp"
@@ -28,6 +30,8 @@ namespace trainrun::launch {
 
 namespace {
 
+constexpr const char* kConfigGroup = "Configuration file";
+
 // One command-line option: its spellings, its PET_* variable and its default.
 struct OptionSpec {
   std::string dashed;  // "nproc-per-node"
@@ -40,12 +44,17 @@ struct OptionSpec {
   std::string fallback_env = {};
   // Given several times, its values are joined by newlines (-x NAME -x NAME2).
   bool repeatable = false;
+  // What --help and the man page show as the default, where it is not simply default_value.
+  std::string shown_default = {};
 
   std::string underscored() const {
     std::string s = dashed;
     for (char& c : s) c = c == '-' ? '_' : c;
     return s;
   }
+  // What acts at once (--print-completion) or names the file (--config) has no PET_* variable
+  // and no key in a configuration file.
+  bool is_setting() const { return group != "Help" && group != kConfigGroup; }
   std::string pet_name() const {
     std::string s = "PET_" + underscored();
     for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -62,13 +71,14 @@ const std::vector<OptionSpec>& option_specs() {
       {"standalone", "", "0", "Topology",
        "Single-node job with its own rendezvous on a free local port", true},
       {"master-addr", "", "127.0.0.1", "Rendezvous", "Static rendezvous address"},
-      {"master-port", "", "29500", "Rendezvous", "Static rendezvous port"},
+      {"master-port", "", "29500", "Rendezvous", "Static rendezvous port", false, "",
+       "29500 (one node: a free port)"},
       {"rdzv-backend", "", "static", "Rendezvous", "static, c10d, etcd or etcd-v2"},
       {"rdzv-endpoint", "", "", "Rendezvous", "Rendezvous endpoint host[:port]"},
       {"rdzv-id", "", "none", "Rendezvous", "Job id: agents of other jobs never join this one"},
       {"rdzv-conf", "", "", "Rendezvous",
-       "k=v,...: join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, "
-       "keep_alive_interval, is_host, token_file, token_file_mode"},
+       "k=v,...: join_timeout, last_call_timeout, heartbeat_timeout, keep_alive_interval, "
+       "keep_alive_max_attempt, is_host, token_file, token_file_mode, rdzv_port"},
       {"local-addr", "", "", "Rendezvous", "Address this node advertises"},
       {"max-restarts", "", "0", "Supervision", "Restarts of the worker group after a failure"},
       {"monitor-interval", "", "0.1", "Supervision",
@@ -96,7 +106,7 @@ const std::vector<OptionSpec>& option_specs() {
       {"run-path", "", "0", "Entrypoint", "Run a Python script through runpy (as the default)",
        true},
       {"numa-binding", "", "", "Entrypoint",
-       "node, socket, exclusive or core-complex: accepted for compatibility (warns: no effect)"},
+       "node, socket, exclusive or core-complex: bind each worker to CPUs near its GPU"},
       {"log-line-prefix-template", "", "", "Output",
        "Console prefix of tee'd lines: ${role_name}, ${rank}, ${local_rank}, ${hostname}", false,
        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
@@ -111,6 +121,11 @@ const std::vector<OptionSpec>& option_specs() {
       {"event-log-handler", "", "null", "Supervision",
        "null, console or dynamic_rendezvous: accepted (warns unless null: no events recorded)"},
       {"print-completion", "", "", "Help", "Print a bash, zsh or tcsh completion script and exit"},
+      {"config", "", "", kConfigGroup,
+       "A TOML file of option values, keyed by long option names; the command line wins over "
+       "it, it wins over PET_*"},
+      {"print-config", "", "0", kConfigGroup,
+       "Print the effective configuration of the command line as such a file and exit", true},
       // trainrun's own options (torchrun has none of these): how trainrun reports on itself.
       {"quiet", "q", "0", "Launcher output",
        "Only trainrun's error lines (workers' output as usual)", true},
@@ -160,11 +175,16 @@ struct GivenValues {
   std::map<std::string, std::string> source;
   std::map<std::string, bool> flags;
   std::map<std::string, CLI::Option*> options;
+  std::set<std::string> from_config;
 
   const std::string& value(const std::string& name) const { return values.at(name); }
   const std::string& named(const std::string& name) const { return source.at(name); }
   bool flag(const std::string& name) const { return flags.at(name); }
 };
+
+// Whether an option's value was given (command line, --config, PET_* or a fallback variable),
+// not its default. Not for flags.
+bool given_explicitly(const GivenValues& g, const std::string& name);
 
 // Declares every option of option_specs() to CLI11, bound to `given`.
 void add_options(CLI::App& app, GivenValues& given) {
@@ -174,7 +194,7 @@ void add_options(CLI::App& app, GivenValues& given) {
     if (!spec.short_name.empty()) names = "-" + spec.short_name + "," + names;
     std::string help = spec.help;
     // --print-completion acts at once, as in torchrun: no variable can ask for it.
-    if (spec.group != "Help")
+    if (spec.is_setting())
       help += " [env " + spec.pet_name() +
               (spec.fallback_env.empty() ? "" : ", then " + spec.fallback_env) + "]";
     CLI::Option* opt;
@@ -185,7 +205,8 @@ void add_options(CLI::App& app, GivenValues& given) {
       given.values[spec.dashed] = spec.default_value;
       opt = app.add_option(names, given.values[spec.dashed], help);
       if (spec.repeatable) opt->multi_option_policy(CLI::MultiOptionPolicy::Join);
-      if (!spec.default_value.empty()) opt->default_str(spec.default_value);
+      if (!spec.default_value.empty())
+        opt->default_str(spec.shown_default.empty() ? spec.default_value : spec.shown_default);
       opt->type_name("VALUE");
     }
     opt->group(spec.group);
@@ -203,35 +224,82 @@ std::unique_ptr<CLI::App> make_app(GivenValues& given) {
   app->prefix_command();
   app->set_version_flag("--version", std::string("trainrun ") + kVersion);
   app->formatter(std::make_shared<UsageFormatter>());
+  // --stacks is a command of its own, read before this table (stacks_command.hpp).
+  app->footer(
+      "A running job:\n  trainrun --stacks[=RUN_ID|PID]      Print the stacks of a running job's "
+      "workers, grouped\n                                      (man trainrun: A RUNNING JOB'S "
+      "STACKS)");
   app->get_formatter()->column_width(38);
   add_options(*app, given);
   return app;
 }
 
-// Where an option is absent from the command line, PET_<NAME> supplies it.
-void apply_environment(const std::map<std::string, std::string>& env, GivenValues& given) {
+// Where an option is absent from the command line, the --config file supplies it, else
+// PET_<NAME>.
+void apply_environment(const std::map<std::string, std::string>& env, const ConfigEntries& config,
+                       const std::string& config_path, GivenValues& given) {
   for (const auto& spec : option_specs()) {
-    if (spec.group == "Help") continue;
+    if (!spec.is_setting()) continue;
     const bool on_command_line = given.options.at(spec.dashed)->count() > 0;
+    auto config_it = config.find(spec.dashed);
+    const bool from_config = !on_command_line && config_it != config.end();
+    if (from_config) given.from_config.insert(spec.dashed);
     auto env_it = env.find(spec.pet_name());
-    const bool from_env = !on_command_line && env_it != env.end();
+    const bool from_env = !on_command_line && !from_config && env_it != env.end();
     if (spec.is_flag) {
-      if (from_env)
+      if (from_config)
+        given.flags[spec.dashed] = config_it->second.value == "true";
+      else if (from_env)
         given.flags[spec.dashed] =
             parse_flag_env(env_it->second, spec.pet_name() + "=" + env_it->second);
       continue;
     }
     auto fallback_it = spec.fallback_env.empty() ? env.end() : env.find(spec.fallback_env);
-    if (from_env) {
+    if (from_config) {
+      given.values[spec.dashed] = config_it->second.value;
+      given.source[spec.dashed] = fmt::format("{}:{}: {}={}", config_path, config_it->second.line,
+                                              spec.dashed, config_it->second.value);
+    } else if (from_env) {
       given.values[spec.dashed] = env_it->second;
       given.source[spec.dashed] = spec.pet_name() + "=" + env_it->second;
-    } else if (!on_command_line && fallback_it != env.end()) {
+    } else if (!on_command_line && !from_config && fallback_it != env.end()) {
       given.values[spec.dashed] = fallback_it->second;
       given.source[spec.dashed] = spec.fallback_env + "=" + fallback_it->second;
     } else {
       given.source[spec.dashed] = "--" + spec.dashed + "=" + given.values[spec.dashed];
     }
   }
+}
+
+// The --config file's entries: every option but those that are not settings.
+ConfigEntries read_config(const GivenValues& given, const ConfigReader& read_text) {
+  std::map<std::string, bool> settings;
+  for (const auto& spec : option_specs())
+    if (spec.is_setting()) settings[spec.dashed] = !spec.is_flag;
+  const std::string& path = given.value("config");
+  return parse_config(read_text(path), path, settings);
+}
+
+// --print-config: every setting as a line of a --config file; those that nothing set are
+// commented out, so that the file reads back as the same configuration.
+std::string print_config(const GivenValues& given) {
+  std::string text =
+      "# trainrun --config FILE ENTRYPOINT [ARGS...]; the command line wins over these values.\n"
+      "# The lines commented out give the defaults.\n";
+  for (const auto& spec : option_specs()) {
+    if (!spec.is_setting()) continue;
+    bool set;
+    std::string value;
+    if (spec.is_flag) {
+      set = given.flags.at(spec.dashed);
+      value = set ? "true" : "false";
+    } else {
+      set = given_explicitly(given, spec.dashed);
+      value = given.value(spec.dashed);
+    }
+    text += (set ? "" : "# ") + config_line(spec.dashed, value, spec.is_flag) + "\n";
+  }
+  return text;
 }
 
 void read_topology(const GivenValues& g, LaunchConfig& c) {
@@ -248,8 +316,9 @@ void read_topology(const GivenValues& g, LaunchConfig& c) {
       parse_int(g.value("master-port"), g.named("master-port"), "a port number 0..65535");
   if (c.master_port < 0 || c.master_port > 65535)
     fail(fmt::format("{}: must be a port number 0..65535", g.named("master-port")));
-  c.master_port_given =
-      g.named("master-port").rfind("PET_", 0) == 0 || g.options.at("master-port")->count() > 0;
+  c.master_port_given = g.named("master-port").rfind("PET_", 0) == 0 ||
+                        g.options.at("master-port")->count() > 0 ||
+                        g.from_config.count("master-port") > 0;
 }
 
 void read_rendezvous(const GivenValues& g, LaunchConfig& c) {
@@ -325,9 +394,8 @@ void read_output(const GivenValues& g, LaunchConfig& c) {
   c.duplicate_stderr_filters = parse_filter_list(g.value("duplicate-stderr-filters"));
 }
 
-bool given_explicitly(const GivenValues& g, const std::string& name);
-
-// Options trainrun accepts for torchrun's sake and checks, but that change nothing here.
+// --numa-binding (workers/numa_binding.hpp), then the options trainrun accepts for torchrun's
+// sake and checks, but that change nothing here.
 void read_ignored(const GivenValues& g, LaunchConfig& c) {
   c.numa_binding = g.value("numa-binding");
   static const std::set<std::string> numa_modes = {"node", "socket", "exclusive", "core-complex"};
@@ -343,10 +411,6 @@ std::vector<std::string> ignored_option_warnings(const GivenValues& g, const Lau
     out.push_back(
         fmt::format("warning: {} is accepted but ignored: trainrun records no elastic events",
                     g.named("event-log-handler")));
-  if (!c.numa_binding.empty())
-    out.push_back(fmt::format(
-        "warning: {} is accepted but ignored: trainrun does not bind workers to NUMA nodes",
-        g.named("numa-binding")));
   if (!g.value("logs-specs").empty())
     out.push_back(fmt::format(
         "warning: {} is accepted but ignored: trainrun has no pluggable log specs; logs follow "
@@ -365,8 +429,9 @@ void read_launcher_output(const GivenValues& g, const std::map<std::string, std:
                                     : Verbosity::normal;
   c.log_timestamps = g.flag("log-timestamps");
   auto format = env.find("TRAINRUN_LOG_FORMAT");
-  const bool flag_given =
-      g.options.at("log-timestamps")->count() > 0 || env.count("PET_LOG_TIMESTAMPS") > 0;
+  const bool flag_given = g.options.at("log-timestamps")->count() > 0 ||
+                          g.from_config.count("log-timestamps") > 0 ||
+                          env.count("PET_LOG_TIMESTAMPS") > 0;
   if (!flag_given && format != env.end()) {
     if (format->second == "timestamps")
       c.log_timestamps = true;
@@ -432,7 +497,8 @@ const char* const kLayoutOptions[] = {"nnodes",       "node-rank",     "master-a
                                       "rdzv-backend", "rdzv-endpoint", "rdzv-id"};
 
 bool given_explicitly(const GivenValues& g, const std::string& name) {
-  return g.options.at(name)->count() > 0 || g.named(name).rfind("--", 0) != 0;
+  return g.options.at(name)->count() > 0 || g.from_config.count(name) > 0 ||
+         g.named(name).rfind("--", 0) != 0;
 }
 
 // Fills the options not given from the srun step, naming the variable each came from. Returns
@@ -461,19 +527,24 @@ std::optional<std::string> apply_slurm(const std::map<std::string, std::string>&
     taken.push_back(what);
   };
   take("nnodes", std::to_string(step.nodes), step.nodes_from,
-       fmt::format("{} nodes ({})", step.nodes, step.nodes_from));
+       fmt::format("{} ({})", count_of(step.nodes, "node"), step.nodes_from));
   take("node-rank", std::to_string(step.node_rank), fmt::format("SLURM_NODEID={}", step.node_rank),
        fmt::format("node rank {}", step.node_rank));
   take("master-addr", step.host, step.host_from,
        fmt::format("rendezvous host {} (first of {})", step.host, step.host_from));
-  take("master-port", std::to_string(step.master_port),
-       fmt::format("the port of Slurm step {}", step.job_step),
-       fmt::format("MASTER_PORT {} (rendezvous on {})", step.master_port, step.master_port + 1));
+  // One node needs no agreed port: its workers get a free one (agent_plan.hpp), so the step's
+  // port would be a number the job never uses.
+  if (step.nodes > 1)
+    take("master-port", std::to_string(step.master_port),
+         fmt::format("the port of Slurm step {}", step.job_step),
+         fmt::format("MASTER_PORT {} (rendezvous on {})", step.master_port, step.master_port + 1));
+  else if (!given_explicitly(g, "master-port"))
+    taken.push_back("MASTER_PORT a free port (one node)");
   take("rdzv-id", step.job_step, fmt::format("SLURM_JOB_ID.SLURM_STEP_ID={}", step.job_step),
        fmt::format("run id {}", step.job_step));
   if (step.workers)
     take("nproc-per-node", std::to_string(*step.workers), step.workers_from,
-         fmt::format("{} workers per node ({})", *step.workers, step.workers_from));
+         fmt::format("{} per node ({})", count_of(*step.workers, "worker"), step.workers_from));
   if (taken.empty()) return std::nullopt;
   std::string line = "from Slurm step " + step.job_step + ":";
   for (size_t i = 0; i < taken.size(); ++i) line += (i ? ", " : " ") + taken[i];
@@ -545,14 +616,10 @@ std::string dashed(std::string name) {
 
 [[noreturn]] void unknown_option(const std::string& arg, const std::string& name,
                                  const std::map<std::string, bool>& spellings) {
-  std::string best;
-  size_t best_distance = std::string::npos;
-  for (const auto& [spelling, takes_value] : spellings) {
-    const size_t d = edit_distance(dashed(name), dashed(spelling));
-    if (d < best_distance) best = dashed(spelling), best_distance = d;
-  }
-  // A typo, not another word: at most a third of the name changed.
-  if (best_distance <= std::max<size_t>(1, name.size() / 3))
+  std::vector<std::string> options;
+  for (const auto& [spelling, takes_value] : spellings) options.push_back(dashed(spelling));
+  const std::string best = closest_word(dashed(name), options);
+  if (!best.empty())
     fail(fmt::format("unknown option {}; did you mean --{}? (see trainrun --help)", arg, best));
   fail(fmt::format("unknown option {} (see trainrun --help)", arg));
 }
@@ -706,7 +773,8 @@ std::optional<HostsOptions> read_hosts(const GivenValues& g,
 }  // namespace
 
 ParseOutcome parse_command_line(const std::vector<std::string>& args,
-                                const std::map<std::string, std::string>& env) {
+                                const std::map<std::string, std::string>& env,
+                                const ConfigReader& read_config_text) {
   GivenValues given;
   const std::unique_ptr<CLI::App> app_ptr = make_app(given);
   CLI::App& app = *app_ptr;
@@ -728,9 +796,13 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   }
   for (auto& [name, value] : given.values)
     if (value == kEmptyValue) value.clear();
-  apply_environment(env, given);
+  const bool config_given = given.options.at("config")->count() > 0;
+  apply_environment(env, config_given ? read_config(given, read_config_text) : ConfigEntries{},
+                    given.value("config"), given);
+  // A Slurm step's layout is this node's, read again at each start: not part of --print-config.
   std::optional<std::string> slurm_line;
-  if (given.options.at("print-completion")->count() == 0) slurm_line = apply_slurm(env, given);
+  if (given.options.at("print-completion")->count() == 0 && !given.flag("print-config"))
+    slurm_line = apply_slurm(env, given);
   if (given.options.at("print-completion")->count() > 0)
     return {LaunchConfig{},
             completion_script(given.value("print-completion"),
@@ -749,15 +821,16 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   read_launcher_output(given, env, c);
   std::vector<std::string> rest = app.remaining();
   std::transform(rest.begin(), rest.end(), rest.begin(), restore_empty);
+  if (given.flag("print-config")) return {LaunchConfig{}, print_config(given), {}};
   read_entrypoint(given, rest, env, c);
 
   if (c.standalone) {
     // torchrun 2.x keeps the count and waits for nodes its own localhost rendezvous never sees.
     if (c.max_nodes != 1)
       fail(fmt::format(
-          "{}: --standalone runs one node; for {} nodes drop --standalone and give every node "
+          "{}: --standalone runs one node; for {} drop --standalone and give every node "
           "--rdzv-backend=c10d --rdzv-endpoint=HOST:PORT",
-          given.named("nnodes"), c.max_nodes));
+          given.named("nnodes"), count_of(c.max_nodes, "node")));
     c.min_nodes = c.max_nodes = 1;
     c.rdzv_backend = RendezvousBackend::c10d;
     c.rdzv_endpoint = "localhost:0";

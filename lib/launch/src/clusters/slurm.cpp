@@ -9,6 +9,7 @@
 
 #include "trainrun/base/hostlist.hpp"
 #include "trainrun/base/numbers.hpp"
+#include "trainrun/base/wording.hpp"
 #include "trainrun/launch/core/errors.hpp"
 
 namespace trainrun::launch {
@@ -94,8 +95,9 @@ void read_hosts(const Env& env, SlurmStep& step) {
   try {
     const HostList hosts = HostList::parse(list.value);
     if (hosts.size() != static_cast<size_t>(step.nodes))
-      throw UsageError(
-          fmt::format("{} names {} hosts, but {}", list.text(), hosts.size(), step.nodes_from));
+      throw UsageError(fmt::format("{} names {}, but {}", list.text(),
+                                   count_of(static_cast<long long>(hosts.size()), "host"),
+                                   step.nodes_from));
     step.host = hosts.first();
   } catch (const std::invalid_argument& e) {
     throw UsageError(fmt::format("{}: not a Slurm host list: {}", list.text(), e.what()));

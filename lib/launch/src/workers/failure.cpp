@@ -158,7 +158,7 @@ std::string traceback_text(const ProcessFailure& f) {
   if (!signal_line.empty()) return signal_line;
   if (!f.traceback.empty()) return f.traceback;
   if (!f.message.empty()) return f.message;
-  return "To enable traceback see: docs/cli.md#error-files (man trainrun: ERROR FILES)";
+  return "To enable traceback see: man trainrun, section ERROR FILES";
 }
 
 // `text` cut to about `max_bytes` (0: whole): its head and tail around a note naming the file.

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "trainrun/base/text.hpp"
+#include "trainrun/base/wording.hpp"
 
 namespace trainrun::launch {
 
@@ -42,9 +43,10 @@ std::string leftovers_line(std::vector<pid_t> pids, double seconds_to_kill) {
     named += (i == 0 ? "" : ", ") + describe_process(pids[i]);
   if (pids.size() > kNamed) named += fmt::format(" and {} more", pids.size() - kNamed);
   return fmt::format(
-      "waiting for {} process(es) the workers left, still running after SIGTERM: {}; SIGKILL in "
-      "{:.0f} s (--shutdown-timeout)",
-      pids.size(), named, std::max(0.0, seconds_to_kill));
+      "waiting for {} the workers left, still running after SIGTERM: {}; SIGKILL in {:.0f} s "
+      "(--shutdown-timeout)",
+      count_of(static_cast<long long>(pids.size()), "process", "processes"), named,
+      std::max(0.0, seconds_to_kill));
 }
 
 }  // namespace trainrun::launch

@@ -1,6 +1,7 @@
 #include "trainrun/launch/workers/spawn.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -24,8 +25,11 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 
 // Runs in the child between fork and exec: async-signal-safe calls only.
 [[noreturn]] void exec_child(pid_t parent, const char* program, char** argv, char** envp,
-                             int out_fd, int err_fd, int report_fd, int cgroup_fd) {
+                             int out_fd, int err_fd, int report_fd, int cgroup_fd,
+                             const cpu_set_t* cpus) {
   setpgid(0, 0);
+  // Inherited by the program and every thread it starts, as numactl --physcpubind would set it.
+  if (cpus) sched_setaffinity(0, sizeof(cpu_set_t), cpus);
   // Into the job's cgroup before anything of the worker runs; without it, the process group,
   // the subreaper and the job marker still reach what it starts.
   if (cgroup_fd >= 0) {
@@ -51,10 +55,15 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 }  // namespace
 
 Spawned spawn_worker(const std::string& program, const std::vector<std::string>& argv,
-                     const std::vector<std::string>& envp, int out_fd, int err_fd, int cgroup_fd) {
+                     const std::vector<std::string>& envp, int out_fd, int err_fd, int cgroup_fd,
+                     const std::set<int>& cpus) {
   // Built before the fork: the child may not allocate.
   auto c_argv = c_strings(argv);
   auto c_envp = c_strings(envp);
+  cpu_set_t cpu_set;
+  CPU_ZERO(&cpu_set);
+  for (int cpu : cpus)
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &cpu_set);
   const pid_t parent = getpid();
   Spawned s;
   int report[2] = {-1, -1};
@@ -65,7 +74,7 @@ Spawned spawn_worker(const std::string& program, const std::vector<std::string>&
   s.pid = fork();
   if (s.pid == 0)
     exec_child(parent, program.c_str(), c_argv.data(), c_envp.data(), out_fd, err_fd, report[1],
-               cgroup_fd);
+               cgroup_fd, cpus.empty() ? nullptr : &cpu_set);
   s.error = errno;
   ::close(report[1]);
   if (s.pid < 0) {

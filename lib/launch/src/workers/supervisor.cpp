@@ -76,7 +76,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
       fail(e);
     }
     Spawned s = spawn_worker(w.program, w.argv, w.envp, streams.out.child, streams.err.child,
-                             cgroup_ ? cgroup_->procs_fd() : -1);
+                             cgroup_ ? cgroup_->procs_fd() : -1, w.cpus);
     if (s.pid > 0) {
       watchdog_.add_group(s.pid);
       workers_.push_back({w.local_rank, s.pid, true});

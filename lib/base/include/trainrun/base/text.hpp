@@ -37,4 +37,8 @@ bool ends_with(std::string_view text, std::string_view suffix);
 // `a` into `b` (for "did you mean ...?").
 std::size_t edit_distance(std::string_view a, std::string_view b);
 
+// The candidate `word` is most likely a typo of (at most a third of it changed), for "did you
+// mean ...?"; empty when none is that near.
+std::string closest_word(std::string_view word, const std::vector<std::string>& candidates);
+
 }  // namespace trainrun

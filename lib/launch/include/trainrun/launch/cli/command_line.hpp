@@ -1,21 +1,25 @@
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "trainrun/launch/cli/config_file.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/launch_config.hpp"
 #include "trainrun/launch/hosts/hosts_options.hpp"
 
 namespace trainrun::launch {
 
-// Parses a command line (argv[0] excluded) with PET_* defaults read from `env`, and inside a
-// Slurm step (or with --slurm) the job's layout from its SLURM_* variables (slurm.hpp). Pure: it
-// reads nothing else (no file, no other variable, no program), so it is fuzzed and tested as a
-// function. Throws UsageError with a one-line reason on bad input. `--help`/`--version` are
-// reported through `help_text` (then the returned config is meaningless and main exits 0).
+// Parses a command line (argv[0] excluded) with PET_* defaults read from `env`, the values of a
+// --config file (config_file.hpp) read through `read_config_text`, and inside a Slurm step (or
+// with --slurm) the job's layout from its SLURM_* variables (slurm.hpp). Pure but for that file:
+// it reads nothing else (no other file, variable or program), so it is fuzzed and tested as a
+// function. Throws UsageError with a one-line reason on bad input. `--help`, `--version` and
+// `--print-config` are reported through `help_text` (then the returned config is meaningless and
+// main exits 0).
 // `warnings` name the options that were accepted but change nothing here; main prints them.
 // `notes` say where values came from other than the command line and PET_* (a Slurm step,
 // slurm.hpp: one line naming each value taken); main prints them too.
@@ -27,8 +31,11 @@ struct ParseOutcome {
   // --hosts or --hostfile: main runs the job on those hosts (hosts_launcher.hpp), not here.
   std::optional<HostsOptions> hosts = {};
 };
+// How the --config file is read: from disk (read_config_file), or as tests and the fuzzer say.
+using ConfigReader = std::function<std::string(const std::string& path)>;
 ParseOutcome parse_command_line(const std::vector<std::string>& args,
-                                const std::map<std::string, std::string>& env);
+                                const std::map<std::string, std::string>& env,
+                                const ConfigReader& read_config_text = read_config_file);
 
 // One option as --help shows it, for the man page and the completion scripts (cli_docs.hpp):
 // read from the same CLI11 table that parses the command line, so they cannot drift apart.

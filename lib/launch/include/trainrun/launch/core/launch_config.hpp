@@ -73,7 +73,7 @@ struct LaunchConfig {
   std::vector<std::string> duplicate_stderr_filters;
   bool virtual_local_rank = false;         // LOCAL_RANK=0, one GPU per worker
   std::string event_log_handler = "null";  // accepted; trainrun records no elastic events
-  std::string numa_binding;                // accepted; trainrun binds nothing
+  std::string numa_binding;  // node, socket, exclusive, core-complex (numa_binding.hpp); "" none
 
   // trainrun's own output and reporting (not torchrun options).
   Verbosity verbosity = Verbosity::normal;  // -q / -v

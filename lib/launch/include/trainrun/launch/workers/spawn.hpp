@@ -2,6 +2,7 @@
 
 #include <sys/types.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,10 +18,12 @@ struct Spawned {
 
 // Forks `program` (resolved) with `argv` and `envp` ("NAME=value") as the leader of a process
 // group of its own, its stdout and stderr on `out_fd` and `err_fd` (-1: ours), in the cgroup whose
-// cgroup.procs is `cgroup_fd` (-1: none), killed when this process dies, with no signal blocked.
+// cgroup.procs is `cgroup_fd` (-1: none), bound to `cpus` (empty: the affinity it inherits),
+// killed when this process dies, with no signal blocked.
 // Does not wait for the exec: forking a whole group first starts it in one pass.
 Spawned spawn_worker(const std::string& program, const std::vector<std::string>& argv,
-                     const std::vector<std::string>& envp, int out_fd, int err_fd, int cgroup_fd);
+                     const std::vector<std::string>& envp, int out_fd, int err_fd, int cgroup_fd,
+                     const std::set<int>& cpus = {});
 
 // Waits until a spawned worker runs its program (0) or its exec failed (the errno); closes the
 // report's pipe.

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@ struct WorkerLaunch {
   std::vector<std::string> envp;  // "NAME=value"
   OutputPlan output;
   std::string prefix;  // console prefix for tee'd lines
+  std::set<int> cpus;  // its CPU affinity (--numa-binding, numa_binding.hpp); empty: inherited
 };
 
 // Starts, signals and reaps one node's group of workers. Each worker leads its own process
