@@ -42,10 +42,10 @@ struct OptionSpec {
   bool is_flag = false;
   // Read where neither the command line nor PET_<NAME> gives a value, as torchrun does.
   std::string fallback_env = {};
-  // Given several times, its values are joined by newlines (-x NAME -x NAME2).
-  bool repeatable = false;
   // What --help and the man page show as the default, where it is not simply default_value.
   std::string shown_default = {};
+  // Given several times, its values are joined by newlines (-x NAME -x NAME2).
+  bool repeatable = false;
 
   std::string underscored() const {
     std::string s = dashed;
@@ -151,7 +151,7 @@ const std::vector<OptionSpec>& option_specs() {
        false, "TRAINRUN_SSH"},
       {"forward-env", "x", "", "Hosts",
        "NAME or NAME=VALUE: set in the agents' environment on every host (repeatable)", false, "",
-       true},
+       "", true},
       {"dedup", "", "0", "Hosts",
        "Print a line that many ranks print within a second once, with the ranks: [0-15]:...", true},
   };
