@@ -101,3 +101,17 @@ TEST_CASE("the attempt and node lines", "[agent]") {
   CHECK(node_line(a, "node1", "") ==
         "node rank 1 of 2 nodes (host node1, advertising ?; ranks 4..7)");
 }
+
+TEST_CASE("a dynamic job's --node-rank not given in a round is said in one line", "[agent]") {
+  trainrun::rendezvous::Assignment a;
+  a.round = 1;
+  a.group_rank = 1;
+  a.group_world_size = 2;
+  CHECK(preference_line(a, -1).empty());
+  CHECK(preference_line(a, 1).empty());
+  CHECK(preference_line(a, 3) ==
+        "--node-rank=3 not free: round 1 has 2 nodes (0..1); this node is node rank 1");
+  CHECK_THAT(preference_line(a, 0),
+             Catch::StartsWith("--node-rank=0 not free: another node holds it in round 1 (") &&
+                 Catch::EndsWith("); this node is node rank 1"));
+}

@@ -176,6 +176,8 @@ class Agent {
     rendezvous::ClientEvents events;
     events.on_assignment = [this](const rendezvous::Assignment& a) {
       announce_node(a);
+      const std::string not_free = preference_line(a, preferred_rank());
+      if (!not_free.empty()) say_on_console(not_free);
       apply(policy_.assignment(a, Clock::now()));
     };
     events.on_restart = [this](const rendezvous::Restart& r) {
@@ -350,6 +352,8 @@ class Agent {
     rendezvous::RendezvousHandler::JoinRequest request;
     request.nproc = config_.nproc_per_node.number;
     request.master_port = port_ ? port_->port() : 0;
+    request.preferred_rank = preferred_rank();
+    request.last_rank = node_rank_;
     rdzv_->join(request);
   }
   void carry_out(const action::ReportFailure& a) {
@@ -391,6 +395,13 @@ class Agent {
   void say_on_console(const std::string& line, Level level = Level::info) {
     const std::string text = launcher_line(line, level);
     if (!text.empty()) consoles_.err().write(text);
+  }
+
+  // A dynamic job's --node-rank asks for a node rank; a static job's is the node rank.
+  int preferred_rank() const {
+    return config_.node_rank_given && config_.rdzv_backend != RendezvousBackend::static_
+               ? config_.node_rank
+               : -1;
   }
 
   // Once per job, on a multi-node job: which node this is and the address the others reach it by.

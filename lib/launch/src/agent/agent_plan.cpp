@@ -53,6 +53,19 @@ std::string node_line(const rendezvous::Assignment& a, const std::string& host,
                      a.base_rank + a.local_world_size - 1);
 }
 
+std::string preference_line(const rendezvous::Assignment& a, int preferred) {
+  if (preferred < 0 || a.group_rank == preferred) return {};
+  const std::string why =
+      preferred >= a.group_world_size
+          ? fmt::format("round {} has {} (0..{})", a.round, count_of(a.group_world_size, "node"),
+                        a.group_world_size - 1)
+          : fmt::format("another node holds it in round {} (the endpoint's node holds 0, a node "
+                        "keeps the rank it had, and of two asking the first by host name wins)",
+                        a.round);
+  return fmt::format("--node-rank={} not free: {}; this node is node rank {}", preferred, why,
+                     a.group_rank);
+}
+
 WorkerLaunch worker_launch(const LaunchConfig& config, const std::string& program,
                            const Topology& topology, const JobSettings& job, int local_rank,
                            const std::string& rank_dir, const std::string& host,

@@ -55,7 +55,8 @@ const std::vector<OptionSpec>& option_specs() {
       {"nnodes", "", "1:1", "Topology", "Number of nodes, N or MIN:MAX (elastic)"},
       {"nproc-per-node", "", "1", "Topology",
        "Workers per node: an integer, cpu, gpu, xpu or auto"},
-      {"node-rank", "", "0", "Topology", "This node's rank (static rendezvous)"},
+      {"node-rank", "", "0", "Topology",
+       "This node's rank (static); the rank it asks for (c10d, etcd)"},
       {"standalone", "", "0", "Topology",
        "Single-node job with its own rendezvous on a free local port", true},
       {"master-addr", "", "127.0.0.1", "Rendezvous", "Static rendezvous address"},
@@ -211,6 +212,8 @@ void apply_environment(const std::map<std::string, std::string>& env, GivenValue
   }
 }
 
+bool given_explicitly(const GivenValues& g, const std::string& name);
+
 void read_topology(const GivenValues& g, LaunchConfig& c) {
   std::tie(c.min_nodes, c.max_nodes) = parse_nnodes(g.value("nnodes"), g.named("nnodes"));
   c.virtual_local_rank = g.flag("virtual-local-rank");
@@ -219,6 +222,7 @@ void read_topology(const GivenValues& g, LaunchConfig& c) {
     check_worker_bound(c.nproc_per_node.number, read_process_limits(), g.named("nproc-per-node"));
   c.node_rank = parse_int(g.value("node-rank"), g.named("node-rank"), "an integer >= 0");
   if (c.node_rank < 0) fail(fmt::format("{}: must be >= 0", g.named("node-rank")));
+  c.node_rank_given = given_explicitly(g, "node-rank");
   c.master_addr = g.value("master-addr");
   if (c.master_addr.empty()) fail(fmt::format("{}: must not be empty", g.named("master-addr")));
   c.master_port =
@@ -297,8 +301,6 @@ void read_output(const GivenValues& g, LaunchConfig& c) {
   c.duplicate_stdout_filters = parse_filter_list(g.value("duplicate-stdout-filters"));
   c.duplicate_stderr_filters = parse_filter_list(g.value("duplicate-stderr-filters"));
 }
-
-bool given_explicitly(const GivenValues& g, const std::string& name);
 
 // Options trainrun accepts for torchrun's sake and checks, but that change nothing here.
 void read_ignored(const GivenValues& g, LaunchConfig& c) {

@@ -42,6 +42,10 @@ std::string attempt_line(const Topology& topology, int nproc);
 std::string node_line(const rendezvous::Assignment& assignment, const std::string& host,
                       const std::string& advertised);
 
+// Why a dynamic job's --node-rank (`preferred`, -1: none) was not given in this round, in one
+// line; empty when it was, or none was asked for.
+std::string preference_line(const rendezvous::Assignment& assignment, int preferred);
+
 // The worker's TORCHELASTIC_ERROR_FILE in its rank directory.
 std::string error_file_in(const std::string& rank_dir);
 
