@@ -115,3 +115,18 @@ TEST_CASE("a dynamic job's --node-rank not given in a round is said in one line"
              Catch::StartsWith("--node-rank=0 not free: another node holds it in round 1 (") &&
                  Catch::EndsWith("); this node is node rank 1"));
 }
+
+TEST_CASE("a Python worker runs with -X faulthandler unless PYTHONFAULTHANDLER is set", "[agent]") {
+  LaunchConfig c;
+  c.entry_mode = EntryMode::python_script;
+  c.python_exec = "python3";
+  c.entrypoint = "train.py";
+  const JobSettings job = job_settings(c, "run7");
+  auto argv = [&](const std::map<std::string, std::string>& inherited) {
+    return worker_launch(c, "/usr/bin/python3", Topology{}, job, 0, "/logs/0/0", "node1", inherited)
+        .argv;
+  };
+  CHECK(argv({}) == std::vector<std::string>{"python3", "-X", "faulthandler", "-u", "train.py"});
+  CHECK(argv({{"PYTHONFAULTHANDLER", ""}}) ==
+        std::vector<std::string>{"python3", "-u", "train.py"});
+}

@@ -115,6 +115,11 @@ TEST_CASE("entry modes") {
   CHECK(worker_argv(c) == std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.mod", "a"});
   CHECK(worker_argv(parse({"t.py", "b"})) ==
         std::vector<std::string>{"python3", "-u", "t.py", "b"});
+  CHECK(worker_argv(c, true) == std::vector<std::string>{"/usr/bin/python3", "-X", "faulthandler",
+                                                         "-u", "-m", "pkg.mod", "a"});
+  // The command given with --no-python is the user's, untouched.
+  CHECK(worker_argv(parse({"--no-python", "python3", "t.py"}), true) ==
+        std::vector<std::string>{"python3", "t.py"});
 }
 
 TEST_CASE("standalone is one node with its own rendezvous") {

@@ -59,9 +59,10 @@ std::string preference_line(const rendezvous::Assignment& a, int preferred) {
       preferred >= a.group_world_size
           ? fmt::format("round {} has {} (0..{})", a.round, count_of(a.group_world_size, "node"),
                         a.group_world_size - 1)
-          : fmt::format("another node holds it in round {} (the endpoint's node holds 0, a node "
-                        "keeps the rank it had, and of two asking the first by host name wins)",
-                        a.round);
+          : fmt::format(
+                "another node holds it in round {} (the endpoint's node holds 0, a node "
+                "keeps the rank it had, and of two asking the first by host name wins)",
+                a.round);
   return fmt::format("--node-rank={} not free: {}; this node is node rank {}", preferred, why,
                      a.group_rank);
 }
@@ -70,7 +71,8 @@ WorkerLaunch worker_launch(const LaunchConfig& config, const std::string& progra
                            const Topology& topology, const JobSettings& job, int local_rank,
                            const std::string& rank_dir, const std::string& host,
                            const std::map<std::string, std::string>& inherited) {
-  const std::vector<std::string> argv = worker_argv(config);
+  // The user's PYTHONFAULTHANDLER, set or empty, decides alone.
+  const std::vector<std::string> argv = worker_argv(config, !inherited.count("PYTHONFAULTHANDLER"));
   WorkerLaunch w;
   w.local_rank = local_rank;
   w.program = program;
