@@ -130,3 +130,45 @@ TEST_CASE("a Python worker runs with -X faulthandler unless PYTHONFAULTHANDLER i
   CHECK(argv({{"PYTHONFAULTHANDLER", ""}}) ==
         std::vector<std::string>{"python3", "-u", "train.py"});
 }
+
+TEST_CASE("a one-node job's MASTER_ADDR is torchrun 2.x's", "[agent]") {
+  int asked = 0;
+  auto name = [&](std::string answer) {
+    return [&asked, answer] {
+      ++asked;
+      return answer;
+    };
+  };
+  LaunchConfig c;  // static, no port given: torchrun's one-node c10d
+  CHECK(one_node_master_addr(c, name("gpu1.example.org")) == "gpu1.example.org");
+  CHECK(one_node_master_addr(c, name("")) == "127.0.0.1");
+  c.local_addr = "10.0.0.7";
+  CHECK(one_node_master_addr(c, name("gpu1.example.org")) == "10.0.0.7");
+  c.local_addr.clear();
+  c.standalone = true;
+  CHECK(one_node_master_addr(c, name("gpu1.example.org")) == "gpu1.example.org");
+  asked = 0;
+  c.standalone = false;
+  c.master_port_given = true;  // torchrun's static rendezvous: the master as given
+  c.master_addr = "node0";
+  CHECK(one_node_master_addr(c, name("gpu1.example.org")) == "node0");
+  c.master_port_given = false;
+  c.rdzv_endpoint = "node0:29500";
+  CHECK(one_node_master_addr(c, name("gpu1.example.org")) == "node0");
+  CHECK(asked == 0);
+}
+
+TEST_CASE("torchrun 2.x runs one static node without a port as --standalone", "[agent]") {
+  LaunchConfig c;
+  CHECK(standalone_in_torchrun(c));
+  c.master_port_given = true;
+  CHECK_FALSE(standalone_in_torchrun(c));
+  c.master_port_given = false;
+  c.rdzv_endpoint = "node0:29500";
+  CHECK_FALSE(standalone_in_torchrun(c));
+  c.rdzv_endpoint.clear();
+  c.max_nodes = 2;
+  CHECK_FALSE(standalone_in_torchrun(c));
+  c.standalone = true;
+  CHECK(standalone_in_torchrun(c));
+}

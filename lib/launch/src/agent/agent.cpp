@@ -55,8 +55,17 @@ class Agent {
         program_(std::move(program)),
         watchdog_(watchdog),
         host_(host_name()),
-        policy_(config, host_),
+        policy_(config, host_, master_addr_alone(config)),
         summary_(host_, config.entrypoint, config.entry_args, unix_time()) {}
+
+  // Looked up only for a job that only ever has this node (a resolver may be slow).
+  static std::string master_addr_alone(const LaunchConfig& config) {
+    if (config.max_nodes != 1) return {};
+    return one_node_master_addr(config, [] {
+      const std::string name = fully_qualified_host_name();
+      return names_this_machine(name) ? name : std::string();
+    });
+  }
 
   int run() {
     int code;
@@ -85,7 +94,8 @@ class Agent {
   }
 
   int run_job() {
-    job_ = job_settings(config_, config_.standalone ? random_run_id() : config_.rdzv_id);
+    job_ =
+        job_settings(config_, standalone_in_torchrun(config_) ? random_run_id() : config_.rdzv_id);
     job_.python_workers = runs_python(program_);
     python_ = PythonExec{
         program_, inherited_.count("PYTHON_EXEC") != 0 && !inherited_.at("PYTHON_EXEC").empty(),

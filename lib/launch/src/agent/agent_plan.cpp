@@ -53,6 +53,21 @@ std::string node_line(const rendezvous::Assignment& a, const std::string& host,
                      a.base_rank + a.local_world_size - 1);
 }
 
+bool standalone_in_torchrun(const LaunchConfig& config) {
+  return config.standalone ||
+         (config.rdzv_backend == RendezvousBackend::static_ && config.max_nodes == 1 &&
+          !config.master_port_given && config.rdzv_endpoint.empty());
+}
+
+std::string one_node_master_addr(const LaunchConfig& config,
+                                 const std::function<std::string()>& local_name) {
+  if (config.rdzv_backend == RendezvousBackend::static_ && !standalone_in_torchrun(config))
+    return config.master_addr;
+  if (!config.local_addr.empty()) return config.local_addr;
+  const std::string name = local_name();
+  return name.empty() ? "127.0.0.1" : name;
+}
+
 std::string preference_line(const rendezvous::Assignment& a, int preferred) {
   if (preferred < 0 || a.group_rank == preferred) return {};
   const std::string why =
