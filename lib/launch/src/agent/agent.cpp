@@ -94,8 +94,10 @@ class Agent {
   }
 
   int run_job() {
-    job_ =
-        job_settings(config_, standalone_in_torchrun(config_) ? random_run_id() : config_.rdzv_id);
+    // As torchrun 2.x, which gives such a job a fresh id; a --rdzv-id given is kept.
+    const bool fresh_id =
+        config_.standalone || (standalone_in_torchrun(config_) && config_.rdzv_id == "none");
+    job_ = job_settings(config_, fresh_id ? random_run_id() : config_.rdzv_id);
     job_.python_workers = runs_python(program_);
     python_ = PythonExec{
         program_, inherited_.count("PYTHON_EXEC") != 0 && !inherited_.at("PYTHON_EXEC").empty(),
