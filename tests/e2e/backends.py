@@ -81,7 +81,9 @@ class Builtin:
 
 
 class EtcdBackend:
-    """etcd, under the backend name `backend` (etcd, or its alias etcd-v2); no agent hosts it."""
+    """etcd, under the backend name `backend` (etcd, or its alias etcd-v2); no agent hosts it.
+    `host`: whether the agent counts as the one the endpoint names (node rank 0), as is_host
+    says; None: by its address (every agent here runs on etcd's machine)."""
     lost = "etcd lease expired"
 
     def __init__(self, server, backend="etcd"):
@@ -90,6 +92,8 @@ class EtcdBackend:
         self.endpoint = server.endpoint
 
     def args(self, nnodes, nproc, conf="", *extra, run_id="job", host=None):
+        if host is not None:
+            conf = ",".join(c for c in (conf, f"is_host={int(host)}") if c)
         return etcd_args(self.server, nnodes, nproc, *([f"--rdzv-conf={conf}"] if conf else []),
                          *extra, run_id=run_id, backend=self.backend)
 

@@ -162,6 +162,23 @@ def test_executable_runs_without_no_python(tmp_path):
     assert sorted(r.stdout.split("\n")[:2]) == ["hello 0", "hello 1"]
 
 
+def test_python_workers_get_faulthandler_on_their_command_line_not_in_the_environment(tmp_path):
+    # torchrun's environment exactly; faulthandler on in the worker and in what it spawns.
+    script = tmp_path / "fh.py"
+    script.write_text(
+        "import faulthandler, multiprocessing as mp, os, sys\n"
+        "def child(q):\n    q.put(faulthandler.is_enabled())\n"
+        "if __name__ == '__main__':\n"
+        "    ctx = mp.get_context('spawn')\n    q = ctx.Queue()\n"
+        "    p = ctx.Process(target=child, args=(q,))\n    p.start()\n"
+        "    print(faulthandler.is_enabled(), q.get(), 'PYTHONFAULTHANDLER' in os.environ,\n"
+        "          sys.stdout.write_through, sys.argv[1:])\n"
+        "    p.join()\n")
+    r = run([str(script), "x"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "True True False True ['x']\n"
+
+
 def test_arguments_after_entrypoint_are_untouched(tmp_path):
     f = tmp_path / "args.sh"
     f.write_text('#!/bin/sh\nfor a in "$@"; do echo "[$a]"; done\n')

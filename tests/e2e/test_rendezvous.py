@@ -37,6 +37,31 @@ def test_three_agents(rdzv, agents, worker, tmp_path):
     check_job(read_envs(out), 6, 3)
 
 
+def test_ranks_stay_put_the_host_takes_0_and_a_node_rank_is_honoured(rdzv, agents, tmp_path):
+    marks = tmp_path / "marks"
+    script = tmp_path / "w.sh"
+    # Attempt 0 fails on node rank 1 once every node has written its line; the others wait to
+    # be stopped. Attempt 1 shows where each node went the second time.
+    script.write_text(f"#!/bin/sh\necho \"$TORCHELASTIC_RESTART_COUNT $WHO $GROUP_RANK\" >> {marks}\n"
+                      "[ \"$TORCHELASTIC_RESTART_COUNT\" = 1 ] && exit 0\n"
+                      "[ \"$GROUP_RANK\" = 1 ] || exec sleep 60\n"
+                      f"for i in $(seq 600); do [ $(wc -l < {marks}) -ge 3 ] && exit 3; "
+                      "sleep 0.1; done\nexit 3\n")
+    script.chmod(0o755)
+
+    def agent(name, host, *extra):
+        args = rdzv.args(3, 1, "", "--max-restarts=1", *extra, host=host) + [str(script)]
+        return agents(name, args, env={"WHO": name})
+
+    # The node that hosts the rendezvous (etcd: is_host=1, all being on etcd's machine) starts
+    # last, so that it sorts last by (host, address, pid).
+    started = [agent("a", False, "--node-rank=2"), agent("b", False), agent("host", True)]
+    for p in started:
+        assert p.wait(60) == 0, p.err
+    lines = sorted(marks.read_text().splitlines())
+    assert lines == ["0 a 2", "0 b 1", "0 host 0", "1 a 2", "1 b 1", "1 host 0"], lines
+
+
 def test_failure_on_one_node_stops_every_node_and_restarts_count_per_job(rdzv, agents, tmp_path):
     script = tmp_path / "w.sh"
     marks = tmp_path / "marks"

@@ -101,3 +101,74 @@ TEST_CASE("the attempt and node lines", "[agent]") {
   CHECK(node_line(a, "node1", "") ==
         "node rank 1 of 2 nodes (host node1, advertising ?; ranks 4..7)");
 }
+
+TEST_CASE("a dynamic job's --node-rank not given in a round is said in one line", "[agent]") {
+  trainrun::rendezvous::Assignment a;
+  a.round = 1;
+  a.group_rank = 1;
+  a.group_world_size = 2;
+  CHECK(preference_line(a, -1).empty());
+  CHECK(preference_line(a, 1).empty());
+  CHECK(preference_line(a, 3) ==
+        "--node-rank=3 not free: round 1 has 2 nodes (0..1); this node is node rank 1");
+  CHECK_THAT(preference_line(a, 0),
+             Catch::StartsWith("--node-rank=0 not free: another node holds it in round 1 (") &&
+                 Catch::EndsWith("); this node is node rank 1"));
+}
+
+TEST_CASE("a Python worker runs with -X faulthandler unless PYTHONFAULTHANDLER is set", "[agent]") {
+  LaunchConfig c;
+  c.entry_mode = EntryMode::python_script;
+  c.python_exec = "python3";
+  c.entrypoint = "train.py";
+  const JobSettings job = job_settings(c, "run7");
+  auto argv = [&](const std::map<std::string, std::string>& inherited) {
+    return worker_launch(c, "/usr/bin/python3", Topology{}, job, 0, "/logs/0/0", "node1", inherited)
+        .argv;
+  };
+  CHECK(argv({}) == std::vector<std::string>{"python3", "-X", "faulthandler", "-u", "train.py"});
+  CHECK(argv({{"PYTHONFAULTHANDLER", ""}}) ==
+        std::vector<std::string>{"python3", "-u", "train.py"});
+}
+
+TEST_CASE("a one-node job's MASTER_ADDR is torchrun 2.x's", "[agent]") {
+  int asked = 0;
+  auto name = [&](std::string answer) {
+    return [&asked, answer] {
+      ++asked;
+      return answer;
+    };
+  };
+  LaunchConfig c;  // static, no port given: torchrun's one-node c10d
+  CHECK(one_node_master_addr(c, name("gpu1.example.org")) == "gpu1.example.org");
+  CHECK(one_node_master_addr(c, name("")) == "127.0.0.1");
+  c.local_addr = "10.0.0.7";
+  CHECK(one_node_master_addr(c, name("gpu1.example.org")) == "10.0.0.7");
+  c.local_addr.clear();
+  c.standalone = true;
+  CHECK(one_node_master_addr(c, name("gpu1.example.org")) == "gpu1.example.org");
+  asked = 0;
+  c.standalone = false;
+  c.master_port_given = true;  // torchrun's static rendezvous: the master as given
+  c.master_addr = "node0";
+  CHECK(one_node_master_addr(c, name("gpu1.example.org")) == "node0");
+  c.master_port_given = false;
+  c.rdzv_endpoint = "node0:29500";
+  CHECK(one_node_master_addr(c, name("gpu1.example.org")) == "node0");
+  CHECK(asked == 0);
+}
+
+TEST_CASE("torchrun 2.x runs one static node without a port as --standalone", "[agent]") {
+  LaunchConfig c;
+  CHECK(standalone_in_torchrun(c));
+  c.master_port_given = true;
+  CHECK_FALSE(standalone_in_torchrun(c));
+  c.master_port_given = false;
+  c.rdzv_endpoint = "node0:29500";
+  CHECK_FALSE(standalone_in_torchrun(c));
+  c.rdzv_endpoint.clear();
+  c.max_nodes = 2;
+  CHECK_FALSE(standalone_in_torchrun(c));
+  c.standalone = true;
+  CHECK(standalone_in_torchrun(c));
+}

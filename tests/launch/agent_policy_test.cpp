@@ -31,7 +31,8 @@ LaunchConfig config(int nproc, int max_restarts = 0) {
 // Drives an AgentPolicy with a fake clock and writes each action as one line, so that tests
 // compare whole sequences exactly. Summaries are kept aside: their layout is failure_test's.
 struct Harness {
-  explicit Harness(LaunchConfig c) : policy(std::move(c), "hosta") {}
+  explicit Harness(LaunchConfig c, std::string one_node_master_addr = {})
+      : policy(std::move(c), "hosta", std::move(one_node_master_addr)) {}
 
   AgentPolicy::Clock::time_point now = AgentPolicy::Clock::time_point{} + std::chrono::hours(1);
   AgentPolicy policy;
@@ -133,12 +134,12 @@ TEST_CASE("a single node whose workers all succeed exits 0", "[agent]") {
   CHECK(h.policy.done());
 }
 
-TEST_CASE("standalone workers meet on the loopback address", "[agent]") {
+TEST_CASE("a one-node job's workers meet at the address the agent gives", "[agent]") {
   LaunchConfig c = config(1);
   c.standalone = true;
-  Harness h(c);
-  CHECK(h.start(40000) == Lines{"start group 0/1 base 0 local 1 world 1 master 127.0.0.1:40000 "
-                                "restart 0 of 0"});
+  Harness h(c, "gpu1.example.org");
+  CHECK(h.start(40000) == Lines{"start group 0/1 base 0 local 1 world 1 master "
+                                "gpu1.example.org:40000 restart 0 of 0"});
 }
 
 TEST_CASE("a failure stops the group, SIGKILL follows the grace period", "[agent]") {
@@ -285,6 +286,20 @@ TEST_CASE("a stop signal while waiting for the rendezvous ends at once", "[agent
   CHECK(h.signal(SIGTERM).empty());
   CHECK(h.assign(0, 0, 0).empty());
   CHECK(h.stop(rendezvous::Stop{}).empty());
+}
+
+TEST_CASE("a job of one node at most keeps the agent's address for its store", "[agent]") {
+  LaunchConfig c = config(2);
+  c.rdzv_backend = RendezvousBackend::c10d;
+  Harness alone(c, "gpu1.example.org");
+  alone.join();
+  CHECK(alone.assign(0, 0, 0) == Lines{"start group 0/2 base 0 local 2 world 4 master "
+                                       "gpu1.example.org:31000 restart 0 of 3"});
+  c.max_nodes = 2;
+  Harness elastic(c, "gpu1.example.org");
+  elastic.join();
+  CHECK(elastic.assign(0, 0, 0) ==
+        Lines{"start group 0/2 base 0 local 2 world 4 master hostb:31000 restart 0 of 3"});
 }
 
 TEST_CASE("in a job: done at the exit barrier, finished by the rendezvous", "[agent]") {

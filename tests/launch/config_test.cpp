@@ -79,6 +79,19 @@ TEST_CASE("a rendezvous that cannot run is refused when the command line is pars
                     Catch::Contains("needs --rdzv-endpoint"));
   CHECK_THROWS_WITH(parse({"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=h:0", "x"}),
                     Catch::Contains("port 0 only works with --rdzv-conf is_host=1"));
+  // A dynamic job's --node-rank asks for a node rank; one that no round of it has is refused.
+  const std::vector<std::string> elastic = {"--nnodes=1:3", "--rdzv-backend=c10d",
+                                            "--rdzv-endpoint=h:29400"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), elastic.begin(), elastic.end());
+    more.push_back("x");
+    return more;
+  };
+  CHECK_THROWS_WITH(parse(with({"--node-rank=3"})),
+                    Catch::StartsWith("--node-rank=3: out of range for --nnodes=1:3 (use 0..2)"));
+  CHECK(parse(with({"--node-rank=2"})).node_rank_given);
+  CHECK(parse(with({}), {{"PET_NODE_RANK", "1"}}).node_rank_given);
+  CHECK_FALSE(parse(with({})).node_rank_given);
   // One node, static: no rendezvous, nothing to check.
   CHECK_NOTHROW(parse({"--node-rank=5", "x"}));
   CHECK_NOTHROW(parse(
@@ -104,6 +117,11 @@ TEST_CASE("entry modes") {
   CHECK(worker_argv(c) == std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.mod", "a"});
   CHECK(worker_argv(parse({"t.py", "b"})) ==
         std::vector<std::string>{"python3", "-u", "t.py", "b"});
+  CHECK(worker_argv(c, true) == std::vector<std::string>{"/usr/bin/python3", "-X", "faulthandler",
+                                                         "-u", "-m", "pkg.mod", "a"});
+  // The command given with --no-python is the user's, untouched.
+  CHECK(worker_argv(parse({"--no-python", "python3", "t.py"}), true) ==
+        std::vector<std::string>{"python3", "t.py"});
 }
 
 TEST_CASE("standalone is one node with its own rendezvous") {

@@ -26,8 +26,6 @@ REFERENCE_MAJOR = int(subprocess.run([PY, "-c", "import torch; print(torch.__ver
                                      capture_output=True, text=True).stdout.split(".")[0] or 0)
 # Set by torchrun releases newer than 1.13 (and so by trainrun), or per-run by design.
 NEWER_ONLY = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"}
-# trainrun's own additions, in no torchrun (docs/cli.md): PYTHONFAULTHANDLER=1.
-NEWER_ONLY |= {"PYTHONFAULTHANDLER"}
 FORM_ONLY = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
 
 

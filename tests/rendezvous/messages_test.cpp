@@ -40,6 +40,15 @@ TEST_CASE("client messages survive encode and decode", "[rendezvous]") {
   CHECK(j2.node.pid == 4242);
   CHECK(j2.node.nproc == 3);
   CHECK(j2.node.master_port == 29500);
+  CHECK(j2.node.last_rank == -1);
+  CHECK_FALSE(j2.node.at_endpoint);
+  j.node.node_rank = 2;
+  j.node.last_rank = 1;
+  j.node.at_endpoint = true;
+  j2 = round_trip_client(j);
+  CHECK(j2.node.node_rank == 2);
+  CHECK(j2.node.last_rank == 1);
+  CHECK(j2.node.at_endpoint);
 
   Failure f{3, FailureReport{"node1", 5, 1, 137, "Signal 9 (SIGKILL)"}};
   Failure f2 = round_trip_client(f);
@@ -150,6 +159,9 @@ TEST_CASE("invalid messages are refused with the offending field named", "[rende
   refused(
       R"({"type":"join","node":{"host":"h","addr":"","pid":1,"nproc":1,"node_rank":-1,"master_port":70000}})",
       "\"master_port\" must be in");
+  refused(
+      R"({"type":"join","node":{"host":"h","addr":"","pid":1,"nproc":1,"node_rank":-1,"master_port":1,"at_endpoint":1}})",
+      "\"at_endpoint\" must be true or false");
   refused(
       R"({"type":"hello","magic":"trainrun-rdzv","version":1,"run_id":"x","nonce":"zz","auth":false})",
       "\"nonce\" must be 64");

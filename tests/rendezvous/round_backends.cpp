@@ -25,8 +25,12 @@ using json = nlohmann::json;
 using namespace std::chrono_literals;
 
 NodeDescriptor descriptor(int node, const std::string& host, int nproc,
-                          std::optional<int> master_port) {
+                          std::optional<int> master_port, Wish wish,
+                          const std::optional<Assignment>& last) {
   NodeDescriptor n;
+  n.node_rank = wish.node_rank;
+  n.at_endpoint = wish.at_endpoint;
+  n.last_rank = last ? last->group_rank : -1;
   n.host = host;
   n.addr = "10.0.0." + std::to_string(node);
   n.pid = 1000 + node;
@@ -52,9 +56,10 @@ class Builtin : public Backend {
 
   std::string endpoint() const override { return "node0:29400"; }
 
-  void join(int node, const std::string& host, int nproc, std::optional<int> master_port) override {
+  void join(int node, const std::string& host, int nproc, std::optional<int> master_port,
+            Wish wish) override {
     if (connected_.insert(node).second) take(machine_.connected(id(node), now_));
-    send(node, Join{descriptor(node, host, nproc, master_port)});
+    send(node, Join{descriptor(node, host, nproc, master_port, wish, assignment(node))});
   }
   void fail(int node, const FailureReport& failure, const std::vector<WorkerFailure>& failures,
             int not_relayed, std::optional<std::uint64_t> round) override {
@@ -200,9 +205,10 @@ class Etcd : public Backend {
 
   std::string endpoint() const override { return server_.endpoint(); }
 
-  void join(int node, const std::string& host, int nproc, std::optional<int> master_port) override {
+  void join(int node, const std::string& host, int nproc, std::optional<int> master_port,
+            Wish wish) override {
     Agent& a = agent(node);
-    const NodeDescriptor d = descriptor(node, host, nproc, master_port);
+    const NodeDescriptor d = descriptor(node, host, nproc, master_port, wish, assignment(node));
     // Its own key, then one change takes it in, as the agent that sees it first does.
     put(prefix_ + "joins/" + a.id, encode_join(EtcdJoin{0, ++a.joins, d, 0}), a.lease);
     refresh();

@@ -15,15 +15,23 @@
 
 namespace trainrun::rendezvous::table {
 
+// What a join says of the node rank it wants, beside its name: its --node-rank (-1: none), and
+// whether it is the node the endpoint names.
+struct Wish {
+  int node_rank = -1;
+  bool at_endpoint = false;
+};
+
 // Nodes are numbered from 1; node n advertises 10.0.0.n, pid 1000+n, master port 30000+n unless
-// a join gives another.
+// a join gives another. A node that was assigned a rank says so when it joins again, as its
+// agent does (last_rank).
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string endpoint() const = 0;
 
   virtual void join(int node, const std::string& host, int nproc = 1,
-                    std::optional<int> master_port = std::nullopt) = 0;
+                    std::optional<int> master_port = std::nullopt, Wish wish = {}) = 0;
   // A worker failed on `node`, in the round it was last assigned (or `round`).
   virtual void fail(int node, const FailureReport& failure,
                     const std::vector<WorkerFailure>& failures = {}, int not_relayed = 0,

@@ -74,6 +74,58 @@ TEST_CASE("a round forms at once when MAX nodes have joined, ranks by host", "[r
   });
 }
 
+// Each node's group rank, nodes 1..n.
+std::vector<int> ranks_of(const Backend& b, int n) {
+  std::vector<int> out;
+  for (int node = 1; node <= n; ++node) {
+    const auto a = b.assignment(node);
+    out.push_back(a ? a->group_rank : -1);
+  }
+  return out;
+}
+
+TEST_CASE("the node at the endpoint is node rank 0, whenever it joins", "[round]") {
+  on_both_backends(job(3, 3), [](Backend& b) {
+    b.join(1, "a");
+    b.join(2, "b");
+    b.join(3, "c", 1, std::nullopt, Wish{-1, true});
+    CHECK(ranks_of(b, 3) == std::vector<int>{1, 2, 0});
+    CHECK(b.assignment(1)->master_addr == "10.0.0.3");
+    CHECK(b.assignment(1)->master_port == 30003);
+  });
+}
+
+TEST_CASE("a --node-rank is given when free; of two asking for one, the first by host name",
+          "[round]") {
+  on_both_backends(job(4, 4), [](Backend& b) {
+    b.join(1, "d", 1, std::nullopt, Wish{0, false});  // 0 is the endpoint's node's
+    b.join(2, "c", 1, std::nullopt, Wish{1, false});
+    b.join(3, "b", 1, std::nullopt, Wish{1, false});
+    b.join(4, "a", 1, std::nullopt, Wish{-1, true});
+    CHECK(ranks_of(b, 4) == std::vector<int>{3, 2, 1, 0});
+  });
+}
+
+TEST_CASE("ranks stay put: a newcomer takes a free rank, the members keep theirs", "[round]") {
+  on_both_backends(timed(job(2, 4, 1), RoundOptions{}.join_timeout, seconds(5)), [](Backend& b) {
+    b.join(1, "a");
+    b.join(3, "c");
+    b.advance(seconds(5));
+    CHECK(ranks_of(b, 3) == std::vector<int>{0, -1, 1});
+    b.join(2, "b");  // sorts between them
+    REQUIRE(b.restart(1));
+    b.join(1, "a");
+    b.join(3, "c");
+    REQUIRE(b.assignment(2));
+    CHECK(ranks_of(b, 3) == std::vector<int>{0, 2, 1});
+    // A worker failure, the same nodes back: the same ranks.
+    b.fail(2, FailureReport{"b", 2, 0, 1, ""});
+    for (int n : {3, 1, 2}) b.join(n, std::string(1, static_cast<char>('a' + n - 1)));
+    REQUIRE(b.assignment(1)->round == 2);
+    CHECK(ranks_of(b, 3) == std::vector<int>{0, 2, 1});
+  });
+}
+
 TEST_CASE("with MIN < MAX a round forms after the last call", "[round]") {
   on_both_backends(timed(job(2, 4), RoundOptions{}.join_timeout, seconds(30)), [](Backend& b) {
     b.join(1, "a");

@@ -1,6 +1,9 @@
 #include "trainrun/base/system.hpp"
 
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,6 +21,65 @@ std::string host_name() {
   char buffer[256] = {};
   if (::gethostname(buffer, sizeof(buffer) - 1) != 0) return "localhost";
   return buffer;
+}
+
+namespace {
+
+// The first address `host` resolves to, as Python's setipaddr takes it.
+bool first_address(const std::string& host, sockaddr_storage& out, socklen_t& length) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || !found) return false;
+  std::memcpy(&out, found->ai_addr, found->ai_addrlen);
+  length = found->ai_addrlen;
+  ::freeaddrinfo(found);
+  return true;
+}
+
+}  // namespace
+
+std::string fully_qualified_host_name() {
+  const std::string name = host_name();
+  sockaddr_storage address{};
+  socklen_t length = 0;
+  if (!first_address(name, address, length)) return name;
+  const void* raw =
+      address.ss_family == AF_INET6
+          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6&>(address).sin6_addr)
+          : static_cast<const void*>(&reinterpret_cast<sockaddr_in&>(address).sin_addr);
+  const socklen_t raw_length = address.ss_family == AF_INET6 ? sizeof(in6_addr) : sizeof(in_addr);
+  hostent entry{};
+  hostent* result = nullptr;
+  std::vector<char> buffer(16384);
+  int error = 0;
+  if (::gethostbyaddr_r(raw, raw_length, address.ss_family, &entry, buffer.data(), buffer.size(),
+                        &result, &error) != 0 ||
+      !result || !result->h_name) {
+    return name;
+  }
+  std::vector<std::string> candidates = {result->h_name};
+  for (char** alias = result->h_aliases; alias && *alias; ++alias) candidates.emplace_back(*alias);
+  for (const std::string& candidate : candidates) {
+    if (candidate.find('.') != std::string::npos) return candidate;
+  }
+  return candidates.front();
+}
+
+bool names_this_machine(const std::string& host) {
+  sockaddr_storage address{};
+  socklen_t length = 0;
+  if (!first_address(host, address, length)) return false;
+  // Port 0: any free one, so that the test binds nothing anybody wants.
+  if (address.ss_family == AF_INET6)
+    reinterpret_cast<sockaddr_in6&>(address).sin6_port = 0;
+  else
+    reinterpret_cast<sockaddr_in&>(address).sin_port = 0;
+  const int fd = ::socket(address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&address), length) == 0;
+  ::close(fd);
+  return bound;
 }
 
 std::string random_hex(std::size_t n) {

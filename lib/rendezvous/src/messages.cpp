@@ -136,8 +136,12 @@ std::string get_hex(const json& j, const char* key, std::size_t length) {
 constexpr std::size_t kHexDigest = 64;
 
 json to_json(const NodeDescriptor& n) {
-  return json{{"host", n.host},   {"addr", n.addr},           {"pid", n.pid},
-              {"nproc", n.nproc}, {"node_rank", n.node_rank}, {"master_port", n.master_port}};
+  json j{{"host", n.host},   {"addr", n.addr},           {"pid", n.pid},
+         {"nproc", n.nproc}, {"node_rank", n.node_rank}, {"master_port", n.master_port}};
+  // Only when they say something: a join stays as an agent that knows neither sends it.
+  if (n.last_rank >= 0) j["last_rank"] = n.last_rank;
+  if (n.at_endpoint) j["at_endpoint"] = true;
+  return j;
 }
 
 NodeDescriptor node_from_json(const json& j) {
@@ -149,6 +153,8 @@ NodeDescriptor node_from_json(const json& j) {
   n.nproc = get_small(j, "nproc", 1, kMaxNproc);
   n.node_rank = get_small(j, "node_rank", -1, 1 << 20);
   n.master_port = get_small(j, "master_port", 0, 65535);
+  if (j.contains("last_rank")) n.last_rank = get_small(j, "last_rank", -1, 1 << 20);
+  if (j.contains("at_endpoint")) n.at_endpoint = get_bool(j, "at_endpoint");
   return n;
 }
 

@@ -9,6 +9,42 @@
 #include <tuple>
 
 namespace trainrun::rendezvous {
+namespace {
+
+// order[g] = the node with group rank g. Claims are taken in turn, each only for a rank below
+// the node count and still free: the rank a node had in the previous round (ranks stay put),
+// then 0 for the node at the endpoint, then each --node-rank preference; the rest fill the free
+// ranks from the lowest. Among equal claims the order of (host, addr, pid) decides.
+std::vector<int> dynamic_order(const std::vector<NodeDescriptor>& nodes) {
+  const int n = static_cast<int>(nodes.size());
+  std::vector<int> by_name(nodes.size());
+  std::iota(by_name.begin(), by_name.end(), 0);
+  std::stable_sort(by_name.begin(), by_name.end(), [&](int a, int b) {
+    return std::tie(nodes[a].host, nodes[a].addr, nodes[a].pid) <
+           std::tie(nodes[b].host, nodes[b].addr, nodes[b].pid);
+  });
+  std::vector<int> order(nodes.size(), -1);
+  std::vector<bool> placed(nodes.size(), false);
+  auto claim = [&](int i, int rank) {
+    if (placed[i] || rank < 0 || rank >= n || order[rank] != -1) return;
+    order[rank] = i;
+    placed[i] = true;
+  };
+  for (int i : by_name) claim(i, nodes[i].last_rank);
+  for (int i : by_name) {
+    if (nodes[i].at_endpoint) claim(i, 0);
+  }
+  for (int i : by_name) claim(i, nodes[i].node_rank);
+  int free = 0;
+  for (int i : by_name) {
+    if (placed[i]) continue;
+    while (order[free] != -1) ++free;
+    order[free] = i;
+  }
+  return order;
+}
+
+}  // namespace
 
 std::vector<Assignment> assign_ranks(const std::vector<NodeDescriptor>& nodes, std::uint64_t round,
                                      bool use_node_rank, const MasterEndpoint* fixed_master) {
@@ -28,11 +64,7 @@ std::vector<Assignment> assign_ranks(const std::vector<NodeDescriptor>& nodes, s
       order[r] = i;
     }
   } else {
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-      return std::tie(nodes[a].host, nodes[a].addr, nodes[a].pid) <
-             std::tie(nodes[b].host, nodes[b].addr, nodes[b].pid);
-    });
+    order = dynamic_order(nodes);
   }
   long long world = 0;
   for (const auto& node : nodes) world += node.nproc;

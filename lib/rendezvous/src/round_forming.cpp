@@ -14,8 +14,9 @@ namespace {
 using Phase = RoundState::Phase;
 
 bool same(const NodeDescriptor& a, const NodeDescriptor& b) {
-  return std::tie(a.host, a.addr, a.pid, a.nproc, a.node_rank, a.master_port) ==
-         std::tie(b.host, b.addr, b.pid, b.nproc, b.node_rank, b.master_port);
+  return std::tie(a.host, a.addr, a.pid, a.nproc, a.node_rank, a.master_port, a.last_rank,
+                  a.at_endpoint) == std::tie(b.host, b.addr, b.pid, b.nproc, b.node_rank,
+                                             b.master_port, b.last_rank, b.at_endpoint);
 }
 
 std::string nodes(std::size_t n) { return count_of(static_cast<long long>(n), "node"); }

@@ -86,13 +86,11 @@ class TcpRendezvousHandler : public RendezvousHandler {
     node.addr = options_.local_addr;
     node.pid = ::getpid();
     node.nproc = request.nproc;
-    node.node_rank = options_.round.static_ranks ? options_.node_rank : -1;
+    node.node_rank = options_.round.static_ranks ? options_.node_rank : request.preferred_rank;
     node.master_port = options_.round.static_ranks ? 0 : request.master_port;
+    node.last_rank = options_.round.static_ranks ? -1 : request.last_rank;
     pending_join_ = node;
-    if (client_) {
-      client_->join(node);
-      pending_join_.reset();
-    }
+    if (client_) send_join();
   }
 
   void report_failure(const FailureReport& failure, const std::vector<WorkerFailure>& failures,
@@ -208,10 +206,14 @@ class TcpRendezvousHandler : public RendezvousHandler {
     };
     client_ = std::make_unique<RendezvousClient>(io_, std::move(co), std::move(events));
     client_->start();
-    if (pending_join_) {
-      client_->join(*pending_join_);
-      pending_join_.reset();
-    }
+    if (pending_join_) send_join();
+  }
+
+  // Whether this agent hosts is decided before its client exists.
+  void send_join() {
+    pending_join_->at_endpoint = server_ != nullptr;
+    client_->join(*pending_join_);
+    pending_join_.reset();
   }
 
   asio::io_context& io_;

@@ -58,8 +58,17 @@ class Agent {
         program_(std::move(program)),
         watchdog_(watchdog),
         host_(host_name()),
-        policy_(config, host_),
+        policy_(config, host_, master_addr_alone(config)),
         summary_(host_, config.entrypoint, config.entry_args, unix_time()) {}
+
+  // Looked up only for a job that only ever has this node (a resolver may be slow).
+  static std::string master_addr_alone(const LaunchConfig& config) {
+    if (config.max_nodes != 1) return {};
+    return one_node_master_addr(config, [] {
+      const std::string name = fully_qualified_host_name();
+      return names_this_machine(name) ? name : std::string();
+    });
+  }
 
   int run() {
     int code;
@@ -88,7 +97,10 @@ class Agent {
   }
 
   int run_job() {
-    job_ = job_settings(config_, config_.standalone ? random_run_id() : config_.rdzv_id);
+    // As torchrun 2.x, which gives such a job a fresh id; a --rdzv-id given is kept.
+    const bool fresh_id =
+        config_.standalone || (standalone_in_torchrun(config_) && config_.rdzv_id == "none");
+    job_ = job_settings(config_, fresh_id ? random_run_id() : config_.rdzv_id);
     job_.python_workers = runs_python(program_);
     python_ = PythonExec{
         program_, inherited_.count("PYTHON_EXEC") != 0 && !inherited_.at("PYTHON_EXEC").empty(),
@@ -187,6 +199,8 @@ class Agent {
     rendezvous::ClientEvents events;
     events.on_assignment = [this](const rendezvous::Assignment& a) {
       announce_node(a);
+      const std::string not_free = preference_line(a, preferred_rank());
+      if (!not_free.empty()) say_on_console(not_free);
       apply(policy_.assignment(a, Clock::now()));
     };
     events.on_restart = [this](const rendezvous::Restart& r) {
@@ -451,6 +465,8 @@ class Agent {
     rendezvous::RendezvousHandler::JoinRequest request;
     request.nproc = config_.nproc_per_node.number;
     request.master_port = port_ ? port_->port() : 0;
+    request.preferred_rank = preferred_rank();
+    request.last_rank = node_rank_;
     rdzv_->join(request);
   }
   void carry_out(const action::ReportFailure& a) {
@@ -493,6 +509,13 @@ class Agent {
   void say_on_console(const std::string& line, Level level = Level::info) {
     const std::string text = launcher_line(line, level);
     if (!text.empty()) consoles_.err().write(text);
+  }
+
+  // A dynamic job's --node-rank asks for a node rank; a static job's is the node rank.
+  int preferred_rank() const {
+    return config_.node_rank_given && config_.rdzv_backend != RendezvousBackend::static_
+               ? config_.node_rank
+               : -1;
   }
 
   // Once per job, on a multi-node job: which node this is and the address the others reach it by.

@@ -53,11 +53,41 @@ std::string node_line(const rendezvous::Assignment& a, const std::string& host,
                      a.base_rank + a.local_world_size - 1);
 }
 
+bool standalone_in_torchrun(const LaunchConfig& config) {
+  return config.standalone ||
+         (config.rdzv_backend == RendezvousBackend::static_ && config.max_nodes == 1 &&
+          !config.master_port_given && config.rdzv_endpoint.empty());
+}
+
+std::string one_node_master_addr(const LaunchConfig& config,
+                                 const std::function<std::string()>& local_name) {
+  if (config.rdzv_backend == RendezvousBackend::static_ && !standalone_in_torchrun(config))
+    return config.master_addr;
+  if (!config.local_addr.empty()) return config.local_addr;
+  const std::string name = local_name();
+  return name.empty() ? "127.0.0.1" : name;
+}
+
+std::string preference_line(const rendezvous::Assignment& a, int preferred) {
+  if (preferred < 0 || a.group_rank == preferred) return {};
+  const std::string why =
+      preferred >= a.group_world_size
+          ? fmt::format("round {} has {} (0..{})", a.round, count_of(a.group_world_size, "node"),
+                        a.group_world_size - 1)
+          : fmt::format(
+                "another node holds it in round {} (the endpoint's node holds 0, a node "
+                "keeps the rank it had, and of two asking the first by host name wins)",
+                a.round);
+  return fmt::format("--node-rank={} not free: {}; this node is node rank {}", preferred, why,
+                     a.group_rank);
+}
+
 WorkerLaunch worker_launch(const LaunchConfig& config, const std::string& program,
                            const Topology& topology, const JobSettings& job, int local_rank,
                            const std::string& rank_dir, const std::string& host,
                            const std::map<std::string, std::string>& inherited) {
-  const std::vector<std::string> argv = worker_argv(config);
+  // The user's PYTHONFAULTHANDLER, set or empty, decides alone.
+  const std::vector<std::string> argv = worker_argv(config, !inherited.count("PYTHONFAULTHANDLER"));
   WorkerLaunch w;
   w.local_rank = local_rank;
   w.program = program;

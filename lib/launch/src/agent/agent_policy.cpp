@@ -24,9 +24,10 @@ AgentActions actions(A&&... a) {
 
 }  // namespace
 
-AgentPolicy::AgentPolicy(LaunchConfig config, std::string host)
+AgentPolicy::AgentPolicy(LaunchConfig config, std::string host, std::string one_node_master_addr)
     : config_(std::move(config)),
       host_(std::move(host)),
+      one_node_master_addr_(std::move(one_node_master_addr)),
       max_restarts_(config_.max_restarts),
       failures_(config_.entrypoint, host_) {}
 
@@ -36,7 +37,8 @@ AgentActions AgentPolicy::start_single_node(int master_port, Clock::time_point) 
   topology_.base_rank = 0;
   topology_.local_world_size = config_.nproc_per_node.number;
   topology_.world_size = config_.nproc_per_node.number;
-  topology_.master_addr = config_.standalone ? "127.0.0.1" : config_.master_addr;
+  topology_.master_addr =
+      !one_node_master_addr_.empty() ? one_node_master_addr_ : config_.master_addr;
   topology_.master_port = master_port;
   topology_.restart_count = 0;
   AgentActions out;
@@ -149,7 +151,10 @@ AgentActions AgentPolicy::assignment(const rendezvous::Assignment& a, Clock::tim
   topology_.base_rank = a.base_rank;
   topology_.local_world_size = a.local_world_size;
   topology_.world_size = a.world_size;
-  topology_.master_addr = a.master_addr;
+  // Alone in its job, this node's workers alone reach the store: torchrun 2.x's name for it.
+  topology_.master_addr = config_.max_nodes == 1 && !one_node_master_addr_.empty()
+                              ? one_node_master_addr_
+                              : a.master_addr;
   topology_.master_port = a.master_port;
   topology_.restart_count = a.restart_count;
   max_restarts_ = a.max_restarts;

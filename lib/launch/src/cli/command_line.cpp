@@ -67,7 +67,8 @@ const std::vector<OptionSpec>& option_specs() {
       {"nnodes", "", "1:1", "Topology", "Number of nodes, N or MIN:MAX (elastic)"},
       {"nproc-per-node", "", "1", "Topology",
        "Workers per node: an integer, cpu, gpu, xpu or auto"},
-      {"node-rank", "", "0", "Topology", "This node's rank (static rendezvous)"},
+      {"node-rank", "", "0", "Topology",
+       "This node's rank (static); the rank it asks for (c10d, etcd)"},
       {"standalone", "", "0", "Topology",
        "Single-node job with its own rendezvous on a free local port", true},
       {"master-addr", "", "127.0.0.1", "Rendezvous", "Static rendezvous address"},
@@ -310,6 +311,7 @@ void read_topology(const GivenValues& g, LaunchConfig& c) {
     check_worker_bound(c.nproc_per_node.number, read_process_limits(), g.named("nproc-per-node"));
   c.node_rank = parse_int(g.value("node-rank"), g.named("node-rank"), "an integer >= 0");
   if (c.node_rank < 0) fail(fmt::format("{}: must be >= 0", g.named("node-rank")));
+  c.node_rank_given = given_explicitly(g, "node-rank");
   c.master_addr = g.value("master-addr");
   if (c.master_addr.empty()) fail(fmt::format("{}: must not be empty", g.named("master-addr")));
   c.master_port =

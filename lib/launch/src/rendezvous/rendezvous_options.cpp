@@ -143,6 +143,17 @@ RendezvousOptions dynamic_options(const LaunchConfig& config) {
                     "on every node)",
                     backend_name(config.rdzv_backend)));
   }
+  // A preference no round of this job could honour is a mistake in the command line.
+  if (config.node_rank_given && config.node_rank >= config.max_nodes) {
+    throw UsageError(fmt::format(
+        "--node-rank={}: out of range for --nnodes={} (use 0..{}); in a dynamic job it is the "
+        "node rank this node asks for",
+        config.node_rank,
+        config.min_nodes == config.max_nodes
+            ? std::to_string(config.max_nodes)
+            : fmt::format("{}:{}", config.min_nodes, config.max_nodes),
+        config.max_nodes - 1));
+  }
   RendezvousOptions o;
   try {
     o.endpoint = is_etcd(config.rdzv_backend)

@@ -157,12 +157,15 @@ std::string expand_local_rank(const std::string& arg, int local_rank) {
   return out;
 }
 
-std::vector<std::string> worker_argv(const LaunchConfig& config) {
+std::vector<std::string> worker_argv(const LaunchConfig& config, bool faulthandler) {
   std::vector<std::string> argv;
   if (config.entry_mode == EntryMode::executable) {
     argv.push_back(config.entrypoint);
   } else {
     argv.push_back(config.python_exec);
+    // As PYTHONFAULTHANDLER=1 does, off the environment (which stays torchrun's); spawned
+    // children inherit it (subprocess._args_from_interpreter_flags).
+    if (faulthandler) argv.insert(argv.end(), {"-X", "faulthandler"});
     argv.push_back("-u");
     if (config.entry_mode == EntryMode::python_module) argv.push_back("-m");
     argv.push_back(config.entrypoint);

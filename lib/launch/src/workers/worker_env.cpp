@@ -89,7 +89,6 @@ std::map<std::string, std::string> worker_variables(
   if (job.torch_major == 1 && !inherited.count("NCCL_ASYNC_ERROR_HANDLING"))
     v["NCCL_ASYNC_ERROR_HANDLING"] = "1";
   if (t.local_world_size > 1 && !inherited.count("OMP_NUM_THREADS")) v["OMP_NUM_THREADS"] = "1";
-  if (job.python_workers && !inherited.count("PYTHONFAULTHANDLER")) v["PYTHONFAULTHANDLER"] = "1";
   if (!job.heartbeat_file.empty()) v[kHeartbeatFileVariable] = job.heartbeat_file;
   if (job.may_use_nccl) {
     // Its dumps go to the worker's own log directory, where the error file is.

@@ -14,6 +14,7 @@ void EtcdCalls::call(const std::string& path, const json& body, std::function<vo
   client_->post(path, body.dump(), 5s, [this, path, ok, retry](EtcdReply r) {
     if (hooks_.finished()) return;
     if (!r.local_ip.empty()) local_ip_ = r.local_ip;
+    if (!r.peer_ip.empty()) peer_ip_ = r.peer_ip;
     if (r.ok()) {
       json j = json::parse(r.body, nullptr, false);
       if (!j.is_discarded() && j.is_object()) {

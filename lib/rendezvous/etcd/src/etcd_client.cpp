@@ -172,6 +172,8 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
     socket_.set_option(tcp::no_delay(true), ignored);
     const tcp::endpoint local = socket_.local_endpoint(ignored);
     if (!ignored) local_ip_ = local.address().to_string();
+    const tcp::endpoint peer = socket_.remote_endpoint(ignored);
+    if (!ignored) peer_ip_ = peer.address().to_string();
     http::async_write(socket_, request_,
                       [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
                         if (ec && self->reused_ && self->error_.empty()) return self->reconnect();
@@ -245,6 +247,7 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
     // A stream's lines went to `line_`; what is left is an unfinished line, not an answer.
     if (!streaming_) r.body = std::move(parser_->get().body());
     r.local_ip = local_ip_;
+    r.peer_ip = peer_ip_;
     finish_(std::move(r));
   }
 
@@ -264,7 +267,7 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
   Clock::time_point started_;
   bool connected_ = false, finished_ = false;
   size_t received_ = 0;
-  std::string error_, local_ip_;
+  std::string error_, local_ip_, peer_ip_;
 };
 
 constexpr milliseconds kConnectTimeout{5000};

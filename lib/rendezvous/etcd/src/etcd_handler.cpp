@@ -64,6 +64,8 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     node.pid = ::getpid();
     node.nproc = request.nproc;
     node.master_port = request.master_port;
+    node.node_rank = request.preferred_rank;
+    node.last_rank = request.last_rank;
     joined_ = true;
     ++join_seq_;
     pending_join_ = node;
@@ -186,8 +188,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     const json range = {{"request_range", space_.nodes_and_state()}};
     json first = json::array({node_key}), otherwise = json::array({node_key, range});
     if (pending_join_) {
-      NodeDescriptor node = *pending_join_;
-      if (node.addr.empty()) node.addr = advertised_address();
+      NodeDescriptor node = addressed(*pending_join_);
       first.push_back(put(space_.joins() + node_id_, encode_join(EtcdJoin{0, join_seq_, node, 0})));
     }
     first.push_back(range);
@@ -519,10 +520,18 @@ class EtcdRendezvousHandler : public RendezvousHandler {
   // into the state writes there whether it was refused.
   void submit_join() {
     if (!pending_join_) return;
-    NodeDescriptor node = *pending_join_;
+    NodeDescriptor node = addressed(*pending_join_);
     pending_join_.reset();
-    if (node.addr.empty()) node.addr = advertised_address();
     put_own(space_.joins(), encode_join(EtcdJoin{*generation_, join_seq_, node, 0}));
+  }
+
+  // What only a reply from etcd tells: this node's address, and whether it runs on etcd's own
+  // machine (it reaches etcd from etcd's address), which makes it the endpoint's node.
+  NodeDescriptor addressed(NodeDescriptor node) const {
+    if (node.addr.empty()) node.addr = advertised_address();
+    node.at_endpoint = options_.is_host.value_or(!calls_.local_ip().empty() &&
+                                                 calls_.local_ip() == calls_.peer_ip());
+    return node;
   }
 
   // Whether the state has taken this node's latest join (so it is a member, a waiter, refused,

@@ -8,6 +8,16 @@ namespace trainrun {
 // This machine's host name, as gethostname() gives it; "localhost" if it cannot be read.
 std::string host_name();
 
+// This machine's name as Python's socket.getfqdn() gives it (torchrun 2.x's MASTER_ADDR on one
+// node): the reverse lookup of the host name's first address, the first of that name and its
+// aliases that holds a dot, else that name; the host name itself when a lookup fails. Blocks on
+// the resolver.
+std::string fully_qualified_host_name();
+
+// Whether `host` resolves and its first address is one of this machine's (a socket can be bound
+// to it): where a process on this machine that listens on every address can be reached.
+bool names_this_machine(const std::string& host);
+
 // `n` random lower-case hexadecimal digits from the kernel's random source (getrandom): fit
 // for nonces. Throws std::runtime_error if the kernel gives none.
 std::string random_hex(std::size_t n);

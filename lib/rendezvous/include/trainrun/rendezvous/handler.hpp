@@ -21,6 +21,10 @@ struct RendezvousOptions {
   RoundOptions round;
   LivenessOptions liveness;
   RetryOptions retry;
+  // Whether this node counts as the one the endpoint names, whatever the address: the built-in
+  // hosts its server; etcd's takes node rank 0 (as the built-in's host does). Empty: decided by
+  // the address.
+  std::optional<bool> is_host;
 };
 
 // A node that cannot reach the endpoint gives up when a round it could join would have timed
@@ -33,8 +37,7 @@ inline Clock::duration join_deadline(const RendezvousOptions& options) {
 // connections' own bounds. The backend is round.static_ranks: static, node rank 0 hosts the
 // server and ranks are the nodes' node_rank; dynamic, the agent owning the endpoint hosts it.
 struct TcpRendezvousOptions : RendezvousOptions {
-  std::optional<bool> is_host;  // host (or not) whatever the address; empty: decided as above
-  int node_rank = -1;           // static backend only
+  int node_rank = -1;  // static backend only
   ConnectionOptions connection;
   ServerLimits limits;  // for the server, where this node hosts it
 };
@@ -77,6 +80,10 @@ class RendezvousHandler {
     // (dynamic backend; required there). Ignored by the static backend (round.static_master is
     // used).
     int master_port = 0;
+    // Dynamic backends: the node rank asked for (--node-rank; -1: none), and the one this agent
+    // had in the job's previous round (-1: none). Both preferences, kept when free.
+    int preferred_rank = -1;
+    int last_rank = -1;
   };
 
   virtual ~RendezvousHandler() = default;

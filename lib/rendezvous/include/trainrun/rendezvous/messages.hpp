@@ -36,8 +36,14 @@ struct NodeDescriptor {
   std::string addr;      // advertised address; empty: the server uses the address it sees
   std::int64_t pid = 0;  // agent process id, a tie breaker between agents on one host
   int nproc = 1;         // workers on this node
-  int node_rank = -1;    // static backend: this node's given rank; dynamic: -1
-  int master_port = 0;   // a port this agent holds for worker RANK 0's store, 0 if none
+  // Static backend: this node's given rank. Dynamic: its --node-rank, a preference; -1: none.
+  int node_rank = -1;
+  int master_port = 0;  // a port this agent holds for worker RANK 0's store, 0 if none
+  // Dynamic: the node rank this agent had in the job's previous round (-1: none), kept when it
+  // can be; and whether it is the node the endpoint names (the built-in: it hosts the server),
+  // which takes node rank 0 (docs/protocol.md, Rank assignment).
+  int last_rank = -1;
+  bool at_endpoint = false;
 };
 
 // The longest failure summary a node sends (docs/protocol.md): a longer one is cut to this size

@@ -9,9 +9,11 @@
 namespace trainrun::rendezvous {
 
 // Group ranks, base global ranks and sizes for one round. The result is index-aligned with
-// `nodes`. Dynamic (`use_node_rank` false): group ranks follow the descriptors sorted by (host,
-// addr, pid), and MASTER_ADDR/PORT are group rank 0's advertised address and reserved port,
-// unless `fixed_master` is given. Static: group rank = node_rank, which must be a permutation of
+// `nodes`. Dynamic (`use_node_rank` false): each node keeps its previous round's rank
+// (last_rank), the node at the endpoint takes 0, then node_rank preferences, each while below
+// the node count and free; the others fill the free ranks in (host, addr, pid) order.
+// MASTER_ADDR/PORT are group rank 0's advertised address and reserved port, unless
+// `fixed_master` is given. Static: group rank = node_rank, which must be a permutation of
 // 0..n-1 (std::invalid_argument otherwise). Restart counts are left 0 for the caller to fill in.
 std::vector<Assignment> assign_ranks(const std::vector<NodeDescriptor>& nodes, std::uint64_t round,
                                      bool use_node_rank, const MasterEndpoint* fixed_master);

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -41,6 +42,23 @@ std::string attempt_line(const Topology& topology, int nproc);
 // other nodes reach it by (`advertised`, "?" when unknown).
 std::string node_line(const rendezvous::Assignment& assignment, const std::string& host,
                       const std::string& advertised);
+
+// Whether torchrun 2.x would run this command line as --standalone: given, or one node of the
+// static backend with neither --master-port nor --rdzv-endpoint (it then runs a c10d rendezvous
+// on localhost:0 with a random run id).
+bool standalone_in_torchrun(const LaunchConfig& config);
+
+// MASTER_ADDR of a job that only ever has this node, as torchrun 2.x gives it: the static
+// master (--master-addr, or --rdzv-endpoint's host) when its port is given; else torchrun's c10d
+// one (its one-node default, --standalone, or --rdzv-backend=c10d): --local-addr, else this
+// machine's name as Python's socket.getfqdn() gives it (`local_name`, called only then; empty
+// where it does not name this machine, and then 127.0.0.1, which workers can reach).
+std::string one_node_master_addr(const LaunchConfig& config,
+                                 const std::function<std::string()>& local_name);
+
+// Why a dynamic job's --node-rank (`preferred`, -1: none) was not given in this round, in one
+// line; empty when it was, or none was asked for.
+std::string preference_line(const rendezvous::Assignment& assignment, int preferred);
 
 // The worker's TORCHELASTIC_ERROR_FILE in its rank directory.
 std::string error_file_in(const std::string& rank_dir);

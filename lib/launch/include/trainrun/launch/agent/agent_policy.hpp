@@ -30,7 +30,9 @@ class AgentPolicy {
   // done: Finish was returned.
   enum class State { idle, running, stopping, finishing, done };
 
-  AgentPolicy(LaunchConfig config, std::string host);
+  // `one_node_master_addr`: MASTER_ADDR when the job only ever has this node (--nnodes=1), as
+  // one_node_master_addr() in agent_plan.hpp gives it; empty: the config's or the rendezvous'.
+  AgentPolicy(LaunchConfig config, std::string host, std::string one_node_master_addr = {});
 
   // Without a rendezvous: one node, its own topology, worker RANK 0's store on `master_port`.
   AgentActions start_single_node(int master_port, Clock::time_point now);
@@ -77,6 +79,7 @@ class AgentPolicy {
 
   LaunchConfig config_;
   std::string host_;
+  std::string one_node_master_addr_;
   bool in_job_ = false;  // a rendezvous decides restarts and the end of the job
   State state_ = State::idle;
   Topology topology_;

@@ -42,6 +42,8 @@ struct LaunchConfig {
   int max_nodes = 1;
   WorkerCount nproc_per_node;
   int node_rank = 0;
+  bool node_rank_given = false;  // explicit --node-rank / PET_NODE_RANK / Slurm's: a dynamic job's
+                                 // preference
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   bool master_port_given = false;  // explicit --master-port / PET_MASTER_PORT

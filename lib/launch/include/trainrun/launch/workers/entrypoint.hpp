@@ -27,8 +27,9 @@ ResolvedEntry resolve_entrypoint(const LaunchConfig& config,
 EntrypointError exec_error(const std::string& program, int err);
 
 // The program and arguments each worker runs, before ${local_rank} expansion: the entrypoint
-// itself, or Python (-u, -m for a module) with it.
-std::vector<std::string> worker_argv(const LaunchConfig& config);
+// itself, or Python (-u, -m for a module) with it, as torchrun's; `faulthandler` adds
+// `-X faulthandler` there (a fatal signal prints every thread's Python traceback).
+std::vector<std::string> worker_argv(const LaunchConfig& config, bool faulthandler = false);
 
 // "${local_rank}" and "$local_rank" become the rank; "$$" becomes "$".
 std::string expand_local_rank(const std::string& arg, int local_rank);

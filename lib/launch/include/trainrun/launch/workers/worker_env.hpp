@@ -37,7 +37,7 @@ struct JobSettings {
   std::string signals_to_handle = kTorchrunSignalsToHandle;
   // torchrun's --virtual-local-rank: LOCAL_RANK=0 and only the worker's own GPU visible.
   bool virtual_local_rank = false;
-  // The workers run a Python interpreter (runs_python): they get PYTHONFAULTHANDLER=1.
+  // The workers run a Python interpreter (runs_python): their torch version is asked.
   bool python_workers = false;
   // The workers may use NCCL (an NVIDIA GPU is visible): the flight recorder's variables are set.
   bool may_use_nccl = false;
@@ -55,9 +55,7 @@ bool runs_python(const std::string& program);
 
 // The variables torchrun gives worker `local_rank` (every value a string). `error_file` is that
 // worker's TORCHELASTIC_ERROR_FILE. `inherited` is the launcher's environment: variables the
-// user set themselves (OMP_NUM_THREADS, NCCL_ASYNC_ERROR_HANDLING) are left alone. Beyond
-// torchrun's: PYTHONFAULTHANDLER=1 for Python workers, so that a worker killed by a fatal signal
-// (SIGABRT, SIGSEGV) prints every thread's Python traceback.
+// user set themselves (OMP_NUM_THREADS, NCCL_ASYNC_ERROR_HANDLING) are left alone.
 std::map<std::string, std::string> worker_variables(
     const Topology& topology, const JobSettings& job, int local_rank, const std::string& error_file,
     const std::map<std::string, std::string>& inherited);

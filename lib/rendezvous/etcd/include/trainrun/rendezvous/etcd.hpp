@@ -25,7 +25,8 @@ inline std::string_view etcd_alias_note(std::string_view name) {
 // Each agent holds a lease with keep-alives and its node key on it; the round state changes by
 // compare-and-set transactions that any agent may make; every agent watches the prefix. No agent
 // is special: any one may be lost and the others see its key vanish when its lease expires.
-// options.endpoint is etcd's client endpoint; round.static_ranks and is_host do not apply.
+// options.endpoint is etcd's client endpoint; round.static_ranks does not apply, and is_host
+// says whether this node counts as the endpoint's (node rank 0) whatever its address.
 // etcd unreachable (at start or later) is retried until join_deadline(options), then the job
 // stops on this node with a line naming the endpoint and every distinct failure.
 std::unique_ptr<RendezvousHandler> make_etcd_rendezvous_handler(boost::asio::io_context& io,

@@ -52,6 +52,8 @@ class EtcdCalls {
   void cancel();
   // The address this host reaches etcd from, once a request has told it.
   const std::string& local_ip() const { return local_ip_; }
+  // etcd's address on that connection.
+  const std::string& peer_ip() const { return peer_ip_; }
 
  private:
   boost::asio::io_context& io_;
@@ -59,7 +61,7 @@ class EtcdCalls {
   RetryOptions retry_;
   Backoff backoff_;
   Hooks hooks_;
-  std::string local_ip_;
+  std::string local_ip_, peer_ip_;
   std::optional<Clock::time_point> last_unreachable_log_;
   std::vector<std::shared_ptr<boost::asio::steady_timer>> timers_;
   // A timer that had already fired when this was destroyed still runs its function.

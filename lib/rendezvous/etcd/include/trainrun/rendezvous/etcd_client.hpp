@@ -15,6 +15,7 @@ struct EtcdReply {
   std::string body;
   std::string error;     // why, when !transport_ok (curl's wording)
   std::string local_ip;  // this end of the connection
+  std::string peer_ip;   // etcd's end
   bool ok() const { return transport_ok && http_status == 200; }
   // No answer, or one that says "not now" rather than "not etcd": a server error or unavailable
   // (5xx), too many requests (429), and 408, which etcd's HTTP gateway gives while it shuts down
