@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "trainrun/rendezvous/client_stops.hpp"
 #include "trainrun/rendezvous/etcd_client.hpp"
 
 namespace trainrun::rendezvous {
@@ -51,10 +52,7 @@ void EtcdMembership::react(const EtcdRoundState& s, std::int64_t revision) {
   }
   if (joined_ && !assigned_ && join_taken(s)) {
     if (auto r = s.refused.find(node_id_); r != s.refused.end()) {
-      return hooks_.fail(Stop{
-          StopCause::rejected,
-          fmt::format("the rendezvous at {} dropped this node: {}", endpoint_, r->second.reason),
-          r->second.kind});
+      return hooks_.fail(ClientStops{endpoint_}.dropped(r->second));
     }
     if (!me && !s.waiter(node_id_)) return hooks_.fail(round_.dropped(s));
   }
