@@ -3,21 +3,13 @@
 
 #include <catch2/catch.hpp>
 
+#include "test_node.hpp"
 #include "trainrun/rendezvous/etcd_client.hpp"
 
 using namespace trainrun::rendezvous;
 using Phase = EtcdRoundState::Phase;
 
 namespace {
-
-NodeDescriptor node(const std::string& host) {
-  NodeDescriptor n;
-  n.host = host;
-  n.addr = "10.0.0.1";
-  n.pid = 1;
-  n.master_port = 29500;
-  return n;
-}
 
 RoundOptions two_nodes() {
   RoundOptions o;
