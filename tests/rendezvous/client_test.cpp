@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "trainrun/base/system.hpp"
+#include "trainrun/rendezvous/client_stops.hpp"
 
 using namespace trainrun::rendezvous;
 namespace asio = boost::asio;
@@ -22,4 +23,22 @@ TEST_CASE("client: the address a join advertises", "[client]") {
   node.host = "given";
   CHECK(advertised(node, loopback, "rdzv-host").addr == "192.168.0.9");
   CHECK(advertised(node, loopback, "rdzv-host").host == "given");
+}
+
+TEST_CASE("client: what ends it says what happened, at which endpoint", "[client]") {
+  const ClientStops stops{"rdzv-host:29400"};
+  const Stop lost = stops.silent(std::chrono::seconds(30));
+  CHECK(lost.cause == StopCause::server_lost);
+  CHECK(lost.reason ==
+        "lost the rendezvous server at rdzv-host:29400: no message for 30 s (heartbeat timeout)");
+  // Tampering before admission is a refusal; after it, the server is lost to this node.
+  CHECK(stops.tampered("bad seal", false).cause == StopCause::rejected);
+  CHECK(stops.tampered("bad seal", true).cause == StopCause::server_lost);
+  const Stop host = stops.not_a_host("it sent HTTP");
+  CHECK(host.refusal == Refusal::not_a_host);
+  CHECK_THAT(host.reason, Catch::Contains("rdzv-host:29400") && Catch::Contains("it sent HTTP"));
+  const Stop dropped = stops.dropped(Reject{"the job is full", Refusal::none});
+  CHECK(dropped.reason == "the rendezvous at rdzv-host:29400 dropped this node: the job is full");
+  CHECK(stops.refused("bad token", Refusal::token).refusal == Refusal::token);
+  CHECK(stops.refused_server("bad proof").exit_code == 1);
 }

@@ -6,22 +6,13 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "test_node.hpp"
 #include "worker_failure.hpp"
 
 using namespace trainrun::rendezvous;
 using Phase = EtcdRoundState::Phase;
 
 namespace {
-
-NodeDescriptor node(const std::string& host, int nproc = 1) {
-  NodeDescriptor n;
-  n.host = host;
-  n.addr = "10.0.0.1";
-  n.pid = 1;
-  n.nproc = nproc;
-  n.master_port = 29500;
-  return n;
-}
 
 RoundOptions options(int min, int max, int restarts) {
   RoundOptions o;

@@ -1,9 +1,5 @@
 #include "round_backends.hpp"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -11,15 +7,16 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <thread>
 
-#include "test_support.hpp"
+#include "etcd_server.hpp"
 #include "trainrun/rendezvous/etcd_client.hpp"
 #include "trainrun/rendezvous/etcd_round.hpp"
 #include "trainrun/rendezvous/round_machine.hpp"
 
 namespace trainrun::rendezvous::table {
 namespace {
+
+using test::EtcdServer;
 
 using json = nlohmann::json;
 using namespace std::chrono_literals;
@@ -119,64 +116,6 @@ class Builtin : public Backend {
   std::set<int> connected_;
   std::set<int> gone_;  // lost, or closed by the server
   std::map<int, std::vector<ServerMessage>> inbox_;
-};
-
-// ---- etcd: a real one, started once for the test process ----
-
-class EtcdServer {
- public:
-  static const EtcdServer* get() {
-    static std::unique_ptr<EtcdServer> server = start();
-    return server.get();
-  }
-  ~EtcdServer() {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-  const std::string& url() const { return url_; }
-  const std::string& endpoint() const { return endpoint_; }
-
- private:
-  static std::unique_ptr<EtcdServer> start() {
-    const char* etcd = "/usr/bin/etcd";
-    if (::access(etcd, X_OK) != 0) return nullptr;
-    const std::string dir = test::make_temp_dir("round-table-etcd");
-    const std::string client = "http://127.0.0.1:" + std::to_string(test::free_port());
-    const std::string peer = "http://127.0.0.1:" + std::to_string(test::free_port());
-    const std::string log = dir + "/etcd.log";
-    const std::string data = dir + "/data";
-    const std::string cluster = "t=" + peer;
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::execl(etcd, etcd, "--name", "t", "--data-dir", data.c_str(), "--listen-client-urls",
-              client.c_str(), "--advertise-client-urls", client.c_str(), "--listen-peer-urls",
-              peer.c_str(), "--initial-advertise-peer-urls", peer.c_str(), "--initial-cluster",
-              cluster.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    auto server = std::unique_ptr<EtcdServer>(new EtcdServer);
-    server->pid_ = pid;
-    server->url_ = client;
-    server->endpoint_ = client.substr(std::string("http://").size());
-    boost::asio::io_context io;
-    EtcdClient probe(io, client);
-    const auto deadline = std::chrono::steady_clock::now() + 30s;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (probe.post_now("/v3/maintenance/status", "{}", 1000ms).ok()) return server;
-      std::this_thread::sleep_for(100ms);
-    }
-    WARN("etcd did not start on " << client << "; see " << log);
-    return nullptr;
-  }
-  EtcdServer() = default;
-
-  pid_t pid_ = -1;
-  std::string url_;
-  std::string endpoint_;
 };
 
 std::int64_t number(const json& j, const char* key) {

@@ -4,20 +4,13 @@
 
 #include <catch2/catch.hpp>
 
+#include "test_node.hpp"
+
 using namespace trainrun::rendezvous;
 using namespace std::chrono_literals;
 using Phase = RoundState::Phase;
 
 namespace {
-
-NodeDescriptor node(const std::string& host) {
-  NodeDescriptor n;
-  n.host = host;
-  n.addr = "10.0.0.1";
-  n.pid = 1;
-  n.master_port = 29500;
-  return n;
-}
 
 RoundOptions elastic(int min, int max) {
   RoundOptions o;

@@ -4,11 +4,10 @@
 #include <unistd.h>
 
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <map>
 
 #include "trainrun/base/system.hpp"
+#include "trainrun/rendezvous/client_stops.hpp"
 #include "trainrun/rendezvous/conclusion.hpp"
 #include "trainrun/rendezvous/connector.hpp"
 #include "trainrun/rendezvous/crypto.hpp"
@@ -16,6 +15,7 @@
 #include "trainrun/rendezvous/framed_connection.hpp"
 #include "trainrun/rendezvous/handshake.hpp"
 #include "trainrun/rendezvous/keep_alive.hpp"
+#include "trainrun/rendezvous/stacks_requests.hpp"
 
 namespace trainrun::rendezvous {
 
@@ -32,8 +32,6 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
         events_(std::move(events)),
         timer_(io),
         keep_alive_(std::make_shared<KeepAlive>(io)) {}
-
-  std::string endpoint() const { return to_string(options_.endpoint); }
 
   void start() {
     if (state_ != State::idle) return;
@@ -53,11 +51,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   // The endpoint answered, but not with the protocol: no retry can change that.
   void not_a_host(const std::string& what) {
     connection_->close_now();
-    end(Stop{StopCause::rejected,
-             fmt::format("rendezvous endpoint {}: the process listening there is not a trainrun "
-                         "rendezvous host ({})",
-                         endpoint(), what),
-             Refusal::not_a_host});
+    end(stops_.not_a_host(what));
   }
 
   // A connection lost before admission: the connector tries again within the same deadline.
@@ -101,21 +95,13 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     // holds the token) altered or injected it. Nothing on this connection can be trusted.
     if (violation && connection_->authenticated()) {
       connection_->close_now();
-      return end(Stop{state_ == State::admitted ? StopCause::server_lost : StopCause::rejected,
-                      fmt::format("the connection to the rendezvous server at {} was tampered "
-                                  "with: {}",
-                                  endpoint(), why),
-                      1, std::nullopt});
+      return end(stops_.tampered(why, state_ == State::admitted));
     }
     if (state_ == State::handshaking) {
       if (violation) return not_a_host("it sent data that is not a trainrun frame: " + why);
       return retry(why + " during the handshake");
     }
-    if (state_ == State::admitted) {
-      end(Stop{StopCause::server_lost,
-               fmt::format("lost the rendezvous server at {}: {}", endpoint(), why), 1,
-               std::nullopt});
-    }
+    if (state_ == State::admitted) end(stops_.server_lost(why));
   }
 
   void on_frame(const std::string& body) {
@@ -127,27 +113,17 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
         return not_a_host(
             fmt::format("it sent a message that is not the trainrun protocol: {}", e.what()));
       }
-      return end(Stop{StopCause::server_lost,
-                      fmt::format("the rendezvous server at {} sent an invalid message: {}",
-                                  endpoint(), e.what()),
-                      1, std::nullopt});
+      return end(stops_.invalid_message(e.what()));
     }
     keep_alive_->heard();
     if (state_ == State::handshaking) {
       ClientHandshake::Step step = handshake_->on_message(message);
       if (step.outcome == HandshakeOutcome::rejected) {
-        if (const auto* reject = std::get_if<Reject>(&message)) {
-          return end(Stop{
-              StopCause::rejected,
-              fmt::format("the rendezvous at {} refused this node: {}", endpoint(), step.reason),
-              reject->kind});
-        }
+        if (const auto* reject = std::get_if<Reject>(&message))
+          return end(stops_.refused(step.reason, reject->kind));
         // We refuse the server (its token proof): it is told why, so that its log says it too.
         connection_->send(encode(ClientMessage{Leave{step.reason}}));
-        return end(
-            Stop{StopCause::rejected,
-                 fmt::format("this node refused the rendezvous at {}: {}", endpoint(), step.reason),
-                 1, std::nullopt});
+        return end(stops_.refused_server(step.reason));
       }
       if (step.reply) connection_->send(encode(*step.reply));
       if (step.keys) connection_->authenticate(std::move(*step.keys));
@@ -170,17 +146,13 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
           } else if constexpr (std::is_same_v<T, StacksAsk>) {
             on_stacks_ask(m.id);
           } else if constexpr (std::is_same_v<T, StacksAnswer>) {
-            auto it = stacks_requests_.find(m.id);
-            if (it != stacks_requests_.end()) it->second.answers.push_back(m.answer);
+            stacks_.answer(m);
           } else if constexpr (std::is_same_v<T, StacksEnd>) {
-            finish_stacks(m.id, m.missing, m.error);
+            stacks_.finish(m.id, m.missing, m.error);
           } else if constexpr (std::is_same_v<T, Stop>) {
             end(m);
           } else if constexpr (std::is_same_v<T, Reject>) {
-            end(Stop{
-                StopCause::rejected,
-                fmt::format("the rendezvous at {} dropped this node: {}", endpoint(), m.reason),
-                m.kind});
+            end(stops_.dropped(m));
           }
         },
         message);
@@ -205,11 +177,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     // Nothing more will get through: no lingering to deliver a goodbye, which would keep the
     // agent waiting past the heartbeat timeout.
     connection_->close_now();
-    end(Stop{StopCause::server_lost,
-             fmt::format("lost the rendezvous server at {}: no message for {:.0f} s (heartbeat "
-                         "timeout)",
-                         endpoint(), in_seconds(keep_alive_->liveness().heartbeat_timeout)),
-             1, std::nullopt});
+    end(stops_.silent(keep_alive_->liveness().heartbeat_timeout));
   }
 
   void join(const NodeDescriptor& node) {
@@ -260,28 +228,10 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   void request_stacks(StacksDone done) {
     if (state_ != State::admitted)
       return done({}, {}, "this node is not connected to the rendezvous host now");
-    const std::uint64_t id = next_stacks_id_++;
-    StacksRequestState& request = stacks_requests_[id];
-    request.done = std::move(done);
     // The host gives up on the others after kStacksAnswerTimeout; this bounds a host that
     // never ends the request.
-    request.timer = std::make_shared<asio::steady_timer>(io_, kStacksAnswerTimeout * 2);
-    std::weak_ptr<Impl> weak = shared_from_this();
-    request.timer->async_wait([weak, id](error_code ec) {
-      if (auto self = weak.lock(); self && !ec)
-        self->finish_stacks(id, {}, "the rendezvous host did not end the request in time");
-    });
+    const std::uint64_t id = stacks_.open(std::move(done), kStacksAnswerTimeout * 2);
     connection_->send(encode(ClientMessage{StacksRequest{id}}));
-  }
-
-  void finish_stacks(std::uint64_t id, const std::vector<StacksMissing>& missing,
-                     const std::string& error) {
-    auto it = stacks_requests_.find(id);
-    if (it == stacks_requests_.end()) return;
-    StacksRequestState request = std::move(it->second);
-    stacks_requests_.erase(it);
-    request.timer->cancel();
-    request.done(std::move(request.answers), missing, error);
   }
 
   void leave(const std::string& reason) {
@@ -291,13 +241,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
 
   void shut() {
     state_ = State::ended;
-    // Posted: shut() runs in the destructor too, where calling back could reach freed state.
-    for (auto& [id, request] : std::exchange(stacks_requests_, {})) {
-      request.timer->cancel();
-      asio::post(io_, [done = std::move(request.done), answers = std::move(request.answers)] {
-        done(answers, {}, "the connection to the rendezvous host ended before the answers");
-      });
-    }
+    stacks_.abandon();
     timer_.cancel();
     keep_alive_->cancel();
     if (connector_) connector_->cancel();
@@ -313,6 +257,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   asio::io_context& io_;
   ClientOptions options_;
   ClientEvents events_;
+  ClientStops stops_{to_string(options_.endpoint)};
   State state_ = State::idle;
   asio::steady_timer timer_;  // the handshake's deadline
   std::shared_ptr<Connector> connector_;
@@ -323,13 +268,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   std::string advertised_address_;
   std::optional<NodeDescriptor> pending_join_;
   std::optional<Assignment> assignment_;
-  struct StacksRequestState {
-    StacksDone done;
-    std::vector<std::string> answers;
-    std::shared_ptr<asio::steady_timer> timer;
-  };
-  std::map<std::uint64_t, StacksRequestState> stacks_requests_;
-  std::uint64_t next_stacks_id_ = 1;
+  StacksRequests stacks_{io_};
 };
 
 NodeDescriptor advertised(NodeDescriptor node, const asio::ip::address& local,

@@ -16,47 +16,12 @@
 #include <utility>
 #include <vector>
 
+#include "gradient_buckets.hpp"
 #include "session.hpp"
 
 namespace trainrun::runtime {
 namespace detail {
 namespace {
-
-// Tensors of one dtype and device, split into flat buckets of at most `cap_bytes` (the first
-// bucket of each dtype and device at most `first_cap_bytes`; a tensor larger than the cap gets a
-// bucket of its own). Order is kept within each group.
-std::vector<std::vector<std::size_t>> make_buckets(const std::vector<torch::Tensor>& tensors,
-                                                   std::size_t cap_bytes,
-                                                   std::size_t first_cap_bytes) {
-  struct Open {
-    std::vector<std::size_t> members;
-    std::size_t bytes = 0;
-    bool first = true;
-  };
-  std::map<std::tuple<int, int, int>, Open> open;
-  std::vector<std::vector<std::size_t>> buckets;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const auto& t = tensors[i];
-    const auto key =
-        std::make_tuple(static_cast<int>(t.scalar_type()), static_cast<int>(t.device().type()),
-                        static_cast<int>(t.device().index()));
-    const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
-    auto& bucket = open[key];
-    const std::size_t cap = bucket.first ? first_cap_bytes : cap_bytes;
-    if (!bucket.members.empty() && bucket.bytes + bytes > cap) {
-      buckets.push_back(std::move(bucket.members));
-      bucket.members.clear();
-      bucket.bytes = 0;
-      bucket.first = false;
-    }
-    bucket.members.push_back(i);
-    bucket.bytes += bytes;
-  }
-  for (auto& [key, bucket] : open) {
-    if (!bucket.members.empty()) buckets.push_back(std::move(bucket.members));
-  }
-  return buckets;
-}
 
 void wait_all(std::vector<c10::intrusive_ptr<c10d::Work>>& works, const char* what) {
   try {
@@ -96,10 +61,8 @@ void broadcast_from_rank0(const c10::intrusive_ptr<ProcessGroup>& group,
 
 // After each backward pass, replaces every parameter's gradient by its mean over all ranks, as
 // DDP's reducer does: a hook after each parameter's gradient accumulation copies the gradient
-// into its bucket's persistent flat buffer, and a bucket whose gradients are all there starts
-// its all-reduce at once, while backward goes on computing the earlier layers. Buckets are
-// formed in reverse parameter order (the order backward produces gradients) and always started
-// in that order, so every rank issues the same collectives in the same sequence. A callback at
+// into its bucket (GradientBuckets), and a bucket whose gradients are all there starts its
+// all-reduce at once, while backward goes on computing the earlier layers. A callback at
 // the end of backward starts what is left (parameters this pass did not reach contribute their
 // current gradient, or zeros), waits, writes the means back to the parameters some rank used
 // (DDP with find_unused_parameters) and broadcasts rank 0's buffers.
@@ -111,9 +74,8 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
         params_(std::move(params)),
         buffers_(std::move(buffers)),
         cap_bytes_(cap_bytes),
-        world_size_(world_size) {
-    make_gradient_buckets();
-    ready_.assign(params_.size(), false);
+        world_size_(world_size),
+        buckets_(params_, cap_bytes) {
     used_.assign(params_.size(), false);
   }
 
@@ -149,15 +111,6 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
   }
 
  private:
-  static constexpr std::size_t kFirstBucketBytes = 1024 * 1024;
-
-  struct Bucket {
-    torch::Tensor flat;     // the gradients of its parameters, one after another
-    std::size_t size = 0;   // how many parameters
-    std::size_t ready = 0;  // how many of them this pass has copied in
-    c10::intrusive_ptr<c10d::Work> work;
-  };
-
   struct AccumulatedHook : torch::autograd::FunctionPostHook {
     AccumulatedHook(std::weak_ptr<GradientSynchronizer> owner, std::size_t index)
         : owner(std::move(owner)), index(index) {}
@@ -171,26 +124,6 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
     std::size_t index;
   };
 
-  void make_gradient_buckets() {
-    std::vector<torch::Tensor> reversed(params_.rbegin(), params_.rend());
-    // As DDP: a small first bucket, so that communication starts early in backward.
-    const auto groups =
-        make_buckets(reversed, cap_bytes_, std::min<std::size_t>(cap_bytes_, kFirstBucketBytes));
-    slot_of_.resize(params_.size());
-    for (std::size_t b = 0; b < groups.size(); ++b) {
-      Bucket bucket;
-      std::int64_t offset = 0;
-      for (std::size_t r : groups[b]) {
-        const std::size_t i = params_.size() - 1 - r;
-        slot_of_[i] = {b, offset};
-        offset += params_[i].numel();
-      }
-      bucket.size = groups[b].size();
-      bucket.flat = torch::empty({offset}, reversed[groups[b].front()].options());
-      buckets_.push_back(std::move(bucket));
-    }
-  }
-
   // Runs before parameter i's gradient is accumulated. Loading a state dict can give the
   // parameter a new accumulator of the same dtype and device: the hook moves to it, and
   // synchronisation goes on. A parameter moved or converted (to(device), to(dtype)) no longer
@@ -200,7 +133,7 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
     std::lock_guard<std::mutex> lock(mutex_);
     const auto current = torch::autograd::impl::try_get_grad_accumulator(params_[i]);
     if (current == accumulators_[i]) return;
-    const auto& bucket = buckets_[slot_of_[i].first].flat;
+    const auto& bucket = buckets_.flat(buckets_.bucket_of(i));
     if (current && params_[i].dtype() == bucket.dtype() && params_[i].device() == bucket.device()) {
       current->add_post_hook(std::make_unique<AccumulatedHook>(weak_from_this(), i));
       accumulators_[i] = current;
@@ -217,24 +150,6 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
         "prepare_model (to(device) or to(dtype)), so its gradient would no longer be averaged "
         "across ranks; move or convert the model before prepare_model, or call prepare_model "
         "on it again after moving it");
-  }
-
-  torch::Tensor slot(std::size_t i) {
-    const auto [b, offset] = slot_of_[i];
-    const auto& param = params_[i];
-    return buckets_[b].flat.narrow(0, offset, param.numel()).view(param.sizes());
-  }
-
-  // Parameter i's gradient for this pass (zeros when it has none) is in its bucket.
-  void mark_ready(std::size_t i, const torch::Tensor& grad) {
-    torch::NoGradGuard no_grad;
-    if (grad.defined()) {
-      slot(i).copy_(grad);
-    } else {
-      slot(i).zero_();
-    }
-    ready_[i] = true;
-    ++buckets_[slot_of_[i].first].ready;
   }
 
   // The first hook of a pass queues the end-of-backward callback. A pass whose backward threw
@@ -258,7 +173,7 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
     used_[i] = true;  // also under no_sync: DDP counts use since the last synchronisation
     if (pauses_ > 0 && !in_pass_) return;
     begin_pass_if_needed();
-    if (ready_[i]) return;
+    if (buckets_.ready(i)) return;
     const auto& grad = params_[i].grad();
     if (grad.is_sparse()) {
       abandon_pass();
@@ -267,7 +182,7 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
           "use dense gradients");
     }
     try {
-      mark_ready(i, grad);
+      buckets_.mark_ready(i, grad);
       start_ready_buckets();
     } catch (...) {
       abandon_pass();  // backward fails; the next one starts afresh
@@ -278,10 +193,9 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
   // Ends a pass that will not finish: all-reduces it started still complete (every rank started
   // the same ones), so their buffers are free before the next pass reuses them.
   void abandon_pass() {
-    for (auto& bucket : buckets_) {
-      if (!bucket.work) continue;
+    for (auto& work : buckets_.started()) {
       try {
-        bucket.work->wait();
+        work->wait();
       } catch (const std::exception&) {
         // The pass is being discarded; a broken group fails the next collective with its cause.
       }
@@ -293,22 +207,12 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
   void reset_pass() {
     in_pass_ = false;
     pass_token_.reset();
-    next_start_ = 0;
-    std::fill(ready_.begin(), ready_.end(), false);
-    for (auto& bucket : buckets_) {
-      bucket.ready = 0;
-      bucket.work.reset();
-    }
+    buckets_.reset();
   }
 
-  // Starts buckets strictly in order, each once all of its gradients are in.
   void start_ready_buckets() {
-    while (next_start_ < buckets_.size() &&
-           buckets_[next_start_].ready == buckets_[next_start_].size) {
-      std::vector<torch::Tensor> flat = {buckets_[next_start_].flat};
-      buckets_[next_start_].work = group_->allreduce(flat);
-      ++next_start_;
-    }
+    buckets_.start_ready(
+        [this](std::vector<torch::Tensor>& flat) { return group_->allreduce(flat); });
   }
 
   // How many ranks used each parameter since the last synchronisation.
@@ -316,7 +220,7 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
     auto local = torch::zeros({static_cast<std::int64_t>(params_.size())}, torch::kInt32);
     auto* flags = local.data_ptr<std::int32_t>();
     for (std::size_t i = 0; i < params_.size(); ++i) flags[i] = used_[i] ? 1 : 0;
-    counts = {local.to(buckets_.front().flat.device())};
+    counts = {local.to(buckets_.flat(0).device())};
     return group_->allreduce(counts);
   }
 
@@ -331,25 +235,25 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
     } end_pass{*this};
     torch::NoGradGuard no_grad;
     for (std::size_t i = 0; i < params_.size(); ++i) {
-      if (!ready_[i]) mark_ready(i, params_[i].grad());
+      if (!buckets_.ready(i)) buckets_.mark_ready(i, params_[i].grad());
     }
     start_ready_buckets();
     std::vector<torch::Tensor> counts;
     std::vector<c10::intrusive_ptr<c10d::Work>> works = {count_users(counts)};
-    for (auto& bucket : buckets_) works.push_back(bucket.work);
+    for (auto& work : buckets_.started()) works.push_back(work);
     wait_all(works, "gradient all-reduce");
     const auto users = counts[0].cpu();
     const auto* used_by = users.data_ptr<std::int32_t>();
-    for (auto& bucket : buckets_) bucket.flat.div_(world_size_);
+    buckets_.divide(world_size_);
     for (std::size_t i = 0; i < params_.size(); ++i) {
       // A parameter no rank used keeps its gradient as it was, undefined included, so that
       // momentum, weight decay and Adam leave it alone (as DDP).
       if (used_by[i] == 0) continue;
       auto& param = params_[i];
       if (param.grad().defined()) {
-        param.mutable_grad().copy_(slot(i));
+        param.mutable_grad().copy_(buckets_.slot(i));
       } else {
-        param.mutable_grad() = slot(i).clone();
+        param.mutable_grad() = buckets_.slot(i).clone();
       }
     }
     // As DDP's broadcast_buffers, once per synchronised pass: every rank continues from rank 0's
@@ -362,17 +266,14 @@ class GradientSynchronizer : public std::enable_shared_from_this<GradientSynchro
   std::vector<torch::Tensor> buffers_;  // empty unless broadcast_buffers
   std::size_t cap_bytes_;
   int world_size_;
-  std::vector<Bucket> buckets_;
-  std::vector<std::pair<std::size_t, std::int64_t>> slot_of_;  // parameter -> (bucket, offset)
+  GradientBuckets buckets_;
   // A shared_ptr in LibTorch 1.x, an intrusive_ptr in later releases.
   using NodePtr =
       decltype(torch::autograd::impl::grad_accumulator(std::declval<const torch::Tensor&>()));
   std::vector<NodePtr> accumulators_;
   std::mutex mutex_;
-  std::vector<bool> ready_;  // copied into its bucket in this pass
-  std::vector<bool> used_;   // reached by backward since the last synchronisation
+  std::vector<bool> used_;  // reached by backward since the last synchronisation
   std::weak_ptr<char> pass_token_;
-  std::size_t next_start_ = 0;
   bool in_pass_ = false;
   int pauses_ = 0;
 };

@@ -1,0 +1,56 @@
+#include "trainrun/rendezvous/client_stops.hpp"
+
+#include <fmt/format.h>
+
+namespace trainrun::rendezvous {
+
+Stop ClientStops::not_a_host(const std::string& what) const {
+  return Stop{StopCause::rejected,
+              fmt::format("rendezvous endpoint {}: the process listening there is not a trainrun "
+                          "rendezvous host ({})",
+                          endpoint, what),
+              Refusal::not_a_host};
+}
+
+Stop ClientStops::tampered(const std::string& why, bool admitted) const {
+  return Stop{admitted ? StopCause::server_lost : StopCause::rejected,
+              fmt::format("the connection to the rendezvous server at {} was tampered with: {}",
+                          endpoint, why),
+              1, std::nullopt};
+}
+
+Stop ClientStops::server_lost(const std::string& why) const {
+  return Stop{StopCause::server_lost,
+              fmt::format("lost the rendezvous server at {}: {}", endpoint, why), 1, std::nullopt};
+}
+
+Stop ClientStops::invalid_message(const std::string& what) const {
+  return Stop{
+      StopCause::server_lost,
+      fmt::format("the rendezvous server at {} sent an invalid message: {}", endpoint, what), 1,
+      std::nullopt};
+}
+
+Stop ClientStops::silent(Clock::duration heartbeat_timeout) const {
+  return server_lost(
+      fmt::format("no message for {:.0f} s (heartbeat timeout)", in_seconds(heartbeat_timeout)));
+}
+
+Stop ClientStops::refused(const std::string& reason, Refusal kind) const {
+  return Stop{StopCause::rejected,
+              fmt::format("the rendezvous at {} refused this node: {}", endpoint, reason), kind};
+}
+
+Stop ClientStops::refused_server(const std::string& why) const {
+  return Stop{StopCause::rejected,
+              fmt::format("this node refused the rendezvous at {}: {}", endpoint, why), 1,
+              std::nullopt};
+}
+
+Stop ClientStops::dropped(const Reject& reject) const {
+  return Stop{StopCause::rejected,
+              fmt::format("the rendezvous at {} dropped this node: {}", endpoint, reject.reason),
+              reject.kind};
+}
+
+}  // namespace trainrun::rendezvous
