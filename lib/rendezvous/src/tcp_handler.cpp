@@ -88,6 +88,7 @@ class TcpRendezvousHandler : public RendezvousHandler {
     node.nproc = request.nproc;
     node.node_rank = options_.round.static_ranks ? options_.node_rank : -1;
     node.master_port = options_.round.static_ranks ? 0 : request.master_port;
+    node.preflight = request.preflight;
     pending_join_ = node;
     if (client_) {
       client_->join(node);

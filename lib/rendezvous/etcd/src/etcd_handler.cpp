@@ -64,6 +64,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     node.pid = ::getpid();
     node.nproc = request.nproc;
     node.master_port = request.master_port;
+    node.preflight = request.preflight;
     joined_ = true;
     ++join_seq_;
     pending_join_ = node;

@@ -77,6 +77,7 @@ class RendezvousHandler {
     // (dynamic backend; required there). Ignored by the static backend (round.static_master is
     // used).
     int master_port = 0;
+    std::optional<PreflightOffer> preflight = {};  // travels in the join: NodeDescriptor::preflight
   };
 
   virtual ~RendezvousHandler() = default;
