@@ -27,8 +27,9 @@ def test_a_firewall_that_drops_the_ephemeral_ports_is_named_on_both_nodes(netns_
         pytest.skip("iptables is not installed (scripts/setup.sh)")
     a, b = netns_pair.ns
     low, high = ephemeral_range()
-    # From b to a only the ephemeral range is dropped: the rendezvous port (29403) stays open.
-    rule = ["-p", "tcp", "-d", a.addr, "--dport", f"{low}:{high}", "-j", "DROP"]
+    # New connections from b to a's ephemeral range are dropped: the rendezvous port (29403)
+    # stays open, and so do a's connections to b.
+    rule = ["-p", "tcp", "--syn", "-d", a.addr, "--dport", f"{low}:{high}", "-j", "DROP"]
     r = subprocess.run(["ip", "netns", "exec", b.name, IPTABLES, "-A", "OUTPUT", *rule],
                        capture_output=True, text=True)
     if r.returncode != 0:
@@ -42,17 +43,16 @@ def test_a_firewall_that_drops_the_ephemeral_ports_is_named_on_both_nodes(netns_
     # Named in seconds (the check's bound is 5 s), not after init_process_group's 30 minutes.
     assert rb.wait(timeout=60) == 1, rb.err
     assert ra.wait(timeout=60) == 1, ra.err
-    link = (f"cannot open a TCP connection to {ra_host()} (group rank 0) at {a.addr}:")
+    host = os.uname().nodename  # both namespaces share the machine's host name
+    link = (f"{host} (group rank 1, {b.addr}) cannot open a TCP connection to {host} (group rank "
+            f"0) at {a.addr}:")
     for agent in (ra, rb):
         assert link in agent.err, agent.err
         assert "(MASTER_ADDR): no answer" in agent.err, agent.err
-        assert f"let TCP from {ra_host()} to {ra_host()} through" in agent.err, agent.err
+        assert f"let TCP from {b.addr} to {a.addr} through" in agent.err, agent.err
         assert "GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME" in agent.err, agent.err
-
-
-def ra_host():
-    # Both namespaces share the machine's host name.
-    return os.uname().nodename
+    # The workers of group rank 1 never started.
+    assert "preflight failed" in rb.err and "worker" not in rb.out
 
 
 def test_a_script_that_differs_between_the_nodes_stops_the_job(agents, worker, tmp_path):
@@ -89,15 +89,16 @@ def test_master_addr_that_resolves_to_loopback_on_its_node(netns_pair, agents, w
             made.append(d)
             with open(f"{d}/hosts", "w") as f:
                 f.write(f"127.0.0.1 localhost\n{addr} {name}\n")
-        endpoint = f"{a.addr}:29404"
+        # As trainrun --hosts runs them: the first host's name is MASTER_ADDR.
+        common = ["--nnodes=2", "--nproc-per-node=1", f"--master-addr={name}",
+                  "--master-port=29404", JOIN]
         cmd = [worker, "sleep", "60"]
-        ra = agents("a", dynamic(endpoint, 2, 1, JOIN, f"--local-addr={name}", run_id="pf") + cmd,
-                    netns=a.name)
-        rb = agents("b", dynamic(endpoint, 2, 1, JOIN, f"--local-addr={b.addr}", run_id="pf")
-                    + cmd, netns=b.name)
+        ra = agents("a", common + ["--node-rank=0"] + cmd, netns=a.name)
+        rb = agents("b", common + ["--node-rank=1"] + cmd, netns=b.name)
         assert ra.wait(timeout=60) == 1, ra.err
         assert rb.wait(timeout=60) == 1, rb.err
-        loopback = f"MASTER_ADDR {name} resolves to 127.0.1.1 on {ra_host()}, a loopback address"
+        loopback = (f"MASTER_ADDR {name} resolves to 127.0.1.1 on {os.uname().nodename}, a loopback "
+                    "address")
         assert loopback in ra.err, ra.err
         assert loopback in rb.err, rb.err
     finally:

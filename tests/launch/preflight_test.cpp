@@ -1,5 +1,5 @@
-#include <catch2/catch.hpp>
 #include <boost/asio/io_context.hpp>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
 
@@ -109,9 +109,10 @@ TEST_CASE("a broken link names both nodes, the direction, the port and the fix",
   REQUIRE(f);
   CHECK(f->error);
   CHECK(f->line ==
-        "node1 cannot open a TCP connection to node0 (group rank 0) at 10.0.0.1:40001 "
-        "(MASTER_ADDR): no answer (5 s); the workers would hang in init_process_group. Likely "
-        "fix: let TCP from node1 to node0 through on the ports the process group uses (the "
+        "node1 (group rank 1, 10.0.0.2) cannot open a TCP connection to node0 (group rank 0) at "
+        "10.0.0.1:40001 (MASTER_ADDR): no answer (5 s); the workers would hang in "
+        "init_process_group. Likely fix: let TCP from 10.0.0.2 to 10.0.0.1 through on the ports "
+        "the process group uses (the "
         "ephemeral range, 32768-60999 here) — a firewall rule, or, if 10.0.0.1 is not the "
         "address node0 is reached by from node1, make it advertise one that is (--local-addr) "
         "and set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME to the interface of the network the "

@@ -91,8 +91,7 @@ TEST_CASE("the assignment carries the offers of the nodes to check", "[preflight
   CHECK(all[2].preflight[0].addr == nodes[0].addr);
   CHECK(all[3].preflight.empty());
 
-  Assignment back =
-      std::get<Assignment>(decode_server_message(encode(ServerMessage{all[2]})));
+  Assignment back = std::get<Assignment>(decode_server_message(encode(ServerMessage{all[2]})));
   REQUIRE(back.preflight.size() == 2);
   CHECK(back.preflight[1].host == "node1");
   CHECK(back.preflight[1].offer == offer(40001));

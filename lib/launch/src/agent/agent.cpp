@@ -255,9 +255,12 @@ class Agent {
     job.mode = config_.preflight;
     job.log_dir = logs_.run_dir();
     const auto started = Clock::now();
-    preflight_ = PreflightRun::start(io_, std::move(job), [this, a, started](auto findings) {
-      // Not from inside the run's own callback: it is dropped here.
-      asio::post(io_, [this, a, started, findings = std::move(findings)] {
+    const std::uint64_t run = ++preflight_runs_;
+    preflight_ = PreflightRun::start(io_, std::move(job), [this, a, started, run](auto findings) {
+      // Not from inside the run's own callback: it is dropped here. A stop, restart or halt that
+      // came meanwhile dropped it already (the loop may be past the job's end).
+      asio::post(io_, [this, a, started, run, findings = std::move(findings)] {
+        if (run != preflight_runs_ || !preflight_ || policy_.done()) return;
         preflight_.reset();
         finish_preflight(a, findings, Clock::now() - started);
       });
@@ -284,6 +287,7 @@ class Agent {
   }
 
   void drop_preflight() {
+    ++preflight_runs_;
     if (preflight_) preflight_->cancel();
     preflight_.reset();
   }
@@ -465,6 +469,7 @@ class Agent {
     exit_code_ = a.exit_code;
     ended_ = Clock::now();
     if (roll_call_) roll_call_->close();
+    drop_preflight();
     signals_.cancel();
     grace_timer_.cancel();
     file_timer_.reset();  // its FIFO's wait would keep the rendezvous' last run_for busy
@@ -508,6 +513,7 @@ class Agent {
   std::unique_ptr<PreflightListener> preflight_listener_;
   std::optional<rendezvous::PreflightOffer> offer_;  // none: this node runs no preflight
   std::shared_ptr<PreflightRun> preflight_;          // while the round's preflight runs
+  std::uint64_t preflight_runs_ = 0;                 // counts runs begun or dropped
   std::string torch_version_;                        // the workers' torch, "" when none
   AgentPolicy policy_;
   JobSummary summary_;

@@ -3,7 +3,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
-#include <iterator>
+#include <sstream>
 
 #include "trainrun/base/system.hpp"
 #include "trainrun/base/text.hpp"
@@ -40,10 +40,10 @@ std::string network_identity() {
 }
 
 std::string ephemeral_port_range() {
-  const std::vector<std::string> words =
-      split(trim(read_small_file("/proc/sys/net/ipv4/ip_local_port_range")), '\t');
-  if (words.size() != 2) return "";
-  return words[0] + "-" + words[1];
+  std::istringstream in(read_small_file("/proc/sys/net/ipv4/ip_local_port_range"));
+  std::string low, high;
+  if (!(in >> low >> high)) return "";
+  return low + "-" + high;
 }
 
 rendezvous::PreflightOffer local_offer(int port, const LocalRun& run) {

@@ -123,7 +123,8 @@ std::optional<PreflightFinding> master_addr_finding(const PreflightNode& me,
 std::optional<PreflightFinding> link_finding(const PreflightNode& me, const LinkCheck& link,
                                              const std::string& port_range) {
   if (link.outcome == LinkOutcome::ok) return std::nullopt;
-  const std::string self = escape_control(me.host);
+  const std::string self = fmt::format("{} (group rank {}, {})", escape_control(me.host),
+                                       me.group_rank, escape_control(me.addr));
   const std::string other = node_name(link.peer.host, link.peer.group_rank);
   const std::string where =
       fmt::format("{}:{}{}", escape_control(link.target), link.peer.offer.port,
@@ -152,12 +153,13 @@ std::optional<PreflightFinding> link_finding(const PreflightNode& me, const Link
   const std::string firewall = fmt::format(
       "let TCP from {} to {} through on the ports the process group uses (the ephemeral range{}) "
       "— a firewall rule",
-      self, escape_control(link.peer.host), port_range.empty() ? "" : ", " + port_range + " here");
+      escape_control(me.addr), escape_control(link.target),
+      port_range.empty() ? "" : ", " + port_range + " here");
   const std::string interface = fmt::format(
       "if {} is not the address {} is reached by from {}, make it advertise one that is "
       "(--local-addr) and set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME to the interface of the "
       "network the nodes share",
-      escape_control(link.target), escape_control(link.peer.host), self);
+      escape_control(link.target), escape_control(link.peer.host), escape_control(me.host));
   std::string fix;
   switch (link.outcome) {
     case LinkOutcome::timed_out:
