@@ -279,10 +279,11 @@ class Agent {
     const PreflightNode me{host_, a.group_rank, rdzv_->advertised_address()};
     if (failed)
       return apply(policy_.start_failed(preflight_failure(me, findings), 1, Clock::now()));
-    say_on_console(fmt::format("preflight passed: {} checked, MASTER_ADDR {} ({:.2f} s)",
-                               count_of(static_cast<long long>(a.preflight.size()), "node"),
-                               a.master_addr, std::chrono::duration<double>(took).count()),
-                   Level::debug);
+    say_on_console(
+        fmt::format("preflight passed: {} checked, MASTER_ADDR {} ({:.1f} ms)",
+                    count_of(static_cast<long long>(a.preflight.size()), "node"), a.master_addr,
+                    std::chrono::duration<double, std::milli>(took).count()),
+        Level::debug);
     apply(policy_.assignment(a, Clock::now()));
   }
 

@@ -109,13 +109,17 @@ std::optional<PreflightFinding> master_addr_finding(const PreflightNode& me,
   if (!master_elsewhere) return std::nullopt;
   for (const std::string& a : resolved) {
     if (!is_loopback_address(a)) continue;
+    const std::string why =
+        me.group_rank == 0
+            ? "the other nodes run on other machines: the workers here would offer it to them, "
+              "who cannot reach it"
+            : "group rank 0 runs on another machine: the workers here would not reach its store";
     return PreflightFinding{
         true,
-        fmt::format("MASTER_ADDR {} resolves to {} on {}, a loopback address, but group rank 0 "
-                    "runs on another machine: the workers here would not reach its store; map "
+        fmt::format("MASTER_ADDR {} resolves to {} on {}, a loopback address, but {}; map "
                     "{} to the address the nodes share in /etc/hosts (Debian maps the host's own "
                     "name to 127.0.1.1), or give that address (--master-addr, --local-addr)",
-                    name, a, self, name)};
+                    name, a, self, why, name)};
   }
   return std::nullopt;
 }
