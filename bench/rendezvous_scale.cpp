@@ -3,8 +3,11 @@
 // heartbeats). Prints a table; with --write FILE, also puts it into FILE between markers; with
 // --json FILE, writes the results as JSON (read by bench/plot.py).
 //
-//   rendezvous_scale [--sizes 16,256,1024,4096,16384] [--token] [--write docs/benchmarks.md]
-//                    [--json FILE]
+//   rendezvous_scale [--sizes 16,256,1024,4096,16384] [--token] [--preflight]
+//                    [--write docs/benchmarks.md] [--json FILE]
+//
+// --preflight: each client joins with a preflight offer, as an agent of a multi-node job does,
+// so that every assignment carries the offers of the nodes its agent checks.
 
 #include <fmt/format.h>
 #include <sys/resource.h>
@@ -15,18 +18,18 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/read.hpp>
-#include <nlohmann/json.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "rendezvous/round_counts.hpp"
 #include "trainrun/rendezvous/client.hpp"
 #include "trainrun/rendezvous/server.hpp"
-#include "rendezvous/round_counts.hpp"
 
 using namespace trainrun::rendezvous;
 namespace asio = boost::asio;
@@ -48,7 +51,7 @@ double since(SteadyClock::time_point t) {
 
 // The simulated agents: n clients on an io_context of their own, in a child process (so that the
 // host's memory and file descriptors are the server's alone). Writes the two times to `out`.
-void run_clients(int n, bool token, int port, int out) {
+void run_clients(int n, bool token, bool preflight, int port, int out) {
   asio::io_context io;
   bench::RoundCounts counts;
   std::vector<std::unique_ptr<RendezvousClient>> clients;
@@ -68,6 +71,18 @@ void run_clients(int n, bool token, int port, int out) {
     node.pid = 1000 + i;
     node.nproc = 8;
     node.master_port = 29500;
+    if (preflight) {
+      PreflightOffer o;
+      o.id = fmt::format("{:016x}", i);
+      o.port = 32768 + i % 28000;
+      o.trainrun = "0.9.0";
+      o.entrypoint = "train.py";
+      o.sha256 = std::string(64, 'a');
+      o.python = "3.11.2";
+      o.torch = "2.1.0+cu121";
+      o.network = fmt::format("{:016x}", i);
+      node.preflight = o;
+    }
     clients.back()->join(node);
   }
   auto run_until = [&](auto done) {
@@ -95,7 +110,7 @@ double rss_mib() {
   return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGE_SIZE)) / (1 << 20);
 }
 
-Result measure(int n, bool token) {
+Result measure(int n, bool token, bool preflight) {
   Result r;
   r.nodes = n;
   int to_child[2], from_child[2];
@@ -104,7 +119,7 @@ Result measure(int n, bool token) {
   if (child == 0) {
     int port = 0;
     if (::read(to_child[0], &port, sizeof port) != static_cast<ssize_t>(sizeof port)) _exit(1);
-    run_clients(n, token, port, from_child[1]);
+    run_clients(n, token, preflight, port, from_child[1]);
   }
   const double rss_before = rss_mib();
   asio::io_context io;
@@ -161,12 +176,14 @@ std::string table(const std::vector<Result>& results, bool token) {
   std::ostringstream out;
   out << "## Rendezvous scale (`bench/rendezvous_scale`)\n\n";
   out << "Time for the built-in rendezvous server to form one round, and then to pass the exit "
-         "barrier (every node reports done, every node is told), with N protocol clients in a second "
+         "barrier (every node reports done, every node is told), with N protocol clients in a "
+         "second "
          "process on loopback (the host's memory is its own: resident set growth from before the "
          "server starts to its peak, per agent); each client connects, completes the handshake"
       << (token ? " with the token proof" : "")
-      << ", joins and heartbeats like an agent. Targets: under 2 s at 1,024, under 5 s at 16,384. Machine: " << machine()
-      << ".\n\n";
+      << ", joins and heartbeats like an agent. Targets: under 2 s at 1,024, under 5 s at 16,384. "
+         "Machine: "
+      << machine() << ".\n\n";
   out << "| nodes | round formed (s) | exit barrier (s) | host memory per agent (KiB) |\n"
          "|---:|---:|---:|---:|\n";
   for (const auto& r : results) {
@@ -213,7 +230,9 @@ void write_json(const std::string& path, const std::vector<Result>& results, boo
                 const std::string& command) {
   nlohmann::json rows = nlohmann::json::array();
   for (const Result& r : results) {
-    rows.push_back({{"nodes", r.nodes}, {"round_s", r.round_s}, {"barrier_s", r.barrier_s},
+    rows.push_back({{"nodes", r.nodes},
+                    {"round_s", r.round_s},
+                    {"barrier_s", r.barrier_s},
                     {"rss_per_agent_kib", r.rss_per_agent_kib},
                     {"ok", r.ok}});
   }
@@ -233,6 +252,7 @@ int main(int argc, char** argv) {
   std::string command = "rendezvous_scale";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
   bool token = false;
+  bool preflight = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--sizes" && i + 1 < argc) {
@@ -243,10 +263,12 @@ int main(int argc, char** argv) {
       json_path = argv[++i];
     } else if (arg == "--token") {
       token = true;
+    } else if (arg == "--preflight") {
+      preflight = true;
     } else {
       std::fprintf(stderr,
                    "usage: rendezvous_scale [--sizes 16,256,1024,4096,16384] [--token] "
-                   "[--write FILE] [--json FILE]\n");
+                   "[--preflight] [--write FILE] [--json FILE]\n");
       return 2;
     }
   }
@@ -258,7 +280,7 @@ int main(int argc, char** argv) {
   std::vector<Result> results;
   bool all_ok = true;
   for (int n : sizes) {
-    results.push_back(measure(n, token));
+    results.push_back(measure(n, token, preflight));
     all_ok = all_ok && results.back().ok;
   }
   std::string text = table(results, token);

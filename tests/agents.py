@@ -14,13 +14,14 @@ def ip_binary():
 class Agent:
     """One trainrun process; `prefix` wraps the command (for example `ip netns exec NS`)."""
 
-    def __init__(self, directory, name, command, env=None, prefix=()):
+    def __init__(self, directory, name, command, env=None, prefix=(), cwd=None):
         self.name = name
         self.out_path = directory / f"{name}.out"
         self.err_path = directory / f"{name}.err"
         full_env = dict(os.environ, **(env or {}))
         with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
-            self.proc = subprocess.Popen([*prefix, *command], env=full_env, stdout=out, stderr=err)
+            self.proc = subprocess.Popen([*prefix, *command], env=full_env, stdout=out, stderr=err,
+                                         cwd=cwd)
 
     def wait(self, timeout=90):
         try:
@@ -44,7 +45,7 @@ class Agent:
 
 
 class Agents:
-    """Starts the agents of one test: agents(name, args, env=None, netns=None) runs
+    """Starts the agents of one test: agents(name, args, env=None, netns=None, cwd=None) runs
     `trainrun ARGS` (inside network namespace `netns` if given), with output in DIRECTORY/NAME.out
     and .err. Leaving the `with` block kills whatever is still running."""
 
@@ -52,10 +53,10 @@ class Agents:
         self.trainrun, self.directory, self.env = trainrun, directory, env or {}
         self.started = []
 
-    def __call__(self, name, args, env=None, netns=None):
+    def __call__(self, name, args, env=None, netns=None, cwd=None):
         prefix = [ip_binary(), "netns", "exec", netns] if netns else []
         agent = Agent(self.directory, name, [self.trainrun, *args], {**self.env, **(env or {})},
-                      prefix)
+                      prefix, cwd)
         self.started.append(agent)
         return agent
 

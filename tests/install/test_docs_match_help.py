@@ -39,7 +39,7 @@ def test_every_help_option_is_completed():
 def test_completion_leaves_the_entrypoints_arguments_alone():
     # After the entrypoint, options are the program's: bash's own file completion takes over.
     assert complete(COMPLETION, "--nnodes", "2", "train.py", "--nn") == []
-    assert complete(COMPLETION, "--nnodes=2", "--no-") == ["--no-python"]
+    assert complete(COMPLETION, "--nnodes=2", "--no-") == ["--no-preflight", "--no-python"]
     assert complete(COMPLETION, "--log-dir", "--") == []  # a value, not an option
 
 

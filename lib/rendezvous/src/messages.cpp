@@ -135,13 +135,78 @@ std::string get_hex(const json& j, const char* key, std::size_t length) {
 
 constexpr std::size_t kHexDigest = 64;
 
+json to_json(const PreflightOffer& o) {
+  return json{{"v", kPreflightVersion},
+              {"id", o.id},
+              {"port", o.port},
+              {"trainrun", o.trainrun},
+              {"entrypoint", o.entrypoint},
+              {"sha256", o.sha256},
+              {"python", o.python},
+              {"torch", o.torch},
+              {"network", o.network}};
+}
+
+// An offer of another preflight version is ignored (the node is not checked), not refused: the
+// join it came with is still good.
+std::optional<PreflightOffer> optional_offer(const json& j) {
+  auto it = j.find("preflight");
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) throw ProtocolError("field \"preflight\" must be an object");
+  if (get_int(*it, "v", 0, 1 << 20) != kPreflightVersion) return std::nullopt;
+  PreflightOffer o;
+  o.id = get_hex(*it, "id", 16);
+  o.port = get_small(*it, "port", 1, 65535);
+  o.trainrun = get_string(*it, "trainrun", kMaxPreflightText);
+  o.entrypoint = get_string(*it, "entrypoint", kMaxPreflightText);
+  o.sha256 = get_string(*it, "sha256", 64);
+  if (!o.sha256.empty()) o.sha256 = get_hex(*it, "sha256", kHexDigest);
+  o.python = get_string(*it, "python", kMaxPreflightText);
+  o.torch = get_string(*it, "torch", kMaxPreflightText);
+  o.network = get_hex(*it, "network", 16);
+  return o;
+}
+
 json to_json(const NodeDescriptor& n) {
   json j{{"host", n.host},   {"addr", n.addr},           {"pid", n.pid},
          {"nproc", n.nproc}, {"node_rank", n.node_rank}, {"master_port", n.master_port}};
   // Only when they say something: a join stays as an agent that knows neither sends it.
   if (n.last_rank >= 0) j["last_rank"] = n.last_rank;
   if (n.at_endpoint) j["at_endpoint"] = true;
+  if (n.preflight) j["preflight"] = to_json(*n.preflight);
   return j;
+}
+
+json to_json(const std::vector<PreflightPeer>& peers) {
+  json list = json::array();
+  for (const auto& p : peers)
+    list.push_back(json{{"group_rank", p.group_rank},
+                        {"host", std::string(utf8_prefix(p.host, kMaxNameLength))},
+                        {"addr", std::string(utf8_prefix(p.addr, kMaxNameLength))},
+                        {"offer", to_json(p.offer)}});
+  return list;
+}
+
+std::vector<PreflightPeer> optional_peers(const json& j, int group_world_size) {
+  std::vector<PreflightPeer> out;
+  auto it = j.find("preflight");
+  if (it == j.end()) return out;
+  if (!it->is_array()) throw ProtocolError("field \"preflight\" must be an array");
+  if (it->size() > kMaxPreflightPeers)
+    throw ProtocolError(fmt::format("field \"preflight\" holds {} peers, at most {} allowed",
+                                    it->size(), kMaxPreflightPeers));
+  for (const json& p : *it) {
+    if (!p.is_object()) throw ProtocolError("each of \"preflight\" must be an object");
+    PreflightPeer peer;
+    peer.group_rank = get_small(p, "group_rank", 0, group_world_size - 1);
+    peer.host = get_string(p, "host", kMaxNameLength);
+    peer.addr = get_string(p, "addr", kMaxNameLength);
+    auto offer = optional_offer(json{{"preflight", field(p, "offer")}});
+    if (!offer) continue;  // another preflight version: not checked
+    peer.offer = std::move(*offer);
+    out.push_back(std::move(peer));
+  }
+  return out;
 }
 
 NodeDescriptor node_from_json(const json& j) {
@@ -155,6 +220,7 @@ NodeDescriptor node_from_json(const json& j) {
   n.master_port = get_small(j, "master_port", 0, 65535);
   if (j.contains("last_rank")) n.last_rank = get_small(j, "last_rank", -1, 1 << 20);
   if (j.contains("at_endpoint")) n.at_endpoint = get_bool(j, "at_endpoint");
+  n.preflight = optional_offer(j);
   return n;
 }
 
@@ -359,12 +425,14 @@ std::string encode(const ServerMessage& message) {
                         {"timeout_s", m.timeout_s}};
           },
           [](const Assignment& m) {
-            return json{{"type", "assignment"},          {"round", m.round},
-                        {"group_rank", m.group_rank},    {"group_world_size", m.group_world_size},
-                        {"base_rank", m.base_rank},      {"local_world_size", m.local_world_size},
-                        {"world_size", m.world_size},    {"master_addr", m.master_addr},
-                        {"master_port", m.master_port},  {"restart_count", m.restart_count},
-                        {"max_restarts", m.max_restarts}};
+            json j{{"type", "assignment"},          {"round", m.round},
+                   {"group_rank", m.group_rank},    {"group_world_size", m.group_world_size},
+                   {"base_rank", m.base_rank},      {"local_world_size", m.local_world_size},
+                   {"world_size", m.world_size},    {"master_addr", m.master_addr},
+                   {"master_port", m.master_port},  {"restart_count", m.restart_count},
+                   {"max_restarts", m.max_restarts}};
+            if (!m.preflight.empty()) j["preflight"] = to_json(m.preflight);
+            return j;
           },
           [](const Restart& m) {
             json r{{"type", "restart"},
@@ -496,6 +564,7 @@ ServerMessage decode_server_message(std::string_view body) {
     m.master_port = get_small(j, "master_port", 1, 65535);
     m.restart_count = get_small(j, "restart_count", 0, 1 << 20);
     m.max_restarts = get_small(j, "max_restarts", 0, 1 << 20);
+    m.preflight = optional_peers(j, m.group_world_size);
     return m;
   }
   if (type == "restart") {

@@ -88,6 +88,11 @@ std::vector<Assignment> assign_ranks(const std::vector<NodeDescriptor>& nodes, s
     a.master_addr = master.addr;
     a.master_port = master.port;
     base += node.nproc;
+    if (!node.preflight) continue;
+    for (int p : preflight_peer_ranks(g, n)) {
+      const NodeDescriptor& peer = nodes[order[p]];
+      if (peer.preflight) a.preflight.push_back({p, peer.host, peer.addr, *peer.preflight});
+    }
   }
   return out;
 }

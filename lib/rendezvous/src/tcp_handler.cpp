@@ -89,6 +89,7 @@ class TcpRendezvousHandler : public RendezvousHandler {
     node.node_rank = options_.round.static_ranks ? options_.node_rank : request.preferred_rank;
     node.master_port = options_.round.static_ranks ? 0 : request.master_port;
     node.last_rank = options_.round.static_ranks ? -1 : request.last_rank;
+    node.preflight = request.preflight;
     pending_join_ = node;
     if (client_) send_join();
   }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "trainrun/base/system.hpp"
+#include "trainrun/base/wording.hpp"
 #include "trainrun/launch/agent/agent_consoles.hpp"
 #include "trainrun/launch/agent/agent_plan.hpp"
 #include "trainrun/launch/agent/agent_policy.hpp"
@@ -26,6 +27,9 @@
 #include "trainrun/launch/output/console.hpp"
 #include "trainrun/launch/output/log_dir.hpp"
 #include "trainrun/launch/output/output_plan.hpp"
+#include "trainrun/launch/preflight/local_offer.hpp"
+#include "trainrun/launch/preflight/preflight_probe.hpp"
+#include "trainrun/launch/preflight/preflight_run.hpp"
 #include "trainrun/launch/rendezvous/rendezvous_options.hpp"
 #include "trainrun/launch/rollcall/hang_watch.hpp"
 #include "trainrun/launch/rollcall/roll_call.hpp"
@@ -88,7 +92,8 @@ class Agent {
  private:
   // Which PyTorch the Python workers will import, for the variables only torch 1.x needs.
   std::optional<int> worker_torch_major() {
-    const std::optional<int> major = python_torch_major(program_);
+    torch_version_ = python_torch_version(program_).value_or("");
+    const std::optional<int> major = parse_torch_major(torch_version_);
     say_on_console(major
                        ? fmt::format("{}: PyTorch {}.x", program_, *major)
                        : program_ + ": no PyTorch version found; workers get torch 2.x's variables",
@@ -132,6 +137,8 @@ class Agent {
     start_hang_watch();
     try {
       if (auto port = port_to_hold(config_, rdzv_options.has_value())) port_.emplace(*port);
+      if (rdzv_options && config_.preflight != PreflightMode::off && config_.max_nodes > 1)
+        open_preflight();
       if (rdzv_options) start_rendezvous(*rdzv_options);
       start_file_timer();
     } catch (const LaunchError&) {
@@ -201,13 +208,19 @@ class Agent {
       announce_node(a);
       const std::string not_free = preference_line(a, preferred_rank());
       if (!not_free.empty()) say_on_console(not_free);
+      if (offer_ && !a.preflight.empty()) return run_preflight(a);
       apply(policy_.assignment(a, Clock::now()));
     };
     events.on_restart = [this](const rendezvous::Restart& r) {
+      drop_preflight();
       apply(policy_.restart(r, Clock::now()));
     };
-    events.on_halt = [this](const rendezvous::Halt& h) { apply(policy_.halt(h, Clock::now())); };
+    events.on_halt = [this](const rendezvous::Halt& h) {
+      drop_preflight();
+      apply(policy_.halt(h, Clock::now()));
+    };
     events.on_stop = [this](const rendezvous::Stop& stop) {
+      drop_preflight();
       const rendezvous::Stop s = with_hint(stop);
       summary_.stopped(s);
       apply(policy_.stop(s, Clock::now()));
@@ -227,6 +240,82 @@ class Agent {
     } catch (const std::runtime_error& e) {
       throw SetupError(e.what());
     }
+  }
+
+  // The preflight's port, open for the job's life, and this node's offer, sent with each join. A
+  // node that cannot open one runs without it (the others do not check it), and says so.
+  void open_preflight() {
+    try {
+      LocalRun run;
+      run.entrypoint = config_.entrypoint;
+      if (config_.entry_mode == EntryMode::python_script)
+        run.entrypoint_file = config_.entrypoint;
+      else if (config_.entry_mode == EntryMode::executable)
+        run.entrypoint_file = program_;
+      if (job_.python_workers) {
+        if (python_.version.empty()) python_.version = python_version(program_);
+        run.python = python_.version;
+        run.torch = torch_version_;
+      }
+      offer_ = local_offer(0, run);
+      preflight_listener_ = std::make_unique<PreflightListener>(io_, offer_->id);
+      offer_->port = preflight_listener_->port();
+    } catch (const std::exception& e) {
+      offer_.reset();
+      say_on_console(fmt::format("the preflight cannot open its port ({}); the other nodes will "
+                                 "not check this one",
+                                 e.what()),
+                     Level::warning);
+    }
+  }
+
+  // The round has formed: check the links, MASTER_ADDR and what every node runs before any
+  // worker starts; a node that fails leaves the job, which stops it on every node.
+  void run_preflight(const rendezvous::Assignment& a) {
+    drop_preflight();
+    PreflightJob job;
+    job.me = PreflightNode{host_, a.group_rank, rdzv_->advertised_address()};
+    job.assignment = a;
+    job.mine = *offer_;
+    job.mode = config_.preflight;
+    job.log_dir = logs_.run_dir();
+    const auto started = Clock::now();
+    const std::uint64_t run = ++preflight_runs_;
+    preflight_ = PreflightRun::start(io_, std::move(job), [this, a, started, run](auto findings) {
+      // Not from inside the run's own callback: it is dropped here. A stop, restart or halt that
+      // came meanwhile dropped it already (the loop may be past the job's end).
+      asio::post(io_, [this, a, started, run, findings = std::move(findings)] {
+        if (run != preflight_runs_ || !preflight_ || policy_.done()) return;
+        preflight_.reset();
+        finish_preflight(a, findings, Clock::now() - started);
+      });
+    });
+  }
+
+  void finish_preflight(const rendezvous::Assignment& a,
+                        const std::vector<PreflightFinding>& findings, Clock::duration took) {
+    bool failed = false;
+    for (const auto& f : findings) {
+      if (f.error)
+        failed = true;
+      else
+        say_on_console("preflight: " + f.line, Level::warning);
+    }
+    const PreflightNode me{host_, a.group_rank, rdzv_->advertised_address()};
+    if (failed)
+      return apply(policy_.start_failed(preflight_failure(me, findings), 1, Clock::now()));
+    say_on_console(
+        fmt::format("preflight passed: {} checked, MASTER_ADDR {} ({:.1f} ms)",
+                    count_of(static_cast<long long>(a.preflight.size()), "node"), a.master_addr,
+                    std::chrono::duration<double, std::milli>(took).count()),
+        Level::debug);
+    apply(policy_.assignment(a, Clock::now()));
+  }
+
+  void drop_preflight() {
+    ++preflight_runs_;
+    if (preflight_) preflight_->cancel();
+    preflight_.reset();
   }
 
   // The other nodes' answers for `trainrun --stacks`, through the rendezvous.
@@ -467,6 +556,7 @@ class Agent {
     request.master_port = port_ ? port_->port() : 0;
     request.preferred_rank = preferred_rank();
     request.last_rank = node_rank_;
+    request.preflight = offer_;
     rdzv_->join(request);
   }
   void carry_out(const action::ReportFailure& a) {
@@ -498,6 +588,7 @@ class Agent {
     ended_ = Clock::now();
     if (roll_call_) roll_call_->close();
     if (hang_watch_) hang_watch_->stop();
+    drop_preflight();
     signals_.cancel();
     grace_timer_.cancel();
     file_timer_.reset();  // its FIFO's wait would keep the rendezvous' last run_for busy
@@ -546,6 +637,11 @@ class Agent {
   std::unique_ptr<RollCall> roll_call_;
   std::unique_ptr<FileTimerServer> file_timer_;
   std::unique_ptr<HangWatch> hang_watch_;  // with --hang-timeout
+  std::unique_ptr<PreflightListener> preflight_listener_;
+  std::optional<rendezvous::PreflightOffer> offer_;  // none: this node runs no preflight
+  std::shared_ptr<PreflightRun> preflight_;          // while the round's preflight runs
+  std::uint64_t preflight_runs_ = 0;                 // counts runs begun or dropped
+  std::string torch_version_;                        // the workers' torch, "" when none
   AgentPolicy policy_;
   JobSummary summary_;
   PythonExec python_;

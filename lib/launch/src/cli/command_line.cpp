@@ -81,6 +81,10 @@ const std::vector<OptionSpec>& option_specs() {
        "k=v,...: join_timeout, last_call_timeout, heartbeat_timeout, keep_alive_interval, "
        "keep_alive_max_attempt, is_host, token_file, token_file_mode, rdzv_port"},
       {"local-addr", "", "", "Rendezvous", "Address this node advertises"},
+      {"preflight", "", "on", "Rendezvous",
+       "Checks of a multi-node job before its workers start (links, MASTER_ADDR, same trainrun, "
+       "entrypoint, Python and torch): on, warn (differences only warn) or off"},
+      {"no-preflight", "", "0", "Rendezvous", "Skip the preflight (--preflight=off)", true},
       {"max-restarts", "", "0", "Supervision", "Restarts of the worker group after a failure"},
       {"monitor-interval", "", "0.1", "Supervision",
        "Accepted for compatibility; trainrun watches workers by events"},
@@ -336,6 +340,21 @@ void read_rendezvous(const GivenValues& g, LaunchConfig& c) {
   c.rdzv_conf = parse_rdzv_conf(g.value("rdzv-conf"), g.named("rdzv-conf"));
   c.standalone = g.flag("standalone");
   c.local_addr = g.value("local-addr");
+  const std::string& preflight = g.value("preflight");
+  if (preflight == "on")
+    c.preflight = PreflightMode::on;
+  else if (preflight == "warn")
+    c.preflight = PreflightMode::warn;
+  else if (preflight == "off")
+    c.preflight = PreflightMode::off;
+  else
+    fail(fmt::format("{}: use on, warn or off", g.named("preflight")));
+  if (g.flag("no-preflight")) {
+    if (c.preflight == PreflightMode::warn)
+      fail(fmt::format("--no-preflight and {} cannot be used together: choose one",
+                       g.named("preflight")));
+    c.preflight = PreflightMode::off;
+  }
 }
 
 // torchrun's static rendezvous takes the master address and port from --rdzv-endpoint when it is

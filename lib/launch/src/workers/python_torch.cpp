@@ -31,11 +31,19 @@ std::optional<int> parse_torch_major(std::string_view printed) {
   return static_cast<int>(*n);
 }
 
-std::optional<int> python_torch_major(const std::string& python) {
+std::optional<std::string> python_torch_version(const std::string& python) {
   const stacks::ToolRun run =
       stacks::run_tool(python, {"-c", kPrintTorchVersion}, std::chrono::seconds(30), 4096);
   if (!run.started || run.timed_out || run.exit_code != 0) return std::nullopt;
-  return parse_torch_major(run.out);
+  std::string version = trim(run.out);
+  if (version.empty()) return std::nullopt;
+  return version;
+}
+
+std::optional<int> python_torch_major(const std::string& python) {
+  const std::optional<std::string> version = python_torch_version(python);
+  if (!version) return std::nullopt;
+  return parse_torch_major(*version);
 }
 
 }  // namespace trainrun::launch

@@ -64,6 +64,7 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     node.master_port = request.master_port;
     node.node_rank = request.preferred_rank;
     node.last_rank = request.last_rank;
+    node.preflight = request.preflight;
     member_.join(node);
     if (lease_.id() && view().generation) own_.join(*view().generation);
   }

@@ -84,6 +84,7 @@ class RendezvousHandler {
     // had in the job's previous round (-1: none). Both preferences, kept when free.
     int preferred_rank = -1;
     int last_rank = -1;
+    std::optional<PreflightOffer> preflight = {};  // travels in the join: NodeDescriptor::preflight
   };
 
   virtual ~RendezvousHandler() = default;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "trainrun/rendezvous/options.hpp"
+#include "trainrun/rendezvous/preflight_offer.hpp"
 
 namespace trainrun::rendezvous {
 
@@ -44,6 +45,9 @@ struct NodeDescriptor {
   // which takes node rank 0 (docs/protocol.md, Rank assignment).
   int last_rank = -1;
   bool at_endpoint = false;
+  int node_rank = -1;    // static backend: this node's given rank; dynamic: -1
+  int master_port = 0;   // a port this agent holds for worker RANK 0's store, 0 if none
+  std::optional<PreflightOffer> preflight = {};  // none: this node runs no preflight
 };
 
 // The longest failure summary a node sends (docs/protocol.md): a longer one is cut to this size
@@ -222,6 +226,9 @@ struct Assignment {
   int master_port = 0;
   int restart_count = 0;
   int max_restarts = 0;
+  // The nodes this node checks before its workers start (preflight_peer_ranks), those of them
+  // that made an offer; empty when this node made none.
+  std::vector<PreflightPeer> preflight = {};
 };
 struct Restart {
   RestartCause cause = RestartCause::worker_failed;

@@ -15,6 +15,8 @@ namespace trainrun::rendezvous {
 // MASTER_ADDR/PORT are group rank 0's advertised address and reserved port, unless
 // `fixed_master` is given. Static: group rank = node_rank, which must be a permutation of
 // 0..n-1 (std::invalid_argument otherwise). Restart counts are left 0 for the caller to fill in.
+// A node that made a preflight offer gets the offers of the nodes it checks
+// (preflight_peer_ranks).
 std::vector<Assignment> assign_ranks(const std::vector<NodeDescriptor>& nodes, std::uint64_t round,
                                      bool use_node_rank, const MasterEndpoint* fixed_master);
 

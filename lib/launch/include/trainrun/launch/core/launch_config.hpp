@@ -23,6 +23,10 @@ struct StdSpec {
 
 enum class EntryMode { python_script, python_module, executable };
 
+// The checks of a multi-node job before its workers start (preflight/): on; warn (a node that
+// runs another version or entrypoint is only warned of); off (--no-preflight).
+enum class PreflightMode { on, warn, off };
+
 // --nproc-per-node as given: a number, or a word that asks the node how many it can run (cpu,
 // gpu, xpu, auto). Parsing keeps the word, so that reading a command line never asks the machine;
 // the agent counts when it starts (resolve_worker_count in worker_count.hpp).
@@ -76,6 +80,7 @@ struct LaunchConfig {
   bool virtual_local_rank = false;         // LOCAL_RANK=0, one GPU per worker
   std::string event_log_handler = "null";  // accepted; trainrun records no elastic events
   std::string numa_binding;  // node, socket, exclusive, core-complex (numa_binding.hpp); "" none
+  PreflightMode preflight = PreflightMode::on;  // --preflight, --no-preflight
 
   // trainrun's own output and reporting (not torchrun options).
   Verbosity verbosity = Verbosity::normal;  // -q / -v

@@ -10,9 +10,12 @@ namespace trainrun::launch {
 // nothing when it printed none (no torch there).
 std::optional<int> parse_torch_major(std::string_view printed);
 
-// The major version of the PyTorch that the interpreter `python` (a path) would import, read from
-// torch/version.py without importing torch (a fraction of a second, not torch's import time):
-// nothing when it has no torch or cannot say within a generous bound.
+// The version of the PyTorch that the interpreter `python` (a path) would import ("2.15.0+cu132"),
+// read from torch/version.py without importing torch (a fraction of a second, not torch's import
+// time): nothing when it has no torch or cannot say within a generous bound.
+std::optional<std::string> python_torch_version(const std::string& python);
+
+// Its major version, the same way.
 std::optional<int> python_torch_major(const std::string& python);
 
 }  // namespace trainrun::launch

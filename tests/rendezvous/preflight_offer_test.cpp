@@ -1,0 +1,115 @@
+#include <catch2/catch.hpp>
+#include <set>
+#include <string>
+
+#include "trainrun/rendezvous/etcd_round.hpp"
+#include "trainrun/rendezvous/messages.hpp"
+#include "trainrun/rendezvous/rank_assignment.hpp"
+
+using namespace trainrun::rendezvous;
+
+namespace {
+
+PreflightOffer offer(int port) {
+  PreflightOffer o;
+  o.id = "0123456789abcdef";
+  o.port = port;
+  o.trainrun = "0.9.0";
+  o.entrypoint = "train.py";
+  o.sha256 = std::string(64, 'c');
+  o.python = "3.11.2";
+  o.torch = "2.1.0";
+  o.network = "fedcba9876543210";
+  return o;
+}
+
+NodeDescriptor node(const std::string& host, int port) {
+  NodeDescriptor n{host, "10.0.0." + std::to_string(port % 250), port, 2, -1, 29500};
+  n.preflight = offer(port);
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("each node checks group rank 0 and its ring neighbours, never N of them", "[preflight]") {
+  CHECK(preflight_peer_ranks(0, 1).empty());
+  CHECK(preflight_peer_ranks(0, 2) == std::vector<int>{1});
+  CHECK(preflight_peer_ranks(1, 2) == std::vector<int>{0});
+  CHECK(preflight_peer_ranks(0, 5) == std::vector<int>{1, 4});
+  CHECK(preflight_peer_ranks(2, 5) == std::vector<int>{0, 3, 1});
+  // Every node is checked by both neighbours: the links i -> i+1 and i+1 -> i.
+  const int world = 16384;
+  std::set<std::pair<int, int>> links;
+  for (int g = 0; g < world; ++g) {
+    const auto peers = preflight_peer_ranks(g, world);
+    CHECK(peers.size() <= kMaxPreflightPeers);
+    for (int p : peers) links.insert({g, p});
+  }
+  CHECK(links.size() <= 3u * world);
+  for (int g = 0; g < world; ++g) {
+    CHECK(links.count({g, (g + 1) % world}) == 1);
+    CHECK(links.count({(g + 1) % world, g}) == 1);
+  }
+}
+
+TEST_CASE("the offer travels in the join, versioned and bounded", "[preflight]") {
+  Join j{node("node1", 40001)};
+  Join back = std::get<Join>(decode_client_message(encode(ClientMessage{j})));
+  REQUIRE(back.node.preflight);
+  CHECK(*back.node.preflight == offer(40001));
+
+  // A join without an offer (--no-preflight, an older trainrun) has none.
+  Join plain{NodeDescriptor{"node2", "", 7, 1, -1, 29500}};
+  CHECK_FALSE(std::get<Join>(decode_client_message(encode(ClientMessage{plain}))).node.preflight);
+
+  // Another preflight version is not understood: ignored, the join still good.
+  std::string later = encode(ClientMessage{j});
+  later.replace(later.find("\"v\":1"), 5, "\"v\":7");
+  CHECK_FALSE(std::get<Join>(decode_client_message(later)).node.preflight);
+
+  // A version of the known one that breaks its bounds is refused, naming the field.
+  std::string bad = encode(ClientMessage{j});
+  bad.replace(bad.find("0123456789abcdef"), 16, "not-hex-not-hex!");
+  CHECK_THROWS_WITH(decode_client_message(bad), Catch::Contains("\"id\""));
+  Join huge = j;
+  huge.node.preflight->torch = std::string(kMaxPreflightText + 1, 'x');
+  CHECK_THROWS_WITH(decode_client_message(encode(ClientMessage{huge})),
+                    Catch::Contains("\"torch\""));
+}
+
+TEST_CASE("the assignment carries the offers of the nodes to check", "[preflight]") {
+  std::vector<NodeDescriptor> nodes;
+  for (int i = 0; i < 5; ++i) nodes.push_back(node("node" + std::to_string(i), 40000 + i));
+  nodes[3].preflight.reset();  // this one runs without the preflight
+  const auto all = assign_ranks(nodes, 1, false, nullptr);
+  // Group ranks follow the host names here.
+  CHECK(all[2].group_rank == 2);
+  std::vector<int> checked;
+  for (const auto& p : all[2].preflight) checked.push_back(p.group_rank);
+  CHECK(checked == std::vector<int>{0, 1});  // rank 3 made no offer
+  CHECK(all[2].preflight[0].offer == offer(40000));
+  CHECK(all[2].preflight[0].addr == nodes[0].addr);
+  CHECK(all[3].preflight.empty());
+
+  Assignment back = std::get<Assignment>(decode_server_message(encode(ServerMessage{all[2]})));
+  REQUIRE(back.preflight.size() == 2);
+  CHECK(back.preflight[1].host == "node1");
+  CHECK(back.preflight[1].offer == offer(40001));
+
+  Assignment many = all[2];
+  many.preflight.resize(kMaxPreflightPeers + 1, many.preflight[0]);
+  CHECK_THROWS_WITH(decode_server_message(encode(ServerMessage{many})),
+                    Catch::Contains("\"preflight\""));
+}
+
+TEST_CASE("the etcd state keeps each member's offer", "[preflight]") {
+  EtcdRoundState s;
+  EtcdMember m;
+  m.id = "a";
+  m.node = node("node1", 40001);
+  s.waiting.push_back(m);
+  const EtcdRoundState back = decode_state(encode_state(s));
+  REQUIRE(back.waiting.size() == 1);
+  REQUIRE(back.waiting[0].node.preflight);
+  CHECK(*back.waiting[0].node.preflight == offer(40001));
+}
