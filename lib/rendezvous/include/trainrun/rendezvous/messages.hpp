@@ -45,8 +45,6 @@ struct NodeDescriptor {
   // which takes node rank 0 (docs/protocol.md, Rank assignment).
   int last_rank = -1;
   bool at_endpoint = false;
-  int node_rank = -1;    // static backend: this node's given rank; dynamic: -1
-  int master_port = 0;   // a port this agent holds for worker RANK 0's store, 0 if none
   std::optional<PreflightOffer> preflight = {};  // none: this node runs no preflight
 };
 
