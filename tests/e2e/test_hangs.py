@@ -92,18 +92,13 @@ def test_a_silent_worker_computing_through_changing_frames_is_not_hung(tmp_path)
     assert "done rank 0" in r.stdout
 
 
-def test_a_line_every_second_is_progress(tmp_path):
-    # print() without flush: the workers run `python -u`, as torchrun's.
+# A line (print() without flush: the workers run `python -u`, as torchrun's), or a touch of
+# TRAINRUN_HEARTBEAT_FILE, every second.
+@pytest.mark.parametrize("action,last_line", [("chatty", "rank 0: step 11"),
+                                              ("heartbeat", "done rank 0")])
+def test_a_sign_of_life_every_second_is_progress(tmp_path, action, last_line):
     r = run(["--nproc-per-node=1", "--hang-timeout=4", f"--log-dir={tmp_path / 'logs'}", JOB,
-             "chatty", "12"], env={"PATH": tools_path(bool(PY_SPY))}, timeout=120)
+             action, "12"], env={"PATH": tools_path(bool(PY_SPY))}, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "the job is hung" not in r.stderr, r.stderr
-    assert "rank 0: step 11" in r.stdout
-
-
-def test_a_heartbeat_every_second_is_progress(tmp_path):
-    r = run(["--nproc-per-node=1", "--hang-timeout=4", f"--log-dir={tmp_path / 'logs'}", JOB,
-             "heartbeat", "12"], env={"PATH": tools_path(bool(PY_SPY))}, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "the job is hung" not in r.stderr, r.stderr
-    assert "done rank 0" in r.stdout
+    assert last_line in r.stdout

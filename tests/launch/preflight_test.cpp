@@ -4,6 +4,7 @@
 #include <string>
 
 #include "parse_helpers.hpp"
+#include "sample_offer.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/preflight/local_offer.hpp"
 #include "trainrun/launch/preflight/preflight_checks.hpp"
@@ -15,18 +16,7 @@ using trainrun::rendezvous::PreflightPeer;
 
 namespace {
 
-PreflightOffer offer() {
-  PreflightOffer o;
-  o.id = "0123456789abcdef";
-  o.port = 40001;
-  o.trainrun = "0.9.0";
-  o.entrypoint = "train.py";
-  o.sha256 = std::string(64, 'a');
-  o.python = "3.11.2";
-  o.torch = "2.1.0";
-  o.network = "1111111111111111";
-  return o;
-}
+PreflightOffer offer() { return trainrun::testing::sample_offer(); }
 
 PreflightPeer node0(PreflightOffer o = offer()) {
   o.network = "0000000000000000";

@@ -2,6 +2,7 @@
 #include <set>
 #include <string>
 
+#include "sample_offer.hpp"
 #include "trainrun/rendezvous/etcd_round.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 #include "trainrun/rendezvous/rank_assignment.hpp"
@@ -10,18 +11,7 @@ using namespace trainrun::rendezvous;
 
 namespace {
 
-PreflightOffer offer(int port) {
-  PreflightOffer o;
-  o.id = "0123456789abcdef";
-  o.port = port;
-  o.trainrun = "0.9.0";
-  o.entrypoint = "train.py";
-  o.sha256 = std::string(64, 'c');
-  o.python = "3.11.2";
-  o.torch = "2.1.0";
-  o.network = "fedcba9876543210";
-  return o;
-}
+PreflightOffer offer(int port) { return trainrun::testing::sample_offer(port); }
 
 NodeDescriptor node(const std::string& host, int port) {
   NodeDescriptor n{host, "10.0.0." + std::to_string(port % 250), port, 2, -1, 29500};
