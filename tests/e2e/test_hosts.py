@@ -30,22 +30,37 @@ class Hosts:
         (tmp / "authorized_keys").write_text((tmp / "key.pub").read_text())
         # sshd refuses to start without its privilege separation directory.
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-        self.daemons = []
+        self.daemons = [self.sshd(ns) for ns in pair.ns]
         for ns in pair.ns:
-            conf = tmp / f"sshd_{ns.addr}.conf"
-            conf.write_text("\n".join([
-                "Port 22", f"ListenAddress {ns.addr}", f"HostKey {tmp / 'hostkey'}",
-                f"AuthorizedKeysFile {tmp / 'authorized_keys'}",
-                f"PidFile {tmp}/sshd_{ns.addr}.pid",
-                "UsePAM no", "PermitRootLogin prohibit-password", "PasswordAuthentication no",
-                "KbdInteractiveAuthentication no", "StrictModes no", ""]))
-            log = open(tmp / f"sshd_{ns.addr}.log", "w")
-            self.daemons.append(subprocess.Popen(
-                [ip_binary(), "netns", "exec", ns.name, SSHD, "-D", "-e", "-f", str(conf)],
-                stdout=log, stderr=log))
-        for ns in pair.ns:
-            assert wait_for(lambda: self.ssh(ns, "true", check=False).returncode == 0, 30), \
-                (tmp / f"sshd_{ns.addr}.log").read_text()
+            self.wait_up(ns)
+
+    def sshd(self, ns, wrap=()):
+        tmp = self.tmp
+        conf = tmp / f"sshd_{ns.addr}.conf"
+        conf.write_text("\n".join([
+            "Port 22", f"ListenAddress {ns.addr}", f"HostKey {tmp / 'hostkey'}",
+            f"AuthorizedKeysFile {tmp / 'authorized_keys'}", f"PidFile {tmp}/sshd_{ns.addr}.pid",
+            "UsePAM no", "PermitRootLogin prohibit-password", "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no", "StrictModes no", ""]))
+        log = open(tmp / f"sshd_{ns.addr}.log", "w")
+        return subprocess.Popen([ip_binary(), "netns", "exec", ns.name, *wrap, SSHD, "-D", "-e",
+                                 "-f", str(conf)], stdout=log, stderr=log)
+
+    def wait_up(self, ns):
+        assert wait_for(lambda: self.ssh(ns, "true", check=False).returncode == 0, 30), \
+            (self.tmp / f"sshd_{ns.addr}.log").read_text()
+
+    def hide(self, ns, directory):
+        """Restarts ns's sshd in a mount namespace of its own where `directory` is an empty
+        tmpfs: a host on which nothing is installed there."""
+        i = self.pair.ns.index(ns)
+        self.daemons[i].terminate()
+        self.daemons[i].wait(10)
+        # unshare and sh exec: the Popen's pid stays the listener's.
+        self.daemons[i] = self.sshd(ns, ["unshare", "--mount", "--propagation", "private", "sh",
+                                         "-c", 'mount -t tmpfs hidden "$1" && shift && exec "$@"',
+                                         "sh", str(directory)])
+        self.wait_up(ns)
 
     def ssh_words(self, key=None):
         return ["ssh", "-F", "/dev/null", "-i", str(key or self.key), "-o", "IdentitiesOnly=yes",
@@ -182,6 +197,67 @@ def test_ctrl_c_stops_every_host(hosts, netns_pair, worker, tmp_path):
     out, err = job.communicate(timeout=90)
     assert job.returncode == 130, err
     assert "received SIGINT; stopping the agents on 2 hosts" in err
+    no_job_left(hosts)
+
+
+def test_sigterm_stops_every_host(hosts, netns_pair, worker, tmp_path):
+    pids = tmp_path / "pids"
+    job = hosts.launch([f"--hosts={host_list(netns_pair, 2)}", JOIN, "--shutdown-timeout=10",
+                        worker, "pidfile", str(pids), "sleep", "120"], cwd=tmp_path)
+    assert wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 4, 60), \
+        job.stderr.read() if job.poll() is not None else "workers did not start"
+    job.send_signal(signal.SIGTERM)
+    out, err = job.communicate(timeout=90)
+    assert job.returncode == 143, err
+    assert "received SIGTERM; stopping the agents on 2 hosts" in err
+    no_job_left(hosts)
+
+
+def test_a_host_without_trainrun_is_named_and_the_others_stop(hosts, netns_pair, worker,
+                                                               tmp_path):
+    a, b = netns_pair.ns
+    # On b, trainrun's directory is empty: the path the launcher runs there does not exist.
+    hosts.hide(b, os.path.dirname(os.path.realpath(TRAINRUN)))
+    job = hosts.launch([f"--hosts={host_list(netns_pair, 1)}", worker, "sleep", "60"],
+                       cwd=tmp_path)
+    out, err = job.communicate(timeout=90)
+    assert job.returncode == 1, err
+    exe = os.path.realpath(TRAINRUN)
+    assert re.search(rf"trainrun: {re.escape(b.addr)}: cannot start its agent \(ssh exit 127\): "
+                     rf".*{re.escape(exe)}: No such file or directory; is trainrun installed at "
+                     rf"{re.escape(exe)} on {re.escape(b.addr)}\?", err), err
+    assert "trainrun: stopping the agents on the other hosts" in err, err
+    no_job_left(hosts)
+
+
+def test_a_lost_ssh_connection_is_that_node_lost(hosts, netns_pair, worker, tmp_path):
+    a, b = netns_pair.ns
+    pids = tmp_path / "pids"
+    job = hosts.launch([f"--hosts={host_list(netns_pair, 1)}", JOIN, "--shutdown-timeout=10",
+                        worker, "pidfile", str(pids), "sleep", "120"], cwd=tmp_path)
+    assert wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, 60), \
+        job.stderr.read() if job.poll() is not None else "workers did not start"
+
+    # The launcher's own ssh to b: its child (ip netns exec execs trainrun) with b as the host.
+    def ssh_to_b():
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{pid}/cmdline") as f:
+                    words = f.read().split("\0")
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == job.pid and b.addr in words:
+                yield int(pid)
+    (ssh,) = list(ssh_to_b())
+    os.kill(ssh, signal.SIGKILL)
+    out, err = job.communicate(timeout=120)
+    assert f"trainrun: {b.addr}: ssh connection lost" in err, err
+    assert "node rank 1 is lost to the job" in err, err
+    # The static rendezvous ends the job without node 1: node 0's agent's status is the job's.
+    assert "a static job cannot continue without it" in err, err
+    assert job.returncode == 1, err
     no_job_left(hosts)
 
 

@@ -77,6 +77,7 @@ struct Remote {
   std::string partial[3];
   bool ready = false;
   std::optional<int> status;  // exit status once reaped (128 + signal for a killed ssh)
+  int killed_by = 0;          // the signal that ended ssh itself, if one did
   std::string last_error;     // ssh's (or the remote shell's) last stderr line
 };
 
@@ -331,6 +332,7 @@ class HostsRun {
       const pid_t got = ::waitpid(r.pid, &status, WNOHANG);
       if (got != r.pid) continue;
       r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (WIFSIGNALED(status)) r.killed_by = WTERMSIG(status);
       // What the agent still wrote stays readable; its standard input is of no use any more.
       if (r.in >= 0) ::close(r.in), r.in = -1;
       ended(i);
@@ -352,14 +354,20 @@ class HostsRun {
       stop_all(fmt::format("stopping the agents on the other hosts"));
       return;
     }
-    if (code == 255 && !stopping_) {
+    // ssh killed (not by us) takes the connection with it, as ssh's own 255 does: the agent's
+    // standard input closes and it stops; its status is not the job's.
+    const bool lost = code == 255 || r.killed_by != 0;
+    if (lost && !stopping_) {
+      const std::string why = r.killed_by            ? "ssh ended by " + signal_name(r.killed_by)
+                              : r.last_error.empty() ? "no message"
+                                                     : r.last_error;
       say(fmt::format("{}: ssh connection lost ({}); node rank {} is lost to the job, the "
                       "rendezvous decides what follows",
-                      r.host, r.last_error.empty() ? "no message" : r.last_error, i),
+                      r.host, why, i),
           Level::warning);
       return;
     }
-    if (code != 0 && code != 255 && !first_failure_) {
+    if (code != 0 && !lost && !first_failure_) {
       first_failure_ = code;
       if (!stopping_) failure_deadline_ = Clock::now() + kFailureGrace;
     }
