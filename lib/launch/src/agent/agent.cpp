@@ -589,6 +589,8 @@ class Agent {
     if (roll_call_) roll_call_->close();
     if (hang_watch_) hang_watch_->stop();
     drop_preflight();
+    // Its accept would keep the rendezvous' last run_for busy for the whole close linger.
+    preflight_listener_.reset();
     signals_.cancel();
     grace_timer_.cancel();
     file_timer_.reset();  // its FIFO's wait would keep the rendezvous' last run_for busy
