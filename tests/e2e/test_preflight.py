@@ -21,19 +21,24 @@ def ephemeral_range():
     return low, high
 
 
-def test_a_firewall_that_drops_the_ephemeral_ports_is_named_on_both_nodes(netns_pair, agents,
-                                                                          worker):
+def drop_ephemeral_ports(netns_pair):
+    """New connections from b to a's ephemeral range are dropped: the rendezvous port (29403)
+    stays open, and so do a's connections to b. Skips where iptables cannot do that here."""
     if IPTABLES is None:
         pytest.skip("iptables is not installed (scripts/setup.sh)")
     a, b = netns_pair.ns
     low, high = ephemeral_range()
-    # New connections from b to a's ephemeral range are dropped: the rendezvous port (29403)
-    # stays open, and so do a's connections to b.
     rule = ["-p", "tcp", "--syn", "-d", a.addr, "--dport", f"{low}:{high}", "-j", "DROP"]
     r = subprocess.run(["ip", "netns", "exec", b.name, IPTABLES, "-A", "OUTPUT", *rule],
                        capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"iptables does not work in a network namespace here: {r.stderr.strip()}")
+    return a, b
+
+
+def test_a_firewall_that_drops_the_ephemeral_ports_is_named_on_both_nodes(netns_pair, agents,
+                                                                          worker):
+    a, b = drop_ephemeral_ports(netns_pair)
     endpoint = f"{a.addr}:29403"
     cmd = [worker, "sleep", "60"]
     ra = agents("a", dynamic(endpoint, 2, 1, JOIN, f"--local-addr={a.addr}", run_id="pf") + cmd,
@@ -53,6 +58,33 @@ def test_a_firewall_that_drops_the_ephemeral_ports_is_named_on_both_nodes(netns_
         assert "GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME" in agent.err, agent.err
     # The workers of group rank 1 never started.
     assert "preflight failed" in rb.err and "worker" not in rb.out
+
+
+def test_a_preflight_failure_stops_the_job_whatever_restarts_are_left(netns_pair, agents,
+                                                                      worker, tmp_path):
+    a, b = drop_ephemeral_ports(netns_pair)
+    marks = tmp_path / "marks"
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\necho \"$TORCHELASTIC_RESTART_COUNT\" >> {marks}\n"
+                      f"exec {worker} sleep 60\n")
+    script.chmod(0o755)
+    # One node would do (1:2) and restarts are left: still a configuration error ends the job.
+    args = [JOIN, "--max-restarts=3", "--no-python"]
+    endpoint = f"{a.addr}:29403"
+    ra = agents("a", dynamic(endpoint, "1:2", 1, *args, f"--local-addr={a.addr}", run_id="pf") +
+                [str(script)], netns=a.name)
+    rb = agents("b", dynamic(endpoint, "1:2", 1, *args, f"--local-addr={b.addr}", run_id="pf") +
+                [str(script)], netns=b.name)
+    assert rb.wait(timeout=60) == 1, rb.err
+    assert ra.wait(timeout=60) == 1, ra.err
+    host = os.uname().nodename
+    link = (f"{host} (group rank 1, {b.addr}) cannot open a TCP connection to {host} (group rank "
+            f"0) at {a.addr}:")
+    for agent in (ra, rb):
+        assert link in agent.err, agent.err
+    # Group rank 0 passed and may have started its worker once; no attempt came after.
+    attempts = marks.read_text().split() if marks.exists() else []
+    assert set(attempts) <= {"0"}, (attempts, ra.err)
 
 
 def test_a_script_that_differs_between_the_nodes_stops_the_job(agents, worker, tmp_path):

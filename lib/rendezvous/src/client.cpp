@@ -213,6 +213,11 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     connection_->send(encode(ClientMessage{Done{assignment_->round}}));
   }
 
+  void abort(const std::string& reason) {
+    if (state_ != State::admitted || !assignment_) return;
+    connection_->send(encode(ClientMessage{Abort{assignment_->round, reason}}));
+  }
+
   void on_stacks_ask(std::uint64_t id) {
     std::weak_ptr<Impl> weak = shared_from_this();
     auto reply = [weak, id](std::string answer) {
@@ -299,6 +304,7 @@ void RendezvousClient::report_ended(const std::vector<WorkerFailure>& failures, 
   impl_->report_ended(failures, not_relayed);
 }
 void RendezvousClient::report_done() { impl_->report_done(); }
+void RendezvousClient::abort(const std::string& reason) { impl_->abort(reason); }
 void RendezvousClient::leave(const std::string& reason) { impl_->leave(reason); }
 void RendezvousClient::request_stacks(StacksDone done) { impl_->request_stacks(std::move(done)); }
 std::optional<Assignment> RendezvousClient::assignment() const { return impl_->assignment_; }

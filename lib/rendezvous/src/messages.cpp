@@ -308,8 +308,9 @@ std::optional<FailureReport> optional_failure(const json& j) {
   return failure_from_json(*it);
 }
 
-constexpr std::string_view kStopCauses[] = {
-    "finished", "worker_failed", "node_lost", "join_timeout", "rejected", "server_lost", "left"};
+constexpr std::string_view kStopCauses[] = {"finished",     "worker_failed",   "node_lost",
+                                            "join_timeout", "rejected",        "server_lost",
+                                            "left",         "preflight_failed"};
 constexpr std::string_view kRestartCauses[] = {"worker_failed", "node_lost", "scale_up"};
 constexpr std::string_view kRefusals[] = {
     "none",      "run_id",     "token",       "node_rank",    "rank_taken",
@@ -386,6 +387,9 @@ std::string encode(const ClientMessage& message) {
           },
           [](const Done& m) {
             return json{{"type", "done"}, {"round", m.round}};
+          },
+          [](const Abort& m) {
+            return json{{"type", "abort"}, {"round", m.round}, {"reason", m.reason}};
           },
           [](const Leave& m) {
             return json{{"type", "leave"}, {"reason", m.reason}};
@@ -515,6 +519,9 @@ ClientMessage decode_client_message(std::string_view body) {
   }
   if (type == "done") return Done{static_cast<std::uint64_t>(get_int(j, "round", 0, kMaxRound))};
   if (type == "leave") return Leave{get_string(j, "reason", kMaxTextLength)};
+  if (type == "abort")
+    return Abort{static_cast<std::uint64_t>(get_int(j, "round", 0, kMaxRound)),
+                 get_string(j, "reason", kMaxTextLength)};
   if (type == "stacks_request")
     return StacksRequest{static_cast<std::uint64_t>(get_int(j, "id", 0, kMaxRound))};
   if (type == "stacks_answer") return stacks_answer_from_json(j);
@@ -614,8 +621,8 @@ ServerMessage decode_server_message(std::string_view body) {
 
 std::string_view type_name(const ClientMessage& message) {
   static constexpr std::string_view kNames[] = {
-      "hello", "auth",  "join",  "heartbeat",      "failure",
-      "done",  "leave", "ended", "stacks_request", "stacks_answer"};
+      "hello", "auth",  "join",           "heartbeat",     "failure", "done",
+      "leave", "ended", "stacks_request", "stacks_answer", "abort"};
   return kNames[message.index()];
 }
 

@@ -80,6 +80,7 @@ Effects RoundMachine::received(NodeId id, const ClientMessage& message, Clock::t
                  [&](const Done& m) { apply(fx, rules_.done(state_, k, m.round), now); },
                  [&](const Ended& m) { apply(fx, rules_.ended(state_, k, m), now); },
                  [&](const Leave& m) { on_lost(fx, id, "left: " + m.reason, now); },
+                 [&](const Abort& m) { apply(fx, rules_.abort(state_, k, m), now); },
                  [&](const Heartbeat&) {},
                  [&](const auto&) {
                    std::string why =

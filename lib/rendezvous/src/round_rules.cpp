@@ -165,6 +165,13 @@ RoundDecision RoundRules::lost(RoundState& s, const std::string& id, const std::
   return d;
 }
 
+RoundDecision RoundRules::abort(RoundState& s, const std::string& id, const Abort& report) const {
+  RoundDecision d;
+  if (s.phase == Phase::ended || report.round != s.round || !s.participant(id)) return d;
+  end_job(s, Stop{StopCause::preflight_failed, report.reason, 1, std::nullopt}, d);
+  return d;
+}
+
 RoundDecision RoundRules::tick(RoundState& s, RoundTime now) const {
   RoundDecision d;
   if (s.phase == Phase::ended) return d;

@@ -107,6 +107,10 @@ class TcpRendezvousHandler : public RendezvousHandler {
     if (client_) client_->report_done();
   }
 
+  void abort(const std::string& reason) override {
+    if (client_) client_->abort(reason);
+  }
+
   void shutdown(const std::string& reason) override {
     resolver_.cancel();
     // A server we host goes away with us: it tells the other nodes who stopped and why, which

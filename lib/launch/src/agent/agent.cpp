@@ -270,7 +270,8 @@ class Agent {
   }
 
   // The round has formed: check the links, MASTER_ADDR and what every node runs before any
-  // worker starts; a node that fails leaves the job, which stops it on every node.
+  // worker starts; a node that fails ends the job on every node (not a leave: a lost node would
+  // be replaced by a restart, which would meet the same misconfiguration).
   void run_preflight(const rendezvous::Assignment& a) {
     drop_preflight();
     PreflightJob job;
@@ -302,8 +303,8 @@ class Agent {
         say_on_console("preflight: " + f.line, Level::warning);
     }
     const PreflightNode me{host_, a.group_rank, rdzv_->advertised_address()};
-    if (failed)
-      return apply(policy_.start_failed(preflight_failure(me, findings), 1, Clock::now()));
+    // The stop that follows says the line on every node, this one included.
+    if (failed) return rdzv_->abort(preflight_failure(me, findings));
     say_on_console(
         fmt::format("preflight passed: {} checked, MASTER_ADDR {} ({:.1f} ms)",
                     count_of(static_cast<long long>(a.preflight.size()), "node"), a.master_addr,

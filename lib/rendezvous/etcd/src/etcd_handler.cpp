@@ -78,6 +78,13 @@ class EtcdRendezvousHandler : public RendezvousHandler {
     });
   }
 
+  void abort(const std::string& reason) override {
+    if (!member_.assigned()) return;
+    Abort report{*member_.assigned(), reason};
+    writer_.enqueue(
+        [this, report](EtcdRoundState& s, double) { return round_.abort(s, node_id_, report); });
+  }
+
   // A key of its own, on its lease, not the shared state (every member is done at about the
   // same moment); the agent that sees the barrier complete ends the job.
   void report_done() override {

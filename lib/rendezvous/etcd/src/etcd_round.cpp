@@ -354,6 +354,10 @@ bool EtcdRound::failure(EtcdRoundState& s, const std::string& id, const Failure&
   return rules_.failure(s, id, stored, from_unix(now)).changed;
 }
 
+bool EtcdRound::abort(EtcdRoundState& s, const std::string& id, const Abort& report) const {
+  return rules_.abort(s, id, report).changed;
+}
+
 bool EtcdRound::done(EtcdRoundState& s, const std::string& id, std::uint64_t round) const {
   return rules_.done(s, id, round).changed;
 }

@@ -67,6 +67,7 @@ class RendezvousClient {
   void report_failure(const FailureReport& failure, const std::vector<WorkerFailure>& failures,
                       int not_relayed);
   void report_done();
+  void abort(const std::string& reason);
   // After on_halt, once every worker has ended: what failed (perhaps nothing).
   void report_ended(const std::vector<WorkerFailure>& failures, int not_relayed);
   // Asks every other node for its stacks through the host; `done` is called once, on the

@@ -67,6 +67,7 @@ class HostingError : public std::runtime_error {
 //                                   node is done (the exit barrier)
 //   events.on_restart(r)          → stop workers, then rdzv->join(...) again for the next round
 //   events.on_stop(s)             → stop workers if running; exit with s.exit_code. Terminal.
+//   the preflight failed          → rdzv->abort(line): on_stop(preflight_failed) on every node
 //   local stop signal             → rdzv->shutdown(reason): the others see this node leave; when
 //                                   it hosts the server, the job ends for them with a stop
 //                                   naming this node and `reason`
@@ -99,6 +100,9 @@ class RendezvousHandler {
   // After on_halt: this node's workers have all ended, these failed.
   virtual void report_ended(const std::vector<WorkerFailure>& failures, int not_relayed) = 0;
   virtual void shutdown(const std::string& reason) = 0;
+  // This node's preflight failed: the job ends on every node with `reason` (on_stop follows,
+  // StopCause::preflight_failed), not as a lost node that a restart would replace.
+  virtual void abort(const std::string& reason) = 0;
 
   // Asks every other node for its workers' stacks (trainrun --stacks on a multi-node job);
   // `done` is called once, on the io_context. Answered through ClientEvents::on_stacks_ask.

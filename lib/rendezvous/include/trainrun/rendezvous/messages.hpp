@@ -111,7 +111,8 @@ enum class StopCause {
   join_timeout,
   rejected,
   server_lost,
-  left
+  left,
+  preflight_failed
 };
 enum class RestartCause { worker_failed, node_lost, scale_up };
 
@@ -173,6 +174,12 @@ struct Done {
 struct Leave {
   std::string reason;
 };
+// "abort": this node's preflight found the job cannot run as configured in `round`: it ends on
+// every node with `reason`, whatever restarts are left (a restart would meet the same fault).
+struct Abort {
+  std::uint64_t round = 0;
+  std::string reason;
+};
 // The roll call across nodes (trainrun --stacks), outside the rounds: an agent asks the host
 // (stacks_request), the host asks every other agent (stacks_ask), each answers with its workers'
 // stacks (stacks_answer), which the host relays to the asking agent, then says who did not answer
@@ -191,7 +198,7 @@ struct StacksAnswer {
       answer;  // one JSON object (the launcher's node answer), kMaxStacksAnswerBytes at most
 };
 using ClientMessage = std::variant<Hello, Auth, Join, Heartbeat, Failure, Done, Leave, Ended,
-                                   StacksRequest, StacksAnswer>;
+                                   StacksRequest, StacksAnswer, Abort>;
 
 // Server to client.
 struct Challenge {

@@ -44,6 +44,9 @@ class RoundRules {
   // round forms again without it, no restart counted. After, a restart or the end of the job.
   RoundDecision lost(RoundState& s, const std::string& id, const std::string& why,
                      RoundTime now) const;
+  // A member's preflight failed in its round: the job ends on every node with its line, whatever
+  // restarts are left (a configuration error; a restart would meet it again).
+  RoundDecision abort(RoundState& s, const std::string& id, const Abort& report) const;
   // Last call, join timeouts, the end of concluding.
   RoundDecision tick(RoundState& s, RoundTime now) const;
   // The job ends with `stop` (the built-in: its host left).

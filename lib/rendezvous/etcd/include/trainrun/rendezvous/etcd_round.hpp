@@ -140,6 +140,7 @@ class EtcdRound {
   bool start(EtcdRoundState& s, const std::map<std::string, std::uint64_t>& answers) const;
   bool failure(EtcdRoundState& s, const std::string& id, const Failure& report, double now) const;
   bool done(EtcdRoundState& s, const std::string& id, std::uint64_t round) const;
+  bool abort(EtcdRoundState& s, const std::string& id, const Abort& report) const;
   // Concluding: the job ends once every awaited member has said what failed (`ended`, as its key
   // under ended/ holds it), or at the deadline (join_timeout after the failure).
   bool conclude(EtcdRoundState& s, const std::map<std::string, Ended>& ended, double now) const;
