@@ -11,9 +11,12 @@
 //   unused adam|sgd                  unused, rank-0-only and frozen parameters under an optimizer
 //   batchnorm 0|1                    BatchNorm statistics across ranks (broadcast_buffers)
 //   convert                          to(kDouble) after prepare_model
+//   stuck RANK SECONDS               all-reduce, RANK first sleeping SECONDS in stuck_here()
+//   heartbeat SECONDS                report() every 2 s for SECONDS, printing nothing until the end
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -23,6 +26,7 @@
 #include <iostream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <trainrun/runtime/runtime.hpp>
 
 #include "index_dataset.hpp"
@@ -48,6 +52,39 @@ int collectives() {
               context.world_size(), context.local_rank(), context.local_world_size(),
               context.node_rank(), tensors[0][0].item<double>(), expected, ok ? "ok" : "WRONG");
   return ok ? 0 : 3;
+}
+
+// Not inlined, and with work after the sleep: the frame stays on the stack while it sleeps, for
+// trainrun --hang-timeout to name.
+__attribute__((noinline)) int stuck_here(unsigned seconds) {
+  unsigned left = seconds;
+  while (left > 0) left = ::sleep(left);
+  return static_cast<int>(left);
+}
+
+// Silent until the end: the other ranks wait in the all-reduce while `stuck_rank` sleeps.
+int stuck(int stuck_rank, unsigned seconds) {
+  const auto& context = rt::get_context();
+  auto group = rt::get_process_group();
+  if (!group) return 3;
+  if (context.world_rank() == stuck_rank && stuck_here(seconds) != 0) return 3;
+  std::vector<torch::Tensor> tensors = {torch::ones({1})};
+  group->allreduce(tensors)->wait();
+  std::printf("rank %d: not stuck after all\n", context.world_rank());
+  return 0;
+}
+
+// Alive only by report(): no output until the end, the ranks asleep between reports.
+int heartbeat(int seconds) {
+  const auto& context = rt::get_context();
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  int step = 0;
+  while (std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    rt::report({{"step", step++}});
+  }
+  std::printf("done rank %d after %d reports\n", context.world_rank(), step);
+  return 0;
 }
 
 // The "wide" model: one layer too big to share a bucket, and one layer forward never uses.
@@ -480,6 +517,10 @@ int run(int argc, char** argv) {
   if (mode == "unused" && argc == 3) return unused(argv[2]);
   if (mode == "batchnorm" && argc == 3) return batchnorm(std::string(argv[2]) == "1");
   if (mode == "convert") return convert_after_prepare();
+  if (mode == "stuck" && argc == 4) {
+    return stuck(std::stoi(argv[2]), static_cast<unsigned>(std::stoul(argv[3])));
+  }
+  if (mode == "heartbeat" && argc == 3) return heartbeat(std::stoi(argv[2]));
   std::fprintf(stderr, "runtime_test_worker: unknown mode or wrong arguments (see the source)\n");
   return 2;
 }
