@@ -187,29 +187,18 @@ def test_token_is_in_no_command_line_nor_environment(hosts, netns_pair, worker, 
     no_job_left(hosts)
 
 
-def test_ctrl_c_stops_every_host(hosts, netns_pair, worker, tmp_path):
+@pytest.mark.parametrize("sig,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["ctrl_c", "sigterm"])
+def test_a_stop_signal_stops_every_host(hosts, netns_pair, worker, tmp_path, sig, status):
     pids = tmp_path / "pids"
     job = hosts.launch([f"--hosts={host_list(netns_pair, 2)}", JOIN, "--shutdown-timeout=10",
                         worker, "pidfile", str(pids), "sleep", "120"], cwd=tmp_path)
     assert wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 4, 60), \
         job.stderr.read() if job.poll() is not None else "workers did not start"
-    job.send_signal(signal.SIGINT)
+    job.send_signal(sig)
     out, err = job.communicate(timeout=90)
-    assert job.returncode == 130, err
-    assert "received SIGINT; stopping the agents on 2 hosts" in err
-    no_job_left(hosts)
-
-
-def test_sigterm_stops_every_host(hosts, netns_pair, worker, tmp_path):
-    pids = tmp_path / "pids"
-    job = hosts.launch([f"--hosts={host_list(netns_pair, 2)}", JOIN, "--shutdown-timeout=10",
-                        worker, "pidfile", str(pids), "sleep", "120"], cwd=tmp_path)
-    assert wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 4, 60), \
-        job.stderr.read() if job.poll() is not None else "workers did not start"
-    job.send_signal(signal.SIGTERM)
-    out, err = job.communicate(timeout=90)
-    assert job.returncode == 143, err
-    assert "received SIGTERM; stopping the agents on 2 hosts" in err
+    assert job.returncode == status, err
+    assert f"received {signal.Signals(sig).name}; stopping the agents on 2 hosts" in err
     no_job_left(hosts)
 
 
