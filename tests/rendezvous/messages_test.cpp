@@ -76,6 +76,9 @@ TEST_CASE("client messages survive encode and decode", "[rendezvous]") {
   CHECK(round_trip_client(Failure{3, f.failure, {w, w}, 0}).failures.size() == 2);
   CHECK(round_trip_client(Done{2}).round == 2);
   CHECK(round_trip_client(Leave{"SIGTERM"}).reason == "SIGTERM");
+  const Abort abort = round_trip_client(Abort{4, "preflight: b cannot reach a"});
+  CHECK(abort.round == 4);
+  CHECK(abort.reason == "preflight: b cannot reach a");
 }
 
 TEST_CASE("server messages survive encode and decode", "[rendezvous]") {

@@ -63,6 +63,9 @@ class Builtin : public Backend {
     send(node, Failure{round.value_or(assigned_round(node)), failure, failures, not_relayed});
   }
   void done(int node) override { send(node, Done{assigned_round(node)}); }
+  void abort(int node, const std::string& reason) override {
+    send(node, Abort{assigned_round(node), reason});
+  }
   void ended(int node, const std::vector<WorkerFailure>& failures, int not_relayed) override {
     send(node, Ended{assigned_round(node), failures, not_relayed});
   }
@@ -163,6 +166,12 @@ class Etcd : public Backend {
     Agent& a = agent(node);
     const Failure report{round.value_or(a.assigned.value_or(0)), failure, failures, not_relayed};
     change([&](EtcdRoundState& s, double now) { return round_.failure(s, a.id, report, now); });
+    settle();
+  }
+  void abort(int node, const std::string& reason) override {
+    Agent& a = agent(node);
+    const Abort report{a.assigned.value_or(0), reason};
+    change([&](EtcdRoundState& s, double) { return round_.abort(s, a.id, report); });
     settle();
   }
   void done(int node) override {

@@ -36,6 +36,8 @@ class Backend {
   virtual void fail(int node, const FailureReport& failure,
                     const std::vector<WorkerFailure>& failures = {}, int not_relayed = 0,
                     std::optional<std::uint64_t> round = std::nullopt) = 0;
+  // Node `node` found the job cannot run (its preflight) in the round it was assigned.
+  virtual void abort(int node, const std::string& reason) = 0;
   virtual void done(int node) = 0;
   // After its halt: what failed on `node`.
   virtual void ended(int node, const std::vector<WorkerFailure>& failures, int not_relayed) = 0;

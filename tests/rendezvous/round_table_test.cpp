@@ -259,6 +259,23 @@ TEST_CASE("a worker failure restarts every node while restarts remain, then the 
   });
 }
 
+TEST_CASE("a failed preflight ends the job on every node, whatever restarts are left", "[round]") {
+  on_both_backends(job(2, 2, 3), [](Backend& b) {
+    b.join(1, "a", 1);
+    b.join(2, "b", 1);
+    REQUIRE(b.assignment(1));
+    REQUIRE(b.assignment(2));
+    b.abort(2, "preflight: b cannot reach a");
+    for (int n : {1, 2}) {
+      REQUIRE(b.stop(n));
+      CHECK(b.stop(n)->cause == StopCause::preflight_failed);
+      CHECK(b.stop(n)->reason == "preflight: b cannot reach a");
+      CHECK(b.stop(n)->exit_code == 1);
+      CHECK_FALSE(b.restart(n));
+    }
+  });
+}
+
 TEST_CASE("the job's root cause is its earliest failure on any node, whichever came first",
           "[round]") {
   on_both_backends(job(3, 3), [](Backend& b) {
