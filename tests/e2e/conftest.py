@@ -1,5 +1,6 @@
 """Shared helpers for the end-to-end tests: they run the real trainrun binary."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,6 +12,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from agents import Agents, ip_binary  # noqa: E402
 
 TRAINRUN = os.environ.get("TRAINRUN_BIN", "")
+# py-spy for the stack tests: CMake passes TRAINRUN_PY_SPY-NOTFOUND where it found none, so
+# only an executable counts; "" where there is none.
+PY_SPY = next((p for p in (os.environ.get("TRAINRUN_PY_SPY", ""), shutil.which("py-spy") or "")
+               if p and os.access(p, os.X_OK)), "")
 WORKER = os.environ.get("TEST_WORKER_BIN", "")
 
 

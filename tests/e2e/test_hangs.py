@@ -2,19 +2,15 @@
 and stopped (exit 124); a job that computes silently, or says a line now and then, is not."""
 import json
 import os
-import shutil
 import sys
 
 import pytest
 
-from conftest import WORKER, dynamic, run
+from conftest import PY_SPY, WORKER, dynamic, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "hang_job.py")
 PYTHON = os.environ.get("PYTHON_EXEC", "") or sys.executable
-# CMake passes TRAINRUN_PY_SPY-NOTFOUND where it found none: only an executable counts.
-PY_SPY = next((p for p in (os.environ.get("TRAINRUN_PY_SPY", ""), shutil.which("py-spy") or "")
-               if p and os.access(p, os.X_OK)), "")
 HANG_EXIT = 124
 
 

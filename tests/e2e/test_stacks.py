@@ -10,13 +10,12 @@ import time
 
 import pytest
 
-from conftest import TRAINRUN, run
+from conftest import PY_SPY, TRAINRUN, run
 from ports import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "stacks_job.py")
 PY = os.environ.get("PYTHON_EXEC", "/usr/bin/python3")
-PY_SPY = os.environ.get("TRAINRUN_PY_SPY", "") or shutil.which("py-spy") or ""
 
 
 def job_env(tmp_path):
