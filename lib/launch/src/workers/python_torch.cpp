@@ -40,10 +40,4 @@ std::optional<std::string> python_torch_version(const std::string& python) {
   return version;
 }
 
-std::optional<int> python_torch_major(const std::string& python) {
-  const std::optional<std::string> version = python_torch_version(python);
-  if (!version) return std::nullopt;
-  return parse_torch_major(*version);
-}
-
 }  // namespace trainrun::launch

@@ -15,7 +15,4 @@ std::optional<int> parse_torch_major(std::string_view printed);
 // time): nothing when it has no torch or cannot say within a generous bound.
 std::optional<std::string> python_torch_version(const std::string& python);
 
-// Its major version, the same way.
-std::optional<int> python_torch_major(const std::string& python);
-
 }  // namespace trainrun::launch
