@@ -90,6 +90,12 @@ class Agent {
   }
 
  private:
+  // The workers' interpreter's version, asked once, where something needs it.
+  const std::string& workers_python_version() {
+    if (python_.version.empty()) python_.version = python_version(program_);
+    return python_.version;
+  }
+
   // Which PyTorch the Python workers will import, for the variables only torch 1.x needs.
   std::optional<int> worker_torch_major() {
     torch_version_ = python_torch_version(program_).value_or("");
@@ -111,7 +117,7 @@ class Agent {
         program_, inherited_.count("PYTHON_EXEC") != 0 && !inherited_.at("PYTHON_EXEC").empty(),
         ""};
     if (job_.python_workers && shown(Level::debug)) {
-      python_.version = python_version(program_);
+      workers_python_version();
       say_on_console(python_line(python_), Level::debug);
     }
     if (job_.python_workers) job_.torch_major = worker_torch_major();
@@ -253,8 +259,7 @@ class Agent {
       else if (config_.entry_mode == EntryMode::executable)
         run.entrypoint_file = program_;
       if (job_.python_workers) {
-        if (python_.version.empty()) python_.version = python_version(program_);
-        run.python = python_.version;
+        run.python = workers_python_version();
         run.torch = torch_version_;
       }
       offer_ = local_offer(0, run);
@@ -580,7 +585,7 @@ class Agent {
     if (!dumps.empty()) say_on_console(dumps, Level::error);
     if (!job_.python_workers) return;
     if (const auto rank = rank_without_torch(policy_.failures())) {
-      if (python_.version.empty()) python_.version = python_version(program_);
+      workers_python_version();
       say_on_console(missing_torch_hint(*rank, python_), Level::error);
     }
   }
