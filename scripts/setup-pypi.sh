@@ -18,13 +18,16 @@ if ! "$venv/bin/python" -c 'import torch, torchvision, pytest' 2>/dev/null; then
   trap 'rm -rf "$wheels"' EXIT
   say "downloading torch and torchvision from PyPI into $venv"
   start=$(date +%s)
-  if ! "$venv/bin/python" -m pip download -q -d "$wheels" torch torchvision pytest; then
+  # No pip cache: the wheels (about 3 GB) are on disk once, and only until they are installed.
+  if ! "$venv/bin/python" -m pip download -q --no-cache-dir -d "$wheels" torch torchvision pytest; then
     say "cannot download torch from PyPI (no network?): the PyTorch 2.x configuration needs it"
     exit 1
   fi
   fetched=$(date +%s)
   say "downloaded $(du -sh "$wheels" | cut -f1) in $((fetched - start)) s"
-  "$venv/bin/python" -m pip install -q --no-index --find-links "$wheels" torch torchvision pytest
+  "$venv/bin/python" -m pip install -q --no-cache-dir --no-index --find-links "$wheels" \
+    torch torchvision pytest
+  rm -rf "$wheels"
   say "installed in $(($(date +%s) - fetched)) s"
 fi
 

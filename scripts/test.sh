@@ -39,6 +39,13 @@ finish() {
   return "$status"
 }
 trap finish EXIT
+# Free space where the builds, the virtual environments and the tests' files go, at each stage: a
+# stage that runs out of space then says how much there was (PyPI's torch takes about 9 GB while
+# it installs: 3 GB of wheels beside 5.5 GB installed).
+free_space() {
+  echo "test: $1: $(df -h --output=avail "$root" | tail -1 | tr -d ' ') free for $root," \
+    "$(df -h --output=avail "$tests_tmp" | tail -1 | tr -d ' ') for $tests_tmp" >&2
+}
 
 if [ -n "$only" ]; then
   echo "test: only $only, in $build; the sanitizer and PyTorch 2.x configurations are not run" >&2
@@ -48,9 +55,11 @@ fi
 
 args=("$@")
 if [ "${1:-}" = "quick" ]; then args=(-LE slow "${@:2}"); fi
+free_space "the Debian configuration"
 (cd "$build" && ctest --output-on-failure -j2 "${args[@]}")
 
 if [ "${TRAINRUN_SANITIZE_SUITE:-1}" != "0" ]; then
+  free_space "the sanitizer configuration"
   if [ "${1:-}" = "quick" ]; then
     "$root/scripts/sanitize.sh" -LE "slow|python|fuzz$" "${@:2}"
   else
@@ -60,6 +69,7 @@ fi
 
 if [ "${TRAINRUN_PYPI_SUITE:-1}" != "0" ]; then
   echo "test: the PyTorch 2.x configuration (PyPI)" >&2
+  free_space "the PyTorch 2.x configuration"
   "$root/scripts/setup.sh" --torch=pypi
   cd "${TRAINRUN_PYPI_BUILD_DIR:-$root/build-pypi}"
   ctest --output-on-failure -j2 -L torch "${args[@]}"

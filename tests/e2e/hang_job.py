@@ -1,6 +1,7 @@
 """A job for --hang-timeout (argv[1] the mode, argv[2] seconds where it takes them):
   stuck SECONDS    rank 2 sleeps in stuck_here() while every other rank blocks in a Gloo
                    all_reduce (which waits for rank 2), at most SECONDS
+  sleep SECONDS    every rank sleeps in stuck_here() for SECONDS (no torch)
   compute SECONDS  prints nothing, computes through ever deeper frames for SECONDS, then ends
   chatty SECONDS   prints a line every second (print(), no flush) for SECONDS, then ends
   heartbeat SECONDS  prints nothing, touches $TRAINRUN_HEARTBEAT_FILE every second (as the C++
@@ -40,6 +41,8 @@ def deeper(level, until):
 
 if MODE == "stuck":
     all_reduce_with_rank_2()
+elif MODE == "sleep":
+    stuck_here()
 elif MODE == "compute":
     deeper(0, time.monotonic() + SECONDS)
 elif MODE == "chatty":

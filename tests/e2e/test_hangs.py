@@ -1,7 +1,9 @@
 """--hang-timeout: a job that makes no progress on any node is found hung by its stacks, reported
 and stopped (exit 124); a job that computes silently, or says a line now and then, is not."""
+import glob
 import json
 import os
+import resource
 import sys
 
 import pytest
@@ -76,6 +78,32 @@ def test_a_native_worker_hung_is_named_with_its_native_frame(tmp_path):
     assert r.returncode == HANG_EXIT, r.stderr
     assert "rank 2 on " in r.stderr and " is in stuck_here" in r.stderr, r.stderr
     assert "while ranks 0-1,3 wait in" in r.stderr, r.stderr
+
+
+def core_files_go_to_the_working_directory():
+    with open("/proc/sys/kernel/core_pattern") as f:
+        pattern = f.read().strip()
+    return not pattern.startswith("|") and not pattern.startswith("/")
+
+
+@pytest.mark.skipif(not core_files_go_to_the_working_directory(),
+                    reason="core files are not written to the working directory here "
+                           "(/proc/sys/kernel/core_pattern)")
+def test_the_sigabrt_for_the_tracebacks_leaves_no_core_files(tmp_path):
+    # `ulimit -c` as high as it goes: the workers would write a core file each on SIGABRT.
+    hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+    if hard == 0:
+        pytest.skip("the hard limit on core files is 0 here: no core file could be written")
+    work = tmp_path / "work"
+    work.mkdir()
+    r = run(["--nproc-per-node=2", "--hang-timeout=3", "--shutdown-timeout=5",
+             f"--log-dir={tmp_path / 'logs'}", JOB, "sleep", "120"],
+            env={"PATH": path_without_py_spy()}, timeout=120, cwd=work,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (hard, hard)))
+    assert r.returncode == HANG_EXIT, r.stderr
+    assert "stopping the Python workers with SIGABRT" in r.stderr, r.stderr
+    assert "in stuck_here" in r.stderr, r.stderr
+    assert not glob.glob(str(work / "core*")), os.listdir(work)
 
 
 @pytest.mark.skipif(not PY_SPY, reason="py-spy is not installed (scripts/setup.sh --tests)")

@@ -532,7 +532,7 @@ class Agent {
         hang_watch_->suspected()) {
       say_on_console("stopping the Python workers with SIGABRT: their tracebacks follow on stderr",
                      Level::warning);
-      supervisor_.signal_workers(SIGABRT);
+      supervisor_.abort_workers();
       return;
     }
     if (a.whole_group)

@@ -1,6 +1,7 @@
 #include "trainrun/launch/workers/supervisor.hpp"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -120,6 +121,20 @@ void Supervisor::signal_all(int sig) {
 void Supervisor::signal_workers(int sig) {
   for (const auto& w : workers_)
     if (w.running) ::kill(w.pid, sig);
+}
+
+void Supervisor::abort_workers() {
+  for (const auto& w : workers_) {
+    if (!w.running) continue;
+    // The hard limit stays: the worker may raise its own again. A limit that cannot be set (the
+    // worker changed its user) leaves the core to the system's settings.
+    struct rlimit limit {};
+    if (::prlimit(w.pid, RLIMIT_CORE, nullptr, &limit) == 0) {
+      limit.rlim_cur = 0;
+      ::prlimit(w.pid, RLIMIT_CORE, &limit, nullptr);
+    }
+    ::kill(w.pid, SIGABRT);
+  }
 }
 
 std::string Supervisor::stderr_tail(int local_rank) const {

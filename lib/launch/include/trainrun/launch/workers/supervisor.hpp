@@ -57,6 +57,10 @@ class Supervisor {
   void signal_all(int sig);
   // Sends `sig` to each running worker process alone, not to what it started.
   void signal_workers(int sig);
+  // SIGABRT to each running worker process alone, for the tracebacks faulthandler writes on it,
+  // with its core file size limit set to 0 first: a deliberate stop of a hung job must not write
+  // a core file per rank (one as large as the rank's memory) wherever `ulimit -c` allows them.
+  void abort_workers();
   size_t running() const;
   // (local rank, pid) of each worker still running.
   std::vector<std::pair<int, pid_t>> running_workers() const;
