@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import TRAINRUN, read_envs, run, wait_for
+from conftest import TRAINRUN, drop_ephemeral_ports, read_envs, run, wait_for
 from agents import ip_binary
 
 SSHD = "/usr/sbin/sshd"
@@ -199,6 +199,21 @@ def test_a_stop_signal_stops_every_host(hosts, netns_pair, worker, tmp_path, sig
     out, err = job.communicate(timeout=90)
     assert job.returncode == status, err
     assert f"received {signal.Signals(sig).name}; stopping the agents on 2 hosts" in err
+    no_job_left(hosts)
+
+
+def test_a_failed_preflight_ends_the_command_with_its_line_once(hosts, netns_pair, worker,
+                                                                 tmp_path):
+    a, b = drop_ephemeral_ports(netns_pair)
+    job = hosts.launch([f"--hosts={host_list(netns_pair, 1)}", JOIN, worker, "pidfile",
+                        str(tmp_path / "pids"), "sleep", "60"], cwd=tmp_path)
+    out, err = job.communicate(timeout=90)
+    assert job.returncode == 1, err
+    # Both agents end with the line; the one console shows it once.
+    assert err.count("preflight failed on") == 1, err
+    assert re.search(rf"preflight failed on .*\(group rank 1, {re.escape(b.addr)}\) cannot open a "
+                     rf"TCP connection to .* at {re.escape(a.addr)}:\d+ \(MASTER_ADDR\): no "
+                     rf"answer", err), err
     no_job_left(hosts)
 
 
