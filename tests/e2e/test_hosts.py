@@ -151,6 +151,23 @@ def test_one_command_runs_the_job_a_by_hand_launch_runs(hosts, netns_pair, worke
     assert f"starting 2 agents over ssh: {a.addr} (node rank 0), {b.addr} (node rank 1)" in err
 
 
+def test_pet_variables_of_the_launching_machine_reach_every_agent(hosts, netns_pair, worker,
+                                                                   tmp_path):
+    # The agents' logins over ssh do not carry this machine's environment: torchrun's PET_* forms
+    # of the options govern the whole job, as the same options on the command line would.
+    out = tmp_path / "envs"
+    out.mkdir()
+    job = hosts.launch([f"--hosts={host_list(netns_pair, 1)}", JOIN, worker, "env", str(out / "e")],
+                       cwd=tmp_path, env=dict(os.environ, PET_MAX_RESTARTS="2", PET_ROLE="trainer"))
+    _, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    envs = read_envs(out)
+    assert sorted(envs) == [0, 1]
+    for env in envs.values():
+        assert env["TORCHELASTIC_MAX_RESTARTS"] == "2", env
+        assert env["ROLE_NAME"] == "trainer", env
+
+
 def test_token_is_in_no_command_line_nor_environment(hosts, netns_pair, worker, tmp_path):
     # The ssh command is wrapped so that the test learns the token the launcher hands over.
     seen = tmp_path / "handover"

@@ -45,7 +45,7 @@ def test_on_etcd_the_firewall_ends_the_job_on_both_nodes(netns_pair, agents, wor
     server = Etcd(tmp_path, host=a.addr, netns=a.name)
     server.start()
     try:
-        started = [agents(ns.name, etcd_args(server, 2, 1, JOIN, f"--local-addr={ns.addr}",
+        started = [agents(ns.name, etcd_args(server, 2, 1, JOIN, f"--local-addr={ns.addr}", "-v",
                                              run_id="pf", backend="etcd-v2") +
                           [worker, "pidfile", str(tmp_path / f"{ns.name}.pids"), "sleep", "60"],
                           netns=ns.name)
@@ -61,6 +61,9 @@ def test_on_etcd_the_firewall_ends_the_job_on_both_nodes(netns_pair, agents, wor
                           rf"( \(MASTER_ADDR\))?: no answer")
         for agent in started:
             assert len(link.findall(agent.err)) == 1, agent.err
+        # Node a checked b too, whichever way etcd told it its ranks (the writer of the state
+        # reads it; the others take a summary, which holds no peer to check).
+        assert "preflight passed: 1 node checked" in started[0].err, started[0].err
         # The workers of node b never started.
         assert not (tmp_path / f"{b.name}.pids").exists()
     finally:
