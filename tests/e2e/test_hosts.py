@@ -290,7 +290,7 @@ def test_a_host_that_is_down_is_named_and_the_others_stop(hosts, netns_pair, wor
     out, err = job.communicate(timeout=90)
     assert job.returncode == 1, err
     assert re.search(rf"trainrun: {re.escape(down)}: cannot start its agent \(ssh exit 255\): "
-                     rf"ssh: connect to host {re.escape(down)} port 22: Network is unreachable",
+                     rf"ssh: connect to host {re.escape(down)} port 22: Network is unreachable\n",
                      err), err
     no_job_left(hosts)
 

@@ -134,7 +134,7 @@ def test_warn_runs_a_differing_script_and_says_so_once_per_node(agents, tmp_path
     assert ra.wait(timeout=60) == 0, ra.err
     assert rb.wait(timeout=60) == 0, rb.err
     assert sorted(ran.read_text().split()) == ["0", "1"]
-    # One problem, one line on each node, however many checks found it.
+    # Each node says it once, as a warning, and the workers ran.
     for agent in (ra, rb):
         lines = [line for line in agent.err.splitlines() if "the entrypoint differs" in line]
         assert len(lines) == 1, agent.err

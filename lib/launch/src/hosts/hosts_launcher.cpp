@@ -308,8 +308,10 @@ class HostsRun {
       r.ready = true;
       return;
     }
-    if (stream == 2 && !text.empty()) r.last_error = text;
     auto worker = split_worker_line(text, r.address);
+    // ssh ends its own lines with "\r\n".
+    if (!worker && !text.empty() && text.back() == '\r') text.pop_back();
+    if (stream == 2 && !text.empty()) r.last_error = text;
     if (!worker && !first_to_say(i, text)) return;
     if (!worker) text = r.host + ": " + text;
     if (options_.dedup) {
