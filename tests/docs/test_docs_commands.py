@@ -1,12 +1,13 @@
 """Runs every shell command shown in README.md and docs/*.md, so the documentation cannot rot.
 
-What runs: fenced blocks whose language is `sh`, `bash` or `console`. An `sh`/`bash` block runs as
-one bash script (`set -e -o pipefail`); in a `console` block the lines that start with `$ ` are the
-commands (a line ending in `\\` continues on the next) and the other lines are their output, which
-is shown to the reader and not compared (`expect` below checks what matters). The blocks of one
-document run in order, in one fresh directory, with the build's `trainrun` first on `PATH` and
-these files in place of the user's: `train.py` (a Python script), `mypkg/train.py` (a module) and
-`./train` (an executable), each printing its rank and arguments.
+What runs: fenced blocks whose language is `sh`, `bash` or `console` (indented inside a list item
+too, read without that indent). An `sh`/`bash` block runs as one bash script
+(`set -e -o pipefail`); in a `console` block the lines that start with `$ ` are the commands (a line ending in
+`\\` continues on the next) and the other lines are their output, which is shown to the reader and
+not compared (`expect` below checks what matters). The blocks of one document run in order, in one
+fresh directory, with the build's `trainrun` first on `PATH` and these files in place of the
+user's: `train.py` (a Python script), `mypkg/train.py` (a module) and `./train` (an executable),
+each printing its rank and arguments.
 
 Directives are HTML comments on the lines right before the opening fence, one per line:
 
@@ -35,10 +36,10 @@ A block that runs `trainrun --hosts` reaches its hosts over real ssh: the docume
 an sshd of the test's own (openssh-server) on a free port of 127.0.0.1 and 127.0.0.2, taking a key
 the test makes and logging in as the user the test runs as; the block gets `TRAINRUN_SSH` naming
 that port and key, and `PET_MASTER_PORT` the free port of 29500 (trainrun passes it to every
-agent); `~/.trainrun_env` (the test's home) forwards `PYTHON_EXEC` where it is set, since a
-login's Python is not the test's. Its host names become addresses of their own, each host a login of its own: `node0`
-`127.0.0.1`, `node1` `127.0.0.2`, and `node9` `127.0.0.9`, where nothing listens (a host that is
-down).
+agent); `~/.trainrun_env` (the test's home) forwards `PYTHON_EXEC` where it is set, since a login's
+Python is not the test's. Its host names become addresses of their own, each host a login of its
+own: `node0` `127.0.0.1`, `node1` `127.0.0.2`, and `node9` `127.0.0.9`, where nothing listens (a
+host that is down).
 """
 import glob
 import os
@@ -159,7 +160,8 @@ class Sshd:
         conf = directory / "sshd_config"
         conf.write_text("\n".join([
             f"Port {self.port}", "ListenAddress 127.0.0.1", "ListenAddress 127.0.0.2",
-            f"HostKey {directory / 'hostkey'}", f"AuthorizedKeysFile {directory / 'authorized_keys'}",
+            f"HostKey {directory / 'hostkey'}",
+            f"AuthorizedKeysFile {directory / 'authorized_keys'}",
             f"PidFile {directory / 'sshd.pid'}", "UsePAM no", "PermitRootLogin prohibit-password",
             "PasswordAuthentication no", "KbdInteractiveAuthentication no", "StrictModes no", ""]))
         if os.geteuid() == 0:
