@@ -45,16 +45,17 @@ class Agent:
 
 
 class Agents:
-    """Starts the agents of one test: agents(name, args, env=None, netns=None, cwd=None) runs
-    `trainrun ARGS` (inside network namespace `netns` if given), with output in DIRECTORY/NAME.out
-    and .err. Leaving the `with` block kills whatever is still running."""
+    """Starts the agents of one test: agents(name, args, env=None, netns=None, cwd=None, wrap=())
+    runs `trainrun ARGS` (inside network namespace `netns` if given, through the command `wrap`
+    if given, which ends by exec'ing its arguments), with output in DIRECTORY/NAME.out and .err.
+    Leaving the `with` block kills whatever is still running."""
 
     def __init__(self, trainrun, directory, env=None):
         self.trainrun, self.directory, self.env = trainrun, directory, env or {}
         self.started = []
 
-    def __call__(self, name, args, env=None, netns=None, cwd=None):
-        prefix = [ip_binary(), "netns", "exec", netns] if netns else []
+    def __call__(self, name, args, env=None, netns=None, cwd=None, wrap=()):
+        prefix = ([ip_binary(), "netns", "exec", netns] if netns else []) + list(wrap)
         agent = Agent(self.directory, name, [self.trainrun, *args], {**self.env, **(env or {})},
                       prefix, cwd)
         self.started.append(agent)

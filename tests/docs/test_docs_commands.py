@@ -1,12 +1,13 @@
 """Runs every shell command shown in README.md and docs/*.md, so the documentation cannot rot.
 
-What runs: fenced blocks whose language is `sh`, `bash` or `console`. An `sh`/`bash` block runs as
-one bash script (`set -e -o pipefail`); in a `console` block the lines that start with `$ ` are the
-commands (a line ending in `\\` continues on the next) and the other lines are their output, which
-is shown to the reader and not compared (`expect` below checks what matters). The blocks of one
-document run in order, in one fresh directory, with the build's `trainrun` first on `PATH` and
-these files in place of the user's: `train.py` (a Python script), `mypkg/train.py` (a module) and
-`./train` (an executable), each printing its rank and arguments.
+What runs: fenced blocks whose language is `sh`, `bash` or `console` (indented inside a list item
+too, read without that indent). An `sh`/`bash` block runs as one bash script
+(`set -e -o pipefail`); in a `console` block the lines that start with `$ ` are the commands (a line ending in
+`\\` continues on the next) and the other lines are their output, which is shown to the reader and
+not compared (`expect` below checks what matters). The blocks of one document run in order, in one
+fresh directory, with the build's `trainrun` first on `PATH` and these files in place of the
+user's: `train.py` (a Python script), `mypkg/train.py` (a module) and `./train` (an executable),
+each printing its rank and arguments.
 
 Directives are HTML comments on the lines right before the opening fence, one per line:
 
@@ -30,6 +31,15 @@ Before a block runs, what names other machines becomes this one (whole words): t
 group (so 29501, the static rendezvous port, follows 29500). Blocks in other languages (`python`,
 `cpp`, `cmake`, none) are not run, but a block without a language whose lines start with
 `trainrun --` or `$ ` fails the test: a command must be marked runnable or `norun`.
+
+A block that runs `trainrun --hosts` reaches its hosts over real ssh: the document's blocks share
+an sshd of the test's own (openssh-server) on a free port of 127.0.0.1 and 127.0.0.2, taking a key
+the test makes and logging in as the user the test runs as; the block gets `TRAINRUN_SSH` naming
+that port and key, and `PET_MASTER_PORT` the free port of 29500 (trainrun passes it to every
+agent); `~/.trainrun_env` (the test's home) forwards `PYTHON_EXEC` where it is set, since a login's
+Python is not the test's. Its host names become addresses of their own, each host a login of its
+own: `node0` `127.0.0.1`, `node1` `127.0.0.2`, and `node9` `127.0.0.9`, where nothing listens (a
+host that is down).
 """
 import glob
 import os
@@ -52,6 +62,8 @@ KNOWN = {"norun", "file", "exit", "expect", "together", "snippet"}
 BLOCK_TIMEOUT = 600
 HOSTS = {"node0": "127.0.0.1", "node1": "127.0.0.1", "10.0.0.1": "127.0.0.1",
          "10.0.0.2": "127.0.0.1", "eth0": "lo", "eth1": "lo"}
+SSH_HOSTS = dict(HOSTS, node1="127.0.0.2", node9="127.0.0.9")
+SSHD = "/usr/sbin/sshd"
 
 WORKER_PY = """import os, sys
 print(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']}: {sys.argv[0]} {sys.argv[1:]}")
@@ -93,10 +105,12 @@ def parse(doc):
     lines = open(os.path.join(ROOT, doc)).read().splitlines()
     blocks, i = [], 0
     while i < len(lines):
-        fence = re.match(r"^(```+)\s*([\w-]*)", lines[i])
+        # A block may be indented, inside a list item: its lines lose that indent.
+        fence = re.match(r"^( *)(```+)\s*([\w-]*)", lines[i])
         if not fence:
             i += 1
             continue
+        indent, ticks, language = fence.groups()
         directives, j = {}, i - 1
         while j >= 0 and DIRECTIVE.match(lines[j].strip()):
             key, value = DIRECTIVE.match(lines[j].strip()).groups()
@@ -104,17 +118,18 @@ def parse(doc):
             directives[key] = value
             j -= 1
         end = i + 1
-        while end < len(lines) and not lines[end].startswith(fence.group(1)):
+        while end < len(lines) and not lines[end].lstrip(" ").startswith(ticks):
             end += 1
         assert end < len(lines), f"{doc}:{i + 1}: the fence is never closed"
-        blocks.append(Block(doc, i + 1, fence.group(2), "\n".join(lines[i + 1:end]) + "\n",
-                            directives))
+        text = [line[len(indent):] if line.startswith(indent) else line.lstrip(" ")
+                for line in lines[i + 1:end]]
+        blocks.append(Block(doc, i + 1, language, "\n".join(text) + "\n", directives))
         i = end + 1
     return blocks
 
 
-def substitute(text, ports):
-    for name, value in HOSTS.items():
+def substitute(text, ports, hosts=HOSTS):
+    for name, value in hosts.items():
         text = re.sub(r"(?<![\w.-])" + re.escape(name) + r"(?![\w-]|\.\d)", value, text)
     for default, port in ports.items():
         text = re.sub(rf"(?<!\d){default}(?!\d)", str(port), text)
@@ -123,6 +138,56 @@ def substitute(text, ports):
 
 def fresh_ports():
     return {29400: free_port(), 29500: free_port()}
+
+
+def uses_hosts(block):
+    return re.search(r"\btrainrun\b.*--hosts", block.script()) is not None
+
+
+class Sshd:
+    """sshd on a free port of 127.0.0.1 and 127.0.0.2 for the --hosts blocks of one document:
+    it takes a key made here and logs in as the user the test runs as."""
+
+    def __init__(self, directory):
+        directory.mkdir()
+        self.directory = directory
+        self.key = directory / "key"
+        for name in ("key", "hostkey"):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
+                            str(directory / name)], check=True)
+        (directory / "authorized_keys").write_text((directory / "key.pub").read_text())
+        self.port = free_port()
+        conf = directory / "sshd_config"
+        conf.write_text("\n".join([
+            f"Port {self.port}", "ListenAddress 127.0.0.1", "ListenAddress 127.0.0.2",
+            f"HostKey {directory / 'hostkey'}",
+            f"AuthorizedKeysFile {directory / 'authorized_keys'}",
+            f"PidFile {directory / 'sshd.pid'}", "UsePAM no", "PermitRootLogin prohibit-password",
+            "PasswordAuthentication no", "KbdInteractiveAuthentication no", "StrictModes no", ""]))
+        if os.geteuid() == 0:
+            # sshd refuses to start as root without its privilege separation directory.
+            os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        self.log = directory / "sshd.log"
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(conf)], stdout=log,
+                                         stderr=log)
+        deadline = time.monotonic() + 30
+        while subprocess.run(self.words() + ["127.0.0.2", "true"], capture_output=True,
+                             timeout=30).returncode != 0:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError(f"sshd did not start: {self.log.read_text()}")
+            time.sleep(0.1)
+
+    def words(self):
+        return ["ssh", "-F", "/dev/null", "-p", str(self.port), "-i", str(self.key), "-o",
+                "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no", "-o",
+                "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
 
 
 def environment(tmp_path):
@@ -144,17 +209,23 @@ def provide_files(work, blocks):
             (work / b.directives["file"]).write_text(b.text)
 
 
-def run_group(group, work, env):
-    """Runs the blocks of one group at once; returns [(block, exit status, output)]."""
+def run_group(group, work, env, sshd=None):
+    """Runs the blocks of one group at once; returns [(block, exit status, output)]. `sshd`: the
+    document's, for the blocks that use --hosts."""
     ports = fresh_ports()
     procs = []
     for k, block in enumerate(group):
         if k:
             time.sleep(0.5)  # the first block of a group is the node that hosts
         log = open(work / f".block{block.line}.out", "w+")
+        block_env, hosts = env, HOSTS
+        if uses_hosts(block):
+            block_env = dict(env, TRAINRUN_SSH=" ".join(sshd.words()),
+                             PET_MASTER_PORT=str(ports[29500]))
+            hosts = SSH_HOSTS
         script = ("" if "exit" in block.directives else "set -e -o pipefail\n") + \
-            substitute(block.script(), ports)
-        procs.append((block, subprocess.Popen(["bash", "-c", script], cwd=work, env=env,
+            substitute(block.script(), ports, hosts)
+        procs.append((block, subprocess.Popen(["bash", "-c", script], cwd=work, env=block_env,
                                               stdout=log, stderr=subprocess.STDOUT,
                                               start_new_session=True), log))
     results = []
@@ -235,7 +306,18 @@ def test_commands_in(doc, tmp_path):
     work.mkdir()
     provide_files(work, blocks)
     env = environment(tmp_path)
+    sshd = None
+    if any(uses_hosts(b) for b in filter(runnable, blocks)):
+        if not os.access(SSHD, os.X_OK):
+            pytest.fail(f"{doc} runs trainrun --hosts: install openssh-server (scripts/setup.sh)")
+        sshd = Sshd(tmp_path / "sshd")
+        if env.get("PYTHON_EXEC"):
+            (tmp_path / ".trainrun_env").write_text(f"PYTHON_EXEC={env['PYTHON_EXEC']}\n")
     failures = []
-    for group in groups(blocks):
-        failures += check(run_group(group, work, env))
+    try:
+        for group in groups(blocks):
+            failures += check(run_group(group, work, env, sshd))
+    finally:
+        if sshd:
+            sshd.stop()
     assert not failures, "\n\n".join(failures)

@@ -6,10 +6,12 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import urllib.request
 
 import pytest
 
+from agents import ip_binary
 from conftest import alive, dynamic, wait_for, wait_for_pids
 from ports import free_port
 
@@ -17,23 +19,28 @@ ETCD = shutil.which("etcd")
 
 
 class Etcd:
-    """One etcd member on 127.0.0.1; stop() and start() again keep its data (a restart)."""
+    """One etcd member on `host` (127.0.0.1, or an address of network namespace `netns`, where it
+    then runs); stop() and start() again keep its data (a restart)."""
 
-    def __init__(self, directory):
-        self.directory = directory
+    def __init__(self, directory, host="127.0.0.1", netns=None):
+        self.directory, self.host, self.netns = directory, host, netns
         self.port, self.peer = free_port(), free_port()
         self.proc = None
 
     @property
     def endpoint(self):
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
+
+    def inside(self):
+        """The words that run a command where etcd runs."""
+        return [ip_binary(), "netns", "exec", self.netns] if self.netns else []
 
     def start(self):
-        peer = f"http://127.0.0.1:{self.peer}"
-        client = f"http://127.0.0.1:{self.port}"
+        peer = f"http://{self.host}:{self.peer}"
+        client = f"http://{self.host}:{self.port}"
         log = open(self.directory / "etcd.log", "a")
         self.proc = subprocess.Popen(
-            [ETCD, "--name", "t", "--data-dir", str(self.directory / "data"),
+            [*self.inside(), ETCD, "--name", "t", "--data-dir", str(self.directory / "data"),
              "--listen-client-urls", client, "--advertise-client-urls", client,
              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
              "--initial-cluster", f"t={peer}"], stdout=log, stderr=log)
@@ -44,6 +51,13 @@ class Etcd:
                         f"{(self.directory / 'etcd.log').read_text()[-500:]}")
 
     def healthy(self):
+        if self.netns:
+            # This process cannot reach into the namespace: ask from inside it.
+            ask = (f"import urllib.request; print(urllib.request.urlopen("
+                   f"'http://{self.endpoint}/health', timeout=1).read())")
+            r = subprocess.run([*self.inside(), sys.executable, "-c", ask], capture_output=True,
+                               text=True, timeout=30)
+            return '"true"' in r.stdout
         try:
             with urllib.request.urlopen(f"http://{self.endpoint}/health", timeout=1) as r:
                 return b'"true"' in r.read()

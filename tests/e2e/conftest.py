@@ -213,6 +213,33 @@ def netns_pair():
         pair.destroy()
 
 
+IPTABLES = shutil.which("iptables") or next(
+    (p for p in ("/usr/sbin/iptables", "/sbin/iptables") if os.access(p, os.X_OK)), None)
+
+
+def ephemeral_range():
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low, high = f.read().split()
+    return low, high
+
+
+def drop_ephemeral_ports(netns_pair):
+    """New connections from b to a's ephemeral range are dropped (the preflight's and the
+    workers' ports): the rendezvous', etcd's and sshd's ports, outside that range, stay open, and
+    so do a's connections to b. Returns the pair's two namespaces; skips where iptables cannot do
+    that here."""
+    if IPTABLES is None:
+        pytest.skip("iptables is not installed (scripts/setup.sh)")
+    a, b = netns_pair.ns
+    low, high = ephemeral_range()
+    rule = ["-p", "tcp", "--syn", "-d", a.addr, "--dport", f"{low}:{high}", "-j", "DROP"]
+    r = subprocess.run(["ip", "netns", "exec", b.name, IPTABLES, "-A", "OUTPUT", *rule],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"iptables does not work in a network namespace here: {r.stderr.strip()}")
+    return a, b
+
+
 def ranks_by_restart(path):
     """{restart count: {ranks}} from lines "$TORCHELASTIC_RESTART_COUNT $RANK" that workers
     appended to `path`."""

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import TRAINRUN, read_envs, run, wait_for
+from conftest import TRAINRUN, drop_ephemeral_ports, read_envs, run, wait_for
 from agents import ip_binary
 
 SSHD = "/usr/sbin/sshd"
@@ -151,6 +151,23 @@ def test_one_command_runs_the_job_a_by_hand_launch_runs(hosts, netns_pair, worke
     assert f"starting 2 agents over ssh: {a.addr} (node rank 0), {b.addr} (node rank 1)" in err
 
 
+def test_pet_variables_of_the_launching_machine_reach_every_agent(hosts, netns_pair, worker,
+                                                                   tmp_path):
+    # The agents' logins over ssh do not carry this machine's environment: torchrun's PET_* forms
+    # of the options govern the whole job, as the same options on the command line would.
+    out = tmp_path / "envs"
+    out.mkdir()
+    job = hosts.launch([f"--hosts={host_list(netns_pair, 1)}", JOIN, worker, "env", str(out / "e")],
+                       cwd=tmp_path, env=dict(os.environ, PET_MAX_RESTARTS="2", PET_ROLE="trainer"))
+    _, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    envs = read_envs(out)
+    assert sorted(envs) == [0, 1]
+    for env in envs.values():
+        assert env["TORCHELASTIC_MAX_RESTARTS"] == "2", env
+        assert env["ROLE_NAME"] == "trainer", env
+
+
 def test_token_is_in_no_command_line_nor_environment(hosts, netns_pair, worker, tmp_path):
     # The ssh command is wrapped so that the test learns the token the launcher hands over.
     seen = tmp_path / "handover"
@@ -199,6 +216,21 @@ def test_a_stop_signal_stops_every_host(hosts, netns_pair, worker, tmp_path, sig
     out, err = job.communicate(timeout=90)
     assert job.returncode == status, err
     assert f"received {signal.Signals(sig).name}; stopping the agents on 2 hosts" in err
+    no_job_left(hosts)
+
+
+def test_a_failed_preflight_ends_the_command_with_its_line_once(hosts, netns_pair, worker,
+                                                                 tmp_path):
+    a, b = drop_ephemeral_ports(netns_pair)
+    job = hosts.launch([f"--hosts={host_list(netns_pair, 1)}", JOIN, worker, "pidfile",
+                        str(tmp_path / "pids"), "sleep", "60"], cwd=tmp_path)
+    out, err = job.communicate(timeout=90)
+    assert job.returncode == 1, err
+    # Both agents end with the line; the one console shows it once.
+    assert err.count("preflight failed on") == 1, err
+    assert re.search(rf"preflight failed on .*\(group rank 1, {re.escape(b.addr)}\) cannot open a "
+                     rf"TCP connection to .* at {re.escape(a.addr)}:\d+ \(MASTER_ADDR\): no "
+                     rf"answer", err), err
     no_job_left(hosts)
 
 
@@ -258,7 +290,7 @@ def test_a_host_that_is_down_is_named_and_the_others_stop(hosts, netns_pair, wor
     out, err = job.communicate(timeout=90)
     assert job.returncode == 1, err
     assert re.search(rf"trainrun: {re.escape(down)}: cannot start its agent \(ssh exit 255\): "
-                     rf"ssh: connect to host {re.escape(down)} port 22: Network is unreachable",
+                     rf"ssh: connect to host {re.escape(down)} port 22: Network is unreachable\n",
                      err), err
     no_job_left(hosts)
 

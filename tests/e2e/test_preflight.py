@@ -2,40 +2,17 @@
 links to its peers, MASTER_ADDR and what every node runs; a failure names the nodes and stops the
 job on every node (docs/multinode.md)."""
 import os
+import re
 import shutil
-import subprocess
+import signal
 
 import pytest
 
-from conftest import dynamic
+from backends import ETCD, Etcd, etcd_args
+from conftest import drop_ephemeral_ports, dynamic
 from ports import free_port
 
 JOIN = "--rdzv-conf=join_timeout=60"
-IPTABLES = shutil.which("iptables") or next(
-    (p for p in ("/usr/sbin/iptables", "/sbin/iptables") if os.access(p, os.X_OK)), None)
-
-
-def ephemeral_range():
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        low, high = f.read().split()
-    return low, high
-
-
-def drop_ephemeral_ports(netns_pair):
-    """New connections from b to a's ephemeral range are dropped: the rendezvous port (29403)
-    stays open, and so do a's connections to b. Skips where iptables cannot do that here."""
-    if IPTABLES is None:
-        pytest.skip("iptables is not installed (scripts/setup.sh)")
-    a, b = netns_pair.ns
-    low, high = ephemeral_range()
-    rule = ["-p", "tcp", "--syn", "-d", a.addr, "--dport", f"{low}:{high}", "-j", "DROP"]
-    r = subprocess.run(["ip", "netns", "exec", b.name, IPTABLES, "-A", "OUTPUT", *rule],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"iptables does not work in a network namespace here: {r.stderr.strip()}")
-    return a, b
-
-
 def test_a_firewall_that_drops_the_ephemeral_ports_is_named_on_both_nodes(netns_pair, agents,
                                                                           worker):
     a, b = drop_ephemeral_ports(netns_pair)
@@ -58,6 +35,39 @@ def test_a_firewall_that_drops_the_ephemeral_ports_is_named_on_both_nodes(netns_
         assert "GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME" in agent.err, agent.err
     # The workers of group rank 1 never started.
     assert "preflight failed" in rb.err and "worker" not in rb.out
+
+
+def test_on_etcd_the_firewall_ends_the_job_on_both_nodes(netns_pair, agents, worker, tmp_path):
+    a, b = drop_ephemeral_ports(netns_pair)
+    if not ETCD:
+        pytest.skip("etcd is not installed (Debian package etcd-server; scripts/setup.sh)")
+    # etcd on node a's address, its ports outside the dropped range: both nodes reach it.
+    server = Etcd(tmp_path, host=a.addr, netns=a.name)
+    server.start()
+    try:
+        started = [agents(ns.name, etcd_args(server, 2, 1, JOIN, f"--local-addr={ns.addr}", "-v",
+                                             run_id="pf", backend="etcd-v2") +
+                          [worker, "pidfile", str(tmp_path / f"{ns.name}.pids"), "sleep", "60"],
+                          netns=ns.name)
+                   for ns in (a, b)]
+        # Ended by the check's 5 s bound, not by init_process_group's 30 minutes.
+        for agent in started:
+            assert agent.wait(timeout=60) == 1, agent.err
+        host = os.uname().nodename
+        # Whichever node etcd's round made group rank 0, node b cannot reach its ports.
+        link = re.compile(rf"preflight failed on {re.escape(host)}: {re.escape(host)} \(group "
+                          rf"rank [01], {re.escape(b.addr)}\) cannot open a TCP connection to "
+                          rf"{re.escape(host)} \(group rank [01]\) at {re.escape(a.addr)}:\d+"
+                          rf"( \(MASTER_ADDR\))?: no answer")
+        for agent in started:
+            assert len(link.findall(agent.err)) == 1, agent.err
+        # Node a checked b too, whichever way etcd told it its ranks (the writer of the state
+        # reads it; the others take a summary, which holds no peer to check).
+        assert "preflight passed: 1 node checked" in started[0].err, started[0].err
+        # The workers of node b never started.
+        assert not (tmp_path / f"{b.name}.pids").exists()
+    finally:
+        server.stop(signal.SIGKILL)
 
 
 def test_a_preflight_failure_stops_the_job_whatever_restarts_are_left(netns_pair, agents,
@@ -87,17 +97,23 @@ def test_a_preflight_failure_stops_the_job_whatever_restarts_are_left(netns_pair
     assert set(attempts) <= {"0"}, (attempts, ra.err)
 
 
-def test_a_script_that_differs_between_the_nodes_stops_the_job(agents, worker, tmp_path):
-    port = free_port()
+def differing_scripts(tmp_path, last_line):
+    """The directories of nodes a and b, each with its ./job.sh: the same name on both nodes, one
+    byte apart, ending with `last_line`."""
     dirs = []
     for side in ("a", "b"):
         d = tmp_path / side
         d.mkdir()
         script = d / "job.sh"
-        # The same name on both nodes; one byte differs.
-        script.write_text(f"#!/bin/sh\n# version {side}\nexec {worker} sleep 60\n")
+        script.write_text(f"#!/bin/sh\n# version {side}\n{last_line}\n")
         script.chmod(0o755)
         dirs.append(d)
+    return dirs
+
+
+def test_a_script_that_differs_between_the_nodes_stops_the_job(agents, worker, tmp_path):
+    port = free_port()
+    dirs = differing_scripts(tmp_path, f"exec {worker} sleep 60")
     args = dynamic(port, 2, 1, JOIN, "--no-python", run_id="pf") + ["./job.sh"]
     ra = agents("a", args, cwd=dirs[0])
     rb = agents("b", args, cwd=dirs[1])
@@ -106,6 +122,52 @@ def test_a_script_that_differs_between_the_nodes_stops_the_job(agents, worker, t
     for agent in (ra, rb):
         assert "the entrypoint differs between the nodes" in agent.err, agent.err
     assert "worker" not in (tmp_path / "a.out").read_text()
+
+
+def test_warn_runs_a_differing_script_and_says_so_once_per_node(agents, tmp_path):
+    port = free_port()
+    ran = tmp_path / "ran"
+    dirs = differing_scripts(tmp_path, f'echo "$RANK" >> {ran}')
+    args = dynamic(port, 2, 1, JOIN, "--no-python", "--preflight=warn", run_id="pf") + ["./job.sh"]
+    ra = agents("a", args, cwd=dirs[0])
+    rb = agents("b", args, cwd=dirs[1])
+    assert ra.wait(timeout=60) == 0, ra.err
+    assert rb.wait(timeout=60) == 0, rb.err
+    assert sorted(ran.read_text().split()) == ["0", "1"]
+    # Each node says it once, as a warning, and the workers ran.
+    for agent in (ra, rb):
+        lines = [line for line in agent.err.splitlines() if "the entrypoint differs" in line]
+        assert len(lines) == 1, agent.err
+        assert lines[0].startswith("trainrun: preflight: "), agent.err
+        assert lines[0].endswith("(a warning with --preflight=warn)"), agent.err
+        assert "preflight failed" not in agent.err
+
+
+def test_a_log_directory_on_a_full_disk_stops_the_job(agents, worker, tmp_path):
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("a file system of its own (unshare --mount, mount) needs root and util-linux")
+    port = free_port()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    # Node b sees a file system of its own at the log directory, full: a directory can still be
+    # made there (no data block), a file not written.
+    full = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            f'mount -t tmpfs -o size=4k tmpfs {logs} && {{ cat /dev/zero > {logs}/fill; }} '
+            '2>/dev/null; exec "$@"', "sh"]
+    pids = tmp_path / "pids"
+    args = dynamic(port, 2, 1, JOIN, f"--log-dir={logs}", run_id="pf") + [
+        worker, "pidfile", str(pids), "sleep", "60"]
+    ra = agents("a", args)
+    rb = agents("b", args, wrap=full)
+    assert rb.wait(timeout=60) == 1, rb.err
+    assert ra.wait(timeout=60) == 1, ra.err
+    line = f"preflight failed on {os.uname().nodename}: the log directory {logs}/pf_"
+    for agent in (ra, rb):
+        assert agent.err.count(line) == 1, agent.err
+        assert "No space left on device (write); the workers' logs and error files go there: " \
+            "choose another with --log-dir" in agent.err, agent.err
+    # Node b's worker never started (a's may have, and was stopped with the job).
+    assert not pids.exists() or len(pids.read_text().split()) <= 1
 
 
 def test_master_addr_that_resolves_to_loopback_on_its_node(netns_pair, agents, worker):

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
@@ -141,6 +142,36 @@ TEST_CASE("each agent's command line", "[hosts]") {
   CHECK(ssh_command({"ssh", "-p", "2222"}, "n1", "cmd").front() == "ssh");
   CHECK(ssh_command({"ssh", "-p", "2222"}, "n1", "cmd")[1] == "-p");
   CHECK(ssh_command({"ssh"}, "n1", "cmd").back() == "cmd");
+}
+
+TEST_CASE("this machine's PET_* settings reach every agent as options", "[hosts]") {
+  using trainrun::test::outcome;
+  const std::map<std::string, std::string> env = {{"PET_MAX_RESTARTS", "3"},
+                                                  {"PET_NO_PYTHON", "1"},
+                                                  {"PET_MASTER_ADDR", "10.0.0.9"},
+                                                  {"PET_PREFLIGHT", "warn"},
+                                                  {"PET_NPROC_PER_NODE", "2"},
+                                                  {"PET_ROLE", "trainer"},
+                                                  {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7"}};
+  const auto hosts = outcome({"--hosts=n0,n1", "--role=mine", "./train", "--lr"}, env).hosts;
+  REQUIRE(hosts);
+  // The command line wins over PET_ROLE; the worker count is each host's own.
+  CHECK(hosts->agent_options == Names{"--master-addr=10.0.0.9", "--preflight=warn",
+                                      "--max-restarts=3", "--shutdown-timeout=7", "--no-python=1",
+                                      "--role=mine"});
+  CHECK(hosts->workers == "2");
+  // PET_MASTER_ADDR is the rendezvous host: the first host's name does not replace it.
+  CHECK(hosts->master_addr_given);
+  const auto planned = filter_hosts(parse_host_option("n0,n1", "--hosts=x"), "", "");
+  const Names args = agent_arguments(*hosts, planned, 1);
+  CHECK(std::count(args.begin(), args.end(), "--master-addr=10.0.0.9") == 1);
+  CHECK(std::count_if(args.begin(), args.end(),
+                      [](const std::string& a) { return a.rfind("--master-addr", 0) == 0; }) == 1);
+  // A flag set to 0 goes too: a host's own PET_NO_PYTHON=1 does not turn it on there.
+  const auto off = outcome({"--hosts=n0,n1", "train.py"}, {{"PET_NO_PYTHON", "0"}}).hosts;
+  REQUIRE(off);
+  CHECK(off->agent_options == Names{"--no-python=0"});
+  CHECK_FALSE(off->master_addr_given);
 }
 
 TEST_CASE("forwarded variables: env files, then -x", "[hosts]") {

@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "sample_offer.hpp"
 #include "test_node.hpp"
 #include "trainrun/rendezvous/etcd_client.hpp"
 
@@ -17,16 +18,24 @@ RoundOptions two_nodes() {
   return o;
 }
 
-// Node "a" of a job of two, its join written and taken into the state.
+// `host`'s join, with a preflight offer where `preflight`.
+NodeDescriptor joining(const std::string& host, bool preflight) {
+  NodeDescriptor n = node(host);
+  if (preflight) n.preflight = trainrun::testing::sample_offer();
+  return n;
+}
+
+// Node "a" of a job of two, its join written and taken into the state; with `preflight`, both
+// nodes' joins carry an offer.
 struct Node {
-  Node() {
+  explicit Node(bool preflight = false) {
     view.generation = 0;
     events.on_assignment = [this](const Assignment& a) { assignment = a; };
-    member.join(node("a"));
+    member.join(joining("a", preflight));
     member.take_join();
     s.joins_taken = {{"a", 1}, {"b", 1}};
-    REQUIRE(round.join(s, "a", node("a"), 100));
-    REQUIRE(round.join(s, "b", node("b"), 101));
+    REQUIRE(round.join(s, "a", joining("a", preflight), 100));
+    REQUIRE(round.join(s, "b", joining("b", preflight), 101));
     REQUIRE(s.phase == Phase::running);
     REQUIRE(s.participants.size() == 2);
   }
@@ -81,6 +90,23 @@ TEST_CASE("etcd membership: a summary of the round started with this node assign
   CHECK(n.assignment->group_world_size == 2);
   CHECK(n.state_reads == 0);
   CHECK(n.member.seen_revision() == 11);
+}
+
+TEST_CASE("etcd membership: a node that runs the preflight takes the started round from the state",
+          "[etcd]") {
+  // The summary has no offers: assigned from it, the node would start its workers unchecked.
+  Node n(true);
+  n.member.react(n.s, 10);
+  const EtcdRoundState before = n.s;
+  REQUIRE(n.round.start(n.s, {{"a", n.s.round}, {"b", n.s.round}}));
+  n.member.take_summary(base64_encode(encode_summary(n.round.summary(before, n.s))), 11);
+  CHECK_FALSE(n.assignment);
+  CHECK(n.state_reads == 1);
+  n.member.react(n.s, 11);
+  REQUIRE(n.assignment);
+  REQUIRE(n.assignment->preflight.size() == 1);
+  CHECK(n.assignment->preflight[0].host == "b");
+  CHECK(n.assignment->preflight[0].offer == trainrun::testing::sample_offer());
 }
 
 TEST_CASE("etcd membership: a join refused stops the node with the reason", "[etcd]") {

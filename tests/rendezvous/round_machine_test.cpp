@@ -3,6 +3,7 @@
 // backends.
 #include "trainrun/rendezvous/round_machine.hpp"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
 #include <vector>
@@ -120,6 +121,20 @@ TEST_CASE("a connection after the job ended learns its outcome", "[rendezvous]")
   h.connect(3);
   REQUIRE(h.last<Stop>(3));
   CHECK(h.last<Stop>(3)->cause == StopCause::finished);
+}
+
+TEST_CASE("a failed preflight's line is every node's to say, not the server's again",
+          "[rendezvous]") {
+  Harness h(dynamic(2, 2));
+  h.connect_and_join_all({"a", "b"});
+  REQUIRE(h.machine.phase() == RoundMachine::Phase::running);
+  h.send(2, Abort{0, "preflight failed on b: b cannot reach a"});
+  for (NodeId id : {1, 2}) {
+    REQUIRE(h.last<Stop>(id));
+    CHECK(h.last<Stop>(id)->reason == "preflight failed on b: b cannot reach a");
+  }
+  CHECK(std::count(h.log.begin(), h.log.end(), "job ends (preflight_failed)") == 1);
+  for (const auto& line : h.log) CHECK_THAT(line, !Catch::Contains("cannot reach"));
 }
 
 TEST_CASE("missed heartbeats drop a node within the heartbeat timeout", "[rendezvous]") {

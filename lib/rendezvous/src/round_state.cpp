@@ -24,7 +24,12 @@ const RoundMember* RoundState::participant(const std::string& id) const {
 const RoundMember* RoundState::waiter(const std::string& id) const { return find(waiting, id); }
 
 void end_job(RoundState& s, Stop stop, RoundDecision& d) {
-  d.log.push_back(fmt::format("job ends ({}): {}", to_string(stop.cause), stop.reason));
+  // A failed preflight's reason is its node's line, which every agent, the hosting one included,
+  // prints as the stop's: the server does not print it a second time.
+  if (stop.cause == StopCause::preflight_failed)
+    d.log.push_back(fmt::format("job ends ({})", to_string(stop.cause)));
+  else
+    d.log.push_back(fmt::format("job ends ({}): {}", to_string(stop.cause), stop.reason));
   d.changed = true;
   d.ended = true;
   s.phase = RoundState::Phase::ended;

@@ -728,6 +728,28 @@ bool on_command_line(const GivenValues& g, const std::string& name) {
   return g.options.at(name)->count() > 0;
 }
 
+// The settings this machine's environment gave (PET_<NAME>, or a fallback variable such as
+// TORCH_ELASTIC_SHUTDOWN_TIMEOUT), as options: a login on another host does not carry them, and
+// the launching command governs the whole job as its command line does, over a host's own PET_*.
+std::vector<std::string> environment_options(const GivenValues& g,
+                                             const std::map<std::string, std::string>& env) {
+  std::set<std::string> dropped(std::begin(kLauncherOptions), std::end(kLauncherOptions));
+  dropped.insert("nproc-per-node");  // each host is given its own
+  std::vector<std::string> out;
+  for (const auto& spec : option_specs()) {
+    const std::string& name = spec.dashed;
+    if (!spec.is_setting() || dropped.count(name) || on_command_line(g, name) ||
+        g.from_config.count(name))
+      continue;
+    if (spec.is_flag) {
+      if (env.count(spec.pet_name())) out.push_back("--" + name + (g.flag(name) ? "=1" : "=0"));
+    } else if (g.named(name).rfind("--", 0) != 0) {
+      out.push_back("--" + name + "=" + g.value(name));
+    }
+  }
+  return out;
+}
+
 std::optional<HostsOptions> read_hosts(const GivenValues& g,
                                        const std::map<std::string, std::string>& env,
                                        const std::vector<std::string>& options,
@@ -780,11 +802,15 @@ std::optional<HostsOptions> read_hosts(const GivenValues& g,
     if (!entry.empty()) h.forward_env.push_back(entry);
   h.dedup = g.flag("dedup");
   h.workers = g.value("nproc-per-node");
-  h.master_addr_given = on_command_line(g, "master-addr");
-  h.output_given = on_command_line(g, "tee") || on_command_line(g, "redirects");
-  h.prefix_given = on_command_line(g, "log-line-prefix-template");
+  // Given on the command line, in --config or in this machine's environment: every agent gets
+  // it, and trainrun's choice for --hosts gives way.
+  h.master_addr_given = given_explicitly(g, "master-addr");
+  h.output_given = given_explicitly(g, "tee") || given_explicitly(g, "redirects");
+  h.prefix_given = given_explicitly(g, "log-line-prefix-template");
   h.shutdown_timeout = c.shutdown_timeout;
-  h.agent_options = agent_options(options);
+  h.agent_options = environment_options(g, env);
+  const std::vector<std::string> typed = agent_options(options);
+  h.agent_options.insert(h.agent_options.end(), typed.begin(), typed.end());
   h.entry = rest;
   return h;
 }

@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <vector>
@@ -37,6 +38,9 @@ constexpr auto kDedupWindow = std::chrono::milliseconds(1000);
 // After one agent ends with a failure, how long the others have to end on their own (the
 // rendezvous stops them) before the launcher stops them.
 constexpr auto kFailureGrace = std::chrono::seconds(10);
+// The agents' own lines remembered to show each once (they are few: a job's long output is its
+// workers').
+constexpr size_t kMaxSaidLines = 4096;
 
 volatile sig_atomic_t g_signal_count = 0;
 volatile sig_atomic_t g_last_signal = 0;
@@ -304,8 +308,11 @@ class HostsRun {
       r.ready = true;
       return;
     }
-    if (stream == 2 && !text.empty()) r.last_error = text;
     auto worker = split_worker_line(text, r.address);
+    // ssh ends its own lines with "\r\n".
+    if (!worker && !text.empty() && text.back() == '\r') text.pop_back();
+    if (stream == 2 && !text.empty()) r.last_error = text;
+    if (!worker && !first_to_say(i, text)) return;
     if (!worker) text = r.host + ": " + text;
     if (options_.dedup) {
       if (worker)
@@ -315,6 +322,15 @@ class HostsRun {
       return;
     }
     emit({{stream, std::move(text)}});
+  }
+
+  // A trainrun line that another host's agent printed word for word says what every agent says
+  // (the job's stop, its reason): shown once, from the first host that said it.
+  bool first_to_say(size_t i, const std::string& text) {
+    if (text.rfind("trainrun: ", 0) != 0) return true;
+    if (said_.size() >= kMaxSaidLines) said_.clear();
+    const auto [it, added] = said_.emplace(text, i);
+    return added || it->second == i;
   }
 
   static void emit(const std::vector<LineDedup::Out>& lines) {
@@ -392,6 +408,7 @@ class HostsRun {
   const HostsOptions& options_;
   std::vector<PlannedHost> hosts_;
   std::vector<Remote> remotes_;
+  std::map<std::string, size_t> said_;  // agents' trainrun lines, by the first host to say each
   LineDedup dedup_;
   sigset_t wait_mask_{};
   int seen_signals_ = 0;

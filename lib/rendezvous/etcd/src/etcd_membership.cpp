@@ -14,6 +14,7 @@ using Phase = EtcdRoundState::Phase;
 void EtcdMembership::join(const NodeDescriptor& node) {
   joined_ = true;
   ++join_seq_;
+  preflight_ = node.preflight.has_value();
   pending_join_ = node;
 }
 
@@ -101,7 +102,9 @@ bool EtcdMembership::take_round(const EtcdRoundSummary& m) {
   const auto at = std::find(m.members.begin(), m.members.end(), node_id_);
   if (at == m.members.end()) return false;
   if (m.started) {
-    if (m.assignments.empty()) return false;
+    // The summary holds each member's ranks, not the offers of the peers this node's preflight
+    // checks: such a node takes its assignment from the state, read once per round.
+    if (m.assignments.empty() || preflight_) return false;
     assigned_ = m.round;
     answering_.reset();
     if (events_.on_assignment) events_.on_assignment(m.assignments[at - m.members.begin()]);

@@ -82,6 +82,7 @@ class EtcdMembership {
   const ClientEvents& events_;
   Hooks hooks_;
   bool joined_ = false;
+  bool preflight_ = false;  // its join carries a preflight offer
   std::optional<NodeDescriptor> pending_join_;
   std::uint64_t join_seq_ = 0;  // this agent's joins so far
   std::optional<std::uint64_t> assigned_;
