@@ -172,3 +172,41 @@ TEST_CASE("torchrun 2.x runs one static node without a port as --standalone", "[
   c.standalone = true;
   CHECK(standalone_in_torchrun(c));
 }
+
+TEST_CASE("an attempt's topology, alone or as the rendezvous assigned it", "[agent]") {
+  LaunchConfig c;
+  c.nproc_per_node = 4;
+  c.master_addr = "10.0.0.1";
+  Topology alone = single_node_topology(c, "", 29500);
+  CHECK(alone.group_rank == 0);
+  CHECK(alone.group_world_size == 1);
+  CHECK(alone.local_world_size == 4);
+  CHECK(alone.world_size == 4);
+  CHECK(alone.master_addr == "10.0.0.1");
+  CHECK(alone.master_port == 29500);
+  CHECK(alone.restart_count == 0);
+  CHECK(single_node_topology(c, "gpu1.example.org", 29500).master_addr == "gpu1.example.org");
+
+  trainrun::rendezvous::Assignment a;
+  a.group_rank = 1;
+  a.group_world_size = 2;
+  a.base_rank = 4;
+  a.local_world_size = 4;
+  a.world_size = 8;
+  a.master_addr = "node0";
+  a.master_port = 29600;
+  a.restart_count = 2;
+  c.max_nodes = 2;
+  Topology assigned = assigned_topology(a, c, "gpu1.example.org");
+  CHECK(assigned.group_rank == 1);
+  CHECK(assigned.group_world_size == 2);
+  CHECK(assigned.base_rank == 4);
+  CHECK(assigned.world_size == 8);
+  CHECK(assigned.master_addr == "node0");
+  CHECK(assigned.master_port == 29600);
+  CHECK(assigned.restart_count == 2);
+  // A job that only ever has this node names its store as torchrun 2.x does.
+  c.max_nodes = 1;
+  CHECK(assigned_topology(a, c, "gpu1.example.org").master_addr == "gpu1.example.org");
+  CHECK(assigned_topology(a, c, "").master_addr == "node0");
+}
