@@ -21,7 +21,9 @@
 #include "trainrun/launch/agent/agent_policy.hpp"
 #include "trainrun/launch/agent/agent_preflight.hpp"
 #include "trainrun/launch/agent/agent_rendezvous.hpp"
+#include "trainrun/launch/agent/agent_signals.hpp"
 #include "trainrun/launch/agent/agent_watch.hpp"
+#include "trainrun/launch/agent/agent_workers.hpp"
 #include "trainrun/launch/agent/file_timer_server.hpp"
 #include "trainrun/launch/agent/job_logs.hpp"
 #include "trainrun/launch/agent/job_summary.hpp"
@@ -83,7 +85,7 @@ class Agent {
       throw;
     }
     // Counted from the end of the job: the rendezvous' last messages take from the same time.
-    consoles_.flush(signals_, config_.stop_signals, ended_.value_or(Clock::now()));
+    consoles_.flush(signals_.set(), config_.stop_signals, ended_.value_or(Clock::now()));
     if (!logs_.kept_line().empty()) say(logs_.kept_line());
     write_summary(code);
     return code;
@@ -96,9 +98,9 @@ class Agent {
         config_.standalone || (standalone_in_torchrun(config_) && config_.rdzv_id == "none");
     job_ = job_settings(config_, fresh_id ? random_run_id() : config_.rdzv_id);
     job_.python_workers = runs_python(program_);
-    if (job_.python_workers) job_.torch_major = python_.inspect(sayer());
+    if (job_.python_workers) job_.torch_major = python_.inspect(consoles_.sayer());
     job_.may_use_nccl = count_nvidia_gpus() > 0;
-    group_.plan_numa(inherited_, sayer());
+    workers_.plan_numa(inherited_);
     std::optional<rendezvous::TcpRendezvousOptions> rdzv_options;
     if (uses_rendezvous(config_)) {
       rdzv_options = rendezvous_options(config_, inherited_);
@@ -106,7 +108,7 @@ class Agent {
     }
     summary_.set_run_id(job_.run_id);
     logs_.create(job_.run_id);
-    say_on_console("log directory: " + logs_.dir().run_dir(), Level::debug);
+    consoles_.say("log directory: " + logs_.dir().run_dir(), Level::debug);
     // If trainrun itself is killed, the watchdog finds this job's escaped descendants by it.
     watchdog_.mark_job_directory(logs_.dir().run_dir());
     watchdog_.set_log_tree(logs_.dir().own_root());
@@ -116,16 +118,15 @@ class Agent {
       if (rdzv_options && config_.preflight != PreflightMode::off && config_.max_nodes > 1)
         open_preflight();
       if (rdzv_options) start_rendezvous(*rdzv_options);
-      start_file_timer();
+      workers_.start_file_timer(inherited_, [this] { watch_->progress(); });
     } catch (const LaunchError&) {
       logs_.dir().remove_if_empty();
       throw;
     }
 
-    signals_.add(SIGCHLD);
-    for (int sig : config_.stop_signals) signals_.add(sig);
-    for (int sig : config_.forward_signals) signals_.add(sig);
-    wait_for_signal();
+    signals_.watch(config_, {[this] { workers_.reap(); },
+                             [this](int sig) { apply(policy_.signal(sig, Clock::now())); },
+                             [this] { return policy_.done(); }});
 
     if (rdzv_options) {
       apply(policy_.start_in_job(Clock::now()));
@@ -133,23 +134,17 @@ class Agent {
       asio::post(io_, [this] { apply(policy_.start_single_node(port_->port(), Clock::now())); });
     }
     io_.run();
-    if (rdzv_) {
-      // Closing our own connection lets a server we host finish at once; then the loop runs
-      // until its last messages have reached the other nodes (bounded).
-      rdzv_->close();
-      io_.restart();
-      io_.run_for(std::chrono::seconds(5));
-    }
+    if (rdzv_) rdzv_->leave();
     if (!job_.heartbeat_file.empty()) ::unlink(job_.heartbeat_file.c_str());
-    summary_.set_log_dir(
-        logs_.end(exit_code_, attempt_, !consoles_.out().closed() && !consoles_.err().closed()));
+    summary_.set_log_dir(logs_.end(exit_code_, workers_.attempt(),
+                                   !consoles_.out().closed() && !consoles_.err().closed()));
     return exit_code_;
   }
 
   // Throws SetupError when this node must host the rendezvous and cannot.
   void start_rendezvous(const rendezvous::TcpRendezvousOptions& options) {
     rdzv_ = std::make_unique<AgentRendezvous>(
-        io_, config_, host_, [this](const std::string& line) { say_on_console(line); });
+        io_, config_, host_, [this](const std::string& line) { consoles_.say(line); });
     rendezvous::ClientEvents events;
     events.on_assignment = [this](const rendezvous::Assignment& a) {
       const PreflightNode me{host_, a.group_rank, rdzv_->handler().advertised_address()};
@@ -179,7 +174,7 @@ class Agent {
   // The preflight's port, open for the job's life, and this node's offer, sent with each join.
   void open_preflight() {
     AgentPreflight::Hooks hooks;
-    hooks.say = sayer();
+    hooks.say = consoles_.sayer();
     hooks.passed = [this](const rendezvous::Assignment& a) {
       apply(policy_.assignment(a, Clock::now()));
     };
@@ -194,145 +189,49 @@ class Agent {
   // `trainrun --stacks` and --hang-timeout: the roll call, and the watch that uses it.
   void start_watch() {
     AgentWatch::Hooks hooks;
-    hooks.workers = [this] {
-      NodeWorkers node{node_rank_, node_count_, host_, logs_.dir().run_dir(), {}, std::nullopt};
-      for (const auto& [local_rank, pid] : supervisor_.running_workers())
-        node.workers.push_back({base_rank_ + local_rank, local_rank, pid});
-      return node;
-    };
+    hooks.workers = [this] { return workers_.node_workers(); };
     hooks.running = [this] { return policy_.state() == AgentPolicy::State::running; };
-    hooks.report_file = [this] {
-      return fmt::format("{}/attempt_{}/hang.txt", logs_.dir().run_dir(), attempt_);
-    };
+    hooks.report_file = [this] { return workers_.attempt_path("hang.txt"); };
     hooks.hung = [this](HangFailure hang) {
       consoles_.err().write(hang.text);
       summary_.hang(std::move(hang.hang));
       apply(policy_.hang_confirmed(std::move(hang.failure), Clock::now()));
     };
-    hooks.say = sayer();
+    hooks.say = consoles_.sayer();
     watch_ = std::make_unique<AgentWatch>(
         io_, runtime_dir(::geteuid(), inherited_),
         JobEntry{::getpid(), job_.run_id, -1, host_, logs_.dir().run_dir(), ""},
         config_.hang_timeout, logs_.dir().run_dir() + "/heartbeat", std::move(hooks));
     job_.heartbeat_file = watch_->heartbeat_file();
-    if (watch_->watching()) supervisor_.set_progress([this] { watch_->progress(); });
-  }
-
-  // TorchElastic's file timer, when the job asks for it as torchrun's: workers find its FIFO in
-  // TORCHELASTIC_TIMER_FILE.
-  void start_file_timer() {
-    const auto path = file_timer_path(inherited_);
-    if (!path) return;
-    FileTimerServer::Hooks hooks;
-    hooks.find_worker = [this](pid_t pid) -> std::optional<FileTimerServer::Worker> {
-      const auto local_rank = supervisor_.local_rank_of(pid);
-      if (!local_rank) return std::nullopt;
-      return FileTimerServer::Worker{base_rank_ + *local_rank, *local_rank};
-    };
-    hooks.dump_dir = [this] {
-      return fmt::format("{}/attempt_{}/timer_expired", logs_.dir().run_dir(), attempt_);
-    };
-    hooks.say = sayer();
-    hooks.write = [this](const std::string& text) { consoles_.err().write(text); };
-    hooks.request = [this] { watch_->progress(); };
-    file_timer_ = std::make_unique<FileTimerServer>(io_, *path, std::move(hooks));
-    inherited_[kTimerFileVariable] = *path;
-  }
-
-  void wait_for_signal() {
-    signals_.async_wait([this](boost::system::error_code ec, int sig) {
-      if (ec) return;
-      if (sig == SIGCHLD) {
-        supervisor_.reap();
-      } else {
-        stopped_by_signal_ = true;
-        apply(policy_.signal(sig, Clock::now()));
-      }
-      if (!policy_.done()) wait_for_signal();
-    });
-  }
-
-  void on_worker_exit(int local_rank, pid_t pid, ExitStatus status) {
-    const std::string rank_dir = logs_.dir().rank_dir(attempt_, local_rank);
-    const std::string error_file = error_file_in(rank_dir);
-    const OutputPlan output = plan_output(config_, local_rank, rank_dir);
-    WorkerExit exit{local_rank,   pid, status,          unix_time(),    error_file,
-                    std::nullopt, "",  output.out.file, output.err.file};
-    if (status.failed()) exit.contents = read_error_file(exit.error_file, &exit.problem);
-    summary_.worker_exited(local_rank, pid, status, exit.seen_at, exit.contents ? error_file : "",
-                           exit.contents ? exit.contents->message : "", exit.stdout_log,
-                           exit.stderr_log);
-    say_on_console(fmt::format("worker {} (local rank {}, pid {}) {}", base_rank_ + local_rank,
-                               local_rank, pid, describe_exit(status)),
-                   Level::debug);
-    for (const AgentAction& a : policy_.worker_exited(exit, Clock::now())) {
-      // Carried out after the supervisor's reaping loop has returned, never from inside it.
-      if (auto* sweep = std::get_if<action::Sweep>(&a))
-        asio::post(io_, [this, s = *sweep] { carry_out(s); });
-      else
-        std::visit([this](const auto& x) { carry_out(x); }, a);
-    }
+    if (watch_->watching()) workers_.set_progress([this] { watch_->progress(); });
   }
 
   void apply(const AgentActions& actions) {
-    for (const AgentAction& a : actions) std::visit([this](const auto& x) { carry_out(x); }, a);
+    for (const AgentAction& a : actions) carry_out(a);
+  }
+  void carry_out(const AgentAction& a) {
+    std::visit([this](const auto& x) { carry_out(x); }, a);
   }
 
   void carry_out(const action::StartWorkers& a) {
-    attempt_ = a.topology.restart_count;
-    base_rank_ = a.topology.base_rank;
-    node_rank_ = a.topology.group_rank;
-    node_count_ = a.topology.group_world_size;
-    watch_->set_node_rank(node_rank_);
+    watch_->set_node_rank(a.topology.group_rank);
     job_.max_restarts = a.max_restarts;
-    summary_.attempt_started(a.topology, unix_time());
-    say_on_console(attempt_line(a.topology, config_.nproc_per_node.number), Level::debug);
-    try {
-      supervisor_.start(
-          group_.launches(a.topology, job_, logs_.dir(), inherited_, watch_->watching()),
-          [this](int lr, pid_t pid, ExitStatus st) { on_worker_exit(lr, pid, st); });
-      watch_->start();
-    } catch (const LaunchError& e) {
-      apply(policy_.start_failed(e.what(), e.exit_code(), Clock::now()));
-    } catch (const std::exception& e) {
-      // Anything else that stops a worker from starting (memory, a system call) is a spawn error.
-      const SpawnError error(e.what());
-      apply(policy_.start_failed(error.what(), error.exit_code(), Clock::now()));
-    }
+    if (workers_.start(a.topology, job_, inherited_, watch_->watching())) watch_->start();
   }
   void carry_out(const action::SignalWorkers& a) {
     // A stop for a failure (a hang, found here or on another node) of Python workers that have
     // been quiet for the hang timeout: SIGABRT first, so that faulthandler writes every thread's
     // traceback to their stderr. Not to a user's stop signal: their handlers expect SIGTERM.
-    if (a.signal == SIGTERM && !stopped_by_signal_ && job_.python_workers && watch_->suspected()) {
-      say_on_console("stopping the Python workers with SIGABRT: their tracebacks follow on stderr",
-                     Level::warning);
-      supervisor_.signal_workers(SIGABRT);
-      return;
-    }
-    if (a.whole_group)
-      supervisor_.signal_all(a.signal);
-    else
-      supervisor_.signal_workers(a.signal);
+    workers_.signal(a, a.signal == SIGTERM && !signals_.received() && job_.python_workers &&
+                           watch_->suspected());
   }
-  void carry_out(const action::ArmGraceTimer& a) {
-    grace_timer_.expires_at(a.deadline);
-    grace_timer_.async_wait([this](boost::system::error_code ec) {
-      if (!ec) apply(policy_.grace_expired(Clock::now()));
-    });
-  }
+  void carry_out(const action::ArmGraceTimer& a) { workers_.arm_grace(a); }
   void carry_out(const action::Sweep& a) {
-    grace_timer_.cancel();
     watch_->stop();
-    supervisor_.finish(a.grace, [this] {
-      for (int lr = 0; lr < config_.nproc_per_node.number; ++lr)
-        policy_.stderr_tail(lr, supervisor_.stderr_tail(lr));
-      summary_.attempt_ended(policy_.failures(), unix_time());
-      apply(policy_.attempt_ended(Clock::now()));
-    });
+    workers_.sweep(a);
   }
   void carry_out(const action::Join&) {
-    rdzv_->join(port_ ? port_->port() : 0, node_rank_, preflight_.offer());
+    rdzv_->join(port_ ? port_->port() : 0, workers_.node_rank(), preflight_.offer());
   }
   void carry_out(const action::ReportFailure& a) {
     rdzv_->handler().report_failure(a.failure, a.failures, a.not_relayed);
@@ -342,16 +241,16 @@ class Agent {
   }
   void carry_out(const action::ReportDone&) { rdzv_->handler().report_done(); }
   void carry_out(const action::ShutdownRendezvous& a) { rdzv_->handler().shutdown(a.reason); }
-  void carry_out(const action::Say& a) { say_on_console(a.line, a.level); }
+  void carry_out(const action::Say& a) { consoles_.say(a.line, a.level); }
   void carry_out(const action::WriteSummary& a) {
     consoles_.err().write(a.text);
     // Where the logs and NCCL's flight recorder dumps are, once, after the (first) summary.
     if (dumps_listed_) return;
     dumps_listed_ = true;
-    for (const std::string& line : logs_.after_summary()) say_on_console(line, Level::error);
+    for (const std::string& line : logs_.after_summary()) consoles_.say(line, Level::error);
     if (!job_.python_workers) return;
     if (const auto rank = rank_without_torch(policy_.failures()))
-      say_on_console(python_.missing_torch_hint(*rank), Level::error);
+      consoles_.say(python_.missing_torch_hint(*rank), Level::error);
   }
   void carry_out(const action::Finish& a) {
     exit_code_ = a.exit_code;
@@ -359,19 +258,9 @@ class Agent {
     watch_->close();
     preflight_.close();
     signals_.cancel();
-    grace_timer_.cancel();
-    file_timer_.reset();  // its FIFO's wait would keep the rendezvous' last run_for busy
+    workers_.cancel_grace();
+    workers_.stop_file_timer();
     io_.stop();
-  }
-
-  // trainrun's own lines go through the console while the loop runs: they keep their place among
-  // the workers' lines, and a paused reader cannot block the event loop on them.
-  void say_on_console(const std::string& line, Level level = Level::info) {
-    const std::string text = launcher_line(line, level);
-    if (!text.empty()) consoles_.err().write(text);
-  }
-  std::function<void(const std::string&, Level)> sayer() {
-    return [this](const std::string& line, Level level) { say_on_console(line, level); };
   }
 
   void write_summary(int exit_code, const std::string& error = {}) {
@@ -383,9 +272,7 @@ class Agent {
   Watchdog& watchdog_;
   asio::io_context io_;
   AgentConsoles consoles_{io_};
-  Supervisor supervisor_{io_, watchdog_, consoles_.out(), consoles_.err()};
-  asio::signal_set signals_{io_};
-  asio::steady_timer grace_timer_{io_};
+  AgentSignals signals_{io_};
   std::map<std::string, std::string> inherited_ = current_environment();
   std::string host_;
   JobSettings job_;
@@ -393,18 +280,17 @@ class Agent {
   std::optional<HeldPort> port_;
   std::unique_ptr<AgentRendezvous> rdzv_;
   std::unique_ptr<AgentWatch> watch_;
-  std::unique_ptr<FileTimerServer> file_timer_;
   AgentPreflight preflight_{io_, config_.preflight};
-  WorkerGroupLaunch group_{config_, program_, host_};
   AgentPolicy policy_;
   JobSummary summary_;
+  AgentWorkers workers_{
+      io_,       watchdog_,
+      consoles_, config_,
+      program_,  host_,
+      policy_,   summary_,
+      logs_,     {[this](const AgentAction& a) { carry_out(a); }, consoles_.sayer()}};
   WorkersPython python_{program_, inherited_};
   bool dumps_listed_ = false;
-  bool stopped_by_signal_ = false;  // a stop signal reached trainrun: its stop is the user's
-  int base_rank_ = 0;               // the running attempt's RANK of local rank 0
-  int node_rank_ = -1;
-  int node_count_ = 1;
-  int attempt_ = 0;  // the running attempt's restart count: where its rank directories are
   int exit_code_ = 0;
   std::optional<Clock::time_point> ended_;
 };

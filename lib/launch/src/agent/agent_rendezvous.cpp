@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "trainrun/launch/agent/agent_plan.hpp"
 #include "trainrun/launch/core/errors.hpp"
 
@@ -64,6 +66,12 @@ void AgentRendezvous::ask_others(
     for (const auto& m : missing) absent.push_back({{"host", m.host}, {"reason", m.reason}});
     done(std::move(nodes), std::move(absent), std::move(error));
   });
+}
+
+void AgentRendezvous::leave() {
+  handler_.reset();
+  io_.restart();
+  io_.run_for(std::chrono::seconds(5));
 }
 
 // Once per job, on a multi-node job: which node this is and the address the others reach it by.

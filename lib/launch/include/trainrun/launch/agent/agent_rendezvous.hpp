@@ -39,9 +39,10 @@ class AgentRendezvous {
   void ask_others(
       std::function<void(nlohmann::json nodes, nlohmann::json missing, std::string error)> done);
   rendezvous::RendezvousHandler& handler() { return *handler_; }
-  // Closing this node's connection lets a server it hosts finish at once; asking the others then
-  // answers that this node has left.
-  void close() { handler_.reset(); }
+  // The job is over for this node. Closing its connection lets a server it hosts finish at once;
+  // then the loop runs until the server's last messages have reached the other nodes (bounded).
+  // Asking the others then answers that this node has left.
+  void leave();
 
  private:
   void announce_node(const rendezvous::Assignment& a);
