@@ -1,5 +1,7 @@
 #include "trainrun/launch/agent/agent_plan.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 
@@ -173,38 +175,28 @@ TEST_CASE("torchrun 2.x runs one static node without a port as --standalone", "[
   CHECK(standalone_in_torchrun(c));
 }
 
+namespace {
+
+std::string described(const Topology& t) {
+  return fmt::format("node {}/{} base {} local {} world {} master {}:{} restart {}", t.group_rank,
+                     t.group_world_size, t.base_rank, t.local_world_size, t.world_size,
+                     t.master_addr, t.master_port, t.restart_count);
+}
+
+}  // namespace
+
 TEST_CASE("an attempt's topology, alone or as the rendezvous assigned it", "[agent]") {
   LaunchConfig c;
   c.nproc_per_node = 4;
   c.master_addr = "10.0.0.1";
-  Topology alone = single_node_topology(c, "", 29500);
-  CHECK(alone.group_rank == 0);
-  CHECK(alone.group_world_size == 1);
-  CHECK(alone.local_world_size == 4);
-  CHECK(alone.world_size == 4);
-  CHECK(alone.master_addr == "10.0.0.1");
-  CHECK(alone.master_port == 29500);
-  CHECK(alone.restart_count == 0);
+  CHECK(described(single_node_topology(c, "", 29500)) ==
+        "node 0/1 base 0 local 4 world 4 master 10.0.0.1:29500 restart 0");
   CHECK(single_node_topology(c, "gpu1.example.org", 29500).master_addr == "gpu1.example.org");
 
-  trainrun::rendezvous::Assignment a;
-  a.group_rank = 1;
-  a.group_world_size = 2;
-  a.base_rank = 4;
-  a.local_world_size = 4;
-  a.world_size = 8;
-  a.master_addr = "node0";
-  a.master_port = 29600;
-  a.restart_count = 2;
+  const trainrun::rendezvous::Assignment a{7, 1, 2, 4, 4, 8, "node0", 29600, 2, 3, {}};
   c.max_nodes = 2;
-  Topology assigned = assigned_topology(a, c, "gpu1.example.org");
-  CHECK(assigned.group_rank == 1);
-  CHECK(assigned.group_world_size == 2);
-  CHECK(assigned.base_rank == 4);
-  CHECK(assigned.world_size == 8);
-  CHECK(assigned.master_addr == "node0");
-  CHECK(assigned.master_port == 29600);
-  CHECK(assigned.restart_count == 2);
+  CHECK(described(assigned_topology(a, c, "gpu1.example.org")) ==
+        "node 1/2 base 4 local 4 world 8 master node0:29600 restart 2");
   // A job that only ever has this node names its store as torchrun 2.x does.
   c.max_nodes = 1;
   CHECK(assigned_topology(a, c, "gpu1.example.org").master_addr == "gpu1.example.org");

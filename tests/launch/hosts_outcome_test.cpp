@@ -13,6 +13,19 @@ HostEnd ended(int status, bool ready = true, std::string last_error = "", int ki
   return HostEnd{status, killed_by, ready, std::move(last_error)};
 }
 
+// What the launcher says of a host's end, a line each, its level first.
+std::vector<std::string> said(const HostVerdict& v) {
+  std::vector<std::string> out;
+  for (const auto& [line, level] : v.lines)
+    out.push_back((level == Level::error     ? "error: "
+                   : level == Level::warning ? "warning: "
+                                             : "") +
+                  line);
+  return out;
+}
+
+using Lines = std::vector<std::string>;
+
 }  // namespace
 
 TEST_CASE("every agent succeeded: exit 0, said only at debug level", "[hosts]") {
@@ -40,14 +53,11 @@ TEST_CASE("an agent's failure is the job's, the first one's status", "[hosts]") 
 TEST_CASE("an agent that did not start stops the job, naming why", "[hosts]") {
   HostsOutcome o({"node1", "node2"}, "/usr/bin/trainrun");
   const HostVerdict v = o.ended(1, ended(127, false, "sh: trainrun: not found"), false, false);
-  REQUIRE(v.lines.size() == 1);
-  CHECK(v.lines[0].first ==
-        "node2: cannot start its agent (ssh exit 127): sh: trainrun: not found; is trainrun "
-        "installed at /usr/bin/trainrun on node2?");
-  CHECK(v.lines[0].second == Level::error);
+  CHECK(said(v) == Lines{"error: node2: cannot start its agent (ssh exit 127): sh: trainrun: not "
+                         "found; is trainrun installed at /usr/bin/trainrun on node2?"});
   CHECK(v.stop == std::string("stopping the agents on the other hosts"));
-  CHECK(o.ended(0, ended(255, false), true, false).lines[0].first ==
-        "node1: cannot start its agent (ssh exit 255): no message");
+  CHECK(said(o.ended(0, ended(255, false), true, false)) ==
+        Lines{"error: node1: cannot start its agent (ssh exit 255): no message"});
   CHECK(o.summary({false, false}).first == "agents ended: node1 not started, node2 not started");
   CHECK(o.exit_code(0) == 1);
 }
@@ -55,7 +65,7 @@ TEST_CASE("an agent that did not start stops the job, naming why", "[hosts]") {
 TEST_CASE("an agent not started after a stop signal is not an error", "[hosts]") {
   HostsOutcome o({"node1"}, "/usr/bin/trainrun");
   const HostVerdict v = o.ended(0, ended(130, false), true, true);
-  CHECK(v.lines.empty());
+  CHECK(said(v).empty());
   CHECK_FALSE(v.stop);
   CHECK(o.exit_code(SIGINT) == 128 + SIGINT);
 }
@@ -63,14 +73,12 @@ TEST_CASE("an agent not started after a stop signal is not an error", "[hosts]")
 TEST_CASE("a lost ssh connection is the rendezvous' to decide on, not the job's status",
           "[hosts]") {
   HostsOutcome o({"node1", "node2"}, "/usr/bin/trainrun");
-  const HostVerdict lost = o.ended(1, ended(255, true, "Connection reset"), false, false);
-  REQUIRE(lost.lines.size() == 1);
-  CHECK(lost.lines[0].first ==
-        "node2: ssh connection lost (Connection reset); node rank 1 is lost to the job, the "
-        "rendezvous decides what follows");
-  CHECK(lost.lines[0].second == Level::warning);
+  CHECK(said(o.ended(1, ended(255, true, "Connection reset"), false, false)) ==
+        Lines{"warning: node2: ssh connection lost (Connection reset); node rank 1 is lost to the "
+              "job, the rendezvous decides what follows"});
   const HostVerdict killed = o.ended(0, ended(128 + SIGKILL, true, "", SIGKILL), false, false);
-  CHECK(killed.lines[0].first.find("(ssh ended by SIGKILL)") != std::string::npos);
+  CHECK(said(killed) == Lines{"warning: node1: ssh connection lost (ssh ended by SIGKILL); node "
+                              "rank 0 is lost to the job, the rendezvous decides what follows"});
   CHECK_FALSE(killed.failure_grace);
   // Nobody succeeded and nothing failed: 255, as ssh says it.
   CHECK(o.exit_code(0) == 255);

@@ -61,32 +61,20 @@ bool standalone_in_torchrun(const LaunchConfig& config) {
 
 Topology single_node_topology(const LaunchConfig& config, const std::string& one_node_master_addr,
                               int master_port) {
-  Topology t;
-  t.group_rank = 0;
-  t.group_world_size = 1;
-  t.base_rank = 0;
-  t.local_world_size = config.nproc_per_node.number;
-  t.world_size = config.nproc_per_node.number;
-  t.master_addr = !one_node_master_addr.empty() ? one_node_master_addr : config.master_addr;
-  t.master_port = master_port;
-  t.restart_count = 0;
-  return t;
+  const int nproc = config.nproc_per_node.number;
+  const std::string& master =
+      !one_node_master_addr.empty() ? one_node_master_addr : config.master_addr;
+  return Topology{0, 1, 0, nproc, nproc, master, master_port, 0};
 }
 
 Topology assigned_topology(const rendezvous::Assignment& a, const LaunchConfig& config,
                            const std::string& one_node_master_addr) {
-  Topology t;
-  t.group_rank = a.group_rank;
-  t.group_world_size = a.group_world_size;
-  t.base_rank = a.base_rank;
-  t.local_world_size = a.local_world_size;
-  t.world_size = a.world_size;
   // Alone in its job, this node's workers alone reach the store: torchrun 2.x's name for it.
-  t.master_addr =
+  const std::string& master =
       config.max_nodes == 1 && !one_node_master_addr.empty() ? one_node_master_addr : a.master_addr;
-  t.master_port = a.master_port;
-  t.restart_count = a.restart_count;
-  return t;
+  return Topology{a.group_rank,       a.group_world_size, a.base_rank,
+                  a.local_world_size, a.world_size,       master,
+                  a.master_port,      a.restart_count};
 }
 
 std::string one_node_master_addr(const LaunchConfig& config,
