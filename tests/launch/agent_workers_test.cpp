@@ -45,9 +45,10 @@ struct Node {
       workers.signal(*signal, false);
     else if (auto* grace = std::get_if<action::ArmGraceTimer>(&a))
       workers.arm_grace(*grace);
-    else if (auto* sweep = std::get_if<action::Sweep>(&a))
+    else if (auto* sweep = std::get_if<action::Sweep>(&a)) {
+      ++sweeps;  // every one through here, where the agent stops its hang watch first
       workers.sweep(*sweep);
-    else if (auto* say = std::get_if<action::Say>(&a))
+    } else if (auto* say = std::get_if<action::Say>(&a))
       said.push_back(say->line);
     else if (std::holds_alternative<action::WriteSummary>(a))
       said.push_back("summary");
@@ -92,6 +93,7 @@ struct Node {
                        logs,
                        {[this](const AgentAction& a) { carry_out(a); }, [](const std::string&, Level) {}}};
   std::vector<bool> started;
+  int sweeps = 0;
   std::vector<std::string> said;
   int exit_code = -1;
 };
@@ -103,6 +105,7 @@ TEST_CASE("a group that succeeds is started, reaped and swept", "[agent]") {
   CHECK(node.workers.node_rank() == -1);
   CHECK(node.run() == 0);
   CHECK(node.started == std::vector<bool>{true});
+  CHECK(node.sweeps == 1);
   CHECK(node.workers.node_rank() == 0);
   CHECK(node.workers.attempt() == 0);
   CHECK(node.workers.node_workers().workers.empty());

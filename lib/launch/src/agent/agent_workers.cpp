@@ -115,9 +115,9 @@ void AgentWorkers::exited(int local_rank, pid_t pid, ExitStatus status) {
                          local_rank, pid, describe_exit(status)),
              Level::debug);
   for (const AgentAction& a : policy_.worker_exited(exit, Clock::now())) {
-    // Carried out after the supervisor's reaping loop has returned, never from inside it.
-    if (auto* sweep = std::get_if<action::Sweep>(&a))
-      asio::post(io_, [this, s = *sweep] { this->sweep(s); });
+    // A sweep is carried out after the supervisor's reaping loop has returned, never from inside.
+    if (std::holds_alternative<action::Sweep>(a))
+      asio::post(io_, [this, a] { hooks_.carry_out(a); });
     else
       hooks_.carry_out(a);
   }

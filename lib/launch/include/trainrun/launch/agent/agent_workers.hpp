@@ -31,7 +31,8 @@ class Watchdog;
 class AgentWorkers {
  public:
   struct Hooks {
-    // Carries one of the policy's actions out (as the agent does any other).
+    // Carries one of the policy's actions out, as the agent does any other: a Sweep that a
+    // worker's end asks for too, from the loop once the supervisor's reaping has returned.
     std::function<void(const AgentAction&)> carry_out;
     std::function<void(const std::string&, Level)> say;
   };
