@@ -1,5 +1,7 @@
 #include "trainrun/launch/agent/agent_plan.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 
@@ -171,4 +173,32 @@ TEST_CASE("torchrun 2.x runs one static node without a port as --standalone", "[
   CHECK_FALSE(standalone_in_torchrun(c));
   c.standalone = true;
   CHECK(standalone_in_torchrun(c));
+}
+
+namespace {
+
+std::string described(const Topology& t) {
+  return fmt::format("node {}/{} base {} local {} world {} master {}:{} restart {}", t.group_rank,
+                     t.group_world_size, t.base_rank, t.local_world_size, t.world_size,
+                     t.master_addr, t.master_port, t.restart_count);
+}
+
+}  // namespace
+
+TEST_CASE("an attempt's topology, alone or as the rendezvous assigned it", "[agent]") {
+  LaunchConfig c;
+  c.nproc_per_node = 4;
+  c.master_addr = "10.0.0.1";
+  CHECK(described(single_node_topology(c, "", 29500)) ==
+        "node 0/1 base 0 local 4 world 4 master 10.0.0.1:29500 restart 0");
+  CHECK(single_node_topology(c, "gpu1.example.org", 29500).master_addr == "gpu1.example.org");
+
+  const trainrun::rendezvous::Assignment a{7, 1, 2, 4, 4, 8, "node0", 29600, 2, 3, {}};
+  c.max_nodes = 2;
+  CHECK(described(assigned_topology(a, c, "gpu1.example.org")) ==
+        "node 1/2 base 4 local 4 world 8 master node0:29600 restart 2");
+  // A job that only ever has this node names its store as torchrun 2.x does.
+  c.max_nodes = 1;
+  CHECK(assigned_topology(a, c, "gpu1.example.org").master_addr == "gpu1.example.org");
+  CHECK(assigned_topology(a, c, "").master_addr == "node0");
 }

@@ -18,6 +18,11 @@ AgentConsoles::AgentConsoles(asio::io_context& io)
       out_(io, 1),
       err_(Console::same_file(1, 2) ? nullptr : std::make_unique<Console>(io, 2)) {}
 
+void AgentConsoles::say(const std::string& line, Level level) {
+  const std::string text = launcher_line(line, level);
+  if (!text.empty()) err().write(text);
+}
+
 std::vector<Console*> AgentConsoles::all() {
   std::vector<Console*> consoles = {&out_};
   if (err_) consoles.push_back(err_.get());

@@ -59,6 +59,24 @@ bool standalone_in_torchrun(const LaunchConfig& config) {
           !config.master_port_given && config.rdzv_endpoint.empty());
 }
 
+Topology single_node_topology(const LaunchConfig& config, const std::string& one_node_master_addr,
+                              int master_port) {
+  const int nproc = config.nproc_per_node.number;
+  const std::string& master =
+      !one_node_master_addr.empty() ? one_node_master_addr : config.master_addr;
+  return Topology{0, 1, 0, nproc, nproc, master, master_port, 0};
+}
+
+Topology assigned_topology(const rendezvous::Assignment& a, const LaunchConfig& config,
+                           const std::string& one_node_master_addr) {
+  // Alone in its job, this node's workers alone reach the store: torchrun 2.x's name for it.
+  const std::string& master =
+      config.max_nodes == 1 && !one_node_master_addr.empty() ? one_node_master_addr : a.master_addr;
+  return Topology{a.group_rank,       a.group_world_size, a.base_rank,
+                  a.local_world_size, a.world_size,       master,
+                  a.master_port,      a.restart_count};
+}
+
 std::string one_node_master_addr(const LaunchConfig& config,
                                  const std::function<std::string()>& local_name) {
   if (config.rdzv_backend == RendezvousBackend::static_ && !standalone_in_torchrun(config))

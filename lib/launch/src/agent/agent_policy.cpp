@@ -7,6 +7,7 @@
 
 #include "trainrun/base/text.hpp"
 #include "trainrun/base/wording.hpp"
+#include "trainrun/launch/agent/agent_plan.hpp"
 
 namespace trainrun::launch {
 
@@ -32,15 +33,7 @@ AgentPolicy::AgentPolicy(LaunchConfig config, std::string host, std::string one_
       failures_(config_.entrypoint, host_) {}
 
 AgentActions AgentPolicy::start_single_node(int master_port, Clock::time_point) {
-  topology_.group_rank = 0;
-  topology_.group_world_size = 1;
-  topology_.base_rank = 0;
-  topology_.local_world_size = config_.nproc_per_node.number;
-  topology_.world_size = config_.nproc_per_node.number;
-  topology_.master_addr =
-      !one_node_master_addr_.empty() ? one_node_master_addr_ : config_.master_addr;
-  topology_.master_port = master_port;
-  topology_.restart_count = 0;
+  topology_ = single_node_topology(config_, one_node_master_addr_, master_port);
   AgentActions out;
   start_attempt(out);
   return out;
@@ -66,8 +59,10 @@ AgentActions AgentPolicy::start_failed(const std::string& reason, int exit_code,
 AgentActions AgentPolicy::worker_exited(const WorkerExit& exit, Clock::time_point now) {
   AgentActions out;
   if (running_ > 0) --running_;
-  if (exit.status.failed() && (state_ == State::running || stop_signal_ == 0))
-    if (auto warning = failures_.record(exit, topology_.base_rank, counts_as_failure(exit.status)))
+  if (exit.status.failed() && (state_ == State::running || stop_orders_.signal() == 0))
+    if (auto warning =
+            failures_.record(exit, topology_.base_rank,
+                             stop_orders_.counts_as_failure(exit.status, state_ == State::running)))
       out.emplace_back(action::Say{std::move(*warning), Level::warning});
   if (state_ == State::running && exit.status.failed()) {
     if (in_job_)
@@ -106,7 +101,7 @@ AgentActions AgentPolicy::signal(int sig, Clock::time_point now) {
   // started (a DataLoader's, Python's resource tracker) keep the default action, which kills.
   // SIGCONT cannot kill, and a stopped group needs all of it continued.
   if (forwarded(sig)) return actions(action::SignalWorkers{sig, sig == SIGCONT});
-  if (state_ == State::stopping && stop_signal_ != 0) {
+  if (state_ == State::stopping && stop_orders_.signal() != 0) {
     // Asked twice: no more grace.
     return actions(
         action::Say{fmt::format("received {} again; killing the workers now", signal_name(sig)),
@@ -122,7 +117,7 @@ AgentActions AgentPolicy::signal(int sig, Clock::time_point now) {
           : fmt::format("received {}; stopping {} ({} s grace before SIGKILL)", signal_name(sig),
                         count_of(static_cast<long long>(running_), "worker"),
                         config_.shutdown_timeout)});
-  stop_signal_ = sig;
+  stop_orders_.on_signal(sig);
   if (in_job_)
     out.emplace_back(
         action::ShutdownRendezvous{fmt::format("{} stopped by {}", host_, signal_name(sig))});
@@ -146,17 +141,7 @@ AgentActions AgentPolicy::grace_expired(Clock::time_point now) {
 AgentActions AgentPolicy::assignment(const rendezvous::Assignment& a, Clock::time_point) {
   AgentActions out;
   if (state_ != State::idle) return out;
-  topology_.group_rank = a.group_rank;
-  topology_.group_world_size = a.group_world_size;
-  topology_.base_rank = a.base_rank;
-  topology_.local_world_size = a.local_world_size;
-  topology_.world_size = a.world_size;
-  // Alone in its job, this node's workers alone reach the store: torchrun 2.x's name for it.
-  topology_.master_addr = config_.max_nodes == 1 && !one_node_master_addr_.empty()
-                              ? one_node_master_addr_
-                              : a.master_addr;
-  topology_.master_port = a.master_port;
-  topology_.restart_count = a.restart_count;
+  topology_ = assigned_topology(a, config_, one_node_master_addr_);
   max_restarts_ = a.max_restarts;
   start_attempt(out);
   return out;
@@ -170,7 +155,7 @@ AgentActions AgentPolicy::restart(const rendezvous::Restart& r, Clock::time_poin
   else if (!r.failure)
     out.emplace_back(
         action::Say{fmt::format("{}; restarting the workers in a new round", r.reason)});
-  pending_restart_ = true;
+  stop_orders_.on_restart();
   if (state_ == State::running) begin_stop(out, SIGTERM, now);
   if (state_ == State::idle) after_attempt(out);
   return out;
@@ -179,7 +164,7 @@ AgentActions AgentPolicy::restart(const rendezvous::Restart& r, Clock::time_poin
 AgentActions AgentPolicy::stop(const rendezvous::Stop& s, Clock::time_point now) {
   AgentActions out;
   if (state_ == State::done) return out;
-  pending_stop_ = s;
+  stop_orders_.on_stop(s);
   if (state_ == State::running) begin_stop(out, SIGTERM, now);
   if (state_ == State::idle) after_attempt(out);
   return out;
@@ -187,8 +172,8 @@ AgentActions AgentPolicy::stop(const rendezvous::Stop& s, Clock::time_point now)
 
 AgentActions AgentPolicy::halt(const rendezvous::Halt&, Clock::time_point now) {
   AgentActions out;
-  if (state_ == State::done || pending_stop_) return out;
-  halted_ = true;
+  if (state_ == State::done || stop_orders_.stopped()) return out;
+  stop_orders_.on_halt();
   if (state_ == State::running) begin_stop(out, SIGTERM, now);
   if (state_ == State::idle) after_attempt(out);
   return out;
@@ -196,24 +181,12 @@ AgentActions AgentPolicy::halt(const rendezvous::Halt&, Clock::time_point now) {
 
 void AgentPolicy::start_attempt(AgentActions& out) {
   state_ = State::running;
-  halted_ = false;
+  stop_orders_.new_attempt();
   failures_.clear();
-  stop_signal_ = 0;
-  pending_restart_ = false;
   start_failed_ = 0;
   ran_ = true;
   running_ = static_cast<size_t>(config_.nproc_per_node.number);
   out.emplace_back(action::StartWorkers{topology_, max_restarts_});
-}
-
-// A failed exit counts while the group runs. Once this node stops it for a failure of its own,
-// a worker that ended on its own (an exit code, a signal we did not send) failed too, as in
-// torchrun's table of every failure; one that a SIGTERM or SIGKILL of ours ended did not, nor
-// does any while the rendezvous stops the group (another node's failure, a new round).
-bool AgentPolicy::counts_as_failure(const ExitStatus& status) const {
-  if (pending_restart_ || pending_stop_ || halted_) return false;
-  if (state_ == State::running) return true;
-  return status.signal != SIGTERM && status.signal != SIGKILL;
 }
 
 void AgentPolicy::begin_stop(AgentActions& out, int sig, Clock::time_point now) {
@@ -227,8 +200,11 @@ void AgentPolicy::begin_stop(AgentActions& out, int sig, Clock::time_point now) 
 // Every worker of this attempt has ended and nothing they started is left.
 void AgentPolicy::after_attempt(AgentActions& out) {
   state_ = State::idle;
-  if (stop_signal_ != 0) return finish(out, 128 + stop_signal_);
-  if (in_job_) return after_attempt_in_job(out);
+  if (stop_orders_.signal() != 0) return finish(out, 128 + stop_orders_.signal());
+  if (in_job_) {
+    if (auto code = stop_orders_.after_attempt_in_job(out, failures_, ran_)) finish(out, *code);
+    return;
+  }
   if (failures_.empty()) return finish(out, 0);
   if (topology_.restart_count < config_.max_restarts) {
     ++topology_.restart_count;
@@ -237,23 +213,6 @@ void AgentPolicy::after_attempt(AgentActions& out) {
     return start_attempt(out);
   }
   finish(out, failures_.fail(out));
-}
-
-// The same decision when the rendezvous decides for the whole job.
-void AgentPolicy::after_attempt_in_job(AgentActions& out) {
-  if (pending_stop_) return finish(out, failures_.stopped(out, *pending_stop_, ran_));
-  if (pending_restart_) {
-    pending_restart_ = false;
-    out.emplace_back(action::Join{});
-    return;
-  }
-  if (halted_) {
-    out.emplace_back(failures_.ended());
-    return;
-  }
-  // Our own workers all succeeded: wait at the exit barrier; our failures were reported and
-  // the decision is on its way.
-  if (failures_.empty()) out.emplace_back(action::ReportDone{});
 }
 
 void AgentPolicy::finish(AgentActions& out, int exit_code) {

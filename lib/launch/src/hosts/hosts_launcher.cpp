@@ -22,8 +22,10 @@
 #include "trainrun/launch/core/file_io.hpp"
 #include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/hosts/host_list.hpp"
+#include "trainrun/launch/hosts/host_output.hpp"
+#include "trainrun/launch/hosts/hosts_outcome.hpp"
 #include "trainrun/launch/hosts/hosts_plan.hpp"
-#include "trainrun/launch/hosts/line_dedup.hpp"
+#include "trainrun/launch/hosts/ssh_process.hpp"
 #include "trainrun/launch/version.hpp"
 #include "trainrun/launch/workers/failure.hpp"
 
@@ -38,9 +40,6 @@ constexpr auto kDedupWindow = std::chrono::milliseconds(1000);
 // After one agent ends with a failure, how long the others have to end on their own (the
 // rendezvous stops them) before the launcher stops them.
 constexpr auto kFailureGrace = std::chrono::seconds(10);
-// The agents' own lines remembered to show each once (they are few: a job's long output is its
-// workers').
-constexpr size_t kMaxSaidLines = 4096;
 
 volatile sig_atomic_t g_signal_count = 0;
 volatile sig_atomic_t g_last_signal = 0;
@@ -72,27 +71,29 @@ std::string working_directory() {
   return buffer;
 }
 
-// One host's ssh and what came back from it.
-struct Remote {
-  std::string host;     // as listed (the ssh destination)
-  std::string address;  // without user@, as in the workers' prefix
-  pid_t pid = -1;
-  int in = -1, out = -1, err = -1;
-  std::string partial[3];
-  bool ready = false;
+// One host's ssh and how it ended.
+struct Remote : SshProcess {
   std::optional<int> status;  // exit status once reaped (128 + signal for a killed ssh)
   int killed_by = 0;          // the signal that ended ssh itself, if one did
-  std::string last_error;     // ssh's (or the remote shell's) last stderr line
 };
+
+std::vector<std::string> names_of(const std::vector<PlannedHost>& hosts) {
+  std::vector<std::string> names;
+  for (const PlannedHost& h : hosts) names.push_back(h.name);
+  return names;
+}
 
 class HostsRun {
  public:
-  HostsRun(const HostsOptions& options, std::vector<PlannedHost> hosts)
-      : options_(options), hosts_(std::move(hosts)), dedup_(kDedupWindow) {}
+  HostsRun(const HostsOptions& options, std::vector<PlannedHost> hosts, std::string self)
+      : options_(options),
+        hosts_(std::move(hosts)),
+        self_(std::move(self)),
+        output_(options.dedup, kDedupWindow),
+        outcome_(names_of(hosts_), self_) {}
 
   int run(const std::map<std::string, std::string>& forwarded) {
     install_signals();
-    const std::string self = own_executable();
     const std::string cwd = working_directory();
     const std::string token = random_hex(64);
     say(fmt::format("starting {} agents over ssh: {}", hosts_.size(), host_names()));
@@ -104,9 +105,12 @@ class HostsRun {
         handover.env["CUDA_VISIBLE_DEVICES"] = list;
       }
       const std::string command =
-          remote_command(cwd, self, kVersion, agent_arguments(options_, hosts_, i));
-      remotes_.push_back(start(hosts_[i].name, ssh_command(options_.ssh, hosts_[i].name, command),
-                               encode_handover(handover)));
+          remote_command(cwd, self_, kVersion, agent_arguments(options_, hosts_, i));
+      output_.add_host(hosts_[i].name);
+      Remote remote;
+      static_cast<SshProcess&>(remote) =
+          start_ssh(ssh_command(options_.ssh, hosts_[i].name, command), encode_handover(handover));
+      remotes_.push_back(std::move(remote));
     }
     loop();
     return finish();
@@ -142,52 +146,6 @@ class HostsRun {
     sigdelset(&wait_mask_, SIGCHLD);
   }
 
-  Remote start(const std::string& host, const std::vector<std::string>& argv,
-               const std::string& handover) {
-    int in[2], out[2], err[2];
-    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
-      throw SetupError(fmt::format("cannot make pipes for ssh: {}", std::strerror(errno)));
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    const pid_t pid = ::fork();
-    if (pid < 0) throw SetupError(fmt::format("cannot start ssh: {}", std::strerror(errno)));
-    if (pid == 0) {
-      // Its own process group: the terminal's Ctrl-C reaches the launcher alone, which then
-      // stops the agents in order rather than cutting their connections.
-      ::setpgid(0, 0);
-      ::dup2(in[0], 0);
-      ::dup2(out[1], 1);
-      ::dup2(err[1], 2);
-      struct sigaction dfl {};
-      dfl.sa_handler = SIG_DFL;
-      for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE})
-        ::sigaction(sig, &dfl, nullptr);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      ::execvp(args[0], args.data());
-      const std::string why = fmt::format("cannot run {}: {}\n", argv[0], std::strerror(errno));
-      (void)!::write(2, why.data(), why.size());
-      ::_exit(127);
-    }
-    ::close(in[0]);
-    ::close(out[1]);
-    ::close(err[1]);
-    Remote r;
-    r.host = host;
-    r.address = host_address(host);
-    r.pid = pid;
-    r.in = in[1];
-    r.out = out[0];
-    r.err = err[0];
-    ::fcntl(r.out, F_SETFL, O_NONBLOCK);
-    ::fcntl(r.err, F_SETFL, O_NONBLOCK);
-    // A few hundred bytes: the pipe takes it whole, whether ssh has connected yet or not.
-    write_all(r.in, handover.data(), handover.size());
-    return r;
-  }
-
   bool running() const {
     for (const Remote& r : remotes_)
       if (!r.status || r.out >= 0 || r.err >= 0) return true;
@@ -213,16 +171,16 @@ class HostsRun {
       for (size_t k = 0; n > 0 && k < fds.size(); ++k)
         if (fds[k].revents) drain(which[k].first, which[k].second);
       reap();
-      emit(dedup_.due(Clock::now()));
+      emit(output_.due(Clock::now()));
       check_deadlines();
     }
-    emit(dedup_.flush_all());
+    emit(output_.flush_all());
   }
 
   timespec timeout() const {
     // Children are also checked every second: a SIGCHLD that came before ppoll is not lost.
     auto until = Clock::now() + std::chrono::seconds(1);
-    if (auto due = dedup_.next_due()) until = std::min(until, *due);
+    if (auto due = output_.next_due()) until = std::min(until, *due);
     for (const auto& d : {failure_deadline_, kill_deadline_})
       if (d) until = std::min(until, *d);
     const auto left = std::max(Clock::duration::zero(), until - Clock::now());
@@ -287,50 +245,13 @@ class HostsRun {
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && errno == EAGAIN) return;
       if (n <= 0) {
-        if (!r.partial[stream].empty()) line(i, stream, std::move(r.partial[stream]));
-        r.partial[stream].clear();
+        emit(output_.close(i, stream, Clock::now()));
         ::close(fd);
         fd = -1;
         return;
       }
-      std::string& part = r.partial[stream];
-      part.append(buffer, static_cast<size_t>(n));
-      size_t start = 0;
-      for (size_t nl; (nl = part.find('\n', start)) != std::string::npos; start = nl + 1)
-        line(i, stream, part.substr(start, nl - start));
-      part.erase(0, start);
+      emit(output_.feed(i, stream, std::string_view(buffer, static_cast<size_t>(n)), Clock::now()));
     }
-  }
-
-  void line(size_t i, int stream, std::string text) {
-    Remote& r = remotes_[i];
-    if (stream == 1 && !r.ready && text == kReadyLine) {
-      r.ready = true;
-      return;
-    }
-    auto worker = split_worker_line(text, r.address);
-    // ssh ends its own lines with "\r\n".
-    if (!worker && !text.empty() && text.back() == '\r') text.pop_back();
-    if (stream == 2 && !text.empty()) r.last_error = text;
-    if (!worker && !first_to_say(i, text)) return;
-    if (!worker) text = r.host + ": " + text;
-    if (options_.dedup) {
-      if (worker)
-        dedup_.add(Clock::now(), stream, worker->first, std::move(worker->second), std::move(text));
-      else
-        dedup_.add(Clock::now(), stream, std::nullopt, "", std::move(text));
-      return;
-    }
-    emit({{stream, std::move(text)}});
-  }
-
-  // A trainrun line that another host's agent printed word for word says what every agent says
-  // (the job's stop, its reason): shown once, from the first host that said it.
-  bool first_to_say(size_t i, const std::string& text) {
-    if (text.rfind("trainrun: ", 0) != 0) return true;
-    if (said_.size() >= kMaxSaidLines) said_.clear();
-    const auto [it, added] = said_.emplace(text, i);
-    return added || it->second == i;
   }
 
   static void emit(const std::vector<LineDedup::Out>& lines) {
@@ -356,67 +277,33 @@ class HostsRun {
   }
 
   void ended(size_t i) {
-    Remote& r = remotes_[i];
-    const int code = *r.status;
-    if (!r.ready) {
-      if (stopping_ && interrupted_) return;
-      std::string hint;
-      if (code == 127)
-        hint = fmt::format("; is trainrun installed at {} on {}?", own_executable(), r.host);
-      say(fmt::format("{}: cannot start its agent (ssh exit {}): {}{}", r.host, code,
-                      r.last_error.empty() ? "no message" : r.last_error, hint),
-          Level::error);
-      start_failed_ = true;
-      stop_all(fmt::format("stopping the agents on the other hosts"));
-      return;
-    }
-    // ssh killed (not by us) takes the connection with it, as ssh's own 255 does: the agent's
-    // standard input closes and it stops; its status is not the job's.
-    const bool lost = code == 255 || r.killed_by != 0;
-    if (lost && !stopping_) {
-      const std::string why = r.killed_by            ? "ssh ended by " + signal_name(r.killed_by)
-                              : r.last_error.empty() ? "no message"
-                                                     : r.last_error;
-      say(fmt::format("{}: ssh connection lost ({}); node rank {} is lost to the job, the "
-                      "rendezvous decides what follows",
-                      r.host, why, i),
-          Level::warning);
-      return;
-    }
-    if (code != 0 && !lost && !first_failure_) {
-      first_failure_ = code;
-      if (!stopping_) failure_deadline_ = Clock::now() + kFailureGrace;
-    }
-    if (code == 0) any_success_ = true;
+    const Remote& r = remotes_[i];
+    const HostVerdict v =
+        outcome_.ended(i, HostEnd{*r.status, r.killed_by, output_.ready(i), output_.last_error(i)},
+                       stopping_, interrupted_ != 0);
+    for (const auto& [line, level] : v.lines) say(line, level);
+    if (v.stop) stop_all(*v.stop);
+    if (v.failure_grace) failure_deadline_ = Clock::now() + kFailureGrace;
   }
 
   int finish() {
-    std::string statuses;
-    bool all_zero = true;
-    for (const Remote& r : remotes_) {
-      statuses += fmt::format("{}{} {}", statuses.empty() ? "" : ", ", r.host,
-                              r.ready ? fmt::format("exit {}", *r.status) : "not started");
-      all_zero = all_zero && r.ready && *r.status == 0;
-    }
-    say("agents ended: " + statuses, all_zero ? Level::debug : Level::info);
-    if (interrupted_) return 128 + interrupted_;
-    if (start_failed_) return 1;
-    if (first_failure_) return *first_failure_;
-    return any_success_ ? 0 : 255;
+    std::vector<bool> ready;
+    for (size_t i = 0; i < remotes_.size(); ++i) ready.push_back(output_.ready(i));
+    const auto [line, level] = outcome_.summary(ready);
+    say(line, level);
+    return outcome_.exit_code(interrupted_);
   }
 
   const HostsOptions& options_;
   std::vector<PlannedHost> hosts_;
+  std::string self_;  // this trainrun, as each host is to run it
   std::vector<Remote> remotes_;
-  std::map<std::string, size_t> said_;  // agents' trainrun lines, by the first host to say each
-  LineDedup dedup_;
+  HostOutput output_;
+  HostsOutcome outcome_;
   sigset_t wait_mask_{};
   int seen_signals_ = 0;
   int interrupted_ = 0;
   bool stopping_ = false;
-  bool start_failed_ = false;
-  bool any_success_ = false;
-  std::optional<int> first_failure_;
   std::optional<Clock::time_point> failure_deadline_, kill_deadline_;
 };
 
@@ -449,7 +336,7 @@ int run_hosts(const HostsOptions& options, const std::map<std::string, std::stri
   std::vector<PlannedHost> hosts =
       filter_hosts(read_host_list(options), options.include, options.exclude);
   const auto forwarded = forwarded_environment(env_files(env), options.forward_env, env);
-  HostsRun run(options, std::move(hosts));
+  HostsRun run(options, std::move(hosts), own_executable());
   return run.run(forwarded);
 }
 

@@ -3,9 +3,12 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/output/console.hpp"
 
 namespace trainrun::launch {
@@ -18,6 +21,14 @@ class AgentConsoles {
 
   Console& out() { return out_; }
   Console& err() { return err_ ? *err_ : out_; }
+
+  // One of trainrun's own lines (launcher_line), through the console while the loop runs: it
+  // keeps its place among the workers' lines, and a paused reader cannot block the loop on it.
+  void say(const std::string& line, Level level = Level::info);
+  // say(), for the agent's pieces to call.
+  std::function<void(const std::string&, Level)> sayer() {
+    return [this](const std::string& line, Level level) { say(line, level); };
+  }
 
   // The job is over: write what the consoles have not taken yet. A reader that takes nothing for
   // Console::kFlushSeconds (counted from `ended` at the earliest), or one of `stop_signals` on

@@ -56,6 +56,17 @@ bool standalone_in_torchrun(const LaunchConfig& config);
 std::string one_node_master_addr(const LaunchConfig& config,
                                  const std::function<std::string()>& local_name);
 
+// The topology of a job without a rendezvous: this node alone, worker RANK 0's store on
+// `master_port`, at `one_node_master_addr` (as one_node_master_addr() gives it) when known, else
+// at --master-addr.
+Topology single_node_topology(const LaunchConfig& config, const std::string& one_node_master_addr,
+                              int master_port);
+
+// The topology of the rendezvous' `assignment`; MASTER_ADDR is `one_node_master_addr`, when known,
+// for a job that only ever has this node.
+Topology assigned_topology(const rendezvous::Assignment& assignment, const LaunchConfig& config,
+                           const std::string& one_node_master_addr);
+
 // Why a dynamic job's --node-rank (`preferred`, -1: none) was not given in this round, in one
 // line; empty when it was, or none was asked for.
 std::string preference_line(const rendezvous::Assignment& assignment, int preferred);

@@ -10,6 +10,7 @@
 
 #include "trainrun/launch/agent/agent_actions.hpp"
 #include "trainrun/launch/agent/attempt_failures.hpp"
+#include "trainrun/launch/agent/stop_orders.hpp"
 #include "trainrun/launch/core/launch_config.hpp"
 #include "trainrun/launch/workers/worker_env.hpp"
 #include "trainrun/rendezvous/messages.hpp"
@@ -70,10 +71,8 @@ class AgentPolicy {
 
  private:
   void start_attempt(AgentActions& out);
-  bool counts_as_failure(const ExitStatus& status) const;
   void begin_stop(AgentActions& out, int sig, Clock::time_point now);
   void after_attempt(AgentActions& out);
-  void after_attempt_in_job(AgentActions& out);
   void finish(AgentActions& out, int exit_code);
   bool forwarded(int sig) const;
 
@@ -88,10 +87,7 @@ class AgentPolicy {
   AttemptFailures failures_;
   int start_failed_ = 0;  // the exit status when the group could not be started, else 0
   bool ran_ = false;      // a group was started at least once
-  bool pending_restart_ = false;
-  std::optional<rendezvous::Stop> pending_stop_;
-  bool halted_ = false;  // the rendezvous asked what failed; the answer is owed once stopped
-  int stop_signal_ = 0;
+  StopOrders stop_orders_;
   Clock::time_point grace_deadline_;
 };
 

@@ -1,0 +1,89 @@
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "trainrun/launch/core/log.hpp"
+#include "trainrun/launch/rollcall/hang_watch.hpp"
+#include "trainrun/launch/rollcall/roll_call.hpp"
+#include "trainrun/launch/workers/failure.hpp"
+
+namespace trainrun::launch {
+
+// A confirmed hang as the agent reports it: the lines for stderr (the roll call after them), the
+// hang for the job summary, and the attempt's failure, which stops the job as a worker's would.
+struct HangFailure {
+  std::string text;
+  nlohmann::json hang;
+  ProcessFailure failure;
+};
+
+// What a hang confirmed under --hang-timeout=`timeout_s` prints: why, then the roll call. Pure.
+std::string hang_text(const HangReport& report, double timeout_s);
+
+// The hang of `text` (hang_text) confirmed on `host` at `unix_now`; `report_file`: where the
+// report was written, empty when it could not be. Pure.
+HangFailure hang_failure(const HangReport& report, std::string text, const std::string& host,
+                         double unix_now, const std::string& report_file = {});
+
+// What the agent offers to see into its running job: the roll call that `trainrun --stacks`
+// finds it by (this node's stacks, and through the rendezvous the other nodes'), and with
+// --hang-timeout the watch that confirms a hang with it. A job whose roll call cannot register
+// still runs, without either, and says so.
+class AgentWatch {
+ public:
+  struct Hooks {
+    // This node's running workers (NodeWorkers::quiet_s is the watch's to fill in).
+    std::function<NodeWorkers()> workers;
+    // A confirmed hang, written out; only while the group runs (`running`).
+    std::function<void(HangFailure)> hung;
+    std::function<bool()> running;
+    // Where the running attempt's hang report goes.
+    std::function<std::string()> report_file;
+    std::function<void(const std::string&, Level)> say;
+  };
+
+  // Registers `entry` in `runtime_dir`; with `hang_timeout_s` > 0, watches for a hang, the
+  // workers touching `heartbeat_file` (written empty now) as a sign of life.
+  AgentWatch(boost::asio::io_context& io, const std::string& runtime_dir, JobEntry entry,
+             double hang_timeout_s, const std::string& heartbeat_file, Hooks hooks);
+  ~AgentWatch();
+  AgentWatch(const AgentWatch&) = delete;
+  AgentWatch& operator=(const AgentWatch&) = delete;
+
+  // The heartbeat file the workers touch; empty without a hang watch, or when it was not made.
+  const std::string& heartbeat_file() const { return heartbeat_file_; }
+  bool watching() const { return hang_watch_ != nullptr; }
+  // A worker's sign of life: output, a file-timer request.
+  void progress();
+  // Quiet for the timeout, or confirmed hung: a stop for a failure begins with SIGABRT.
+  bool suspected() const;
+
+  void set_node_rank(int node_rank);
+  // How the roll call reaches the other nodes (the rendezvous).
+  void set_ask_others(RollCall::AskOthers ask);
+  // This node's answer to another node's `trainrun --stacks`, at most `max_bytes`.
+  void answer(std::function<void(std::string)> reply, std::size_t max_bytes);
+
+  // A group started / none runs any more.
+  void start();
+  void stop();
+  // The job is over: the roll call stops listening.
+  void close();
+
+ private:
+  void start_hang_watch(boost::asio::io_context& io, double timeout_s);
+  void on_hang(const HangReport& report);
+  NodeWorkers workers() const;
+
+  Hooks hooks_;
+  std::string host_;
+  std::unique_ptr<RollCall> roll_call_;
+  std::unique_ptr<HangWatch> hang_watch_;
+  std::string heartbeat_file_;
+};
+
+}  // namespace trainrun::launch

@@ -1,0 +1,95 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "trainrun/launch/agent/agent_actions.hpp"
+#include "trainrun/launch/agent/agent_consoles.hpp"
+#include "trainrun/launch/agent/agent_policy.hpp"
+#include "trainrun/launch/agent/file_timer_server.hpp"
+#include "trainrun/launch/agent/job_logs.hpp"
+#include "trainrun/launch/agent/job_summary.hpp"
+#include "trainrun/launch/agent/worker_group_launch.hpp"
+#include "trainrun/launch/rollcall/roll_call.hpp"
+#include "trainrun/launch/workers/supervisor.hpp"
+
+namespace trainrun::launch {
+
+class Watchdog;
+
+// The node's worker group as the agent runs it, attempt after attempt: started, signalled and
+// swept as the policy asks, each worker's end read (its error file, its log files) and handed to
+// the policy and the job summary; and who runs as which rank in the running attempt, for the
+// roll call and the file timer.
+class AgentWorkers {
+ public:
+  struct Hooks {
+    // Carries one of the policy's actions out, as the agent does any other: a Sweep that a
+    // worker's end asks for too, from the loop once the supervisor's reaping has returned.
+    std::function<void(const AgentAction&)> carry_out;
+    std::function<void(const std::string&, Level)> say;
+  };
+
+  AgentWorkers(boost::asio::io_context& io, Watchdog& watchdog, AgentConsoles& consoles,
+               const LaunchConfig& config, const std::string& program, const std::string& host,
+               AgentPolicy& policy, JobSummary& summary, const JobLogs& logs, Hooks hooks);
+
+  // --numa-binding's CPUs, planned once (WorkerGroupLaunch::plan_numa).
+  void plan_numa(const std::map<std::string, std::string>& inherited);
+  // Starts the attempt's group (`watched`: under --hang-timeout). False when it could not start:
+  // the policy was told, and its actions carried out.
+  bool start(const Topology& topology, const JobSettings& job,
+             const std::map<std::string, std::string>& inherited, bool watched);
+  // With `abort_first`, SIGABRT to the workers alone instead (faulthandler's tracebacks).
+  void signal(const action::SignalWorkers& a, bool abort_first);
+  void arm_grace(const action::ArmGraceTimer& a);
+  void sweep(const action::Sweep& a);
+  void cancel_grace() { grace_timer_.cancel(); }
+  // SIGCHLD came.
+  void reap() { supervisor_.reap(); }
+  void set_progress(std::function<void()> progress) {
+    supervisor_.set_progress(std::move(progress));
+  }
+  // TorchElastic's file timer, when the job asks for it as torchrun's: the workers find its FIFO
+  // in TORCHELASTIC_TIMER_FILE, set in `inherited`; each request is a sign of life (`progress`).
+  void start_file_timer(std::map<std::string, std::string>& inherited,
+                        std::function<void()> progress);
+  // The job is over: its FIFO's wait would keep the rendezvous' last run of the loop busy.
+  void stop_file_timer() { file_timer_.reset(); }
+
+  int attempt() const { return topology_.restart_count; }
+  // The running attempt's node rank; -1 before the first.
+  int node_rank() const { return node_rank_; }
+  NodeWorkers node_workers() const;
+  std::optional<FileTimerServer::Worker> find(pid_t pid) const;
+  // `name` in the running attempt's directory of the log tree.
+  std::string attempt_path(const std::string& name) const;
+
+ private:
+  void exited(int local_rank, pid_t pid, ExitStatus status);
+  void apply(const AgentActions& actions);
+
+  boost::asio::io_context& io_;
+  const LaunchConfig& config_;
+  AgentConsoles& consoles_;
+  std::string host_;
+  AgentPolicy& policy_;
+  JobSummary& summary_;
+  const JobLogs& logs_;
+  Hooks hooks_;
+  Supervisor supervisor_;
+  boost::asio::steady_timer grace_timer_;
+  WorkerGroupLaunch launch_;
+  std::unique_ptr<FileTimerServer> file_timer_;
+  Topology topology_;   // the running attempt's: its restart count, RANK of local rank 0
+  int node_rank_ = -1;  // -1 until the first attempt
+};
+
+}  // namespace trainrun::launch

@@ -1,0 +1,40 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "trainrun/launch/core/launch_config.hpp"
+#include "trainrun/launch/output/log_dir.hpp"
+
+namespace trainrun::launch {
+
+// The job's log directory as the agent keeps it: made at the start; when the job ends, what the
+// console showed dropped after a success, an empty one removed, a temporary one that stays said
+// at exit; named, with NCCL's flight recorder dumps, after a failure summary.
+class JobLogs {
+ public:
+  explicit JobLogs(const LaunchConfig& config) : config_(config) {}
+
+  // Makes the run's directory for `run_id`. Throws SetupError naming it when it cannot.
+  void create(const std::string& run_id);
+  const LogDir& dir() const { return dir_; }
+
+  // After a failure summary: where the logs are, when the directory holds files, and NCCL's
+  // flight recorder dumps, when there are any. The job is over: an empty directory goes now.
+  std::vector<std::string> after_summary() const;
+
+  // The job has ended with `exit_code`, its last attempt `last_attempt`; `consoles_open`: both
+  // consoles took output to the end. Returns the directory that stays, "" when none does.
+  std::string end(int exit_code, int last_attempt, bool consoles_open);
+  // Said at exit: why a temporary log directory stays; empty when none does, or need not be said.
+  const std::string& kept_line() const { return kept_line_; }
+
+ private:
+  void drop_console_copies(int last_attempt) const;
+
+  const LaunchConfig& config_;
+  LogDir dir_;
+  std::string kept_line_;
+};
+
+}  // namespace trainrun::launch

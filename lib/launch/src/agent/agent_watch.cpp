@@ -1,0 +1,133 @@
+#include "trainrun/launch/agent/agent_watch.hpp"
+
+#include <fmt/format.h>
+
+#include "trainrun/base/system.hpp"
+#include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/core/file_io.hpp"
+
+namespace trainrun::launch {
+
+std::string hang_text(const HangReport& report, double timeout_s) {
+  return launcher_line(fmt::format("the job is hung: no worker made progress for {:.0f} s "
+                                   "(--hang-timeout={:g}) and no rank's stack moved in {} s: {}",
+                                   report.json.value("quiet_s", 0.0), timeout_s,
+                                   kHangConfirmGap.count(), report.line),
+                       Level::error) +
+         report.text;
+}
+
+HangFailure hang_failure(const HangReport& report, std::string text, const std::string& host,
+                         double unix_now, const std::string& report_file) {
+  HangFailure out{std::move(text), report.json, {}};
+  if (!report_file.empty()) out.hang["report_file"] = report_file;
+  ProcessFailure& failure = out.failure;
+  failure.rank = report.rank;
+  failure.local_rank = report.local_rank;
+  failure.pid = report.pid;
+  failure.host = report.host.empty() ? host : report.host;
+  failure.status = ExitStatus{kHangExitCode, 0};
+  failure.timestamp = unix_now;
+  failure.message = "hung: " + report.line;
+  failure.traceback = failure.message;
+  // The report stands as its error file: the summary shows the line, not a rank's stderr.
+  failure.has_error_file = !report_file.empty();
+  if (!report_file.empty()) failure.error_file = report_file;
+  return out;
+}
+
+AgentWatch::AgentWatch(boost::asio::io_context& io, const std::string& runtime_dir, JobEntry entry,
+                       double hang_timeout_s, const std::string& heartbeat_file, Hooks hooks)
+    : hooks_(std::move(hooks)), host_(entry.host) {
+  // `trainrun --stacks` finds this job by its registration; a job that cannot register still runs.
+  try {
+    roll_call_ =
+        std::make_unique<RollCall>(io, runtime_dir, std::move(entry), [this] { return workers(); });
+  } catch (const LaunchError& e) {
+    hooks_.say(fmt::format("trainrun --stacks cannot reach this job: {}", e.what()),
+               Level::warning);
+  }
+  if (hang_timeout_s <= 0) return;
+  if (!roll_call_) {
+    hooks_.say("--hang-timeout is off: without the roll call a hang cannot be confirmed",
+               Level::warning);
+    return;
+  }
+  heartbeat_file_ = heartbeat_file;
+  start_hang_watch(io, hang_timeout_s);
+}
+
+AgentWatch::~AgentWatch() = default;
+
+// --hang-timeout: progress is any worker's output (every stream then passes through trainrun),
+// a touch of the heartbeat file, a file-timer request; a hang is confirmed with the roll call.
+void AgentWatch::start_hang_watch(boost::asio::io_context& io, double timeout_s) {
+  try {
+    write_file_atomically(heartbeat_file_, "");
+  } catch (const std::exception& e) {
+    hooks_.say(fmt::format("--hang-timeout: no heartbeat file for the workers: {}", e.what()),
+               Level::warning);
+    heartbeat_file_.clear();
+  }
+  HangWatch::Hooks hooks;
+  hooks.roll_call = [this](HangWatch::Reply done) { roll_call_->job_reply(std::move(done)); };
+  hooks.hung = [this](const HangReport& report) { on_hang(report); };
+  hooks.say = hooks_.say;
+  hang_watch_ = std::make_unique<HangWatch>(io, timeout_s, heartbeat_file_, std::move(hooks));
+}
+
+NodeWorkers AgentWatch::workers() const {
+  NodeWorkers node = hooks_.workers();
+  if (hang_watch_) node.quiet_s = hang_watch_->quiet_s();
+  return node;
+}
+
+void AgentWatch::on_hang(const HangReport& report) {
+  if (!hooks_.running()) return;
+  std::string text = hang_text(report, hang_watch_->timeout_s());
+  const std::string file = hooks_.report_file();
+  bool written = false;
+  try {
+    write_file_atomically(file, text);
+    written = true;
+  } catch (const std::exception& e) {
+    hooks_.say(fmt::format("the hang report could not be written: {}", e.what()), Level::warning);
+  }
+  hooks_.hung(hang_failure(report, std::move(text), host_, unix_time(), written ? file : ""));
+}
+
+void AgentWatch::progress() {
+  if (hang_watch_) hang_watch_->progress();
+}
+
+bool AgentWatch::suspected() const { return hang_watch_ && hang_watch_->suspected(); }
+
+void AgentWatch::set_node_rank(int node_rank) {
+  if (roll_call_) roll_call_->set_node_rank(node_rank);
+}
+
+void AgentWatch::set_ask_others(RollCall::AskOthers ask) {
+  if (roll_call_) roll_call_->set_ask_others(std::move(ask));
+}
+
+void AgentWatch::answer(std::function<void(std::string)> reply, std::size_t max_bytes) {
+  if (!roll_call_) return reply(R"({"error": "this node's agent could not start its roll call"})");
+  roll_call_->answer([reply = std::move(reply), max_bytes](nlohmann::json mine) {
+    reply(fit_node_answer(std::move(mine), max_bytes));
+  });
+}
+
+void AgentWatch::start() {
+  if (hang_watch_) hang_watch_->start();
+}
+
+void AgentWatch::stop() {
+  if (hang_watch_) hang_watch_->stop();
+}
+
+void AgentWatch::close() {
+  if (roll_call_) roll_call_->close();
+  stop();
+}
+
+}  // namespace trainrun::launch

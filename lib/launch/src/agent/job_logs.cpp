@@ -1,0 +1,64 @@
+#include "trainrun/launch/agent/job_logs.hpp"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "trainrun/launch/agent/agent_plan.hpp"
+#include "trainrun/launch/output/output_plan.hpp"
+#include "trainrun/launch/workers/flight_recorder.hpp"
+
+namespace trainrun::launch {
+
+namespace {
+
+bool directory_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+void JobLogs::create(const std::string& run_id) {
+  dir_ = LogDir::create(config_.log_dir, run_id, !logs_worker_output(config_));
+}
+
+std::vector<std::string> JobLogs::after_summary() const {
+  std::vector<std::string> lines;
+  dir_.remove_if_empty();
+  if (directory_exists(dir_.run_dir())) lines.push_back("log directory: " + dir_.run_dir());
+  const std::string dumps = flight_recorder_line(flight_recorder_dumps(dir_.run_dir()));
+  if (!dumps.empty()) lines.push_back(dumps);
+  return lines;
+}
+
+std::string JobLogs::end(int exit_code, int last_attempt, bool consoles_open) {
+  if (exit_code == 0 && consoles_open) drop_console_copies(last_attempt);
+  dir_.remove_if_empty();
+  const bool kept = directory_exists(dir_.run_dir());
+  if (kept && exit_code == 0 && dir_.temporary())
+    kept_line_ = fmt::format(
+        "log directory kept: {} (it holds what the console did not show; --log-dir chooses "
+        "where)",
+        dir_.run_dir());
+  return kept ? dir_.run_dir() : "";
+}
+
+// A job that succeeded without --log-dir keeps no copy of what the console showed (--tee), so
+// that each run does not leave a directory behind; what only the files hold stays. When the
+// console went away, the files hold what it did not show.
+void JobLogs::drop_console_copies(int last_attempt) const {
+  if (!dir_.temporary()) return;
+  for (int attempt = 0; attempt <= last_attempt; ++attempt) {
+    for (int lr = 0; lr < config_.nproc_per_node.number; ++lr) {
+      const OutputPlan plan = plan_output(config_, lr, dir_.rank_dir(attempt, lr));
+      for (const StreamPlan* stream : {&plan.out, &plan.err}) {
+        if (stream->route != StreamRoute::tee) continue;
+        ::unlink(stream->file.c_str());
+        if (!stream->duplicate_file.empty()) ::unlink(stream->duplicate_file.c_str());
+      }
+    }
+  }
+}
+
+}  // namespace trainrun::launch

@@ -1,0 +1,93 @@
+#include "trainrun/launch/hosts/host_output.hpp"
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "trainrun/launch/hosts/hosts_plan.hpp"
+
+using namespace trainrun::launch;
+
+namespace {
+
+using Clock = HostOutput::Clock;
+const auto t0 = Clock::time_point{} + std::chrono::hours(1);
+
+std::vector<std::string> texts(const HostOutput::Lines& lines) {
+  std::vector<std::string> t;
+  for (const auto& l : lines) t.push_back(std::to_string(l.stream) + " " + l.line);
+  return t;
+}
+
+using Texts = std::vector<std::string>;
+
+}  // namespace
+
+TEST_CASE("host output: whole lines, a worker's as it is, any other after its host", "[hosts]") {
+  HostOutput out(false, std::chrono::seconds(1));
+  out.add_host("alice@node1");
+  out.add_host("node2");
+  CHECK(texts(out.feed(0, 1, "[node1:0]:step 1\n[node1:0]:st", t0)) == Texts{"1 [node1:0]:step 1"});
+  CHECK(texts(out.feed(1, 2, "Warning: Permanently added\n", t0)) ==
+        Texts{"2 node2: Warning: Permanently added"});
+  CHECK(texts(out.feed(0, 1, "ep 2\n", t0)) == Texts{"1 [node1:0]:step 2"});
+  // A line without its end is a line once the stream ends; nothing is left after it.
+  CHECK(texts(out.feed(0, 2, "trainrun: bye", t0)).empty());
+  CHECK(texts(out.close(0, 2, t0)) == Texts{"2 alice@node1: trainrun: bye"});
+  CHECK(texts(out.close(0, 2, t0)).empty());
+  CHECK(out.last_error(0) == "trainrun: bye");
+  CHECK(out.last_error(1) == "Warning: Permanently added");
+}
+
+TEST_CASE("host output: the agent's ready line is taken once, on stdout only", "[hosts]") {
+  HostOutput out(false, std::chrono::seconds(1));
+  out.add_host("node1");
+  const std::string ready = std::string(kReadyLine) + "\n";
+  CHECK_FALSE(out.ready(0));
+  CHECK(texts(out.feed(0, 2, ready, t0)) == Texts{"2 node1: " + std::string(kReadyLine)});
+  CHECK_FALSE(out.ready(0));
+  CHECK(texts(out.feed(0, 1, ready, t0)).empty());
+  CHECK(out.ready(0));
+  CHECK(texts(out.feed(0, 1, ready, t0)) == Texts{"1 node1: " + std::string(kReadyLine)});
+  CHECK(out.last_error(0) == kReadyLine);
+}
+
+TEST_CASE("host output with --dedup holds lines for the window", "[hosts]") {
+  HostOutput out(true, std::chrono::seconds(1));
+  out.add_host("node1");
+  out.add_host("node2");
+  CHECK(out.feed(0, 2, "[node1:0]:UserWarning\n", t0).empty());
+  CHECK(out.feed(1, 2, "[node2:1]:UserWarning\n", t0).empty());
+  CHECK(out.feed(1, 1, "plain\n", t0).empty());
+  CHECK(out.next_due() == t0 + std::chrono::seconds(1));
+  CHECK(out.due(t0).empty());
+  CHECK(texts(out.due(t0 + std::chrono::seconds(1))) ==
+        Texts{"2 [0-1]:UserWarning", "1 node2: plain"});
+  CHECK(out.feed(0, 1, "[node1:0]:last\n", t0).empty());
+  CHECK(texts(out.flush_all()) == Texts{"1 [node1:0]:last"});
+}
+
+TEST_CASE("host output: a trainrun line every agent says is shown once, from the first host",
+          "[hosts]") {
+  HostOutput out(false, std::chrono::seconds(1));
+  out.add_host("node1");
+  out.add_host("node2");
+  const std::string stop = "trainrun: the job ends: node1 cannot reach node2:29501\n";
+  CHECK(texts(out.feed(1, 2, stop, t0)) ==
+        Texts{"2 node2: trainrun: the job ends: node1 cannot reach node2:29501"});
+  CHECK(texts(out.feed(0, 2, stop, t0)).empty());
+  // The first host may say it again (its own lines are never hidden), and other lines pass.
+  CHECK(texts(out.feed(1, 2, stop, t0)).size() == 1);
+  CHECK(texts(out.feed(0, 2, "trainrun: node rank 0\n", t0)) ==
+        Texts{"2 node1: trainrun: node rank 0"});
+  CHECK(texts(out.feed(1, 2, "[node2:0]:trainrun: a worker's line\n", t0)).size() == 1);
+  CHECK(texts(out.feed(0, 2, "[node1:0]:trainrun: a worker's line\n", t0)).size() == 1);
+}
+
+TEST_CASE("host output: ssh's carriage return is not part of the line", "[hosts]") {
+  HostOutput out(false, std::chrono::seconds(1));
+  out.add_host("node1");
+  CHECK(texts(out.feed(0, 2, "ssh: connect to host node1 port 22: Connection refused\r\n", t0)) ==
+        Texts{"2 node1: ssh: connect to host node1 port 22: Connection refused"});
+  CHECK(out.last_error(0) == "ssh: connect to host node1 port 22: Connection refused");
+}

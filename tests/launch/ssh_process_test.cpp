@@ -1,0 +1,54 @@
+#include "trainrun/launch/hosts/ssh_process.hpp"
+
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <string>
+
+using namespace trainrun::launch;
+
+namespace {
+
+// Everything `fd` gives until its end (it is non-blocking: waits with poll).
+std::string read_to_end(int fd) {
+  std::string text;
+  char buffer[4096];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, -1);
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EAGAIN) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
+
+int wait_for(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+TEST_CASE("ssh starts in a group of its own with the handover on its standard input", "[hosts]") {
+  const SshProcess p = start_ssh(
+      {"/bin/sh", "-c", "read line; echo \"got $line\"; ps -o pgid= -p $$ | tr -d ' ' >&2"},
+      "handover-line\n");
+  ::close(p.in);
+  CHECK(read_to_end(p.out) == "got handover-line\n");
+  CHECK(read_to_end(p.err) == std::to_string(p.pid) + "\n");
+  CHECK(wait_for(p.pid) == 0);
+}
+
+TEST_CASE("an ssh that cannot run exits 127 and says why", "[hosts]") {
+  const SshProcess p = start_ssh({"/nonexistent/ssh", "host"}, "x\n");
+  ::close(p.in);
+  CHECK(read_to_end(p.out).empty());
+  CHECK(read_to_end(p.err).rfind("cannot run /nonexistent/ssh: No such file or directory", 0) == 0);
+  CHECK(wait_for(p.pid) == 127);
+}
