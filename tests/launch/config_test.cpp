@@ -318,6 +318,16 @@ TEST_CASE("a long option may be shortened to an unambiguous prefix, as in torchr
                     "unknown option --frobnicate (see trainrun --help)");
 }
 
+TEST_CASE("trainrun's own options break no prefix that torchrun reads as one of its options") {
+  // --no-p: torchrun's --no-python, though --no-preflight starts so too.
+  CHECK(parse({"--no-p", "/bin/true"}).no_python);
+  CHECK(parse({"--no_p", "/bin/true"}).no_python);
+  CHECK(parse({"--no-pre", "x"}).preflight == PreflightMode::off);
+  // A prefix of two trainrun options and no torchrun one is ambiguous, as before.
+  CHECK_THROWS_WITH(parse({"--hos", "x"}),
+                    "ambiguous option --hos: could be --hostfile, --hosts (see trainrun --help)");
+}
+
 TEST_CASE("--standalone with more than one node is refused") {
   CHECK_THROWS_WITH(parse({"--standalone", "--nnodes=2", "x"}),
                     "--nnodes=2: --standalone runs one node; for 2 nodes drop --standalone and "

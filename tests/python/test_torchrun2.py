@@ -166,6 +166,34 @@ def test_long_options_abbreviate_as_in_torchrun2():
                            "(see trainrun --help)\n")
 
 
+def test_every_prefix_torchrun2_reads_as_one_option_is_accepted(tmp_path):
+    # trainrun's own options (--no-preflight, --print-config, --hosts ...) must not make a prefix
+    # ambiguous that torchrun 2.x reads as one of its options: for each of its long options, the
+    # shortest prefix that starts no spelling of another option.
+    r = subprocess.run(torchrun() + ["--help"], capture_output=True, text=True, timeout=300,
+                       env=ENV)
+    assert r.returncode == 0, r.stderr
+    options = {n: m for n, m in parse_help(r.stdout).items() if n.startswith("--")}
+    assert "--no-python" in options and "--print-completion" in options, options
+    rejected = []
+    for name, metavar in sorted(options.items()):
+        if name == "--help" or "_" in name:
+            continue
+        others = [o for o in options if canonical(o) != canonical(name)]
+        prefix = next(name[:n] for n in range(3, len(name) + 1)
+                      if not any(o.startswith(name[:n]) for o in others))
+        if prefix == name:
+            continue
+        for args in invocations(name, metavar, tmp_path):
+            args = [prefix if a == name else a.replace(name + "=", prefix + "=", 1)
+                    for a in args]
+            run = subprocess.run([TRAINRUN, *args], capture_output=True, text=True, timeout=120,
+                                 env=ENV, stdin=subprocess.DEVNULL)
+            if run.returncode == 2:
+                rejected.append(f"{' '.join(args)}: {run.stderr.strip()}")
+    assert not rejected, "prefixes torchrun 2.x accepts, refused:\n" + "\n".join(rejected)
+
+
 def test_standalone_with_two_nodes_is_refused():
     # torchrun 2.x keeps --nnodes=2 and waits for a second node its localhost rendezvous never
     # sees (until the join timeout); trainrun refuses at once.

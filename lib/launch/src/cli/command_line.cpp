@@ -7,6 +7,7 @@
 #include <cctype>
 #include <csignal>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -645,6 +646,54 @@ std::string dashed(std::string name) {
   fail(fmt::format("unknown option {} (see trainrun --help)", arg));
 }
 
+// The newest torchrun's long options (dashed): a prefix that is one of them alone in torchrun keeps
+// that meaning here, whatever options trainrun adds ("--no-p" is --no-python, not ambiguous with
+// --no-preflight; "--print" is --print-completion, not --print-config).
+const std::set<std::string> kTorchrunOptions = {"duplicate-stderr-filters",
+                                                "duplicate-stdout-filters",
+                                                "event-log-handler",
+                                                "help",
+                                                "local-addr",
+                                                "local-ranks-filter",
+                                                "log-dir",
+                                                "log-line-prefix-template",
+                                                "logs-specs",
+                                                "master-addr",
+                                                "master-port",
+                                                "max-restarts",
+                                                "module",
+                                                "monitor-interval",
+                                                "nnodes",
+                                                "no-python",
+                                                "node-rank",
+                                                "nproc-per-node",
+                                                "numa-binding",
+                                                "print-completion",
+                                                "rdzv-backend",
+                                                "rdzv-conf",
+                                                "rdzv-endpoint",
+                                                "rdzv-id",
+                                                "redirects",
+                                                "role",
+                                                "run-path",
+                                                "shutdown-timeout",
+                                                "signals-to-handle",
+                                                "standalone",
+                                                "start-method",
+                                                "tee",
+                                                "virtual-local-rank"};
+
+// The one torchrun option among `options` (dashed), if exactly one is.
+std::optional<std::string> only_torchrun_option(const std::set<std::string>& options) {
+  std::optional<std::string> found;
+  for (const auto& o : options) {
+    if (!kTorchrunOptions.count(o)) continue;
+    if (found) return std::nullopt;
+    found = o;
+  }
+  return found;
+}
+
 // argparse's allow_abbrev, which torchrun keeps: an unambiguous prefix of a long option stands for
 // it. Unlike argparse (3.11), a prefix of both spellings of one option ("--nproc") is not
 // ambiguous. Only the options before the entrypoint are read; an unknown one is refused here.
@@ -669,6 +718,14 @@ std::vector<std::string> expand_abbreviations(const std::vector<std::string>& ar
         if (candidate.rfind(name, 0) == 0 && options.insert(dashed(candidate)).second)
           spelling = candidate;
       if (options.empty()) unknown_option(arg, name, spellings);
+      if (options.size() > 1) {
+        if (const auto torchrun_option = only_torchrun_option(options)) {
+          options = {*torchrun_option};
+          for (const auto& [candidate, takes_value] : spellings)
+            if (candidate.rfind(name, 0) == 0 && dashed(candidate) == *torchrun_option)
+              spelling = candidate;
+        }
+      }
       if (options.size() > 1) {
         std::string listed;
         for (const auto& o : options) listed += (listed.empty() ? "--" : ", --") + o;
