@@ -33,6 +33,7 @@
 #include "trainrun/launch/rendezvous/rendezvous_options.hpp"
 #include "trainrun/launch/rollcall/hang_watch.hpp"
 #include "trainrun/launch/rollcall/roll_call.hpp"
+#include "trainrun/launch/store/agent_store.hpp"
 #include "trainrun/launch/workers/descriptors.hpp"
 #include "trainrun/launch/workers/failure.hpp"
 #include "trainrun/launch/workers/flight_recorder.hpp"
@@ -121,6 +122,7 @@ class Agent {
       say_on_console(python_line(python_), Level::debug);
     }
     if (job_.python_workers) job_.torch_major = worker_torch_major();
+    job_.use_agent_store = uses_agent_store(config_, job_, inherited_);
     job_.may_use_nccl = count_nvidia_gpus() > 0;
     if (!config_.numa_binding.empty()) {
       numa_ = plan_numa_binding(config_.numa_binding, config_.nproc_per_node.number,
@@ -502,6 +504,7 @@ class Agent {
     say_on_console(attempt_line(a.topology, config_.nproc_per_node.number), Level::debug);
     std::vector<WorkerLaunch> launches;
     try {
+      store_.attempt_starting(job_, a.topology);
       for (int lr = 0; lr < config_.nproc_per_node.number; ++lr) {
         const std::string rank_dir = logs_.make_rank_dir(attempt_, lr);
         ::unlink(error_file_in(rank_dir).c_str());
@@ -541,6 +544,7 @@ class Agent {
       supervisor_.signal_workers(a.signal);
   }
   void carry_out(const action::ArmGraceTimer& a) {
+    store_.attempt_stopping();  // armed once per stop of an attempt
     grace_timer_.expires_at(a.deadline);
     grace_timer_.async_wait([this](boost::system::error_code ec) {
       if (!ec) apply(policy_.grace_expired(Clock::now()));
@@ -635,6 +639,8 @@ class Agent {
   AgentConsoles consoles_{io_};
   Supervisor supervisor_{io_, watchdog_, consoles_.out(), consoles_.err()};
   asio::signal_set signals_{io_};
+  AgentStore store_{io_,
+                    [this](const std::string& line, Level level) { say_on_console(line, level); }};
   asio::steady_timer grace_timer_{io_};
   std::map<std::string, std::string> inherited_ = current_environment();
   std::string host_;
