@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "parse_helpers.hpp"
-#include "trainrun/launch/store/agent_store.hpp"
+#include "trainrun/launch/agent/agent_store.hpp"
 #include "trainrun/launch/store/store_data.hpp"
 #include "trainrun/launch/store/store_protocol.hpp"
 #include "trainrun/launch/store/store_server.hpp"

@@ -1,4 +1,4 @@
-#include "trainrun/launch/store/agent_store.hpp"
+#include "trainrun/launch/agent/agent_store.hpp"
 
 #include <fmt/format.h>
 
