@@ -1,3 +1,5 @@
+#include <fmt/format.h>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
@@ -397,4 +399,33 @@ TEST_CASE("the server refuses connections past its bound, saying it once") {
   CHECK_THAT(said[0], Catch::Contains("it serves at most 1 connections at once"));
   first.send(encode_request(validate()) + encode_request(req(StoreQuery::get_num_keys)));
   CHECK(read_exactly(first, io, 8) == i64_reply(0));
+}
+
+TEST_CASE("a bound broken by several connections is said once, with the bound") {
+  asio::io_context io;
+  std::vector<std::string> said;
+  StoreServer server(io, [&](const std::string& line, Level) { said.push_back(line); });
+  server.open(0);
+  std::string big_key = encode_request(validate());
+  put_u8(big_key, static_cast<std::uint8_t>(StoreQuery::set));
+  put_i64(big_key, 100000);
+  RawClient a(server.port()), b(server.port());
+  a.send(big_key);
+  b.send(big_key);
+  CHECK(closed_by_server(a, io));
+  CHECK(closed_by_server(b, io));
+  REQUIRE(said.size() == 1);
+  CHECK_THAT(said[0], Catch::Contains("SET with a key of 100000 bytes: more than the store's "
+                                      "bound of 8192 bytes"));
+}
+
+TEST_CASE("a port another process listens on is refused in one line") {
+  asio::io_context io;
+  tcp::acceptor other(io, tcp::endpoint(tcp::v4(), 0));
+  const int port = other.local_endpoint().port();
+  StoreServer server(io, [](const std::string&, Level) {});
+  CHECK_THROWS_WITH(
+      server.open(port),
+      Catch::StartsWith(fmt::format("the workers' c10d store cannot listen on port {}: ", port)));
+  CHECK_FALSE(server.listening());
 }
