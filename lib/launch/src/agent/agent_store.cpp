@@ -26,7 +26,12 @@ AgentStore::AgentStore(boost::asio::io_context& io, StoreServer::Say say)
     : io_(io), say_(std::move(say)) {}
 
 void AgentStore::attempt_starting(const JobSettings& job, const Topology& topology) {
-  if (!job.use_agent_store || topology.group_rank != 0) return;
+  if (!job.use_agent_store) return;
+  if (topology.group_rank != 0) {
+    // Another node hosts this round's store (a new round may move group rank 0).
+    attempt_stopping();
+    return;
+  }
   if (!server_) server_ = std::make_unique<StoreServer>(io_, say_);
   if (server_->listening() && port_ != topology.master_port) server_->close();
   server_->clear();

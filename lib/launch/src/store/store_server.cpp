@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/write.hpp>
 
 #include "trainrun/launch/core/errors.hpp"
@@ -23,7 +24,9 @@ std::string peer_of(const tcp::socket& s) {
   boost::system::error_code ec;
   const auto ep = s.remote_endpoint(ec);
   if (ec) return "a client";
-  return fmt::format("{}:{}", ep.address().to_string(), ep.port());
+  auto address = ep.address();
+  if (address.is_v6() && address.to_v6().is_v4_mapped()) address = address.to_v6().to_v4();
+  return fmt::format("{}:{}", address.to_string(), ep.port());
 }
 
 }  // namespace
@@ -113,12 +116,19 @@ StoreServer::~StoreServer() { close(); }
 
 void StoreServer::open(int port) {
   if (acceptor_.is_open()) return;
+  // As torch's server: every IPv6 and IPv4 address where the host has IPv6, else every IPv4 one.
   boost::system::error_code ec;
-  const tcp::endpoint where(tcp::v4(), static_cast<unsigned short>(port));
-  acceptor_.open(where.protocol(), ec);
-  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor_.bind(where, ec);
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  for (const tcp protocol : {tcp::v6(), tcp::v4()}) {
+    ec.clear();
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+    acceptor_.open(protocol, ec);
+    if (!ec && protocol == tcp::v6()) acceptor_.set_option(asio::ip::v6_only(false), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(tcp::endpoint(protocol, static_cast<unsigned short>(port)), ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (!ec) break;
+  }
   if (ec) {
     boost::system::error_code ignored;
     acceptor_.close(ignored);

@@ -17,7 +17,7 @@ namespace trainrun::launch {
 
 // A c10d TCPStore server for torch 2.x clients on the agent's event loop (docs/protocol.md, "c10d
 // store"). A connection that sends what the protocol does not allow, or breaks a bound, is
-// closed with a line said; the server and its other connections go on. Listens on every IPv4
+// closed with a line said; the server and its other connections go on. Listens on every
 // address, as torch's own server does, beside the HeldPort that keeps the port reserved.
 class StoreServer {
  public:
