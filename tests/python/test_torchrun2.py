@@ -156,6 +156,23 @@ def test_workers_use_the_agents_store_across_a_restart(tmp_path):
     assert "restarting the worker group (1 of 1 restart)" in r.stderr, r.stderr
 
 
+def test_two_nodes_use_node_rank_0s_store_across_a_restart(tmp_path):
+    # Node rank 0's agent hosts; the other node's workers are its clients in both attempts.
+    script = tmp_path / "store_job.py"
+    script.write_text(STORE_JOB)
+    common = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+              f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--rdzv-id=job-{uuid.uuid4().hex[:8]}",
+              "--max-restarts=1", str(script)]
+    procs = [subprocess.Popen([TRAINRUN, *common], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=ENV) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-4000:]
+    lines = sorted(line for out, _ in outs for line in out.splitlines())
+    assert lines == ["attempt 0 rank 0: sum=3 group=2", "attempt 0 rank 1: sum=3 group=2",
+                     "attempt 1 rank 0: sum=3 group=2", "attempt 1 rank 1: sum=3 group=2"], lines
+
+
 def test_torch_disable_share_rdzv_tcp_store_keeps_the_store_of_rank_0(tmp_path):
     env = dict(ENV, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     for launcher, out in (([TRAINRUN], "ours"), (torchrun(), "theirs")):
