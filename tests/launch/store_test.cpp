@@ -429,3 +429,17 @@ TEST_CASE("a port another process listens on is refused in one line") {
       Catch::StartsWith(fmt::format("the workers' c10d store cannot listen on port {}: ", port)));
   CHECK_FALSE(server.listening());
 }
+
+TEST_CASE("a store that stops accepting still serves the connections it has") {
+  asio::io_context io;
+  StoreServer server(io, [](const std::string&, Level) {});
+  server.open(0);
+  const int port = server.port();
+  RawClient old(port);
+  run_until(io, [&] { return server.connections() == 1; });
+  server.stop_accepting();
+  CHECK_FALSE(server.listening());
+  CHECK_THROWS(RawClient(port));
+  old.send(encode_request(validate()) + encode_request(req(StoreQuery::add, {"n"}, {}, 2)));
+  CHECK(read_exactly(old, io, 8) == i64_reply(2));
+}

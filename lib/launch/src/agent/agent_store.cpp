@@ -27,25 +27,25 @@ AgentStore::AgentStore(boost::asio::io_context& io, StoreServer::Say say)
 
 void AgentStore::attempt_starting(const JobSettings& job, const Topology& topology) {
   if (!job.use_agent_store) return;
-  if (topology.group_rank != 0) {
-    // Another node hosts this round's store (a new round may move group rank 0).
-    attempt_stopping();
-    return;
+  // Every worker of the last attempt, on every node, has ended: the round that starts this one
+  // formed only once each node had stopped its own. Their connections and keys go.
+  if (server_) {
+    server_->close();
+    server_->clear();
   }
+  // Another node hosts this round's store (a new round may move group rank 0).
+  if (topology.group_rank != 0) return;
   if (!server_) server_ = std::make_unique<StoreServer>(io_, say_);
-  if (server_->listening() && port_ != topology.master_port) server_->close();
-  server_->clear();
-  if (!server_->listening()) {
-    server_->open(topology.master_port);
-    port_ = topology.master_port;
-    say_(fmt::format("c10d store for the workers listening on port {}", port_), Level::debug);
-  }
+  server_->open(topology.master_port);
+  if (topology.restart_count == 0)
+    say_(fmt::format("c10d store for the workers listening on port {}", server_->port()),
+         Level::debug);
 }
 
 void AgentStore::attempt_stopping() {
-  if (!server_) return;
-  server_->close();
-  server_->clear();
+  // No worker of the next attempt may connect before the store is emptied for it; the workers
+  // being stopped keep their connections (a handler of the stop signal may still use the store).
+  if (server_) server_->stop_accepting();
 }
 
 }  // namespace trainrun::launch

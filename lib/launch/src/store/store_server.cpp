@@ -139,9 +139,13 @@ void StoreServer::open(int port) {
   accept();
 }
 
-void StoreServer::close() {
+void StoreServer::stop_accepting() {
   boost::system::error_code ec;
   acceptor_.close(ec);
+}
+
+void StoreServer::close() {
+  stop_accepting();
   auto connections = std::move(connections_);
   connections_.clear();
   for (auto& [id, c] : connections) {

@@ -28,8 +28,8 @@ bool uses_agent_store(const LaunchConfig& config, const JobSettings& job,
 
 // The agent's side of TORCHELASTIC_USE_AGENT_STORE=True: on the node of group rank 0, a c10d
 // store on MASTER_PORT for the whole job. Each attempt starts with it empty; from the moment an
-// attempt is stopped until the next one starts it accepts no one, so a worker of the next
-// attempt (on any node) never meets a key of the last one, nor a late writer of it.
+// attempt is stopped until the next one starts it accepts no new connection, so a worker of the
+// next attempt (on any node) never meets a key of the last one, nor a late writer of it.
 class AgentStore {
  public:
   AgentStore(boost::asio::io_context& io, StoreServer::Say say);
@@ -45,7 +45,6 @@ class AgentStore {
   boost::asio::io_context& io_;
   StoreServer::Say say_;
   std::unique_ptr<StoreServer> server_;
-  int port_ = 0;
 };
 
 }  // namespace trainrun::launch

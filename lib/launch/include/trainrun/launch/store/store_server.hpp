@@ -30,6 +30,8 @@ class StoreServer {
 
   // Starts accepting on `port` (0: a free one). Throws SetupError when it cannot listen.
   void open(int port);
+  // Stops accepting; connections made stay served.
+  void stop_accepting();
   // Stops accepting and closes every connection; the data stays until clear().
   void close();
   void clear() { data_.clear(); }
