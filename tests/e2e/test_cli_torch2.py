@@ -89,6 +89,15 @@ def test_signals_to_handle_reach_the_workers_as_given(worker, tmp_path):
     assert read_envs(tmp_path)[0]["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGUSR1"
 
 
+def test_a_program_that_is_not_python_hosts_its_own_store(worker, tmp_path):
+    # The agent's store speaks torch 2.x's protocol; a native program may link LibTorch 1.x, whose
+    # client does not (docs/cli.md, "Workers"), so its RANK 0 hosts the store.
+    r = run(["--standalone", "--nproc-per-node=2", worker, "env", str(tmp_path / "env")])
+    assert r.returncode == 0, r.stderr
+    envs = read_envs(tmp_path)
+    assert {envs[rank]["TORCHELASTIC_USE_AGENT_STORE"] for rank in (0, 1)} == {"False"}
+
+
 LINES = r'''
 echo "loss=$RANK"; echo "plain $RANK"; echo "a,b $RANK"
 echo "warn $RANK" >&2; echo "quiet $RANK" >&2

@@ -21,9 +21,6 @@ SCRIPT = os.path.join(HERE, "env_dump.py")
 # Per run by nature: compared by form, not value. MASTER_ADDR is compared exactly: on one node
 # both give this machine's name as Python's socket.getfqdn() does (docs/cli.md, "Workers").
 FORM_ONLY = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
-# The one value that differs by design (docs/cli.md): trainrun's agent hosts no c10d store, worker
-# RANK 0 does; "True" would make every worker a client of a store nobody serves.
-BY_DESIGN = {"TORCHELASTIC_USE_AGENT_STORE": "False"}
 
 
 def torchrun():
@@ -71,7 +68,7 @@ def added(env):
     return {k: v for k, v in env.items() if ENV.get(k) != v}
 
 
-def compare(ours, theirs, by_design=BY_DESIGN):
+def compare(ours, theirs, by_design=None):
     assert set(ours) == set(theirs)
     for rank in sorted(theirs):
         a, b = added(ours[rank]), added(theirs[rank])
@@ -80,7 +77,7 @@ def compare(ours, theirs, by_design=BY_DESIGN):
         extra = set(a) - set(b)
         assert not extra, f"rank {rank}: trainrun sets {sorted(extra)}, torchrun 2.x does not"
         for k in set(b) - FORM_ONLY:
-            expected = by_design.get(k, b[k])
+            expected = (by_design or {}).get(k, b[k])
             assert a[k] == expected, (rank, k, a[k], b[k])
         assert a["MASTER_ADDR"] and 0 < int(a["MASTER_PORT"]) < 65536
         assert a["TORCHELASTIC_RUN_ID"] and a["TORCHELASTIC_RUN_ID"] != "none"
@@ -115,11 +112,79 @@ def test_environment_matches_torchrun2_two_nodes_c10d(tmp_path):
     # On several nodes by design (docs/cli.md): group rank 0's address as the rendezvous saw it,
     # which every node reached; torchrun 2.x gives rank 0's socket.getfqdn(), which the others
     # may not resolve.
-    compare(ours, theirs, {**BY_DESIGN, "MASTER_ADDR": "127.0.0.1"})
+    compare(ours, theirs, {"MASTER_ADDR": "127.0.0.1"})
     for rank in range(4):
         assert ours[rank]["TORCHELASTIC_RUN_ID"] == theirs[rank]["TORCHELASTIC_RUN_ID"] == run_id
         assert ours[rank]["GROUP_RANK"] == str(rank // 2)
         assert ours[rank]["LOCAL_RANK"] == str(rank % 2)
+
+
+# Torch 2.x workers on the store trainrun's agent hosts: the default group, a collective, a barrier
+# and a new group, in two attempts; the first fails after it used the store, so the second must
+# not meet its keys (torch 2.x's workers no longer prefix them per attempt).
+STORE_JOB = r'''
+import os, sys
+import torch, torch.distributed as dist
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+assert os.environ["TORCHELASTIC_USE_AGENT_STORE"] == "True", os.environ["TORCHELASTIC_USE_AGENT_STORE"]
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+t = torch.tensor([float(rank + 1)])
+dist.all_reduce(t)
+dist.barrier()
+group = dist.new_group(list(range(world)))
+u = torch.tensor([1.0])
+dist.all_reduce(u, group=group)
+# One write per line: with python -u, print() writes the text and the newline separately.
+sys.stdout.write(f"attempt {attempt} rank {rank}: sum={t.item():.0f} group={u.item():.0f}\n")
+if attempt == 0 and rank == 1:
+    sys.exit(3)
+dist.barrier()
+dist.destroy_process_group()
+'''
+
+
+def test_workers_use_the_agents_store_across_a_restart(tmp_path):
+    script = tmp_path / "store_job.py"
+    script.write_text(STORE_JOB)
+    r = subprocess.run([TRAINRUN, "--standalone", "--nproc-per-node=2", "--max-restarts=1",
+                        str(script)], capture_output=True, text=True, timeout=600, env=ENV)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert sorted(r.stdout.splitlines()) == [
+        "attempt 0 rank 0: sum=3 group=2", "attempt 0 rank 1: sum=3 group=2",
+        "attempt 1 rank 0: sum=3 group=2", "attempt 1 rank 1: sum=3 group=2"], r.stdout
+    assert "restarting the worker group (1 of 1 restart)" in r.stderr, r.stderr
+
+
+def test_two_nodes_use_node_rank_0s_store_across_a_restart(tmp_path):
+    # Node rank 0's agent hosts; the other node's workers are its clients in both attempts.
+    script = tmp_path / "store_job.py"
+    script.write_text(STORE_JOB)
+    common = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+              f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--rdzv-id=job-{uuid.uuid4().hex[:8]}",
+              "--max-restarts=1", str(script)]
+    procs = [subprocess.Popen([TRAINRUN, *common], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=ENV) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-4000:]
+    lines = sorted(line for out, _ in outs for line in out.splitlines())
+    assert lines == ["attempt 0 rank 0: sum=3 group=2", "attempt 0 rank 1: sum=3 group=2",
+                     "attempt 1 rank 0: sum=3 group=2", "attempt 1 rank 1: sum=3 group=2"], lines
+
+
+def test_torch_disable_share_rdzv_tcp_store_keeps_the_store_of_rank_0(tmp_path):
+    env = dict(ENV, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    for launcher, out in (([TRAINRUN], "ours"), (torchrun(), "theirs")):
+        os.makedirs(tmp_path / out)
+        r = subprocess.run(launcher + ["--standalone", "--nproc-per-node=2", SCRIPT,
+                                       str(tmp_path / out)], capture_output=True, text=True,
+                           timeout=600, env=env)
+        assert r.returncode == 0, r.stderr[-4000:]
+    for rank in range(2):
+        ours, theirs = (read_dumps(str(tmp_path / d), 2)[rank] for d in ("ours", "theirs"))
+        assert ours["TORCHELASTIC_USE_AGENT_STORE"] == theirs["TORCHELASTIC_USE_AGENT_STORE"] == \
+            "False"
 
 
 def static_pair(launcher, port):

@@ -22,6 +22,7 @@
 #include "trainrun/launch/agent/agent_preflight.hpp"
 #include "trainrun/launch/agent/agent_rendezvous.hpp"
 #include "trainrun/launch/agent/agent_signals.hpp"
+#include "trainrun/launch/agent/agent_store.hpp"
 #include "trainrun/launch/agent/agent_watch.hpp"
 #include "trainrun/launch/agent/agent_workers.hpp"
 #include "trainrun/launch/agent/file_timer_server.hpp"
@@ -99,6 +100,7 @@ class Agent {
     job_ = job_settings(config_, fresh_id ? random_run_id() : config_.rdzv_id);
     job_.python_workers = runs_python(program_);
     if (job_.python_workers) job_.torch_major = python_.inspect(consoles_.sayer());
+    job_.use_agent_store = uses_agent_store(config_, job_, inherited_);
     job_.may_use_nccl = count_nvidia_gpus() > 0;
     workers_.plan_numa(inherited_);
     std::optional<rendezvous::TcpRendezvousOptions> rdzv_options;
@@ -216,7 +218,10 @@ class Agent {
   void carry_out(const action::StartWorkers& a) {
     watch_->set_node_rank(a.topology.group_rank);
     job_.max_restarts = a.max_restarts;
-    if (workers_.start(a.topology, job_, inherited_, watch_->watching())) watch_->start();
+    // The store (on group rank 0) is ready before any worker of the attempt starts.
+    if (workers_.start(a.topology, job_, inherited_, watch_->watching(),
+                       [&] { store_.attempt_starting(job_, a.topology); }))
+      watch_->start();
   }
   void carry_out(const action::SignalWorkers& a) {
     // A stop for a failure (a hang, found here or on another node) of Python workers that have
@@ -225,7 +230,10 @@ class Agent {
     workers_.signal(a, a.signal == SIGTERM && !signals_.received() && job_.python_workers &&
                            watch_->suspected());
   }
-  void carry_out(const action::ArmGraceTimer& a) { workers_.arm_grace(a); }
+  void carry_out(const action::ArmGraceTimer& a) {
+    store_.attempt_stopping();  // armed once per stop of an attempt
+    workers_.arm_grace(a);
+  }
   void carry_out(const action::Sweep& a) {
     watch_->stop();
     workers_.sweep(a);
@@ -273,6 +281,8 @@ class Agent {
   asio::io_context io_;
   AgentConsoles consoles_{io_};
   AgentSignals signals_{io_};
+  AgentStore store_{io_,
+                    [this](const std::string& line, Level level) { consoles_.say(line, level); }};
   std::map<std::string, std::string> inherited_ = current_environment();
   std::string host_;
   JobSettings job_;

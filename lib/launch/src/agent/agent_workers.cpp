@@ -52,12 +52,14 @@ void AgentWorkers::plan_numa(const std::map<std::string, std::string>& inherited
 }
 
 bool AgentWorkers::start(const Topology& topology, const JobSettings& job,
-                         const std::map<std::string, std::string>& inherited, bool watched) {
+                         const std::map<std::string, std::string>& inherited, bool watched,
+                         const std::function<void()>& prepare) {
   topology_ = topology;
   node_rank_ = topology.group_rank;
   summary_.attempt_started(topology, unix_time());
   hooks_.say(attempt_line(topology, config_.nproc_per_node.number), Level::debug);
   try {
+    if (prepare) prepare();
     supervisor_.start(launch_.launches(topology, job, logs_.dir(), inherited, watched),
                       [this](int lr, pid_t pid, ExitStatus st) { exited(lr, pid, st); });
     return true;

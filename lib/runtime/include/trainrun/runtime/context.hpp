@@ -22,7 +22,8 @@ struct LaunchEnv {
   int master_port = 0;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE, empty when not set
   // TORCHELASTIC_USE_AGENT_STORE=True: the launcher hosts the store and every rank is a client
-  // (torchrun's static rendezvous); otherwise rank 0 hosts it (trainrun, torchrun --standalone).
+  // (torchrun 2.x, trainrun for torch 2.x Python workers); otherwise rank 0 hosts it (trainrun
+  // for programs that are not Python).
   bool use_agent_store = false;
 };
 

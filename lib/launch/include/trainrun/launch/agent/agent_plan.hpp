@@ -19,8 +19,8 @@ namespace trainrun::launch {
 // directory is then kept even when small.
 bool logs_worker_output(const LaunchConfig& config);
 
-// The port this node holds for worker RANK 0's store until that worker binds it: 0 for any free
-// port, none when this node cannot be the one to run RANK 0.
+// The port this node holds for the workers' store (MASTER_PORT) until worker RANK 0 or the agent's
+// store listens on it: 0 for any free port, none when this node cannot be the one to run RANK 0.
 std::optional<int> port_to_hold(const LaunchConfig& config, bool use_rendezvous);
 
 // What every worker shares beyond the topology; the rendezvous may change max_restarts.

@@ -43,10 +43,12 @@ class AgentWorkers {
 
   // --numa-binding's CPUs, planned once (WorkerGroupLaunch::plan_numa).
   void plan_numa(const std::map<std::string, std::string>& inherited);
-  // Starts the attempt's group (`watched`: under --hang-timeout). False when it could not start:
-  // the policy was told, and its actions carried out.
+  // Starts the attempt's group (`watched`: under --hang-timeout), after `prepare` (what the
+  // workers need ready first; a LaunchError it throws is a failure to start). False when it
+  // could not start: the policy was told, and its actions carried out.
   bool start(const Topology& topology, const JobSettings& job,
-             const std::map<std::string, std::string>& inherited, bool watched);
+             const std::map<std::string, std::string>& inherited, bool watched,
+             const std::function<void()>& prepare = {});
   // With `abort_first`, SIGABRT to the workers alone instead (faulthandler's tracebacks).
   void signal(const action::SignalWorkers& a, bool abort_first);
   void arm_grace(const action::ArmGraceTimer& a);
