@@ -7,7 +7,11 @@
 //                    [--write docs/benchmarks.md] [--json FILE]
 //
 // --preflight: each client joins with a preflight offer, as an agent of a multi-node job does,
-// so that every assignment carries the offers of the nodes its agent checks.
+// so that every assignment carries the offers of the nodes its agent checks; and once the round
+// has formed, every client but one checks group rank 0 as the preflight does: a connection to
+// rank 0's preflight port (the host's, on the host's loop, as in an agent) that reads its
+// greeting. That is the part of the preflight that grows with the node count: each node's other
+// two checks (its ring neighbours) are two connections whatever the size, all in parallel.
 
 #include <fmt/format.h>
 #include <sys/resource.h>
@@ -15,7 +19,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
+#include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/read.hpp>
 #include <chrono>
@@ -28,6 +36,7 @@
 #include <vector>
 
 #include "rendezvous/round_counts.hpp"
+#include "trainrun/launch/preflight/preflight_probe.hpp"
 #include "trainrun/rendezvous/client.hpp"
 #include "trainrun/rendezvous/server.hpp"
 
@@ -41,6 +50,7 @@ struct Result {
   int nodes = 0;
   double round_s = 0;
   double barrier_s = 0;
+  double preflight_s = -1;       // from the round formed to every check of rank 0 answered
   double rss_per_agent_kib = 0;  // the host's resident memory growth, per agent
   bool ok = false;
 };
@@ -50,8 +60,9 @@ double since(SteadyClock::time_point t) {
 }
 
 // The simulated agents: n clients on an io_context of their own, in a child process (so that the
-// host's memory and file descriptors are the server's alone). Writes the two times to `out`.
-void run_clients(int n, bool token, bool preflight, int port, int out) {
+// host's memory and file descriptors are the server's alone). Writes the three times to `out`.
+void run_clients(int n, bool token, bool preflight, int port, int checks_go, int checks_done,
+                 int out) {
   asio::io_context io;
   bench::RoundCounts counts;
   std::vector<std::unique_ptr<RendezvousClient>> clients;
@@ -95,11 +106,60 @@ void run_clients(int n, bool token, bool preflight, int port, int out) {
   double times[2] = {-1, -1};
   if (run_until([&] { return counts.assigned == n; })) {
     times[0] = since(start);
+    if (preflight) {
+      // The checks of rank 0, in the checkers' process (their descriptors are their own): go,
+      // then wait until they are done before the workers would start (the exit barrier).
+      char go = 1;
+      if (::write(checks_go, &go, 1) != 1 || ::read(checks_done, &go, 1) != 1) _exit(1);
+    }
     auto barrier = SteadyClock::now();
     for (auto& c : clients) c->report_done();
     if (run_until([&] { return counts.stopped == n; })) times[1] = since(barrier);
   }
   if (::write(out, times, sizeof times) != static_cast<ssize_t>(sizeof times)) _exit(1);
+  _exit(0);
+}
+
+// The preflight's checks of group rank 0 by nodes 1..n-1, in a process of their own: once `go`
+// is readable, every one at once connects to rank 0's preflight port and reads its greeting up
+// to the close. Writes the time it took (-1 when one failed) to `out`, then a byte to `done`.
+void run_checks(int n, int preflight_port, int go, int done, int out) {
+  char byte = 0;
+  if (::read(go, &byte, 1) != 1) _exit(1);
+  asio::io_context io;
+  const auto start = SteadyClock::now();
+  int answered = 0, failed = 0;
+  std::vector<std::unique_ptr<asio::ip::tcp::socket>> sockets;
+  std::vector<std::unique_ptr<std::array<char, 256>>> buffers;
+  const asio::ip::tcp::endpoint rank0(asio::ip::address_v4::loopback(),
+                                      static_cast<unsigned short>(preflight_port));
+  for (int i = 1; i < n; ++i) {
+    sockets.push_back(std::make_unique<asio::ip::tcp::socket>(io));
+    buffers.push_back(std::make_unique<std::array<char, 256>>());
+    auto& sock = *sockets.back();
+    auto& buf = *buffers.back();
+    sock.async_connect(rank0, [&](boost::system::error_code ec) {
+      if (ec) {
+        ++failed;
+        return;
+      }
+      asio::async_read(sock, asio::buffer(buf), [&](boost::system::error_code e, size_t got) {
+        // The greeting, then the listener's close.
+        if (e == asio::error::eof && got > 0)
+          ++answered;
+        else
+          ++failed;
+        sock.close();
+      });
+    });
+  }
+  const auto limit = SteadyClock::now() + std::chrono::seconds(120);
+  while (answered + failed < n - 1 && SteadyClock::now() < limit)
+    io.run_for(std::chrono::milliseconds(1));
+  const double took = answered == n - 1 ? since(start) : -1;
+  if (::write(out, &took, sizeof took) != static_cast<ssize_t>(sizeof took) ||
+      ::write(done, &byte, 1) != 1)
+    _exit(1);
   _exit(0);
 }
 
@@ -113,13 +173,24 @@ double rss_mib() {
 Result measure(int n, bool token, bool preflight) {
   Result r;
   r.nodes = n;
-  int to_child[2], from_child[2];
-  if (::pipe(to_child) != 0 || ::pipe(from_child) != 0) return r;
+  int to_child[2], from_child[2], go[2], done[2], from_checks[2];
+  if (::pipe(to_child) != 0 || ::pipe(from_child) != 0 || ::pipe(go) != 0 || ::pipe(done) != 0 ||
+      ::pipe(from_checks) != 0)
+    return r;
   const pid_t child = ::fork();
   if (child == 0) {
-    int port = 0;
-    if (::read(to_child[0], &port, sizeof port) != static_cast<ssize_t>(sizeof port)) _exit(1);
-    run_clients(n, token, preflight, port, from_child[1]);
+    int ports[2] = {0, 0};
+    if (::read(to_child[0], ports, sizeof ports) != static_cast<ssize_t>(sizeof ports)) _exit(1);
+    run_clients(n, token, preflight, ports[0], go[1], done[0], from_child[1]);
+  }
+  pid_t checkers = -1;
+  if (preflight) {
+    checkers = ::fork();
+    if (checkers == 0) {
+      int ports[2] = {0, 0};
+      if (::read(to_child[0], ports, sizeof ports) != static_cast<ssize_t>(sizeof ports)) _exit(1);
+      run_checks(n, ports[1], go[0], done[1], from_checks[1]);
+    }
   }
   const double rss_before = rss_mib();
   asio::io_context io;
@@ -132,10 +203,15 @@ Result measure(int n, bool token, bool preflight) {
   so.limits.max_admitted = static_cast<std::size_t>(n) + 16;
   RendezvousServer server(io, so);
   server.listen(asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
-  int port = server.local_endpoint().port();
-  if (::write(to_child[1], &port, sizeof port) != static_cast<ssize_t>(sizeof port)) return r;
+  // Group rank 0's preflight port, on the loop of its rendezvous server, as in its agent.
+  std::unique_ptr<trainrun::launch::PreflightListener> listener;
+  if (preflight) listener = std::make_unique<trainrun::launch::PreflightListener>(io, "bench");
+  int ports[2] = {server.local_endpoint().port(), listener ? listener->port() : 0};
+  for (int i = 0; i < (preflight ? 2 : 1); ++i)  // to the clients, and to the checkers
+    if (::write(to_child[1], ports, sizeof ports) != static_cast<ssize_t>(sizeof ports)) return r;
   asio::posix::stream_descriptor answer(io, from_child[0]);
   double times[2] = {-1, -1};
+  double times_checked = -1;
   bool answered = false;
   answer.async_read_some(asio::buffer(times, sizeof times),
                          [&](boost::system::error_code, std::size_t) { answered = true; });
@@ -147,20 +223,36 @@ Result measure(int n, bool token, bool preflight) {
   }
   int status = 0;
   ::waitpid(child, &status, 0);
+  if (checkers > 0) {
+    double took = -1;
+    if (::read(from_checks[0], &took, sizeof took) == static_cast<ssize_t>(sizeof took))
+      times_checked = took;
+    ::waitpid(checkers, &status, 0);
+  }
   r.round_s = times[0];
   r.barrier_s = times[1];
+  r.preflight_s = times_checked;
   r.rss_per_agent_kib = (peak - rss_before) * 1024.0 / n;
-  r.ok = answered && times[0] >= 0 && times[1] >= 0;
+  r.ok = answered && times[0] >= 0 && times[1] >= 0 && (!preflight || times_checked >= 0);
   return r;
 }
 
-void raise_fd_limit(int needed) {
+// Raises the descriptor limit to `needed` (the hard one too, where allowed: as root); false,
+// having said so, when it stays below.
+bool raise_fd_limit(int needed) {
   rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
-  if (lim.rlim_cur < static_cast<rlim_t>(needed)) {
-    lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, static_cast<rlim_t>(needed));
-    ::setrlimit(RLIMIT_NOFILE, &lim);
-  }
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return false;
+  const auto want = static_cast<rlim_t>(needed);
+  if (lim.rlim_cur >= want) return true;
+  rlimit raised{want, std::max(lim.rlim_max, want)};
+  if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) return true;
+  lim.rlim_cur = lim.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &lim);
+  std::fprintf(stderr,
+               "rendezvous_scale: the sizes asked for need %d file descriptors per process; the "
+               "limit is %llu (raise `ulimit -n`, or run as root)\n",
+               needed, static_cast<unsigned long long>(lim.rlim_max));
+  return false;
 }
 
 std::string machine() {
@@ -172,7 +264,7 @@ std::string machine() {
   return fmt::format("{}, {} CPUs, {:.0f} GiB, Linux {}", u.machine, cpus, mem, u.release);
 }
 
-std::string table(const std::vector<Result>& results, bool token) {
+std::string table(const std::vector<Result>& results, bool token, bool preflight) {
   std::ostringstream out;
   out << "## Rendezvous scale (`bench/rendezvous_scale`)\n\n";
   out << "Time for the built-in rendezvous server to form one round, and then to pass the exit "
@@ -184,14 +276,20 @@ std::string table(const std::vector<Result>& results, bool token) {
       << ", joins and heartbeats like an agent. Targets: under 2 s at 1,024, under 5 s at 16,384. "
          "Machine: "
       << machine() << ".\n\n";
-  out << "| nodes | round formed (s) | exit barrier (s) | host memory per agent (KiB) |\n"
-         "|---:|---:|---:|---:|\n";
+  if (preflight)
+    out << "With `--preflight`: every join carries an offer, and once the round has formed every "
+           "node but rank 0 checks rank 0 (a connection to its preflight port that reads the "
+           "greeting), all at once.\n\n";
+  out << "| nodes | round formed (s) |" << (preflight ? " rank 0 checked by all (s) |" : "")
+      << " exit barrier (s) | host memory per agent (KiB) |\n"
+      << "|---:|---:|" << (preflight ? "---:|" : "") << "---:|---:|\n";
   for (const auto& r : results) {
+    const std::string checked = preflight ? fmt::format(" {:.3f} |", r.preflight_s) : "";
     if (r.ok) {
-      out << fmt::format("| {} | {:.3f} | {:.3f} | {:.1f} |\n", r.nodes, r.round_s, r.barrier_s,
-                         r.rss_per_agent_kib);
+      out << fmt::format("| {} | {:.3f} |{} {:.3f} | {:.1f} |\n", r.nodes, r.round_s, checked,
+                         r.barrier_s, r.rss_per_agent_kib);
     } else {
-      out << fmt::format("| {} | failed | failed | |\n", r.nodes);
+      out << fmt::format("| {} | failed |{} failed | |\n", r.nodes, preflight ? " failed |" : "");
     }
   }
   return out.str();
@@ -227,18 +325,19 @@ void write_section(const std::string& path, const std::string& body) {
 }
 
 void write_json(const std::string& path, const std::vector<Result>& results, bool token,
-                const std::string& command) {
+                bool preflight, const std::string& command) {
   nlohmann::json rows = nlohmann::json::array();
   for (const Result& r : results) {
     rows.push_back({{"nodes", r.nodes},
                     {"round_s", r.round_s},
                     {"barrier_s", r.barrier_s},
+                    {"preflight_s", r.preflight_s},
                     {"rss_per_agent_kib", r.rss_per_agent_kib},
                     {"ok", r.ok}});
   }
   const nlohmann::json record = {{"benchmark", "rendezvous_scale"},
                                  {"command", command},
-                                 {"settings", {{"token", token}}},
+                                 {"settings", {{"token", token}, {"preflight", preflight}}},
                                  {"results", rows}};
   std::ofstream(path) << record.dump(1) << "\n";
 }
@@ -274,8 +373,9 @@ int main(int argc, char** argv) {
   }
   int largest = 0;
   for (int n : sizes) largest = std::max(largest, n);
-  // Each process (host, simulated agents) holds one descriptor per agent, and a few more.
-  raise_fd_limit(largest + 256);
+  // Each process (host, simulated agents, their checks of rank 0) holds one descriptor per agent,
+  // and a few more.
+  if (!raise_fd_limit(largest + 256)) return 1;
 
   std::vector<Result> results;
   bool all_ok = true;
@@ -283,9 +383,9 @@ int main(int argc, char** argv) {
     results.push_back(measure(n, token, preflight));
     all_ok = all_ok && results.back().ok;
   }
-  std::string text = table(results, token);
+  std::string text = table(results, token, preflight);
   std::fputs(text.c_str(), stdout);
   if (!write_path.empty()) write_section(write_path, text);
-  if (!json_path.empty()) write_json(json_path, results, token, command);
+  if (!json_path.empty()) write_json(json_path, results, token, preflight, command);
   return all_ok ? 0 : 1;
 }
