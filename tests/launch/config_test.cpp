@@ -354,3 +354,10 @@ TEST_CASE("every word the completion offers for a value is one its option takes"
             .find("--rdzv-backend|--rdzv_backend) reply=(static c10d etcd etcd-v2) ;;") !=
         std::string::npos);
 }
+
+TEST_CASE("-x refuses a value that holds a newline, which would come apart into two names") {
+  CHECK_THROWS_WITH(parse({"--hosts=node0:1", "-x", "FOO=a\nb", "x"}),
+                    "-x FOO=a\\x0ab: a value that holds a newline cannot be forwarded (-x and "
+                    ".trainrun_env take one line each); set it on the hosts instead");
+  CHECK_NOTHROW(parse({"--hosts=node0:1", "-x", "FOO=a", "-x", "BAR=b", "x"}));
+}

@@ -855,6 +855,14 @@ std::optional<HostsOptions> read_hosts(const GivenValues& g,
     if (!trim(word).empty()) h.ssh.push_back(trim(word));
   if (h.ssh.empty())
     fail(fmt::format("{}: names no command; leave it out for ssh", g.named("ssh")));
+  // The values given one by one are joined by newlines: one that holds a newline itself would
+  // come apart into two names.
+  for (const std::string& given : g.options.at("forward-env")->results())
+    if (given.find('\n') != std::string::npos)
+      fail(
+          fmt::format("-x {}: a value that holds a newline cannot be forwarded (-x and "
+                      ".trainrun_env take one line each); set it on the hosts instead",
+                      escape_control(given)));
   for (const std::string& entry : split(g.value("forward-env"), '\n'))
     if (!entry.empty()) h.forward_env.push_back(entry);
   h.dedup = g.flag("dedup");
