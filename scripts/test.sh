@@ -65,6 +65,12 @@ if [ "${TRAINRUN_SANITIZE_SUITE:-1}" != "0" ]; then
   else
     "$root/scripts/sanitize.sh" "${args[@]}"
   fi
+  # CI builds in a fresh clone that nothing reuses: the sanitizer build (about 7 GB of objects
+  # with their debug information) goes once its suite has passed, before PyPI's torch needs room.
+  if [ "${CI:-}" = true ]; then
+    echo "test: CI: removing the sanitizer build, which nothing reuses in a fresh clone" >&2
+    rm -rf "${TRAINRUN_ASAN_BUILD_DIR:-$root/build-asan}"
+  fi
 fi
 
 if [ "${TRAINRUN_PYPI_SUITE:-1}" != "0" ]; then
