@@ -3,14 +3,15 @@
 #include <fmt/format.h>
 
 #include <boost/asio/connect.hpp>
-#include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/system/system_error.hpp>
 #include <istream>
 
 #include "trainrun/base/system.hpp"
+#include "trainrun/launch/core/listen.hpp"
 
 namespace trainrun::launch {
 
@@ -35,18 +36,10 @@ LinkOutcome outcome_of(const error_code& ec) {
 
 PreflightListener::PreflightListener(asio::io_context& io, std::string id)
     : acceptor_(io), id_(std::move(id)) {
-  // Both families where the kernel allows (an IPv6 socket that takes IPv4 too), else IPv4.
-  error_code ec;
-  acceptor_.open(tcp::v6(), ec);
-  if (!ec) acceptor_.set_option(asio::ip::v6_only(false), ec);
-  if (!ec) acceptor_.bind(tcp::endpoint(tcp::v6(), 0), ec);
-  if (ec) {
-    if (acceptor_.is_open()) acceptor_.close();
-    acceptor_.open(tcp::v4());
-    acceptor_.bind(tcp::endpoint(tcp::v4(), 0));
-  }
-  // Group rank 0 is checked by every node at once.
-  acceptor_.listen(asio::socket_base::max_listen_connections);
+  // Both families where the kernel allows, else IPv4; the longest listen queue, as group rank 0
+  // is checked by every node at once.
+  if (const error_code ec = listen_on_every_address(acceptor_, 0, false))
+    throw boost::system::system_error(ec, "listen");
   port_ = acceptor_.local_endpoint().port();
   accept();
 }

@@ -3,10 +3,10 @@
 #include <fmt/format.h>
 
 #include <array>
-#include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/write.hpp>
 
 #include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/core/listen.hpp"
 
 namespace trainrun::launch {
 
@@ -117,24 +117,11 @@ StoreServer::~StoreServer() { close(); }
 void StoreServer::open(int port) {
   if (acceptor_.is_open()) return;
   // As torch's server: every IPv6 and IPv4 address where the host has IPv6, else every IPv4 one.
-  boost::system::error_code ec;
-  for (const tcp protocol : {tcp::v6(), tcp::v4()}) {
-    ec.clear();
-    boost::system::error_code ignored;
-    acceptor_.close(ignored);
-    acceptor_.open(protocol, ec);
-    if (!ec && protocol == tcp::v6()) acceptor_.set_option(asio::ip::v6_only(false), ec);
-    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(tcp::endpoint(protocol, static_cast<unsigned short>(port)), ec);
-    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-    if (!ec) break;
-  }
-  if (ec) {
-    boost::system::error_code ignored;
-    acceptor_.close(ignored);
+  boost::system::error_code ec =
+      listen_on_every_address(acceptor_, static_cast<unsigned short>(port), true);
+  if (ec)
     throw SetupError(
         fmt::format("the workers' c10d store cannot listen on port {}: {}", port, ec.message()));
-  }
   port_ = acceptor_.local_endpoint(ec).port();
   accept();
 }

@@ -17,7 +17,7 @@ namespace trainrun::launch {
 // offer's id and its wall clock), then closes. Never blocks the loop.
 class PreflightListener {
  public:
-  // Throws std::system_error when no port can be opened.
+  // Throws boost::system::system_error when no port can be opened.
   PreflightListener(boost::asio::io_context& io, std::string id);
   ~PreflightListener();
   int port() const { return port_; }
