@@ -1,6 +1,8 @@
 """One job across real network interfaces: two network namespaces joined by a veth pair, one
 trainrun agent in each, talking only through that pair (needs root and `ip netns`)."""
 import os
+import subprocess
+import time
 
 import pytest
 
@@ -100,3 +102,36 @@ def test_cxx_all_reduce_across_namespaces(netns_pair, agents):
     assert rb.wait(120) == 0, rb.err
     lines = sorted((ra.out + rb.out).splitlines())
     assert lines == [f"rank {r}/4: all_reduce sum=10 (expected 10) ok" for r in range(4)]
+
+
+def listen_backlogs(netns_pair, ns):
+    """Each listening TCP socket in the namespace: its local address and its backlog (ss's
+    Send-Q for a listener)."""
+    out = subprocess.run([netns_pair.ip, "netns", "exec", ns.name, "ss", "-ltnH"],
+                         capture_output=True, text=True, check=True).stdout
+    return [(f[3], int(f[2])) for f in (line.split() for line in out.splitlines()) if f]
+
+
+def test_listeners_ask_for_the_kernels_whole_backlog(netns_pair, agents, worker):
+    # A host of thousands of agents sees them connect at once. Every socket trainrun listens on
+    # asks for a backlog as large as listen() takes, so that net.core.somaxconn, raised for a
+    # large job, decides; glibc's SOMAXCONN (4,096) capped it below a raised somaxconn, and the
+    # SYNs past it were dropped and retried a second later.
+    a, _ = netns_pair.ns
+    subprocess.run([netns_pair.ip, "netns", "exec", a.name, "sysctl", "-qw",
+                    "net.core.somaxconn=30000"], check=True)
+    ra = agents("a", dynamic(f"{a.addr}:29404", 1, 1, JOIN, f"--local-addr={a.addr}",
+                             run_id="netns") + [worker, "sleep", "30"], netns=a.name)
+    try:
+        deadline = time.monotonic() + 30
+        listeners = []
+        while time.monotonic() < deadline and ra.proc.poll() is None:
+            listeners = listen_backlogs(netns_pair, a)
+            if any(addr.endswith(":29404") for addr, _ in listeners):
+                break
+            time.sleep(0.1)
+        assert any(addr.endswith(":29404") for addr, _ in listeners), (listeners, ra.err)
+        assert {backlog for _, backlog in listeners} == {30000}, listeners
+    finally:
+        ra.proc.terminate()
+        ra.wait()

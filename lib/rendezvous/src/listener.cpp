@@ -1,4 +1,5 @@
 #include "trainrun/rendezvous/listener.hpp"
+#include "trainrun/base/system.hpp"
 
 #include <fcntl.h>
 
@@ -21,7 +22,7 @@ void Listener::listen(const tcp::endpoint& endpoint) {
   ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
   acceptor_.set_option(tcp::acceptor::reuse_address(true));
   acceptor_.bind(endpoint);
-  acceptor_.listen(asio::socket_base::max_listen_connections);
+  acceptor_.listen(trainrun::kListenBacklog);
   accept_next();
 }
 

@@ -55,9 +55,7 @@ RoundDecision RoundForming::join(RoundState& s, const std::string& id, const Nod
   RoundDecision d;
   if (s.phase == Phase::ended) return d;
   if ((d.refused = refusal(s, id, node))) return d;
-  auto waiting = std::find_if(s.waiting.begin(), s.waiting.end(),
-                              [&](const RoundMember& m) { return m.id == id; });
-  if (waiting != s.waiting.end()) {
+  if (RoundMember* waiting = s.waiting.find(id)) {
     d.changed = !same(waiting->node, node);
     waiting->node = node;
     return d;
@@ -119,14 +117,13 @@ void RoundForming::tick_forming(RoundState& s, RoundTime now, RoundDecision& d) 
 }
 
 void RoundForming::drop_stale_newcomers(RoundState& s, RoundTime now, RoundDecision& d) const {
-  for (auto it = s.waiting.begin(); it != s.waiting.end();) {
-    if (now - it->joined_at >= options_.join_timeout) {
-      d.dropped.push_back(it->id);
-      it = s.waiting.erase(it);
-      d.changed = true;
-    } else {
-      ++it;
-    }
+  std::vector<std::string> stale;
+  for (const RoundMember& m : s.waiting)
+    if (now - m.joined_at >= options_.join_timeout) stale.push_back(m.id);
+  for (std::string& id : stale) {
+    s.waiting.erase(id);
+    d.dropped.push_back(std::move(id));
+    d.changed = true;
   }
 }
 

@@ -12,13 +12,6 @@ namespace {
 
 using Phase = RoundState::Phase;
 
-bool erase(std::vector<RoundMember>& v, const std::string& id) {
-  auto it = std::remove_if(v.begin(), v.end(), [&](const RoundMember& m) { return m.id == id; });
-  const bool found = it != v.end();
-  v.erase(it, v.end());
-  return found;
-}
-
 std::string nodes(std::size_t n) { return count_of(static_cast<long long>(n), "node"); }
 
 }  // namespace
@@ -100,16 +93,16 @@ RoundDecision RoundRules::lost(RoundState& s, const std::string& id, const std::
   if (p || w) d.log.push_back(fmt::format("node {} lost: {}", who, why));
   if (s.phase == Phase::concluding && p) {
     // What it reported before it went stays in the job's list; it is not waited for.
-    erase(s.participants, id);
-    erase(s.waiting, id);
+    s.participants.erase(id);
+    s.waiting.erase(id);
     s.awaiting.erase(id);
     s.done.erase(id);
     maybe_conclude(s, d);
     return d;
   }
   const bool was_participant = s.phase == Phase::running && p;
-  erase(s.participants, id);
-  erase(s.waiting, id);
+  s.participants.erase(id);
+  s.waiting.erase(id);
   s.expected.erase(id);
   s.done.erase(id);
   if (!was_participant) {

@@ -1,4 +1,5 @@
 #include "trainrun/launch/core/listen.hpp"
+#include "trainrun/base/system.hpp"
 
 #include <boost/asio/ip/v6_only.hpp>
 
@@ -17,7 +18,7 @@ boost::system::error_code listen_on_every_address(tcp::acceptor& acceptor, unsig
     if (!ec && protocol == tcp::v6()) acceptor.set_option(boost::asio::ip::v6_only(false), ec);
     if (!ec && reuse_address) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
     if (!ec) acceptor.bind(tcp::endpoint(protocol, port), ec);
-    if (!ec) acceptor.listen(boost::asio::socket_base::max_listen_connections, ec);
+    if (!ec) acceptor.listen(trainrun::kListenBacklog, ec);
     if (!ec) return ec;
   }
   boost::system::error_code ignored;

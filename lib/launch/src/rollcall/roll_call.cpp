@@ -1,4 +1,5 @@
 #include "trainrun/launch/rollcall/roll_call.hpp"
+#include "trainrun/base/system.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -184,7 +185,7 @@ RollCall::RollCall(asio::io_context& io, const std::string& dir, JobEntry entry,
   // The workers, forked later, must not inherit the listening socket.
   if (!ec) ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
   if (!ec) acceptor_.bind(local::endpoint(registration_.entry().socket), ec);
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (!ec) acceptor_.listen(trainrun::kListenBacklog, ec);
   if (ec)
     throw SetupError(
         fmt::format("cannot listen on {}: {}", registration_.entry().socket, ec.message()));

@@ -29,6 +29,11 @@ std::string random_run_id();
 // summaries, etcd round deadlines). Intervals are measured on the steady clock instead.
 double unix_time();
 
+// The backlog every listening socket of trainrun asks for: as large as listen() takes, so that the
+// kernel's own cap, net.core.somaxconn, decides (SOMAXCONN, 4,096, would cap it below a raised
+// sysctl: thousands of agents connecting at once then have SYNs dropped and retried after 1 s).
+inline constexpr int kListenBacklog = 65535;
+
 // The whole of a small file (a /proc entry, a registry entry); empty when it cannot be read.
 std::string read_small_file(const std::string& path);
 

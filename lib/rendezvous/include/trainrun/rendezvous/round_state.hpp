@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "trainrun/rendezvous/messages.hpp"
@@ -25,6 +26,46 @@ struct RoundMember {
   RoundTime joined_at{};
 };
 
+// Nodes in order (join order, or a round's rank order), found by id in constant time: a round of
+// thousands forms from as many joins, and each join looks its node up, so a linear search made
+// forming a round quadratic in its nodes. A list of RoundMember that keeps an index of the ids
+// beside it; with a repeated id (never made by the rules), find() gives the first, as a search
+// would.
+class Members {
+ public:
+  using const_iterator = std::vector<RoundMember>::const_iterator;
+
+  Members() = default;
+  Members(std::initializer_list<RoundMember> members);
+
+  const_iterator begin() const { return list_.begin(); }
+  const_iterator end() const { return list_.end(); }
+  std::size_t size() const { return list_.size(); }
+  bool empty() const { return list_.empty(); }
+  const RoundMember& operator[](std::size_t i) const { return list_[i]; }
+  const RoundMember& front() const { return list_.front(); }
+  const RoundMember& back() const { return list_.back(); }
+
+  const RoundMember* find(const std::string& id) const;
+  // The member to update in place: its node and times, never its id.
+  RoundMember* find(const std::string& id);
+
+  void push_back(RoundMember m);
+  void insert(const_iterator pos, const_iterator first, const_iterator last);
+  void assign(const_iterator first, const_iterator last);
+  const_iterator erase(const_iterator pos);
+  const_iterator erase(const_iterator first, const_iterator last);
+  // Removes every member with this id; whether there was one.
+  bool erase(const std::string& id);
+  void clear();
+
+ private:
+  void reindex();
+
+  std::vector<RoundMember> list_;
+  std::unordered_map<std::string, std::size_t> index_;  // id -> its first position in list_
+};
+
 // The job's rounds as a plain value: the built-in rendezvous holds one in memory, the etcd
 // backend one in etcd. Only the round rules (RoundRules and its parts) change it.
 struct RoundState {
@@ -34,8 +75,8 @@ struct RoundState {
   Phase phase = Phase::forming;
   std::uint64_t round = 0;
   int restart_count = 0;
-  std::vector<RoundMember> waiting;       // joined, in join order, not in the running round
-  std::vector<RoundMember> participants;  // the running round's members
+  Members waiting;       // joined, in join order, not in the running round
+  Members participants;  // the running round's members
   // Running, and its members have taken their places (etcd: answered); only then do workers
   // start. The built-in starts a round as it forms.
   bool started = false;
