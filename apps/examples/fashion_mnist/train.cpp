@@ -270,11 +270,8 @@ void train(const Options& options, const Data& data) {
                            {"test_accuracy", test_accuracy},
                            {"images_per_s", all_images / seconds},
                            {"epoch_s", seconds}};
-    // Rank 0's checkpoint is the one kept; the other ranks' would be ignored, so they skip it.
-    std::optional<fs::path> dir;
-    if (leader) dir = write_checkpoint(model, optimizer, epoch);
-    rt::report(metrics, dir ? std::optional(rt::Checkpoint::from_directory(*dir)) : std::nullopt);
-    if (dir) fs::remove_all(*dir);
+    // Printed before report(): the other ranks return from it only once rank 0 is done, so a
+    // rank that then ends the attempt (a crash, --crash-once-at-epoch) cannot cut this line off.
     if (leader) {
       std::printf(
           "epoch %d/%d: loss %.4f, train accuracy %.2f%%, test accuracy %.2f%%, "
@@ -284,6 +281,11 @@ void train(const Options& options, const Data& data) {
           metrics["images_per_s"].get<double>(), seconds);
       std::fflush(stdout);
     }
+    // Rank 0's checkpoint is the one kept; the other ranks' would be ignored, so they skip it.
+    std::optional<fs::path> dir;
+    if (leader) dir = write_checkpoint(model, optimizer, epoch);
+    rt::report(metrics, dir ? std::optional(rt::Checkpoint::from_directory(*dir)) : std::nullopt);
+    if (dir) fs::remove_all(*dir);
   }
 
   if (leader) {
