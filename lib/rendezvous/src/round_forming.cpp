@@ -117,13 +117,14 @@ void RoundForming::tick_forming(RoundState& s, RoundTime now, RoundDecision& d) 
 }
 
 void RoundForming::drop_stale_newcomers(RoundState& s, RoundTime now, RoundDecision& d) const {
-  std::vector<std::string> stale;
-  for (const RoundMember& m : s.waiting)
-    if (now - m.joined_at >= options_.join_timeout) stale.push_back(m.id);
-  for (std::string& id : stale) {
-    s.waiting.erase(id);
-    d.dropped.push_back(std::move(id));
-    d.changed = true;
+  for (auto it = s.waiting.begin(); it != s.waiting.end();) {
+    if (now - it->joined_at >= options_.join_timeout) {
+      d.dropped.push_back(it->id);
+      it = s.waiting.erase(it);
+      d.changed = true;
+    } else {
+      ++it;
+    }
   }
 }
 

@@ -26,11 +26,13 @@ struct RoundMember {
   RoundTime joined_at{};
 };
 
-// Nodes in order (join order, or a round's rank order), found by id in constant time: a round of
+// Nodes in order (join order, or a round's rank order), found by id without a search: a round of
 // thousands forms from as many joins, and each join looks its node up, so a linear search made
-// forming a round quadratic in its nodes. A list of RoundMember that keeps an index of the ids
-// beside it; with a repeated id (never made by the rules), find() gives the first, as a search
-// would.
+// forming a round quadratic in its nodes. A list of RoundMember with a sequence number for each
+// member, increasing along the list, and an index of ids to sequence numbers beside it: a lookup
+// is a hash and a binary search, and removing a member renumbers nobody (a node lost costs what
+// it cost a plain list). With a repeated id (never made by the rules) find() gives the first and
+// erase(id) removes every one, as a search would.
 class Members {
  public:
   using const_iterator = std::vector<RoundMember>::const_iterator;
@@ -60,10 +62,13 @@ class Members {
   void clear();
 
  private:
-  void reindex();
+  std::size_t position(const std::string& id) const;  // list_.size() when absent
+  void renumber();
 
   std::vector<RoundMember> list_;
-  std::unordered_map<std::string, std::size_t> index_;  // id -> its first position in list_
+  std::vector<std::int64_t> order_;  // each member's sequence number, increasing along list_
+  std::unordered_map<std::string, std::int64_t> index_;  // id -> its first member's number
+  std::size_t repeated_ = 0;                             // members whose id an earlier member has
 };
 
 // The job's rounds as a plain value: the built-in rendezvous holds one in memory, the etcd
