@@ -2,6 +2,8 @@
 import os
 import pathlib
 import signal
+import subprocess
+import time
 
 import pytest
 
@@ -307,20 +309,25 @@ import os, signal, sys, time
 mode, pidfile = sys.argv[1:3]
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 if os.environ["LOCAL_RANK"] == "0":
-    if mode == "launcher-group":
-        os.setpgid(0, os.getpgid(os.getppid()))
-    else:
-        # Into the group of a child of its own (which ignores SIGTERM too). (A worker that calls
-        # setsid makes a group whose id is its pid again: its old group's signals reach it.)
-        r, w = os.pipe()
-        child = os.fork()
-        if child == 0:
-            os.setpgid(0, 0)
-            os.write(w, b"x")
-            time.sleep(60)
-            os._exit(0)
-        os.read(r, 1)
-        os.setpgid(0, child)
+    try:
+        if mode == "launcher-group":
+            os.setpgid(0, os.getpgid(os.getppid()))
+        else:
+            # Into the group of a child of its own (which ignores SIGTERM too).
+            r, w = os.pipe()
+            child = os.fork()
+            if child == 0:
+                os.setpgid(0, 0)
+                os.write(w, b"x")
+                time.sleep(60)
+                os._exit(0)
+            os.read(r, 1)
+            os.setpgid(0, child)
+        outcome = "left"
+    except PermissionError:  # a session leader cannot change its process group
+        outcome = "refused"
+    with open(pidfile + ".outcome", "w") as f:
+        f.write(outcome)
     with open(pidfile, "a") as f:
         f.write(f"{os.getpid()}\\n")
     time.sleep(60)
@@ -383,10 +390,11 @@ def kill_processes_naming(text):
 
 @pytest.mark.parametrize("cgroup", ["1", "0"])
 @pytest.mark.parametrize("mode", ["launcher-group", "other-group"])
-def test_worker_that_leaves_its_process_group_is_still_stopped(tmp_path, mode, cgroup):
-    # Rank 0 moves into trainrun's own process group (or its child's) and ignores SIGTERM;
-    # rank 1 fails. The SIGTERM and, after the shutdown timeout, the SIGKILL must reach rank 0
-    # itself: trainrun must not say "sending SIGKILL" and then wait forever.
+def test_worker_that_tries_to_leave_its_process_group_is_still_stopped(tmp_path, mode, cgroup):
+    # Rank 0 tries to move into trainrun's own process group (or its child's) and ignores SIGTERM;
+    # rank 1 fails. A worker leads a session of its own, so the kernel refuses the move; the
+    # SIGTERM and, after the shutdown timeout, the SIGKILL reach rank 0 and what it started:
+    # trainrun must not say "sending SIGKILL" and then wait forever.
     script = tmp_path / "escape.py"
     script.write_text(ESCAPE)
     pids = tmp_path / "pids"
@@ -395,6 +403,7 @@ def test_worker_that_leaves_its_process_group_is_still_stopped(tmp_path, mode, c
                 timeout=60, env={"TRAINRUN_CGROUP": cgroup})
         assert r.returncode == 5, r.stderr
         assert "sending SIGKILL" in r.stderr
+        assert (tmp_path / "pids.outcome").read_text() == "refused"
         assert no_process_naming(str(pids))
     finally:
         kill_processes_naming(str(pids))
@@ -477,3 +486,75 @@ def test_without_a_cgroup_workers_stay_in_trainruns(tmp_path):
         assert no_process_naming(str(pids))
     finally:
         kill_processes_naming(str(pids))
+
+
+def _read_pty(fd, until, timeout=20.0):
+    """What the terminal shows, read from its master side until `until` appears (or the timeout,
+    or the terminal closes)."""
+    import select
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while until not in seen and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: every process holding the terminal has closed it
+            break
+        if not chunk:
+            break
+        seen += chunk
+    return seen
+
+
+def test_a_worker_reads_the_terminal_trainrun_was_started_from(tmp_path):
+    """input() (and so breakpoint()) in a worker works from a terminal, as under torchrun: the
+    worker runs in a session of its own, so a read does not stop it with SIGTTIN."""
+    import pty
+    script = tmp_path / "ask.py"
+    script.write_text("print('answer:', input('question? '), flush=True)\n")
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a session whose controlling terminal is the pty, as in a shell
+        os.execv(TRAINRUN, [TRAINRUN, "--nproc-per-node=1", "--no-python", "/usr/bin/python3",
+                            str(script)])
+    try:
+        assert b"question? " in _read_pty(fd, b"question? ")
+        os.write(fd, b"forty-two\n")
+        assert b"answer: forty-two" in _read_pty(fd, b"answer: forty-two")
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        if alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+
+
+def test_a_stopped_worker_is_named_once_and_the_job_goes_on_when_continued(tmp_path):
+    pids = tmp_path / "pids"
+    err = tmp_path / "err"
+    script = tmp_path / "stop.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        f"open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
+        "os.kill(os.getpid(), signal.SIGSTOP)\n"
+        "print('continued', flush=True)\n")
+    p = start(["--nproc-per-node=1", "--no-python", "/usr/bin/python3", str(script)],
+              stdout=subprocess.PIPE, stderr=open(err, "w"), text=True)
+    try:
+        victim = wait_for_pids(pids, 1)[0]
+        assert wait_for(lambda: "is stopped by SIGSTOP" in err.read_text(), timeout=20), \
+            err.read_text()
+        os.kill(victim, signal.SIGCONT)
+        out, _ = p.communicate(timeout=30)
+        assert p.returncode == 0, err.read_text()
+        assert "continued" in out
+        text = err.read_text()
+        assert text.count("is stopped by SIGSTOP") == 1, text
+        assert f"worker 0 (local rank 0, pid {victim}) is stopped by SIGSTOP" in text
+        assert f"kill -CONT {victim}" in text
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

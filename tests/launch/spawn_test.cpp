@@ -21,15 +21,18 @@ int wait_status(pid_t pid) {
 
 }  // namespace
 
-TEST_CASE("a spawned worker leads its own group, with its environment and its stdout", "[spawn]") {
+TEST_CASE("a spawned worker leads its own session and group, with its environment and its stdout",
+          "[spawn]") {
   int p[2];
   REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
   Spawned s = spawn_worker("/bin/sh", {"sh", "-c", "echo \"$GREETING\"; exit 3"},
                            {"GREETING=hello"}, p[1], -1, -1);
   ::close(p[1]);
   REQUIRE(s.pid > 0);
-  CHECK(::getpgid(s.pid) == s.pid);  // not reaped yet: a zombie keeps its group
   CHECK(wait_for_exec(s) == 0);
+  // Past its exec, so past its setsid; not reaped yet: a zombie keeps its group and session.
+  CHECK(::getpgid(s.pid) == s.pid);
+  CHECK(::getsid(s.pid) == s.pid);
   CHECK(s.exec_report == -1);
   char buf[16] = {};
   CHECK(::read(p[0], buf, sizeof buf) == 6);

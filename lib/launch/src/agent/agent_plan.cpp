@@ -108,6 +108,7 @@ WorkerLaunch worker_launch(const LaunchConfig& config, const std::string& progra
   const std::vector<std::string> argv = worker_argv(config, !inherited.count("PYTHONFAULTHANDLER"));
   WorkerLaunch w;
   w.local_rank = local_rank;
+  w.rank = topology.base_rank + local_rank;
   w.program = program;
   for (const auto& arg : argv) w.argv.push_back(expand_local_rank(arg, local_rank));
   // argv[0] is the program as the user named it, never expanded.

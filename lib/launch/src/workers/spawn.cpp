@@ -27,7 +27,10 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 [[noreturn]] void exec_child(pid_t parent, const char* program, char** argv, char** envp,
                              int out_fd, int err_fd, int report_fd, int cgroup_fd,
                              const cpu_set_t* cpus) {
-  setpgid(0, 0);
+  // A session of its own, as torchrun's start_new_session=True: the worker leads a process group
+  // (one signal stops what it starts) outside the launcher's terminal job control, so reading the
+  // terminal (input(), breakpoint()) does not stop it with SIGTTIN.
+  setsid();
   // Inherited by the program and every thread it starts, as numactl --physcpubind would set it.
   if (cpus) sched_setaffinity(0, sizeof(cpu_set_t), cpus);
   // Into the job's cgroup before anything of the worker runs; without it, the process group,
@@ -81,7 +84,8 @@ Spawned spawn_worker(const std::string& program, const std::vector<std::string>&
     ::close(report[0]);
     return s;
   }
-  setpgid(s.pid, s.pid);  // also here, so the group exists before we ever signal it
+  // No setpgid here: a child already made a group leader could not call setsid. Until the child's
+  // setsid, signal_all reaches it by its pid; wait_for_exec returns only after it.
   s.exec_report = report[0];
   return s;
 }

@@ -1,5 +1,6 @@
 #include "trainrun/launch/workers/supervisor.hpp"
 
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -80,7 +81,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
                              cgroup_ ? cgroup_->procs_fd() : -1, w.cpus);
     if (s.pid > 0) {
       watchdog_.add_group(s.pid);
-      workers_.push_back({w.local_rank, s.pid, true});
+      workers_.push_back({w.local_rank, w.rank, s.pid, true, false});
       spawned.push_back(s);
     }
     output_.start(streams, w.output, w.local_rank, w.prefix);
@@ -97,14 +98,34 @@ void Supervisor::reap() {
     // Only the children of this thread: the workers and the orphans that come back to us (the
     // kernel hands them to the subreaper's first thread). The stack tools another thread starts
     // are that thread's to reap, with their exit status.
-    pid_t pid = waitpid(-1, &status, WNOHANG | __WNOTHREAD);
+    pid_t pid = waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED | __WNOTHREAD);
     if (pid <= 0) break;
     for (auto& w : workers_) {
       if (w.pid != pid || !w.running) continue;
+      if (WIFSTOPPED(status)) {
+        worker_stopped(w, WSTOPSIG(status));
+        continue;
+      }
+      if (WIFCONTINUED(status)) {
+        w.stop_named = false;
+        continue;
+      }
       w.running = false;
       if (on_exit_) on_exit_(w.local_rank, pid, ExitStatus::from_wait_status(status));
     }
   }
+}
+
+void Supervisor::worker_stopped(Worker& w, int sig) {
+  // In a session of its own, a worker's group is orphaned: the kernel discards SIGTSTP, SIGTTIN
+  // and SIGTTOU for it, so a stop here is SIGSTOP (kill -STOP, a tracer that went away) or a
+  // terminal the worker made its own. Either way nothing else would say why the job waits.
+  if (w.stop_named) return;
+  w.stop_named = true;
+  err_.write(launcher_line(
+      fmt::format("worker {} (local rank {}, pid {}) is stopped by {}; the job waits for it: "
+                  "`kill -CONT {}` resumes it",
+                  w.rank, w.local_rank, w.pid, signal_name(sig), w.pid)));
 }
 
 void Supervisor::signal_all(int sig) {

@@ -16,8 +16,8 @@ struct Spawned {
   int exec_report = -1;
 };
 
-// Forks `program` (resolved) with `argv` and `envp` ("NAME=value") as the leader of a process
-// group of its own, its stdout and stderr on `out_fd` and `err_fd` (-1: ours), in the cgroup whose
+// Forks `program` (resolved) with `argv` and `envp` ("NAME=value") as the leader of a session
+// (and so of a process group) of its own, its stdout and stderr on `out_fd` and `err_fd` (-1: ours), in the cgroup whose
 // cgroup.procs is `cgroup_fd` (-1: none), bound to `cpus` (empty: the affinity it inherits),
 // killed when this process dies, with no signal blocked.
 // Does not wait for the exec: forking a whole group first starts it in one pass.

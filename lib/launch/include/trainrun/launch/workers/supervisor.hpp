@@ -25,6 +25,7 @@ namespace trainrun::launch {
 // Everything needed to start one worker process.
 struct WorkerLaunch {
   int local_rank = 0;
+  int rank = 0;  // its global rank, for the launcher's own lines about it
   std::string program;  // path handed to execve (already resolved)
   std::vector<std::string> argv;
   std::vector<std::string> envp;  // "NAME=value"
@@ -48,7 +49,8 @@ class Supervisor {
   void start(const std::vector<WorkerLaunch>& workers, ExitHandler on_exit);
   // Collects every child of the calling thread that has ended (workers and orphans that came
   // back to us); children of other threads (the stack tools) are left to them. Call it from the
-  // thread that started the workers.
+  // thread that started the workers. A worker that stops (SIGSTOP, or job control on a terminal
+  // it made its own) is named on the console once per stop: nothing else would say why it waits.
   void reap();
   // Called whenever a worker's output arrives (streams that pass through trainrun).
   void set_progress(std::function<void()> progress) { output_.set_progress(std::move(progress)); }
@@ -79,9 +81,12 @@ class Supervisor {
  private:
   struct Worker {
     int local_rank = 0;
+    int rank = 0;
     pid_t pid = -1;
     bool running = false;
+    bool stop_named = false;  // its current job-control stop was named; a SIGCONT clears it
   };
+  void worker_stopped(Worker& worker, int sig);
   bool leftovers(bool signal, int sig);
   void finish_step();
   void name_leftovers();
