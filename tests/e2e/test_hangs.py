@@ -3,12 +3,14 @@ and stopped (exit 124); a job that computes silently, or says a line now and the
 import glob
 import json
 import os
+import re
 import resource
+import subprocess
 import sys
 
 import pytest
 
-from conftest import PY_SPY, WORKER, dynamic, run
+from conftest import PY_SPY, TRAINRUN, WORKER, dynamic, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "hang_job.py")
@@ -126,3 +128,63 @@ def test_a_sign_of_life_every_second_is_progress(tmp_path, action, last_line):
     assert r.returncode == 0, r.stderr
     assert "the job is hung" not in r.stderr, r.stderr
     assert last_line in r.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="binds a directory over /tmp/trainrun-<uid> in a "
+                    "mount namespace of its own, which needs root")
+def test_a_runtime_directory_another_user_made_first_turns_nothing_off(tmp_path, monkeypatch):
+    """Another user made /tmp/trainrun-<uid> first: the agent registers in a fresh private
+    directory beside it, `trainrun --stacks` finds the job there, and --hang-timeout still stops
+    the hung job (exit 124)."""
+    monkeypatch.delenv("TRAINRUN_RUNTIME_DIR")
+    uid = os.geteuid()
+    runtime = f"/tmp/trainrun-{uid}"
+    if not os.path.isdir(runtime):  # what any agent of this user would make: a mount point
+        os.mkdir(runtime, 0o700)
+    squat = tmp_path / "squat"
+    squat.mkdir(mode=0o755)
+    os.chown(squat, 65534, 65534)
+    squat.chmod(0o755)
+    err, stacks, codes = tmp_path / "err", tmp_path / "stacks", tmp_path / "codes"
+    # The squatter's directory is seen at /tmp/trainrun-<uid> only inside this mount namespace,
+    # so no other job on the machine is disturbed.
+    script = f"""
+mount --bind {squat} {runtime} || exit 90
+{TRAINRUN} --nproc-per-node=2 --hang-timeout=3 --shutdown-timeout=5 \
+    --log-dir={tmp_path / 'logs'} {WORKER} stuck-here 1 120 sleep 120 2>{err} &
+job=$!
+for i in $(seq 150); do {TRAINRUN} --stacks >{stacks} 2>&1 && break; sleep 0.1; done
+stacks_code=$?
+wait $job
+echo "$? $stacks_code" >{codes}
+"""
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    job_code, stacks_code = codes.read_text().split()
+    text = err.read_text()
+    assert int(job_code) == HANG_EXIT, text
+    assert f"{runtime} is not a private directory of user root" in text, text
+    assert "owner nobody, mode 0755" in text, text
+    fresh = re.search(rf"this job registers in ({re.escape(runtime)}\.\S+) instead", text)
+    assert fresh, text
+    assert int(stacks_code) == 0, stacks.read_text()
+    assert "rank 1" in stacks.read_text(), stacks.read_text()
+    assert not os.path.exists(fresh.group(1))  # removed when the job ended
+
+
+def test_hang_timeout_is_refused_when_its_roll_call_cannot_start(tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv("TRAINRUN_RUNTIME_DIR", str(shared))
+    r = run(["--nproc-per-node=1", "--hang-timeout=3", WORKER, "sleep", "0"], timeout=60)
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("trainrun: --hang-timeout needs the roll call, which cannot start: "
+                               f"{shared} is not a private directory of user "), r.stderr
+    # Without --hang-timeout the job runs, and says that --stacks cannot reach it.
+    r = run(["--nproc-per-node=1", WORKER, "sleep", "0"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "trainrun --stacks cannot reach this job" in r.stderr, r.stderr

@@ -5,11 +5,13 @@
 
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "test_support.hpp"
+#include "trainrun/launch/core/errors.hpp"
 
 using namespace trainrun::launch;
 
@@ -82,7 +84,8 @@ TEST_CASE("the watch registers the job and, with --hang-timeout, makes the heart
   boost::asio::io_context io;
   const std::string dir = trainrun::test::make_temp_dir("agent_watch");
   Said said;
-  AgentWatch watch(io, dir, entry(dir), 30, dir + "/heartbeat", hooks(said));
+  AgentWatch watch(io, {{"TRAINRUN_RUNTIME_DIR", dir}}, entry(dir), 30, dir + "/heartbeat",
+                   hooks(said));
   CHECK(said.lines.empty());
   CHECK(watch.watching());
   CHECK(watch.heartbeat_file() == dir + "/heartbeat");
@@ -94,19 +97,27 @@ TEST_CASE("the watch registers the job and, with --hang-timeout, makes the heart
   watch.close();
 }
 
-TEST_CASE("a job whose roll call cannot register runs without it, and without a hang watch",
-          "[agent]") {
+TEST_CASE(
+    "a job whose roll call cannot register runs without it; with --hang-timeout it is refused",
+    "[agent]") {
   boost::asio::io_context io;
   const std::string dir = trainrun::test::make_temp_dir("agent_watch_off");
   Said said;
   // A file where the runtime directory should be: nothing can register there.
   const std::string blocked = dir + "/not_a_dir";
   ::close(::creat(blocked.c_str(), 0600));
-  AgentWatch watch(io, blocked + "/sub", entry(dir), 30, dir + "/heartbeat", hooks(said));
-  REQUIRE(said.lines.size() == 2);
+  const std::map<std::string, std::string> env{{"TRAINRUN_RUNTIME_DIR", blocked + "/sub"}};
+  try {
+    AgentWatch refused(io, env, entry(dir), 30, dir + "/heartbeat", hooks(said));
+    FAIL("a hang watch without its roll call was made");
+  } catch (const SetupError& e) {
+    CHECK(std::string(e.what()).rfind("--hang-timeout needs the roll call, which cannot start: ",
+                                      0) == 0);
+  }
+  CHECK(said.lines.empty());
+  AgentWatch watch(io, env, entry(dir), 0, dir + "/heartbeat", hooks(said));
+  REQUIRE(said.lines.size() == 1);
   CHECK(said.lines[0].first.rfind("trainrun --stacks cannot reach this job: ", 0) == 0);
-  CHECK(said.lines[1].first ==
-        "--hang-timeout is off: without the roll call a hang cannot be confirmed");
   CHECK_FALSE(watch.watching());
   CHECK(watch.heartbeat_file().empty());
   std::string answer;
@@ -118,7 +129,8 @@ TEST_CASE("without --hang-timeout the watch has no heartbeat file", "[agent]") {
   boost::asio::io_context io;
   const std::string dir = trainrun::test::make_temp_dir("agent_watch_no_timeout");
   Said said;
-  AgentWatch watch(io, dir, entry(dir), 0, dir + "/heartbeat", hooks(said));
+  AgentWatch watch(io, {{"TRAINRUN_RUNTIME_DIR", dir}}, entry(dir), 0, dir + "/heartbeat",
+                   hooks(said));
   CHECK_FALSE(watch.watching());
   CHECK(watch.heartbeat_file().empty());
   struct stat st {};

@@ -114,8 +114,8 @@ class Agent {
     // If trainrun itself is killed, the watchdog finds this job's escaped descendants by it.
     watchdog_.mark_job_directory(logs_.dir().run_dir());
     watchdog_.set_log_tree(logs_.dir().own_root());
-    start_watch();
     try {
+      start_watch();
       if (auto port = port_to_hold(config_, rdzv_options.has_value())) port_.emplace(*port);
       if (rdzv_options && config_.preflight != PreflightMode::off && config_.max_nodes > 1)
         open_preflight();
@@ -201,7 +201,7 @@ class Agent {
     };
     hooks.say = consoles_.sayer();
     watch_ = std::make_unique<AgentWatch>(
-        io_, runtime_dir(::geteuid(), inherited_),
+        io_, inherited_,
         JobEntry{::getpid(), job_.run_id, -1, host_, logs_.dir().run_dir(), ""},
         config_.hang_timeout, logs_.dir().run_dir() + "/heartbeat", std::move(hooks));
     job_.heartbeat_file = watch_->heartbeat_file();

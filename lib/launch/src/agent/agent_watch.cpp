@@ -36,23 +36,25 @@ HangFailure hang_failure(const HangReport& report, std::string text, const std::
   return out;
 }
 
-AgentWatch::AgentWatch(boost::asio::io_context& io, const std::string& runtime_dir, JobEntry entry,
-                       double hang_timeout_s, const std::string& heartbeat_file, Hooks hooks)
+AgentWatch::AgentWatch(boost::asio::io_context& io, const std::map<std::string, std::string>& env,
+                       JobEntry entry, double hang_timeout_s, const std::string& heartbeat_file,
+                       Hooks hooks)
     : hooks_(std::move(hooks)), host_(entry.host) {
-  // `trainrun --stacks` finds this job by its registration; a job that cannot register still runs.
+  // `trainrun --stacks` finds this job by its registration; a job that cannot register still
+  // runs, unless it asked for --hang-timeout, which cannot confirm a hang without the roll call.
   try {
-    roll_call_ =
-        std::make_unique<RollCall>(io, runtime_dir, std::move(entry), [this] { return workers(); });
+    registry_ = std::make_unique<RegistryDir>(::geteuid(), env);
+    if (!registry_->note().empty()) hooks_.say(registry_->note(), Level::warning);
+    roll_call_ = std::make_unique<RollCall>(io, registry_->path(), std::move(entry),
+                                            [this] { return workers(); });
   } catch (const LaunchError& e) {
+    if (hang_timeout_s > 0)
+      throw SetupError(
+          fmt::format("--hang-timeout needs the roll call, which cannot start: {}", e.what()));
     hooks_.say(fmt::format("trainrun --stacks cannot reach this job: {}", e.what()),
                Level::warning);
   }
   if (hang_timeout_s <= 0) return;
-  if (!roll_call_) {
-    hooks_.say("--hang-timeout is off: without the roll call a hang cannot be confirmed",
-               Level::warning);
-    return;
-  }
   heartbeat_file_ = heartbeat_file;
   start_hang_watch(io, hang_timeout_s);
 }

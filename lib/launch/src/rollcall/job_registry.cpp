@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fmt/format.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -38,17 +39,94 @@ std::string runtime_dir(uid_t uid, const std::map<std::string, std::string>& env
   return fmt::format("/tmp/trainrun-{}", uid);
 }
 
+std::string user_name(uid_t uid) {
+  if (const passwd* pw = ::getpwuid(uid)) return pw->pw_name;
+  return std::to_string(uid);
+}
+
+namespace {
+
+// Why `st` (of `dir`) is not a private directory of `uid`; empty when it is.
+std::string not_private(const std::string& dir, const struct stat& st, uid_t uid) {
+  if (S_ISDIR(st.st_mode) && st.st_uid == uid && (st.st_mode & 077) == 0) return "";
+  return fmt::format(
+      "{} is not a private directory of user {} (a directory of mode 0700 it owns; this one: {}, "
+      "owner {}, mode {:04o})",
+      dir, user_name(uid), S_ISDIR(st.st_mode) ? "a directory" : "not a directory",
+      user_name(st.st_uid), st.st_mode & 07777);
+}
+
+bool is_private_dir(const std::string& dir, uid_t uid) {
+  struct stat st {};
+  return ::lstat(dir.c_str(), &st) == 0 && not_private(dir, st, uid).empty();
+}
+
+}  // namespace
+
 void make_private_dir(const std::string& dir, uid_t uid) {
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
     throw SetupError(fmt::format("cannot create {}: {}", dir, std::strerror(errno)));
   struct stat st {};
   if (::lstat(dir.c_str(), &st) != 0)
     throw SetupError(fmt::format("cannot read {}: {}", dir, std::strerror(errno)));
-  if (!S_ISDIR(st.st_mode) || st.st_uid != uid || (st.st_mode & 077) != 0)
-    throw SetupError(fmt::format(
-        "{} is not a private directory of user {} (a directory of mode 0700 it owns): remove it "
-        "or set TRAINRUN_RUNTIME_DIR",
-        dir, uid));
+  if (const std::string why = not_private(dir, st, uid); !why.empty())
+    throw SetupError(why + ": remove it or set TRAINRUN_RUNTIME_DIR");
+}
+
+std::vector<std::string> registry_dirs(uid_t uid, const std::map<std::string, std::string>& env,
+                                       std::string* skipped) {
+  const std::string primary = runtime_dir(uid, env);
+  if (skipped) skipped->clear();
+  std::vector<std::string> dirs;
+  struct stat st {};
+  if (::lstat(primary.c_str(), &st) == 0) {
+    if (not_private(primary, st, uid).empty())
+      dirs.push_back(primary);
+    else if (skipped)
+      *skipped = primary;
+  }
+  if (env.count("TRAINRUN_RUNTIME_DIR") && !env.at("TRAINRUN_RUNTIME_DIR").empty()) return dirs;
+  const auto slash = primary.rfind('/');
+  const std::string parent = primary.substr(0, slash);
+  const std::string prefix = primary.substr(slash + 1) + ".";
+  DIR* d = ::opendir(parent.empty() ? "/" : parent.c_str());
+  if (!d) return dirs;
+  std::vector<std::string> fresh;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+        is_private_dir(parent + "/" + name, uid))
+      fresh.push_back(parent + "/" + name);
+  }
+  ::closedir(d);
+  std::sort(fresh.begin(), fresh.end());
+  dirs.insert(dirs.end(), fresh.begin(), fresh.end());
+  return dirs;
+}
+
+RegistryDir::RegistryDir(uid_t uid, const std::map<std::string, std::string>& env)
+    : path_(runtime_dir(uid, env)) {
+  try {
+    make_private_dir(path_, uid);
+    return;
+  } catch (const SetupError& e) {
+    if (env.count("TRAINRUN_RUNTIME_DIR") && !env.at("TRAINRUN_RUNTIME_DIR").empty()) throw;
+    note_ = e.what();
+  }
+  std::string tmpl = path_ + ".XXXXXX";
+  if (!::mkdtemp(tmpl.data()))
+    throw SetupError(
+        fmt::format("{}; nor can a directory {} be made: {}", note_, tmpl, std::strerror(errno)));
+  note_ = fmt::format(
+      "{}; this job registers in {} instead, where trainrun --stacks finds it "
+      "(remove {} when you can)",
+      note_.substr(0, note_.find(": remove it")), tmpl, path_);
+  path_ = tmpl;
+  fresh_ = true;
+}
+
+RegistryDir::~RegistryDir() {
+  if (fresh_) ::rmdir(path_.c_str());
 }
 
 std::string entry_json(const JobEntry& e) {

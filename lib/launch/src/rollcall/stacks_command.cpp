@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <poll.h>
-#include <pwd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -31,11 +30,6 @@ constexpr auto kReplyTimeout = std::chrono::seconds(120);
 constexpr std::size_t kMaxReply = std::size_t{64} << 20;
 
 [[noreturn]] void fail(const std::string& line) { throw LaunchError(line, 1); }
-
-std::string user_name(uid_t uid) {
-  if (const passwd* pw = ::getpwuid(uid)) return pw->pw_name;
-  return std::to_string(uid);
-}
 
 // pid, its parent, its parent's parent... up to init.
 std::vector<pid_t> ancestors(pid_t pid) {
@@ -118,36 +112,42 @@ std::optional<std::string> stacks_selector(const std::vector<std::string>& args)
 }
 
 int run_stacks_command(const std::string& selector, const std::map<std::string, std::string>& env) {
-  std::string dir = runtime_dir(::geteuid(), env);
-  std::vector<pid_t> chain;
   const auto number = parse_integer(selector);
   bool pid_selector = number && *number > 0 && *number <= 0x7fffffff;
-  if (pid_selector) {
-    // A run id made of digits names its run first.
-    for (const auto& e : live_entries(dir))
-      if (e.run_id == selector) pid_selector = false;
+  const pid_t pid = pid_selector ? static_cast<pid_t>(*number) : 0;
+  struct stat proc {};
+  const bool exists = pid_selector && ::stat(fmt::format("/proc/{}", pid).c_str(), &proc) == 0;
+  // Root asking about another user's process reads that user's directories.
+  uid_t owner = ::geteuid();
+  if (exists && owner == 0 && env.find("TRAINRUN_RUNTIME_DIR") == env.end()) owner = proc.st_uid;
+  // A directory of the user's that another user made first is not read: its jobs cannot be
+  // trusted. Agents then register in fresh private directories beside it, read here.
+  std::string skipped;
+  const std::vector<std::string> dirs = registry_dirs(owner, env, &skipped);
+  std::vector<JobEntry> entries;
+  for (const auto& dir : dirs) {
+    auto found = live_entries(dir);
+    entries.insert(entries.end(), found.begin(), found.end());
   }
+  // A run id made of digits names its run first.
+  for (const auto& e : entries)
+    if (e.run_id == selector) pid_selector = false;
+  std::vector<pid_t> chain;
   if (pid_selector) {
-    const pid_t pid = static_cast<pid_t>(*number);
-    struct stat st {};
-    if (::stat(fmt::format("/proc/{}", pid).c_str(), &st) != 0)
+    if (!exists)
       fail(fmt::format("no process {} is running: the job has ended, or the PID is wrong", pid));
-    if (st.st_uid != ::geteuid()) {
-      if (::geteuid() != 0)
-        fail(fmt::format("process {} belongs to user {}: run trainrun --stacks as that user", pid,
-                         user_name(st.st_uid)));
-      if (env.find("TRAINRUN_RUNTIME_DIR") == env.end()) dir = runtime_dir(st.st_uid, env);
-    }
+    if (proc.st_uid != ::geteuid() && ::geteuid() != 0)
+      fail(fmt::format("process {} belongs to user {}: run trainrun --stacks as that user", pid,
+                       user_name(proc.st_uid)));
     chain = ancestors(pid);
   }
-  struct stat st {};
-  if (::lstat(dir.c_str(), &st) == 0 && (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) &&
-      ::geteuid() != 0)
-    fail(
-        fmt::format("{} is not a private directory of user {}: its jobs cannot be trusted "
-                    "(remove it, or set TRAINRUN_RUNTIME_DIR)",
-                    dir, user_name(::geteuid())));
-  const JobEntry job = select_job(live_entries(dir), selector, chain, dir);
+  std::string where;
+  for (const auto& dir : dirs) where += (where.empty() ? "" : ", ") + dir;
+  if (!skipped.empty())
+    where += fmt::format("{}{} is not a private directory of user {}, not read",
+                         where.empty() ? "" : "; ", skipped, user_name(owner));
+  if (where.empty()) where = runtime_dir(owner, env);
+  const JobEntry job = select_job(entries, selector, chain, where);
   const std::string text = ask(job);
   nlohmann::json reply;
   std::string report;

@@ -2,6 +2,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -31,8 +32,8 @@ HangFailure hang_failure(const HangReport& report, std::string text, const std::
 
 // What the agent offers to see into its running job: the roll call that `trainrun --stacks`
 // finds it by (this node's stacks, and through the rendezvous the other nodes'), and with
-// --hang-timeout the watch that confirms a hang with it. A job whose roll call cannot register
-// still runs, without either, and says so.
+// --hang-timeout the watch that confirms a hang with it. A job whose roll call cannot start still
+// runs without it, and says so; with --hang-timeout it is refused (SetupError) instead.
 class AgentWatch {
  public:
   struct Hooks {
@@ -46,10 +47,11 @@ class AgentWatch {
     std::function<void(const std::string&, Level)> say;
   };
 
-  // Registers `entry` in `runtime_dir`; with `hang_timeout_s` > 0, watches for a hang, the
-  // workers touching `heartbeat_file` (written empty now) as a sign of life.
-  AgentWatch(boost::asio::io_context& io, const std::string& runtime_dir, JobEntry entry,
-             double hang_timeout_s, const std::string& heartbeat_file, Hooks hooks);
+  // Registers `entry` in the user's registry directory (RegistryDir, from `env`); with
+  // `hang_timeout_s` > 0, watches for a hang, the workers touching `heartbeat_file` (written empty
+  // now) as a sign of life.
+  AgentWatch(boost::asio::io_context& io, const std::map<std::string, std::string>& env,
+             JobEntry entry, double hang_timeout_s, const std::string& heartbeat_file, Hooks hooks);
   ~AgentWatch();
   AgentWatch(const AgentWatch&) = delete;
   AgentWatch& operator=(const AgentWatch&) = delete;
@@ -81,6 +83,7 @@ class AgentWatch {
 
   Hooks hooks_;
   std::string host_;
+  std::unique_ptr<RegistryDir> registry_;  // outlives the roll call's files in it
   std::unique_ptr<RollCall> roll_call_;
   std::unique_ptr<HangWatch> hang_watch_;
   std::string heartbeat_file_;

@@ -16,9 +16,41 @@ namespace trainrun::launch {
 // for another user's process by root.
 std::string runtime_dir(uid_t uid, const std::map<std::string, std::string>& env);
 
+// The user's login name, or the number where there is none.
+std::string user_name(uid_t uid);
+
 // Creates `dir` with mode 0700 if it is missing. Throws SetupError when it is not a directory
 // of `uid`'s that only `uid` can enter (a directory someone else made in /tmp first).
 void make_private_dir(const std::string& dir, uid_t uid);
+
+// Every directory where `uid`'s agents may be registered: runtime_dir() where it is private, and
+// the fresh directories `<runtime_dir>.XXXXXX` agents made because it was not (RegistryDir), those
+// that are private too. `$TRAINRUN_RUNTIME_DIR` alone when set. `skipped`, when given, gets the
+// runtime_dir() that exists but is not private (empty otherwise).
+std::vector<std::string> registry_dirs(uid_t uid, const std::map<std::string, std::string>& env,
+                                       std::string* skipped = nullptr);
+
+// The directory one agent registers in, held for its life: runtime_dir() when it is (or can be
+// made) private; when another user made it first, a fresh private directory beside it, removed
+// by the destructor, so that a squatter can turn neither `--stacks` nor `--hang-timeout` off.
+// Throws SetupError where `$TRAINRUN_RUNTIME_DIR` names a directory that is not private: the
+// user chose it, so nothing else is tried.
+class RegistryDir {
+ public:
+  RegistryDir(uid_t uid, const std::map<std::string, std::string>& env);
+  ~RegistryDir();
+  RegistryDir(const RegistryDir&) = delete;
+  RegistryDir& operator=(const RegistryDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  // Why the fresh directory was made (a line for the user); empty when it was not.
+  const std::string& note() const { return note_; }
+
+ private:
+  std::string path_;
+  std::string note_;
+  bool fresh_ = false;
+};
 
 // What one running agent says of itself.
 struct JobEntry {
