@@ -94,6 +94,19 @@ def test_config_file_sets_options_and_a_bad_one_starts_nothing(tmp_path, worker)
         assert not any(name.startswith("bad.") for name in os.listdir(tmp_path) if name != "bad.toml")
 
 
+def test_a_config_that_is_no_small_regular_file_is_refused_at_once(tmp_path, worker):
+    fifo = tmp_path / "job.fifo"
+    os.mkfifo(fifo)
+    for path, why in ((tmp_path, "a directory"), (fifo, "not a regular file"),
+                      ("/dev/zero", "not a regular file")):
+        # Bounded: a FIFO without a writer was waited on for ever, /dev/zero read until memory
+        # ran out, and a directory read as an empty file.
+        r = run(["--config", str(path), "--no-python", worker, "sleep", "0"], timeout=30)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1, r.stderr
+        assert lines[0] == f"trainrun: --config={path}: cannot read it: {why}", r.stderr
+
+
 def test_cpu_and_auto_count_usable_cpus(tmp_path, worker):
     ncpu = len(os.sched_getaffinity(0))
     for value in ("cpu", "auto"):

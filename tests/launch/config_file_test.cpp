@@ -1,7 +1,11 @@
 #include "trainrun/launch/cli/config_file.hpp"
 
-#include <catch2/catch.hpp>
+#include <sys/stat.h>
 
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "test_support.hpp"
 #include "trainrun/launch/cli/command_line.hpp"
 
 using namespace trainrun::launch;
@@ -66,8 +70,30 @@ TEST_CASE("a bad config file is refused naming the file and the line") {
   // A value is checked as the command line's, and named with its place in the file.
   refused("\n\nnproc-per-node = 0\n",
           "job.toml:3: nproc-per-node=0: must be at least 1, or cpu, gpu, xpu or auto");
+  // A float is a float for every option, as on the command line, which refuses 2.0.
+  refused("nproc-per-node = 2.0\n",
+          "job.toml:1: nproc-per-node=2.0: expected a positive integer, cpu, gpu, xpu or auto");
   CHECK_THROWS_WITH(read_config_file("/nonexistent/job.toml"),
                     "--config=/nonexistent/job.toml: cannot read it: No such file or directory");
+}
+
+TEST_CASE("a config file that is not a small regular file is refused without reading it all") {
+  const std::string dir = trainrun::test::make_temp_dir("config_file");
+  CHECK_THROWS_WITH(read_config_file(dir), "--config=" + dir + ": cannot read it: a directory");
+  const std::string fifo = dir + "/job.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // Without a writer: refused at once, not waited on.
+  CHECK_THROWS_WITH(read_config_file(fifo),
+                    "--config=" + fifo + ": cannot read it: not a regular file");
+  CHECK_THROWS_WITH(read_config_file("/dev/zero"),
+                    "--config=/dev/zero: cannot read it: not a regular file");
+  const std::string big = dir + "/big.toml";
+  {
+    std::ofstream out(big);
+    out << std::string((std::size_t{1} << 20) + 1, '#');
+  }
+  CHECK_THROWS_WITH(read_config_file(big),
+                    "--config=" + big + ": cannot read it: longer than 1048576 bytes");
 }
 
 TEST_CASE("--print-config reads back as the same configuration") {

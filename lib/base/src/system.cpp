@@ -1,17 +1,17 @@
 #include "trainrun/base/system.hpp"
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <vector>
 
@@ -112,11 +112,36 @@ double unix_time() {
 }
 
 std::string read_small_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return {};
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  try {
+    return read_regular_file(path, std::size_t{64} << 20);
+  } catch (const std::runtime_error&) {
+    return {};
+  }
+}
+
+std::string read_regular_file(const std::string& path, std::size_t max_bytes) {
+  // Non-blocking: opening a FIFO for reading would wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) throw std::runtime_error(std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw std::runtime_error(std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw std::runtime_error("a directory");
+  if (!S_ISREG(st.st_mode)) throw std::runtime_error("not a regular file");
+  std::string text;
+  char buffer[65536];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::runtime_error(std::strerror(errno));
+    if (n == 0) return text;
+    if (text.size() + static_cast<std::size_t>(n) > max_bytes)
+      throw std::runtime_error("longer than " + std::to_string(max_bytes) + " bytes");
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
 }
 
 }  // namespace trainrun

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "trainrun/base/numbers.hpp"
+#include "trainrun/base/system.hpp"
 #include "trainrun/base/text.hpp"
 #include "trainrun/launch/core/errors.hpp"
 
@@ -40,6 +40,9 @@ std::string dashed(std::string name) {
   std::replace(name.begin(), name.end(), '_', '-');
   return name;
 }
+
+// A configuration file is a few lines: anything this long is not one (/dev/zero, a data file).
+constexpr std::size_t kMaxConfigBytes = std::size_t{1} << 20;
 
 }  // namespace
 
@@ -82,7 +85,10 @@ ConfigEntries parse_config(const std::string& text, const std::string& path,
     } else if (node.is_integer()) {
       entry.value = std::to_string(node.as_integer()->get());
     } else if (node.is_floating_point()) {
+      // Written as a float, so that the option's own parser (the command line's) decides: `2.0`
+      // for --nproc-per-node is refused here as it is there.
       entry.value = fmt::format("{}", node.as_floating_point()->get());
+      if (entry.value.find_first_of(".eninf") == std::string::npos) entry.value += ".0";
     } else {
       fail(line, fmt::format("{}: expected a string or a number, got {}", written,
                              type_name(node.type())));
@@ -93,15 +99,11 @@ ConfigEntries parse_config(const std::string& text, const std::string& path,
 }
 
 std::string read_config_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  if (in) text << in.rdbuf();
-  if (!in || in.bad()) {
-    const int error = errno;
-    throw UsageError(fmt::format("--config={}: cannot read it: {}", path,
-                                 error ? std::strerror(error) : "read error"));
+  try {
+    return read_regular_file(path, kMaxConfigBytes);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(fmt::format("--config={}: cannot read it: {}", path, e.what()));
   }
-  return text.str();
 }
 
 std::string config_line(const std::string& name, const std::string& value, bool is_flag) {

@@ -34,7 +34,14 @@ double unix_time();
 // sysctl: thousands of agents connecting at once then have SYNs dropped and retried after 1 s).
 inline constexpr int kListenBacklog = 65535;
 
-// The whole of a small file (a /proc entry, a registry entry); empty when it cannot be read.
+// The whole of a small file (a /proc entry, a registry entry), at most 64 MiB; empty when it
+// cannot be read (read_regular_file).
 std::string read_small_file(const std::string& path);
+
+// The whole of the regular file `path` (a /proc entry counts), without waiting: a directory, a
+// FIFO, a socket or a device is refused, and so is a file longer than `max_bytes` (/dev/zero
+// would fill the memory). Throws std::runtime_error saying why (strerror's words, or "a directory",
+// "not a regular file", "longer than N bytes").
+std::string read_regular_file(const std::string& path, std::size_t max_bytes);
 
 }  // namespace trainrun
