@@ -100,9 +100,11 @@ def test_stacks_errors_say_which_job_and_why(tmp_path):
             {"pid": ended.pid, "run_id": "gone", "node_rank": 0, "host": "h", "log_dir": "/x",
              "socket": str(tmp_path / "rt" / f"{ended.pid}.sock")}))
         cases = [
+            # Each job named as its user knows it: command, directory, start time.
             ([], rf"2 trainrun jobs are running on this machine: name one with --stacks=RUN_ID or "
-                 rf"--stacks=PID \(run \S+ \(pid {min(a.pid, b.pid)}\), run \S+ \(pid "
-                 rf"{max(a.pid, b.pid)}\)\)"),
+                 rf"--stacks=PID \(run \S+ \(pid {min(a.pid, b.pid)}: {re.escape(JOB[:30])}[^,]* "
+                 rf"in {re.escape(os.getcwd())}, started \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d\), "
+                 rf"run \S+ \(pid {max(a.pid, b.pid)}: .* started [-\d: ]+\)\)"),
             (["--stacks=nosuch"], r"no trainrun job with run id nosuch is running on this machine"),
             ([f"--stacks={ended.pid}"], rf"no process {ended.pid} is running: the job has ended"),
             ([f"--stacks={stranger.pid}"],

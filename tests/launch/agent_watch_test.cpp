@@ -46,7 +46,7 @@ AgentWatch::Hooks hooks(Said& said) {
 }
 
 JobEntry entry(const std::string& log_dir) {
-  return JobEntry{::getpid(), "run1", -1, "hosta", log_dir, ""};
+  return JobEntry{::getpid(), "run1", -1, "hosta", log_dir, "", "train.py", "/", 0};
 }
 
 }  // namespace

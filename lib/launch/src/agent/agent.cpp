@@ -56,6 +56,20 @@ namespace {
 
 using Clock = AgentPolicy::Clock;
 
+// The directory trainrun was started in, for `trainrun --stacks` to tell jobs apart by; "" when
+// it is gone.
+std::string current_directory() {
+  char buffer[4096];
+  return ::getcwd(buffer, sizeof buffer) ? buffer : "";
+}
+
+// The entrypoint and its arguments, as the user gave them.
+std::string job_command(const LaunchConfig& config) {
+  std::string out = config.entrypoint;
+  for (const auto& arg : config.entry_args) out += " " + arg;
+  return out;
+}
+
 // One node's life on one io_context. What to do is AgentPolicy's to decide; the agent turns
 // worker exits, signals, timers and the rendezvous into its events and carries out its actions.
 class Agent {
@@ -202,7 +216,8 @@ class Agent {
     hooks.say = consoles_.sayer();
     watch_ = std::make_unique<AgentWatch>(
         io_, inherited_,
-        JobEntry{::getpid(), job_.run_id, -1, host_, logs_.dir().run_dir(), ""},
+        JobEntry{::getpid(), job_.run_id, -1, host_, logs_.dir().run_dir(), "",
+                 job_command(config_), current_directory(), unix_time()},
         config_.hang_timeout, logs_.dir().run_dir() + "/heartbeat", std::move(hooks));
     job_.heartbeat_file = watch_->heartbeat_file();
     if (watch_->watching()) workers_.set_progress([this] { watch_->progress(); });

@@ -1,6 +1,7 @@
 #include "trainrun/launch/rollcall/job_registry.hpp"
 
 #include <dirent.h>
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <pwd.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <nlohmann/json.hpp>
 
 #include "trainrun/base/numbers.hpp"
@@ -24,10 +26,21 @@ namespace {
 
 bool alive(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
 
+// Each job as its user knows it: `run ID (pid N: train.py --lr 0.1 in /home/me/proj, started
+// 2026-12-03 14:02:11)`, the command cut to a readable length.
 std::string list(const std::vector<JobEntry>& entries) {
+  constexpr std::size_t kShown = 60;
   std::string out;
-  for (const auto& e : entries)
-    out += fmt::format("{}run {} (pid {})", out.empty() ? "" : ", ", e.run_id, e.pid);
+  for (const auto& e : entries) {
+    std::string what =
+        e.command.size() > kShown ? e.command.substr(0, kShown - 3) + "..." : e.command;
+    if (!e.cwd.empty()) what += (what.empty() ? "in " : " in ") + e.cwd;
+    if (e.started > 0)
+      what += fmt::format("{}started {:%Y-%m-%d %H:%M:%S}", what.empty() ? "" : ", ",
+                          fmt::localtime(static_cast<std::time_t>(e.started)));
+    out += fmt::format("{}run {} (pid {}{}{})", out.empty() ? "" : ", ", e.run_id, e.pid,
+                       what.empty() ? "" : ": ", what);
+  }
   return out;
 }
 
@@ -130,8 +143,9 @@ RegistryDir::~RegistryDir() {
 }
 
 std::string entry_json(const JobEntry& e) {
-  return nlohmann::json{{"pid", e.pid},   {"run_id", e.run_id},   {"node_rank", e.node_rank},
-                        {"host", e.host}, {"log_dir", e.log_dir}, {"socket", e.socket}}
+  return nlohmann::json{{"pid", e.pid},         {"run_id", e.run_id},   {"node_rank", e.node_rank},
+                        {"host", e.host},       {"log_dir", e.log_dir}, {"socket", e.socket},
+                        {"command", e.command}, {"cwd", e.cwd},         {"started", e.started}}
              .dump() +
          "\n";
 }
@@ -146,6 +160,9 @@ std::optional<JobEntry> parse_entry(const std::string& text) {
     e.host = j.at("host").get<std::string>();
     e.log_dir = j.at("log_dir").get<std::string>();
     e.socket = j.at("socket").get<std::string>();
+    e.command = j.value("command", "");
+    e.cwd = j.value("cwd", "");
+    e.started = j.value("started", 0.0);
     return e;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;

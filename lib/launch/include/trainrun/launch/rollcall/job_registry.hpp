@@ -60,6 +60,11 @@ struct JobEntry {
   std::string host;
   std::string log_dir;  // the run's directory in the log tree
   std::string socket;
+  // What a user tells jobs apart by: the entrypoint and its arguments, the directory it was
+  // started in, and when (Unix time).
+  std::string command;
+  std::string cwd;
+  double started = 0;
 };
 
 std::string entry_json(const JobEntry& entry);
