@@ -164,3 +164,22 @@ def test_roll_call_of_a_two_node_job_asks_the_other_node(agents, tmp_path):
         release.touch()
         codes = first.wait(timeout=120), second.wait(timeout=120)
     assert codes == (0, 0), first.err + second.err
+
+
+def start_worker_job(tmp_path, worker, name, *actions, env):
+    """One test_worker rank running ACTIONS under a standalone trainrun; its output in
+    tmp_path/NAME.out and .err."""
+    out = open(tmp_path / f"{name}.out", "w")
+    err = open(tmp_path / f"{name}.err", "w")
+    return subprocess.Popen([TRAINRUN, "--standalone", "--nproc-per-node=1", worker, *actions],
+                            env=dict(os.environ, **env), stdout=out, stderr=err)
+
+
+def test_a_bad_stack_tool_timeout_is_said_at_the_start_and_the_job_runs(tmp_path, worker):
+    env = dict(job_env(tmp_path), TRAINRUN_STACK_TOOL_TIMEOUT="ten")
+    job = start_worker_job(tmp_path, worker, "job", "exit", "0", env=env)
+    assert job.wait(timeout=120) == 0, (tmp_path / "job.err").read_text()
+    err = (tmp_path / "job.err").read_text()
+    assert re.search(r"^trainrun: (warning: )?trainrun --stacks cannot reach this job: "
+                     r"TRAINRUN_STACK_TOOL_TIMEOUT=ten: not a number of seconds from 0\.1 to 600",
+                     err, re.M), err

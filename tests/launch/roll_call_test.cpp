@@ -69,3 +69,16 @@ TEST_CASE("a report says why the other nodes were not asked, and who did not ans
              Catch::Contains("the job has 2 nodes: only this one's workers are shown (on an etcd "
                              "job, run trainrun --stacks on each node)"));
 }
+
+TEST_CASE("the stack tools' timeout comes from the environment, checked", "[stacks]") {
+  CHECK(stack_tool_timeout(nullptr) == trainrun::stacks::CollectOptions{}.timeout);
+  CHECK(stack_tool_timeout("") == trainrun::stacks::CollectOptions{}.timeout);
+  CHECK(stack_tool_timeout("1") == std::chrono::milliseconds(1000));
+  CHECK(stack_tool_timeout("0.5") == std::chrono::milliseconds(500));
+  for (const char* bad : {"0", "0.01", "601", "ten", "1s", "nan", "-1"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(stack_tool_timeout(bad),
+                      Catch::StartsWith(std::string("TRAINRUN_STACK_TOOL_TIMEOUT=") + bad +
+                                        ": not a number of seconds from 0.1 to 600"));
+  }
+}

@@ -13,11 +13,13 @@
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <optional>
 #include <set>
 
+#include "trainrun/base/numbers.hpp"
 #include "trainrun/base/text.hpp"
 #include "trainrun/base/wording.hpp"
 #include "trainrun/launch/core/errors.hpp"
@@ -56,6 +58,18 @@ bool peer_is_allowed(int fd) {
 }
 
 }  // namespace
+
+std::chrono::milliseconds stack_tool_timeout(const char* value) {
+  if (!value || !*value) return stacks::CollectOptions{}.timeout;
+  const auto seconds = parse_number(value);
+  if (!seconds || *seconds < 0.1 || *seconds > 600)
+    throw SetupError(
+        fmt::format("{}={}: not a number of seconds from 0.1 to 600 (the stack tools' "
+                    "timeout; unset it for the default of {} s)",
+                    kStackToolTimeoutVariable, escape_control(value),
+                    stacks::CollectOptions{}.timeout.count() / 1000));
+  return std::chrono::milliseconds(static_cast<long long>(*seconds * 1000));
+}
 
 nlohmann::json node_answer(const NodeWorkers& node, const std::vector<stacks::Stack>& stacks,
                            const std::string& dumps, const std::string& error) {
@@ -180,6 +194,7 @@ std::string format_roll_call(const nlohmann::json& reply) {
 
 RollCall::RollCall(asio::io_context& io, const std::string& dir, JobEntry entry, Workers workers)
     : io_(io), registration_(dir, std::move(entry)), workers_(std::move(workers)), acceptor_(io) {
+  collect_options_.timeout = stack_tool_timeout(std::getenv(kStackToolTimeoutVariable));
   boost::system::error_code ec;
   acceptor_.open(local(), ec);
   // The workers, forked later, must not inherit the listening socket.
@@ -291,7 +306,7 @@ void RollCall::answer(Answer done) {
   for (const auto& w : collecting_.workers) pids.push_back(w.pid);
   // The tools run on this thread's children: the supervisor reaps only its own (__WNOTHREAD).
   collector_ = std::thread([this, pids] {
-    auto stacks = stacks::collect_stacks(pids);
+    auto stacks = stacks::collect_stacks(pids, collect_options_);
     asio::post(io_, [this, stacks = std::move(stacks)]() mutable { collected(std::move(stacks)); });
   });
 }
