@@ -70,6 +70,28 @@ TEST_CASE("a report says why the other nodes were not asked, and who did not ans
                              "job, run trainrun --stacks on each node)"));
 }
 
+TEST_CASE("a node's answer is valid UTF-8 whatever bytes the stacks hold", "[stacks]") {
+  // A thread name the kernel cut inside a character, a library path that is not UTF-8.
+  NodeWorkers node{0, 1, "host\xff", "/logs/run", {{0, 0, 100}}, std::nullopt};
+  trainrun::stacks::Stack s;
+  s.pid = 100;
+  trainrun::stacks::Thread t;
+  t.tid = 100;
+  t.name = "\xc3\xa9\xc3\xa9\xc3";
+  t.frames.push_back(
+      {"stuck_here", "", 0, "/opt/\xe9t\xe9/lib.so", trainrun::stacks::FrameKind::native});
+  s.threads.push_back(t);
+  s.notes.push_back("gdb said \xff");
+  const nlohmann::json answer = node_answer(node, {s}, "/logs/\xfe", "");
+  // Strict: the hang report and the job summary are built from this answer and dumped so.
+  const std::string text = answer.dump();
+  CHECK(answer.at("host") == "host\xef\xbf\xbd");
+  const auto& thread = answer.at("ranks").at(0).at("stack").at("threads").at(0);
+  CHECK(thread.at("name") == "\xc3\xa9\xc3\xa9\xef\xbf\xbd");
+  CHECK(thread.at("frames").at(0).at("module") == "/opt/\xef\xbf\xbdt\xef\xbf\xbd/lib.so");
+  CHECK(fit_node_answer(answer, 1 << 20) == text);
+}
+
 TEST_CASE("the stack tools' timeout comes from the environment, checked", "[stacks]") {
   CHECK(stack_tool_timeout(nullptr) == trainrun::stacks::CollectOptions{}.timeout);
   CHECK(stack_tool_timeout("") == trainrun::stacks::CollectOptions{}.timeout);

@@ -24,15 +24,20 @@
 //   wait-lines PATH N      wait (up to 30 s) until PATH holds at least N lines: a barrier
 //   stuck-here RANK SECONDS   if RANK equals $RANK: sleep SECONDS in stuck_here(), a native frame
 //                          of its own for a stack to name
+//   thread-name NAME       start a thread that names itself NAME and sleeps: the kernel keeps 15
+//                          bytes of it, maybe cutting a UTF-8 character in two
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <future>
 #include <string>
+#include <thread>
 
 extern char** environ;
 
@@ -151,6 +156,16 @@ int main(int argc, char** argv) {
       const unsigned seconds = static_cast<unsigned>(std::atoi(next().c_str()));
       const char* r = std::getenv("RANK");
       if (r && std::atoi(r) == rank && stuck_here(seconds) != 0) return 1;
+    } else if (a == "thread-name") {
+      const std::string name = next();
+      std::promise<void> named;
+      std::future<void> done = named.get_future();
+      std::thread([named = std::move(named), name]() mutable {
+        prctl(PR_SET_NAME, name.c_str());
+        named.set_value();
+        while (true) pause();
+      }).detach();
+      done.wait();
     } else if (a == "env") {
       std::string path = next() + "." + (std::getenv("RANK") ? std::getenv("RANK") : "x");
       std::string text;

@@ -50,6 +50,12 @@ std::string timestamp() {
   return fmt::format("{}.{:03}", buf, ms);
 }
 
+// Every text the roll call sends or keeps is valid UTF-8: thread names (cut by the kernel at 15
+// bytes, maybe inside a character), the tools' output, paths and requests are only bytes.
+std::string json_text(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 bool peer_is_allowed(int fd) {
   ucred cred{};
   socklen_t len = sizeof cred;
@@ -85,11 +91,12 @@ nlohmann::json node_answer(const NodeWorkers& node, const std::vector<stacks::St
   nlohmann::json answer = {{"node", node.node}, {"nodes", node.nodes},       {"host", node.host},
                            {"dumps", dumps},    {"ranks", std::move(ranks)}, {"error", error}};
   if (node.quiet_s) answer["quiet_s"] = *node.quiet_s;
-  return answer;
+  // Made valid once, here: the hang report and the job summary built from it are dumped too.
+  return nlohmann::json::parse(json_text(answer));
 }
 
 std::string fit_node_answer(nlohmann::json answer, std::size_t max_bytes) {
-  auto text = [&] { return answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); };
+  auto text = [&] { return json_text(answer); };
   std::string out = text();
   auto& ranks = answer["ranks"];
   std::size_t cut = 0;
@@ -235,17 +242,22 @@ void RollCall::serve(std::shared_ptr<local::socket> peer) {
     if (!ec) peer->close(ec);
   });
   asio::async_read_until(
-      *peer, *buffer, '\n',
-      [this, peer, buffer, timer](boost::system::error_code ec, std::size_t n) {
+      *peer, *buffer, '\n', [this, peer, buffer, timer](boost::system::error_code ec, std::size_t) {
         timer->cancel();
-        if (ec) return;
-        std::string request(asio::buffers_begin(buffer->data()),
-                            asio::buffers_begin(buffer->data()) + static_cast<long>(n) - 1);
+        // The connection closes once the line is written (the last holder of `peer` goes).
         auto send = [peer](const nlohmann::json& reply) {
-          auto text = std::make_shared<std::string>(reply.dump() + "\n");
+          auto text = std::make_shared<std::string>(json_text(reply) + "\n");
           asio::async_write(*peer, asio::buffer(*text),
                             [peer, text](boost::system::error_code, std::size_t) {});
         };
+        if (ec == asio::error::not_found) {
+          send({{"error", fmt::format("a request is one line of at most {} bytes", kMaxRequest)}});
+          return;
+        }
+        std::string request(asio::buffers_begin(buffer->data()), asio::buffers_end(buffer->data()));
+        // A last line without its newline is still a request, answered as any other.
+        if (ec && !(ec == asio::error::eof && !request.empty())) return;
+        request.resize(std::min(request.size(), request.find('\n')));
         if (request != "stacks") {
           send({{"error", "unknown request: " + escape_control(request)}});
           return;
