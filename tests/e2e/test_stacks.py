@@ -264,3 +264,45 @@ def test_a_thread_name_cut_inside_a_character_is_reported(tmp_path, worker):
         release.write_text("go\n")
         code = job.wait(timeout=120)
     assert code == 0, (tmp_path / "job.err").read_text()
+
+
+def process_state(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.parametrize("tool", ["eu-stack", "gdb"])
+def test_a_worker_in_uninterruptible_sleep_is_not_left_stopped(tmp_path, worker, tool):
+    """A vfork parent waits in state D until its child ends: the tool's attach cannot stop it and
+    the tool times out; the SIGSTOP of the attach stays pending, and must not stop the worker
+    when the D state ends."""
+    program = shutil.which(tool)
+    if not program:
+        pytest.skip(f"{tool} is not installed")
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    os.symlink(program, tools / tool)
+    env = dict(job_env(tmp_path), PATH=str(tools), TRAINRUN_STACK_TOOL_TIMEOUT="1")
+    job = start_worker_job(tmp_path, worker, "job", "pidfile", str(tmp_path / "pid"),
+                           "vfork-sleep", "6", "stderr", "worker ran on", env=env)
+    try:
+        pid = wait_pid(tmp_path / "pid", job)
+        deadline = time.monotonic() + 30
+        while process_state(pid) != "D":
+            assert time.monotonic() < deadline, f"the worker is in {process_state(pid)}, not D"
+            time.sleep(0.02)
+        r = run(["--stacks"], env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        # Else the D state ended before the tool attached, and this test proved nothing.
+        assert f"note: {tool} timed out after 1 s" in r.stdout, r.stdout
+        try:
+            code = job.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the job did not end: the worker is in state {process_state(pid)}")
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert code == 0, (tmp_path / "job.err").read_text()
+    assert "worker ran on" in (tmp_path / "job.err").read_text()
+    assert f"process {pid} (state D) could hold the stop of a tool" in r.stdout, r.stdout

@@ -26,9 +26,12 @@
 //                          of its own for a stack to name
 //   thread-name NAME       start a thread that names itself NAME and sleeps: the kernel keeps 15
 //                          bytes of it, maybe cutting a UTF-8 character in two
+//   vfork-sleep SECONDS    vfork a child that sleeps SECONDS and exits: meanwhile this process
+//                          waits in uninterruptible sleep (state D), as every vfork parent does
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -166,6 +169,17 @@ int main(int argc, char** argv) {
         while (true) pause();
       }).detach();
       done.wait();
+    } else if (a == "vfork-sleep") {
+      const double s = std::atof(next().c_str());
+      timespec ts{static_cast<time_t>(s), static_cast<long>((s - static_cast<time_t>(s)) * 1e9)};
+      const pid_t child = vfork();
+      if (child == 0) {
+        // The parent's memory, borrowed: only system calls until _exit.
+        while (nanosleep(&ts, &ts) != 0) {
+        }
+        _exit(0);
+      }
+      if (child > 0) waitpid(child, nullptr, 0);
     } else if (a == "env") {
       std::string path = next() + "." + (std::getenv("RANK") ? std::getenv("RANK") : "x");
       std::string text;
