@@ -166,3 +166,145 @@ def test_roll_call_of_a_two_node_job_asks_the_other_node(agents, tmp_path):
         release.touch()
         codes = first.wait(timeout=120), second.wait(timeout=120)
     assert codes == (0, 0), first.err + second.err
+
+
+def start_worker_job(tmp_path, worker, name, *actions, env):
+    """One test_worker rank running ACTIONS under a standalone trainrun; its output in
+    tmp_path/NAME.out and .err."""
+    out = open(tmp_path / f"{name}.out", "w")
+    err = open(tmp_path / f"{name}.err", "w")
+    return subprocess.Popen([TRAINRUN, "--standalone", "--nproc-per-node=1", worker, *actions],
+                            env=dict(os.environ, **env), stdout=out, stderr=err)
+
+
+def wait_pid(path, job):
+    """The pid the worker wrote to PATH (its `pidfile` action), waiting for it (bounded)."""
+    deadline = time.monotonic() + 60
+    while not (path.exists() and path.read_text().endswith("\n")):
+        assert job.poll() is None, f"the job ended early with {job.returncode}"
+        assert time.monotonic() < deadline, "the worker did not start"
+        time.sleep(0.05)
+    return int(path.read_text().split()[0])
+
+
+def ask_socket(path, request):
+    """Sends REQUEST on the roll call's socket, then the end of the request; the bytes the agent
+    answered before it closed the connection (a reset when it closed with bytes of the request
+    unread)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(60)
+        s.connect(str(path))
+        s.sendall(request)
+        s.shutdown(socket.SHUT_WR)
+        reply = b""
+        try:
+            while chunk := s.recv(65536):
+                reply += chunk
+        except ConnectionResetError:
+            pass
+    return reply
+
+
+def test_a_bad_stack_tool_timeout_is_said_at_the_start_and_the_job_runs(tmp_path, worker):
+    env = dict(job_env(tmp_path), TRAINRUN_STACK_TOOL_TIMEOUT="ten")
+    job = start_worker_job(tmp_path, worker, "job", "exit", "0", env=env)
+    assert job.wait(timeout=120) == 0, (tmp_path / "job.err").read_text()
+    err = (tmp_path / "job.err").read_text()
+    assert re.search(r"^trainrun: (warning: )?trainrun --stacks cannot reach this job: "
+                     r"TRAINRUN_STACK_TOOL_TIMEOUT=ten: not a number of seconds from 0\.1 to 600",
+                     err, re.M), err
+
+
+def test_a_request_that_is_not_utf8_gets_a_line_and_the_job_goes_on(tmp_path, worker):
+    env = job_env(tmp_path)
+    release = tmp_path / "release"
+    job = start_worker_job(tmp_path, worker, "job", "pidfile", str(tmp_path / "pid"),
+                           "wait-lines", str(release), "1", env=env)
+    try:
+        wait_pid(tmp_path / "pid", job)
+        sock = tmp_path / "rt" / f"{job.pid}.sock"
+        cases = [
+            (b"\xff\n", "unknown request: \ufffd"),
+            # The connection's end, not a newline, ends this one.
+            (b"\xff", "unknown request: \ufffd"),
+            (b"\xc3(\x1b[2J\n", "unknown request: \ufffd(\\x1b[2J"),
+            (b"x" * 300, "a request is one line of at most 256 bytes"),
+        ]
+        for request, error in cases:
+            reply = ask_socket(sock, request)
+            assert reply.endswith(b"\n") and reply.count(b"\n") == 1, (request, reply)
+            assert json.loads(reply) == {"error": error}, (request, reply)
+        r = run(["--stacks"], env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert re.search(r"^stacks of run \S+: 1 rank on 1 node$", r.stdout, re.M), r.stdout
+    finally:
+        release.write_text("go\n")
+        code = job.wait(timeout=120)
+    assert code == 0, (tmp_path / "job.err").read_text()
+
+
+def test_a_thread_name_cut_inside_a_character_is_reported(tmp_path, worker):
+    """Linux keeps 15 bytes of a thread's name: eight 'é' (16 bytes) lose half of the last one."""
+    env = job_env(tmp_path)
+    release = tmp_path / "release"
+    name = "é" * 8
+    job = start_worker_job(tmp_path, worker, "job", "thread-name", name, "pidfile",
+                           str(tmp_path / "pid"), "wait-lines", str(release), "1", env=env)
+    try:
+        pid = wait_pid(tmp_path / "pid", job)
+        names = [open(f"/proc/{pid}/task/{tid}/comm", "rb").read().rstrip(b"\n")
+                 for tid in os.listdir(f"/proc/{pid}/task")]
+        cut = name.encode()[:15]
+        assert cut in names, names
+        r = run(["--stacks"], env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert re.search(r"^stacks of run \S+: 1 rank on 1 node$", r.stdout, re.M), r.stdout
+        # The dump keeps the name's bytes as the kernel has them.
+        dumps = re.search(r"^dumps of .*: (.*)$", r.stdout, re.M).group(1)
+        assert cut in open(os.path.join(dumps, "rank_0.txt"), "rb").read()
+    finally:
+        release.write_text("go\n")
+        code = job.wait(timeout=120)
+    assert code == 0, (tmp_path / "job.err").read_text()
+
+
+def process_state(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.parametrize("tool", ["eu-stack", "gdb"])
+def test_a_worker_in_uninterruptible_sleep_is_not_left_stopped(tmp_path, worker, tool):
+    """A vfork parent waits in state D until its child ends: the tool's attach cannot stop it and
+    the tool times out; the SIGSTOP of the attach stays pending, and must not stop the worker
+    when the D state ends."""
+    program = shutil.which(tool)
+    if not program:
+        pytest.skip(f"{tool} is not installed")
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    os.symlink(program, tools / tool)
+    env = dict(job_env(tmp_path), PATH=str(tools), TRAINRUN_STACK_TOOL_TIMEOUT="1")
+    job = start_worker_job(tmp_path, worker, "job", "pidfile", str(tmp_path / "pid"),
+                           "vfork-sleep", "6", "stderr", "worker ran on", env=env)
+    try:
+        pid = wait_pid(tmp_path / "pid", job)
+        deadline = time.monotonic() + 30
+        while process_state(pid) != "D":
+            assert time.monotonic() < deadline, f"the worker is in {process_state(pid)}, not D"
+            time.sleep(0.02)
+        r = run(["--stacks"], env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        # Else the D state ended before the tool attached, and this test proved nothing.
+        assert f"note: {tool} timed out after 1 s" in r.stdout, r.stdout
+        try:
+            code = job.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the job did not end: the worker is in state {process_state(pid)}")
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert code == 0, (tmp_path / "job.err").read_text()
+    assert "worker ran on" in (tmp_path / "job.err").read_text()
+    assert f"process {pid} (state D) could hold the stop of a tool" in r.stdout, r.stdout

@@ -69,3 +69,38 @@ TEST_CASE("a report says why the other nodes were not asked, and who did not ans
              Catch::Contains("the job has 2 nodes: only this one's workers are shown (on an etcd "
                              "job, run trainrun --stacks on each node)"));
 }
+
+TEST_CASE("a node's answer is valid UTF-8 whatever bytes the stacks hold", "[stacks]") {
+  // A thread name the kernel cut inside a character, a library path that is not UTF-8.
+  NodeWorkers node{0, 1, "host\xff", "/logs/run", {{0, 0, 100}}, std::nullopt};
+  trainrun::stacks::Stack s;
+  s.pid = 100;
+  trainrun::stacks::Thread t;
+  t.tid = 100;
+  t.name = "\xc3\xa9\xc3\xa9\xc3";
+  t.frames.push_back(
+      {"stuck_here", "", 0, "/opt/\xe9t\xe9/lib.so", trainrun::stacks::FrameKind::native});
+  s.threads.push_back(t);
+  s.notes.push_back("gdb said \xff");
+  const nlohmann::json answer = node_answer(node, {s}, "/logs/\xfe", "");
+  // Strict: the hang report and the job summary are built from this answer and dumped so.
+  const std::string text = answer.dump();
+  CHECK(answer.at("host") == "host\xef\xbf\xbd");
+  const auto& thread = answer.at("ranks").at(0).at("stack").at("threads").at(0);
+  CHECK(thread.at("name") == "\xc3\xa9\xc3\xa9\xef\xbf\xbd");
+  CHECK(thread.at("frames").at(0).at("module") == "/opt/\xef\xbf\xbdt\xef\xbf\xbd/lib.so");
+  CHECK(fit_node_answer(answer, 1 << 20) == text);
+}
+
+TEST_CASE("the stack tools' timeout comes from the environment, checked", "[stacks]") {
+  CHECK(stack_tool_timeout(nullptr) == trainrun::stacks::CollectOptions{}.timeout);
+  CHECK(stack_tool_timeout("") == trainrun::stacks::CollectOptions{}.timeout);
+  CHECK(stack_tool_timeout("1") == std::chrono::milliseconds(1000));
+  CHECK(stack_tool_timeout("0.5") == std::chrono::milliseconds(500));
+  for (const char* bad : {"0", "0.01", "601", "ten", "1s", "nan", "-1"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(stack_tool_timeout(bad),
+                      Catch::StartsWith(std::string("TRAINRUN_STACK_TOOL_TIMEOUT=") + bad +
+                                        ": not a number of seconds from 0.1 to 600"));
+  }
+}

@@ -24,15 +24,23 @@
 //   wait-lines PATH N      wait (up to 30 s) until PATH holds at least N lines: a barrier
 //   stuck-here RANK SECONDS   if RANK equals $RANK: sleep SECONDS in stuck_here(), a native frame
 //                          of its own for a stack to name
+//   thread-name NAME       start a thread that names itself NAME and sleeps: the kernel keeps 15
+//                          bytes of it, maybe cutting a UTF-8 character in two
+//   vfork-sleep SECONDS    vfork a child that sleeps SECONDS and exits: meanwhile this process
+//                          waits in uninterruptible sleep (state D), as every vfork parent does
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <future>
 #include <string>
+#include <thread>
 
 extern char** environ;
 
@@ -151,6 +159,27 @@ int main(int argc, char** argv) {
       const unsigned seconds = static_cast<unsigned>(std::atoi(next().c_str()));
       const char* r = std::getenv("RANK");
       if (r && std::atoi(r) == rank && stuck_here(seconds) != 0) return 1;
+    } else if (a == "thread-name") {
+      const std::string name = next();
+      std::promise<void> named;
+      std::future<void> done = named.get_future();
+      std::thread([named = std::move(named), name]() mutable {
+        prctl(PR_SET_NAME, name.c_str());
+        named.set_value();
+        while (true) pause();
+      }).detach();
+      done.wait();
+    } else if (a == "vfork-sleep") {
+      const double s = std::atof(next().c_str());
+      timespec ts{static_cast<time_t>(s), static_cast<long>((s - static_cast<time_t>(s)) * 1e9)};
+      const pid_t child = vfork();
+      if (child == 0) {
+        // The parent's memory, borrowed: only system calls until _exit.
+        while (nanosleep(&ts, &ts) != 0) {
+        }
+        _exit(0);
+      }
+      if (child > 0) waitpid(child, nullptr, 0);
     } else if (a == "env") {
       std::string path = next() + "." + (std::getenv("RANK") ? std::getenv("RANK") : "x");
       std::string text;

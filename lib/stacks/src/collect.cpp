@@ -24,11 +24,14 @@ struct Attempt {
   std::vector<Thread> (*parse)(std::string_view);
 };
 
-// Runs one tool; its threads, or nothing with a note saying why.
+// Runs one tool; its threads, or nothing with a note saying why. `killed` is set when the tool
+// did not end by itself (killed, or crashed), perhaps while attached.
 std::optional<std::vector<Thread>> attempt(const std::string& program, const Attempt& a,
-                                           const CollectOptions& options, Stack& stack) {
+                                           const CollectOptions& options, Stack& stack,
+                                           bool& killed) {
   ToolRun run = run_tool(program, a.args, options.timeout, options.max_output);
   if (run.started) stack.raw = run.out;
+  if (run.started && (run.timed_out || run.truncated || run.signal != 0)) killed = true;
   // gdb says "exited normally" even when it could not attach: the parse decides.
   const bool ended_well = run.started && !run.timed_out && !run.truncated && run.signal == 0 &&
                           (run.exit_code == 0 || (a.tool == "eu-stack" && run.exit_code == 1));
@@ -93,20 +96,21 @@ Stack collect_stack(pid_t pid, const CollectOptions& options) {
   const std::string p = std::to_string(pid);
 
   std::optional<std::vector<Thread>> threads;
+  bool killed = false;
   if (python) {
     if (auto py_spy = find_program("py-spy", options.path)) {
       // --native adds the C++ side (an extension's, LibTorch's) under the Python frames; it fails
       // where native unwinding does, and then the Python frames alone are still worth having.
       threads = attempt(*py_spy,
                         {"py-spy", {"dump", "--pid", p, "--json", "--native"}, parse_py_spy_json},
-                        options, stack);
+                        options, stack, killed);
       if (threads) {
         stack.tool = "py-spy";
       } else if (!stack.notes.empty() &&
                  stack.notes.back().find("timed out") == std::string::npos &&
                  stack.notes.back().find("Permission Denied") == std::string::npos) {
         threads = attempt(*py_spy, {"py-spy", {"dump", "--pid", p, "--json"}, parse_py_spy_json},
-                          options, stack);
+                          options, stack, killed);
         if (threads) stack.tool = "py-spy";
       }
     } else {
@@ -120,7 +124,7 @@ Stack collect_stack(pid_t pid, const CollectOptions& options) {
     const auto gdb = eu_stack ? std::nullopt : find_program("gdb", options.path);
     if (eu_stack) {
       threads = attempt(*eu_stack, {"eu-stack", {"-p", p, "-i", "-m", "-s"}, parse_eu_stack},
-                        options, stack);
+                        options, stack, killed);
       if (threads) stack.tool = "eu-stack";
     } else if (gdb) {
       threads = attempt(*gdb,
@@ -128,7 +132,7 @@ Stack collect_stack(pid_t pid, const CollectOptions& options) {
                          {"-nx", "-batch", "-iex", "set debuginfod enabled off", "-p", p, "-ex",
                           "set pagination off", "-ex", "thread apply all bt"},
                          parse_gdb},
-                        options, stack);
+                        options, stack, killed);
       if (threads) stack.tool = "gdb";
     } else if (!python) {
       stack.notes.push_back(
@@ -157,12 +161,20 @@ Stack collect_stack(pid_t pid, const CollectOptions& options) {
     stack.threads = proc_threads;
   }
 
-  // A tool killed while attached leaves the process in the stop its attach caused.
+  // A tool killed while attached leaves the SIGSTOP of its attach behind: the process stops at
+  // once, or, in uninterruptible sleep (a vfork parent waiting for its child), when the sleep
+  // ends, for good. SIGCONT ends the stop, and clears it from every thread while it is pending.
   const auto after = read_process_state(pid);
-  if (after && !was_stopped && (after->state == 'T' || after->state == 't') && after->tracer == 0) {
+  const bool left_stopped =
+      after && (after->state == 'T' || after->state == 't') && after->tracer == 0;
+  if (after && !was_stopped && (left_stopped || killed)) {
     ::kill(pid, SIGCONT);
     stack.notes.push_back(
-        fmt::format("process {} was left stopped ({}): sent SIGCONT", pid, after->state));
+        left_stopped
+            ? fmt::format("process {} was left stopped ({}): sent SIGCONT", pid, after->state)
+            : fmt::format("process {} (state {}) could hold the stop of a tool that did not end "
+                          "by itself: sent SIGCONT",
+                          pid, after->state));
   }
   return stack;
 }

@@ -143,10 +143,12 @@ RegistryDir::~RegistryDir() {
 }
 
 std::string entry_json(const JobEntry& e) {
+  // The run id, the host, the command and the paths are bytes from the command line and the
+  // system: what is not UTF-8 is written as U+FFFD rather than refused.
   return nlohmann::json{{"pid", e.pid},         {"run_id", e.run_id},   {"node_rank", e.node_rank},
                         {"host", e.host},       {"log_dir", e.log_dir}, {"socket", e.socket},
                         {"command", e.command}, {"cwd", e.cwd},         {"started", e.started}}
-             .dump() +
+             .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
          "\n";
 }
 
@@ -184,8 +186,11 @@ std::vector<JobEntry> live_entries(const std::string& dir) {
       ::unlink(fmt::format("{}/{}.sock", dir, *pid).c_str());
       continue;
     }
-    if (auto entry = parse_entry(read_small_file(dir + "/" + name)); entry && entry->pid == *pid)
+    if (auto entry = parse_entry(read_small_file(dir + "/" + name)); entry && entry->pid == *pid) {
+      // The file's copy of the path holds U+FFFD where the directory's name is not UTF-8.
+      entry->socket = fmt::format("{}/{}.sock", dir, *pid);
       entries.push_back(*entry);
+    }
   }
   ::closedir(d);
   std::sort(entries.begin(), entries.end(),

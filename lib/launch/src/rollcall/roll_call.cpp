@@ -13,11 +13,13 @@
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <optional>
 #include <set>
 
+#include "trainrun/base/numbers.hpp"
 #include "trainrun/base/text.hpp"
 #include "trainrun/base/wording.hpp"
 #include "trainrun/launch/core/errors.hpp"
@@ -48,6 +50,12 @@ std::string timestamp() {
   return fmt::format("{}.{:03}", buf, ms);
 }
 
+// Every text the roll call sends or keeps is valid UTF-8: thread names (cut by the kernel at 15
+// bytes, maybe inside a character), the tools' output, paths and requests are only bytes.
+std::string json_text(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 bool peer_is_allowed(int fd) {
   ucred cred{};
   socklen_t len = sizeof cred;
@@ -56,6 +64,18 @@ bool peer_is_allowed(int fd) {
 }
 
 }  // namespace
+
+std::chrono::milliseconds stack_tool_timeout(const char* value) {
+  if (!value || !*value) return stacks::CollectOptions{}.timeout;
+  const auto seconds = parse_number(value);
+  if (!seconds || *seconds < 0.1 || *seconds > 600)
+    throw SetupError(
+        fmt::format("{}={}: not a number of seconds from 0.1 to 600 (the stack tools' "
+                    "timeout; unset it for the default of {} s)",
+                    kStackToolTimeoutVariable, escape_control(value),
+                    stacks::CollectOptions{}.timeout.count() / 1000));
+  return std::chrono::milliseconds(static_cast<long long>(*seconds * 1000));
+}
 
 nlohmann::json node_answer(const NodeWorkers& node, const std::vector<stacks::Stack>& stacks,
                            const std::string& dumps, const std::string& error) {
@@ -71,11 +91,12 @@ nlohmann::json node_answer(const NodeWorkers& node, const std::vector<stacks::St
   nlohmann::json answer = {{"node", node.node}, {"nodes", node.nodes},       {"host", node.host},
                            {"dumps", dumps},    {"ranks", std::move(ranks)}, {"error", error}};
   if (node.quiet_s) answer["quiet_s"] = *node.quiet_s;
-  return answer;
+  // Made valid once, here: the hang report and the job summary built from it are dumped too.
+  return nlohmann::json::parse(json_text(answer));
 }
 
 std::string fit_node_answer(nlohmann::json answer, std::size_t max_bytes) {
-  auto text = [&] { return answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); };
+  auto text = [&] { return json_text(answer); };
   std::string out = text();
   auto& ranks = answer["ranks"];
   std::size_t cut = 0;
@@ -180,6 +201,7 @@ std::string format_roll_call(const nlohmann::json& reply) {
 
 RollCall::RollCall(asio::io_context& io, const std::string& dir, JobEntry entry, Workers workers)
     : io_(io), registration_(dir, std::move(entry)), workers_(std::move(workers)), acceptor_(io) {
+  collect_options_.timeout = stack_tool_timeout(std::getenv(kStackToolTimeoutVariable));
   boost::system::error_code ec;
   acceptor_.open(local(), ec);
   // The workers, forked later, must not inherit the listening socket.
@@ -220,17 +242,22 @@ void RollCall::serve(std::shared_ptr<local::socket> peer) {
     if (!ec) peer->close(ec);
   });
   asio::async_read_until(
-      *peer, *buffer, '\n',
-      [this, peer, buffer, timer](boost::system::error_code ec, std::size_t n) {
+      *peer, *buffer, '\n', [this, peer, buffer, timer](boost::system::error_code ec, std::size_t) {
         timer->cancel();
-        if (ec) return;
-        std::string request(asio::buffers_begin(buffer->data()),
-                            asio::buffers_begin(buffer->data()) + static_cast<long>(n) - 1);
+        // The connection closes once the line is written (the last holder of `peer` goes).
         auto send = [peer](const nlohmann::json& reply) {
-          auto text = std::make_shared<std::string>(reply.dump() + "\n");
+          auto text = std::make_shared<std::string>(json_text(reply) + "\n");
           asio::async_write(*peer, asio::buffer(*text),
                             [peer, text](boost::system::error_code, std::size_t) {});
         };
+        if (ec == asio::error::not_found) {
+          send({{"error", fmt::format("a request is one line of at most {} bytes", kMaxRequest)}});
+          return;
+        }
+        std::string request(asio::buffers_begin(buffer->data()), asio::buffers_end(buffer->data()));
+        // A last line without its newline is still a request, answered as any other.
+        if (ec && !(ec == asio::error::eof && !request.empty())) return;
+        request.resize(std::min(request.size(), request.find('\n')));
         if (request != "stacks") {
           send({{"error", "unknown request: " + escape_control(request)}});
           return;
@@ -291,7 +318,7 @@ void RollCall::answer(Answer done) {
   for (const auto& w : collecting_.workers) pids.push_back(w.pid);
   // The tools run on this thread's children: the supervisor reaps only its own (__WNOTHREAD).
   collector_ = std::thread([this, pids] {
-    auto stacks = stacks::collect_stacks(pids);
+    auto stacks = stacks::collect_stacks(pids, collect_options_);
     asio::post(io_, [this, stacks = std::move(stacks)]() mutable { collected(std::move(stacks)); });
   });
 }

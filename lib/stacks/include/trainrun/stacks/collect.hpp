@@ -27,8 +27,10 @@ struct CollectOptions {
 // Otherwise, or when py-spy is missing or fails: eu-stack, else gdb. Every thread also gets its
 // state, wait channel and system call from /proc, read before any tool attaches; with no tool
 // that works, that is all (tool "/proc"), and a note says which tool would give more. A process
-// that was running and is left stopped by a tool that died is sent SIGCONT. Never throws for
-// what a tool or the process does: a missing process gives a Stack with no thread and a note.
+// that was not stopped before is sent SIGCONT when it is left stopped, and whenever a tool did
+// not end by itself (its stop may still be pending, as in a vfork parent's uninterruptible
+// sleep). Never throws for what a tool or the process does: a missing process gives a Stack with
+// no thread and a note.
 Stack collect_stack(pid_t pid, const CollectOptions& options = {});
 
 // collect_stack for each pid, several at a time; the results in the order of `pids`.

@@ -4,6 +4,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "trainrun/launch/rollcall/job_registry.hpp"
+#include "trainrun/stacks/collect.hpp"
 #include "trainrun/stacks/groups.hpp"
 #include "trainrun/stacks/stack.hpp"
 
@@ -45,6 +47,13 @@ nlohmann::json node_answer(const NodeWorkers& node, const std::vector<stacks::St
 // in the node's dumps). Pure.
 std::string fit_node_answer(nlohmann::json answer, std::size_t max_bytes);
 
+// The environment variable that bounds each stack tool's run in the roll call, in seconds.
+inline constexpr const char* kStackToolTimeoutVariable = "TRAINRUN_STACK_TOOL_TIMEOUT";
+
+// The stack tools' timeout given `value` of that variable: the collector's default for none or
+// an empty one. Pure; throws SetupError for anything but a number of seconds from 0.1 to 600.
+std::chrono::milliseconds stack_tool_timeout(const char* value);
+
 // The report `trainrun --stacks` prints for a reply {"run_id", "nodes": [node answers],
 // "missing": [{"host", "reason"}], "not_asked"}: the groups, smallest first, the odd rank(s)
 // named, the notes of the tools, where the dumps are, the nodes that did not answer, and why the
@@ -68,7 +77,8 @@ class RollCall {
   using AskOthers = std::function<void(
       std::function<void(nlohmann::json nodes, nlohmann::json missing, std::string error)>)>;
 
-  // Registers and listens. Throws SetupError when it cannot (the agent goes on without it).
+  // Registers and listens; the tools' timeout from $TRAINRUN_STACK_TOOL_TIMEOUT. Throws
+  // SetupError when it cannot, or for a bad timeout (the agent goes on without it).
   RollCall(boost::asio::io_context& io, const std::string& dir, JobEntry entry, Workers workers);
   ~RollCall();
   RollCall(const RollCall&) = delete;
@@ -94,6 +104,7 @@ class RollCall {
   Workers workers_;
   AskOthers ask_others_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
+  stacks::CollectOptions collect_options_;
   std::thread collector_;
   NodeWorkers collecting_;
   std::vector<Answer> waiting_;
