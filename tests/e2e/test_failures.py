@@ -336,3 +336,24 @@ def test_a_descendant_that_ignores_sigterm_is_named_not_waited_for_silently(tmp_
     assert re.search(r"waiting for 1 process the workers left, still running after "
                      r"SIGTERM: pid \d+ \(\S*python\S* -c import signal, time; .*\); SIGKILL in "
                      r"\d+ s \(--shutdown-timeout\)$", lines[0]), lines[0]
+
+
+def test_every_node_shows_the_stderr_of_a_worker_that_wrote_no_error_file(agents, tmp_path):
+    """Without an error file the summary's traceback is the end of the worker's stderr: the other
+    node shows it too, not a pointer to the man page."""
+    script = tmp_path / "quiet_failure.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    sys.stderr.write('loading shard 7\\nshard 7 is corrupt: checksum mismatch\\n')\n"
+        "    sys.exit(3)\n"
+        "time.sleep(60)\n")
+    options = [*dynamic(free_port(), 2, 1), "--shutdown-timeout=5", "--no-python",
+               sys.executable, "-u", str(script)]
+    nodes = [agents(n, options) for n in ("a", "b")]
+    codes = [n.wait(120) for n in nodes]
+    assert codes == [3, 3], [n.err[-3000:] for n in nodes]
+    blocks = [summary_block(n.err) for n in nodes]
+    assert blocks[0] == blocks[1], blocks
+    assert "shard 7 is corrupt: checksum mismatch" in blocks[0], blocks[0]
+    assert "To enable traceback see" not in blocks[0], blocks[0]

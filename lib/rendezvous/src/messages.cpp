@@ -253,7 +253,8 @@ json to_json(const WorkerFailure& f) {
               {"timestamp", f.timestamp},
               {"error_file", std::string(utf8_prefix(f.error_file, kMaxTextLength))},
               {"message", std::string(utf8_prefix(f.message, kMaxTextLength))},
-              {"traceback", std::string(utf8_prefix(f.traceback, kMaxTextLength))}};
+              {"traceback", std::string(utf8_prefix(f.traceback, kMaxTextLength))},
+              {"stderr_tail", std::string(utf8_prefix(f.stderr_tail, kMaxTextLength))}};
 }
 
 WorkerFailure worker_failure_from_json(const json& j) {
@@ -272,6 +273,7 @@ WorkerFailure worker_failure_from_json(const json& j) {
   f.error_file = get_string(j, "error_file", kMaxTextLength);
   f.message = get_string(j, "message", kMaxTextLength);
   f.traceback = get_string(j, "traceback", kMaxTextLength);
+  if (j.contains("stderr_tail")) f.stderr_tail = get_string(j, "stderr_tail", kMaxTextLength);
   return f;
 }
 

@@ -232,6 +232,9 @@ std::vector<rendezvous::WorkerFailure> relayed_failures(const std::vector<Proces
     w.error_file = f.has_error_file ? f.error_file : "";
     w.message = shortened(f.message, f, rendezvous::kMaxRelayedTraceback);
     w.traceback = shortened(f.traceback, f, rendezvous::kMaxRelayedTraceback);
+    // Every node shows what the failing node shows: without an error file, its stderr's end.
+    if (!f.has_error_file)
+      w.stderr_tail = shortened(f.stderr_tail, f, rendezvous::kMaxRelayedTraceback);
     out.push_back(std::move(w));
   }
   return out;
@@ -250,6 +253,7 @@ ProcessFailure from_relayed(const rendezvous::WorkerFailure& w) {
   f.error_file = escape_control(w.error_file, true);
   f.message = escape_control(w.message, true);
   f.traceback = escape_control(w.traceback, true);
+  f.stderr_tail = escape_control(w.stderr_tail, true);
   return f;
 }
 

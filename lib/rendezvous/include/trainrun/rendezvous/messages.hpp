@@ -75,6 +75,9 @@ struct WorkerFailure {
   std::string error_file;  // empty: it wrote none
   std::string message;
   std::string traceback;  // cut to kMaxRelayedTraceback by the sender
+  // The last lines of its stderr, where it wrote no error file (the summary's best clue), cut
+  // the same way; optional in the message (absent: none).
+  std::string stderr_tail;
   // The shell's convention: the exit code, or 128+N for death by signal N.
   int shell_code() const { return signal != 0 ? 128 + signal : exit_code; }
 };
