@@ -300,6 +300,31 @@ def test_remote_endpoint_is_retried_until_the_join_timeout_naming_every_failure(
                          "right?"), line
 
 
+def test_both_nodes_of_a_finished_job_exit_together(agents):
+    # The host leaves once the last connection has closed (protocol.md, "Ended"): after a
+    # successful job neither node waits out a linger for a peer that has already gone.
+    port = free_port()
+    ended = {}
+    procs = [agents(name, dynamic(port, 2, 1) + ["--no-python", "/bin/true"])
+             for name in ("a", "b")]
+
+    def watch(p):
+        p.proc.wait(60)
+        ended[p.name] = time.monotonic()
+
+    watchers = [threading.Thread(target=watch, args=(p,)) for p in procs]
+    for t in watchers:
+        t.start()
+    for t in watchers:
+        t.join(90)
+    for p in procs:
+        assert p.proc.returncode == 0, p.err
+    assert sum("hosting the rendezvous" in p.err for p in procs) == 1
+    # Bounded, not timed: the close linger (5 s) is what a node that waits for nothing misses.
+    apart = abs(ended["a"] - ended["b"])
+    assert apart < 2, f"the nodes exited {apart:.2f} s apart:\n{procs[0].err}\n{procs[1].err}"
+
+
 def test_stopped_agent_does_not_hold_up_the_hosts_exit(agents, worker, tmp_path):
     port = free_port()
     pids = tmp_path / "pids"
