@@ -152,17 +152,99 @@ class _StrangeListener:
         self.sock.close()
 
 
-@pytest.mark.parametrize("answer", [b"SSH-2.0-OpenSSH_9.2p1\r\n",
-                                    b"\x00\x00\x00\x0bhello there"])
-def test_listener_that_is_not_a_trainrun_agent_is_named_at_once(agents, answer):
+def _named_once(agent, port):
+    """The one line naming what listens at `port` on 127.0.0.1; what it says it sent follows."""
+    prefix = (f"trainrun: rendezvous endpoint 127.0.0.1:{port} answers, but not as a trainrun "
+              "rendezvous host: ")
+    lines = [line for line in agent.err.splitlines() if "not as a trainrun rendezvous host" in line]
+    assert len(lines) == 1, agent.err
+    assert lines[0].startswith(prefix), agent.err
+    assert lines[0].endswith("; check --rdzv-endpoint, or free the port"), agent.err
+    assert "not reachable yet" not in agent.err, agent.err
+    return lines[0][len(prefix):-len("; check --rdzv-endpoint, or free the port")]
+
+
+@pytest.mark.parametrize("answer,shown", [
+    (b"SSH-2.0-OpenSSH_9.2p1\r\n", 'it sent "SSH-2.0-OpenSSH_9.2p1\\x0d\\x0a"'),
+    (b"\x00\x00\x00\x0bhello there", 'it sent "\\x00\\x00\\x00\\x0bhello there" (not a trainrun '
+                                     'message: '),
+    (bytes(range(0x80, 0x80 + 64)), 'it sent "' + "".join(f"\\x{b:02x}" for b in
+                                                           range(0x80, 0x80 + 48)) + '"...')])
+def test_listener_that_is_not_a_trainrun_agent_is_named_at_once(agents, answer, shown):
     listener = _StrangeListener(answer)
     port = listener.port
     (a,), (code,), took = _run_agents_while(listener, agents, port, "--rdzv-conf=join_timeout=300")
     assert code == 1, a.err
-    lines = [line for line in a.err.splitlines() if "not a trainrun rendezvous host" in line]
-    assert len(lines) == 1, a.err
-    assert lines[0].startswith(f"trainrun: rendezvous endpoint 127.0.0.1:{port}: the process "
-                               "listening there is not a trainrun rendezvous host ("), a.err
+    assert _named_once(a, port).startswith(shown), a.err
+    assert took < 60, took
+
+
+class _HttpServer:
+    """Python's own HTTP server on a free port of 127.0.0.1, in a thread: it reads a request line
+    up to its newline, which the rendezvous' hello never sends."""
+
+    def __init__(self):
+        import http.server
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                                      http.server.BaseHTTPRequestHandler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _SilentListener:
+    """Accepts every connection, reads what comes, and never says anything nor closes."""
+
+    def __init__(self):
+        self.sock = held_port()
+        self.port = self.sock.getsockname()[1]
+        self.sock.listen(8)
+        self.sock.settimeout(0.1)
+        self.conns = []
+        self.running = True
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while self.running:
+            try:
+                conn, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.conns.append(conn)
+
+    def close(self):
+        self.running = False
+        self.thread.join()
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("kind", ["http", "silent"])
+def test_listener_that_says_nothing_to_the_hello_is_named_after_one_handshake_timeout(agents,
+                                                                                     kind):
+    # Before, both were retried until the join timeout ("no answer to the handshake within 10 s,
+    # retrying"). A trainrun host answers a hello at once or closes; this listener holds the
+    # connection. Told that the agent has stopped sending, the HTTP server answers with its
+    # error page (an HTTP/0.9 answer to a request line of one word: no status line).
+    listener = _HttpServer() if kind == "http" else _SilentListener()
+    port = listener.port
+    (a,), (code,), took = _run_agents_while(listener, agents, port, "--rdzv-conf=join_timeout=300")
+    assert code == 1, a.err
+    what = _named_once(a, port)
+    if kind == "http":
+        assert what.startswith('it sent "<!DOCTYPE HTML>\\x0a<html'), a.err
+    else:
+        assert what == "it accepted the connection and sent nothing within 10 s", a.err
+    # One handshake timeout (10 s) and a second's grace, not the 300 s join timeout.
     assert took < 60, took
 
 
@@ -216,6 +298,31 @@ def test_remote_endpoint_is_retried_until_the_join_timeout_naming_every_failure(
     assert "connection closed by peer during the handshake x" in line, line
     assert line.endswith("is a trainrun agent of this job hosting it, and is --rdzv-endpoint "
                          "right?"), line
+
+
+def test_both_nodes_of_a_finished_job_exit_together(agents):
+    # The host leaves once the last connection has closed (protocol.md, "Ended"): after a
+    # successful job neither node waits out a linger for a peer that has already gone.
+    port = free_port()
+    ended = {}
+    procs = [agents(name, dynamic(port, 2, 1) + ["--no-python", "/bin/true"])
+             for name in ("a", "b")]
+
+    def watch(p):
+        p.proc.wait(60)
+        ended[p.name] = time.monotonic()
+
+    watchers = [threading.Thread(target=watch, args=(p,)) for p in procs]
+    for t in watchers:
+        t.start()
+    for t in watchers:
+        t.join(90)
+    for p in procs:
+        assert p.proc.returncode == 0, p.err
+    assert sum("hosting the rendezvous" in p.err for p in procs) == 1
+    # Bounded, not timed: the close linger (5 s) is what a node that waits for nothing misses.
+    apart = abs(ended["a"] - ended["b"])
+    assert apart < 2, f"the nodes exited {apart:.2f} s apart:\n{procs[0].err}\n{procs[1].err}"
 
 
 def test_stopped_agent_does_not_hold_up_the_hosts_exit(agents, worker, tmp_path):

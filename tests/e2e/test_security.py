@@ -96,7 +96,8 @@ def test_refusals_held_back_by_the_rate_limit_are_counted_by_kind(agents, tmp_pa
     host = agents("host", dynamic(port, 2, 1, "--rdzv-conf=is_host=1,join_timeout=60",
                                   run_id="sec") + ["/bin/true"], env={"TRAINRUN_RDZV_TOKEN": TOKEN})
     assert wait_for(lambda: "waiting for nodes" in host.err, 30), host.err
-    # Within one refusal-log interval (10 s): the first refusal is logged, the rest held back.
+    # Within one refusal-log interval (10 s): the first refusal of each kind is logged with its
+    # reason, the rest held back and counted.
     strangers = [agents(f"wrong{i}", dynamic(port, 2, 1, run_id="sec") + ["/bin/true"],
                         env={"TRAINRUN_RDZV_TOKEN": "wrong"}) for i in range(3)]
     strangers.append(agents("other", dynamic(port, 2, 1, run_id="other") + ["/bin/true"],
@@ -105,11 +106,15 @@ def test_refusals_held_back_by_the_rate_limit_are_counted_by_kind(agents, tmp_pa
         assert s.wait(30) != 0, s.err
     assert wait_for(lambda: "more refusals" in host.err, 30), host.err
     (line,) = [l for l in host.err.splitlines() if "more refusals" in l]
+    assert line.endswith("... and 2 more refusals: 2 wrong token"), line
     refused = [l for l in host.err.splitlines() if "rejected 127.0.0.1:" in l]
-    assert len(refused) == 1, host.err
-    wrong_id_first = "run id" in refused[0]
-    counts = "3 wrong token" if wrong_id_first else "2 wrong token, 1 wrong run id"
-    assert line.endswith(f"... and 3 more refusals: {counts}"), line
+    assert len(refused) == 2, host.err
+    # The wrong token's reason is shown once, whichever kind came first (it used to be only
+    # counted when the wrong run id was refused first).
+    (token_line,) = [l for l in refused if "the client refused this rendezvous" in l]
+    assert token_line.endswith("the server's token proof does not match: the nodes hold "
+                               "different tokens"), token_line
+    assert sum('run id "other" does not match' in l for l in refused) == 1, host.err
     host.kill()
 
 

@@ -246,6 +246,9 @@ TEST_CASE("the launcher adds the hint a user acts on to a rendezvous stop, by it
         "what happened; is a trainrun agent of this job hosting it, and is --rdzv-endpoint "
         "right?");
   CHECK(shown(Refusal::foreign_state) == "what happened; use another --rdzv-id");
+  CHECK(shown(Refusal::state_version) ==
+        "what happened; run every agent of the job with one version of trainrun, or use another "
+        "--rdzv-id");
   // A stop of the job (finished, failed, lost) is told as it is.
   const Stop lost{StopCause::node_lost, "node b lost", 1, std::nullopt};
   CHECK(with_hint(lost).reason == "node b lost");

@@ -170,6 +170,9 @@ TEST_CASE("etcd round: a state of the earlier layout is refused, saying so", "[e
   j.erase("refused");
   CHECK_THROWS_WITH(decode_state(j.dump()),
                     Catch::Contains("layout 1 was written by another version of trainrun"));
+  // Typed, so that the launcher can add what to do; the library names none of its options.
+  CHECK_THROWS_AS(decode_state(j.dump()), StateLayoutError);
+  CHECK_THROWS_WITH(decode_state(j.dump()), !Catch::Contains("--"));
 }
 
 TEST_CASE("etcd round: a state of layout 2 is refused, saying so", "[etcd]") {

@@ -63,7 +63,12 @@ TEST_CASE("etcd watch: a state another agent writes and a node gone reach the lo
 
 TEST_CASE("etcd watch: a state this trainrun did not write stops the job on this node", "[etcd]") {
   ETCD_RIG(rig);
-  rig.put(rig.space.state(), "{\"layout\": 1}");
+  // Another version's layout, or no state at all: the launcher's hint differs (by the kind).
+  const auto row =
+      GENERATE(std::pair<std::string, Refusal>{"{\"layout\": 1}", Refusal::state_version},
+               std::pair<std::string, Refusal>{"not json", Refusal::foreign_state});
+  const auto& [value, kind] = row;
+  rig.put(rig.space.state(), value);
   Seen seen;
   EtcdWatch watch = watch_of(rig, "a", seen);
   bool read = false;
@@ -71,6 +76,7 @@ TEST_CASE("etcd watch: a state this trainrun did not write stops the job on this
   REQUIRE(rig.run_until([&] { return rig.stopped.has_value(); }));
   CHECK_FALSE(read);
   CHECK(rig.stopped->cause == StopCause::rejected);
-  CHECK(rig.stopped->refusal == Refusal::foreign_state);
+  CHECK(rig.stopped->refusal == kind);
   CHECK_THAT(rig.stopped->reason, Catch::Contains("is not one this trainrun wrote"));
+  CHECK_THAT(rig.stopped->reason, !Catch::Contains("--rdzv-id"));
 }

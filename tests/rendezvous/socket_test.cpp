@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <array>
 #include <boost/asio/write.hpp>
 #include <catch2/catch.hpp>
 #include <memory>
@@ -623,16 +624,21 @@ TEST_CASE("a healthy peer still receives the job's end before its connection clo
 namespace {
 
 // A listener that is not a trainrun server: it answers every connection with `answer`, or
-// closes it at once when `answer` is empty.
+// closes it at once when `answer` is empty. `when`: at once (keeping the connection open, or
+// closing it), never (it holds the connection and says nothing), or once the client has stopped
+// sending (as an HTTP server answers a request line that never ends), then closing.
 struct StrangeListener {
+  enum class When { at_once, at_once_then_close, never, at_end_of_input };
   asio::ip::tcp::acceptor acceptor;
   std::string answer;
+  When when;
   std::vector<std::shared_ptr<asio::ip::tcp::socket>> open;
   int accepted = 0;
 
-  StrangeListener(asio::io_context& io, std::string a)
+  StrangeListener(asio::io_context& io, std::string a, When w = When::at_once)
       : acceptor(io, asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0)),
-        answer(std::move(a)) {
+        answer(std::move(a)),
+        when(w) {
     accept();
   }
   int port() const { return acceptor.local_endpoint().port(); }
@@ -641,14 +647,27 @@ struct StrangeListener {
       if (ec) return;
       ++accepted;
       auto socket = std::make_shared<asio::ip::tcp::socket>(std::move(s));
-      if (answer.empty()) {
+      open.push_back(socket);
+      if (when == When::at_end_of_input) {
+        read_to_end(socket, std::make_shared<std::array<char, 4096>>());
+      } else if (when == When::at_once && answer.empty()) {
         socket->close();
-      } else {
+      } else if (when != When::never) {
         asio::write(*socket, asio::buffer(answer));
-        open.push_back(socket);
+        if (when == When::at_once_then_close) socket->close();
       }
       accept();
     });
+  }
+  void read_to_end(std::shared_ptr<asio::ip::tcp::socket> socket,
+                   std::shared_ptr<std::array<char, 4096>> buffer) {
+    socket->async_read_some(asio::buffer(*buffer),
+                            [this, socket, buffer](boost::system::error_code ec, std::size_t) {
+                              if (!ec) return read_to_end(socket, buffer);
+                              boost::system::error_code ignored;
+                              asio::write(*socket, asio::buffer(answer), ignored);
+                              socket->close(ignored);
+                            });
   }
 };
 
@@ -736,17 +755,22 @@ TEST_CASE("a listener that does not speak the protocol is named at once", "[rend
   asio::io_context io;
   ClientOptions o;
   o.deadline = 60s;
+  const auto named = [](int port) {
+    return fmt::format(
+        "rendezvous endpoint 127.0.0.1:{} answers, but not as a trainrun "
+        "rendezvous host: ",
+        port);
+  };
   SECTION("not a frame") {
     StrangeListener http(io, "HTTP/1.1 400 Bad Request\r\n\r\n");
     LoneClient c(io, http.port(), o);
     REQUIRE(run_until(
         io, [&] { return c.stop.has_value(); }, 5s));
     CHECK(c.stop->cause == StopCause::rejected);
-    CHECK_THAT(c.stop->reason,
-               Catch::StartsWith(fmt::format("rendezvous endpoint 127.0.0.1:{}: the process "
-                                             "listening there is not a trainrun rendezvous host",
-                                             http.port())) &&
-                   Catch::Contains("not a trainrun frame"));
+    CHECK(c.stop->refusal == Refusal::not_a_host);
+    // What it sent, printable, as far as the first bytes go.
+    CHECK(c.stop->reason ==
+          named(http.port()) + "it sent \"HTTP/1.1 400 Bad Request\\x0d\\x0a\\x0d\\x0a\"");
     CHECK(http.accepted == 1);
   }
   SECTION("a frame, but not a message") {
@@ -755,9 +779,77 @@ TEST_CASE("a listener that does not speak the protocol is named at once", "[rend
     REQUIRE(run_until(
         io, [&] { return c.stop.has_value(); }, 5s));
     CHECK(c.stop->cause == StopCause::rejected);
-    CHECK_THAT(c.stop->reason, Catch::Contains("not a trainrun rendezvous host") &&
-                                   Catch::Contains("not the trainrun protocol"));
+    CHECK_THAT(c.stop->reason,
+               Catch::StartsWith(named(framed.port()) +
+                                 "it sent \"\\x00\\x00\\x00\\x13hello, who are you?\" (not a "
+                                 "trainrun message: "));
   }
+  SECTION("a few bytes, then the connection closed") {
+    StrangeListener closer(io, "no", StrangeListener::When::at_once_then_close);
+    LoneClient c(io, closer.port(), o);
+    REQUIRE(run_until(
+        io, [&] { return c.stop.has_value(); }, 5s));
+    CHECK(c.stop->reason == named(closer.port()) + "it sent \"no\"");
+    CHECK(closer.accepted == 1);
+  }
+}
+
+TEST_CASE("a listener that accepts and says nothing is named after one handshake timeout",
+          "[rendezvous]") {
+  asio::io_context io;
+  ClientOptions o;
+  o.deadline = 60s;
+  o.connection.handshake_timeout = 300ms;
+  o.connection.reject_linger = 300ms;
+  SECTION("silent for good") {
+    StrangeListener silent(io, "", StrangeListener::When::never);
+    auto t0 = std::chrono::steady_clock::now();
+    LoneClient c(io, silent.port(), o);
+    REQUIRE(run_until(
+        io, [&] { return c.stop.has_value(); }, 10s));
+    CHECK(std::chrono::steady_clock::now() - t0 >= 300ms);
+    CHECK(c.stop->cause == StopCause::rejected);
+    CHECK(c.stop->refusal == Refusal::not_a_host);
+    CHECK(c.stop->reason == fmt::format("rendezvous endpoint 127.0.0.1:{} answers, but not as a "
+                                        "trainrun rendezvous host: it accepted the connection "
+                                        "and sent nothing within 0 s",
+                                        silent.port()));
+    // Decided on the first connection, not retried to the deadline.
+    CHECK(silent.accepted == 1);
+  }
+  SECTION("answering only once the client stops sending, as an HTTP server does") {
+    StrangeListener http(io, "HTTP/1.0 400 Bad request syntax\r\n",
+                         StrangeListener::When::at_end_of_input);
+    LoneClient c(io, http.port(), o);
+    REQUIRE(run_until(
+        io, [&] { return c.stop.has_value(); }, 10s));
+    CHECK(c.stop->refusal == Refusal::not_a_host);
+    CHECK_THAT(c.stop->reason, Catch::EndsWith("it sent \"HTTP/1.0 400 Bad request syntax"
+                                               "\\x0d\\x0a\""));
+    CHECK(http.accepted == 1);
+  }
+}
+
+TEST_CASE("a busy host that drops handshakes is retried, then joined", "[rendezvous]") {
+  Fixture f;
+  // The first connections closed without a word, as a flooded host drops pending handshakes;
+  // then the host answers on the same port.
+  auto dropper = std::make_unique<StrangeListener>(f.io, "");
+  const int port = dropper->port();
+  ClientOptions o;
+  o.deadline = 30s;
+  o.connection.handshake_timeout = 300ms;
+  LoneClient c(f.io, port, o);
+  REQUIRE(run_until(
+      f.io, [&] { return dropper->accepted >= 2; }, 10s));
+  dropper.reset();
+  ServerOptions so = server_options(1, 1);
+  so.log = [&f](const std::string& line) { f.server_log.push_back(line); };
+  f.server = std::make_unique<RendezvousServer>(f.io, std::move(so));
+  f.server->listen(asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), port));
+  REQUIRE(run_until(
+      f.io, [&] { return f.server->admitted_connections() == 1; }, 10s));
+  CHECK_FALSE(c.stop);
 }
 
 TEST_CASE("connections closed during the handshake are retried, and the deadline says so",

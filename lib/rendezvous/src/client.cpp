@@ -54,6 +54,33 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     end(stops_.not_a_host(what));
   }
 
+  // What the peer sent so far, in words.
+  std::string what_was_sent() const {
+    return ClientStops::sent(connection_->head(),
+                             connection_->received() > connection_->head().size());
+  }
+
+  // No answer to the hello within the handshake timeout. A trainrun host answers a hello as soon
+  // as it reads it, and closes what it cannot serve (a flood, its end), so a peer that holds
+  // the connection and says nothing is not one: no retry. Told that our side is done, many
+  // programs say who they are (an HTTP server answers 400), which names them better.
+  void on_silence() {
+    silent_ = true;
+    connection_->finish_sending();
+    std::weak_ptr<Impl> weak = shared_from_this();
+    timer_.expires_after(options_.connection.reject_linger);
+    timer_.async_wait([weak](error_code e) {
+      auto self = weak.lock();
+      if (e || !self || self->state_ != State::handshaking) return;
+      self->not_a_host(self->silence());
+    });
+  }
+
+  std::string silence() const {
+    return fmt::format("it accepted the connection and sent nothing within {:.0f} s",
+                       in_seconds(options_.connection.handshake_timeout));
+  }
+
   // A connection lost before admission: the connector tries again within the same deadline.
   void retry(const std::string& why) {
     timer_.cancel();
@@ -80,12 +107,11 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
         });
     connection_->send(encode(ClientMessage{handshake_->hello()}));
     timer_.expires_after(options_.connection.handshake_timeout);
+    silent_ = false;
     timer_.async_wait([weak](error_code e) {
       auto self = weak.lock();
       if (e || !self || self->state_ != State::handshaking) return;
-      self->connection_->close_now();
-      self->retry(fmt::format("no answer to the handshake within {:.0f} s",
-                              in_seconds(self->options_.connection.handshake_timeout)));
+      self->on_silence();
     });
   }
 
@@ -98,7 +124,20 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
       return end(stops_.tampered(why, state_ == State::admitted));
     }
     if (state_ == State::handshaking) {
-      if (violation) return not_a_host("it sent data that is not a trainrun frame: " + why);
+      if (violation) return not_a_host(what_was_sent());
+      // Every frame's length is below 2^24: a first byte that is not 0 begins none, however
+      // short what came before the close.
+      if (!connection_->head().empty() && connection_->head()[0] != '\0')
+        return not_a_host(what_was_sent());
+      if (silent_) {
+        return not_a_host(connection_->received() > 0
+                              ? fmt::format("{} after {:.0f} s, once this end had stopped sending",
+                                            what_was_sent(),
+                                            in_seconds(options_.connection.handshake_timeout))
+                              : silence());
+      }
+      // Closed without an answer: a trainrun host does that to pending handshakes when flooded,
+      // and when its job ends; the connector tries again within the same deadline.
       return retry(why + " during the handshake");
     }
     if (state_ == State::admitted) end(stops_.server_lost(why));
@@ -111,7 +150,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     } catch (const ProtocolError& e) {
       if (state_ == State::handshaking) {
         return not_a_host(
-            fmt::format("it sent a message that is not the trainrun protocol: {}", e.what()));
+            fmt::format("{} (not a trainrun message: {})", what_was_sent(), e.what()));
       }
       return end(stops_.invalid_message(e.what()));
     }
@@ -265,6 +304,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   ClientStops stops_{to_string(options_.endpoint)};
   State state_ = State::idle;
   asio::steady_timer timer_;  // the handshake's deadline
+  bool silent_ = false;       // the handshake timed out: this end has stopped sending
   std::shared_ptr<Connector> connector_;
   std::shared_ptr<KeepAlive> keep_alive_;
   std::shared_ptr<FramedConnection> connection_;

@@ -5,11 +5,24 @@
 namespace trainrun::rendezvous {
 
 Stop ClientStops::not_a_host(const std::string& what) const {
-  return Stop{StopCause::rejected,
-              fmt::format("rendezvous endpoint {}: the process listening there is not a trainrun "
-                          "rendezvous host ({})",
-                          endpoint, what),
-              Refusal::not_a_host};
+  return Stop{
+      StopCause::rejected,
+      fmt::format("rendezvous endpoint {} answers, but not as a trainrun rendezvous host: {}",
+                  endpoint, what),
+      Refusal::not_a_host};
+}
+
+std::string ClientStops::sent(std::string_view head, bool more) {
+  std::string shown;
+  for (const char ch : head) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c < 0x7F && c != '\\') {
+      shown += ch;
+    } else {
+      shown += fmt::format("\\x{:02x}", c);
+    }
+  }
+  return fmt::format("it sent \"{}\"{}", shown, more ? "..." : "");
 }
 
 Stop ClientStops::tampered(const std::string& why, bool admitted) const {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -57,6 +58,10 @@ void FramedConnection::read_more() {
       self->fail(ec == asio::error::eof ? std::string("connection closed by peer") : ec.message());
       return;
     }
+    if (self->head_.size() < kHeadBytes) {
+      self->head_.append(self->read_buffer_.data(), std::min(n, kHeadBytes - self->head_.size()));
+    }
+    self->received_ += n;
     std::size_t used = 0;
     try {
       while (used < n && !self->closing_) {
@@ -150,10 +155,16 @@ void FramedConnection::write_more() {
       front_sent_ = 0;
     }
   }
-  if (closing_) {
+  if (closing_ || sending_finished_) {
     error_code ignored;
     socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
   }
+}
+
+void FramedConnection::finish_sending() {
+  if (closing_ || shut_down_) return;
+  sending_finished_ = true;
+  write_more();
 }
 
 void FramedConnection::write_failed(const std::string& why) {

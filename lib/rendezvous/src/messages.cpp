@@ -315,8 +315,8 @@ constexpr std::string_view kStopCauses[] = {"finished",     "worker_failed",   "
                                             "left",         "preflight_failed"};
 constexpr std::string_view kRestartCauses[] = {"worker_failed", "node_lost", "scale_up"};
 constexpr std::string_view kRefusals[] = {
-    "none",      "run_id",     "token",       "node_rank",    "rank_taken",
-    "port_held", "not_a_host", "unreachable", "no_handshake", "foreign_state"};
+    "none",       "run_id",      "token",        "node_rank",     "rank_taken",   "port_held",
+    "not_a_host", "unreachable", "no_handshake", "foreign_state", "state_version"};
 
 template <class Enum, std::size_t N>
 Enum get_enum(const json& j, const char* key, const std::string_view (&names)[N]) {

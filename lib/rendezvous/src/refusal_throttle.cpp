@@ -9,6 +9,11 @@
 namespace trainrun::rendezvous {
 
 bool RefusalThrottle::admit(const std::string& kind, Clock::time_point now) {
+  // A kind not seen yet is said with its reason whatever the interval, which it leaves as it is.
+  if (said_.insert(kind).second) {
+    if (!last_logged_) last_logged_ = now;
+    return true;
+  }
   if (last_logged_ && now - *last_logged_ < interval_) {
     ++held_[kind];
     return false;

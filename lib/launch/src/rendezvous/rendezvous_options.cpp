@@ -282,6 +282,8 @@ std::string rendezvous_hint(const rendezvous::Stop& stop) {
       {Refusal::no_handshake,
        "is a trainrun agent of this job hosting it, and is --rdzv-endpoint right?"},
       {Refusal::foreign_state, "use another --rdzv-id"},
+      {Refusal::state_version,
+       "run every agent of the job with one version of trainrun, or use another --rdzv-id"},
   };
   const auto it = hints.find(stop.refusal);
   return it == hints.end() ? "" : it->second;

@@ -139,10 +139,10 @@ EtcdRoundState decode_state(const std::string& text) {
     json j = json::parse(text);
     const int layout = j.is_object() ? j.value("layout", 1) : 0;
     if (layout != kEtcdStateLayout) {
-      throw ProtocolError(fmt::format(
-          "state: layout {} was written by another version of trainrun (this one reads layout "
-          "{}); run every agent of the job with one version, or use another --rdzv-id",
-          layout, kEtcdStateLayout));
+      throw StateLayoutError(
+          fmt::format("state: layout {} was written by another version of trainrun (this one "
+                      "reads layout {})",
+                      layout, kEtcdStateLayout));
     }
     EtcdRoundState s;
     s.generation = j.at("generation").get<std::uint64_t>();

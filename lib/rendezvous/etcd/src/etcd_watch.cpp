@@ -34,11 +34,13 @@ bool EtcdWatch::parse(const json& j, EtcdSnapshot& s) {
     s = space_.snapshot(j);
     return true;
   } catch (const std::exception& e) {
+    // What the user can do differs: run one version, or (both) choose another run id.
+    const bool other_version = dynamic_cast<const StateLayoutError*>(&e) != nullptr;
     hooks_.fail(Stop{StopCause::rejected,
                      fmt::format("the rendezvous state in etcd at {} under {} is not one this "
                                  "trainrun wrote ({})",
                                  endpoint_, space_.prefix(), e.what()),
-                     Refusal::foreign_state});
+                     other_version ? Refusal::state_version : Refusal::foreign_state});
     return false;
   }
 }

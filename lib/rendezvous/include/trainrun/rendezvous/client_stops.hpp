@@ -1,6 +1,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "trainrun/rendezvous/messages.hpp"
 
@@ -11,7 +12,8 @@ namespace trainrun::rendezvous {
 struct ClientStops {
   std::string endpoint;
 
-  // The endpoint answered, but not with the protocol: no retry can change that.
+  // The endpoint answered, but not with the protocol: no retry can change that. `what`: what it
+  // sent (sent()), or that it sent nothing.
   Stop not_a_host(const std::string& what) const;
   // A sealed frame did not open: someone between this node and the server altered it.
   Stop tampered(const std::string& why, bool admitted) const;
@@ -24,6 +26,10 @@ struct ClientStops {
   Stop refused_server(const std::string& why) const;
   // A join refused after admission (or by the rules, on etcd).
   Stop dropped(const Reject& reject) const;
+
+  // `it sent "..."`: the first bytes a peer sent, printable ASCII as it is and every other byte
+  // as \xNN (it may be binary, or not UTF-8), then "..." when `more` followed them.
+  static std::string sent(std::string_view head, bool more);
 };
 
 }  // namespace trainrun::rendezvous

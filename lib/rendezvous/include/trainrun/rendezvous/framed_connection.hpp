@@ -62,6 +62,16 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   // it resumes), then closes at once. No handler is called after this.
   void abandon();
 
+  // Half-closes once what is queued is sent, and goes on reading: what the peer says to the end
+  // of our input still comes through the handlers (a client's last question to a silent peer).
+  void finish_sending();
+
+  // The first bytes received on this connection (at most kHeadBytes) and the count of all of
+  // them: what a peer that is not a trainrun one sent, to name it.
+  static constexpr std::size_t kHeadBytes = 48;
+  const std::string& head() const { return head_; }
+  std::size_t received() const { return received_; }
+
   bool closing() const { return closing_; }
   const std::string& peer() const { return peer_; }
   boost::asio::ip::tcp::socket& socket() { return socket_; }
@@ -87,6 +97,9 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   bool write_failed_ = false;
   bool closing_ = false;
   bool shut_down_ = false;
+  bool sending_finished_ = false;
+  std::string head_;
+  std::size_t received_ = 0;
   bool overflowed_ = false;  // too much unsent: failing soon, send nothing more
   std::shared_ptr<ByteBudget> budget_;
   std::size_t charged_ = 0;  // what decoder_ holds, as counted in budget_

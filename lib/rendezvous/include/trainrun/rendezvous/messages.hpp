@@ -132,6 +132,7 @@ enum class Refusal {
   unreachable,    // no connection to the endpoint before the deadline
   no_handshake,   // connections, but none admitted before the deadline
   foreign_state,  // etcd: the state under the run id is not one trainrun wrote
+  state_version,  // etcd: the state under the run id was written by another trainrun version
 };
 
 std::string_view to_string(StopCause cause);

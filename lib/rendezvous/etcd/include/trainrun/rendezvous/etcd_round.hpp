@@ -42,7 +42,14 @@ struct EtcdRoundState : RoundState {
 };
 
 std::string encode_state(const EtcdRoundState& state);
-// Throws ProtocolError for a value that is not a state this version wrote.
+// A state of another layout than this version's: another version of trainrun wrote it.
+class StateLayoutError : public ProtocolError {
+ public:
+  using ProtocolError::ProtocolError;
+};
+
+// Throws ProtocolError for a value that is not a state this version wrote (StateLayoutError when
+// it is one of another layout).
 EtcdRoundState decode_state(const std::string& text);
 
 // What a change of the state was, in a few bytes: written beside the state (key `round`) in the
