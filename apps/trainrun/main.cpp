@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
     }
     if (remote) {
       outcome.config.rdzv_conf.token.handed_over = remote->token;
+      std::string note;
+      launch::use_launcher_python(outcome.config, remote->python, &note);
+      if (!note.empty()) launch::say(note, launch::Level::warning);
       launch::watch_launcher(
           outcome.config.stop_signals.empty() ? SIGTERM : outcome.config.stop_signals.front());
     }

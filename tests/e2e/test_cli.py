@@ -1,10 +1,12 @@
 """Command line: validation, help, version, PET_* defaults, entrypoint checks."""
 import os
 import re
+import shutil
+import subprocess
 
 import pytest
 
-from conftest import run
+from conftest import TRAINRUN, run
 
 BAD = [
     (["--nnodes=0", "x"], "--nnodes=0"),
@@ -217,3 +219,28 @@ def test_more_workers_than_the_machine_can_hold_are_refused_before_anything_star
     assert lines[0].startswith("trainrun: PET_NPROC_PER_NODE=1000000: more workers than one node "
                                "can run: at most ")
     assert os.listdir(tmp_path) == []
+
+
+def test_trainrun_of_a_virtual_environment_runs_its_python_unactivated(tmp_path):
+    """`venv/bin/trainrun train.py`, the environment not activated, runs venv/bin/python3 as
+    torchrun runs its own sys.executable; PYTHON_EXEC still wins."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (venv / "bin" / "python3").symlink_to("/usr/bin/python3")
+    shutil.copy(TRAINRUN, venv / "bin" / "trainrun")
+    script, out = tmp_path / "which.py", tmp_path / "which"
+    script.write_text("import sys\nopen(sys.argv[1], 'w').write(sys.executable)\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHON_EXEC", "VIRTUAL_ENV", "CONDA_PREFIX")}
+    r = subprocess.run([str(venv / "bin" / "trainrun"), "-v", str(script), str(out)],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    assert out.read_text() == str(venv / "bin" / "python3")
+    assert (f"Python workers run {venv / 'bin' / 'python3'} (Python "
+            in r.stderr and "; the environment trainrun is installed in)" in r.stderr), r.stderr
+    r = subprocess.run([str(venv / "bin" / "trainrun"), str(script), str(out)],
+                       capture_output=True, text=True, timeout=60,
+                       env=dict(env, PYTHON_EXEC="/usr/bin/python3"))
+    assert r.returncode == 0, r.stderr
+    assert out.read_text() == "/usr/bin/python3"

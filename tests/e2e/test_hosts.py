@@ -367,3 +367,28 @@ def test_a_remote_agent_of_another_version_names_both(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "this host runs trainrun " in r.stderr
     assert "the launching machine trainrun 0.0.0-other; install the same version" in r.stderr
+
+
+WHICH_PYTHON = ("import os, sys\n"
+                "open(os.path.join(sys.argv[1], os.environ['RANK']), 'w').write(sys.executable)\n")
+
+
+def test_the_launchers_activated_environment_runs_the_workers_on_every_host(hosts, netns_pair,
+                                                                             tmp_path):
+    """An activated virtual environment does not reach the remote shells (ssh starts a fresh
+    login): the launcher hands its interpreter over, and every host that has it runs it."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (venv / "bin" / "python3").symlink_to("/usr/bin/python3")
+    script, out = tmp_path / "which.py", tmp_path / "which"
+    script.write_text(WHICH_PYTHON)
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON_EXEC", "CONDA_PREFIX")}
+    env.update(VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}:{env.get('PATH', '')}")
+    job = hosts.launch([f"--hosts={host_list(netns_pair, 1)}", JOIN, str(script), str(out)],
+                       cwd=tmp_path, env=env)
+    _, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    used = {name: (out / name).read_text() for name in os.listdir(out)}
+    assert used == {"0": str(venv / "bin" / "python3"), "1": str(venv / "bin" / "python3")}, used

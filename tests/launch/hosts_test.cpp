@@ -9,6 +9,7 @@
 #include "trainrun/launch/hosts/host_list.hpp"
 #include "trainrun/launch/hosts/hosts_plan.hpp"
 #include "trainrun/launch/hosts/line_dedup.hpp"
+#include "trainrun/launch/hosts/remote_agent.hpp"
 
 using namespace trainrun::launch;
 using Names = std::vector<std::string>;
@@ -190,13 +191,40 @@ TEST_CASE("forwarded variables: env files, then -x", "[hosts]") {
 }
 
 TEST_CASE("the handover line goes there and back", "[hosts]") {
-  const std::string line = encode_handover({"t0k", {{"A", "x\ny"}}});
+  const std::string line = encode_handover({"t0k", {{"A", "x\ny"}}, "/opt/venv/bin/python3"});
   CHECK(line.back() == '\n');
   CHECK(std::count(line.begin(), line.end(), '\n') == 1);
   const Handover back = decode_handover(line.substr(0, line.size() - 1));
   CHECK(back.token == "t0k");
   CHECK(back.env.at("A") == "x\ny");
+  CHECK(back.python == "/opt/venv/bin/python3");
   CHECK(refusal([] { decode_handover("hello"); }).rfind("--remote-agent: standard input", 0) == 0);
+}
+
+TEST_CASE("an agent runs the launcher's Python where it exists and PYTHON_EXEC leaves it open",
+          "[hosts]") {
+  LaunchConfig python_job;
+  python_job.entry_mode = EntryMode::python_script;
+  std::string note;
+  LaunchConfig c = python_job;
+  use_launcher_python(c, "/bin/sh", &note);
+  CHECK((c.python_exec == "/bin/sh" && c.python_source == PythonSource::launcher));
+  CHECK(note.empty());
+  c = python_job;
+  use_launcher_python(c, "/nonexistent/venv/bin/python3", &note);
+  CHECK((c.python_exec == "python3" && c.python_source == PythonSource::path));
+  CHECK(note.rfind("the launcher's Python /nonexistent/venv/bin/python3 is not on this host", 0) ==
+        0);
+  note.clear();
+  c = python_job;
+  c.python_exec = "/opt/py";
+  c.python_source = PythonSource::variable;
+  use_launcher_python(c, "/bin/sh", &note);
+  CHECK((c.python_exec == "/opt/py" && note.empty()));
+  LaunchConfig binary;
+  binary.entry_mode = EntryMode::executable;
+  use_launcher_python(binary, "/bin/sh", &note);
+  CHECK((binary.python_source == PythonSource::path && note.empty()));
 }
 
 TEST_CASE("a worker line's host and rank", "[hosts]") {

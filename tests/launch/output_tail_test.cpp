@@ -54,14 +54,14 @@ TEST_CASE("a stream's tail has its control characters escaped") {
 }
 
 TEST_CASE("which Python: the -v line and the hint for an interpreter without torch") {
-  PythonExec p{"/usr/bin/python3", false, "3.11.2"};
+  PythonExec p{"/usr/bin/python3", PythonSource::path, "3.11.2"};
   CHECK(
       python_line(p) ==
       "Python workers run /usr/bin/python3 (Python 3.11.2; python3 from PATH, PYTHON_EXEC unset)");
   CHECK(missing_torch_hint(0, p) ==
         "rank 0's Python (/usr/bin/python3, 3.11.2) has no module torch: set PYTHON_EXEC to the "
         "python of your environment, or activate it");
-  PythonExec q{"/opt/py", true, ""};
+  PythonExec q{"/opt/py", PythonSource::variable, ""};
   CHECK(python_line(q) == "Python workers run /opt/py (version unknown; from PYTHON_EXEC)");
   CHECK(missing_torch_hint(3, q).rfind("rank 3's Python (/opt/py, from PYTHON_EXEC) has", 0) == 0);
 

@@ -61,6 +61,17 @@ TEST_CASE("a node that runs another script, trainrun, Python or torch is named",
         "node1 runs trainrun 0.9.0, node0 (group rank 0) trainrun 0.8.0: install the same "
         "version on every node (a warning with --preflight=warn)");
   CHECK(f[1].line.find("node0 (group rank 0)'s torch (none)") != std::string::npos);
+
+  // The same version elsewhere is another interpreter, which may not import the same torch.
+  PreflightOffer mine = offer();
+  mine.python = "3.11.2 (/home/me/venv/bin/python3)";
+  other = offer();
+  other.python = "3.11.2 (/usr/bin/python3)";
+  f = consistency_findings(kMe, mine, {node0(other)}, PreflightMode::on);
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].line ==
+        "node1's workers run Python 3.11.2 (/home/me/venv/bin/python3), node0 (group rank 0)'s "
+        "Python 3.11.2 (/usr/bin/python3): use the same environment on every node (PYTHON_EXEC)");
 }
 
 TEST_CASE("MASTER_ADDR must resolve, and not to loopback where rank 0 runs elsewhere",

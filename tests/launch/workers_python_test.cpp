@@ -7,7 +7,7 @@
 using namespace trainrun::launch;
 
 TEST_CASE("a program that is no Python has no version and gets torch 2.x's variables", "[agent]") {
-  WorkersPython python("/bin/true", {});
+  WorkersPython python("/bin/true", PythonSource::path);
   std::vector<std::string> said;
   const auto major = python.inspect([&](const std::string& line, Level) { said.push_back(line); });
   CHECK_FALSE(major);
@@ -18,8 +18,8 @@ TEST_CASE("a program that is no Python has no version and gets torch 2.x's varia
 }
 
 TEST_CASE("the hint for a missing torch names the interpreter and PYTHON_EXEC", "[agent]") {
-  WorkersPython from_path("/bin/true", {});
-  WorkersPython from_variable("/bin/true", {{"PYTHON_EXEC", "/bin/true"}});
+  WorkersPython from_path("/bin/true", PythonSource::path);
+  WorkersPython from_variable("/bin/true", PythonSource::variable);
   const std::string path_hint = from_path.missing_torch_hint(3);
   CHECK(path_hint.find("rank 3") != std::string::npos);
   CHECK(path_hint.find("/bin/true") != std::string::npos);

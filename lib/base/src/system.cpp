@@ -111,6 +111,12 @@ double unix_time() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
+std::string self_exe() {
+  char buffer[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buffer, sizeof buffer - 1);
+  return n > 0 ? std::string(buffer, static_cast<std::size_t>(n)) : "";
+}
+
 std::string read_small_file(const std::string& path) {
   try {
     return read_regular_file(path, std::size_t{64} << 20);

@@ -197,8 +197,11 @@ class Agent {
     hooks.failed = [this](const std::string& line) { rdzv_->handler().abort(line); };
     hooks.over = [this] { return policy_.done(); };
     preflight_.open(
-        preflight_local_run(config_, program_, job_.python_workers ? python_.version() : "",
-                            job_.python_workers ? python_.torch_version() : ""),
+        // The interpreter by version and path: one of the same version elsewhere may lack torch.
+        preflight_local_run(
+            config_, program_,
+            job_.python_workers ? fmt::format("{} ({})", python_.version(), python_.program()) : "",
+            job_.python_workers ? python_.torch_version() : ""),
         std::move(hooks));
   }
 
@@ -314,7 +317,7 @@ class Agent {
       program_,  host_,
       policy_,   summary_,
       logs_,     {[this](const AgentAction& a) { carry_out(a); }, consoles_.sayer()}};
-  WorkersPython python_{program_, inherited_};
+  WorkersPython python_{program_, config_.python_source};
   bool dumps_listed_ = false;
   int exit_code_ = 0;
   std::optional<Clock::time_point> ended_;

@@ -6,10 +6,8 @@
 
 namespace trainrun::launch {
 
-WorkersPython::WorkersPython(const std::string& program,
-                             const std::map<std::string, std::string>& inherited)
-    : exec_{program, inherited.count("PYTHON_EXEC") != 0 && !inherited.at("PYTHON_EXEC").empty(),
-            ""} {}
+WorkersPython::WorkersPython(const std::string& program, PythonSource source)
+    : exec_{program, source, ""} {}
 
 std::optional<int> WorkersPython::inspect(
     const std::function<void(const std::string&, Level)>& say) {

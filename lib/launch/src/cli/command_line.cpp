@@ -500,7 +500,9 @@ void read_entrypoint(const GivenValues& g, const std::vector<std::string>& rest,
   c.entry_args.assign(rest.begin() + static_cast<std::ptrdiff_t>(entry) + 1, rest.end());
 
   auto py = env.find("PYTHON_EXEC");
-  c.python_exec = (py != env.end() && !py->second.empty()) ? py->second : "python3";
+  const bool python_given = py != env.end() && !py->second.empty();
+  c.python_exec = python_given ? py->second : "python3";
+  c.python_source = python_given ? PythonSource::variable : PythonSource::path;
   if (c.module)
     c.entry_mode = EntryMode::python_module;
   else if (c.no_python)

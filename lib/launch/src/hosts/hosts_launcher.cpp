@@ -28,6 +28,7 @@
 #include "trainrun/launch/hosts/ssh_process.hpp"
 #include "trainrun/launch/version.hpp"
 #include "trainrun/launch/workers/failure.hpp"
+#include "trainrun/launch/workers/python_exec.hpp"
 
 namespace trainrun::launch {
 
@@ -58,10 +59,9 @@ std::optional<std::string> read_text_file(const std::string& path) {
 }
 
 std::string own_executable() {
-  char buffer[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
-  if (n <= 0) throw SetupError("cannot find trainrun's own path (/proc/self/exe)");
-  return std::string(buffer, static_cast<size_t>(n));
+  std::string path = self_exe();
+  if (path.empty()) throw SetupError("cannot find trainrun's own path (/proc/self/exe)");
+  return path;
 }
 
 std::string working_directory() {
@@ -92,13 +92,16 @@ class HostsRun {
         output_(options.dedup, kDedupWindow),
         outcome_(names_of(hosts_), self_) {}
 
-  int run(const std::map<std::string, std::string>& forwarded) {
+  int run(const std::map<std::string, std::string>& forwarded,
+          const std::map<std::string, std::string>& env) {
     install_signals();
     const std::string cwd = working_directory();
     const std::string token = random_hex(64);
+    // The agents run the interpreter chosen here, where it exists on their host.
+    const std::string python = handed_python(env, self_, cwd);
     say(fmt::format("starting {} agents over ssh: {}", hosts_.size(), host_names()));
     for (size_t i = 0; i < hosts_.size(); ++i) {
-      Handover handover{token, forwarded};
+      Handover handover{token, forwarded, python};
       if (!hosts_[i].devices.empty()) {
         std::string list;
         for (int d : hosts_[i].devices) list += (list.empty() ? "" : ",") + std::to_string(d);
@@ -337,7 +340,7 @@ int run_hosts(const HostsOptions& options, const std::map<std::string, std::stri
       filter_hosts(read_host_list(options), options.include, options.exclude);
   const auto forwarded = forwarded_environment(env_files(env), options.forward_env, env);
   HostsRun run(options, std::move(hosts), own_executable());
-  return run.run(forwarded);
+  return run.run(forwarded, env);
 }
 
 }  // namespace trainrun::launch

@@ -122,7 +122,8 @@ std::map<std::string, std::string> forwarded_environment(
 }
 
 std::string encode_handover(const Handover& handover) {
-  nlohmann::json j = {{"token", handover.token}, {"env", handover.env}};
+  nlohmann::json j = {
+      {"token", handover.token}, {"env", handover.env}, {"python", handover.python}};
   return j.dump() + "\n";
 }
 
@@ -132,6 +133,7 @@ Handover decode_handover(const std::string& line) {
     const nlohmann::json j = nlohmann::json::parse(line);
     out.token = j.at("token").get<std::string>();
     out.env = j.at("env").get<std::map<std::string, std::string>>();
+    out.python = j.value("python", "");
   } catch (const nlohmann::json::exception&) {
     throw UsageError(
         "--remote-agent: standard input does not hold a launcher's handover; this option is for "

@@ -69,7 +69,25 @@ std::optional<RemoteAgent> take_remote_agent(std::vector<std::string>& args) {
   const Handover handover = decode_handover(read_handover_line());
   for (const auto& [name, value] : handover.env) ::setenv(name.c_str(), value.c_str(), 1);
   args.erase(args.begin());
-  return RemoteAgent{handover.token};
+  return RemoteAgent{handover.token, handover.python};
+}
+
+void use_launcher_python(LaunchConfig& config, const std::string& python, std::string* note) {
+  if (python.empty() || config.entry_mode == EntryMode::executable ||
+      config.python_source == PythonSource::variable)
+    return;
+  // A bare name is looked up on this host's PATH, as PYTHON_EXEC's would be.
+  const bool here = python.find('/') == std::string::npos || ::access(python.c_str(), X_OK) == 0;
+  if (here) {
+    config.python_exec = python;
+    config.python_source = PythonSource::launcher;
+  } else {
+    *note = fmt::format(
+        "the launcher's Python {} is not on this host: its workers run this host's own choice "
+        "(PYTHON_EXEC, the activated environment, trainrun's, or python3 on PATH); install the "
+        "same environment at the same path, or -x PYTHON_EXEC",
+        python);
+  }
 }
 
 void watch_launcher(int stop_signal) {

@@ -8,6 +8,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "trainrun/base/system.hpp"
+#include "trainrun/launch/workers/python_exec.hpp"
+
 namespace trainrun::launch {
 
 namespace {
@@ -105,6 +108,12 @@ ResolvedEntry resolve_entrypoint(const LaunchConfig& config,
   if (c.entry_mode == EntryMode::executable) {
     r.program = resolve_program(c.entrypoint, env, "");
     return r;
+  }
+  if (c.python_source == PythonSource::path) {
+    if (auto chosen = environment_python(env, self_exe())) {
+      c.python_exec = chosen->first;
+      c.python_source = chosen->second;
+    }
   }
   r.program = resolve_program(c.python_exec, env, " (set PYTHON_EXEC to the Python interpreter)");
   if (c.entry_mode == EntryMode::python_script) {

@@ -34,6 +34,9 @@ double unix_time();
 // sysctl: thousands of agents connecting at once then have SYNs dropped and retried after 1 s).
 inline constexpr int kListenBacklog = 65535;
 
+// This program's own executable (/proc/self/exe); "" where it cannot be read.
+std::string self_exe();
+
 // The whole of a small file (a /proc entry, a registry entry), at most 64 MiB; empty when it
 // cannot be read (read_regular_file).
 std::string read_small_file(const std::string& path);

@@ -10,12 +10,11 @@
 
 namespace trainrun::launch {
 
-// The interpreter that runs the Python workers (`program`: PYTHON_EXEC's when `inherited` sets
-// it, else the python3 on PATH), asked about only where something needs it: its version, once,
-// and the PyTorch it would import.
+// The interpreter that runs the Python workers (`program`, resolved from `source`), asked about
+// only where something needs it: its version, once, and the PyTorch it would import.
 class WorkersPython {
  public:
-  WorkersPython(const std::string& program, const std::map<std::string, std::string>& inherited);
+  WorkersPython(const std::string& program, PythonSource source);
 
   // Says (at debug level, asking only when that is shown) which interpreter runs the workers,
   // and which PyTorch they will import; returns its major version, for the variables only
@@ -23,6 +22,8 @@ class WorkersPython {
   std::optional<int> inspect(const std::function<void(const std::string&, Level)>& say);
   // The interpreter's version ("" when it does not answer), asked the first time it is needed.
   const std::string& version();
+  // The interpreter, as the workers' argv[0] names it.
+  const std::string& program() const { return exec_.program; }
   // The version of the torch inspect() found ("" when none).
   const std::string& torch_version() const { return torch_version_; }
   // Why rank `rank` found no module torch, and what to do.

@@ -23,6 +23,12 @@ struct StdSpec {
 
 enum class EntryMode { python_script, python_module, executable };
 
+// Where the workers' Python comes from, in this order of precedence (docs/cli.md): PYTHON_EXEC;
+// the interpreter the --hosts launcher chose (on the hosts where it exists); the activated
+// environment (VIRTUAL_ENV, CONDA_PREFIX); the environment trainrun is installed in; python3 on
+// PATH.
+enum class PythonSource { variable, launcher, activated, own_environment, path };
+
 // The checks of a multi-node job before its workers start (preflight/): on; warn (a node that
 // runs another version or entrypoint is only warned of); off (--no-preflight).
 enum class PreflightMode { on, warn, off };
@@ -88,9 +94,10 @@ struct LaunchConfig {
   std::string summary_file;                 // --summary-file: JSON job summary at exit
 
   EntryMode entry_mode = EntryMode::executable;
-  std::string python_exec = "python3";  // $PYTHON_EXEC, for scripts and modules
-  std::string entrypoint;               // as given on the command line
-  std::vector<std::string> entry_args;  // arguments after the entrypoint, untouched
+  std::string python_exec = "python3";              // $PYTHON_EXEC, for scripts and modules
+  PythonSource python_source = PythonSource::path;  // where python_exec came from
+  std::string entrypoint;                           // as given on the command line
+  std::vector<std::string> entry_args;              // arguments after the entrypoint, untouched
 };
 
 }  // namespace trainrun::launch

@@ -54,6 +54,7 @@ std::map<std::string, std::string> forwarded_environment(
 struct Handover {
   std::string token;
   std::map<std::string, std::string> env;
+  std::string python;  // the launcher's handed_python(); "" for none
 };
 std::string encode_handover(const Handover& handover);
 Handover decode_handover(const std::string& line);

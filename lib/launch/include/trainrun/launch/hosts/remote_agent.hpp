@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "trainrun/launch/core/launch_config.hpp"
+
 namespace trainrun::launch {
 
 // The agent's side of --hosts: `trainrun --remote-agent=VERSION ARGS...`, as the launching
@@ -12,8 +14,14 @@ namespace trainrun::launch {
 inline constexpr const char* kRemoteAgentOption = "--remote-agent=";
 
 struct RemoteAgent {
-  std::string token;  // the job's rendezvous token, handed over on standard input
+  std::string token;   // the job's rendezvous token, handed over on standard input
+  std::string python;  // the interpreter the launcher chose (Handover::python), "" for none
 };
+
+// The workers' Python of an agent the launcher handed `python` to: that one where PYTHON_EXEC
+// leaves the choice open (`config` from this host's command line) and it exists here; where it
+// does not, this host's own choice and a line saying so (`note`). Changes only Python jobs.
+void use_launcher_python(LaunchConfig& config, const std::string& python, std::string* note);
 
 // When args[0] is --remote-agent=VERSION: refuses another version than this trainrun's (naming
 // both) and a terminal on standard input, reads the launcher's handover line from standard input

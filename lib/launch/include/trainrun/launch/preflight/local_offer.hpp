@@ -11,7 +11,7 @@ namespace trainrun::launch {
 struct LocalRun {
   std::string entrypoint;
   std::string entrypoint_file;
-  std::string python;  // the workers' Python version, "" when they do not run Python
+  std::string python;  // the workers' Python: "3.11.2 (/usr/bin/python3)"; "" for no Python
   std::string torch;   // its torch version, "" when none
 };
 
