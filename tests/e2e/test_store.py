@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import TRAINRUN, wait_for
+from conftest import TRAINRUN, sanitized, wait_for
 
 MiB = 1024 * 1024
 # StoreLimits::max_held_bytes: everything the store holds (docs/protocol.md).
@@ -138,7 +138,8 @@ def test_clients_that_do_not_read_neither_grow_the_agent_nor_stop_the_job(tmp_pa
     assert out.splitlines() == ["store ok"]
     # The value, one connection's unsent replies (16 MiB and one more) and the refused reply's
     # count: far below the bound, which the refused reply alone passed.
-    assert grown_mib < 96, f"the agent grew by {grown_mib:.0f} MiB"
+    # (Under AddressSanitizer RSS is its allocator's: the closed connection and the line say it.)
+    assert grown_mib < 96 or sanitized(), f"the agent grew by {grown_mib:.0f} MiB"
     lines = store_lines(job.err())
     assert len(lines) == 1, job.err()
     assert lines[0].startswith("trainrun: c10d store: closed the connection from 127.0.0.1:")
