@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   limits.max_value_bytes = 256;
   limits.max_keys_per_request = 16;
   limits.max_request_bytes = 2048;
-  limits.max_stored_bytes = 4096;
+  limits.max_held_bytes = 4096;
   StoreRequestDecoder decoder(limits);
   StoreData store(limits);
   const std::string input(reinterpret_cast<const char*>(data), size);
@@ -32,11 +32,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         for (const auto& k : request->keys) FUZZ_CHECK(k.size() <= limits.max_key_bytes);
         try {
           // Two clients take turns, so that waits of one are woken by the other.
-          for (const auto& reply : store.handle(1 + reencoded.size() % 2, *request))
+          for (const auto& reply : store.handle(1 + reencoded.size() % 2, std::move(*request)))
             FUZZ_CHECK(reply.client == 1 || reply.client == 2);
         } catch (const StoreError&) {
         }
-        FUZZ_CHECK(store.stored_bytes() <= limits.max_stored_bytes);
+        FUZZ_CHECK(store.stored_bytes() <= limits.max_held_bytes);
       }
     }
   } catch (const StoreError&) {

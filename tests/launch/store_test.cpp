@@ -1,10 +1,15 @@
 #include <fmt/format.h>
+#include <malloc.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cstring>
+#include <fstream>
 
 #include "parse_helpers.hpp"
 #include "trainrun/launch/agent/agent_store.hpp"
@@ -138,6 +143,27 @@ TEST_CASE("the decoder refuses what torch 2.x never sends") {
   }
 }
 
+TEST_CASE("a large request in small pieces is parsed once, each byte once") {
+  // A MULTI_SET of 8 MB in 8,192 pairs, as the socket hands it over: 64 KiB at a time.
+  std::vector<std::string> keys, values;
+  for (int i = 0; i < 8192; ++i) {
+    keys.push_back(fmt::format("key/{}", i));
+    values.push_back(std::string(1000, static_cast<char>('a' + i % 26)));
+  }
+  const StoreRequest sent = req(StoreQuery::multi_set, keys, values);
+  const std::string wire = encode_request(validate()) + encode_request(sent);
+  StoreRequestDecoder d;
+  std::vector<StoreRequest> got;
+  for (std::size_t i = 0; i < wire.size(); i += 64 * 1024) {
+    d.feed(wire.data() + i, std::min<std::size_t>(64 * 1024, wire.size() - i));
+    while (auto r = d.next()) got.push_back(std::move(*r));
+  }
+  REQUIRE(got.size() == 2);
+  CHECK(got[1] == sent);
+  CHECK(d.parsed() == wire.size());
+  CHECK(d.buffered() == 0);
+}
+
 TEST_CASE("a partial request waits for its bytes") {
   StoreRequestDecoder d;
   const std::string wire =
@@ -234,7 +260,7 @@ TEST_CASE("store data answers as torch's server does") {
 
 TEST_CASE("store data keeps to its bound of stored bytes") {
   StoreLimits limits;
-  limits.max_stored_bytes = 10;
+  limits.max_held_bytes = 10;
   StoreData s(limits);
   CHECK(s.handle(1, req(StoreQuery::set, {"k"}, {"12345"})).empty());
   CHECK(s.stored_bytes() == 6);
@@ -242,7 +268,7 @@ TEST_CASE("store data keeps to its bound of stored bytes") {
     s.handle(1, req(StoreQuery::set, {"j"}, {"12345"}));
     FAIL("stored past the bound");
   } catch (const StoreError& e) {
-    CHECK(e.fault() == StoreFault::stored_bound);
+    CHECK(e.fault() == StoreFault::held_bound);
     CHECK_THAT(e.what(), Catch::Contains("more than its bound of 10 bytes"));
   }
   // Replacing a value counts what it frees.
@@ -442,4 +468,268 @@ TEST_CASE("a store that stops accepting still serves the connections it has") {
   CHECK_THROWS(RawClient(port));
   old.send(encode_request(validate()) + encode_request(req(StoreQuery::add, {"n"}, {}, 2)));
   CHECK(read_exactly(old, io, 8) == i64_reply(2));
+}
+
+namespace {
+
+// Kilobytes of a line of /proc/self/status (VmRSS, VmHWM): this process serves the store.
+std::size_t status_kib(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(field + ":", 0) == 0) return std::stoul(line.substr(field.size() + 1));
+  FAIL("no " << field << " in /proc/self/status");
+  return 0;
+}
+
+// AddressSanitizer's allocator keeps freed memory in quarantine, so RSS shows its memory and not
+// the store's; under it the bounds are checked through the store's own count alone.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kRssIsTheStores = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kRssIsTheStores = false;
+#else
+constexpr bool kRssIsTheStores = true;
+#endif
+#else
+constexpr bool kRssIsTheStores = true;
+#endif
+
+// Memory the process served with at most, from now on: VmHWM starts again from VmRSS.
+struct PeakMemory {
+  std::size_t base_kib;
+  PeakMemory() {
+    ::malloc_trim(0);  // what earlier tests freed does not hide what comes
+    std::ofstream("/proc/self/clear_refs") << "5";
+    base_kib = status_kib("VmRSS");
+  }
+  std::size_t grown_mib() const {
+    if (!kRssIsTheStores) return 0;
+    const std::size_t hwm = status_kib("VmHWM");
+    return hwm > base_kib ? (hwm - base_kib) / 1024 : 0;
+  }
+};
+
+constexpr std::size_t kMiB = 1024 * 1024;
+
+// Allocator pages, the test's own buffers and one request in flight, beyond the store's bound.
+constexpr std::size_t kSlackMiB = 24;
+
+// Writes without blocking while the server's loop runs; stops early if the server closes.
+void send_all(RawClient& c, asio::io_context& server_io, const std::string& bytes) {
+  c.socket.non_blocking(true);
+  std::size_t sent = 0;
+  bool failed = false;
+  run_until(server_io, [&] {
+    boost::system::error_code ec;
+    sent += c.socket.write_some(asio::buffer(bytes.data() + sent, bytes.size() - sent), ec);
+    failed = ec && ec != asio::error::would_block;
+    return failed || sent == bytes.size();
+  });
+}
+
+// A connection that does not read: the server closes it, or it grows past what it may hold.
+bool closed_unread(RawClient& c, asio::io_context& server_io, const PeakMemory& peak,
+                   std::size_t bound_mib) {
+  c.socket.non_blocking(true);
+  bool closed = false;
+  run_until(server_io, [&] {
+    char byte;
+    boost::system::error_code ec;
+    c.socket.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
+    closed = ec == asio::error::eof || ec == asio::error::connection_reset;
+    return closed || peak.grown_mib() > bound_mib + kSlackMiB;
+  });
+  return closed;
+}
+
+std::string hello() { return encode_request(validate()); }
+
+std::size_t said_with(const std::vector<std::string>& said, const std::string& part) {
+  return static_cast<std::size_t>(std::count_if(said.begin(), said.end(), [&](const auto& line) {
+    return line.find(part) != std::string::npos;
+  }));
+}
+
+}  // namespace
+
+TEST_CASE("a reply the store cannot hold is refused before it is made") {
+  // 400 copies of an 8 MiB value asked in one request of 4.4 KB: 3.2 GB of reply, never read.
+  asio::io_context io;
+  std::vector<std::string> said;
+  StoreLimits limits;
+  limits.max_held_bytes = 64 * kMiB;
+  StoreServer server(
+      io, [&](const std::string& line, Level) { said.push_back(line); }, limits);
+  server.open(0);
+  const std::string value(8 * kMiB, 'v');
+  const std::string set = hello() + encode_request(req(StoreQuery::set, {"big"}, {value}));
+  const std::string expected = bytes_reply(value);
+  PeakMemory peak;
+  RawClient a(server.port());
+  send_all(a, io, set);
+  a.send(encode_request(req(StoreQuery::multi_get, std::vector<std::string>(400, "big"))));
+  CHECK(closed_unread(a, io, peak, 64));
+  CHECK(peak.grown_mib() <= 64 + kSlackMiB);
+  REQUIRE(said.size() == 1);
+  CHECK_THAT(said[0], Catch::Contains("closed the connection from 127.0.0.1:"));
+  CHECK_THAT(said[0], Catch::Contains("more than its bound of 67108864 bytes"));
+  // The store goes on: the value is still there for a client that reads.
+  RawClient b(server.port());
+  b.send(hello() + encode_request(req(StoreQuery::get, {"big"})));
+  CHECK(read_exactly(b, io, 8 + value.size()) == expected);
+}
+
+TEST_CASE("a client that does not read its replies is neither served nor read until it does") {
+  // 60 GETs of an 8 MiB value, unread: the server stops once 16 MiB wait to be sent.
+  asio::io_context io;
+  std::vector<std::string> said;
+  StoreServer server(io, [&](const std::string& line, Level) { said.push_back(line); });
+  server.open(0);
+  const std::string value(8 * kMiB, 'v');
+  const std::string set = hello() + encode_request(req(StoreQuery::set, {"big"}, {value}));
+  const std::string expected = bytes_reply(value);
+  std::string gets;
+  for (int i = 0; i < 60; ++i) gets += encode_request(req(StoreQuery::get, {"big"}));
+  PeakMemory peak;
+  RawClient a(server.port());
+  send_all(a, io, set);
+  a.send(gets);
+  // The value, one reply in the socket's buffers, and what waits to be sent: 16 MiB and a reply.
+  const std::size_t bound_mib = 8 + 8 + 16 + 8;
+  for (int i = 0; i < 2000; ++i) {
+    io.restart();
+    io.run_for(std::chrono::milliseconds(1));
+  }
+  CHECK(peak.grown_mib() <= bound_mib + kSlackMiB);
+  CHECK(server.data().budget().used() <= (8 + 16 + 8) * kMiB + 64 * 1024);
+  // It reads: every reply comes, in order, and nothing was refused.
+  for (int i = 0; i < 60; ++i) {
+    CAPTURE(i);
+    REQUIRE(read_exactly(a, io, 8 + value.size()) == expected);
+  }
+  CHECK(said.empty());
+  CHECK(peak.grown_mib() <= bound_mib + kSlackMiB);
+}
+
+TEST_CASE("replies unsent to several clients count against the store's one bound") {
+  asio::io_context io;
+  std::vector<std::string> said;
+  StoreLimits limits;
+  limits.max_held_bytes = 48 * kMiB;
+  StoreServer server(
+      io, [&](const std::string& line, Level) { said.push_back(line); }, limits);
+  server.open(0);
+  const std::string set =
+      hello() + encode_request(req(StoreQuery::set, {"big"}, {std::string(4 * kMiB, 'v')}));
+  std::string gets = hello();
+  for (int i = 0; i < 60; ++i) gets += encode_request(req(StoreQuery::get, {"big"}));
+  PeakMemory peak;
+  RawClient setter(server.port());
+  send_all(setter, io, set);
+  setter.send(encode_request(req(StoreQuery::get_num_keys)));
+  REQUIRE(read_exactly(setter, io, 8) == i64_reply(1));  // stored before anyone asks
+  std::vector<std::unique_ptr<RawClient>> readers;
+  for (int i = 0; i < 6; ++i) {
+    readers.push_back(std::make_unique<RawClient>(server.port()));
+    readers.back()->send(gets);
+  }
+  // Each would keep 16 MiB and more; together they would pass the bound, so some are closed.
+  run_until(io, [&] { return !said.empty() || peak.grown_mib() > 48 + kSlackMiB; });
+  for (int i = 0; i < 500; ++i) {
+    io.restart();
+    io.run_for(std::chrono::milliseconds(1));
+  }
+  CHECK(peak.grown_mib() <= 48 + kSlackMiB);
+  CHECK(server.data().budget().used() <= 48 * kMiB);
+  CHECK(said_with(said, "more than its bound of 50331648 bytes") == 1);
+  CHECK(said.size() == 1);
+}
+
+TEST_CASE("waits and requests stalled mid-way count against the store's one bound") {
+  asio::io_context io;
+  std::vector<std::string> said;
+  StoreLimits limits;
+  limits.max_held_bytes = 64 * kMiB;
+  StoreServer server(
+      io, [&](const std::string& line, Level) { said.push_back(line); }, limits);
+  server.open(0);
+  // MULTI_SETs of 40 MiB stopped after 12 MiB.
+  const std::string multi_set =
+      hello() + encode_request(req(StoreQuery::multi_set, {"a", "b", "c", "d", "e"},
+                                   std::vector<std::string>(5, std::string(8 * kMiB, 'v'))));
+  const std::string stalled = multi_set.substr(0, 12 * kMiB);
+  // WAITs on keys never set: 1,000 keys of 8 KiB each, 8 MiB of waits a client.
+  std::vector<std::string> waits;
+  for (int c = 0; c < 12; ++c) {
+    std::vector<std::string> keys;
+    for (int k = 0; k < 1000; ++k)
+      keys.push_back(fmt::format("{:08}{:08}", c, k) + std::string(8176, 'k'));
+    waits.push_back(hello() + encode_request(req(StoreQuery::wait, keys)));
+  }
+  PeakMemory peak;
+  std::vector<std::unique_ptr<RawClient>> clients;
+  for (int c = 0; c < 3; ++c) {
+    clients.push_back(std::make_unique<RawClient>(server.port()));
+    send_all(*clients.back(), io, stalled);
+  }
+  for (const auto& wait : waits) {
+    clients.push_back(std::make_unique<RawClient>(server.port()));
+    send_all(*clients.back(), io, wait);
+  }
+  for (int i = 0; i < 500; ++i) {
+    io.restart();
+    io.run_for(std::chrono::milliseconds(1));
+  }
+  CHECK(peak.grown_mib() <= 64 + kSlackMiB);
+  CHECK(server.data().budget().used() <= 64 * kMiB);
+  CHECK(server.connections() < clients.size());
+  REQUIRE(said.size() == 1);
+  CHECK_THAT(said[0], Catch::Contains("more than its bound of 67108864 bytes"));
+  // Once the clients are gone, the store holds nothing of theirs.
+  clients.clear();
+  run_until(io, [&] { return server.connections() == 0; });
+  CHECK(server.data().budget().used() == 0);
+  CHECK(server.data().wait_bytes() == 0);
+  // And the memory is the system's again, not kept by the allocator.
+  if (kRssIsTheStores) CHECK(status_kib("VmRSS") <= peak.base_kib + 8 * 1024);
+}
+
+TEST_CASE("a store out of descriptors waits for them without spinning, and says so once") {
+  asio::io_context io;
+  std::vector<std::string> said;
+  StoreServer server(io, [&](const std::string& line, Level) { said.push_back(line); });
+  server.open(0);
+  // Connected, but not accepted yet: the server's loop has not run.
+  std::vector<std::unique_ptr<RawClient>> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(std::make_unique<RawClient>(server.port()));
+  rlimit original{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &original) == 0);
+  std::vector<int> filler;
+  rlimit low = original;
+  low.rlim_cur = 256;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  for (int fd; (fd = ::dup(0)) >= 0;) filler.push_back(fd);
+  REQUIRE(errno == EMFILE);
+  // A second of an accept that fails: each try is a handler run.
+  std::size_t handlers = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (std::chrono::steady_clock::now() < until) {
+    io.restart();
+    handlers += io.run_for(std::chrono::milliseconds(10));
+  }
+  const std::size_t connections = server.connections();
+  for (int fd : filler) ::close(fd);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &original) == 0);
+  CHECK(connections == 0);
+  CHECK(handlers < 100);
+  REQUIRE(said.size() == 1);
+  CHECK_THAT(said[0], Catch::Contains("c10d store: cannot accept a connection: Too many open "
+                                      "files (the agent has its limit of 256 open files"));
+  // Descriptors free again: the waiting clients are accepted and served.
+  run_until(io, [&] { return server.connections() == 3; });
+  clients[2]->send(hello() + encode_request(req(StoreQuery::add, {"n"}, {}, 5)));
+  CHECK(read_exactly(*clients[2], io, 8) == i64_reply(5));
+  CHECK(said.size() == 1);
 }

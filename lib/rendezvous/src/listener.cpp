@@ -1,7 +1,8 @@
 #include "trainrun/rendezvous/listener.hpp"
-#include "trainrun/base/system.hpp"
 
 #include <fcntl.h>
+
+#include "trainrun/base/system.hpp"
 
 namespace trainrun::rendezvous {
 
@@ -13,8 +14,11 @@ namespace {
 constexpr auto kAcceptRetry = std::chrono::milliseconds(100);
 }  // namespace
 
-Listener::Listener(asio::io_context& io, Accepted on_accepted)
-    : acceptor_(io), retry_timer_(io), on_accepted_(std::move(on_accepted)) {}
+Listener::Listener(asio::io_context& io, Accepted on_accepted, Failed on_failed)
+    : acceptor_(io),
+      retry_timer_(io),
+      on_accepted_(std::move(on_accepted)),
+      on_failed_(std::move(on_failed)) {}
 
 void Listener::listen(const tcp::endpoint& endpoint) {
   acceptor_.open(endpoint.protocol());
@@ -26,11 +30,20 @@ void Listener::listen(const tcp::endpoint& endpoint) {
   accept_next();
 }
 
+void Listener::listen(tcp::acceptor acceptor) {
+  acceptor_ = std::move(acceptor);
+  int fd = acceptor_.native_handle();
+  ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
+  accept_next();
+}
+
 void Listener::accept_next() {
   acceptor_.async_accept([self = shared_from_this()](error_code ec, tcp::socket socket) {
     if (self->closed_) return;
     if (ec) {
       // EMFILE and friends: back off briefly instead of spinning on a failing accept.
+      if (self->on_failed_) self->on_failed_(ec);
+      if (self->closed_) return;
       self->retry_timer_.expires_after(kAcceptRetry);
       self->retry_timer_.async_wait([self](error_code e) {
         if (!e && !self->closed_) self->accept_next();

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace trainrun::launch {
@@ -21,76 +22,6 @@ void put(std::string& out, T v) {
   out.append(raw, sizeof(T));
 }
 
-// Reads one request from the front of a buffer. Each read returns false when the buffer ends
-// first; `wanted` then says how many bytes (from the request's start) it needs at least.
-class Cursor {
- public:
-  Cursor(const char* data, std::size_t size, const StoreLimits& limits)
-      : data_(data), size_(size), limits_(limits) {}
-
-  template <typename T>
-  bool value(T& v) {
-    if (!need(sizeof(T))) return false;
-    std::memcpy(&v, data_ + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-
-  bool key(std::string& s, StoreQuery q) {
-    return sized(s, limits_.max_key_bytes, StoreFault::key_bound, "key", q);
-  }
-  bool payload(std::string& s, StoreQuery q) {
-    return sized(s, limits_.max_value_bytes, StoreFault::value_bound, "value", q);
-  }
-
-  bool count(std::uint64_t& n, StoreQuery q) {
-    if (!value(n)) return false;
-    if (n > limits_.max_keys_per_request)
-      throw StoreError(
-          StoreFault::keys_bound,
-          fmt::format("{} of {} keys: more than the store's bound of {} keys a "
-                      "request",
-                      query_name(static_cast<std::uint8_t>(q)), n, limits_.max_keys_per_request));
-    return true;
-  }
-
-  std::size_t used() const { return pos_; }
-  std::size_t wanted() const { return wanted_; }
-
- private:
-  bool need(std::size_t n) {
-    if (size_ - pos_ >= n) return true;
-    wanted_ = pos_ + n;
-    return false;
-  }
-
-  bool sized(std::string& s, std::size_t bound, StoreFault fault, const char* what, StoreQuery q) {
-    std::uint64_t n = 0;
-    if (!value(n)) return false;
-    if (n > bound)
-      throw StoreError(fault,
-                       fmt::format("{} with a {} of {} bytes: more than the store's bound "
-                                   "of {} bytes",
-                                   query_name(static_cast<std::uint8_t>(q)), what, n, bound));
-    if (pos_ + n > limits_.max_request_bytes)
-      throw StoreError(
-          StoreFault::request_bound,
-          fmt::format("{} of more than {} bytes: more than the store's bound for one "
-                      "request",
-                      query_name(static_cast<std::uint8_t>(q)), limits_.max_request_bytes));
-    if (!need(static_cast<std::size_t>(n))) return false;
-    s.assign(data_ + pos_, static_cast<std::size_t>(n));
-    pos_ += static_cast<std::size_t>(n);
-    return true;
-  }
-
-  const char* data_;
-  std::size_t size_;
-  const StoreLimits& limits_;
-  std::size_t pos_ = 0;
-  std::size_t wanted_ = 0;
-};
-
 }  // namespace
 
 std::string query_name(std::uint8_t query) {
@@ -101,112 +32,158 @@ std::string query_name(std::uint8_t query) {
 StoreRequestDecoder::StoreRequestDecoder(const StoreLimits& limits) : limits_(limits) {}
 
 void StoreRequestDecoder::feed(const char* data, std::size_t size) {
-  // Drop what earlier requests used before the buffer grows.
-  if (start_ > 0 && start_ == buffer_.size()) {
-    buffer_.clear();
-    start_ = 0;
-  } else if (start_ > 64 * 1024 && start_ > buffer_.size() / 2) {
-    buffer_.erase(0, start_);
-    start_ = 0;
-  }
+  buffer_.erase(0, start_);
+  start_ = 0;
   buffer_.append(data, size);
 }
 
-std::optional<StoreRequest> StoreRequestDecoder::next() {
-  if (buffered() == 0 || buffered() < wanted_) return std::nullopt;
-  std::optional<StoreRequest> r = parse();
-  if (r) wanted_ = 0;
-  return r;
-}
-
-std::optional<StoreRequest> StoreRequestDecoder::parse() {
-  Cursor c(buffer_.data() + start_, buffered(), limits_);
-  StoreRequest r;
-  std::uint8_t raw = 0;
-  c.value(raw);
-  if (raw > kLastQuery)
-    throw StoreError(StoreFault::malformed,
-                     fmt::format("unknown request {} (torch 2.x sends 0..{})", raw, kLastQuery));
-  r.query = static_cast<StoreQuery>(raw);
-  if (!validated_ && r.query != StoreQuery::validate)
-    throw StoreError(StoreFault::malformed,
-                     fmt::format("{} before VALIDATE: not a torch 2.x TCPStore client (torch 1.x "
-                                 "speaks another protocol)",
-                                 query_name(raw)));
-  const StoreQuery q = r.query;
-  bool whole = true;
-  auto keys = [&](bool with_values) {
-    std::uint64_t n = 0;
-    if (!c.count(n, q)) return false;
-    for (std::uint64_t i = 0; i < n; ++i) {
-      std::string key, value;
-      if (!c.key(key, q)) return false;
-      r.keys.push_back(std::move(key));
-      if (!with_values) continue;
-      if (!c.payload(value, q)) return false;
-      r.values.push_back(std::move(value));
-    }
-    return true;
-  };
-  auto key_and_values = [&](int values) {
-    std::string key;
-    if (!c.key(key, q)) return false;
-    r.keys.push_back(std::move(key));
-    for (int i = 0; i < values; ++i) {
-      std::string value;
-      if (!c.payload(value, q)) return false;
-      r.values.push_back(std::move(value));
-    }
-    return true;
-  };
-  switch (q) {
+// What comes next in the request being parsed, from what it has so far.
+StoreRequestDecoder::Field StoreRequestDecoder::field() const {
+  const StoreRequest& r = partial_;
+  switch (r.query) {
     case StoreQuery::validate:
     case StoreQuery::ping:
-      whole = c.value(r.word);
-      break;
+      return scalar_read_ ? Field::done : Field::word;
     case StoreQuery::set:
     case StoreQuery::append:
     case StoreQuery::queue_push:
-      whole = key_and_values(1);
-      break;
+      return r.keys.empty() ? Field::key : r.values.empty() ? Field::value : Field::done;
     case StoreQuery::compare_set:
-      whole = key_and_values(2);
-      break;
+      return r.keys.empty() ? Field::key : r.values.size() < 2 ? Field::value : Field::done;
     case StoreQuery::get:
     case StoreQuery::delete_key:
     case StoreQuery::queue_pop:
     case StoreQuery::queue_len:
-      whole = key_and_values(0);
-      break;
+      return r.keys.empty() ? Field::key : Field::done;
     case StoreQuery::add:
     case StoreQuery::barrier:
-      whole = key_and_values(0) && c.value(r.number);
-      break;
+      return r.keys.empty() ? Field::key : scalar_read_ ? Field::done : Field::number;
     case StoreQuery::check:
     case StoreQuery::wait:
     case StoreQuery::multi_get:
-      whole = keys(false);
-      break;
+      return !count_read_ ? Field::count : r.keys.size() < count_ ? Field::key : Field::done;
     case StoreQuery::multi_set:
-      whole = keys(true);
-      break;
+      if (!count_read_) return Field::count;
+      if (r.values.size() < r.keys.size()) return Field::value;
+      return r.keys.size() < count_ ? Field::key : Field::done;
     case StoreQuery::get_num_keys:
     case StoreQuery::cancel_wait:
     case StoreQuery::list_keys:
       break;
   }
-  if (!whole) {
-    wanted_ = c.wanted();
-    return std::nullopt;
-  }
-  if (q == StoreQuery::validate) {
-    if (r.word != kStoreValidationMagic)
+  return Field::done;
+}
+
+// A number of `n` bytes into `to`, or false (nothing taken) until they have all come.
+bool StoreRequestDecoder::take(void* to, std::size_t n) {
+  if (buffer_.size() - start_ < n) return false;
+  std::memcpy(to, buffer_.data() + start_, n);
+  start_ += n;
+  request_bytes_ += n;
+  parsed_ += n;
+  return true;
+}
+
+void StoreRequestDecoder::start_body(std::uint64_t n, bool is_key) {
+  const StoreQuery q = partial_.query;
+  const std::size_t bound = is_key ? limits_.max_key_bytes : limits_.max_value_bytes;
+  if (n > bound)
+    throw StoreError(
+        is_key ? StoreFault::key_bound : StoreFault::value_bound,
+        fmt::format("{} with a {} of {} bytes: more than the store's bound of {} bytes",
+                    query_name(static_cast<std::uint8_t>(q)), is_key ? "key" : "value", n, bound));
+  if (request_bytes_ + n > limits_.max_request_bytes)
+    throw StoreError(
+        StoreFault::request_bound,
+        fmt::format("{} of more than {} bytes: more than the store's bound for one "
+                    "request",
+                    query_name(static_cast<std::uint8_t>(q)), limits_.max_request_bytes));
+  auto& list = is_key ? partial_.keys : partial_.values;
+  list.emplace_back();
+  body_ = &list.back();
+  body_->reserve(static_cast<std::size_t>(n));
+  body_left_ = static_cast<std::size_t>(n);
+  partial_bytes_ += sizeof(std::string) + body_left_;
+}
+
+// The bytes of the key or value being read, straight into the request, as far as they have come.
+void StoreRequestDecoder::fill_body() {
+  const std::size_t n = std::min(body_left_, buffer_.size() - start_);
+  body_->append(buffer_.data() + start_, n);
+  start_ += n;
+  request_bytes_ += n;
+  parsed_ += n;
+  body_left_ -= n;
+  if (body_left_ == 0) body_ = nullptr;
+}
+
+std::optional<StoreRequest> StoreRequestDecoder::next() {
+  if (!started_) {
+    std::uint8_t raw = 0;
+    if (!take(&raw, 1)) return std::nullopt;
+    if (raw > kLastQuery)
       throw StoreError(StoreFault::malformed,
-                       fmt::format("VALIDATE with magic {:#x}, not torch's {:#x}", r.word,
+                       fmt::format("unknown request {} (torch 2.x sends 0..{})", raw, kLastQuery));
+    if (!validated_ && raw != static_cast<std::uint8_t>(StoreQuery::validate))
+      throw StoreError(StoreFault::malformed,
+                       fmt::format("{} before VALIDATE: not a torch 2.x TCPStore client (torch "
+                                   "1.x speaks another protocol)",
+                                   query_name(raw)));
+    partial_.query = static_cast<StoreQuery>(raw);
+    started_ = true;
+  }
+  for (;;) {
+    if (body_) {
+      fill_body();
+      if (body_) return std::nullopt;
+      continue;
+    }
+    std::uint64_t n = 0;
+    const Field f = field();
+    switch (f) {
+      case Field::done:
+        return finish();
+      case Field::word:
+        if (!take(&partial_.word, sizeof partial_.word)) return std::nullopt;
+        scalar_read_ = true;
+        break;
+      case Field::number:
+        if (!take(&partial_.number, sizeof partial_.number)) return std::nullopt;
+        scalar_read_ = true;
+        break;
+      case Field::count:
+        if (!take(&n, sizeof n)) return std::nullopt;
+        if (n > limits_.max_keys_per_request)
+          throw StoreError(StoreFault::keys_bound,
+                           fmt::format("{} of {} keys: more than the store's bound of {} keys a "
+                                       "request",
+                                       query_name(static_cast<std::uint8_t>(partial_.query)), n,
+                                       limits_.max_keys_per_request));
+        count_ = n;
+        count_read_ = true;
+        break;
+      case Field::key:
+      case Field::value:
+        if (!take(&n, sizeof n)) return std::nullopt;
+        start_body(n, f == Field::key);
+        break;
+    }
+  }
+}
+
+StoreRequest StoreRequestDecoder::finish() {
+  if (partial_.query == StoreQuery::validate) {
+    if (partial_.word != kStoreValidationMagic)
+      throw StoreError(StoreFault::malformed,
+                       fmt::format("VALIDATE with magic {:#x}, not torch's {:#x}", partial_.word,
                                    kStoreValidationMagic));
     validated_ = true;
   }
-  start_ += c.used();
+  StoreRequest r = std::move(partial_);
+  partial_ = StoreRequest();
+  started_ = scalar_read_ = count_read_ = false;
+  count_ = 0;
+  request_bytes_ = partial_bytes_ = 0;
   return r;
 }
 

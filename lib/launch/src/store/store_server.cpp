@@ -1,8 +1,11 @@
 #include "trainrun/launch/store/store_server.hpp"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
-#include <array>
 #include <boost/asio/write.hpp>
 
 #include "trainrun/launch/core/errors.hpp"
@@ -15,10 +18,10 @@ using asio::ip::tcp;
 
 namespace {
 
-// A client that does not read its replies stops being read once this much waits for it.
-constexpr std::size_t kPauseBytes = 16 * 1024 * 1024;
 // Lines about malformed requests said in a job; a port scanner cannot flood the terminal.
 constexpr int kMalformedShown = 10;
+// Freed by closed connections, this much goes back to the system at once.
+constexpr std::size_t kReturnedBytes = 4 * 1024 * 1024;
 
 std::string peer_of(const tcp::socket& s) {
   boost::system::error_code ec;
@@ -43,16 +46,26 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
   void start() {
     boost::system::error_code ec;
     socket_.set_option(tcp::no_delay(true), ec);
+    socket_.non_blocking(true, ec);
     read();
   }
 
-  void send(const std::string& bytes) {
-    pending_ += bytes;
+  void send(std::string bytes) {
+    if (closed_) return;
+    if (pending_.empty())
+      pending_ = std::move(bytes);
+    else
+      pending_ += bytes;
     write();
+    charge();
   }
 
   void close() {
+    if (closed_) return;
     closed_ = true;
+    server_.data_.budget().resize(held_, 0);
+    decoder_ = StoreRequestDecoder();
+    pending_ = std::string();
     boost::system::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
@@ -62,26 +75,41 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
   StoreClient id() const { return id_; }
 
  private:
-  void read() {
-    if (closed_ || reading_) return;
-    if (pending_.size() + writing_.size() > kPauseBytes) return;  // resumed once written
-    reading_ = true;
-    socket_.async_read_some(asio::buffer(in_), [self = shared_from_this()](
-                                                   boost::system::error_code ec, std::size_t n) {
-      self->reading_ = false;
-      if (self->closed_) return;
-      if (ec) return self->server_.drop(self->id_);
-      self->decoder_.feed(self->in_.data(), n);
-      try {
-        while (auto request = self->decoder_.next()) {
-          self->server_.take(self->id_, *request);
-          if (self->closed_) return;
-        }
-      } catch (const StoreError& e) {
-        return self->server_.refuse(*self, e);
+  std::size_t unsent() const { return pending_.size() + writing_.size(); }
+  // A client that does not read its replies is neither served nor read until it does.
+  bool paused() const { return unsent() >= server_.limits_.max_unsent_bytes; }
+
+  // The whole requests that have come, while the client reads its replies; then more bytes.
+  void serve() {
+    try {
+      while (!closed_ && !paused()) {
+        std::optional<StoreRequest> request = decoder_.next();
+        if (!charge()) return;
+        if (!request) break;
+        server_.take(id_, std::move(*request));
       }
-      self->read();
-    });
+    } catch (const StoreError& e) {
+      return server_.refuse(*this, e);
+    }
+    read();
+  }
+
+  // Waits until the socket has bytes, then reads them into the server's one buffer.
+  void read() {
+    if (closed_ || reading_ || paused()) return;
+    reading_ = true;
+    socket_.async_wait(
+        tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+          self->reading_ = false;
+          if (self->closed_) return;
+          if (!ec) {
+            const std::size_t n = self->socket_.read_some(asio::buffer(self->server_.in_), ec);
+            if (ec == asio::error::would_block) return self->read();
+            if (!ec) self->decoder_.feed(self->server_.in_.data(), n);
+          }
+          if (ec) return self->server_.drop(self->id_);
+          self->serve();
+        });
   }
 
   void write() {
@@ -89,12 +117,26 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
     writing_.swap(pending_);
     asio::async_write(socket_, asio::buffer(writing_),
                       [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-                        self->writing_.clear();
+                        // Its memory goes back now, not at the next reply.
+                        self->writing_ = std::string();
                         if (self->closed_) return;
                         if (ec) return self->server_.drop(self->id_);
+                        self->charge();
                         self->write();
-                        self->read();
+                        self->serve();
                       });
+  }
+
+  // What this connection holds, charged to the store's one budget. Past the bound, the
+  // connection is closed: false.
+  bool charge() {
+    if (closed_) return false;
+    auto& budget = server_.data_.budget();
+    const std::size_t now =
+        decoder_.held() + pending_.capacity() + (writing_.empty() ? 0 : writing_.capacity());
+    if (budget.resize(held_, now)) return true;
+    server_.refuse(*this, held_bound_error(budget.used() - held_ + now, budget.limit()));
+    return false;
   }
 
   StoreServer& server_;
@@ -102,73 +144,110 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
   tcp::socket socket_;
   std::string peer_;
   StoreRequestDecoder decoder_;
-  std::array<char, 64 * 1024> in_{};
-  std::string pending_;  // replies not yet handed to the socket
-  std::string writing_;  // the write in flight
+  std::string pending_;   // replies not yet handed to the socket
+  std::string writing_;   // the write in flight
+  std::size_t held_ = 0;  // charged to the budget
   bool reading_ = false;
   bool closed_ = false;
 };
 
 StoreServer::StoreServer(asio::io_context& io, Say say, const StoreLimits& limits)
-    : say_(std::move(say)), limits_(limits), data_(limits), acceptor_(io) {}
+    : io_(io), say_(std::move(say)), limits_(limits), data_(limits) {}
 
 StoreServer::~StoreServer() { close(); }
 
 void StoreServer::open(int port) {
-  if (acceptor_.is_open()) return;
+  if (listener_) return;
   // As torch's server: every IPv6 and IPv4 address where the host has IPv6, else every IPv4 one.
+  tcp::acceptor acceptor(io_);
   boost::system::error_code ec =
-      listen_on_every_address(acceptor_, static_cast<unsigned short>(port), true);
+      listen_on_every_address(acceptor, static_cast<unsigned short>(port), true);
   if (ec)
     throw SetupError(
         fmt::format("the workers' c10d store cannot listen on port {}: {}", port, ec.message()));
-  port_ = acceptor_.local_endpoint(ec).port();
-  accept();
+  port_ = acceptor.local_endpoint(ec).port();
+  listener_ = std::make_shared<rendezvous::Listener>(
+      io_, [this](tcp::socket socket) { admit(std::move(socket)); },
+      [this](const boost::system::error_code& e) { accept_failed(e); });
+  listener_->listen(std::move(acceptor));
 }
 
 void StoreServer::stop_accepting() {
-  boost::system::error_code ec;
-  acceptor_.close(ec);
+  if (!listener_) return;
+  listener_->close();
+  listener_.reset();
 }
 
 void StoreServer::close() {
   stop_accepting();
+  const std::size_t before = data_.budget().used();
   auto connections = std::move(connections_);
   connections_.clear();
   for (auto& [id, c] : connections) {
     data_.forget(id);
     c->close();
   }
+  freed(before);
 }
 
-void StoreServer::accept() {
-  acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
-    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-    if (!ec) {
-      if (connections_.size() >= limits_.max_connections) {
-        if (!connections_bound_said_)
-          say_(fmt::format("c10d store: refused a connection from {}: it serves at most {} "
-                           "connections at once",
-                           peer_of(socket), limits_.max_connections),
-               Level::warning);
-        connections_bound_said_ = true;
-        boost::system::error_code ignored;
-        socket.close(ignored);
-      } else {
-        const StoreClient id = next_client_++;
-        auto c = std::make_shared<Connection>(*this, id, std::move(socket));
-        connections_.emplace(id, c);
-        c->start();
-      }
-    }
-    accept();
-  });
+void StoreServer::clear() {
+  const std::size_t before = data_.budget().used();
+  data_.clear();
+  freed(before);
 }
 
-void StoreServer::take(StoreClient client, const StoreRequest& request) {
-  for (const StoreReply& reply : data_.handle(client, request)) {
+void StoreServer::freed(std::size_t before) {
+  const std::size_t now = data_.budget().used();
+  if (before > now) freed_ += before - now;
+  if (freed_ < kReturnedBytes) return;
+  freed_ = 0;
+  // The allocator keeps what a flood of waits or requests freed for a peak that may not come
+  // again; the agent gives it back.
+#ifdef __GLIBC__
+  ::malloc_trim(0);
+#endif
+}
+
+void StoreServer::admit(tcp::socket socket) {
+  if (connections_.size() >= limits_.max_connections) {
+    if (!connections_bound_said_)
+      say_(fmt::format("c10d store: refused a connection from {}: it serves at most {} "
+                       "connections at once",
+                       peer_of(socket), limits_.max_connections),
+           Level::warning);
+    connections_bound_said_ = true;
+    boost::system::error_code ignored;
+    socket.close(ignored);
+    return;
+  }
+  const StoreClient id = next_client_++;
+  auto c = std::make_shared<Connection>(*this, id, std::move(socket));
+  connections_.emplace(id, c);
+  c->start();
+}
+
+void StoreServer::accept_failed(const boost::system::error_code& ec) {
+  if (accept_failure_said_) return;
+  accept_failure_said_ = true;
+  std::string why = ec.message();
+  if (ec == boost::system::errc::too_many_files_open) {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+      why += fmt::format(" (the agent has its limit of {} open files, RLIMIT_NOFILE)",
+                         static_cast<unsigned long long>(limit.rlim_cur));
+  }
+  say_(fmt::format("c10d store: cannot accept a connection: {}; new clients wait to be accepted "
+                   "until descriptors are free",
+                   why),
+       Level::warning);
+}
+
+void StoreServer::take(StoreClient client, StoreRequest request) {
+  for (StoreReply& reply : data_.handle(client, std::move(request))) {
     auto it = connections_.find(reply.client);
-    if (it != connections_.end()) it->second->send(reply.bytes);
+    if (it == connections_.end()) continue;
+    auto c = it->second;  // alive through send, which may close it
+    c->send(std::move(reply.bytes));
   }
 }
 
@@ -188,10 +267,12 @@ void StoreServer::refuse(Connection& c, const StoreError& e) {
 void StoreServer::drop(StoreClient client) {
   auto it = connections_.find(client);
   if (it == connections_.end()) return;
+  const std::size_t before = data_.budget().used();
   auto c = it->second;
   connections_.erase(it);
   data_.forget(client);
   c->close();
+  freed(before);
 }
 
 }  // namespace trainrun::launch

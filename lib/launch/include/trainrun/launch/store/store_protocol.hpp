@@ -50,20 +50,17 @@ struct StoreLimits {
   std::size_t max_key_bytes = 8 * 1024;
   std::size_t max_value_bytes = 8 * 1024 * 1024;
   std::size_t max_keys_per_request = 128 * 1024;
-  std::size_t max_request_bytes = 64 * 1024 * 1024;   // one request, keys and values together
-  std::size_t max_stored_bytes = 1024 * 1024 * 1024;  // keys and values held, queues included
+  std::size_t max_request_bytes = 64 * 1024 * 1024;  // one request, keys and values together
+  // Everything the store holds, together: keys, values and queue items, waits, requests still
+  // arriving and replies not yet sent.
+  std::size_t max_held_bytes = 1024 * 1024 * 1024;
+  // A connection with this much unsent is not served, nor read, until its client reads.
+  std::size_t max_unsent_bytes = 16 * 1024 * 1024;
   std::size_t max_connections = 8192;
 };
 
 // What a bad request breaks: a bound (said once per bound) or the protocol itself.
-enum class StoreFault {
-  malformed,
-  key_bound,
-  value_bound,
-  keys_bound,
-  request_bound,
-  stored_bound
-};
+enum class StoreFault { malformed, key_bound, value_bound, keys_bound, request_bound, held_bound };
 
 // A request the store cannot take: the connection that sent it is closed.
 class StoreError : public std::runtime_error {
@@ -91,7 +88,8 @@ struct StoreRequest {
 };
 
 // A connection's byte stream in, whole requests out. The first request must be VALIDATE with
-// torch's magic number. Bounds are checked as soon as a length arrives, before its bytes.
+// torch's magic number. Bounds are checked as soon as a length arrives, before its bytes. A
+// request is parsed as its bytes come, each byte once, so a large one costs linear time.
 class StoreRequestDecoder {
  public:
   explicit StoreRequestDecoder(const StoreLimits& limits = {});
@@ -100,15 +98,35 @@ class StoreRequestDecoder {
   // The next whole request, or nothing until more bytes come. Throws StoreError on a request
   // that breaks the protocol or a bound; the connection is then unusable.
   std::optional<StoreRequest> next();
-  std::size_t buffered() const { return buffer_.size() - start_; }
+  // Bytes fed and not yet returned in a whole request.
+  std::size_t buffered() const { return request_bytes_ + (buffer_.size() - start_); }
+  // The memory they take: the bytes not yet parsed and the request parsed so far, counted at the
+  // lengths it announced.
+  std::size_t held() const { return buffer_.capacity() + partial_bytes_; }
+  // Bytes parsed since the decoder was made: the work it did.
+  std::size_t parsed() const { return parsed_; }
 
  private:
-  std::optional<StoreRequest> parse();
+  enum class Field { done, word, number, count, key, value };
+  Field field() const;
+  bool take(void* to, std::size_t n);
+  void start_body(std::uint64_t n, bool is_key);
+  void fill_body();
+  StoreRequest finish();
 
   StoreLimits limits_;
-  std::string buffer_;
-  std::size_t start_ = 0;   // where the next request begins in buffer_
-  std::size_t wanted_ = 0;  // no request can complete before buffered() reaches this
+  std::string buffer_;  // bytes fed and not parsed yet, from start_
+  std::size_t start_ = 0;
+  StoreRequest partial_;  // the request being parsed
+  bool started_ = false;  // its query is known
+  bool scalar_read_ = false;
+  bool count_read_ = false;
+  std::uint64_t count_ = 0;
+  std::string* body_ = nullptr;  // the key or value whose bytes come next
+  std::size_t body_left_ = 0;
+  std::size_t request_bytes_ = 0;  // of partial_, as sent
+  std::size_t partial_bytes_ = 0;
+  std::size_t parsed_ = 0;
   bool validated_ = false;
 };
 

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <cstdint>
@@ -12,12 +13,15 @@
 #include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/store/store_data.hpp"
 #include "trainrun/launch/store/store_protocol.hpp"
+#include "trainrun/rendezvous/listener.hpp"
 
 namespace trainrun::launch {
 
 // A c10d TCPStore server for torch 2.x clients on the agent's event loop (docs/protocol.md, "c10d
 // store"). A connection that sends what the protocol does not allow, or breaks a bound, is
-// closed with a line said; the server and its other connections go on. Listens on every
+// closed with a line said; the server and its other connections go on. Everything it holds
+// (data, waits, requests arriving, replies unsent) stays under StoreLimits::max_held_bytes; a
+// client that does not read its replies is not served nor read until it does. Listens on every
 // address, as torch's own server does, beside the HeldPort that keeps the port reserved.
 class StoreServer {
  public:
@@ -34,9 +38,9 @@ class StoreServer {
   void stop_accepting();
   // Stops accepting and closes every connection; the data stays until clear().
   void close();
-  void clear() { data_.clear(); }
+  void clear();
 
-  bool listening() const { return acceptor_.is_open(); }
+  bool listening() const { return listener_ != nullptr; }
   int port() const { return port_; }
   std::size_t connections() const { return connections_.size(); }
   const StoreData& data() const { return data_; }
@@ -45,20 +49,27 @@ class StoreServer {
   class Connection;
   friend class Connection;
 
-  void accept();
-  void take(StoreClient client, const StoreRequest& request);
+  void admit(boost::asio::ip::tcp::socket socket);
+  void accept_failed(const boost::system::error_code& ec);
+  void take(StoreClient client, StoreRequest request);
   void refuse(Connection& c, const StoreError& e);
   void drop(StoreClient client);
+  // What closing connections or emptying the store gave back since `before` (bytes held).
+  void freed(std::size_t before);
 
+  boost::asio::io_context& io_;
   Say say_;
   StoreLimits limits_;
   StoreData data_;
-  boost::asio::ip::tcp::acceptor acceptor_;
+  std::shared_ptr<rendezvous::Listener> listener_;
+  std::array<char, 64 * 1024> in_{};  // every connection reads here in turn: one loop, one read
   int port_ = 0;
   StoreClient next_client_ = 1;
   std::map<StoreClient, std::shared_ptr<Connection>> connections_;
   std::set<StoreFault> bounds_said_;  // each bound is said once
   bool connections_bound_said_ = false;
+  bool accept_failure_said_ = false;
+  std::size_t freed_ = 0;  // not yet given back to the system
   int malformed_said_ = 0;
 };
 

@@ -1,0 +1,176 @@
+"""Hostile clients of the workers' c10d store that node rank 0's agent serves: the agent keeps to
+its documented bounds (docs/protocol.md, "The workers' c10d store"), says so once on its stderr,
+and its workers' job goes on."""
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import time
+
+import pytest
+
+from conftest import TRAINRUN, sanitized, wait_for
+
+MiB = 1024 * 1024
+# StoreLimits::max_held_bytes: everything the store holds (docs/protocol.md).
+HELD_BOUND = 1024 * MiB
+
+# A worker that is a well-behaved client: it says where the store is, waits for the test, then
+# sets and gets a key through the store as torch 2.x's client does (VALIDATE, SET, GET).
+WORKER = """
+import os, socket, struct, sys, time
+out, go = sys.argv[1], sys.argv[2]
+with open(out + ".tmp", "w") as f:
+    f.write(os.environ["MASTER_PORT"] + " " + os.environ["TORCHELASTIC_USE_AGENT_STORE"])
+os.rename(out + ".tmp", out)
+while not os.path.exists(go):
+    time.sleep(0.05)
+s = socket.create_connection(("127.0.0.1", int(os.environ["MASTER_PORT"])))
+def text(b): return struct.pack("<Q", len(b)) + b
+s.sendall(b"\\x00" + struct.pack("<I", 0x3C85F7CE) + b"\\x01" + text(b"k") + text(b"value")
+          + b"\\x03" + text(b"k"))
+want = struct.pack("<Q", 5) + b"value"
+got = b""
+while len(got) < len(want):
+    got += s.recv(64)
+print("store ok" if got == want else "store wrong: %r" % got, flush=True)
+"""
+
+
+def encoded(query, *parts):
+    return bytes([query]) + b"".join(struct.pack("<Q", len(p)) + p for p in parts)
+
+
+HELLO = b"\x00" + struct.pack("<I", 0x3C85F7CE)
+SET, GET, MULTI_GET = 1, 3, 10  # MULTI_GET: a u64 count, then the keys
+
+
+def status_kib(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {field} for pid {pid}")
+
+
+def closed_by_server(s, timeout):
+    """True once the server closed `s` (it reads nothing of what `s` was sent meanwhile)."""
+    s.setblocking(False)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if s.recv(1, socket.MSG_PEEK) == b"":
+                return True
+        except BlockingIOError:
+            pass
+        except ConnectionResetError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+class Job:
+    """trainrun with one worker (the script above), its store's port, and its stderr."""
+
+    def __init__(self, tmp_path, prefix=()):
+        script = tmp_path / "worker.py"
+        script.write_text(WORKER)
+        # The worker imports no torch, but the agent serves the store only to workers whose
+        # interpreter has torch 2.x (docs/cli.md, "Workers"): it finds this one first.
+        stub = tmp_path / "stub" / "torch"
+        stub.mkdir(parents=True)
+        (stub / "__init__.py").write_text("")
+        (stub / "version.py").write_text("__version__ = '2.5.0'\n")
+        env = dict(os.environ, PYTHONPATH=str(stub.parent))
+        self.out, self.go = tmp_path / "port", tmp_path / "go"
+        self.err_path = tmp_path / "err"
+        self.proc = subprocess.Popen(
+            [*prefix, TRAINRUN, "--standalone", "--nproc-per-node=1", str(script),
+             str(self.out), str(self.go)],
+            stdout=subprocess.PIPE, stderr=open(self.err_path, "w"), text=True, env=env)
+        assert wait_for(self.out.exists, 30), self.err()
+        port, shared = self.out.read_text().split()
+        if shared != "True":
+            self.kill()
+            pytest.skip("the workers' interpreter has torch 1.x: the agent hosts no store")
+        self.port = int(port)
+
+    def err(self):
+        return self.err_path.read_text()
+
+    def finish(self):
+        self.go.write_text("")
+        out, _ = self.proc.communicate(timeout=60)
+        return self.proc.returncode, out
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def store_lines(err):
+    return [line for line in err.splitlines() if "c10d store" in line]
+
+
+def test_clients_that_do_not_read_neither_grow_the_agent_nor_stop_the_job(tmp_path):
+    job = Job(tmp_path)
+    try:
+        # The agent itself serves the store (the launcher's process, one node).
+        base = status_kib(job.proc.pid, "VmRSS")
+        big = socket.create_connection(("127.0.0.1", job.port))
+        big.sendall(HELLO + encoded(SET, b"big", b"v" * (8 * MiB)))
+        # 4.4 KB asking for 400 copies of the 8 MiB value (3.2 GB), never read.
+        big.sendall(bytes([MULTI_GET]) + struct.pack("<Q", 400) +
+                    b"".join(struct.pack("<Q", 3) + b"big" for _ in range(400)))
+        assert closed_by_server(big, 30), job.err()
+        # 60 GETs of it, never read: served until 16 MiB wait to be sent, then not read.
+        unread = socket.create_connection(("127.0.0.1", job.port))
+        unread.sendall(HELLO + encoded(GET, b"big") * 60)
+        time.sleep(2)
+        grown_mib = (status_kib(job.proc.pid, "VmHWM") - base) / 1024
+        assert not closed_by_server(unread, 0.1)
+        code, out = job.finish()
+    finally:
+        job.kill()
+    assert code == 0, job.err()
+    assert out.splitlines() == ["store ok"]
+    # The value, one connection's unsent replies (16 MiB and one more) and the refused reply's
+    # count: far below the bound, which the refused reply alone passed.
+    # (Under AddressSanitizer RSS is its allocator's: the closed connection and the line say it.)
+    assert grown_mib < 96 or sanitized(), f"the agent grew by {grown_mib:.0f} MiB"
+    lines = store_lines(job.err())
+    assert len(lines) == 1, job.err()
+    assert lines[0].startswith("trainrun: c10d store: closed the connection from 127.0.0.1:")
+    assert f"more than its bound of {HELD_BOUND} bytes" in lines[0]
+
+
+def test_a_store_out_of_descriptors_waits_for_them_and_says_so_once(tmp_path):
+    prlimit = shutil.which("prlimit")
+    if prlimit is None:
+        pytest.skip("prlimit (util-linux) is not installed")
+    job = Job(tmp_path, prefix=(prlimit, "--nofile=1024:1024"))
+    clients = []
+    try:
+        for _ in range(1500):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", job.port))
+            clients.append(s)
+        assert wait_for(lambda: "cannot accept a connection" in job.err(), 30), job.err()
+        # Out of descriptors for a while: one line, however many accepts failed.
+        time.sleep(1)
+        for s in clients:
+            s.close()
+        code, out = job.finish()
+    finally:
+        for s in clients:
+            s.close()
+        job.kill()
+    assert code == 0, job.err()
+    assert out.splitlines() == ["store ok"]
+    lines = store_lines(job.err())
+    assert len(lines) == 1, job.err()
+    assert lines[0].startswith("trainrun: c10d store: cannot accept a connection: Too many open "
+                               "files (the agent has its limit of 1024 open files")
