@@ -155,7 +155,7 @@ def test_a_worker_without_error_file_points_at_trainruns_docs(worker):
 
 def read_summary(path):
     assert os.listdir(os.path.dirname(path)) == [os.path.basename(path)]  # no temporary left
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         return json.load(f)
 
 
@@ -229,6 +229,34 @@ def test_summary_of_a_job_that_could_not_start(tmp_path):
     assert "no-such-program" in s["reason"]
 
 
+# Bytes that are not UTF-8 (a str's surrogate escapes are passed to the program as those bytes),
+# in each text of the summary that comes from outside, and what the summary holds for them.
+NOT_UTF8 = [
+    ("argument", [], ["exit", "3", "x\udcff"], lambda s: s["args"] == ["exit", "3", "x\ufffd"]),
+    ("stderr", [], ["stderr", "bad \udcff\udcc3(", "exit", "3"],
+     lambda s: s["root_cause"]["stderr_tail"] == "bad \ufffd\ufffd("),
+    ("error file", [], ["error-file", "boom \udcff", "exit", "3"],
+     lambda s: "boom \ufffd" in s["root_cause"]["message"]),
+    ("log dir", ["--redirects=3", "--log-dir={tmp}/logs\udcff"], ["exit", "3"],
+     lambda s: "/logs\ufffd/" in s["log_dir"] and "/logs\ufffd/" in s["root_cause"]["stderr_log"]),
+]
+
+
+@pytest.mark.parametrize("what,options,actions,holds", NOT_UTF8, ids=[c[0] for c in NOT_UTF8])
+def test_summary_of_a_job_whose_texts_are_not_utf8(worker, tmp_path, what, options, actions,
+                                                   holds):
+    path = tmp_path / "s" / "summary.json"
+    path.parent.mkdir()
+    options = [o.format(tmp=tmp_path) for o in options]
+    r = run(["--standalone", *options, f"--summary-file={path}", worker, *actions],
+            errors="replace")  # the failure summary shows the worker's bytes as they are
+    assert r.returncode == 3, r.stderr
+    assert "internal error" not in r.stderr
+    s = read_summary(str(path))
+    assert (s["status"], s["exit_code"]) == ("failed", 3)
+    assert holds(s), s
+
+
 def test_summary_on_both_nodes_names_the_failing_worker(agents, worker, tmp_path):
     port = free_port()
     common = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
@@ -250,6 +278,32 @@ def test_summary_on_both_nodes_names_the_failing_worker(agents, worker, tmp_path
     # Both name the root cause the rendezvous decided, the same to the pid.
     assert summaries[0]["root_cause"] == summaries[1]["root_cause"]
     assert summaries[0]["root_cause"]["pid"] > 0
+
+
+def test_a_failure_whose_texts_are_not_utf8_crosses_to_the_other_node(agents, worker, tmp_path):
+    port = free_port()
+    common = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+              f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=notutf8"]
+    paths = {name: tmp_path / name / "summary.json" for name in ("a", "b")}
+    procs = {}
+    for name, path in paths.items():
+        path.parent.mkdir()
+        # Rank 1 ends with bytes that are not UTF-8 at the end of its stderr and in its error file.
+        procs[name] = agents(name, common + [f"--summary-file={path}", worker, "stderr",
+                                             "bad \udcff\udcc3(", "error-file", "boom \udcff",
+                                             "rank-exit", "1", "5", "sleep", "60"])
+    for p in procs.values():
+        assert p.wait() == 5, p.err
+        assert "internal error" not in p.err
+    summaries = {name: read_summary(str(path)) for name, path in paths.items()}
+    for s in summaries.values():
+        root = s["root_cause"]
+        assert (s["status"], root["rank"], root["exit_code"]) == ("failed", 1, 5)
+        # The error file's message crossed the rendezvous, its bytes as U+FFFD.
+        assert "boom \ufffd" in root["message"], root
+    # The failing node also keeps the end of the worker's stderr.
+    [failing] = [s for s in summaries.values() if s["attempts"][0]["base_rank"] == 1]
+    assert failing["root_cause"]["stderr_tail"] == "bad \ufffd\ufffd(", failing["root_cause"]
 
 
 # -- where the output is ----------------------------------------------------------------------
