@@ -280,30 +280,41 @@ def test_summary_on_both_nodes_names_the_failing_worker(agents, worker, tmp_path
     assert summaries[0]["root_cause"]["pid"] > 0
 
 
-def test_a_failure_whose_texts_are_not_utf8_crosses_to_the_other_node(agents, worker, tmp_path):
+@pytest.mark.parametrize("error_file", [False, True], ids=["stderr", "error file"])
+def test_a_failure_whose_texts_are_not_utf8_crosses_to_the_other_node(agents, worker, tmp_path,
+                                                                      error_file):
     port = free_port()
     common = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
               f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=notutf8"]
+    # Rank 1 ends with bytes that are not UTF-8 at the end of its stderr, and in its error file.
+    actions = ["stderr", "bad \udcff\udcc3("]
+    if error_file:
+        actions += ["error-file", "boom \udcff"]
     paths = {name: tmp_path / name / "summary.json" for name in ("a", "b")}
     procs = {}
     for name, path in paths.items():
         path.parent.mkdir()
-        # Rank 1 ends with bytes that are not UTF-8 at the end of its stderr and in its error file.
-        procs[name] = agents(name, common + [f"--summary-file={path}", worker, "stderr",
-                                             "bad \udcff\udcc3(", "error-file", "boom \udcff",
+        procs[name] = agents(name, common + [f"--summary-file={path}", worker, *actions,
                                              "rank-exit", "1", "5", "sleep", "60"])
     for p in procs.values():
         assert p.wait() == 5, p.err
         assert "internal error" not in p.err
     summaries = {name: read_summary(str(path)) for name, path in paths.items()}
+    [failing] = [n for n, s in summaries.items() if s["attempts"][0]["base_rank"] == 1]
+    [other] = [n for n in summaries if n != failing]
     for s in summaries.values():
-        root = s["root_cause"]
-        assert (s["status"], root["rank"], root["exit_code"]) == ("failed", 1, 5)
-        # The error file's message crossed the rendezvous, its bytes as U+FFFD.
-        assert "boom \ufffd" in root["message"], root
-    # The failing node also keeps the end of the worker's stderr.
-    [failing] = [s for s in summaries.values() if s["attempts"][0]["base_rank"] == 1]
-    assert failing["root_cause"]["stderr_tail"] == "bad \ufffd\ufffd(", failing["root_cause"]
+        assert (s["status"], s["root_cause"]["rank"], s["root_cause"]["exit_code"]) == (
+            "failed", 1, 5)
+    # The failing node keeps the end of the worker's stderr, those bytes as U+FFFD.
+    assert summaries[failing]["root_cause"]["stderr_tail"] == "bad \ufffd\ufffd(", summaries
+    if error_file:
+        # The error file's message crossed the rendezvous, as U+FFFD.
+        assert "boom \ufffd" in summaries[other]["root_cause"]["message"], summaries[other]
+    else:
+        # Without an error file the tail crossed the rendezvous, as U+FFFD (UTF-8 EF BF BD); the
+        # other node's own rank wrote the raw bytes.
+        shown = procs[other].err_path.read_bytes()
+        assert "bad \ufffd\ufffd(".encode() in shown, shown[-2000:]
 
 
 # -- where the output is ----------------------------------------------------------------------
