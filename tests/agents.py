@@ -30,13 +30,14 @@ class Agent:
             self.kill()
             raise AssertionError(f"agent {self.name} still running after {timeout} s:\n{self.err}")
 
+    # A worker's bytes that are not UTF-8 reach the output as they are.
     @property
     def out(self):
-        return self.out_path.read_text()
+        return self.out_path.read_text(errors="replace")
 
     @property
     def err(self):
-        return self.err_path.read_text()
+        return self.err_path.read_text(errors="replace")
 
     def kill(self):
         if self.proc.poll() is None:

@@ -30,6 +30,7 @@ BAD = [
     ([], "no entrypoint"),
     (["--bogus-option", "x"], "--bogus-option"),
     (["--rdzv-id=", "--max-restarts=3", "x"], "--rdzv-id=: must not be empty"),
+    (["--rdzv-id=r\udcff", "x"], "--rdzv-id=r...: byte 0xFF is not UTF-8"),
 ]
 
 

@@ -351,6 +351,9 @@ SLURM_STEP = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_NODEID": "0", "S
     (["--hosts="], {}, "--hosts=: empty; give the hosts to run on"),
     (["--hosts=n0,n1", "--node-rank=1"], {}, "--node-rank=1: --hosts gives every host its node"),
     (["--hosts=n0,n1"], SLURM_STEP, "--hosts=n0,n1: inside a Slurm job step srun starts"),
+    # The handover is JSON text: bytes that are not UTF-8 (a str's surrogate escapes) cannot go.
+    (["--hosts=n0,n1", "-x", "A=x\udcff"], {}, "-x A: byte 0xFF of the value is not UTF-8;"),
+    (["--hosts=n0,n1", "-x", "B"], {"B": "\udcc3"}, "-x B: byte 0xC3 of the value is not UTF-8;"),
 ])
 def test_bad_host_lists_are_one_line_and_exit_2(tmp_path, args, env, needle):
     hostfile = tmp_path / "HF"

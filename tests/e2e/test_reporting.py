@@ -155,7 +155,7 @@ def test_a_worker_without_error_file_points_at_trainruns_docs(worker):
 
 def read_summary(path):
     assert os.listdir(os.path.dirname(path)) == [os.path.basename(path)]  # no temporary left
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         return json.load(f)
 
 
@@ -229,6 +229,34 @@ def test_summary_of_a_job_that_could_not_start(tmp_path):
     assert "no-such-program" in s["reason"]
 
 
+# Bytes that are not UTF-8 (a str's surrogate escapes are passed to the program as those bytes),
+# in each text of the summary that comes from outside, and what the summary holds for them.
+NOT_UTF8 = [
+    ("argument", [], ["exit", "3", "x\udcff"], lambda s: s["args"] == ["exit", "3", "x\ufffd"]),
+    ("stderr", [], ["stderr", "bad \udcff\udcc3(", "exit", "3"],
+     lambda s: s["root_cause"]["stderr_tail"] == "bad \ufffd\ufffd("),
+    ("error file", [], ["error-file", "boom \udcff", "exit", "3"],
+     lambda s: "boom \ufffd" in s["root_cause"]["message"]),
+    ("log dir", ["--redirects=3", "--log-dir={tmp}/logs\udcff"], ["exit", "3"],
+     lambda s: "/logs\ufffd/" in s["log_dir"] and "/logs\ufffd/" in s["root_cause"]["stderr_log"]),
+]
+
+
+@pytest.mark.parametrize("what,options,actions,holds", NOT_UTF8, ids=[c[0] for c in NOT_UTF8])
+def test_summary_of_a_job_whose_texts_are_not_utf8(worker, tmp_path, what, options, actions,
+                                                   holds):
+    path = tmp_path / "s" / "summary.json"
+    path.parent.mkdir()
+    options = [o.format(tmp=tmp_path) for o in options]
+    r = run(["--standalone", *options, f"--summary-file={path}", worker, *actions],
+            errors="replace")  # the failure summary shows the worker's bytes as they are
+    assert r.returncode == 3, r.stderr
+    assert "internal error" not in r.stderr
+    s = read_summary(str(path))
+    assert (s["status"], s["exit_code"]) == ("failed", 3)
+    assert holds(s), s
+
+
 def test_summary_on_both_nodes_names_the_failing_worker(agents, worker, tmp_path):
     port = free_port()
     common = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
@@ -250,6 +278,43 @@ def test_summary_on_both_nodes_names_the_failing_worker(agents, worker, tmp_path
     # Both name the root cause the rendezvous decided, the same to the pid.
     assert summaries[0]["root_cause"] == summaries[1]["root_cause"]
     assert summaries[0]["root_cause"]["pid"] > 0
+
+
+@pytest.mark.parametrize("error_file", [False, True], ids=["stderr", "error file"])
+def test_a_failure_whose_texts_are_not_utf8_crosses_to_the_other_node(agents, worker, tmp_path,
+                                                                      error_file):
+    port = free_port()
+    common = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+              f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=notutf8"]
+    # Rank 1 ends with bytes that are not UTF-8 at the end of its stderr, and in its error file.
+    actions = ["stderr", "bad \udcff\udcc3("]
+    if error_file:
+        actions += ["error-file", "boom \udcff"]
+    paths = {name: tmp_path / name / "summary.json" for name in ("a", "b")}
+    procs = {}
+    for name, path in paths.items():
+        path.parent.mkdir()
+        procs[name] = agents(name, common + [f"--summary-file={path}", worker, *actions,
+                                             "rank-exit", "1", "5", "sleep", "60"])
+    for p in procs.values():
+        assert p.wait() == 5, p.err
+        assert "internal error" not in p.err
+    summaries = {name: read_summary(str(path)) for name, path in paths.items()}
+    [failing] = [n for n, s in summaries.items() if s["attempts"][0]["base_rank"] == 1]
+    [other] = [n for n in summaries if n != failing]
+    for s in summaries.values():
+        assert (s["status"], s["root_cause"]["rank"], s["root_cause"]["exit_code"]) == (
+            "failed", 1, 5)
+    # The failing node keeps the end of the worker's stderr, those bytes as U+FFFD.
+    assert summaries[failing]["root_cause"]["stderr_tail"] == "bad \ufffd\ufffd(", summaries
+    if error_file:
+        # The error file's message crossed the rendezvous, as U+FFFD.
+        assert "boom \ufffd" in summaries[other]["root_cause"]["message"], summaries[other]
+    else:
+        # Without an error file the tail crossed the rendezvous, as U+FFFD (UTF-8 EF BF BD); the
+        # other node's own rank wrote the raw bytes.
+        shown = procs[other].err_path.read_bytes()
+        assert "bad \ufffd\ufffd(".encode() in shown, shown[-2000:]
 
 
 # -- where the output is ----------------------------------------------------------------------

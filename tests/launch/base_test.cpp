@@ -62,6 +62,21 @@ TEST_CASE("utf8_prefix and utf8_suffix never split a character", "[base]") {
   CHECK(utf8_suffix(s, 3) == "\xc3\xa9z");
 }
 
+TEST_CASE("valid_utf8_prefix ends before the first byte that is not UTF-8", "[base]") {
+  for (const std::string valid : {"", "run-7", "a\xc3\xa9z", "\xe2\x82\xac", "\xf0\x9f\x98\x80",
+                                  "\xed\x9f\xbf", "\xf4\x8f\xbf\xbf"})
+    CHECK(valid_utf8_prefix(valid) == valid);
+  CHECK(valid_utf8_prefix("r\xff") == "r");
+  CHECK(valid_utf8_prefix("ab\xc3") == "ab");            // cut inside a character
+  CHECK(valid_utf8_prefix("a\xc3(") == "a");             // a lead byte without its continuation
+  CHECK(valid_utf8_prefix("a\x80") == "a");              // a continuation alone
+  CHECK(valid_utf8_prefix("a\xc0\xaf") == "a");          // overlong '/'
+  CHECK(valid_utf8_prefix("a\xe0\x80\xaf") == "a");      // overlong '/'
+  CHECK(valid_utf8_prefix("a\xed\xa0\x80") == "a");      // a surrogate
+  CHECK(valid_utf8_prefix("a\xf4\x90\x80\x80") == "a");  // above U+10FFFF
+  CHECK(valid_utf8_prefix("\xc3\xa9\xf5\x80\x80\x80") == "\xc3\xa9");
+}
+
 TEST_CASE("percent_encode keeps a name's safe bytes and leaves no '/'", "[base]") {
   CHECK(percent_encode("job-7_v1.2") == "job-7_v1.2");
   CHECK(percent_encode("a/nodes/x") == "a%2Fnodes%2Fx");

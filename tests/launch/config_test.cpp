@@ -225,6 +225,16 @@ TEST_CASE("a run id longer than the rendezvous protocol allows is refused on one
                     Catch::Contains("256 bytes; a run id has at most 255"));
 }
 
+TEST_CASE("a run id that is not UTF-8 is refused with one line rather than sent as U+FFFD") {
+  CHECK(parse({"--rdzv-id=\xc3\xa9t\xc3\xa9", "x"}).rdzv_id == "\xc3\xa9t\xc3\xa9");
+  CHECK_THROWS_WITH(
+      parse({"--rdzv-id=r\xff", "x"}),
+      Catch::Equals("--rdzv-id=r...: byte 0xFF is not UTF-8; a run id travels between "
+                    "nodes as text, so it must be UTF-8"));
+  CHECK_THROWS_WITH(parse({"x"}, {{"PET_RDZV_ID", "job\xc3"}}),
+                    Catch::StartsWith("PET_RDZV_ID=job...: byte 0xC3 is not UTF-8;"));
+}
+
 TEST_CASE("--option= is the empty string, not a request for the next argument") {
   CHECK_THROWS_WITH(parse({"--rdzv-id=", "--max-restarts=3", "x"}),
                     Catch::Equals("--rdzv-id=: must not be empty"));

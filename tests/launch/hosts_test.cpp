@@ -190,6 +190,19 @@ TEST_CASE("forwarded variables: env files, then -x", "[hosts]") {
         }).rfind("TRAINRUN_RDZV_TOKEN is not forwarded", 0) == 0);
 }
 
+TEST_CASE("a forwarded value that is not UTF-8 is refused: the handover is JSON text", "[hosts]") {
+  CHECK(refusal([] { parse_env_file("A=1\nB=caf\xc3\n", ".trainrun_env"); }) ==
+        ".trainrun_env: line 2: B: byte 0xC3 of the value is not UTF-8; --hosts hands the values "
+        "to the agents as text and cannot carry it; set it in the hosts' own environment instead");
+  CHECK(refusal([] {
+          forwarded_environment({}, {"A=\xff"}, {});
+        }).rfind("-x A: byte 0xFF of the value is not UTF-8;", 0) == 0);
+  CHECK(refusal([] {
+          forwarded_environment({}, {"HOME"}, {{"HOME", "/h\xe9"}});
+        }).rfind("-x HOME: byte 0xE9 of the value is not UTF-8;", 0) == 0);
+  CHECK(forwarded_environment({}, {"A=\xc3\xa9"}, {}).at("A") == "\xc3\xa9");
+}
+
 TEST_CASE("the handover line goes there and back", "[hosts]") {
   const std::string line = encode_handover({"t0k", {{"A", "x\ny"}}, "/opt/venv/bin/python3"});
   CHECK(line.back() == '\n');

@@ -2,6 +2,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
@@ -220,6 +221,31 @@ TEST_CASE("bad input is reported, not crashed on") {
   CHECK_THROWS_AS(rt::Checkpoint::from_directory(""), rt::ConfigError);
   std::ofstream(root / "file") << "x";
   CHECK_THROWS_AS(rt::RunStorage(root / "file" / "run", {}), rt::RuntimeError);
+}
+
+TEST_CASE("metrics holding bytes that are not UTF-8 are written with U+FFFD and never refused") {
+  const fs::path root = make_temp_dir("utf8");
+  rt::RunStorage storage(root / "run", {});
+  const auto persisted = storage.record({{"label", "caf\xc3"}, {"loss", 0.5}, {"\xff", 1}},
+                                        rt::Checkpoint::from_directory(make_source(root, "a")));
+  REQUIRE(persisted);
+  const auto lines = metric_lines(root / "run");
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0]["label"] == "caf\xef\xbf\xbd");
+  CHECK(lines[0]["\xef\xbf\xbd"] == 1);
+  CHECK(lines[0]["loss"] == 0.5);
+  const auto saved = nlohmann::json::parse(
+      read_file((persisted->path() / rt::RunStorage::checkpoint_metrics_file_name).string()));
+  CHECK(saved["label"] == "caf\xef\xbf\xbd");
+  // Nothing half-saved is left beside the checkpoint.
+  std::vector<std::string> entries;
+  for (const auto& e : fs::directory_iterator(root / "run"))
+    entries.push_back(e.path().filename().string());
+  std::sort(entries.begin(), entries.end());
+  CHECK(entries ==
+        std::vector<std::string>{".trainrun.lock", "checkpoint_000000", "metrics.jsonl"});
+  CHECK_THROWS_WITH(storage.record(nlohmann::json("x\xff"), std::nullopt),
+                    Catch::Contains("got \"x\xef\xbf\xbd\""));
 }
 
 TEST_CASE("a process killed in the middle of saving never loses the previous checkpoint") {

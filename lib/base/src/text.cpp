@@ -52,6 +52,38 @@ std::string_view utf8_suffix(std::string_view text, std::size_t max_bytes) {
   return text.substr(start);
 }
 
+std::string_view valid_utf8_prefix(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    // The length of the sequence `c` starts, and the range its second byte must be in.
+    std::size_t length = 1;
+    unsigned char low = 0x80, high = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+      length = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      length = 3;
+      if (c == 0xE0) low = 0xA0;   // overlong
+      if (c == 0xED) high = 0x9F;  // surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      length = 4;
+      if (c == 0xF0) low = 0x90;   // overlong
+      if (c == 0xF4) high = 0x8F;  // above U+10FFFF
+    } else if (c >= 0x80) {
+      break;
+    }
+    if (length > text.size() - i) break;
+    bool valid = true;
+    for (std::size_t k = 1; k < length && valid; ++k) {
+      const auto b = static_cast<unsigned char>(text[i + k]);
+      valid = k == 1 ? b >= low && b <= high : continuation(b);
+    }
+    if (!valid) break;
+    i += length;
+  }
+  return text.substr(0, i);
+}
+
 std::string percent_encode(std::string_view text) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   std::string out;

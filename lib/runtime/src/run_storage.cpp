@@ -22,6 +22,12 @@ constexpr const char* kTempPrefix = ".tmp_";
 
 std::string errno_text() { return std::strerror(errno); }
 
+// The user's metrics may hold any bytes (a label read from a file): what is not UTF-8 is written
+// as U+FFFD, so report() does not fail on it halfway through a save.
+std::string metrics_text(const Metrics& metrics) {
+  return metrics.dump(-1, ' ', false, Metrics::error_handler_t::replace);
+}
+
 // A checkpoint_NNNNNN directory's index, or -1 for any other name.
 int checkpoint_index(const fs::path& path) {
   const std::string name = path.filename().string();
@@ -230,7 +236,7 @@ std::optional<Checkpoint> RunStorage::record(const Metrics& metrics,
                                              const std::optional<Checkpoint>& checkpoint) {
   if (!metrics.is_object() && !metrics.is_null()) {
     throw ConfigError("report: metrics must be a JSON object of name to value, got " +
-                      metrics.dump());
+                      metrics_text(metrics));
   }
   const std::string name = checkpoint_name(next_index_);
   Metrics line = metrics.is_null() ? Metrics::object() : metrics;
@@ -257,7 +263,7 @@ std::optional<Checkpoint> RunStorage::record(const Metrics& metrics,
     if (!error) {
       // The metrics travel inside the checkpoint, so the rename below commits both at once:
       // a crash before the metrics line is appended is repaired when the run is reopened.
-      std::ofstream(temp / checkpoint_metrics_file_name) << line.dump() << "\n";
+      std::ofstream(temp / checkpoint_metrics_file_name) << metrics_text(line) << "\n";
     }
     if (error) {
       fs::remove_all(temp, error);
@@ -282,7 +288,7 @@ std::optional<Checkpoint> RunStorage::record(const Metrics& metrics,
 }
 
 void RunStorage::append_metrics_line(const Metrics& line) {
-  const std::string text = line.dump() + "\n";
+  const std::string text = metrics_text(line) + "\n";
   const fs::path metrics_path = run_dir_ / metrics_file_name;
   const int fd = ::open(metrics_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {

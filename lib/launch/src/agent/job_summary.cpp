@@ -190,7 +190,9 @@ std::string JobSummary::to_json() const {
             {"ended_at", time_or_null(ended_at_)},
             {"duration_s", duration_or_null(started_at_, ended_at_)},
             {"attempts", attempts}};
-  return j.dump(2) + "\n";
+  // The arguments, paths, run id and failure texts (stderr's end, error files) are bytes from
+  // outside: what is not UTF-8 is written as U+FFFD, so the summary is always written.
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 void write_summary_file(const std::string& path, JobSummary& summary, int exit_code,

@@ -338,6 +338,14 @@ void read_rendezvous(const GivenValues& g, LaunchConfig& c) {
     fail(fmt::format("{}...: {} bytes; a run id has at most {} (the rendezvous protocol's limit)",
                      utf8_prefix(g.named("rdzv-id"), 40), c.rdzv_id.size(),
                      rendezvous::kMaxNameLength));
+  // Each node sends it as JSON text and the rendezvous compares it byte for byte: bytes that are
+  // not UTF-8 would arrive as U+FFFD and never match.
+  if (const std::string_view valid = valid_utf8_prefix(c.rdzv_id); valid.size() < c.rdzv_id.size())
+    fail(
+        fmt::format("{}...: byte 0x{:02X} is not UTF-8; a run id travels between nodes as text, "
+                    "so it must be UTF-8",
+                    escape_control(utf8_prefix(valid_utf8_prefix(g.named("rdzv-id")), 40)),
+                    static_cast<unsigned char>(c.rdzv_id[valid.size()])));
   c.rdzv_conf = parse_rdzv_conf(g.value("rdzv-conf"), g.named("rdzv-conf"));
   c.standalone = g.flag("standalone");
   c.local_addr = g.value("local-addr");

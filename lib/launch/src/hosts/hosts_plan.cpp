@@ -21,6 +21,17 @@ bool valid_variable_name(const std::string& name) {
   return true;
 }
 
+// The values reach the agents as JSON text (encode_handover): bytes that are not UTF-8 would
+// arrive as U+FFFD, another value than the one given.
+void require_utf8(const std::string& value, const std::string& what) {
+  const std::string_view valid = valid_utf8_prefix(value);
+  if (valid.size() < value.size())
+    throw UsageError(fmt::format(
+        "{}: byte 0x{:02X} of the value is not UTF-8; --hosts hands the values to the agents as "
+        "text and cannot carry it; set it in the hosts' own environment instead",
+        what, static_cast<unsigned char>(value[valid.size()])));
+}
+
 }  // namespace
 
 std::string shell_quote(const std::string& text) {
@@ -87,6 +98,7 @@ std::map<std::string, std::string> parse_env_file(const std::string& text,
       throw UsageError(fmt::format("{}: line {}: cannot read '{}'; use NAME=VALUE", path, number,
                                    utf8_prefix(stripped, 80)));
     out[name] = entry.substr(eq + 1);
+    require_utf8(out[name], fmt::format("{}: line {}: {}", path, number, name));
   }
   return out;
 }
@@ -105,6 +117,7 @@ std::map<std::string, std::string> forwarded_environment(
           fmt::format("-x {}: not a variable name; use -x NAME or -x NAME=VALUE", entry));
     if (eq != std::string::npos) {
       out[name] = entry.substr(eq + 1);
+      require_utf8(out[name], "-x " + name);
       continue;
     }
     auto it = env.find(name);
@@ -112,6 +125,7 @@ std::map<std::string, std::string> forwarded_environment(
       throw UsageError(fmt::format(
           "-x {}: {} is not set on this machine; set it or give -x {}=VALUE", name, name, name));
     out[name] = it->second;
+    require_utf8(out[name], "-x " + name);
   }
   if (out.count(kTokenVariable))
     throw UsageError(fmt::format(

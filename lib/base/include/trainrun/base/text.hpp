@@ -20,6 +20,10 @@ std::string_view utf8_prefix(std::string_view text, std::size_t max_bytes);
 // The longest suffix of `text` of at most `max_bytes` bytes that starts on a character.
 std::string_view utf8_suffix(std::string_view text, std::size_t max_bytes);
 
+// The longest prefix of `text` that is valid UTF-8 (RFC 3629: no overlong forms, no surrogates,
+// nothing above U+10FFFF), as JSON text must be: all of `text` when it is valid.
+std::string_view valid_utf8_prefix(std::string_view text);
+
 // `text` with every byte but ASCII letters, digits, '.', '_' and '-' written as %XX (upper-case
 // hex): a name with no '/' that still reads as the original, and different for different texts.
 // For a run id as a directory name or as one segment of an etcd key.
