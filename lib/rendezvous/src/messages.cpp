@@ -136,18 +136,16 @@ std::string get_hex(const json& j, const char* key, std::size_t length) {
 constexpr std::size_t kHexDigest = 64;
 
 json to_json(const PreflightOffer& o) {
-  json j{{"v", kPreflightVersion},
-         {"id", o.id},
-         {"port", o.port},
-         {"trainrun", o.trainrun},
-         {"entrypoint", o.entrypoint},
-         {"sha256", o.sha256},
-         {"python", o.python},
-         {"torch", o.torch},
-         {"network", o.network}};
-  // Only when set: an offer stays as an agent that does not check MASTER_PORT sends it.
-  if (o.master_check) j["master_check"] = true;
-  return j;
+  return json{{"v", kPreflightVersion},
+              {"id", o.id},
+              {"port", o.port},
+              {"trainrun", o.trainrun},
+              {"entrypoint", o.entrypoint},
+              {"sha256", o.sha256},
+              {"python", o.python},
+              {"torch", o.torch},
+              {"network", o.network},
+              {"master_check", o.master_check}};
 }
 
 // An offer of another preflight version is ignored (the node is not checked), not refused: the
@@ -167,6 +165,7 @@ std::optional<PreflightOffer> optional_offer(const json& j) {
   o.python = get_string(*it, "python", kMaxPreflightText);
   o.torch = get_string(*it, "torch", kMaxPreflightText);
   o.network = get_hex(*it, "network", 16);
+  // Absent from an older agent's offer: it neither checks MASTER_PORT nor opens it.
   if (it->contains("master_check")) o.master_check = get_bool(*it, "master_check");
   return o;
 }
