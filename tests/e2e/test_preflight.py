@@ -93,16 +93,21 @@ def test_on_etcd_the_firewall_ends_the_job_on_both_nodes(netns_pair, agents, wor
         for agent in started:
             assert agent.wait(timeout=60) == 1, agent.err
         host = os.uname().nodename
-        # Whichever node etcd's round made group rank 0, node b cannot reach its ports.
+        # Whichever node etcd's round made group rank 0, node b cannot reach its ports (MASTER_PORT
+        # too, which a dynamic rendezvous takes from the ephemeral range).
         link = re.compile(rf"preflight failed on {re.escape(host)}: {re.escape(host)} \(group "
                           rf"rank [01], {re.escape(b.addr)}\) cannot open a TCP connection to "
                           rf"{re.escape(host)} \(group rank [01]\) at {re.escape(a.addr)}:\d+"
-                          rf"( \(MASTER_ADDR\))?: no answer")
+                          rf"( \(MASTER_(ADDR|PORT)\))?: no answer")
         for agent in started:
             assert len(link.findall(agent.err)) == 1, agent.err
-        # Node a checked b too, whichever way etcd told it its ranks (the writer of the state
-        # reads it; the others take a summary, which holds no peer to check).
-        assert "preflight passed: 1 node checked" in started[0].err, started[0].err
+        # Node a ran its preflight too, whichever way etcd told it its ranks (the writer of the
+        # state reads it; the others take a summary, which holds no peer to check): as group rank
+        # 0 it waited for b's check of MASTER_PORT and started no worker, else it checked b.
+        if "node rank 0 of 2 nodes" in started[0].err:
+            assert not (tmp_path / f"{a.name}.pids").exists(), started[0].err
+        else:
+            assert "preflight passed: 1 node checked" in started[0].err, started[0].err
         # The workers of node b never started.
         assert not (tmp_path / f"{b.name}.pids").exists()
     finally:
