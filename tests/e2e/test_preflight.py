@@ -5,11 +5,12 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 
 import pytest
 
 from backends import ETCD, Etcd, etcd_args
-from conftest import drop_ephemeral_ports, dynamic
+from conftest import IPTABLES, drop_ephemeral_ports, dynamic
 from ports import free_port
 
 JOIN = "--rdzv-conf=join_timeout=60"
@@ -37,6 +38,44 @@ def test_a_firewall_that_drops_the_ephemeral_ports_is_named_on_both_nodes(netns_
     assert "preflight failed" in rb.err and "worker" not in rb.out
 
 
+def drop_port(ns, port):
+    """New connections to TCP `port` of namespace `ns` are dropped; its other ports stay open."""
+    if IPTABLES is None:
+        pytest.skip("iptables is not installed (scripts/setup.sh)")
+    r = subprocess.run(["ip", "netns", "exec", ns.name, IPTABLES, "-A", "INPUT", "-p", "tcp",
+                        "--dport", str(port), "-j", "DROP"], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"iptables does not work in a network namespace here: {r.stderr.strip()}")
+
+
+def test_a_firewalled_master_port_is_named_on_both_nodes(netns_pair, agents, worker, tmp_path):
+    a, b = netns_pair.ns
+    # A static rendezvous: MASTER_PORT is the one given, the rendezvous on the next (open).
+    master_port = 29406
+    drop_port(a, master_port)
+    common = ["--nnodes=2", "--nproc-per-node=1", f"--master-addr={a.addr}",
+              f"--master-port={master_port}", JOIN]
+    started = [agents(ns.name, common + [f"--node-rank={rank}", f"--local-addr={ns.addr}", worker,
+                                         "pidfile", str(tmp_path / f"{ns.name}.pids"), "sleep",
+                                         "60"], netns=ns.name)
+               for rank, ns in enumerate((a, b))]
+    # Named in seconds, not after init_process_group's 30 minutes.
+    for agent in started:
+        assert agent.wait(timeout=60) == 1, agent.err
+    host = os.uname().nodename
+    link = (f"{host} (group rank 1, {b.addr}) cannot open a TCP connection to {host} (group rank "
+            f"0) at {a.addr}:{master_port} (MASTER_PORT): no answer")
+    for agent in started:
+        assert link in agent.err, agent.err
+        assert f"let TCP from {b.addr} to {a.addr} through on port {master_port}, MASTER_PORT" \
+            in agent.err, agent.err
+        # The preflight port of group rank 0, open, was reached.
+        assert "(MASTER_ADDR): no answer" not in agent.err, agent.err
+    # Group rank 0 waited for node b's check: no worker started on either node.
+    for ns in (a, b):
+        assert not (tmp_path / f"{ns.name}.pids").exists(), started[0].err
+
+
 def test_on_etcd_the_firewall_ends_the_job_on_both_nodes(netns_pair, agents, worker, tmp_path):
     a, b = drop_ephemeral_ports(netns_pair)
     if not ETCD:
@@ -54,16 +93,21 @@ def test_on_etcd_the_firewall_ends_the_job_on_both_nodes(netns_pair, agents, wor
         for agent in started:
             assert agent.wait(timeout=60) == 1, agent.err
         host = os.uname().nodename
-        # Whichever node etcd's round made group rank 0, node b cannot reach its ports.
+        # Whichever node etcd's round made group rank 0, node b cannot reach its ports (MASTER_PORT
+        # too, which a dynamic rendezvous takes from the ephemeral range).
         link = re.compile(rf"preflight failed on {re.escape(host)}: {re.escape(host)} \(group "
                           rf"rank [01], {re.escape(b.addr)}\) cannot open a TCP connection to "
                           rf"{re.escape(host)} \(group rank [01]\) at {re.escape(a.addr)}:\d+"
-                          rf"( \(MASTER_ADDR\))?: no answer")
+                          rf"( \(MASTER_(ADDR|PORT)\))?: no answer")
         for agent in started:
             assert len(link.findall(agent.err)) == 1, agent.err
-        # Node a checked b too, whichever way etcd told it its ranks (the writer of the state
-        # reads it; the others take a summary, which holds no peer to check).
-        assert "preflight passed: 1 node checked" in started[0].err, started[0].err
+        # Node a ran its preflight too, whichever way etcd told it its ranks (the writer of the
+        # state reads it; the others take a summary, which holds no peer to check): as group rank
+        # 0 it waited for b's check of MASTER_PORT and started no worker, else it checked b.
+        if "node rank 0 of 2 nodes" in started[0].err:
+            assert not (tmp_path / f"{a.name}.pids").exists(), started[0].err
+        else:
+            assert "preflight passed: 1 node checked" in started[0].err, started[0].err
         # The workers of node b never started.
         assert not (tmp_path / f"{b.name}.pids").exists()
     finally:

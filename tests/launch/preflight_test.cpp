@@ -1,14 +1,18 @@
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "parse_helpers.hpp"
 #include "sample_offer.hpp"
 #include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/core/listen.hpp"
 #include "trainrun/launch/preflight/local_offer.hpp"
 #include "trainrun/launch/preflight/preflight_checks.hpp"
 #include "trainrun/launch/preflight/preflight_probe.hpp"
+#include "trainrun/launch/workers/port.hpp"
 
 using namespace trainrun::launch;
 using trainrun::rendezvous::PreflightOffer;
@@ -194,6 +198,145 @@ TEST_CASE("a probe reaches a listener, and tells a closed port and another agent
   }
 }
 
+TEST_CASE("a blocked MASTER_PORT names both nodes, the port and the fix", "[preflight]") {
+  LinkCheck link;
+  link.peer = node0();
+  link.target = "node0";
+  link.via_master_addr = true;
+  link.master_port = 29500;
+  link.outcome = LinkOutcome::timed_out;
+  link.detail = "5 s";
+  CHECK(link_port(link) == 29500);
+  auto f = link_finding(kMe, link, "32768-60999");
+  REQUIRE(f);
+  CHECK(f->error);
+  CHECK(f->line ==
+        "node1 (group rank 1, 10.0.0.2) cannot open a TCP connection to node0 (group rank 0) at "
+        "node0:29500 (MASTER_PORT): no answer (5 s); the workers would hang in "
+        "init_process_group. Likely fix: let TCP from 10.0.0.2 to node0 through on port 29500, "
+        "MASTER_PORT, where every worker connects to the store of group rank 0 — a firewall "
+        "rule; or choose a MASTER_PORT it lets through (--master-port, with a static "
+        "rendezvous; a dynamic one takes a free port of group rank 0's ephemeral range)");
+
+  // Group rank 0's side: every node checked, one did not, or the port could not be opened.
+  const PreflightNode rank0{"node0", 0, "10.0.0.1"};
+  CHECK_FALSE(master_port_finding(rank0, "node0", 29500, 3, 3, 10, ""));
+  f = master_port_finding(rank0, "node0", 29500, 3, 2, 10, "");
+  REQUIRE(f);
+  CHECK(f->error);
+  CHECK(f->line ==
+        "node0 (group rank 0, 10.0.0.1): 1 of 3 other nodes did not open a TCP connection to "
+        "node0:29500 (MASTER_PORT) within 10 s; the workers would hang in init_process_group. "
+        "Likely fix: let TCP from the other nodes to node0 through on port 29500, MASTER_PORT — "
+        "a firewall rule");
+  f = master_port_finding(rank0, "node0", 29500, 3, 0, 10, "Address already in use");
+  REQUIRE(f);
+  CHECK(f->line.rfind("node0 (group rank 0, 10.0.0.1) cannot listen on node0:29500 (MASTER_PORT) "
+                      "for the other nodes to check it: Address already in use;",
+                      0) == 0);
+}
+
+namespace {
+
+// Runs `io` until `done` holds, at most 30 s.
+template <class Done>
+void run_until(boost::asio::io_context& io, Done done) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!done() && std::chrono::steady_clock::now() < end)
+    io.run_one_for(std::chrono::milliseconds(100));
+}
+
+// A free port, as MASTER_PORT is held for the workers: bound with SO_REUSEADDR, not listening.
+int held_free_port(std::optional<HeldPort>& held) {
+  held.emplace(0);
+  return held->port();
+}
+
+}  // namespace
+
+TEST_CASE("group rank 0 keeps MASTER_PORT open until every node has checked it", "[preflight]") {
+  boost::asio::io_context io;
+  std::optional<HeldPort> held;
+  const int port = held_free_port(held);
+  const std::string rank0_id = "0123456789abcdef";
+  std::vector<LinkCheck> links;
+  auto probe = [&](const std::string& my_id) {
+    LinkCheck link;
+    link.peer = node0();
+    link.peer.offer.id = rank0_id;
+    link.target = "127.0.0.1";
+    link.via_master_addr = true;
+    link.master_port = port;
+    return probe_link(
+        io, link, std::chrono::seconds(5), [&](LinkCheck done) { links.push_back(done); },
+        preflight_greeting(my_id, 0));
+  };
+  // The first node checks before group rank 0 opens the port (its assignment came later): it is
+  // refused, and tries again.
+  auto early = probe("1111111111111111");
+  io.run_for(std::chrono::milliseconds(300));
+  std::optional<std::pair<int, std::string>> result;
+  auto wait = wait_for_master_checks(
+      io, port, rank0_id, 2, std::chrono::seconds(20),
+      [&](int checked, std::string problem) { result.emplace(checked, problem); });
+  run_until(io, [&] { return links.size() == 1; });
+  REQUIRE(links.size() == 1);
+  CHECK(links[0].outcome == LinkOutcome::ok);
+  CHECK_FALSE(links[0].clock_offset_s);  // the preflight port's answer gives it
+  CHECK_FALSE(result);                   // one of two
+  auto late = probe("2222222222222222");
+  run_until(io, [&] { return result && links.size() == 2; });
+  REQUIRE(result);
+  CHECK(*result == std::make_pair(2, std::string()));
+  REQUIRE(links.size() == 2);
+  CHECK(links[1].outcome == LinkOutcome::ok);
+  // Closed once every node has checked: a worker's store can listen there now.
+  boost::asio::ip::tcp::acceptor store(io);
+  CHECK_FALSE(listen_on_every_address(store, static_cast<unsigned short>(port), true));
+}
+
+TEST_CASE("group rank 0 names a MASTER_PORT that no node reached, or that it cannot open",
+          "[preflight]") {
+  boost::asio::io_context io;
+  std::optional<HeldPort> held;
+  const int port = held_free_port(held);
+  std::optional<std::pair<int, std::string>> result;
+  auto done = [&](int checked, std::string problem) { result.emplace(checked, problem); };
+  auto wait =
+      wait_for_master_checks(io, port, "0123456789abcdef", 1, std::chrono::milliseconds(200), done);
+  run_until(io, [&] { return result.has_value(); });
+  REQUIRE(result);
+  CHECK(*result == std::make_pair(0, std::string()));
+
+  // Another program listens there: no node could check it, and no worker's store listen.
+  boost::asio::ip::tcp::acceptor other(io);
+  REQUIRE_FALSE(listen_on_every_address(other, static_cast<unsigned short>(port), true));
+  result.reset();
+  wait = wait_for_master_checks(io, port, "0123456789abcdef", 1, std::chrono::seconds(20), done);
+  run_until(io, [&] { return result.has_value(); });
+  REQUIRE(result);
+  CHECK(result->first == 0);
+  CHECK_FALSE(result->second.empty());
+}
+
+TEST_CASE("a MASTER_PORT that stays refused is named refused, with the attempts", "[preflight]") {
+  boost::asio::io_context io;
+  std::optional<HeldPort> held;
+  const int port = held_free_port(held);
+  std::optional<LinkCheck> result;
+  LinkCheck link;
+  link.peer = node0();
+  link.target = "127.0.0.1";
+  link.via_master_addr = true;
+  link.master_port = port;
+  auto probe = probe_link(
+      io, link, std::chrono::milliseconds(500), [&](LinkCheck done) { result = done; }, "x\n");
+  run_until(io, [&] { return result.has_value(); });
+  REQUIRE(result);
+  CHECK(result->outcome == LinkOutcome::refused);
+  CHECK(result->detail.find("attempts failed: Connection refused x") != std::string::npos);
+}
+
 TEST_CASE("the local offer hashes the entrypoint and names the network stack", "[preflight]") {
   LocalRun run;
   run.entrypoint = "/proc/self/nonexistent";
@@ -206,4 +349,5 @@ TEST_CASE("the local offer hashes the entrypoint and names the network stack", "
   CHECK(o.network == network_identity());
   CHECK(o.network.size() == 16);
   CHECK(local_offer(40001, run).id != o.id);
+  CHECK(o.master_check);
 }

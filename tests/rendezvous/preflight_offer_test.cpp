@@ -92,6 +92,42 @@ TEST_CASE("the assignment carries the offers of the nodes to check", "[preflight
                     Catch::Contains("\"preflight\""));
 }
 
+TEST_CASE("group rank 0 learns how many nodes will check MASTER_PORT", "[preflight]") {
+  std::vector<NodeDescriptor> nodes;
+  for (int i = 0; i < 5; ++i) {
+    nodes.push_back(node("node" + std::to_string(i), 40000 + i));
+    nodes.back().preflight->master_check = true;
+  }
+  nodes[3].preflight.reset();               // runs without the preflight
+  nodes[4].preflight->master_check = false;  // an older trainrun
+  auto all = assign_ranks(nodes, 1, false, nullptr);
+  CHECK(all[0].group_rank == 0);
+  CHECK(all[0].master_port_checks == 2);  // node1 and node2
+  for (int g = 1; g < 5; ++g) CHECK(all[g].master_port_checks == 0);
+
+  Assignment back = std::get<Assignment>(decode_server_message(encode(ServerMessage{all[0]})));
+  CHECK(back.master_port_checks == 2);
+  CHECK(back.preflight[0].offer.master_check);
+  CHECK_FALSE(back.preflight[1].offer.master_check);  // node4, its ring neighbour
+  // An older server sends no count: group rank 0 waits for nobody.
+  std::string older = encode(ServerMessage{all[0]});
+  older.replace(older.find(",\"master_port_checks\":2"), 23, "");
+  CHECK(std::get<Assignment>(decode_server_message(older)).master_port_checks == 0);
+  std::string bad = encode(ServerMessage{all[0]});
+  bad.replace(bad.find("\"master_port_checks\":2"), 22, "\"master_port_checks\":5");
+  CHECK_THROWS_WITH(decode_server_message(bad), Catch::Contains("\"master_port_checks\""));
+
+  // An older agent's offer has no flag: it neither checks MASTER_PORT nor opens it.
+  Join j{nodes[0]};
+  std::string join = encode(ClientMessage{j});
+  join.replace(join.find(",\"master_check\":true"), 20, "");
+  CHECK_FALSE(std::get<Join>(decode_client_message(join)).node.preflight->master_check);
+
+  // Group rank 0 of an older trainrun: nobody checks its MASTER_PORT.
+  nodes[0].preflight->master_check = false;
+  CHECK(assign_ranks(nodes, 1, false, nullptr)[0].master_port_checks == 0);
+}
+
 TEST_CASE("the etcd state keeps each member's offer", "[preflight]") {
   EtcdRoundState s;
   EtcdMember m;

@@ -144,7 +144,8 @@ json to_json(const PreflightOffer& o) {
               {"sha256", o.sha256},
               {"python", o.python},
               {"torch", o.torch},
-              {"network", o.network}};
+              {"network", o.network},
+              {"master_check", o.master_check}};
 }
 
 // An offer of another preflight version is ignored (the node is not checked), not refused: the
@@ -164,6 +165,8 @@ std::optional<PreflightOffer> optional_offer(const json& j) {
   o.python = get_string(*it, "python", kMaxPreflightText);
   o.torch = get_string(*it, "torch", kMaxPreflightText);
   o.network = get_hex(*it, "network", 16);
+  // Absent from an older agent's offer: it neither checks MASTER_PORT nor opens it.
+  if (it->contains("master_check")) o.master_check = get_bool(*it, "master_check");
   return o;
 }
 
@@ -438,6 +441,7 @@ std::string encode(const ServerMessage& message) {
                    {"master_port", m.master_port},  {"restart_count", m.restart_count},
                    {"max_restarts", m.max_restarts}};
             if (!m.preflight.empty()) j["preflight"] = to_json(m.preflight);
+            if (m.master_port_checks > 0) j["master_port_checks"] = m.master_port_checks;
             return j;
           },
           [](const Restart& m) {
@@ -574,6 +578,8 @@ ServerMessage decode_server_message(std::string_view body) {
     m.restart_count = get_small(j, "restart_count", 0, 1 << 20);
     m.max_restarts = get_small(j, "max_restarts", 0, 1 << 20);
     m.preflight = optional_peers(j, m.group_world_size);
+    if (j.contains("master_port_checks"))
+      m.master_port_checks = get_small(j, "master_port_checks", 0, m.group_world_size - 1);
     return m;
   }
   if (type == "restart") {

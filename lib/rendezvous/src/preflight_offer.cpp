@@ -6,8 +6,9 @@
 namespace trainrun::rendezvous {
 
 bool PreflightOffer::operator==(const PreflightOffer& o) const {
-  return std::tie(id, port, trainrun, entrypoint, sha256, python, torch, network) ==
-         std::tie(o.id, o.port, o.trainrun, o.entrypoint, o.sha256, o.python, o.torch, o.network);
+  return std::tie(id, port, trainrun, entrypoint, sha256, python, torch, network, master_check) ==
+         std::tie(o.id, o.port, o.trainrun, o.entrypoint, o.sha256, o.python, o.torch, o.network,
+                  o.master_check);
 }
 
 std::vector<int> preflight_peer_ranks(int group_rank, int world) {

@@ -94,6 +94,13 @@ std::vector<Assignment> assign_ranks(const std::vector<NodeDescriptor>& nodes, s
       if (peer.preflight) a.preflight.push_back({p, peer.host, peer.addr, *peer.preflight});
     }
   }
+  // Group rank 0 waits on MASTER_PORT for every node that will check it.
+  const auto checks_master = [&](int g) {
+    const auto& offer = nodes[order[g]].preflight;
+    return offer && offer->master_check;
+  };
+  if (checks_master(0))
+    for (int g = 1; g < n; ++g) out[order[0]].master_port_checks += checks_master(g) ? 1 : 0;
   return out;
 }
 

@@ -164,6 +164,9 @@ class Agent {
     rendezvous::ClientEvents events;
     events.on_assignment = [this](const rendezvous::Assignment& a) {
       const PreflightNode me{host_, a.group_rank, rdzv_->handler().advertised_address()};
+      // The last attempt is over on every node: its store takes no new connection, and leaves
+      // MASTER_PORT to the preflight until this round's workers start.
+      store_.attempt_stopping();
       if (!preflight_.start(a, me, logs_.dir().run_dir()))
         apply(policy_.assignment(a, Clock::now()));
     };

@@ -56,6 +56,7 @@ rendezvous::PreflightOffer local_offer(int port, const LocalRun& run) {
   o.python = std::string(utf8_prefix(run.python, rendezvous::kMaxPreflightText));
   o.torch = std::string(utf8_prefix(run.torch, rendezvous::kMaxPreflightText));
   o.network = network_identity();
+  o.master_check = true;
   return o;
 }
 

@@ -7,6 +7,7 @@
 
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/text.hpp"
+#include "trainrun/base/wording.hpp"
 
 namespace trainrun::launch {
 
@@ -130,9 +131,10 @@ std::optional<PreflightFinding> link_finding(const PreflightNode& me, const Link
   const std::string self = fmt::format("{} (group rank {}, {})", escape_control(me.host),
                                        me.group_rank, escape_control(me.addr));
   const std::string other = node_name(link.peer.host, link.peer.group_rank);
-  const std::string where =
-      fmt::format("{}:{}{}", escape_control(link.target), link.peer.offer.port,
-                  link.via_master_addr ? " (MASTER_ADDR)" : "");
+  const std::string where = fmt::format("{}:{}{}", escape_control(link.target), link_port(link),
+                                        link.master_port       ? " (MASTER_PORT)"
+                                        : link.via_master_addr ? " (MASTER_ADDR)"
+                                                               : "");
   std::string what;
   switch (link.outcome) {
     case LinkOutcome::timed_out:
@@ -165,22 +167,58 @@ std::optional<PreflightFinding> link_finding(const PreflightNode& me, const Link
       "network the nodes share",
       escape_control(link.target), escape_control(link.peer.host), escape_control(me.host));
   std::string fix;
-  switch (link.outcome) {
-    case LinkOutcome::timed_out:
-    case LinkOutcome::refused:
-      fix = firewall + ", or, " + interface;
-      break;
-    case LinkOutcome::unreachable:
-    case LinkOutcome::wrong_peer:
-      fix = interface + "; else " + firewall;
-      break;
-    default:
-      fix = interface;
-  }
+  // On MASTER_PORT the port is the suspect: the link to the preflight port at the same address
+  // speaks for the address and the interface.
+  if (link.master_port)
+    fix = fmt::format(
+        "let TCP from {} to {} through on port {}, MASTER_PORT, where every worker connects to "
+        "the store of group rank 0 — a firewall rule; or choose a MASTER_PORT it lets through "
+        "(--master-port, with a static rendezvous; a dynamic one takes a free port of group rank "
+        "0's ephemeral range)",
+        escape_control(me.addr), escape_control(link.target), link.master_port);
+  else
+    switch (link.outcome) {
+      case LinkOutcome::timed_out:
+      case LinkOutcome::refused:
+        fix = firewall + ", or, " + interface;
+        break;
+      case LinkOutcome::unreachable:
+      case LinkOutcome::wrong_peer:
+        fix = interface + "; else " + firewall;
+        break;
+      default:
+        fix = interface;
+    }
   return PreflightFinding{
       true, fmt::format("{} cannot open a TCP connection to {} at {}: {}; the workers would hang "
                         "in init_process_group. Likely fix: {}",
                         self, other, where, what, fix)};
+}
+
+int link_port(const LinkCheck& link) {
+  return link.master_port ? link.master_port : link.peer.offer.port;
+}
+
+std::optional<PreflightFinding> master_port_finding(const PreflightNode& me,
+                                                    const std::string& master_addr, int port,
+                                                    int expected, int checked, double waited_s,
+                                                    const std::string& problem) {
+  const std::string self = fmt::format("{} (group rank {}, {})", escape_control(me.host),
+                                       me.group_rank, escape_control(me.addr));
+  const std::string where = fmt::format("{}:{} (MASTER_PORT)", escape_control(master_addr), port);
+  if (!problem.empty())
+    return PreflightFinding{
+        true, fmt::format("{} cannot listen on {} for the other nodes to check it: {}; worker "
+                          "RANK 0's store could not either. Likely fix: stop what holds port {} "
+                          "here, or choose another MASTER_PORT (--master-port)",
+                          self, where, escape_control(problem), port)};
+  if (checked >= expected) return std::nullopt;
+  return PreflightFinding{
+      true, fmt::format("{}: {} of {} did not open a TCP connection to {} within {:g} s; the "
+                        "workers would hang in init_process_group. Likely fix: let TCP from the "
+                        "other nodes to {} through on port {}, MASTER_PORT — a firewall rule",
+                        self, expected - checked, count_of(expected, "other node"), where, waited_s,
+                        escape_control(master_addr), port)};
 }
 
 std::optional<PreflightFinding> clock_finding(const PreflightNode& me, const LinkCheck& link) {

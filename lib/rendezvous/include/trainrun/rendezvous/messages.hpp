@@ -238,6 +238,9 @@ struct Assignment {
   // The nodes this node checks before its workers start (preflight_peer_ranks), those of them
   // that made an offer; empty when this node made none.
   std::vector<PreflightPeer> preflight = {};
+  // Group rank 0: how many other nodes check MASTER_PORT (offers with master_check, when its own
+  // has one); it keeps the port open for them until each has. 0 on the other nodes.
+  int master_port_checks = 0;
 };
 struct Restart {
   RestartCause cause = RestartCause::worker_failed;

@@ -26,6 +26,8 @@ struct PreflightOffer {
   std::string torch;       // the torch version that Python imports, "" when none
   std::string network;     // which network stack (machine and namespace) the agent runs in
                            // (16 hex digits): agents with the same one share a loopback
+  bool master_check = false;  // checks MASTER_PORT from other nodes and, as group rank 0, lets
+                              // it be checked (an older agent does neither)
   bool operator==(const PreflightOffer& o) const;
 };
 

@@ -36,11 +36,13 @@ enum class LinkOutcome {
 };
 
 // One link this node checked: to `peer` at `target` (its advertised address, or MASTER_ADDR for
-// group rank 0).
+// group rank 0), on its preflight port, or on MASTER_PORT (`master_port`, group rank 0 only).
 struct LinkCheck {
   rendezvous::PreflightPeer peer;
   std::string target;
   bool via_master_addr = false;
+  int master_port = 0;  // not 0: the link to MASTER_ADDR:MASTER_PORT, where the workers' store
+                        // will listen
   LinkOutcome outcome = LinkOutcome::other;
   std::string detail;                    // the system's words ("Connection refused")
   std::optional<double> clock_offset_s;  // the peer's wall clock minus ours, when it answered
@@ -84,6 +86,17 @@ std::optional<PreflightFinding> master_addr_finding(const PreflightNode& me,
 // `port_range`: this machine's ephemeral range ("32768-60999"), for the firewall hint.
 std::optional<PreflightFinding> link_finding(const PreflightNode& me, const LinkCheck& link,
                                              const std::string& port_range);
+
+// The port a link connects to: MASTER_PORT, or the peer's preflight port.
+int link_port(const LinkCheck& link);
+
+// Group rank 0's side of the MASTER_PORT check: `expected` other nodes were to connect to
+// `master_addr`:`port` within `waited_s`, `checked` did. `problem`: why this node could not
+// listen there (then none could check it). An error when the port was not reached by every node.
+std::optional<PreflightFinding> master_port_finding(const PreflightNode& me,
+                                                    const std::string& master_addr, int port,
+                                                    int expected, int checked, double waited_s,
+                                                    const std::string& problem);
 
 // A warning when the peer's clock is off ours by more than kPreflightClockBound.
 std::optional<PreflightFinding> clock_finding(const PreflightNode& me, const LinkCheck& link);

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,8 +25,10 @@ struct PreflightJob {
 
 // One node's preflight on the agent's loop, every check at once: MASTER_ADDR resolved here, a
 // connection to each peer's preflight port (group rank 0 by MASTER_ADDR, the ring neighbours
-// by their advertised address), the offers compared, the log directory written. `done` gets
-// every finding, errors and warnings, within the timeout; cancel() drops it (a restart, a stop).
+// by their advertised address) and to MASTER_ADDR:MASTER_PORT, the offers compared, the log
+// directory written. Group rank 0 listens on MASTER_PORT until every node that checks it has
+// (within twice the timeout: theirs runs out first, and their line names the link). `done` gets
+// every finding, errors and warnings; cancel() drops it (a restart, a stop).
 class PreflightRun : public std::enable_shared_from_this<PreflightRun> {
  public:
   using Done = std::function<void(std::vector<PreflightFinding>)>;
@@ -43,6 +46,8 @@ class PreflightRun : public std::enable_shared_from_this<PreflightRun> {
   Done done_;
   std::vector<std::shared_ptr<class LinkProbe>> probes_;
   std::shared_ptr<class NameLookup> lookup_;
+  std::shared_ptr<class MasterPortWait> master_wait_;
+  std::optional<PreflightFinding> master_port_;  // group rank 0's side of the MASTER_PORT check
   std::vector<LinkCheck> links_;
   std::vector<std::string> master_resolved_;
   std::string master_problem_;
