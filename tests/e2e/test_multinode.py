@@ -300,13 +300,27 @@ def test_remote_endpoint_is_retried_until_the_join_timeout_naming_every_failure(
                          "right?"), line
 
 
-def test_both_nodes_of_a_finished_job_exit_together(agents):
+@pytest.mark.parametrize("job", ["program", "torch2-python"])
+def test_both_nodes_of_a_finished_job_exit_together(agents, tmp_path, job):
     # The host leaves once the last connection has closed (protocol.md, "Ended"): after a
-    # successful job neither node waits out a linger for a peer that has already gone.
+    # successful job neither node waits out a linger for a peer that has already gone, nor, for
+    # Python workers of torch 2.x, the workers' c10d store it serves (its listener kept the
+    # agent's last run of its event loop busy for 5 s).
     port = free_port()
     ended = {}
-    procs = [agents(name, dynamic(port, 2, 1) + ["--no-python", "/bin/true"])
-             for name in ("a", "b")]
+    entry, env = ["--no-python", "/bin/true"], None
+    if job == "torch2-python":
+        # The agent asks the workers' interpreter for torch's version; a stub says 2.x, so node
+        # rank 0's agent serves the store (the worker itself imports nothing).
+        stub = tmp_path / "stub" / "torch"
+        stub.mkdir(parents=True)
+        (stub / "__init__.py").write_text("")
+        (stub / "version.py").write_text("__version__ = '2.5.0'\n")
+        script = tmp_path / "ok.py"
+        script.write_text("import os\nassert os.environ['TORCHELASTIC_USE_AGENT_STORE'] == 'True'\n")
+        entry = [str(script)]
+        env = {"PYTHONPATH": str(stub.parent), "PYTHON_EXEC": "/usr/bin/python3"}
+    procs = [agents(name, dynamic(port, 2, 1) + entry, env=env) for name in ("a", "b")]
 
     def watch(p):
         p.proc.wait(60)

@@ -150,6 +150,7 @@ class Agent {
       asio::post(io_, [this] { apply(policy_.start_single_node(port_->port(), Clock::now())); });
     }
     io_.run();
+    store_.close();
     if (rdzv_) rdzv_->leave();
     if (!job_.heartbeat_file.empty()) ::unlink(job_.heartbeat_file.c_str());
     summary_.set_log_dir(logs_.end(exit_code_, workers_.attempt(),

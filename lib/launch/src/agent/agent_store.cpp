@@ -48,4 +48,8 @@ void AgentStore::attempt_stopping() {
   if (server_) server_->stop_accepting();
 }
 
+void AgentStore::close() {
+  if (server_) server_->close();
+}
+
 }  // namespace trainrun::launch

@@ -38,6 +38,9 @@ class AgentStore {
   void attempt_starting(const JobSettings& job, const Topology& topology);
   // The attempt's workers are being stopped (a failure, a signal, a new round).
   void attempt_stopping();
+  // The job is over: nothing listens or stays connected, so that the agent's last run of its
+  // event loop (the rendezvous' goodbyes) ends as soon as they are said.
+  void close();
 
   const StoreServer* server() const { return server_.get(); }
 
