@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <csignal>
 #include <string>
 #include <vector>
 
@@ -212,6 +213,15 @@ TEST_CASE("the handover line goes there and back", "[hosts]") {
   CHECK(back.env.at("A") == "x\ny");
   CHECK(back.python == "/opt/venv/bin/python3");
   CHECK(refusal([] { decode_handover("hello"); }).rfind("--remote-agent: standard input", 0) == 0);
+}
+
+TEST_CASE("the launcher's stop line names its signal; anything else is a heartbeat", "[hosts]") {
+  const std::string line = stop_line(SIGINT);
+  CHECK(line == "stop 2\n");
+  CHECK(stop_signal_of(line.substr(0, line.size() - 1)) == SIGINT);
+  CHECK_FALSE(stop_signal_of(""));
+  for (const char* other : {"stop", "stop ", "stop 0", "stop -2", "stop 2x", "stop 999", "go 2"})
+    CHECK_FALSE(stop_signal_of(other));
 }
 
 TEST_CASE("an agent runs the launcher's Python where it exists and PYTHON_EXEC leaves it open",

@@ -176,6 +176,7 @@ class HostsRun {
       reap();
       emit(output_.due(Clock::now()));
       check_deadlines();
+      heartbeat();
     }
     emit(output_.flush_all());
   }
@@ -186,6 +187,7 @@ class HostsRun {
     if (auto due = output_.next_due()) until = std::min(until, *due);
     for (const auto& d : {failure_deadline_, kill_deadline_})
       if (d) until = std::min(until, *d);
+    until = std::min(until, next_heartbeat_);
     const auto left = std::max(Clock::duration::zero(), until - Clock::now());
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
     return timespec{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
@@ -197,8 +199,9 @@ class HostsRun {
     seen_signals_ = count;
     if (!interrupted_) {
       interrupted_ = g_last_signal;
-      stop_all(fmt::format("received {}; stopping the agents on {} hosts ({:g} s grace)",
-                           signal_name(g_last_signal), remotes_.size(), options_.shutdown_timeout));
+      output_.stopping_every_host();
+      stop_all(fmt::format("received {}: stopping every host ({:g} s grace)",
+                           signal_name(g_last_signal), options_.shutdown_timeout));
     } else {
       say(fmt::format("received {} again; cutting the ssh connections (each agent still stops "
                       "its workers)",
@@ -208,17 +211,39 @@ class HostsRun {
     }
   }
 
-  // Closing an agent's standard input stops it (remote_agent.hpp), on every host at once.
+  // Closing an agent's standard input stops it (remote_agent.hpp), on every host at once; with
+  // the signal the launcher received first, so that each agent stops as for that signal.
   void stop_all(const std::string& why) {
     if (stopping_) return;
     stopping_ = true;
     say(why);
-    for (Remote& r : remotes_)
-      if (r.in >= 0) ::close(r.in), r.in = -1;
+    for (Remote& r : remotes_) {
+      if (r.in < 0) continue;
+      if (interrupted_) send(r, stop_line(interrupted_));
+      ::close(r.in);
+      r.in = -1;
+    }
     kill_deadline_ = Clock::now() +
                      std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(options_.shutdown_timeout)) +
                      std::chrono::seconds(15);
+  }
+
+  // A line to an agent's standard input. A pipe that is full already holds a heartbeat; one
+  // whose ssh has ended takes nothing (SIGPIPE is ignored).
+  static void send(const Remote& r, const std::string& line) {
+    ssize_t n;
+    do n = ::write(r.in, line.data(), line.size());
+    while (n < 0 && errno == EINTR);
+  }
+
+  // Every agent hears from the launcher within its timeout (hosts_plan.hpp).
+  void heartbeat() {
+    const auto now = Clock::now();
+    if (now < next_heartbeat_) return;
+    next_heartbeat_ = now + std::chrono::seconds(kHeartbeatSeconds);
+    for (const Remote& r : remotes_)
+      if (r.in >= 0) send(r, "\n");
   }
 
   void kill_ssh(int sig) {
@@ -308,6 +333,7 @@ class HostsRun {
   int interrupted_ = 0;
   bool stopping_ = false;
   std::optional<Clock::time_point> failure_deadline_, kill_deadline_;
+  Clock::time_point next_heartbeat_ = Clock::now() + std::chrono::seconds(kHeartbeatSeconds);
 };
 
 std::vector<HostEntry> read_host_list(const HostsOptions& options) {

@@ -1,13 +1,16 @@
 #include "trainrun/launch/hosts/remote_agent.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "trainrun/launch/core/errors.hpp"
@@ -90,21 +93,49 @@ void use_launcher_python(LaunchConfig& config, const std::string& python, std::s
   }
 }
 
-void watch_launcher(int stop_signal) {
+void watch_launcher(const std::vector<int>& stop_signals) {
   const std::string ready = std::string(kReadyLine) + "\n";
   write_all(STDOUT_FILENO, ready.data(), ready.size());
-  std::thread([stop_signal] {
-    // The agent's own thread takes every signal.
+  // The launcher's channel is the agent's alone: the workers, which inherit standard input, get
+  // /dev/null, so that none can take a heartbeat or a stop from it.
+  const int channel = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
+  const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (channel < 0 || null < 0)
+    throw SetupError(
+        fmt::format("--remote-agent: cannot set standard input aside: {}", std::strerror(errno)));
+  ::dup2(null, STDIN_FILENO);
+  ::close(null);
+  // A thread of its own: the watch runs from the handover on, before the agent's loop exists
+  // (the worker count, the Python inspection) and to its end; it shares nothing with the agent
+  // but the signal it sends, which the agent takes on its loop as one from outside.
+  std::thread([stop_signals, channel] {
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, nullptr);
-    char buffer[256];
+    int signal = stop_signals.empty() ? SIGTERM : stop_signals.front();
+    std::string line;
     for (;;) {
-      const ssize_t n = ::read(STDIN_FILENO, buffer, sizeof(buffer));
-      if (n > 0 || (n < 0 && errno == EINTR)) continue;
-      break;
+      pollfd p{channel, POLLIN, 0};
+      const int ready = ::poll(&p, 1, kLauncherTimeoutSeconds * 1000);
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) break;  // no heartbeat: the launcher is cut off
+      char buffer[256];
+      const ssize_t n = ::read(channel, buffer, sizeof(buffer));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;  // the launcher stopped the job, or ssh lost the connection
+      for (ssize_t i = 0; i < n; ++i) {
+        if (buffer[i] != '\n') {
+          if (line.size() < 64) line += buffer[i];
+          continue;
+        }
+        // The launcher's own stop signal, where this agent stops on it too.
+        if (auto sig = stop_signal_of(line);
+            sig && std::find(stop_signals.begin(), stop_signals.end(), *sig) != stop_signals.end())
+          signal = *sig;
+        line.clear();
+      }
     }
-    ::kill(::getpid(), stop_signal);
+    ::kill(::getpid(), signal);
   }).detach();
 }
 

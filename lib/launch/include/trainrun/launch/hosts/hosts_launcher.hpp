@@ -10,9 +10,9 @@ namespace trainrun::launch {
 // Runs a --hosts/--hostfile job from the launching machine: one agent per host over ssh (every
 // host, this machine's own name included, goes through ssh, so that every agent starts the same
 // way), the job's token handed to each on ssh's standard input, every host's output on this
-// console, and a stop on SIGINT/SIGTERM/SIGHUP/SIGQUIT carried to every host by closing the
-// agents' standard input. Returns the job's exit status; throws UsageError for a bad host file,
-// environment file or -x.
+// console, a heartbeat to every agent, and a stop on SIGINT/SIGTERM/SIGHUP/SIGQUIT carried to
+// every host with its signal (hosts_plan.hpp). Returns the job's exit status; throws UsageError
+// for a bad host file, environment file or -x.
 int run_hosts(const HostsOptions& options, const std::map<std::string, std::string>& env);
 
 }  // namespace trainrun::launch

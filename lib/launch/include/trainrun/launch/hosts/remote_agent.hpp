@@ -30,8 +30,12 @@ void use_launcher_python(LaunchConfig& config, const std::string& python, std::s
 std::optional<RemoteAgent> take_remote_agent(std::vector<std::string>& args);
 
 // Tells the launcher that the agent has started (hosts_plan.hpp's kReadyLine on standard
-// output), then stops the job with `stop_signal`, as a signal from outside would, when standard
-// input closes: the launcher stopped the job, or the ssh connection was lost.
-void watch_launcher(int stop_signal);
+// output), then stops the job, as a signal from outside would, when standard input closes (the
+// launcher stopped the job, or ssh lost the connection) or stays silent for
+// kLauncherTimeoutSeconds (the launcher is cut off): with the signal of the launcher's `stop N`
+// where it is one of `stop_signals`, else the first of them (SIGTERM for none). Standard input
+// becomes /dev/null, which the workers inherit: the launcher's channel is the agent's alone.
+// Throws SetupError when it cannot set the channel aside.
+void watch_launcher(const std::vector<int>& stop_signals);
 
 }  // namespace trainrun::launch
