@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     if (outcome.hosts) {
       if (remote)
         throw launch::UsageError("--hosts: an agent started by --hosts cannot start others");
-      return launch::run_hosts(*outcome.hosts, launch::current_environment());
+      return launch::run_hosts(*outcome.hosts, outcome.config, launch::current_environment());
     }
     if (remote) {
       outcome.config.rdzv_conf.token.handed_over = remote->token;

@@ -344,6 +344,31 @@ def test_a_host_cut_off_from_the_launcher_stops_its_job(hosts, netns_pair, worke
                      rf"lost to the job", err), err
 
 
+def test_a_second_job_on_the_same_hosts_is_told_of_the_port_clash(hosts, netns_pair, worker,
+                                                                  tmp_path):
+    a, b = netns_pair.ns
+    pids = tmp_path / "pids"
+    first = hosts.launch([f"--hosts={host_list(netns_pair, 1)}", JOIN, worker, "pidfile",
+                          str(pids), "sleep", "120"], cwd=tmp_path)
+    try:
+        assert wait_for(lambda: len(read_pids(pids)) == 2, 60), \
+            first.stderr.read() if first.poll() is not None else "workers did not start"
+        second = hosts.launch([f"--hosts={host_list(netns_pair, 1)}", JOIN, worker, "sleep", "60"],
+                              cwd=tmp_path)
+        _, err = second.communicate(timeout=90)
+        assert second.returncode == 1, err
+        assert (f"trainrun: another job's rendezvous already listens on port 29501 on {a.addr}: "
+                "give this job another --master-port (the rendezvous takes MASTER_PORT + 1) or "
+                "--rdzv-conf rdzv_port=N, or wait for that job to end\n") in err, err
+        assert "different tokens" not in err, err
+        # The first job runs on.
+        assert first.poll() is None
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=90)
+    no_job_left(hosts)
+
+
 def test_a_host_that_is_down_is_named_and_the_others_stop(hosts, netns_pair, worker, tmp_path):
     a, _ = netns_pair.ns
     down = a.addr.rsplit(".", 1)[0] + ".77"  # off the namespaces' /30: no route there

@@ -7,6 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -26,6 +29,7 @@
 #include "trainrun/launch/hosts/hosts_outcome.hpp"
 #include "trainrun/launch/hosts/hosts_plan.hpp"
 #include "trainrun/launch/hosts/ssh_process.hpp"
+#include "trainrun/launch/rendezvous/rendezvous_options.hpp"
 #include "trainrun/launch/version.hpp"
 #include "trainrun/launch/workers/failure.hpp"
 #include "trainrun/launch/workers/python_exec.hpp"
@@ -359,11 +363,53 @@ std::vector<std::map<std::string, std::string>> env_files(
   return out;
 }
 
+// Where the first host's agent is to host the rendezvous, by the agents' own rule; nothing with
+// etcd (served elsewhere), or a layout the agents refuse themselves.
+std::optional<rendezvous::HostPort> hosted_rendezvous(LaunchConfig config,
+                                                      const HostsOptions& options,
+                                                      const std::vector<PlannedHost>& hosts) {
+  if (is_etcd(config.rdzv_backend) || hosts.empty()) return std::nullopt;
+  if (!options.master_addr_given) config.master_addr = host_address(hosts.front().name);
+  config.min_nodes = config.max_nodes = static_cast<int>(hosts.size());
+  config.node_rank = 0;
+  try {
+    return rendezvous_options(config, {}).endpoint;
+  } catch (const LaunchError&) {
+    return std::nullopt;
+  }
+}
+
+// Whether something accepts a connection at `at` within a few seconds. No answer (a firewall, a
+// name only the hosts resolve) proves nothing: the agents find out themselves.
+bool answers(const rendezvous::HostPort& at) {
+  namespace asio = boost::asio;
+  asio::io_context io;
+  asio::ip::tcp::resolver resolver(io);
+  asio::ip::tcp::socket socket(io);
+  // Resolved here, not on asio's resolver thread: nothing else runs yet.
+  boost::system::error_code ec;
+  const auto addresses = resolver.resolve(at.host, std::to_string(at.port), ec);
+  if (ec) return false;
+  bool connected = false;
+  asio::async_connect(socket, addresses, [&](auto error, auto) { connected = !error; });
+  io.run_for(std::chrono::seconds(3));
+  return connected;
+}
+
 }  // namespace
 
-int run_hosts(const HostsOptions& options, const std::map<std::string, std::string>& env) {
+int run_hosts(const HostsOptions& options, const LaunchConfig& config,
+              const std::map<std::string, std::string>& env) {
   std::vector<PlannedHost> hosts =
       filter_hosts(read_host_list(options), options.include, options.exclude);
+  // The first host's agent could not host the rendezvous: it would join the one already there
+  // and be refused for its token.
+  if (auto at = hosted_rendezvous(config, options, hosts); at && answers(*at))
+    throw SetupError(fmt::format(
+        "another job's rendezvous already listens on port {} on {}: give this job another "
+        "--master-port (the rendezvous takes MASTER_PORT + 1) or --rdzv-conf rdzv_port=N, or "
+        "wait for that job to end",
+        at->port, at->host));
   const auto forwarded = forwarded_environment(env_files(env), options.forward_env, env);
   HostsRun run(options, std::move(hosts), own_executable());
   return run.run(forwarded, env);
