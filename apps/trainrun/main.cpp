@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
       std::string note;
       launch::use_launcher_python(outcome.config, remote->python, &note);
       if (!note.empty()) launch::say(note, launch::Level::warning);
-      launch::watch_launcher(outcome.config.stop_signals);
+      return launch::run_agent(outcome.config, launch::take_launcher_channel());
     }
     return launch::run_agent(outcome.config);
   } catch (const launch::LaunchError& e) {

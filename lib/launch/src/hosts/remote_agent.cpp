@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <thread>
 
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/file_io.hpp"
@@ -93,11 +92,9 @@ void use_launcher_python(LaunchConfig& config, const std::string& python, std::s
   }
 }
 
-void watch_launcher(const std::vector<int>& stop_signals) {
+int take_launcher_channel() {
   const std::string ready = std::string(kReadyLine) + "\n";
   write_all(STDOUT_FILENO, ready.data(), ready.size());
-  // The launcher's channel is the agent's alone: the workers, which inherit standard input, get
-  // /dev/null, so that none can take a heartbeat or a stop from it.
   const int channel = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
   const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (channel < 0 || null < 0)
@@ -105,38 +102,58 @@ void watch_launcher(const std::vector<int>& stop_signals) {
         fmt::format("--remote-agent: cannot set standard input aside: {}", std::strerror(errno)));
   ::dup2(null, STDIN_FILENO);
   ::close(null);
-  // A thread of its own: the watch runs from the handover on, before the agent's loop exists
-  // (the worker count, the Python inspection) and to its end; it shares nothing with the agent
-  // but the signal it sends, which the agent takes on its loop as one from outside.
-  std::thread([stop_signals, channel] {
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, nullptr);
-    int signal = stop_signals.empty() ? SIGTERM : stop_signals.front();
-    std::string line;
-    for (;;) {
-      pollfd p{channel, POLLIN, 0};
-      const int ready = ::poll(&p, 1, kLauncherTimeoutSeconds * 1000);
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready <= 0) break;  // no heartbeat: the launcher is cut off
-      char buffer[256];
-      const ssize_t n = ::read(channel, buffer, sizeof(buffer));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;  // the launcher stopped the job, or ssh lost the connection
-      for (ssize_t i = 0; i < n; ++i) {
-        if (buffer[i] != '\n') {
-          if (line.size() < 64) line += buffer[i];
-          continue;
-        }
-        // The launcher's own stop signal, where this agent stops on it too.
-        if (auto sig = stop_signal_of(line);
-            sig && std::find(stop_signals.begin(), stop_signals.end(), *sig) != stop_signals.end())
-          signal = *sig;
-        line.clear();
+  return channel;
+}
+
+LauncherWatch::LauncherWatch(boost::asio::io_context& io, int channel,
+                             std::vector<int> stop_signals)
+    : channel_(io, channel),
+      silence_(io),
+      stop_signals_(std::move(stop_signals)),
+      signal_(stop_signals_.empty() ? SIGTERM : stop_signals_.front()) {
+  arm();
+  read();
+}
+
+void LauncherWatch::cancel() {
+  done_ = true;
+  boost::system::error_code ignored;
+  channel_.cancel(ignored);
+  silence_.cancel();
+}
+
+void LauncherWatch::arm() {
+  silence_.expires_after(std::chrono::seconds(kLauncherTimeoutSeconds));
+  silence_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) stop();  // no heartbeat: the launcher is cut off
+  });
+}
+
+void LauncherWatch::read() {
+  channel_.async_read_some(boost::asio::buffer(buffer_), [this](boost::system::error_code ec,
+                                                                std::size_t n) {
+    if (done_ || ec == boost::asio::error::operation_aborted) return;
+    if (ec) return stop();  // the launcher stopped the job, or ssh lost the connection
+    for (std::size_t i = 0; i < n; ++i) {
+      if (buffer_[i] != '\n') {
+        if (line_.size() < 64) line_ += buffer_[i];
+        continue;
       }
+      // The launcher's own stop signal, where this agent stops on it too.
+      if (auto sig = stop_signal_of(line_);
+          sig && std::find(stop_signals_.begin(), stop_signals_.end(), *sig) != stop_signals_.end())
+        signal_ = *sig;
+      line_.clear();
     }
-    ::kill(::getpid(), signal);
-  }).detach();
+    arm();
+    read();
+  });
+}
+
+void LauncherWatch::stop() {
+  if (done_) return;
+  cancel();
+  ::kill(::getpid(), signal_);
 }
 
 }  // namespace trainrun::launch
