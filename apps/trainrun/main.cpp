@@ -1,4 +1,3 @@
-#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -38,15 +37,14 @@ int main(int argc, char** argv) {
     if (outcome.hosts) {
       if (remote)
         throw launch::UsageError("--hosts: an agent started by --hosts cannot start others");
-      return launch::run_hosts(*outcome.hosts, launch::current_environment());
+      return launch::run_hosts(*outcome.hosts, outcome.config, launch::current_environment());
     }
     if (remote) {
       outcome.config.rdzv_conf.token.handed_over = remote->token;
       std::string note;
       launch::use_launcher_python(outcome.config, remote->python, &note);
       if (!note.empty()) launch::say(note, launch::Level::warning);
-      launch::watch_launcher(
-          outcome.config.stop_signals.empty() ? SIGTERM : outcome.config.stop_signals.front());
+      return launch::run_agent(outcome.config, launch::take_launcher_channel());
     }
     return launch::run_agent(outcome.config);
   } catch (const launch::LaunchError& e) {

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import TRAINRUN, drop_ephemeral_ports, read_envs, run, wait_for
+from conftest import IPTABLES, TRAINRUN, alive, drop_ephemeral_ports, read_envs, read_pids, run, wait_for
 from agents import ip_binary
 
 SSHD = "/usr/sbin/sshd"
@@ -215,7 +215,9 @@ def test_a_stop_signal_stops_every_host(hosts, netns_pair, worker, tmp_path, sig
     job.send_signal(sig)
     out, err = job.communicate(timeout=90)
     assert job.returncode == status, err
-    assert f"received {signal.Signals(sig).name}; stopping the agents on 2 hosts" in err
+    assert f"received {signal.Signals(sig).name}: stopping every host" in err, err
+    # The user's own stop is a stop on every node, not a node the others lost.
+    assert not re.search(r"\blost\b|cannot continue", err), err
     no_job_left(hosts)
 
 
@@ -251,6 +253,23 @@ def test_a_host_without_trainrun_is_named_and_the_others_stop(hosts, netns_pair,
     no_job_left(hosts)
 
 
+def launcher_ssh(job, ns):
+    """The launcher's own ssh to ns's host: its child (ip netns exec execs trainrun) with that
+    host in its command line."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline") as f:
+                words = f.read().split("\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == job.pid and ns.addr in words:
+            found.append(int(pid))
+    return found
+
+
 def test_a_lost_ssh_connection_is_that_node_lost(hosts, netns_pair, worker, tmp_path):
     a, b = netns_pair.ns
     pids = tmp_path / "pids"
@@ -259,19 +278,7 @@ def test_a_lost_ssh_connection_is_that_node_lost(hosts, netns_pair, worker, tmp_
     assert wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, 60), \
         job.stderr.read() if job.poll() is not None else "workers did not start"
 
-    # The launcher's own ssh to b: its child (ip netns exec execs trainrun) with b as the host.
-    def ssh_to_b():
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                with open(f"/proc/{pid}/cmdline") as f:
-                    words = f.read().split("\0")
-            except (OSError, IndexError, ValueError):
-                continue
-            if ppid == job.pid and b.addr in words:
-                yield int(pid)
-    (ssh,) = list(ssh_to_b())
+    (ssh,) = launcher_ssh(job, b)
     os.kill(ssh, signal.SIGKILL)
     out, err = job.communicate(timeout=120)
     assert f"trainrun: {b.addr}: ssh connection lost" in err, err
@@ -279,6 +286,86 @@ def test_a_lost_ssh_connection_is_that_node_lost(hosts, netns_pair, worker, tmp_
     # The static rendezvous ends the job without node 1: node 0's agent's status is the job's.
     assert "a static job cannot continue without it" in err, err
     assert job.returncode == 1, err
+    no_job_left(hosts)
+
+
+def partition(netns_pair):
+    """From now on every packet between the two namespaces is dropped (iptables in b's): a cable
+    pulled, with no connection closed. Skips where iptables cannot do that here."""
+    if IPTABLES is None:
+        pytest.skip("iptables is not installed (scripts/setup.sh)")
+    a, b = netns_pair.ns
+    for chain, side in (("INPUT", "-s"), ("OUTPUT", "-d")):
+        r = subprocess.run([ip_binary(), "netns", "exec", b.name, IPTABLES, "-A", chain, side,
+                            a.addr, "-j", "DROP"], capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"iptables does not work in a network namespace here: {r.stderr.strip()}")
+
+
+def namespace_pids(ns):
+    r = subprocess.run([ip_binary(), "netns", "pids", ns.name], capture_output=True, text=True)
+    return {int(p) for p in r.stdout.split()}
+
+
+def test_a_host_cut_off_from_the_launcher_stops_its_job(hosts, netns_pair, worker, tmp_path):
+    a, b = netns_pair.ns
+    pids = tmp_path / "pids"
+    # A rendezvous that would wait ten minutes for a silent node: only the launcher's heartbeat
+    # can end b's part of the job.
+    # ssh at its default log level, which names the timeout.
+    ssh = hosts.ssh_words()
+    del ssh[ssh.index("LogLevel=ERROR") - 1:ssh.index("LogLevel=ERROR") + 1]
+    job = hosts.launch([f"--hosts={host_list(netns_pair, 1)}",
+                        "--rdzv-conf=join_timeout=60,heartbeat_timeout=600",
+                        "--shutdown-timeout=5", worker, "pidfile", str(pids), "sleep", "300"],
+                       ssh=ssh, cwd=tmp_path)
+    try:
+        assert wait_for(lambda: len(read_pids(pids)) == 2, 60), \
+            job.stderr.read() if job.poll() is not None else "workers did not start"
+        on_b = namespace_pids(b)
+        agent = [p for p in on_b if "--remote-agent=" in open(f"/proc/{p}/cmdline").read()]
+        workers_b = set(read_pids(pids)) & on_b
+        assert agent and len(workers_b) == 1, (agent, workers_b)
+        of_b = set(agent) | workers_b
+        # The launcher's channel is the agent's: no worker can take a heartbeat from it.
+        assert all(os.readlink(f"/proc/{w}/fd/0") == "/dev/null" for w in read_pids(pids))
+        partition(netns_pair)
+        # Within the heartbeat timeout (30 s) and the shutdown grace.
+        assert wait_for(lambda: not any(alive(p) for p in of_b), 90, 0.5), \
+            f"still running on {b.addr} without its launcher: {[p for p in of_b if alive(p)]}"
+        # The launcher's ssh gives up on the silent connection (ServerAliveInterval) with exit
+        # 255, ssh's own status for a lost connection.
+        assert wait_for(lambda: not launcher_ssh(job, b), 90, 0.5)
+    finally:
+        job.send_signal(signal.SIGTERM)
+        out, err = job.communicate(timeout=90)
+    assert re.search(rf"trainrun: {re.escape(b.addr)}: ssh connection lost \(ssh exit 255: "
+                     rf"Timeout, server {re.escape(b.addr)} not responding\.\); node rank 1 is "
+                     rf"lost to the job", err), err
+
+
+def test_a_second_job_on_the_same_hosts_is_told_of_the_port_clash(hosts, netns_pair, worker,
+                                                                  tmp_path):
+    a, b = netns_pair.ns
+    pids = tmp_path / "pids"
+    first = hosts.launch([f"--hosts={host_list(netns_pair, 1)}", JOIN, worker, "pidfile",
+                          str(pids), "sleep", "120"], cwd=tmp_path)
+    try:
+        assert wait_for(lambda: len(read_pids(pids)) == 2, 60), \
+            first.stderr.read() if first.poll() is not None else "workers did not start"
+        second = hosts.launch([f"--hosts={host_list(netns_pair, 1)}", JOIN, worker, "sleep", "60"],
+                              cwd=tmp_path)
+        _, err = second.communicate(timeout=90)
+        assert second.returncode == 1, err
+        assert (f"trainrun: another job's rendezvous already listens on port 29501 on {a.addr}: "
+                "give this job another --master-port (the rendezvous takes MASTER_PORT + 1) or "
+                "--rdzv-conf rdzv_port=N, or wait for that job to end\n") in err, err
+        assert "different tokens" not in err, err
+        # The first job runs on.
+        assert first.poll() is None
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=90)
     no_job_left(hosts)
 
 

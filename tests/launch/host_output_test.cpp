@@ -91,3 +91,33 @@ TEST_CASE("host output: ssh's carriage return is not part of the line", "[hosts]
         Texts{"2 node1: ssh: connect to host node1 port 22: Connection refused"});
   CHECK(out.last_error(0) == "ssh: connect to host node1 port 22: Connection refused");
 }
+
+TEST_CASE("host output: once every host stops for the user, no node reads as lost", "[hosts]") {
+  HostOutput out(false, std::chrono::seconds(1));
+  out.add_host("node1");
+  const std::string lost =
+      "trainrun: rendezvous server: node n2 (10.0.0.2, pid 7) lost: left: n2 stopped by SIGINT\n";
+  CHECK(texts(out.feed(0, 2, lost, t0)).size() == 1);
+  out.stopping_every_host();
+  CHECK(texts(out.feed(0, 2, "trainrun: received SIGINT; stopping 2 workers\n", t0)) ==
+        Texts{"2 node1: trainrun: received SIGINT; stopping 2 workers"});
+  for (const char* line :
+       {"trainrun: rendezvous server: node n2 (10.0.0.2, pid 8) lost: left: n2 stopped by SIGINT",
+        "trainrun: lost the rendezvous server at n1:29501: connection closed",
+        "trainrun: job ends (node_lost): node n1 lost (left); so the job cannot continue"})
+    CHECK(texts(out.feed(0, 2, std::string(line) + "\n", t0)).empty());
+  // Other words, and the workers' own lines, still pass.
+  CHECK(texts(out.feed(0, 2, "trainrun: 3 lost-and-found files, closeness\n", t0)).size() == 1);
+  CHECK(texts(out.feed(0, 1, "[node1:0]:loss lost\n", t0)) == Texts{"1 [node1:0]:loss lost"});
+}
+
+TEST_CASE("host output: once the agent runs, ssh's last line is not the agent's", "[hosts]") {
+  HostOutput out(false, std::chrono::seconds(1));
+  out.add_host("node1");
+  out.feed(0, 2, "Warning: Permanently added 'node1' to the list of known hosts.\r\n", t0);
+  out.feed(0, 1, std::string(kReadyLine) + "\n", t0);
+  out.feed(0, 2, "trainrun: node rank 1 of 2 nodes\n[node1:1]:Traceback\n", t0);
+  CHECK(out.last_error(0) == "Warning: Permanently added 'node1' to the list of known hosts.");
+  out.feed(0, 2, "Timeout, server node1 not responding.\r\n", t0);
+  CHECK(out.last_error(0) == "Timeout, server node1 not responding.");
+}

@@ -73,13 +73,19 @@ TEST_CASE("an agent not started after a stop signal is not an error", "[hosts]")
 TEST_CASE("a lost ssh connection is the rendezvous' to decide on, not the job's status",
           "[hosts]") {
   HostsOutcome o({"node1", "node2"}, "/usr/bin/trainrun");
-  CHECK(said(o.ended(1, ended(255, true, "Connection reset"), false, false)) ==
-        Lines{"warning: node2: ssh connection lost (Connection reset); node rank 1 is lost to the "
-              "job, the rendezvous decides what follows"});
+  CHECK(
+      said(o.ended(1, ended(255, true, "Connection reset"), false, false)) ==
+      Lines{"warning: node2: ssh connection lost (ssh exit 255: Connection reset); node rank 1 is "
+            "lost to the job, the rendezvous decides what follows"});
   const HostVerdict killed = o.ended(0, ended(128 + SIGKILL, true, "", SIGKILL), false, false);
   CHECK(said(killed) == Lines{"warning: node1: ssh connection lost (ssh ended by SIGKILL); node "
                               "rank 0 is lost to the job, the rendezvous decides what follows"});
   CHECK_FALSE(killed.failure_grace);
+  // ssh said nothing of it (LogLevel=ERROR): its status alone.
+  HostsOutcome quiet({"node1"}, "/usr/bin/trainrun");
+  CHECK(said(quiet.ended(0, ended(255, true, ""), false, false)) ==
+        Lines{"warning: node1: ssh connection lost (ssh exit 255); node rank 0 is lost to the job, "
+              "the rendezvous decides what follows"});
   // Nobody succeeded and nothing failed: 255, as ssh says it.
   CHECK(o.exit_code(0) == 255);
 }

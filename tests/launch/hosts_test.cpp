@@ -1,6 +1,11 @@
+#include <unistd.h>
+
 #include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <csignal>
 #include <string>
 #include <vector>
 
@@ -212,6 +217,34 @@ TEST_CASE("the handover line goes there and back", "[hosts]") {
   CHECK(back.env.at("A") == "x\ny");
   CHECK(back.python == "/opt/venv/bin/python3");
   CHECK(refusal([] { decode_handover("hello"); }).rfind("--remote-agent: standard input", 0) == 0);
+}
+
+TEST_CASE("the launcher's stop line names its signal; anything else is a heartbeat", "[hosts]") {
+  const std::string line = stop_line(SIGINT);
+  CHECK(line == "stop 2\n");
+  CHECK(stop_signal_of(line.substr(0, line.size() - 1)) == SIGINT);
+  CHECK_FALSE(stop_signal_of(""));
+  for (const char* other : {"stop", "stop ", "stop 0", "stop -2", "stop 2x", "stop 999", "go 2"})
+    CHECK_FALSE(stop_signal_of(other));
+}
+
+TEST_CASE("the launcher's watch stops the job with the launcher's own stop signal", "[hosts]") {
+  for (const auto& [signals, expected] : {std::pair{std::vector<int>{SIGTERM, SIGINT}, SIGINT},
+                                          {std::vector<int>{SIGTERM}, SIGTERM}}) {
+    boost::asio::io_context io;
+    boost::asio::signal_set set(io, SIGINT, SIGTERM);
+    int got = 0;
+    set.async_wait([&](boost::system::error_code, int sig) { got = sig, io.stop(); });
+    int p[2];
+    REQUIRE(::pipe(p) == 0);
+    LauncherWatch watch(io, p[0], signals);
+    // Heartbeats, then the stop: the signal is the launcher's where this agent stops on it.
+    const std::string lines = "\n\n" + stop_line(SIGINT);
+    REQUIRE(::write(p[1], lines.data(), lines.size()) == static_cast<ssize_t>(lines.size()));
+    ::close(p[1]);
+    io.run_for(std::chrono::seconds(10));
+    CHECK(got == expected);
+  }
 }
 
 TEST_CASE("an agent runs the launcher's Python where it exists and PYTHON_EXEC leaves it open",

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "trainrun/base/system.hpp"
@@ -33,6 +34,7 @@
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/file_io.hpp"
 #include "trainrun/launch/core/log.hpp"
+#include "trainrun/launch/hosts/remote_agent.hpp"
 #include "trainrun/launch/output/console.hpp"
 #include "trainrun/launch/output/log_dir.hpp"
 #include "trainrun/launch/output/output_plan.hpp"
@@ -74,8 +76,9 @@ std::string job_command(const LaunchConfig& config) {
 // worker exits, signals, timers and the rendezvous into its events and carries out its actions.
 class Agent {
  public:
-  Agent(const LaunchConfig& config, std::string program, Watchdog& watchdog)
-      : config_(config),
+  Agent(const LaunchConfig& config, std::string program, Watchdog& watchdog, int launcher_channel)
+      : launcher_channel_(launcher_channel),
+        config_(config),
         program_(std::move(program)),
         watchdog_(watchdog),
         host_(host_name()),
@@ -143,6 +146,9 @@ class Agent {
     signals_.watch(config_, {[this] { workers_.reap(); },
                              [this](int sig) { apply(policy_.signal(sig, Clock::now())); },
                              [this] { return policy_.done(); }});
+    // A lost launcher (--hosts) stops the job as a stop signal does: raised, taken just above.
+    if (launcher_channel_ >= 0)
+      launcher_.emplace(io_, std::exchange(launcher_channel_, -1), config_.stop_signals);
 
     if (rdzv_options) {
       apply(policy_.start_in_job(Clock::now()));
@@ -288,6 +294,7 @@ class Agent {
     watch_->close();
     preflight_.close();
     signals_.cancel();
+    if (launcher_) launcher_->cancel();
     workers_.cancel_grace();
     workers_.stop_file_timer();
     io_.stop();
@@ -297,6 +304,7 @@ class Agent {
     write_summary_file(config_.summary_file, summary_, exit_code, error);
   }
 
+  int launcher_channel_;
   LaunchConfig config_;
   std::string program_;
   Watchdog& watchdog_;
@@ -312,6 +320,7 @@ class Agent {
   std::optional<HeldPort> port_;
   std::unique_ptr<AgentRendezvous> rdzv_;
   std::unique_ptr<AgentWatch> watch_;
+  std::optional<LauncherWatch> launcher_;
   AgentPreflight preflight_{io_, config_.preflight};
   AgentPolicy policy_;
   JobSummary summary_;
@@ -329,8 +338,9 @@ class Agent {
 
 }  // namespace
 
-int run_job(const LaunchConfig& config, const std::string& program, Watchdog& watchdog) {
-  Agent agent(config, program, watchdog);
+int run_job(const LaunchConfig& config, const std::string& program, Watchdog& watchdog,
+            int launcher_channel) {
+  Agent agent(config, program, watchdog, launcher_channel);
   return agent.run();
 }
 

@@ -17,7 +17,7 @@ namespace trainrun::launch {
 
 // The node's process around its job: what the command line left to the machine is resolved, the
 // watchdog started and trainrun made the subreaper of the workers' descendants.
-int run_agent(const LaunchConfig& config) {
+int run_agent(const LaunchConfig& config, int launcher_channel) {
   const auto env = current_environment();
   // What the command line left to the node: how many workers it has room for, and the program.
   LaunchConfig counted = config;
@@ -42,7 +42,7 @@ int run_agent(const LaunchConfig& config) {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   int code;
   try {
-    code = run_job(entry.config, entry.program, watchdog);
+    code = run_job(entry.config, entry.program, watchdog, launcher_channel);
   } catch (const LaunchError&) {
     // Nothing of the job was started: the watchdog has nothing to stop.
     watchdog.dismiss();

@@ -1,8 +1,28 @@
 #include "trainrun/launch/hosts/host_output.hpp"
 
+#include <cctype>
+
 #include "trainrun/launch/hosts/hosts_plan.hpp"
 
 namespace trainrun::launch {
+
+namespace {
+
+// An agent's line of a node or the rendezvous server lost ("node n1 lost: left: ...", "lost the
+// rendezvous server at ...", "... so the job cannot continue").
+bool says_lost(const std::string& text) {
+  if (text.rfind("trainrun: ", 0) != 0) return false;
+  if (text.find("cannot continue") != std::string::npos) return true;
+  for (size_t at = text.find("lost"); at != std::string::npos; at = text.find("lost", at + 1)) {
+    const bool starts = text[at - 1] == ' ';
+    const char next = at + 4 == text.size() ? ' ' : text[at + 4];
+    const bool ends = !std::isalnum(static_cast<unsigned char>(next)) && next != '-';
+    if (starts && ends) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 void HostOutput::add_host(const std::string& host) {
   Host h;
@@ -40,8 +60,12 @@ void HostOutput::line(Lines& out, size_t i, int stream, std::string text, Clock:
   auto worker = split_worker_line(text, h.address);
   // ssh ends its own lines with "\r\n".
   if (!worker && !text.empty() && text.back() == '\r') text.pop_back();
-  if (stream == 2 && !text.empty()) h.last_error = text;
+  // Once the agent runs, its own lines and its workers' are not ssh's: a lost connection is
+  // named with ssh's last line alone.
+  const bool agents = h.ready && (worker || text.rfind("trainrun: ", 0) == 0);
+  if (stream == 2 && !text.empty() && !agents) h.last_error = text;
   if (!worker && !first_to_say(i, text)) return;
+  if (!worker && stopping_every_host_ && says_lost(text)) return;
   if (!worker) text = h.name + ": " + text;
   if (dedup_) {
     if (worker)

@@ -7,6 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -26,6 +29,7 @@
 #include "trainrun/launch/hosts/hosts_outcome.hpp"
 #include "trainrun/launch/hosts/hosts_plan.hpp"
 #include "trainrun/launch/hosts/ssh_process.hpp"
+#include "trainrun/launch/rendezvous/rendezvous_options.hpp"
 #include "trainrun/launch/version.hpp"
 #include "trainrun/launch/workers/failure.hpp"
 #include "trainrun/launch/workers/python_exec.hpp"
@@ -176,6 +180,7 @@ class HostsRun {
       reap();
       emit(output_.due(Clock::now()));
       check_deadlines();
+      heartbeat();
     }
     emit(output_.flush_all());
   }
@@ -186,6 +191,7 @@ class HostsRun {
     if (auto due = output_.next_due()) until = std::min(until, *due);
     for (const auto& d : {failure_deadline_, kill_deadline_})
       if (d) until = std::min(until, *d);
+    until = std::min(until, next_heartbeat_);
     const auto left = std::max(Clock::duration::zero(), until - Clock::now());
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
     return timespec{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
@@ -197,8 +203,9 @@ class HostsRun {
     seen_signals_ = count;
     if (!interrupted_) {
       interrupted_ = g_last_signal;
-      stop_all(fmt::format("received {}; stopping the agents on {} hosts ({:g} s grace)",
-                           signal_name(g_last_signal), remotes_.size(), options_.shutdown_timeout));
+      output_.stopping_every_host();
+      stop_all(fmt::format("received {}: stopping every host ({:g} s grace)",
+                           signal_name(g_last_signal), options_.shutdown_timeout));
     } else {
       say(fmt::format("received {} again; cutting the ssh connections (each agent still stops "
                       "its workers)",
@@ -208,17 +215,39 @@ class HostsRun {
     }
   }
 
-  // Closing an agent's standard input stops it (remote_agent.hpp), on every host at once.
+  // Closing an agent's standard input stops it (remote_agent.hpp), on every host at once; with
+  // the signal the launcher received first, so that each agent stops as for that signal.
   void stop_all(const std::string& why) {
     if (stopping_) return;
     stopping_ = true;
     say(why);
-    for (Remote& r : remotes_)
-      if (r.in >= 0) ::close(r.in), r.in = -1;
+    for (Remote& r : remotes_) {
+      if (r.in < 0) continue;
+      if (interrupted_) send(r, stop_line(interrupted_));
+      ::close(r.in);
+      r.in = -1;
+    }
     kill_deadline_ = Clock::now() +
                      std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(options_.shutdown_timeout)) +
                      std::chrono::seconds(15);
+  }
+
+  // A line to an agent's standard input. A pipe that is full already holds a heartbeat; one
+  // whose ssh has ended takes nothing (SIGPIPE is ignored).
+  static void send(const Remote& r, const std::string& line) {
+    ssize_t n;
+    do n = ::write(r.in, line.data(), line.size());
+    while (n < 0 && errno == EINTR);
+  }
+
+  // Every agent hears from the launcher within its timeout (hosts_plan.hpp).
+  void heartbeat() {
+    const auto now = Clock::now();
+    if (now < next_heartbeat_) return;
+    next_heartbeat_ = now + std::chrono::seconds(kHeartbeatSeconds);
+    for (const Remote& r : remotes_)
+      if (r.in >= 0) send(r, "\n");
   }
 
   void kill_ssh(int sig) {
@@ -308,6 +337,7 @@ class HostsRun {
   int interrupted_ = 0;
   bool stopping_ = false;
   std::optional<Clock::time_point> failure_deadline_, kill_deadline_;
+  Clock::time_point next_heartbeat_ = Clock::now() + std::chrono::seconds(kHeartbeatSeconds);
 };
 
 std::vector<HostEntry> read_host_list(const HostsOptions& options) {
@@ -333,11 +363,53 @@ std::vector<std::map<std::string, std::string>> env_files(
   return out;
 }
 
+// Where the first host's agent is to host the rendezvous, by the agents' own rule; nothing with
+// etcd (served elsewhere), or a layout the agents refuse themselves.
+std::optional<rendezvous::HostPort> hosted_rendezvous(LaunchConfig config,
+                                                      const HostsOptions& options,
+                                                      const std::vector<PlannedHost>& hosts) {
+  if (is_etcd(config.rdzv_backend) || hosts.empty()) return std::nullopt;
+  if (!options.master_addr_given) config.master_addr = host_address(hosts.front().name);
+  config.min_nodes = config.max_nodes = static_cast<int>(hosts.size());
+  config.node_rank = 0;
+  try {
+    return rendezvous_options(config, {}).endpoint;
+  } catch (const LaunchError&) {
+    return std::nullopt;
+  }
+}
+
+// Whether something accepts a connection at `at` within a few seconds. No answer (a firewall, a
+// name only the hosts resolve) proves nothing: the agents find out themselves.
+bool answers(const rendezvous::HostPort& at) {
+  namespace asio = boost::asio;
+  asio::io_context io;
+  asio::ip::tcp::resolver resolver(io);
+  asio::ip::tcp::socket socket(io);
+  // Resolved here, not on asio's resolver thread: nothing else runs yet.
+  boost::system::error_code ec;
+  const auto addresses = resolver.resolve(at.host, std::to_string(at.port), ec);
+  if (ec) return false;
+  bool connected = false;
+  asio::async_connect(socket, addresses, [&](auto error, auto) { connected = !error; });
+  io.run_for(std::chrono::seconds(3));
+  return connected;
+}
+
 }  // namespace
 
-int run_hosts(const HostsOptions& options, const std::map<std::string, std::string>& env) {
+int run_hosts(const HostsOptions& options, const LaunchConfig& config,
+              const std::map<std::string, std::string>& env) {
   std::vector<PlannedHost> hosts =
       filter_hosts(read_host_list(options), options.include, options.exclude);
+  // The first host's agent could not host the rendezvous: it would join the one already there
+  // and be refused for its token.
+  if (auto at = hosted_rendezvous(config, options, hosts); at && answers(*at))
+    throw SetupError(fmt::format(
+        "another job's rendezvous already listens on port {} on {}: give this job another "
+        "--master-port (the rendezvous takes MASTER_PORT + 1) or --rdzv-conf rdzv_port=N, or "
+        "wait for that job to end",
+        at->port, at->host));
   const auto forwarded = forwarded_environment(env_files(env), options.forward_env, env);
   HostsRun run(options, std::move(hosts), own_executable());
   return run.run(forwarded, env);

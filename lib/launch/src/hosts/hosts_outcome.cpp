@@ -30,9 +30,11 @@ HostVerdict HostsOutcome::ended(size_t i, const HostEnd& end, bool stopping, boo
   // standard input closes and it stops; its status is not the job's.
   const bool lost = code == 255 || end.killed_by != 0;
   if (lost && !stopping) {
+    // 255 is ssh's own status for a connection it lost (ServerAliveInterval's timeout among
+    // them): its last line says why.
     const std::string why = end.killed_by            ? "ssh ended by " + signal_name(end.killed_by)
-                            : end.last_error.empty() ? "no message"
-                                                     : end.last_error;
+                            : end.last_error.empty() ? std::string("ssh exit 255")
+                                                     : "ssh exit 255: " + end.last_error;
     out.lines.emplace_back(fmt::format("{}: ssh connection lost ({}); node rank {} is lost to "
                                        "the job, the rendezvous decides what follows",
                                        host, why, i),

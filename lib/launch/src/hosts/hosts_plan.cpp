@@ -1,8 +1,10 @@
 #include "trainrun/launch/hosts/hosts_plan.hpp"
 
 #include <fmt/format.h>
+#include <signal.h>
 
 #include <cctype>
+#include <charconv>
 #include <nlohmann/json.hpp>
 
 #include "trainrun/base/numbers.hpp"
@@ -51,6 +53,19 @@ std::vector<std::string> ssh_command(const std::vector<std::string>& ssh, const 
   out.push_back(host);
   out.push_back(remote_command);
   return out;
+}
+
+std::string stop_line(int signal) { return fmt::format("stop {}\n", signal); }
+
+std::optional<int> stop_signal_of(const std::string& line) {
+  if (line.rfind("stop ", 0) != 0) return std::nullopt;
+  int signal = 0;
+  const char* begin = line.data() + 5;
+  const char* end = line.data() + line.size();
+  const auto [at, ec] = std::from_chars(begin, end, signal);
+  if (ec != std::errc() || at != end || begin == end || signal <= 0 || signal >= NSIG)
+    return std::nullopt;
+  return signal;
 }
 
 std::string host_address(const std::string& destination) {

@@ -1,14 +1,16 @@
 #include "trainrun/launch/hosts/remote_agent.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <thread>
+#include <cstring>
 
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/file_io.hpp"
@@ -90,22 +92,68 @@ void use_launcher_python(LaunchConfig& config, const std::string& python, std::s
   }
 }
 
-void watch_launcher(int stop_signal) {
+int take_launcher_channel() {
   const std::string ready = std::string(kReadyLine) + "\n";
   write_all(STDOUT_FILENO, ready.data(), ready.size());
-  std::thread([stop_signal] {
-    // The agent's own thread takes every signal.
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, nullptr);
-    char buffer[256];
-    for (;;) {
-      const ssize_t n = ::read(STDIN_FILENO, buffer, sizeof(buffer));
-      if (n > 0 || (n < 0 && errno == EINTR)) continue;
-      break;
+  const int channel = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
+  const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (channel < 0 || null < 0)
+    throw SetupError(
+        fmt::format("--remote-agent: cannot set standard input aside: {}", std::strerror(errno)));
+  ::dup2(null, STDIN_FILENO);
+  ::close(null);
+  return channel;
+}
+
+LauncherWatch::LauncherWatch(boost::asio::io_context& io, int channel,
+                             std::vector<int> stop_signals)
+    : channel_(io, channel),
+      silence_(io),
+      stop_signals_(std::move(stop_signals)),
+      signal_(stop_signals_.empty() ? SIGTERM : stop_signals_.front()) {
+  arm();
+  read();
+}
+
+void LauncherWatch::cancel() {
+  done_ = true;
+  boost::system::error_code ignored;
+  channel_.cancel(ignored);
+  silence_.cancel();
+}
+
+void LauncherWatch::arm() {
+  silence_.expires_after(std::chrono::seconds(kLauncherTimeoutSeconds));
+  silence_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) stop();  // no heartbeat: the launcher is cut off
+  });
+}
+
+void LauncherWatch::read() {
+  channel_.async_read_some(boost::asio::buffer(buffer_), [this](boost::system::error_code ec,
+                                                                std::size_t n) {
+    if (done_ || ec == boost::asio::error::operation_aborted) return;
+    if (ec) return stop();  // the launcher stopped the job, or ssh lost the connection
+    for (std::size_t i = 0; i < n; ++i) {
+      if (buffer_[i] != '\n') {
+        if (line_.size() < 64) line_ += buffer_[i];
+        continue;
+      }
+      // The launcher's own stop signal, where this agent stops on it too.
+      if (auto sig = stop_signal_of(line_);
+          sig && std::find(stop_signals_.begin(), stop_signals_.end(), *sig) != stop_signals_.end())
+        signal_ = *sig;
+      line_.clear();
     }
-    ::kill(::getpid(), stop_signal);
-  }).detach();
+    arm();
+    read();
+  });
+}
+
+void LauncherWatch::stop() {
+  if (done_) return;
+  cancel();
+  ::kill(::getpid(), signal_);
 }
 
 }  // namespace trainrun::launch

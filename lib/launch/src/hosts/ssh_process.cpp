@@ -50,6 +50,8 @@ SshProcess start_ssh(const std::vector<std::string>& argv, const std::string& ha
   ::fcntl(p.out, F_SETFL, O_NONBLOCK);
   ::fcntl(p.err, F_SETFL, O_NONBLOCK);
   write_all(p.in, handover.data(), handover.size());
+  // Heartbeats after it never block the launcher on an ssh that stopped reading.
+  ::fcntl(p.in, F_SETFL, O_NONBLOCK);
   return p;
 }
 

@@ -35,9 +35,15 @@ class HostOutput {
   Lines flush_all() { return held_.flush_all(); }
   std::optional<Clock::time_point> next_due() const { return held_.next_due(); }
 
+  // The launcher stops every host for the user's signal: from now on an agent's line that a node
+  // or the rendezvous server is lost, or that the job cannot continue, is not shown. Each node
+  // leaves because the launcher stopped it; the launcher said so once.
+  void stopping_every_host() { stopping_every_host_ = true; }
+
   // Whether host `i`'s agent said it has started.
   bool ready(size_t i) const { return hosts_[i].ready; }
-  // Host `i`'s last stderr line, empty when it wrote none.
+  // Host `i`'s last stderr line, empty when it wrote none; once its agent started, the last one
+  // that is not the agent's nor a worker's (ssh's own).
   const std::string& last_error(size_t i) const { return hosts_[i].last_error; }
 
  private:
@@ -56,6 +62,7 @@ class HostOutput {
   static constexpr size_t kMaxSaidLines = 4096;
 
   bool dedup_;
+  bool stopping_every_host_ = false;
   LineDedup held_;
   std::vector<Host> hosts_;
   std::map<std::string, size_t> said_;  // agents' trainrun lines, by the first host to say each

@@ -18,6 +18,19 @@ inline constexpr const char* kEnvFileName = ".trainrun_env";
 // until then a failure of its ssh is a failure to start the job.
 inline constexpr const char* kReadyLine = "trainrun-agent-ready";
 
+// After the handover, the launcher writes to each agent's standard input an empty line every
+// kHeartbeatSeconds, and `stop N` to stop the job with signal N (the one the launcher received).
+// An agent that reads nothing for kLauncherTimeoutSeconds has lost its launcher (a partition
+// hides that from ssh and sshd alike) and stops its job, as when its standard input closes.
+inline constexpr int kHeartbeatSeconds = 10;
+inline constexpr int kLauncherTimeoutSeconds = 30;
+
+// `stop N`, newline-terminated: what the launcher writes to stop an agent with signal N.
+std::string stop_line(int signal);
+
+// What a line the launcher wrote asks for: the signal of a `stop N`, else nothing (a heartbeat).
+std::optional<int> stop_signal_of(const std::string& line);
+
 // `text` quoted for a POSIX shell: the remote command ssh hands to the login shell.
 std::string shell_quote(const std::string& text);
 

@@ -1,5 +1,8 @@
 #pragma once
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,8 +33,37 @@ void use_launcher_python(LaunchConfig& config, const std::string& python, std::s
 std::optional<RemoteAgent> take_remote_agent(std::vector<std::string>& args);
 
 // Tells the launcher that the agent has started (hosts_plan.hpp's kReadyLine on standard
-// output), then stops the job with `stop_signal`, as a signal from outside would, when standard
-// input closes: the launcher stopped the job, or the ssh connection was lost.
-void watch_launcher(int stop_signal);
+// output) and sets the launcher's channel aside: returns standard input moved to a descriptor of
+// its own (close-on-exec), standard input becoming /dev/null, which the workers inherit, so that
+// none can take a heartbeat or a stop from it. Throws SetupError.
+int take_launcher_channel();
+
+// The launcher's channel, watched on the agent's loop: when it closes (the launcher stopped the
+// job, or ssh lost the connection) or stays silent for kLauncherTimeoutSeconds (the launcher is
+// cut off), the job stops as for a signal from outside: the signal is raised on this process,
+// and the agent's signal set takes it. The signal is the one of the launcher's `stop N` where it
+// is one of `stop_signals`, else the first of them (SIGTERM for none). Nothing is watched before
+// the loop runs: what came meanwhile is read then.
+class LauncherWatch {
+ public:
+  LauncherWatch(boost::asio::io_context& io, int channel, std::vector<int> stop_signals);
+  LauncherWatch(const LauncherWatch&) = delete;
+  LauncherWatch& operator=(const LauncherWatch&) = delete;
+  // The job is over: no more reads nor timeouts.
+  void cancel();
+
+ private:
+  void read();
+  void arm();
+  void stop();
+
+  boost::asio::posix::stream_descriptor channel_;
+  boost::asio::steady_timer silence_;
+  std::vector<int> stop_signals_;
+  int signal_;
+  std::string line_;
+  char buffer_[256];
+  bool done_ = false;
+};
 
 }  // namespace trainrun::launch

@@ -8,7 +8,7 @@
 namespace trainrun::launch {
 
 // One host's ssh, as the launcher of a --hosts job starts it: the launcher's ends of its
-// standard streams (close-on-exec; stdout's and stderr's non-blocking).
+// standard streams (close-on-exec, non-blocking; stdin's once the handover is written).
 struct SshProcess {
   pid_t pid = -1;
   int in = -1, out = -1, err = -1;
