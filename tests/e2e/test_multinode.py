@@ -120,7 +120,8 @@ def test_port_held_by_a_process_that_does_not_listen_is_named_early(agents):
 
 
 class _StrangeListener:
-    """A listener on a free port that answers every connection with `answer` and keeps it open."""
+    """A listener on a free port that answers every connection with `answer` (b"": says
+    nothing) and keeps it open."""
 
     def __init__(self, answer):
         self.sock = held_port()
@@ -197,37 +198,6 @@ class _HttpServer:
         self.server.server_close()
 
 
-class _SilentListener:
-    """Accepts every connection, reads what comes, and never says anything nor closes."""
-
-    def __init__(self):
-        self.sock = held_port()
-        self.port = self.sock.getsockname()[1]
-        self.sock.listen(8)
-        self.sock.settimeout(0.1)
-        self.conns = []
-        self.running = True
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self):
-        while self.running:
-            try:
-                conn, _ = self.sock.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            self.conns.append(conn)
-
-    def close(self):
-        self.running = False
-        self.thread.join()
-        for c in self.conns:
-            c.close()
-        self.sock.close()
-
-
 @pytest.mark.parametrize("kind", ["http", "silent"])
 def test_listener_that_says_nothing_to_the_hello_is_named_after_one_handshake_timeout(agents,
                                                                                      kind):
@@ -235,7 +205,7 @@ def test_listener_that_says_nothing_to_the_hello_is_named_after_one_handshake_ti
     # retrying"). A trainrun host answers a hello at once or closes; this listener holds the
     # connection. Told that the agent has stopped sending, the HTTP server answers with its
     # error page (an HTTP/0.9 answer to a request line of one word: no status line).
-    listener = _HttpServer() if kind == "http" else _SilentListener()
+    listener = _HttpServer() if kind == "http" else _StrangeListener(b"")
     port = listener.port
     (a,), (code,), took = _run_agents_while(listener, agents, port, "--rdzv-conf=join_timeout=300")
     assert code == 1, a.err

@@ -58,24 +58,15 @@ TEST_CASE("-q, -v, --log-timestamps, TRAINRUN_LOG_FORMAT, --summary-file") {
   CHECK(outcome({"--summary-file=/tmp/s.json", "x"}).config.summary_file == "/tmp/s.json");
 }
 
-TEST_CASE("a multi-node job on a loopback address is warned about") {
-  auto warned = [](std::vector<std::string> args) {
-    const auto w = outcome(args).warnings;
-    return w.empty() ? std::string() : w.back();
-  };
-  CHECK_THAT(warned({"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:29400", "x"}),
-             Catch::StartsWith("warning: --rdzv-endpoint=localhost:29400 is a loopback address"));
-  CHECK_THAT(warned({"--nnodes=1:4", "--rdzv-backend=c10d", "--rdzv-endpoint=[::1]", "x"}),
-             Catch::Contains("--nnodes=1:4"));
-  CHECK_THAT(warned({"--nnodes=2", "x"}),  // static, the default --master-addr
-             Catch::StartsWith("warning: --master-addr=127.0.0.1 is a loopback address"));
-  CHECK_THAT(warned({"--nnodes=2", "--master-addr=node0", "--local-addr=127.0.0.1", "x"}),
-             Catch::StartsWith("warning: --local-addr=127.0.0.1 is a loopback address"));
-  CHECK(warned({"--nnodes=2", "--master-addr=node0", "x"}).empty());
-  CHECK(warned({"--nnodes=2", "--master-addr=127.example.org", "x"}).empty());
-  CHECK(warned({"--rdzv-backend=c10d", "--rdzv-endpoint=localhost:29400", "x"}).empty());
-  CHECK_THAT(warned({"--nnodes=2", "--rdzv-endpoint=127.0.0.1:29600", "x"}),  // static
-             Catch::StartsWith("warning: --rdzv-endpoint=127.0.0.1:29600 is a loopback address"));
+TEST_CASE("a loopback address is no warning when the command line is read") {
+  // Every node of a job on one machine reaches it; a node on another machine is told where it
+  // fails (the rendezvous' retry line, the preflight's MASTER_ADDR check).
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--nnodes=2", "--rdzv-backend=c10d",
+                                 "--rdzv-endpoint=localhost:29400", "x"},
+        {"--nnodes=2", "x"},
+        {"--nnodes=2", "--master-addr=node0", "--local-addr=127.0.0.1", "x"}})
+    CHECK(outcome(args).warnings.empty());
 }
 
 TEST_CASE("the man page and the completion list every option of the table") {

@@ -6,6 +6,7 @@
 #include <boost/asio/connect.hpp>
 
 #include "trainrun/base/wording.hpp"
+#include "trainrun/rendezvous/endpoint.hpp"
 
 namespace trainrun::rendezvous {
 
@@ -124,8 +125,17 @@ void Connector::retry(const std::string& why, std::optional<Clock::time_point> b
   }
   if (!last_retry_log_ || now - *last_retry_log_ >= options_.retry.log_interval) {
     if (options_.log) {
-      options_.log(
-          fmt::format("rendezvous endpoint {} not reachable yet ({}), retrying", endpoint(), why));
+      // Said where it matters: a node that cannot reach a loopback endpoint may be on another
+      // machine than the host it means (every node on one machine reaches it).
+      const std::string loopback =
+          is_loopback_host(options_.endpoint.host)
+              ? fmt::format(
+                    "; {} is a loopback address: only an agent on this machine can host "
+                    "it, give nodes on other machines an address they reach",
+                    options_.endpoint.host)
+              : "";
+      options_.log(fmt::format("rendezvous endpoint {} not reachable yet ({}), retrying{}",
+                               endpoint(), why, loopback));
     }
     last_retry_log_ = now;
   }

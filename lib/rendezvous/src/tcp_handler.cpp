@@ -35,12 +35,11 @@ bool is_local_address(asio::io_context& io, const asio::ip::address& address) {
 
 std::string format_waiting(const Waiting& w) {
   // An elastic job may have more nodes than its minimum: "3 of 2" would read as an error.
-  std::string count = w.min_nodes == w.max_nodes
-                          ? fmt::format("{} of {} joined", w.joined, w.min_nodes)
-                          : fmt::format("{} joined ({} to {} wanted)", w.joined, w.min_nodes,
-                                        w.max_nodes);
-  return fmt::format("waiting for nodes: {}, {:.0f} s of {:.0f} s", count, w.waited_s,
-                     w.timeout_s);
+  std::string count =
+      w.min_nodes == w.max_nodes
+          ? fmt::format("{} of {} joined", w.joined, w.min_nodes)
+          : fmt::format("{} joined ({} to {} wanted)", w.joined, w.min_nodes, w.max_nodes);
+  return fmt::format("waiting for nodes: {}, {:.0f} s of {:.0f} s", count, w.waited_s, w.timeout_s);
 }
 
 class TcpRendezvousHandler : public RendezvousHandler {
@@ -173,13 +172,13 @@ class TcpRendezvousHandler : public RendezvousHandler {
     }
     actual_port_ = server->local_endpoint().port();
     server_ = std::move(server);
-    log(fmt::format("hosting the rendezvous on {}:{} (run id \"{}\", {}{})",
-                    where.address().to_string(), actual_port_, options_.credentials.run_id,
-                    options_.round.min_nodes == options_.round.max_nodes
-                        ? count_of(options_.round.max_nodes, "node")
-                        : fmt::format("{}..{} nodes", options_.round.min_nodes,
-                                      options_.round.max_nodes),
-                    options_.credentials.token ? ", token required" : ""));
+    log(fmt::format(
+        "hosting the rendezvous on {}:{} (run id \"{}\", {}{})", where.address().to_string(),
+        actual_port_, options_.credentials.run_id,
+        options_.round.min_nodes == options_.round.max_nodes
+            ? count_of(options_.round.max_nodes, "node")
+            : fmt::format("{}..{} nodes", options_.round.min_nodes, options_.round.max_nodes),
+        options_.credentials.token ? ", token required" : ""));
   }
 
   void connect() {
@@ -199,7 +198,14 @@ class TcpRendezvousHandler : public RendezvousHandler {
     co.log = log_;
     ClientEvents events = events_;
     events.on_waiting = [this](const Waiting& w) {
-      log(format_waiting(w));
+      // Nodes of one machine meet at once; one still waiting on a loopback endpoint may be
+      // waiting for nodes on other machines, which each reach their own.
+      const bool loopback = w.waited_s >= 10 && is_loopback_host(options_.endpoint.host);
+      log(format_waiting(w) +
+          (loopback ? fmt::format("; {} is a loopback address: nodes on other machines cannot "
+                                  "join here, give them an address they reach",
+                                  options_.endpoint.host)
+                    : ""));
       if (events_.on_waiting) events_.on_waiting(w);
     };
     events.on_stop = [this](const Stop& s) {

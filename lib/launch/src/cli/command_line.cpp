@@ -970,7 +970,6 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
                  std::vector<std::string>(
                      expanded.begin(), expanded.end() - static_cast<std::ptrdiff_t>(rest.size())),
                  rest, c);
-  if (std::string w = loopback_warning(c); !w.empty()) outcome.warnings.push_back(std::move(w));
   if (slurm_line) outcome.notes.push_back(*slurm_line);
   return outcome;
 }

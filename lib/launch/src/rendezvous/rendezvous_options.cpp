@@ -301,33 +301,4 @@ std::string hosting_hint(const LaunchConfig& config) {
              : "free the port or choose another one in --rdzv-endpoint";
 }
 
-std::string loopback_warning(const LaunchConfig& c) {
-  if (c.max_nodes <= 1 || c.standalone) return {};
-  // A static job's master is --rdzv-endpoint when that is given (command_line.cpp).
-  const bool names_master = c.rdzv_backend == RendezvousBackend::static_ && c.rdzv_endpoint.empty();
-  const std::string option = names_master ? "--master-addr" : "--rdzv-endpoint";
-  const std::string value = names_master ? c.master_addr : c.rdzv_endpoint;
-  std::string host = value;
-  if (!names_master) {
-    try {
-      host = rendezvous::parse_endpoint(value).host;
-    } catch (const std::exception&) {
-      return {};  // the rendezvous reports a bad endpoint itself
-    }
-  }
-  std::string named;
-  if (rendezvous::is_loopback_host(host))
-    named = option + "=" + value;
-  else if (!c.local_addr.empty() && rendezvous::is_loopback_host(c.local_addr))
-    named = "--local-addr=" + c.local_addr;
-  else
-    return {};
-  return fmt::format(
-      "warning: {} is a loopback address: nodes on other machines cannot reach it; with "
-      "--nnodes={} give an address or host name they can reach (see docs/cli.md#multi-node)",
-      named,
-      c.max_nodes == c.min_nodes ? std::to_string(c.max_nodes)
-                                 : fmt::format("{}:{}", c.min_nodes, c.max_nodes));
-}
-
 }  // namespace trainrun::launch

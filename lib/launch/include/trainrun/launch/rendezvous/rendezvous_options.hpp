@@ -68,8 +68,4 @@ rendezvous::Stop with_hint(rendezvous::Stop stop);
 // What to do when this node must host the rendezvous and its port is taken (HostingError).
 std::string hosting_hint(const LaunchConfig& config);
 
-// The one-line warning for a multi-node job whose rendezvous, master or advertised address is a
-// loopback address that other machines cannot reach; empty when there is nothing to say.
-std::string loopback_warning(const LaunchConfig& config);
-
 }  // namespace trainrun::launch
