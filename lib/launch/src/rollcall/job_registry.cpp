@@ -26,6 +26,12 @@ namespace {
 
 bool alive(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
 
+// Whether the user named the runtime directory: then it alone is used, and nothing else tried.
+bool runtime_dir_chosen(const std::map<std::string, std::string>& env) {
+  auto it = env.find("TRAINRUN_RUNTIME_DIR");
+  return it != env.end() && !it->second.empty();
+}
+
 // Each job as its user knows it: `run ID (pid N: train.py --lr 0.1 in /home/me/proj, started
 // 2026-12-03 14:02:11)`, the command cut to a readable length.
 std::string list(const std::vector<JobEntry>& entries) {
@@ -47,8 +53,7 @@ std::string list(const std::vector<JobEntry>& entries) {
 }  // namespace
 
 std::string runtime_dir(uid_t uid, const std::map<std::string, std::string>& env) {
-  if (auto it = env.find("TRAINRUN_RUNTIME_DIR"); it != env.end() && !it->second.empty())
-    return it->second;
+  if (runtime_dir_chosen(env)) return env.at("TRAINRUN_RUNTIME_DIR");
   return fmt::format("/tmp/trainrun-{}", uid);
 }
 
@@ -74,15 +79,21 @@ bool is_private_dir(const std::string& dir, uid_t uid) {
   return ::lstat(dir.c_str(), &st) == 0 && not_private(dir, st, uid).empty();
 }
 
+// Creates `dir` with mode 0700 if it is missing; why it is not a private directory of `uid`
+// (it cannot be made or read, or someone else's), empty when it is.
+std::string private_dir_problem(const std::string& dir, uid_t uid) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return fmt::format("cannot create {}: {}", dir, std::strerror(errno));
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0)
+    return fmt::format("cannot read {}: {}", dir, std::strerror(errno));
+  return not_private(dir, st, uid);
+}
+
 }  // namespace
 
 void make_private_dir(const std::string& dir, uid_t uid) {
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
-    throw SetupError(fmt::format("cannot create {}: {}", dir, std::strerror(errno)));
-  struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0)
-    throw SetupError(fmt::format("cannot read {}: {}", dir, std::strerror(errno)));
-  if (const std::string why = not_private(dir, st, uid); !why.empty())
+  if (const std::string why = private_dir_problem(dir, uid); !why.empty())
     throw SetupError(why + ": remove it or set TRAINRUN_RUNTIME_DIR");
 }
 
@@ -98,7 +109,7 @@ std::vector<std::string> registry_dirs(uid_t uid, const std::map<std::string, st
     else if (skipped)
       *skipped = primary;
   }
-  if (env.count("TRAINRUN_RUNTIME_DIR") && !env.at("TRAINRUN_RUNTIME_DIR").empty()) return dirs;
+  if (runtime_dir_chosen(env)) return dirs;
   const auto slash = primary.rfind('/');
   const std::string parent = primary.substr(0, slash);
   const std::string prefix = primary.substr(slash + 1) + ".";
@@ -119,22 +130,18 @@ std::vector<std::string> registry_dirs(uid_t uid, const std::map<std::string, st
 
 RegistryDir::RegistryDir(uid_t uid, const std::map<std::string, std::string>& env)
     : path_(runtime_dir(uid, env)) {
-  try {
-    make_private_dir(path_, uid);
-    return;
-  } catch (const SetupError& e) {
-    if (env.count("TRAINRUN_RUNTIME_DIR") && !env.at("TRAINRUN_RUNTIME_DIR").empty()) throw;
-    note_ = e.what();
-  }
-  std::string tmpl = path_ + ".XXXXXX";
-  if (!::mkdtemp(tmpl.data()))
+  const std::string why = private_dir_problem(path_, uid);
+  if (why.empty()) return;
+  if (runtime_dir_chosen(env)) throw SetupError(why + ": remove it or set TRAINRUN_RUNTIME_DIR");
+  std::string fresh = path_ + ".XXXXXX";
+  if (!::mkdtemp(fresh.data()))
     throw SetupError(
-        fmt::format("{}; nor can a directory {} be made: {}", note_, tmpl, std::strerror(errno)));
+        fmt::format("{}; nor can a directory {} be made: {}", why, fresh, std::strerror(errno)));
   note_ = fmt::format(
       "{}; this job registers in {} instead, where trainrun --stacks finds it "
       "(remove {} when you can)",
-      note_.substr(0, note_.find(": remove it")), tmpl, path_);
-  path_ = tmpl;
+      why, fresh, path_);
+  path_ = fresh;
   fresh_ = true;
 }
 
