@@ -16,6 +16,7 @@
 #include "trainrun/launch/core/file_io.hpp"
 #include "trainrun/launch/hosts/hosts_plan.hpp"
 #include "trainrun/launch/version.hpp"
+#include "trainrun/launch/workers/entrypoint.hpp"
 
 namespace trainrun::launch {
 
@@ -79,7 +80,7 @@ void use_launcher_python(LaunchConfig& config, const std::string& python, std::s
       config.python_source == PythonSource::variable)
     return;
   // A bare name is looked up on this host's PATH, as PYTHON_EXEC's would be.
-  const bool here = python.find('/') == std::string::npos || ::access(python.c_str(), X_OK) == 0;
+  const bool here = python.find('/') == std::string::npos || is_executable_file(python);
   if (here) {
     config.python_exec = python;
     config.python_source = PythonSource::launcher;

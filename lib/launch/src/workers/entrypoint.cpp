@@ -27,10 +27,6 @@ bool is_regular(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-bool is_executable_file(const std::string& path) {
-  return is_regular(path) && ::access(path.c_str(), X_OK) == 0;
-}
-
 std::string path_variable(const std::map<std::string, std::string>& env) {
   auto it = env.find("PATH");
   return it != env.end() ? it->second : "/usr/local/bin:/usr/bin:/bin";
@@ -92,6 +88,10 @@ EntrypointError exec_error(const std::string& program, int err) {
     default:
       return EntrypointError(fmt::format("{}: cannot execute: {}", program, errno_text(err)), 126);
   }
+}
+
+bool is_executable_file(const std::string& path) {
+  return is_regular(path) && ::access(path.c_str(), X_OK) == 0;
 }
 
 ResolvedEntry resolve_entrypoint(const LaunchConfig& config,

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "trainrun/base/text.hpp"
+#include "trainrun/launch/workers/entrypoint.hpp"
 #include "trainrun/stacks/tool_run.hpp"
 
 namespace trainrun::launch {
@@ -29,15 +30,10 @@ std::string python_version(const std::string& program) {
 
 namespace {
 
-bool is_executable(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
-}
-
 // PREFIX/bin/python3 (or python) where it is an interpreter; "" otherwise.
 std::string python_in(const std::string& prefix) {
   for (const char* name : {"/bin/python3", "/bin/python"})
-    if (is_executable(prefix + name)) return prefix + name;
+    if (is_executable_file(prefix + name)) return prefix + name;
   return "";
 }
 
