@@ -3,6 +3,7 @@ tokens in the handshake. The scenarios every backend shares are in test_rendezvo
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 
@@ -11,6 +12,7 @@ import pytest
 from backends import Builtin, check_job, sigterm_one_of_two
 from conftest import alive, dynamic, read_envs, read_pids, wait_for, wait_for_pids
 from ports import free_port, held_port
+from torch_store import TorchStore
 
 
 def test_static_backend_with_node_ranks(agents, worker, tmp_path):
@@ -215,6 +217,19 @@ def test_listener_that_says_nothing_to_the_hello_is_named_after_one_handshake_ti
     else:
         assert what == "it accepted the connection and sent nothing within 10 s", a.err
     # One handshake timeout (10 s) and a second's grace, not the 300 s join timeout.
+    assert took < 60, took
+
+
+def test_torch_1_tcpstore_at_the_endpoint_is_named_at_once(agents):
+    # torchrun's c10d rendezvous and every job's MASTER_PORT are TCPStores. Torch 1.x's resets
+    # each connection at the hello, as a flooded trainrun host may: before, it was retried until
+    # the join timeout as "not reachable yet". Asked a store's question, it answers as a store.
+    store = TorchStore(os.environ.get("PYTHON_EXEC", sys.executable))
+    (a,), (code,), took = _run_agents_while(store, agents, store.port,
+                                            "--rdzv-conf=join_timeout=300")
+    assert code == 1, a.err
+    assert _named_once(a, store.port) == ("it is a torch 1.x c10d TCPStore (it answered a store's "
+                                          "key count)"), a.err
     assert took < 60, took
 
 

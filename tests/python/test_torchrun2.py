@@ -12,6 +12,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from ports import free_port  # noqa: E402
+from torch_store import TorchStore  # noqa: E402
 
 TRAINRUN = os.environ.get("TRAINRUN_BIN", "")
 PY = os.environ.get("TRAINRUN_PYTHON", "")
@@ -269,6 +270,24 @@ def test_standalone_with_two_nodes_is_refused():
     assert r.stderr == ("trainrun: --nnodes=2: --standalone runs one node; for 2 nodes drop "
                         "--standalone and give every node --rdzv-backend=c10d "
                         "--rdzv-endpoint=HOST:PORT\n")
+
+
+def test_torch_2_tcpstore_at_the_endpoint_is_named_after_one_handshake_timeout():
+    # A torch 2.x TCPStore (torchrun's own c10d rendezvous endpoint, a job's MASTER_PORT) holds
+    # the hello without a word; asked in its own protocol, it answers as a store, and is named so.
+    store = TorchStore(PY)
+    try:
+        r = subprocess.run([TRAINRUN, "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+                            f"--rdzv-endpoint=127.0.0.1:{store.port}", "--no-python",
+                            "--rdzv-conf=join_timeout=300", "/bin/true"],
+                           capture_output=True, text=True, timeout=120, env=ENV,
+                           stdin=subprocess.DEVNULL)
+    finally:
+        store.close()
+    assert r.returncode == 1, r.stderr
+    assert (f"trainrun: rendezvous endpoint 127.0.0.1:{store.port} answers, but not as a trainrun "
+            "rendezvous host: it is a torch 2.x c10d TCPStore (it answered a store's ping); check "
+            "--rdzv-endpoint, or free the port") in r.stderr.splitlines(), r.stderr
 
 
 # Values for the options that take one; a new option of torchrun without an entry here fails the

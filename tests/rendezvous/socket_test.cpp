@@ -771,7 +771,7 @@ TEST_CASE("a listener that does not speak the protocol is named at once", "[rend
     // What it sent, printable, as far as the first bytes go.
     CHECK(c.stop->reason ==
           named(http.port()) + "it sent \"HTTP/1.1 400 Bad Request\\x0d\\x0a\\x0d\\x0a\"");
-    CHECK(http.accepted == 1);
+    CHECK(http.accepted == 2);  // the connection and the store question
   }
   SECTION("a frame, but not a message") {
     StrangeListener framed(io, encode_frame("hello, who are you?"));
@@ -814,8 +814,9 @@ TEST_CASE("a listener that accepts and says nothing is named after one handshake
                                         "trainrun rendezvous host: it accepted the connection "
                                         "and sent nothing within 0 s",
                                         silent.port()));
-    // Decided on the first connection, not retried to the deadline.
-    CHECK(silent.accepted == 1);
+    // Decided on the first connection, not retried to the deadline: the second is the question
+    // in a torch 2.x TCPStore's protocol, which it does not answer either.
+    CHECK(silent.accepted == 2);
   }
   SECTION("answering only once the client stops sending, as an HTTP server does") {
     StrangeListener http(io, "HTTP/1.0 400 Bad request syntax\r\n",
@@ -826,7 +827,7 @@ TEST_CASE("a listener that accepts and says nothing is named after one handshake
     CHECK(c.stop->refusal == Refusal::not_a_host);
     CHECK_THAT(c.stop->reason, Catch::EndsWith("it sent \"HTTP/1.0 400 Bad request syntax"
                                                "\\x0d\\x0a\""));
-    CHECK(http.accepted == 1);
+    CHECK(http.accepted == 2);  // the connection and the store question
   }
 }
 

@@ -6,6 +6,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "store_probe.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/rendezvous/client_stops.hpp"
 #include "trainrun/rendezvous/conclusion.hpp"
@@ -22,6 +23,9 @@ namespace trainrun::rendezvous {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using boost::system::error_code;
+
+// A TCPStore answers in milliseconds; a busy trainrun host never answers the question at all.
+constexpr Clock::duration kStoreProbeTimeout = std::chrono::seconds(2);
 
 struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   enum class State { idle, connecting, handshaking, admitted, ended };
@@ -50,8 +54,34 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
 
   // The endpoint answered, but not with the protocol: no retry can change that.
   void not_a_host(const std::string& what) {
-    connection_->close_now();
+    if (connection_) connection_->close_now();
     end(stops_.not_a_host(what));
+  }
+
+  // Asks the endpoint whether it is a torch TCPStore; `otherwise` runs when it is not. A store
+  // found ends the client whatever it is doing, short of admission.
+  void probe_store(StoreDialect dialect, Clock::duration timeout, std::function<void()> otherwise) {
+    probing_ = true;
+    std::weak_ptr<Impl> weak = shared_from_this();
+    probe_torch_store(io_, peer_endpoint_, dialect, timeout,
+                      [weak, otherwise](std::optional<std::string> store) {
+                        auto self = weak.lock();
+                        if (!self) return;
+                        self->probing_ = false;
+                        if (self->state_ != State::connecting && self->state_ != State::handshaking)
+                          return;
+                        if (store) return self->not_a_host(*store);
+                        otherwise();
+                      });
+  }
+
+  // The silent peer is named with what it said, once the torch 2.x probe is answered.
+  void conclude_silence(const std::string& what) {
+    if (probing_) {
+      silence_verdict_ = what;
+      return;
+    }
+    not_a_host(what);
   }
 
   // What the peer sent so far, in words.
@@ -64,15 +94,20 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   // as it reads it, and closes what it cannot serve (a flood, its end), so a peer that holds
   // the connection and says nothing is not one: no retry. Told that our side is done, many
   // programs say who they are (an HTTP server answers 400), which names them better.
+  // A torch 2.x TCPStore holds the hello this way; asked in its own protocol, it says so.
   void on_silence() {
     silent_ = true;
     connection_->finish_sending();
     std::weak_ptr<Impl> weak = shared_from_this();
+    probe_store(StoreDialect::torch2, options_.connection.reject_linger, [weak] {
+      auto self = weak.lock();
+      if (self && self->silence_verdict_) self->not_a_host(*self->silence_verdict_);
+    });
     timer_.expires_after(options_.connection.reject_linger);
     timer_.async_wait([weak](error_code e) {
       auto self = weak.lock();
       if (e || !self || self->state_ != State::handshaking) return;
-      self->not_a_host(self->silence());
+      self->conclude_silence(self->silence());
     });
   }
 
@@ -93,6 +128,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     prepare_socket(socket);
     error_code ec;
     local_endpoint_ = socket.local_endpoint(ec);
+    peer_endpoint_ = socket.remote_endpoint(ec);
     state_ = State::handshaking;
     connection_ = std::make_shared<FramedConnection>(std::move(socket), kMaxFrameSize,
                                                      options_.connection.reject_linger);
@@ -108,6 +144,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     connection_->send(encode(ClientMessage{handshake_->hello()}));
     timer_.expires_after(options_.connection.handshake_timeout);
     silent_ = false;
+    silence_verdict_.reset();
     timer_.async_wait([weak](error_code e) {
       auto self = weak.lock();
       if (e || !self || self->state_ != State::handshaking) return;
@@ -130,14 +167,24 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
       if (!connection_->head().empty() && connection_->head()[0] != '\0')
         return not_a_host(what_was_sent());
       if (silent_) {
-        return not_a_host(connection_->received() > 0
-                              ? fmt::format("{} after {:.0f} s, once this end had stopped sending",
-                                            what_was_sent(),
-                                            in_seconds(options_.connection.handshake_timeout))
-                              : silence());
+        return conclude_silence(
+            connection_->received() > 0
+                ? fmt::format("{} after {:.0f} s, once this end had stopped sending",
+                              what_was_sent(), in_seconds(options_.connection.handshake_timeout))
+                : silence());
       }
       // Closed without an answer: a trainrun host does that to pending handshakes when flooded,
-      // and when its job ends; the connector tries again within the same deadline.
+      // and when its job ends; the connector tries again within the same deadline. A torch 1.x
+      // TCPStore does it to every hello: the first such close asks whether the peer is one.
+      // The retry waits for the answer, so that a store is named without a retry line first.
+      if (connection_->received() == 0 && !store_probed_) {
+        store_probed_ = true;
+        timer_.cancel();
+        std::weak_ptr<Impl> weak = shared_from_this();
+        return probe_store(StoreDialect::torch1, kStoreProbeTimeout, [weak, why] {
+          if (auto self = weak.lock()) self->retry(why + " during the handshake");
+        });
+      }
       return retry(why + " during the handshake");
     }
     if (state_ == State::admitted) end(stops_.server_lost(why));
@@ -303,13 +350,17 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
   ClientEvents events_;
   ClientStops stops_{to_string(options_.endpoint)};
   State state_ = State::idle;
-  asio::steady_timer timer_;  // the handshake's deadline
-  bool silent_ = false;       // the handshake timed out: this end has stopped sending
+  asio::steady_timer timer_;   // the handshake's deadline
+  bool silent_ = false;        // the handshake timed out: this end has stopped sending
+  bool probing_ = false;       // a question in a TCPStore's protocol is under way
+  bool store_probed_ = false;  // the first connection closed at the hello has been asked about
+  std::optional<std::string> silence_verdict_;  // what a silent peer is, if it is not a store
   std::shared_ptr<Connector> connector_;
   std::shared_ptr<KeepAlive> keep_alive_;
   std::shared_ptr<FramedConnection> connection_;
   std::optional<ClientHandshake> handshake_;
   tcp::endpoint local_endpoint_;
+  tcp::endpoint peer_endpoint_;
   std::string advertised_address_;
   std::optional<NodeDescriptor> pending_join_;
   std::optional<Assignment> assignment_;
