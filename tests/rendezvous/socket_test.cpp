@@ -771,7 +771,7 @@ TEST_CASE("a listener that does not speak the protocol is named at once", "[rend
     // What it sent, printable, as far as the first bytes go.
     CHECK(c.stop->reason ==
           named(http.port()) + "it sent \"HTTP/1.1 400 Bad Request\\x0d\\x0a\\x0d\\x0a\"");
-    CHECK(http.accepted == 2);  // the connection and the store question
+    CHECK(http.accepted == 1);
   }
   SECTION("a frame, but not a message") {
     StrangeListener framed(io, encode_frame("hello, who are you?"));
@@ -827,7 +827,7 @@ TEST_CASE("a listener that accepts and says nothing is named after one handshake
     CHECK(c.stop->refusal == Refusal::not_a_host);
     CHECK_THAT(c.stop->reason, Catch::EndsWith("it sent \"HTTP/1.0 400 Bad request syntax"
                                                "\\x0d\\x0a\""));
-    CHECK(http.accepted == 2);  // the connection and the store question
+    CHECK(http.accepted <= 2);  // not retried: the connection, and the store question if it came
   }
 }
 
