@@ -3,6 +3,9 @@ must tell the same story (the same exit status, root cause and summary)."""
 import json
 import sys
 
+from conftest import dynamic
+from ports import free_port
+
 # Rank 0 (one node) fails first, exit 3, with an error file dated 1700000100; rank 1 (the other
 # node) fails only when that failure stops it, exit 4, with an error file dated 100 s earlier.
 # The root cause is rank 1 by the rule (earliest error-file timestamp), though it failed second.
@@ -54,3 +57,68 @@ def check_late_but_earlier(agents, tmp_path, options):
     for n in ("a", "b"):
         summary = json.loads((tmp_path / f"{n}.json").read_text())
         assert summary["root_cause"]["rank"] == 1 and summary["exit_code"] == 4, summary
+
+
+# Failures planned per worker: argv[1] is a directory the workers meet in, argv[2] a JSON object
+# naming, for "NODE LOCAL_RANK" (NODE from the environment), {"after": seconds after the first
+# failure, "code": exit code, "stderr": lines of about 100 bytes written first, "traceback":
+# bytes of an error-file traceback (0: no error file)}. The worker planned at "after": null fails
+# first, once every worker has started; the others wait for it. A planned worker ignores SIGTERM,
+# so that its failure is its own; an unplanned one waits to be stopped.
+PLANNED_FAILURES = r'''
+import json, os, signal, sys, time
+meet, plan = sys.argv[1], json.loads(sys.argv[2])
+lr, world = os.environ["LOCAL_RANK"], int(os.environ["WORLD_SIZE"])
+name = os.environ["NODE"] + lr
+mine = plan.get(f"{os.environ['NODE']} {lr}")
+if mine is not None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+open(os.path.join(meet, "up." + os.environ["RANK"]), "w").close()
+if mine is None:
+    time.sleep(120)
+    sys.exit(0)
+while len([f for f in os.listdir(meet) if f.startswith("up.")]) < world:
+    time.sleep(0.01)
+first = os.path.join(meet, "first")
+if mine["after"] is None:
+    open(first, "w").close()
+else:
+    while not os.path.exists(first):
+        time.sleep(0.01)
+    time.sleep(mine["after"])
+if mine.get("traceback"):
+    tb = f"Traceback of {name}:\n" + "".join(
+        f"{name} frame {i:04d} " + "t" * 84 + "\n" for i in range(mine["traceback"] // 100))
+    error = {"message": {"message": f"RuntimeError: {name}",
+                         "extraInfo": {"py_callstack": tb, "timestamp": str(time.time())}}}
+    with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+        json.dump(error, f)
+sys.stderr.write("".join(f"{name} line {i:02d} " + "x" * 84 + "\n"
+                         for i in range(mine.get("stderr", 0))))
+sys.stderr.flush()
+os._exit(mine["code"])
+'''
+
+
+def stderr_lines(name, count):
+    """The lines PLANNED_FAILURES writes to the stderr of worker `name` (node and local rank)."""
+    return [f"{name} line {i:02d} " + "x" * 84 for i in range(count)]
+
+
+def planned_command(tmp_path, plan):
+    """The command (after --no-python) of a job whose workers fail as `plan` says."""
+    script = tmp_path / "planned.py"
+    script.write_text(PLANNED_FAILURES)
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    return [sys.executable, "-u", str(script), str(meet), json.dumps(plan)]
+
+
+def run_planned_failures(agents, tmp_path, plan):
+    """Runs `plan` on two agents "a" and "b" of two workers each, each with a --summary-file
+    NAME.json; returns the agents and their exit codes."""
+    command = planned_command(tmp_path, plan)
+    options = [*dynamic(free_port(), 2, 2), "--shutdown-timeout=5", "--no-python"]
+    nodes = [agents(n, [*options, f"--summary-file={tmp_path / n}.json", *command],
+                    env={"NODE": n}) for n in ("a", "b")]
+    return nodes, [n.wait(120) for n in nodes]

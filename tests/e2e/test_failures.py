@@ -12,7 +12,8 @@ import threading
 import pytest
 
 from conftest import TRAINRUN, dynamic, recv_exactly, run
-from job_failures import check_late_but_earlier, summary_block
+from job_failures import (check_late_but_earlier, run_planned_failures, stderr_lines,
+                          summary_block)
 from ports import free_port, standalone_args
 
 # The limit of docs/protocol.md on the failure summary that is sent to the other nodes.
@@ -357,3 +358,52 @@ def test_every_node_shows_the_stderr_of_a_worker_that_wrote_no_error_file(agents
     assert blocks[0] == blocks[1], blocks
     assert "shard 7 is corrupt: checksum mismatch" in blocks[0], blocks[0]
     assert "To enable traceback see" not in blocks[0], blocks[0]
+
+
+def test_a_nodes_later_failure_is_listed_whole_on_every_node(agents, tmp_path):
+    """Node a's local rank 0 fails with 20 lines (about 2 KB) of stderr and no error file, and its
+    local rank 1 the same way a little later, while the first failure stops the group (and the
+    rendezvous halts it): every node lists both, each whole (a relayed text may take 4 KiB), the
+    first as the root cause."""
+    plan = {"a 0": {"after": None, "code": 3, "stderr": 20},
+            "a 1": {"after": 0.3, "code": 4, "stderr": 20}}
+    nodes, codes = run_planned_failures(agents, tmp_path, plan)
+    assert codes == [3, 3], [n.err[-3000:] for n in nodes]
+    blocks = [summary_block(n.err) for n in nodes]
+    assert blocks[0] == blocks[1], blocks
+    assert "not shown" not in blocks[0], blocks[0]
+    failures, root = blocks[0].split("Root Cause (first observed failure):")
+    assert "\n  ".join(stderr_lines("a1", 20)) in failures, blocks[0]
+    assert "\n  ".join(stderr_lines("a0", 20)) in root, blocks[0]
+
+
+def test_two_failures_on_each_node_are_all_listed_on_every_node(agents, tmp_path):
+    """Two failures on each node, close together: a0 first (stderr, no error file), b0 0.2 s later
+    with an error file (a 6 KB traceback), a1 and b1 0.4 s later (stderr). Each node is stopping
+    for a failure of its own when the rendezvous' halt comes (b0's error file makes b's count
+    whichever comes first): every node lists all four, a0 as the root cause, its own failures
+    whole and b0's traceback on node a cut to 4 KiB around the note naming its file and host."""
+    plan = {"a 0": {"after": None, "code": 3, "stderr": 20},
+            "b 0": {"after": 0.2, "code": 5, "traceback": 6000},
+            "a 1": {"after": 0.4, "code": 4, "stderr": 20},
+            "b 1": {"after": 0.4, "code": 6, "stderr": 20}}
+    nodes, codes = run_planned_failures(agents, tmp_path, plan)
+    assert codes == [3, 3], [n.err[-3000:] for n in nodes]
+    frames = "\n  ".join(f"b0 frame {i:04d} " + "t" * 84 for i in range(60))
+    for node in nodes:
+        block = summary_block(node.err)
+        assert sorted(re.findall(r"exitcode  : (\d) ", block)) == ["3", "4", "5", "6"], block
+        failures, root = block.split("Root Cause (first observed failure):")
+        assert "\n  ".join(stderr_lines("a0", 20)) in root, block
+        for name in ("a1", "b1"):
+            assert "\n  ".join(stderr_lines(name, 20)) in failures, block
+        if node.name == "b":
+            assert "Traceback of b0:\n  " + frames in failures, block
+            assert "not shown" not in block, block
+        else:
+            assert frames not in failures and "Traceback of b0:" in failures, block
+            assert re.search(r"\[\d+ of \d+ bytes not shown; the whole error is in "
+                             r"\S+/attempt_0/0/error\.json on ", failures), block
+            assert block.count("not shown") == 1, block
+        summary = json.loads((tmp_path / f"{node.name}.json").read_text())
+        assert sorted(f["exit_code"] for f in summary["failures"]) == [3, 4, 5, 6], summary

@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from conftest import TRAINRUN, run
+from job_failures import planned_command, stderr_lines
 from ports import free_port
 
 STAMPED = re.compile(r"^trainrun: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (ERROR|WARNING|INFO|DEBUG) ")
@@ -349,6 +350,20 @@ def test_a_worker_without_error_file_shows_its_last_stderr_lines(tmp_path):
     # Nothing was written to the log directory: it is gone, and not named.
     assert "log directory" not in r.stderr
     assert sorted(os.listdir(tmp_path)) == ["fails.py", "summary.json"]
+
+
+def test_a_later_failure_is_shown_whole_as_the_root_cause_is(tmp_path):
+    """Two workers fail without an error file, each with 20 lines (about 2 KB) of stderr, the
+    second while the first's failure stops the group: the summary shows both whole."""
+    plan = {"a 0": {"after": None, "code": 3, "stderr": 20},
+            "a 1": {"after": 0.3, "code": 4, "stderr": 20}}
+    r = run(["--nproc-per-node=2", "--shutdown-timeout=5", "--no-python",
+             *planned_command(tmp_path, plan)], env={"NODE": "a"})
+    assert r.returncode == 3, r.stderr
+    failures, root = r.stderr.split("Root Cause (first observed failure):")
+    assert "not shown" not in r.stderr, r.stderr
+    assert "\n  ".join(stderr_lines("a1", 20)) in failures, r.stderr
+    assert "\n  ".join(stderr_lines("a0", 20)) in root, r.stderr
 
 
 def test_on_a_terminal_the_workers_keep_writing_to_it_themselves(tmp_path):

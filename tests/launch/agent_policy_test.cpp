@@ -447,6 +447,20 @@ TEST_CASE("in a job: halted, it says what failed; the stop's root cause and list
   CHECK(text.find("\\x1b[2Jtheirs") != std::string::npos);  // theirs, escaped
 }
 
+TEST_CASE("in a job: a halt after its own failure leaves its later failures counted", "[agent]") {
+  Harness h(config(3));
+  h.join();
+  h.assign(0, 0, 0);
+  CHECK(h.exit(0, code(3)) == Lines{"report failure of rank 0 (local rank 0) on hosta: exit code 3",
+                                    "signal SIGTERM", "grace timer +30s"});
+  // The halt its own failure brought: the group is stopping already.
+  CHECK(h.halt().empty());
+  // Ended by itself while the group stops, as on one node; the one our SIGTERM ended did not fail.
+  h.exit(1, code(4));
+  h.exit(2, killed(SIGTERM));
+  CHECK(h.ended() == Lines{"report ended: 2 failed"});
+}
+
 TEST_CASE("in a job: another node's summary is shown with its control characters escaped",
           "[agent]") {
   Harness h(config(1));

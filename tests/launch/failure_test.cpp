@@ -160,6 +160,30 @@ TEST_CASE("a summary within a limit keeps each traceback's head and tail and nam
   CHECK(format_failure_summary("train.py", {f}).size() > 2'000'000);
 }
 
+TEST_CASE("without a limit every failure is whole, the others' as the root cause's") {
+  ProcessFailure root;
+  root.rank = 0;
+  root.host = "node0";
+  root.status = {3, 0};
+  root.timestamp = 100;
+  root.stderr_tail = std::string(1900, 'r') + "\nthe root's last line";
+  ProcessFailure second = root;
+  second.rank = 1;
+  second.local_rank = 1;
+  second.timestamp = 200;
+  second.stderr_tail = "the second's first line\n" + std::string(1900, 's');
+  ProcessFailure third = second;
+  third.rank = 2;
+  third.has_error_file = true;
+  third.error_file = "/logs/attempt_0/2/error.json";
+  third.traceback = "Traceback (most recent call last):\n" + std::string(3000, 't');
+  auto s = format_failure_summary("train.py", {third, second, root});
+  CHECK_THAT(s, !Catch::Contains("not shown"));
+  CHECK_THAT(s, Catch::Contains("the second's first line\n  " + std::string(1900, 's')));
+  CHECK_THAT(s, Catch::Contains("Traceback (most recent call last):\n  " + std::string(3000, 't')));
+  CHECK_THAT(s, Catch::Contains(std::string(1900, 'r') + "\n  the root's last line"));
+}
+
 TEST_CASE("a summary within a limit keeps the root cause and counts the failures left out") {
   std::vector<ProcessFailure> many(200);
   for (int i = 0; i < 200; ++i) {

@@ -35,13 +35,24 @@ const ExitStatus kSegv{0, SIGSEGV};
 
 TEST_CASE("without an order, every failed exit counts while the group runs", "[agent]") {
   StopOrders orders;
-  CHECK(orders.counts_as_failure(kCode3, true));
-  CHECK(orders.counts_as_failure(kTerm, true));
+  CHECK(orders.counts_as_failure(kCode3, true, false));
+  CHECK(orders.counts_as_failure(kTerm, true, false));
   // Stopping for its own failure: what our SIGTERM or SIGKILL ended did not fail.
-  CHECK(orders.counts_as_failure(kCode3, false));
-  CHECK(orders.counts_as_failure(kSegv, false));
-  CHECK_FALSE(orders.counts_as_failure(kTerm, false));
-  CHECK_FALSE(orders.counts_as_failure(kKill, false));
+  CHECK(orders.counts_as_failure(kCode3, false, true));
+  CHECK(orders.counts_as_failure(kSegv, false, true));
+  CHECK_FALSE(orders.counts_as_failure(kTerm, false, true));
+  CHECK_FALSE(orders.counts_as_failure(kKill, false, true));
+}
+
+TEST_CASE("a halt leaves a node stopping for its own failure counting as before", "[agent]") {
+  StopOrders orders;
+  orders.on_halt();
+  CHECK(orders.counts_as_failure(kCode3, false, true));
+  CHECK(orders.counts_as_failure(kSegv, false, true));
+  CHECK_FALSE(orders.counts_as_failure(kTerm, false, true));
+  CHECK_FALSE(orders.counts_as_failure(kKill, false, true));
+  // Halted for another node's failure alone: nothing this node's workers do while stopping counts.
+  CHECK_FALSE(orders.counts_as_failure(kCode3, false, false));
 }
 
 TEST_CASE("no failed exit counts while the rendezvous stops the group", "[agent]") {
@@ -49,17 +60,17 @@ TEST_CASE("no failed exit counts while the rendezvous stops the group", "[agent]
   for (void (StopOrders::*order)() : {&StopOrders::on_restart, &StopOrders::on_halt}) {
     StopOrders orders;
     (orders.*order)();
-    CHECK_FALSE(orders.counts_as_failure(kCode3, true));
-    CHECK_FALSE(orders.counts_as_failure(kSegv, false));
+    CHECK_FALSE(orders.counts_as_failure(kCode3, true, false));
+    CHECK_FALSE(orders.counts_as_failure(kSegv, false, false));
     orders.new_attempt();
-    CHECK(orders.counts_as_failure(kSegv, false));
+    CHECK(orders.counts_as_failure(kSegv, false, true));
   }
   SECTION("the job's end, which a new attempt does not clear") {
     StopOrders orders;
     orders.on_stop(rendezvous::Stop{});
     orders.new_attempt();
     CHECK(orders.stopped());
-    CHECK_FALSE(orders.counts_as_failure(kCode3, true));
+    CHECK_FALSE(orders.counts_as_failure(kCode3, true, true));
   }
 }
 
@@ -69,7 +80,7 @@ TEST_CASE("a stop signal is kept until the next attempt", "[agent]") {
   orders.on_signal(SIGINT);
   CHECK(orders.signal() == SIGINT);
   // The user's stop is not the rendezvous': the workers' own failures still count.
-  CHECK(orders.counts_as_failure(kCode3, false));
+  CHECK(orders.counts_as_failure(kCode3, false, true));
   orders.new_attempt();
   CHECK(orders.signal() == 0);
 }

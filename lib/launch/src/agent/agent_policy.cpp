@@ -62,7 +62,8 @@ AgentActions AgentPolicy::worker_exited(const WorkerExit& exit, Clock::time_poin
   if (exit.status.failed() && (state_ == State::running || stop_orders_.signal() == 0))
     if (auto warning =
             failures_.record(exit, topology_.base_rank,
-                             stop_orders_.counts_as_failure(exit.status, state_ == State::running)))
+                             stop_orders_.counts_as_failure(exit.status, state_ == State::running,
+                                                            !failures_.empty())))
       out.emplace_back(action::Say{std::move(*warning), Level::warning});
   if (state_ == State::running && exit.status.failed()) {
     if (in_job_)

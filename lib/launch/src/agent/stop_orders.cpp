@@ -10,8 +10,8 @@ void StopOrders::new_attempt() {
   halted_ = false;
 }
 
-bool StopOrders::counts_as_failure(const ExitStatus& status, bool running) const {
-  if (restart_ || stop_ || halted_) return false;
+bool StopOrders::counts_as_failure(const ExitStatus& status, bool running, bool failed_here) const {
+  if (restart_ || stop_ || (halted_ && !failed_here)) return false;
   if (running) return true;
   return status.signal != SIGTERM && status.signal != SIGKILL;
 }

@@ -262,9 +262,11 @@ std::string format_failure_summary(const std::string& title,
                                    std::optional<size_t> decided_root, size_t not_relayed) {
   const size_t root = decided_root.value_or(root_cause_index(failures));
   const size_t others = failures.size() - 1;
-  // Within a limit the root cause's traceback may take half of it, the others share a quarter.
+  // Within a limit the root cause's traceback may take half of it, the others share a quarter;
+  // without one (0) every traceback is whole, the others' as the root cause's.
   const size_t root_room = max_bytes / 2;
-  const size_t other_room = others == 0 ? 0 : std::max<size_t>(256, max_bytes / 4 / others);
+  const size_t other_room =
+      max_bytes == 0 || others == 0 ? 0 : std::max<size_t>(256, max_bytes / 4 / others);
   // As torchrun: each failure is numbered by its place in rank order, the root cause included.
   std::vector<size_t> order(failures.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;

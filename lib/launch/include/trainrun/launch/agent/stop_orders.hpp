@@ -31,7 +31,9 @@ class StopOrders {
   // of its own, a worker that ended on its own (an exit code, a signal we did not send) failed
   // too, as in torchrun's table of every failure; one that a SIGTERM or SIGKILL of ours ended did
   // not, nor does any while the rendezvous stops the group (another node's failure, a new round).
-  bool counts_as_failure(const ExitStatus& status, bool running) const;
+  // The halt that a failure brings to every node, its own included, leaves a node whose attempt
+  // already has a failure of its own (`failed_here`) counting as before: it stops for that one.
+  bool counts_as_failure(const ExitStatus& status, bool running, bool failed_here) const;
 
   // In a job, once every worker of the attempt has ended: join the next round, tell the
   // rendezvous what failed after a halt, or wait at the exit barrier. Returns the node's exit
