@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -238,6 +239,55 @@ TEST_CASE("a tool that stops its target and hangs is cut off, and the target con
   REQUIRE(pid_file >> sleep_pid);
   // SIGKILL takes effect when the killed process next runs, which on a loaded machine is not at
   // once: wait for it (a sleeper the kill missed would sleep its 600 s).
+  auto sleep_state = read_process_state(sleep_pid);
+  for (int i = 0; i < 200 && sleep_state && sleep_state->state != 'Z'; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    sleep_state = read_process_state(sleep_pid);
+  }
+  CHECK((!sleep_state || sleep_state->state == 'Z'));
+  CHECK(target.finish() == 0);
+}
+
+TEST_CASE(
+    "a tool still running when the stacks are no longer wanted is stopped, none tried after") {
+  Target target = python_target();
+  const std::string dir = trainrun::test::make_temp_dir("stacks-stop");
+  const std::string sleeper = dir + "/sleeper.pid";
+  const std::string eu_stack_ran = dir + "/eu-stack.ran";
+  {
+    std::ofstream script(dir + "/py-spy");
+    script << "#!/bin/sh\n"
+              "kill -STOP \"$3\"\n"
+              "sleep 600 &\n"
+              "echo $! > '"
+           << sleeper << ".tmp' && mv '" << sleeper << ".tmp' '" << sleeper << "'\nwait\n";
+    std::ofstream fallback(dir + "/eu-stack");
+    fallback << "#!/bin/sh\ntouch '" << eu_stack_ran << "'\nexit 1\n";
+  }
+  REQUIRE(::chmod((dir + "/py-spy").c_str(), 0755) == 0);
+  REQUIRE(::chmod((dir + "/eu-stack").c_str(), 0755) == 0);
+  std::atomic<bool> stop{false};
+  CollectOptions options;
+  options.path = dir;
+  // Far longer than the test waits: the tool ends by the stop or not at all.
+  options.timeout = std::chrono::seconds(600);
+  options.stop = &stop;
+  std::thread stopper([&] {
+    for (int i = 0; i < 6000 && ::access(sleeper.c_str(), F_OK) != 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    stop = true;
+  });
+  const Stack stack = collect_stack(target.pid(), options);
+  stopper.join();
+  INFO(format_stack(stack));
+  CHECK_THAT(notes(stack), Catch::Contains("py-spy was stopped: the stacks are no longer wanted"));
+  CHECK_THAT(notes(stack), Catch::Contains("sent SIGCONT"));
+  CHECK(stack.tool == "/proc");
+  CHECK(::access(eu_stack_ran.c_str(), F_OK) != 0);
+  check_running(target.pid());
+  std::ifstream pid_file(sleeper);
+  pid_t sleep_pid = 0;
+  REQUIRE(pid_file >> sleep_pid);
   auto sleep_state = read_process_state(sleep_pid);
   for (int i = 0; i < 200 && sleep_state && sleep_state->state != 'Z'; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

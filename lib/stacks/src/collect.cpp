@@ -29,11 +29,13 @@ struct Attempt {
 std::optional<std::vector<Thread>> attempt(const std::string& program, const Attempt& a,
                                            const CollectOptions& options, Stack& stack,
                                            bool& killed) {
-  ToolRun run = run_tool(program, a.args, options.timeout, options.max_output);
+  ToolRun run = run_tool(program, a.args, options.timeout, options.max_output, options.stop);
   if (run.started) stack.raw = run.out;
-  if (run.started && (run.timed_out || run.truncated || run.signal != 0)) killed = true;
+  if (run.started && (run.timed_out || run.truncated || run.stopped || run.signal != 0))
+    killed = true;
   // gdb says "exited normally" even when it could not attach: the parse decides.
-  const bool ended_well = run.started && !run.timed_out && !run.truncated && run.signal == 0 &&
+  const bool ended_well = run.started && !run.timed_out && !run.truncated && !run.stopped &&
+                          run.signal == 0 &&
                           (run.exit_code == 0 || (a.tool == "eu-stack" && run.exit_code == 1));
   if (!ended_well) {
     stack.notes.push_back(describe_failure(a.tool, run, options.timeout));
@@ -97,6 +99,7 @@ Stack collect_stack(pid_t pid, const CollectOptions& options) {
 
   std::optional<std::vector<Thread>> threads;
   bool killed = false;
+  const auto stopped = [&] { return options.stop && options.stop->load(); };
   if (python) {
     if (auto py_spy = find_program("py-spy", options.path)) {
       // --native adds the C++ side (an extension's, LibTorch's) under the Python frames; it fails
@@ -106,7 +109,7 @@ Stack collect_stack(pid_t pid, const CollectOptions& options) {
                         options, stack, killed);
       if (threads) {
         stack.tool = "py-spy";
-      } else if (!stack.notes.empty() &&
+      } else if (!stopped() && !stack.notes.empty() &&
                  stack.notes.back().find("timed out") == std::string::npos &&
                  stack.notes.back().find("Permission Denied") == std::string::npos) {
         threads = attempt(*py_spy, {"py-spy", {"dump", "--pid", p, "--json"}, parse_py_spy_json},
@@ -119,7 +122,7 @@ Stack collect_stack(pid_t pid, const CollectOptions& options) {
           "frames");
     }
   }
-  if (!threads) {
+  if (!threads && !stopped()) {
     const auto eu_stack = find_program("eu-stack", options.path);
     const auto gdb = eu_stack ? std::nullopt : find_program("gdb", options.path);
     if (eu_stack) {

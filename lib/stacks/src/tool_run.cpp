@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <string_view>
 #include <thread>
@@ -23,6 +24,11 @@ namespace trainrun::stacks {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How often a tool's wait looks at its stop flag.
+constexpr std::chrono::milliseconds kStopCheck{20};
+
+bool stop_asked(const std::atomic<bool>* stop) { return stop && stop->load(); }
 
 struct Fd {
   int fd = -1;
@@ -65,8 +71,8 @@ std::vector<char*> tool_environment() {
 
 // Waits (up to `deadline`) for the child to end without reaping it: the group id stays ours
 // until we reap, so the kill of the group that follows cannot reach a stranger.
-enum class Exit { exited, gone, still_running };
-Exit wait_for_exit(pid_t pid, Clock::time_point deadline) {
+enum class Exit { exited, gone, still_running, stopped };
+Exit wait_for_exit(pid_t pid, Clock::time_point deadline, const std::atomic<bool>* stop) {
   while (true) {
     siginfo_t info{};
     if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
@@ -75,6 +81,7 @@ Exit wait_for_exit(pid_t pid, Clock::time_point deadline) {
     }
     if (info.si_pid == pid) return Exit::exited;
     if (Clock::now() >= deadline) return Exit::still_running;
+    if (stop_asked(stop)) return Exit::stopped;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
@@ -82,8 +89,14 @@ Exit wait_for_exit(pid_t pid, Clock::time_point deadline) {
 }  // namespace
 
 ToolRun run_tool(const std::string& program, const std::vector<std::string>& args,
-                 std::chrono::milliseconds timeout, std::size_t max_output) {
+                 std::chrono::milliseconds timeout, std::size_t max_output,
+                 const std::atomic<bool>* stop) {
   ToolRun run;
+  if (stop_asked(stop)) {
+    run.stopped = true;
+    run.error = "not run: the stacks are no longer wanted";
+    return run;
+  }
   Fd out_read, out_write, err_read, err_write;
   if (!make_pipe(out_read, out_write) || !make_pipe(err_read, err_write)) {
     run.error = fmt::format("cannot make a pipe: {}", strerror(errno));
@@ -129,13 +142,18 @@ ToolRun run_tool(const std::string& program, const std::vector<std::string>& arg
   std::string* sinks[2] = {&run.out, &run.err};
   int open_pipes = 2;
   char buffer[65536];
-  while (open_pipes > 0 && !run.timed_out && !run.truncated) {
-    const auto left =
+  while (open_pipes > 0 && !run.timed_out && !run.truncated && !run.stopped) {
+    auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) {
       run.timed_out = true;
       break;
     }
+    if (stop_asked(stop)) {
+      run.stopped = true;
+      break;
+    }
+    if (stop) left = std::min<long long>(left, kStopCheck.count());
     const int ready = ::poll(fds, 2, static_cast<int>(left) + 1);
     if (ready < 0 && errno != EINTR) break;
     for (int i = 0; i < 2; ++i) {
@@ -154,10 +172,11 @@ ToolRun run_tool(const std::string& program, const std::vector<std::string>& arg
   }
 
   Exit exit = Exit::still_running;
-  if (!run.timed_out && !run.truncated) {
+  if (!run.timed_out && !run.truncated && !run.stopped) {
     // Both pipes closed: the tool is ending. Its exit is waited for within the same deadline.
-    exit = wait_for_exit(pid, deadline);
+    exit = wait_for_exit(pid, deadline, stop);
     if (exit == Exit::still_running) run.timed_out = true;
+    if (exit == Exit::stopped) run.stopped = true;
   }
   // Whatever the tool left in its group (a helper it started) goes with it.
   ::kill(-pid, SIGKILL);
@@ -173,7 +192,8 @@ ToolRun run_tool(const std::string& program, const std::vector<std::string>& arg
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status) && !run.timed_out && !run.truncated) run.signal = WTERMSIG(status);
+  if (WIFSIGNALED(status) && !run.timed_out && !run.truncated && !run.stopped)
+    run.signal = WTERMSIG(status);
   return run;
 }
 
@@ -198,6 +218,7 @@ std::optional<std::string> find_program(const std::string& name, const std::stri
 std::string describe_failure(const std::string& tool, const ToolRun& run,
                              std::chrono::milliseconds timeout) {
   if (!run.started) return fmt::format("{}: {}", tool, run.error);
+  if (run.stopped) return fmt::format("{} was stopped: the stacks are no longer wanted", tool);
   if (run.timed_out)
     return fmt::format("{} timed out after {:g} s", tool, timeout.count() / 1000.0);
   if (run.truncated) return fmt::format("{} printed more than the cap and was stopped", tool);

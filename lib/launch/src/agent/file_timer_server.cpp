@@ -28,8 +28,14 @@ namespace {
 // terminal.
 constexpr int kIgnoredShown = 10;
 
-// The stack is taken on the event loop, which waits for it: each tool gets this long.
+// Each stack tool gets this long: the worker's signal waits for its stack.
 constexpr std::chrono::milliseconds kStackTimeout{3000};
+
+stacks::CollectOptions collect_options() {
+  stacks::CollectOptions options;
+  options.timeout = kStackTimeout;
+  return options;
+}
 
 int make_fifo(const std::string& path) {
   // As torchrun: whatever is at the path is replaced.
@@ -62,7 +68,8 @@ FileTimerServer::FileTimerServer(asio::io_context& io, std::string path, Hooks h
       path_(std::move(path)),
       hooks_(std::move(hooks)),
       fifo_(io, make_fifo(path_)),
-      timer_(io) {
+      timer_(io),
+      collector_(io, collect_options()) {
   keep_open_ = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
   // Without a writer of our own, the FIFO would read as ended, and be ready, for ever.
   if (keep_open_ < 0) {
@@ -75,6 +82,13 @@ FileTimerServer::FileTimerServer(asio::io_context& io, std::string path, Hooks h
 }
 
 FileTimerServer::~FileTimerServer() {
+  for (const auto& [collection, reaping] : reaping_)
+    for (const Reaping& r : reaping)
+      hooks_.say(fmt::format("file timer: scope {} of rank {} (local rank {}, pid {}) expired at "
+                             "{}; the job ended before its stack was taken: no signal was sent",
+                             scope_list(r.expired.scopes), r.worker.rank, r.worker.local_rank,
+                             r.expired.pid, iso_time(r.expired.reaping->expiration_time)),
+                 Level::warning);
   if (keep_open_ >= 0) ::close(keep_open_);
   ::unlink(path_.c_str());
 }
@@ -151,7 +165,8 @@ void FileTimerServer::arm() {
 }
 
 void FileTimerServer::check() {
-  for (const auto& expired : timers_.expire(unix_time())) {
+  std::vector<Reaping> reaping;
+  for (auto& expired : timers_.expire(unix_time())) {
     const auto worker = hooks_.find_worker(expired.pid);
     if (!worker) continue;  // ended since: its scopes go with it, as torchrun's do
     if (!expired.reaping) {
@@ -161,35 +176,53 @@ void FileTimerServer::check() {
                  Level::warning);
       continue;
     }
-    reap(expired, *worker);
+    reaping.push_back({std::move(expired), *worker});
+  }
+  if (!reaping.empty()) {
+    std::vector<pid_t> pids;
+    for (const Reaping& r : reaping) pids.push_back(r.expired.pid);
+    const int collection = collections_++;
+    reaping_[collection] = std::move(reaping);
+    // Each tool may take seconds: the loop (a stop of the job among the rest) goes on meanwhile.
+    collector_.collect(std::move(pids), [this, collection](std::vector<stacks::Stack> stacks) {
+      const std::vector<Reaping> done = std::move(reaping_.at(collection));
+      reaping_.erase(collection);
+      for (std::size_t i = 0; i < done.size(); ++i) reap(done[i], std::move(stacks[i]));
+    });
   }
   arm();
 }
 
-void FileTimerServer::reap(const FileTimers::Expired& expired, const Worker& worker) {
+void FileTimerServer::reap(const Reaping& r, stacks::Stack stack) {
+  const FileTimers::Expired& expired = r.expired;
   const TimerRequest& scope = *expired.reaping;
-  stacks::CollectOptions options;
-  options.timeout = kStackTimeout;
-  stacks::RankStack rs{worker.rank, host_name(), stacks::collect_stack(expired.pid, options)};
+  const Worker& worker = r.worker;
+  // The worker may have ended while its stack was taken, its pid gone or another's since.
+  const auto now = hooks_.find_worker(expired.pid);
+  const bool same = now && now->attempt == worker.attempt && now->local_rank == worker.local_rank;
+  stacks::RankStack rs{worker.rank, host_name(), std::move(stack)};
   std::string where;
   try {
-    const std::string dir = hooks_.dump_dir();
+    const std::string dir = hooks_.dump_dir(worker.attempt);
     std::filesystem::create_directories(dir);
     where = stacks::write_dumps(dir, {rs}).front();
   } catch (const std::exception& e) {
     where = fmt::format("not written: {}", e.what());
   }
-  hooks_.say(fmt::format("file timer: scope {} of rank {} (local rank {}, pid {}) expired at {}; "
-                         "sending {}, as its request asked. Its stack follows (every thread: {})",
-                         scope_list(expired.scopes), worker.rank, worker.local_rank, expired.pid,
-                         iso_time(scope.expiration_time), signal_name(scope.signal), where),
-             Level::error);
+  hooks_.say(
+      fmt::format("file timer: scope {} of rank {} (local rank {}, pid {}) expired at {}; "
+                  "{}. Its stack follows (every thread: {})",
+                  scope_list(expired.scopes), worker.rank, worker.local_rank, expired.pid,
+                  iso_time(scope.expiration_time),
+                  same ? fmt::format("sending {}, as its request asked", signal_name(scope.signal))
+                       : "it ended while its stack was taken: no signal was sent",
+                  where),
+      Level::error);
   // The main thread on the terminal; every thread is in the file.
   stacks::Stack shown = rs.stack;
   if (const stacks::Thread* main = rs.stack.main_thread()) shown.threads = {*main};
   hooks_.write(stacks::format_stack(shown));
-  // Taking the stack may have let the worker end: a reaped worker's pid is not signalled.
-  if (hooks_.find_worker(expired.pid)) ::kill(expired.pid, scope.signal);
+  if (same) ::kill(expired.pid, scope.signal);
 }
 
 }  // namespace trainrun::launch

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <boost/asio/post.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
@@ -200,8 +199,15 @@ std::string format_roll_call(const nlohmann::json& reply) {
 }
 
 RollCall::RollCall(asio::io_context& io, const std::string& dir, JobEntry entry, Workers workers)
-    : io_(io), registration_(dir, std::move(entry)), workers_(std::move(workers)), acceptor_(io) {
-  collect_options_.timeout = stack_tool_timeout(std::getenv(kStackToolTimeoutVariable));
+    : io_(io),
+      registration_(dir, std::move(entry)),
+      workers_(std::move(workers)),
+      acceptor_(io),
+      collector_(io, [] {
+        stacks::CollectOptions options;
+        options.timeout = stack_tool_timeout(std::getenv(kStackToolTimeoutVariable));
+        return options;
+      }()) {
   boost::system::error_code ec;
   acceptor_.open(local(), ec);
   // The workers, forked later, must not inherit the listening socket.
@@ -214,11 +220,7 @@ RollCall::RollCall(asio::io_context& io, const std::string& dir, JobEntry entry,
   accept();
 }
 
-RollCall::~RollCall() {
-  close();
-  // Bounded: every tool run is killed after its timeout.
-  if (collector_.joinable()) collector_.join();
-}
+RollCall::~RollCall() { close(); }
 
 void RollCall::close() {
   boost::system::error_code ignored;
@@ -316,15 +318,11 @@ void RollCall::answer(Answer done) {
   }
   std::vector<pid_t> pids;
   for (const auto& w : collecting_.workers) pids.push_back(w.pid);
-  // The tools run on this thread's children: the supervisor reaps only its own (__WNOTHREAD).
-  collector_ = std::thread([this, pids] {
-    auto stacks = stacks::collect_stacks(pids, collect_options_);
-    asio::post(io_, [this, stacks = std::move(stacks)]() mutable { collected(std::move(stacks)); });
-  });
+  collector_.collect(std::move(pids),
+                     [this](std::vector<stacks::Stack> stacks) { collected(std::move(stacks)); });
 }
 
 void RollCall::collected(std::vector<stacks::Stack> stacks) {
-  if (collector_.joinable()) collector_.join();
   std::string dumps, error;
   if (collecting_.workers.empty()) {
     error = "no worker is running now (between attempts, or the job is ending)";

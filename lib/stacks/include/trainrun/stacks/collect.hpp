@@ -2,6 +2,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <string>
@@ -18,6 +19,9 @@ struct CollectOptions {
   std::chrono::milliseconds timeout{10000};
   // A tool printing more than this is killed: its output so far is kept.
   std::size_t max_output = std::size_t{4} << 20;
+  // Set by another thread when the stacks are no longer wanted: the running tool is killed (as
+  // on its timeout, and the process sent SIGCONT as then) and no further tool is tried.
+  const std::atomic<bool>* stop = nullptr;
 
   static std::string default_path();
 };

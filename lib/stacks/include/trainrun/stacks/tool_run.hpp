@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <optional>
@@ -13,6 +14,7 @@ struct ToolRun {
   bool started = false;
   bool timed_out = false;
   bool truncated = false;  // killed for printing more than the cap
+  bool stopped = false;    // killed, or not started, for `stop`
   int exit_code = -1;      // when it exited; -1 otherwise
   int signal = 0;          // the signal that ended it, 0 if none
   std::string out, err;    // at most the cap, together
@@ -22,10 +24,12 @@ struct ToolRun {
 // `program` (a path) with `args`, no shell: stdin from /dev/null, stdout and stderr captured, in a
 // process group of its own with the default signal mask and dispositions, DEBUGINFOD_URLS removed
 // from its environment (no tool goes to the network). After `timeout`, or once it has printed
-// more than `max_output` bytes, the whole group is killed. Reaps it; a child already reaped by
-// someone else (a launcher reaping every child) counts as exited with an unknown status.
+// more than `max_output` bytes, the whole group is killed; so too, within 20 ms, once `stop` (set
+// by another thread) is true, and it is not started when it is already. Reaps it; a child already
+// reaped by someone else (a launcher reaping every child) counts as exited with an unknown status.
 ToolRun run_tool(const std::string& program, const std::vector<std::string>& args,
-                 std::chrono::milliseconds timeout, std::size_t max_output);
+                 std::chrono::milliseconds timeout, std::size_t max_output,
+                 const std::atomic<bool>* stop = nullptr);
 
 // `name` looked up in `path` (colon-separated, as PATH) as execvp does: the first executable
 // regular file; nothing when there is none.

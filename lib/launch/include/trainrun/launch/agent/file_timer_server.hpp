@@ -6,31 +6,37 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "trainrun/launch/agent/file_timer.hpp"
 #include "trainrun/launch/core/log.hpp"
+#include "trainrun/launch/rollcall/stack_collector.hpp"
 
 namespace trainrun::launch {
 
 // torchrun's FileTimerServer on the agent's event loop: reads the workers' requests from a FIFO,
-// and when a scope expires writes that worker's stack (terminal and log directory), then sends
-// it the signal its request asked for; the job goes on as after any worker failure. Requests
-// for a process that is not one of this node's running workers (or in a worker's process group)
-// and lines that are not requests are said and ignored. Idle, it costs nothing: the FIFO is
-// waited on, and a timer runs only while a scope is armed (waking at most once a second).
+// and when a scope expires takes that worker's stack off the loop (StackCollector; the scopes
+// that expire together, together), then, on the loop, writes it (terminal and log directory) and
+// sends the worker the signal its request asked for, if it is still that worker; the job goes on
+// as after any worker failure. Requests for a process that is not one of this node's running
+// workers (or in a worker's process group) and lines that are not requests are said and ignored.
+// Idle, it costs nothing: the FIFO is waited on, and a timer runs only while a scope is armed
+// (waking at most once a second).
 class FileTimerServer {
  public:
   struct Worker {
     int rank = 0;
     int local_rank = 0;
+    int attempt = 0;  // a pid of another attempt is another worker
   };
   struct Hooks {
     // The running worker `pid` is, or whose process group it is in.
     std::function<std::optional<Worker>(pid_t)> find_worker;
-    // Where this attempt's stack dumps go (created here).
-    std::function<std::string()> dump_dir;
+    // Where the stack dumps of attempt `attempt` go (created here).
+    std::function<std::string(int attempt)> dump_dir;
     // A launcher line, and text for the terminal as it is.
     std::function<void(const std::string&, Level)> say;
     std::function<void(const std::string&)> write;
@@ -41,7 +47,8 @@ class FileTimerServer {
   // Makes the FIFO at `path` (replacing a file there, as torchrun does) and starts reading it.
   // Throws SetupError naming the path when it cannot.
   FileTimerServer(boost::asio::io_context& io, std::string path, Hooks hooks);
-  // Removes the FIFO.
+  // Removes the FIFO; stacks still being taken are dropped, their tools killed, and each such
+  // expired scope said in a line (the job ended first: no signal is sent).
   ~FileTimerServer();
   FileTimerServer(const FileTimerServer&) = delete;
   FileTimerServer& operator=(const FileTimerServer&) = delete;
@@ -55,7 +62,12 @@ class FileTimerServer {
   void ignore(const std::string& why);
   void arm();
   void check();
-  void reap(const FileTimers::Expired& expired, const Worker& worker);
+  // An expired scope whose worker asked for a signal, and that worker then.
+  struct Reaping {
+    FileTimers::Expired expired;
+    Worker worker;
+  };
+  void reap(const Reaping& r, stacks::Stack stack);
 
   boost::asio::io_context& io_;
   std::string path_;
@@ -67,6 +79,10 @@ class FileTimerServer {
   std::string pending_;    // the start of a line not yet ended
   bool skipping_ = false;  // inside a line over kMaxTimerRequest, dropped up to its newline
   int ignored_ = 0;
+  // The expirations whose stacks are being taken, by collection.
+  std::map<int, std::vector<Reaping>> reaping_;
+  int collections_ = 0;
+  StackCollector collector_;
 };
 
 }  // namespace trainrun::launch

@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "trainrun/launch/rollcall/job_registry.hpp"
+#include "trainrun/launch/rollcall/stack_collector.hpp"
 #include "trainrun/stacks/collect.hpp"
 #include "trainrun/stacks/groups.hpp"
 #include "trainrun/stacks/stack.hpp"
@@ -66,8 +66,8 @@ std::string format_roll_call(const nlohmann::json& reply);
 std::vector<stacks::RankStack> roll_call_ranks(const nlohmann::json& reply);
 
 // An agent's side of `trainrun --stacks`: its registration in the runtime directory, the Unix
-// socket there, and the collection of its workers' stacks on a thread of its own (the event
-// loop goes on meanwhile). Requests that come while a collection runs get its result.
+// socket there, and the collection of its workers' stacks off the event loop (StackCollector).
+// Requests that come while a collection runs get its result.
 class RollCall {
  public:
   using Workers = std::function<NodeWorkers()>;
@@ -80,6 +80,7 @@ class RollCall {
   // Registers and listens; the tools' timeout from $TRAINRUN_STACK_TOOL_TIMEOUT. Throws
   // SetupError when it cannot, or for a bad timeout (the agent goes on without it).
   RollCall(boost::asio::io_context& io, const std::string& dir, JobEntry entry, Workers workers);
+  // Unregisters; a collection still running is stopped, its tools killed.
   ~RollCall();
   RollCall(const RollCall&) = delete;
   RollCall& operator=(const RollCall&) = delete;
@@ -104,8 +105,7 @@ class RollCall {
   Workers workers_;
   AskOthers ask_others_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
-  stacks::CollectOptions collect_options_;
-  std::thread collector_;
+  StackCollector collector_;
   NodeWorkers collecting_;
   std::vector<Answer> waiting_;
 };

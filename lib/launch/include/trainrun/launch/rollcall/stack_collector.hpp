@@ -1,0 +1,56 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "trainrun/stacks/collect.hpp"
+#include "trainrun/stacks/stack.hpp"
+
+namespace trainrun::launch {
+
+// Stacks taken off the event loop: the tools (stacks::collect_stacks) run on a thread of the
+// collector's own, started with its first collection, one collection after another; each result
+// is handed back on the loop, which goes on meanwhile. The owner keeps the loop running (a
+// pending collection holds no work of its own: a loop's last run does not wait for a tool).
+class StackCollector {
+ public:
+  using Done = std::function<void(std::vector<stacks::Stack>)>;
+
+  StackCollector(boost::asio::io_context& io, stacks::CollectOptions options);
+  // Kills the tool that runs (as on its timeout, the process sent SIGCONT), joins the thread, and
+  // drops the collections not done: their `done` is never called.
+  ~StackCollector();
+  StackCollector(const StackCollector&) = delete;
+  StackCollector& operator=(const StackCollector&) = delete;
+
+  // The stacks of `pids`, in their order, to `done` on the loop (never from within this call).
+  void collect(std::vector<pid_t> pids, Done done);
+
+ private:
+  struct Collection {
+    std::vector<pid_t> pids;
+    Done done;
+  };
+  void run();
+
+  boost::asio::io_context& io_;
+  stacks::CollectOptions options_;
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Collection> queue_;
+  // Read and cleared on the loop only: a result handed back after the end is dropped.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  std::thread thread_;
+};
+
+}  // namespace trainrun::launch

@@ -1,0 +1,115 @@
+// The stack collector off the event loop, against a real process and a real (hanging) tool.
+#include "trainrun/launch/rollcall/stack_collector.hpp"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "test_support.hpp"
+#include "trainrun/stacks/proc.hpp"
+
+using namespace trainrun::launch;
+namespace stacks = trainrun::stacks;
+
+namespace {
+
+// A native process that sleeps until killed (and reaped) with this object.
+class Sleeper {
+ public:
+  Sleeper() {
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::execl("/bin/sleep", "sleep", "600", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+  }
+  ~Sleeper() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// Whether process `pid` runs (a zombie does not), waiting up to 10 s for it to end.
+bool still_runs(pid_t pid) {
+  for (int i = 0; i < 200; ++i) {
+    const auto state = stacks::read_process_state(pid);
+    if (!state || state->state == 'Z') return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("a collection is handed back on the loop, never from within the call", "[stacks]") {
+  Sleeper target;
+  boost::asio::io_context io;
+  stacks::CollectOptions options;
+  options.path = trainrun::test::make_temp_dir("collector-no-tools");  // /proc alone
+  StackCollector collector(io, options);
+  std::vector<stacks::Stack> got;
+  bool done = false;
+  // As the agent's sockets do: the collection itself keeps no loop running.
+  auto work = boost::asio::make_work_guard(io);
+  collector.collect({target.pid()}, [&](std::vector<stacks::Stack> s) {
+    got = std::move(s);
+    done = true;
+    work.reset();
+  });
+  CHECK_FALSE(done);
+  io.run_for(std::chrono::seconds(60));
+  REQUIRE(done);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].pid == target.pid());
+  CHECK(got[0].tool == "/proc");
+}
+
+TEST_CASE("a collector that ends kills its running tool and drops its collections", "[stacks]") {
+  Sleeper target;
+  const std::string dir = trainrun::test::make_temp_dir("collector-hang");
+  const std::string started = dir + "/started";
+  {
+    std::ofstream tool(dir + "/eu-stack");
+    tool << "#!/bin/sh\necho $$ > '" << started << ".tmp' && mv '" << started << ".tmp' '"
+         << started << "'\nexec /bin/sleep 600\n";
+  }
+  REQUIRE(::chmod((dir + "/eu-stack").c_str(), 0755) == 0);
+  boost::asio::io_context io;
+  stacks::CollectOptions options;
+  options.path = dir;
+  // Far longer than the test waits: the tool ends by the collector's end or not at all.
+  options.timeout = std::chrono::seconds(600);
+  auto collector = std::make_unique<StackCollector>(io, options);
+  int handed_back = 0;
+  collector->collect({target.pid()}, [&](std::vector<stacks::Stack>) { ++handed_back; });
+  collector->collect({target.pid()}, [&](std::vector<stacks::Stack>) { ++handed_back; });
+  for (int i = 0; i < 6000 && ::access(started.c_str(), F_OK) != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::ifstream pid_file(started);
+  pid_t tool_pid = 0;
+  REQUIRE(pid_file >> tool_pid);
+  auto ended = std::async(std::launch::async, [&] { collector.reset(); });
+  const bool at_once = ended.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  // Else the end waits for the tool: killed here, so that the test ends.
+  if (!at_once) ::kill(tool_pid, SIGKILL);
+  ended.wait();
+  CHECK(at_once);
+  CHECK_FALSE(still_runs(tool_pid));
+  io.run_for(std::chrono::milliseconds(200));
+  CHECK(handed_back == 0);
+}
