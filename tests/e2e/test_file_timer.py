@@ -103,16 +103,23 @@ def test_an_expired_scope_kills_the_worker_after_its_stack_is_written(tmp_path):
     assert not glob.glob(str(tmp_path / "watchdog_timer_*")), os.listdir(tmp_path)
 
 
-def test_a_stop_is_not_held_up_by_the_stacks_of_expired_scopes(tmp_path):
-    """Eight scopes expire at once while the stack tool hangs: each run of it is bounded to 3 s,
-    24 s in all. The stacks are taken off the agent's event loop, so SIGTERM to the launcher
-    stops the job at once, and the tools still running are killed with it."""
-    nproc = 8
+def hanging_tool(tmp_path):
+    """A directory holding a py-spy that hangs (HANGING_TOOL), for PATH, and the directory where
+    each of its runs leaves its pid."""
     tools, started = tmp_path / "tools", tmp_path / "started"
     tools.mkdir()
     started.mkdir()
     (tools / "py-spy").write_text(HANGING_TOOL)
     (tools / "py-spy").chmod(0o755)
+    return tools, started
+
+
+def test_a_stop_is_not_held_up_by_the_stacks_of_expired_scopes(tmp_path):
+    """Eight scopes expire at once while the stack tool hangs: each run of it is bounded to 3 s,
+    24 s in all. The stacks are taken off the agent's event loop, so SIGTERM to the launcher
+    stops the job at once, and the tools still running are killed with it."""
+    nproc = 8
+    tools, started = hanging_tool(tmp_path)
     (tmp_path / "all_expire.py").write_text(ALL_EXPIRE)
     err = open(tmp_path / "job.err", "w")
     # Late enough for every rank to have asked before: the scopes expire in one check.
@@ -148,11 +155,7 @@ def test_a_stop_is_not_held_up_by_the_stacks_of_expired_scopes(tmp_path):
 
 
 def test_a_worker_that_ended_while_its_stack_was_taken_is_not_signalled(tmp_path):
-    tools, started = tmp_path / "tools", tmp_path / "started"
-    tools.mkdir()
-    started.mkdir()
-    (tools / "py-spy").write_text(HANGING_TOOL)
-    (tools / "py-spy").chmod(0o755)
+    tools, started = hanging_tool(tmp_path)
     (tmp_path / "ends.py").write_text(ENDS_MEANWHILE)
     r = run(["--standalone", "--nproc-per-node=2", "ends.py"], cwd=tmp_path, timeout=120,
             env={"TORCHELASTIC_ENABLE_FILE_TIMER": "1", "PATH": str(tools),

@@ -140,6 +140,25 @@ void check_running(pid_t pid) {
   CHECK(state->tracer == 0);
 }
 
+// A pid a tool wrote to `file` once it had started its child.
+pid_t read_pid(const std::string& file) {
+  std::ifstream in(file);
+  pid_t pid = 0;
+  REQUIRE(in >> pid);
+  return pid;
+}
+
+// SIGKILL takes effect when the killed process next runs, which on a loaded machine is not at
+// once: waits for it (a sleeper the kill missed would sleep its 600 s).
+bool killed_within_10_s(pid_t pid) {
+  auto state = read_process_state(pid);
+  for (int i = 0; i < 200 && state && state->state != 'Z'; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    state = read_process_state(pid);
+  }
+  return !state || state->state == 'Z';
+}
+
 std::string notes(const Stack& s) {
   std::string all;
   for (const auto& n : s.notes) all += n + "\n";
@@ -234,17 +253,7 @@ TEST_CASE("a tool that stops its target and hangs is cut off, and the target con
   CHECK(stack.tool == "/proc");
   check_running(target.pid());
   // The tool's whole process group went with it.
-  std::ifstream pid_file(sleeper);
-  pid_t sleep_pid = 0;
-  REQUIRE(pid_file >> sleep_pid);
-  // SIGKILL takes effect when the killed process next runs, which on a loaded machine is not at
-  // once: wait for it (a sleeper the kill missed would sleep its 600 s).
-  auto sleep_state = read_process_state(sleep_pid);
-  for (int i = 0; i < 200 && sleep_state && sleep_state->state != 'Z'; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    sleep_state = read_process_state(sleep_pid);
-  }
-  CHECK((!sleep_state || sleep_state->state == 'Z'));
+  CHECK(killed_within_10_s(read_pid(sleeper)));
   CHECK(target.finish() == 0);
 }
 
@@ -285,14 +294,6 @@ TEST_CASE(
   CHECK(stack.tool == "/proc");
   CHECK(::access(eu_stack_ran.c_str(), F_OK) != 0);
   check_running(target.pid());
-  std::ifstream pid_file(sleeper);
-  pid_t sleep_pid = 0;
-  REQUIRE(pid_file >> sleep_pid);
-  auto sleep_state = read_process_state(sleep_pid);
-  for (int i = 0; i < 200 && sleep_state && sleep_state->state != 'Z'; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    sleep_state = read_process_state(sleep_pid);
-  }
-  CHECK((!sleep_state || sleep_state->state == 'Z'));
+  CHECK(killed_within_10_s(read_pid(sleeper)));
   CHECK(target.finish() == 0);
 }
