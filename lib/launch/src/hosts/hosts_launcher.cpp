@@ -20,6 +20,7 @@
 #include <sstream>
 #include <vector>
 
+#include "trainrun/base/process.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/file_io.hpp"
@@ -77,7 +78,7 @@ std::string working_directory() {
 
 // One host's ssh and how it ended.
 struct Remote : SshProcess {
-  std::optional<int> status;  // exit status once reaped (128 + signal for a killed ssh)
+  std::optional<int> status;  // exit status once reaped (the shell's code for a killed ssh)
   int killed_by = 0;          // the signal that ended ssh itself, if one did
 };
 
@@ -300,8 +301,9 @@ class HostsRun {
       int status = 0;
       const pid_t got = ::waitpid(r.pid, &status, WNOHANG);
       if (got != r.pid) continue;
-      r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      if (WIFSIGNALED(status)) r.killed_by = WTERMSIG(status);
+      const ExitStatus end = ExitStatus::from_wait(status);
+      r.status = end.shell_code();
+      r.killed_by = end.signal;
       // What the agent still wrote stays readable; its standard input is of no use any more.
       if (r.in >= 0) ::close(r.in), r.in = -1;
       ended(i);
