@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstddef>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,17 +18,14 @@ struct ToolRun {
   std::string error;       // why it could not be started
 };
 
-// `program` (a path) with `args`, no shell: stdin from /dev/null, stdout and stderr captured, in a
+// `program` (a path; find_program in trainrun/base/process.hpp looks one up) with `args`, no
+// shell, started through trainrun's spawn(): stdin from /dev/null, stdout and stderr captured, in a
 // process group of its own with the default signal mask and dispositions, DEBUGINFOD_URLS removed
 // from its environment (no tool goes to the network). After `timeout`, or once it has printed
 // more than `max_output` bytes, the whole group is killed. Reaps it; a child already reaped by
 // someone else (a launcher reaping every child) counts as exited with an unknown status.
 ToolRun run_tool(const std::string& program, const std::vector<std::string>& args,
                  std::chrono::milliseconds timeout, std::size_t max_output);
-
-// `name` looked up in `path` (colon-separated, as PATH) as execvp does: the first executable
-// regular file; nothing when there is none.
-std::optional<std::string> find_program(const std::string& name, const std::string& path);
 
 // "py-spy timed out after 5 s", "gdb exited with status 1: ptrace: Operation not permitted.",
 // "eu-stack was killed by signal 11 (SIGSEGV)": one line, the first line of what it printed on
