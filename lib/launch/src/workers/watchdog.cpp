@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "trainrun/base/process.hpp"
 #include "trainrun/launch/core/file_io.hpp"
 #include "trainrun/launch/workers/cgroup.hpp"
 #include "trainrun/launch/workers/processes.hpp"
@@ -141,23 +141,20 @@ bool Watchdog::start() {
   if (pipe2(fds, O_CLOEXEC) != 0) return false;
   // Double fork: the watchdog is not our child, so "no children left" stays a cheap question
   // (waitid) for the launcher, and the watchdog never shows up among the workers' leftovers.
-  pid_t middle = fork();
+  auto watchdog = [&fds]() -> int { watchdog_main(fds[0]); };
+  auto middle_body = [&]() {
+    close(fds[1]);
+    return run_in_child(watchdog) < 0 ? 1 : 0;
+  };
+  const pid_t middle = run_in_child(middle_body);
   if (middle < 0) {
     close(fds[0]);
     close(fds[1]);
     return false;
   }
-  if (middle == 0) {
-    close(fds[1]);
-    pid_t pid = fork();
-    if (pid == 0) watchdog_main(fds[0]);
-    _exit(pid < 0 ? 1 : 0);
-  }
   close(fds[0]);
-  int status = 0;
-  while (waitpid(middle, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  const auto status = wait_for_exit(middle);
+  if (!status || status->failed()) {
     close(fds[1]);
     return false;
   }
