@@ -14,10 +14,8 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <vector>
 
 #include "trainrun/base/process.hpp"
@@ -54,14 +52,6 @@ void on_stop_signal(int sig) {
   g_signal_count = g_signal_count + 1;
 }
 void on_child(int) {}
-
-std::optional<std::string> read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 std::string own_executable() {
   std::string path = self_exe();
@@ -344,7 +334,7 @@ class HostsRun {
 
 std::vector<HostEntry> read_host_list(const HostsOptions& options) {
   if (!options.hosts.empty()) return parse_host_option(options.hosts, "--hosts=" + options.hosts);
-  const auto text = read_text_file(options.hostfile);
+  const auto text = read_file(options.hostfile);
   if (!text)
     throw UsageError(
         fmt::format("--hostfile={}: cannot read it: {}", options.hostfile, std::strerror(errno)));
@@ -361,7 +351,7 @@ std::vector<std::map<std::string, std::string>> env_files(
     paths.push_back(home->second + "/" + kEnvFileName);
   paths.push_back(kEnvFileName);
   for (const std::string& path : paths)
-    if (auto text = read_text_file(path)) out.push_back(parse_env_file(*text, path));
+    if (auto text = read_file(path)) out.push_back(parse_env_file(*text, path));
   return out;
 }
 
