@@ -10,6 +10,7 @@
 #include "worker_exit.hpp"
 
 using namespace trainrun::launch;
+using trainrun::ExitStatus;
 namespace rendezvous = trainrun::rendezvous;
 using std::chrono::seconds;
 using Lines = std::vector<std::string>;

@@ -9,6 +9,7 @@
 #include "worker_exit.hpp"
 
 using namespace trainrun::launch;
+using trainrun::ExitStatus;
 using trainrun::test::worker_exit;
 namespace rendezvous = trainrun::rendezvous;
 

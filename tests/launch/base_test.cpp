@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <set>
 
 #include "trainrun/base/numbers.hpp"
@@ -108,4 +109,22 @@ TEST_CASE("edit_distance counts single-byte edits", "[base]") {
   CHECK(edit_distance("abc", "") == 3);
   CHECK(edit_distance("kitten", "sitting") == 3);
   CHECK(edit_distance("same", "same") == 0);
+}
+
+TEST_CASE("read_file reads a file whole, past any buffer, and nothing it cannot open", "[base]") {
+  const std::string path = "/tmp/trainrun_read_file_" + random_hex(8);
+  const std::string text(200000, 'x');
+  {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
+  CHECK(read_file(path) == std::optional<std::string>(text));
+  std::remove(path.c_str());
+  CHECK_FALSE(read_file(path));
+  // A /proc entry, whose size says nothing.
+  const auto status = read_file("/proc/self/status");
+  REQUIRE(status);
+  CHECK(status->find("\nPid:") != std::string::npos);
 }

@@ -9,6 +9,7 @@
 #include "test_support.hpp"
 
 using namespace trainrun::launch;
+using trainrun::ExitStatus;
 
 TEST_CASE("error file forms") {
   auto nested = parse_error_file(

@@ -10,6 +10,7 @@
 #include "trainrun/launch/core/log.hpp"
 
 using namespace trainrun::launch;
+using trainrun::ExitStatus;
 using trainrun::test::outcome;
 namespace rendezvous = trainrun::rendezvous;
 

@@ -1,32 +1,22 @@
 #include "trainrun/launch/workers/spawn.hpp"
 
 #include <fcntl.h>
-#include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <string>
 
+using namespace trainrun;
 using namespace trainrun::launch;
-
-namespace {
-
-int wait_status(pid_t pid) {
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return status;
-}
-
-}  // namespace
 
 TEST_CASE("a spawned worker leads its own session and group, with its environment and its stdout",
           "[spawn]") {
   int p[2];
   REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
-  Spawned s = spawn_worker("/bin/sh", {"sh", "-c", "echo \"$GREETING\"; exit 3"},
-                           {"GREETING=hello"}, p[1], -1, -1);
+  Child s = spawn(worker_spawn_request("/bin/sh", {"sh", "-c", "echo \"$GREETING\"; exit 3"},
+                                       {"GREETING=hello"}, p[1], -1, -1));
   ::close(p[1]);
   REQUIRE(s.pid > 0);
   CHECK(wait_for_exec(s) == 0);
@@ -38,16 +28,33 @@ TEST_CASE("a spawned worker leads its own session and group, with its environmen
   CHECK(::read(p[0], buf, sizeof buf) == 6);
   CHECK(std::string(buf) == "hello\n");
   ::close(p[0]);
-  const int status = wait_status(s.pid);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 3);
+  const auto status = wait_for_exit(s.pid);
+  REQUIRE(status);
+  CHECK(status->code == 3);
 }
 
 TEST_CASE("a worker whose program cannot be executed reports the errno", "[spawn]") {
-  Spawned s = spawn_worker("/nonexistent/program", {"program"}, {}, -1, -1, -1);
+  Child s = spawn(worker_spawn_request("/nonexistent/program", {"program"}, {}, -1, -1, -1));
   REQUIRE(s.pid > 0);
   CHECK(wait_for_exec(s) == ENOENT);
-  const int status = wait_status(s.pid);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 127);
+  const auto status = wait_for_exit(s.pid);
+  REQUIRE(status);
+  CHECK(status->code == 127);
+}
+
+TEST_CASE("a worker is described as a session leader killed with its launcher, SIGPIPE reset",
+          "[spawn]") {
+  const SpawnRequest r =
+      worker_spawn_request("/bin/true", {"true"}, {"A=1"}, 5, 6, 7, std::set<int>{0, 1});
+  CHECK(r.group == SpawnRequest::Group::new_session);
+  CHECK(r.death_signal == SIGKILL);
+  CHECK(r.default_signals == std::vector<int>{SIGPIPE});
+  CHECK(r.out.kind == Stdio::Kind::fd);
+  CHECK(r.out.fd == 5);
+  CHECK(r.err.fd == 6);
+  CHECK(r.in.kind == Stdio::Kind::inherit);
+  CHECK(r.cgroup_procs_fd == 7);
+  CHECK(r.cpus == std::set<int>{0, 1});
+  CHECK(r.env == std::optional<std::vector<std::string>>({"A=1"}));
+  CHECK_FALSE(r.search_path);
 }

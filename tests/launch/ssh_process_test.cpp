@@ -1,11 +1,12 @@
 #include "trainrun/launch/hosts/ssh_process.hpp"
 
 #include <poll.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <string>
+
+#include "trainrun/base/process.hpp"
 
 using namespace trainrun::launch;
 
@@ -28,9 +29,8 @@ std::string read_to_end(int fd) {
 }
 
 int wait_for(pid_t pid) {
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  const auto status = trainrun::wait_for_exit(pid);
+  return status ? status->shell_code() : -1;
 }
 
 }  // namespace

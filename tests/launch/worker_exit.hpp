@@ -10,7 +10,7 @@ namespace trainrun::test {
 
 // Worker `local_rank`'s end as the agent sees it; with `message`, it left an error file written
 // at `written` (unix seconds).
-inline launch::WorkerExit worker_exit(int local_rank, launch::ExitStatus status,
+inline launch::WorkerExit worker_exit(int local_rank, ExitStatus status,
                                       const std::string& message = "", double written = 0) {
   launch::WorkerExit e;
   e.local_rank = local_rank;

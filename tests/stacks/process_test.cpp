@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "test_support.hpp"
+#include "trainrun/base/process.hpp"
 #include "trainrun/stacks/collect.hpp"
 #include "trainrun/stacks/proc.hpp"
 
@@ -89,7 +90,7 @@ class Target {
       int status = 0;
       if (::waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return trainrun::ExitStatus::from_wait(status).shell_code();
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }

@@ -117,6 +117,21 @@ std::string self_exe() {
   return n > 0 ? std::string(buffer, static_cast<std::size_t>(n)) : "";
 }
 
+std::optional<std::string> read_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return std::nullopt;
+  std::string text;
+  char buffer[65536];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
+
 std::string read_small_file(const std::string& path) {
   try {
     return read_regular_file(path, std::size_t{64} << 20);

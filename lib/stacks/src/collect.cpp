@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "trainrun/base/process.hpp"
 #include "trainrun/stacks/parse.hpp"
 #include "trainrun/stacks/proc.hpp"
 #include "trainrun/stacks/tool_run.hpp"

@@ -4,9 +4,7 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +13,7 @@
 #include <string_view>
 #include <thread>
 
+#include "trainrun/base/process.hpp"
 #include "trainrun/base/text.hpp"
 
 extern char** environ;
@@ -43,29 +42,12 @@ struct Fd {
   }
 };
 
-bool make_pipe(Fd& read_end, Fd& write_end) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return false;
-  // A launcher started with a standard descriptor closed gets a pipe there: the tool's own
-  // descriptors 0-2, set up when it starts, would replace it.
-  for (int& fd : fds) {
-    if (fd > 2) continue;
-    const int high = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
-    ::close(fd);
-    fd = high;
-  }
-  read_end.fd = fds[0];
-  write_end.fd = fds[1];
-  return fds[0] >= 0 && fds[1] >= 0;
-}
-
 // The launcher's environment for the tool, without DEBUGINFOD_URLS: gdb and eu-stack would fetch
 // debug information over the network for every library, well past any timeout.
-std::vector<char*> tool_environment() {
-  std::vector<char*> env;
+std::vector<std::string> tool_environment() {
+  std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e)
-    if (std::string_view(*e).rfind("DEBUGINFOD_URLS=", 0) != 0) env.push_back(*e);
-  env.push_back(nullptr);
+    if (std::string_view(*e).rfind("DEBUGINFOD_URLS=", 0) != 0) env.emplace_back(*e);
   return env;
 }
 
@@ -97,42 +79,30 @@ ToolRun run_tool(const std::string& program, const std::vector<std::string>& arg
     run.error = "not run: the stacks are no longer wanted";
     return run;
   }
-  Fd out_read, out_write, err_read, err_write;
-  if (!make_pipe(out_read, out_write) || !make_pipe(err_read, err_write)) {
-    run.error = fmt::format("cannot make a pipe: {}", strerror(errno));
+  SpawnRequest request;
+  request.program = program;
+  request.argv.push_back(program);
+  request.argv.insert(request.argv.end(), args.begin(), args.end());
+  request.env = tool_environment();
+  request.in = Stdio::null();
+  request.out = Stdio::pipe();
+  request.err = Stdio::pipe();
+  // The launcher blocks and handles signals its own way; the tool starts as from a shell.
+  request.group = SpawnRequest::Group::new_group;
+  request.default_signals = all_signals();
+  Child child = spawn(request);
+  if (child.pid < 0) {
+    run.error = child.pipe_failed
+                    ? fmt::format("cannot make a pipe: {}", strerror(child.error))
+                    : fmt::format("cannot run {}: {}", program, strerror(child.error));
     return run;
   }
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(program.c_str()));
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<char*> envp = tool_environment();
-
-  posix_spawn_file_actions_t actions;
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawnattr_init(&attr);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, out_write.fd, 1);
-  posix_spawn_file_actions_adddup2(&actions, err_write.fd, 2);
-  // The launcher blocks and handles signals its own way; the tool starts as from a shell.
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = -1;
-  const int spawn_error =
-      posix_spawn(&pid, program.c_str(), &actions, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  out_write.reset();
-  err_write.reset();
-  if (spawn_error != 0) {
-    run.error = fmt::format("cannot run {}: {}", program, strerror(spawn_error));
+  const pid_t pid = child.pid;
+  Fd out_read(child.out), err_read(child.err);
+  if (const int exec_errno = wait_for_exec(child)) {
+    // It never ran: reaped here, so that no child is left behind for the caller.
+    trainrun::wait_for_exit(pid);
+    run.error = fmt::format("cannot run {}: {}", program, strerror(exec_errno));
     return run;
   }
   run.started = true;
@@ -191,28 +161,10 @@ ToolRun run_tool(const std::string& program, const std::vector<std::string>& arg
     if (Clock::now() >= reap_deadline) return run;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status) && !run.timed_out && !run.truncated && !run.stopped)
-    run.signal = WTERMSIG(status);
+  const ExitStatus end = ExitStatus::from_wait(status);
+  if (end.signal == 0) run.exit_code = end.code;
+  if (end.signal != 0 && !run.timed_out && !run.truncated && !run.stopped) run.signal = end.signal;
   return run;
-}
-
-std::optional<std::string> find_program(const std::string& name, const std::string& path) {
-  if (name.find('/') != std::string::npos) return name;
-  std::size_t start = 0;
-  while (start <= path.size()) {
-    std::size_t end = path.find(':', start);
-    if (end == std::string::npos) end = path.size();
-    // An empty entry is the current directory, as execvp reads it.
-    std::string dir = end == start ? "." : path.substr(start, end - start);
-    std::string candidate = dir + "/" + name;
-    struct stat st {};
-    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        ::access(candidate.c_str(), X_OK) == 0)
-      return candidate;
-    start = end + 1;
-  }
-  return std::nullopt;
 }
 
 std::string describe_failure(const std::string& tool, const ToolRun& run,

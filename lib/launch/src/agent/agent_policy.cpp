@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "trainrun/base/process.hpp"
 #include "trainrun/base/text.hpp"
 #include "trainrun/base/wording.hpp"
 #include "trainrun/launch/agent/agent_plan.hpp"
@@ -123,7 +124,7 @@ AgentActions AgentPolicy::signal(int sig, Clock::time_point now) {
     out.emplace_back(
         action::ShutdownRendezvous{fmt::format("{} stopped by {}", host_, signal_name(sig))});
   if (state_ == State::idle)
-    finish(out, 128 + sig);
+    finish(out, shell_code_for_signal(sig));
   else
     begin_stop(out, sig, now);
   return out;
@@ -201,7 +202,7 @@ void AgentPolicy::begin_stop(AgentActions& out, int sig, Clock::time_point now) 
 // Every worker of this attempt has ended and nothing they started is left.
 void AgentPolicy::after_attempt(AgentActions& out) {
   state_ = State::idle;
-  if (stop_orders_.signal() != 0) return finish(out, 128 + stop_orders_.signal());
+  if (stop_orders_.signal() != 0) return finish(out, shell_code_for_signal(stop_orders_.signal()));
   if (in_job_) {
     if (auto code = stop_orders_.after_attempt_in_job(out, failures_, ran_)) finish(out, *code);
     return;

@@ -14,12 +14,11 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <vector>
 
+#include "trainrun/base/process.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/file_io.hpp"
@@ -54,14 +53,6 @@ void on_stop_signal(int sig) {
 }
 void on_child(int) {}
 
-std::optional<std::string> read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 std::string own_executable() {
   std::string path = self_exe();
   if (path.empty()) throw SetupError("cannot find trainrun's own path (/proc/self/exe)");
@@ -77,7 +68,7 @@ std::string working_directory() {
 
 // One host's ssh and how it ended.
 struct Remote : SshProcess {
-  std::optional<int> status;  // exit status once reaped (128 + signal for a killed ssh)
+  std::optional<int> status;  // exit status once reaped (the shell's code for a killed ssh)
   int killed_by = 0;          // the signal that ended ssh itself, if one did
 };
 
@@ -300,8 +291,9 @@ class HostsRun {
       int status = 0;
       const pid_t got = ::waitpid(r.pid, &status, WNOHANG);
       if (got != r.pid) continue;
-      r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      if (WIFSIGNALED(status)) r.killed_by = WTERMSIG(status);
+      const ExitStatus end = ExitStatus::from_wait(status);
+      r.status = end.shell_code();
+      r.killed_by = end.signal;
       // What the agent still wrote stays readable; its standard input is of no use any more.
       if (r.in >= 0) ::close(r.in), r.in = -1;
       ended(i);
@@ -342,7 +334,7 @@ class HostsRun {
 
 std::vector<HostEntry> read_host_list(const HostsOptions& options) {
   if (!options.hosts.empty()) return parse_host_option(options.hosts, "--hosts=" + options.hosts);
-  const auto text = read_text_file(options.hostfile);
+  const auto text = read_file(options.hostfile);
   if (!text)
     throw UsageError(
         fmt::format("--hostfile={}: cannot read it: {}", options.hostfile, std::strerror(errno)));
@@ -359,7 +351,7 @@ std::vector<std::map<std::string, std::string>> env_files(
     paths.push_back(home->second + "/" + kEnvFileName);
   paths.push_back(kEnvFileName);
   for (const std::string& path : paths)
-    if (auto text = read_text_file(path)) out.push_back(parse_env_file(*text, path));
+    if (auto text = read_file(path)) out.push_back(parse_env_file(*text, path));
   return out;
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "trainrun/base/process.hpp"
 #include "trainrun/launch/workers/failure.hpp"
 
 namespace trainrun::launch {
@@ -62,7 +63,7 @@ std::pair<std::string, Level> HostsOutcome::summary(const std::vector<bool>& rea
 }
 
 int HostsOutcome::exit_code(int interrupted) const {
-  if (interrupted) return 128 + interrupted;
+  if (interrupted) return shell_code_for_signal(interrupted);
   if (start_failed_) return 1;
   if (first_failure_) return *first_failure_;
   return any_success_ ? 0 : 255;

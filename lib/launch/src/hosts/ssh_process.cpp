@@ -8,44 +8,44 @@
 #include <cerrno>
 #include <cstring>
 
+#include "trainrun/base/process.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/file_io.hpp"
 
 namespace trainrun::launch {
 
 SshProcess start_ssh(const std::vector<std::string>& argv, const std::string& handover) {
-  int in[2], out[2], err[2];
-  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
+  // Standard error is a pipe of our own: a program that cannot run is said there, as a shell
+  // would say it, by us once the child has reported why.
+  int err[2];
+  if (!make_pipe(err))
     throw SetupError(fmt::format("cannot make pipes for ssh: {}", std::strerror(errno)));
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) throw SetupError(fmt::format("cannot start ssh: {}", std::strerror(errno)));
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::dup2(in[0], 0);
-    ::dup2(out[1], 1);
-    ::dup2(err[1], 2);
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE})
-      ::sigaction(sig, &dfl, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execvp(args[0], args.data());
-    const std::string why = fmt::format("cannot run {}: {}\n", argv[0], std::strerror(errno));
-    (void)!::write(2, why.data(), why.size());
-    ::_exit(127);
+  SpawnRequest request;
+  request.program = argv.empty() ? std::string() : argv[0];
+  request.search_path = true;
+  request.argv = argv;
+  request.in = Stdio::pipe();
+  request.out = Stdio::pipe();
+  request.err = Stdio::from_fd(err[1]);
+  request.group = SpawnRequest::Group::new_group;
+  request.default_signals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE};
+  Child child = spawn(request);
+  if (child.pid < 0) {
+    ::close(err[0]);
+    ::close(err[1]);
+    const char* what = child.pipe_failed ? "cannot make pipes for ssh" : "cannot start ssh";
+    throw SetupError(fmt::format("{}: {}", what, std::strerror(child.error)));
   }
-  ::close(in[0]);
-  ::close(out[1]);
+  if (const int exec_errno = wait_for_exec(child)) {
+    const std::string why =
+        fmt::format("cannot run {}: {}\n", request.program, std::strerror(exec_errno));
+    write_all(err[1], why.data(), why.size());
+  }
   ::close(err[1]);
   SshProcess p;
-  p.pid = pid;
-  p.in = in[1];
-  p.out = out[0];
+  p.pid = child.pid;
+  p.in = child.in;
+  p.out = child.out;
   p.err = err[0];
   ::fcntl(p.out, F_SETFL, O_NONBLOCK);
   ::fcntl(p.err, F_SETFL, O_NONBLOCK);

@@ -24,12 +24,7 @@ namespace trainrun::launch {
 
 namespace {
 
-std::string read_text(const char* path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
+std::string read_text(const char* path) { return read_file(path).value_or(""); }
 
 }  // namespace
 

@@ -21,12 +21,9 @@ void raise_descriptor_limit() {
   if (::setrlimit(RLIMIT_NOFILE, &limit) == 0) original_soft = soft;
 }
 
-void restore_descriptor_limit() {
-  if (original_soft == RLIM_INFINITY) return;
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
-  limit.rlim_cur = original_soft;
-  ::setrlimit(RLIMIT_NOFILE, &limit);
+std::optional<std::uint64_t> original_descriptor_limit() {
+  if (original_soft == RLIM_INFINITY) return std::nullopt;
+  return static_cast<std::uint64_t>(original_soft);
 }
 
 rendezvous::ServerLimits server_limits_for(std::size_t workers) {

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "trainrun/base/process.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/launch/workers/python_exec.hpp"
 
@@ -32,20 +33,6 @@ std::string path_variable(const std::map<std::string, std::string>& env) {
   return it != env.end() ? it->second : "/usr/local/bin:/usr/bin:/bin";
 }
 
-// PATH lookup as execvp does it; empty when not found.
-std::string find_in_path(const std::string& name, const std::string& path_variable) {
-  size_t start = 0;
-  while (start <= path_variable.size()) {
-    size_t end = path_variable.find(':', start);
-    if (end == std::string::npos) end = path_variable.size();
-    std::string dir = path_variable.substr(start, end - start);
-    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    if (is_executable_file(candidate)) return candidate;
-    start = end + 1;
-  }
-  return "";
-}
-
 // Resolves a program the way a shell would, or throws with the shell's exit code.
 std::string resolve_program(const std::string& name, const std::map<std::string, std::string>& env,
                             const std::string& hint) {
@@ -62,10 +49,11 @@ std::string resolve_program(const std::string& name, const std::map<std::string,
           fmt::format("{}: permission denied (not executable; chmod +x it{})", name, hint), 126);
     return name;
   }
-  std::string found = find_in_path(name, path_variable(env));
-  if (found.empty())
+  // The workers' PATH, not ours: they are started with `env`.
+  const auto found = find_program(name, path_variable(env));
+  if (!found)
     throw EntrypointError(fmt::format("{}: command not found on PATH{}", name, hint), 127);
-  return found;
+  return *found;
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
@@ -46,15 +45,6 @@ std::string format_time(double unix_seconds) {
 }
 
 }  // namespace
-
-ExitStatus ExitStatus::from_wait_status(int status) {
-  ExitStatus s;
-  if (WIFSIGNALED(status))
-    s.signal = WTERMSIG(status);
-  else if (WIFEXITED(status))
-    s.code = WEXITSTATUS(status);
-  return s;
-}
 
 ErrorFileContents parse_error_file(const std::string& text) {
   nlohmann::json j;

@@ -5,12 +5,11 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <fstream>
 #include <iterator>
 #include <optional>
-#include <sstream>
 
 #include "trainrun/base/numbers.hpp"
+#include "trainrun/base/system.hpp"
 #include "trainrun/base/text.hpp"
 #include "trainrun/base/wording.hpp"
 
@@ -18,12 +17,11 @@ namespace trainrun::launch {
 
 namespace {
 
+// The first line of a /sys entry, trimmed.
 std::optional<std::string> read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::ostringstream text;
-  text << in.rdbuf();
-  return trim(text.str().substr(0, text.str().find('\n')));
+  const auto text = read_file(path);
+  if (!text) return std::nullopt;
+  return trim(text->substr(0, text->find('\n')));
 }
 
 std::string required_text(const std::string& path) {

@@ -56,7 +56,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
   output_.reset();
   // Every worker is forked before we wait for any exec to succeed, so a large group starts in
   // one pass. Each child reports a failed exec through its close-on-exec pipe.
-  std::vector<Spawned> spawned;
+  std::vector<Child> spawned;
   auto fail = [&](const LaunchError& error) {
     for (auto& s : spawned)
       if (s.exec_report >= 0) ::close(s.exec_report);
@@ -77,8 +77,9 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     } catch (const SpawnError& e) {
       fail(e);
     }
-    Spawned s = spawn_worker(w.program, w.argv, w.envp, streams.out.child, streams.err.child,
-                             cgroup_ ? cgroup_->procs_fd() : -1, w.cpus);
+    Child s =
+        spawn(worker_spawn_request(w.program, w.argv, w.envp, streams.out.child, streams.err.child,
+                                   cgroup_ ? cgroup_->procs_fd() : -1, w.cpus));
     if (s.pid > 0) {
       watchdog_.add_group(s.pid);
       workers_.push_back({w.local_rank, w.rank, s.pid, true, false});
@@ -111,7 +112,7 @@ void Supervisor::reap() {
         continue;
       }
       w.running = false;
-      if (on_exit_) on_exit_(w.local_rank, pid, ExitStatus::from_wait_status(status));
+      if (on_exit_) on_exit_(w.local_rank, pid, ExitStatus::from_wait(status));
     }
   }
 }

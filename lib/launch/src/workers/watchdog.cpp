@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "trainrun/base/process.hpp"
+#include "trainrun/base/system.hpp"
 #include "trainrun/launch/core/file_io.hpp"
 #include "trainrun/launch/workers/cgroup.hpp"
 #include "trainrun/launch/workers/processes.hpp"
@@ -34,15 +35,10 @@ constexpr std::string_view kMarkerVariable = "TORCHELASTIC_ERROR_FILE=";
 constexpr int kMaxString = 64 * 1024;
 
 // Whether the environment of `pid` holds an entry starting with `marker`.
-bool carries_marker(pid_t pid, const std::string& marker, std::string& buffer) {
-  const std::string path = "/proc/" + std::to_string(pid) + "/environ";
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;  // gone, or another user's
-  buffer.clear();
-  char chunk[16384];
-  ssize_t n;
-  while ((n = read(fd, chunk, sizeof chunk)) > 0) buffer.append(chunk, static_cast<size_t>(n));
-  close(fd);
+bool carries_marker(pid_t pid, const std::string& marker) {
+  const auto environment = read_file("/proc/" + std::to_string(pid) + "/environ");
+  if (!environment) return false;  // gone, or another user's
+  const std::string& buffer = *environment;
   for (size_t at = 0; at < buffer.size();) {
     if (buffer.compare(at, marker.size(), marker) == 0) return true;
     const size_t end = buffer.find('\0', at);
@@ -56,13 +52,12 @@ bool carries_marker(pid_t pid, const std::string& marker, std::string& buffer) {
 // none (a process may be forking while the first pass runs). Bounded: a pass that kills only
 // processes already killed before makes no progress.
 void kill_marked(const std::string& marker) {
-  std::string buffer;
   std::set<pid_t> killed;
   for (int pass = 0; pass < 20; ++pass) {
     bool found_new = false;
     for (pid_t pid : process_ids()) {
       if (pid <= 1 || pid == getpid()) continue;
-      if (!carries_marker(pid, marker, buffer)) continue;
+      if (!carries_marker(pid, marker)) continue;
       kill(pid, SIGKILL);
       found_new |= killed.insert(pid).second;
     }
@@ -141,23 +136,20 @@ bool Watchdog::start() {
   if (pipe2(fds, O_CLOEXEC) != 0) return false;
   // Double fork: the watchdog is not our child, so "no children left" stays a cheap question
   // (waitid) for the launcher, and the watchdog never shows up among the workers' leftovers.
-  pid_t middle = fork();
+  auto watchdog = [&fds]() -> int { watchdog_main(fds[0]); };
+  auto middle_body = [&]() {
+    close(fds[1]);
+    return run_in_child(watchdog) < 0 ? 1 : 0;
+  };
+  const pid_t middle = run_in_child(middle_body);
   if (middle < 0) {
     close(fds[0]);
     close(fds[1]);
     return false;
   }
-  if (middle == 0) {
-    close(fds[1]);
-    pid_t pid = fork();
-    if (pid == 0) watchdog_main(fds[0]);
-    _exit(pid < 0 ? 1 : 0);
-  }
   close(fds[0]);
-  int status = 0;
-  while (waitpid(middle, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  const auto status = wait_for_exit(middle);
+  if (!status || status->failed()) {
     close(fds[1]);
     return false;
   }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 namespace trainrun {
@@ -36,6 +37,12 @@ inline constexpr int kListenBacklog = 65535;
 
 // This program's own executable (/proc/self/exe); "" where it cannot be read.
 std::string self_exe();
+
+// The whole of the file `path`, as much of it as can be read (a read error ends it, as it ends
+// an ifstream's); nullopt when it cannot be opened. For files trainrun knows the kind of (a
+// /proc or /sys entry, a file the user names for a purpose); read_regular_file refuses a FIFO,
+// a device or a file too long.
+std::optional<std::string> read_file(const std::string& path);
 
 // The whole of a small file (a /proc entry, a registry entry), at most 64 MiB; empty when it
 // cannot be read (read_regular_file).

@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "trainrun/base/process.hpp"
 #include "trainrun/rendezvous/options.hpp"
 #include "trainrun/rendezvous/preflight_offer.hpp"
 
@@ -79,7 +80,7 @@ struct WorkerFailure {
   // the same way; optional in the message (absent: none).
   std::string stderr_tail;
   // The shell's convention: the exit code, or 128+N for death by signal N.
-  int shell_code() const { return signal != 0 ? 128 + signal : exit_code; }
+  int shell_code() const { return signal != 0 ? shell_code_for_signal(signal) : exit_code; }
 };
 
 // The longest traceback (and message) a node sends of one failure; the launcher cuts longer ones

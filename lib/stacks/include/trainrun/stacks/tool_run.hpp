@@ -3,7 +3,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +20,8 @@ struct ToolRun {
   std::string error;       // why it could not be started
 };
 
-// `program` (a path) with `args`, no shell: stdin from /dev/null, stdout and stderr captured, in a
+// `program` (a path; find_program in trainrun/base/process.hpp looks one up) with `args`, no
+// shell, started through trainrun's spawn(): stdin from /dev/null, stdout and stderr captured, in a
 // process group of its own with the default signal mask and dispositions, DEBUGINFOD_URLS removed
 // from its environment (no tool goes to the network). After `timeout`, or once it has printed
 // more than `max_output` bytes, the whole group is killed; so too, within 20 ms, once `stop` (set
@@ -30,10 +30,6 @@ struct ToolRun {
 ToolRun run_tool(const std::string& program, const std::vector<std::string>& args,
                  std::chrono::milliseconds timeout, std::size_t max_output,
                  const std::atomic<bool>* stop = nullptr);
-
-// `name` looked up in `path` (colon-separated, as PATH) as execvp does: the first executable
-// regular file; nothing when there is none.
-std::optional<std::string> find_program(const std::string& name, const std::string& path);
 
 // "py-spy timed out after 5 s", "gdb exited with status 1: ptrace: Operation not permitted.",
 // "eu-stack was killed by signal 11 (SIGSEGV)": one line, the first line of what it printed on

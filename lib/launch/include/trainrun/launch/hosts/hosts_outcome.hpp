@@ -11,7 +11,7 @@ namespace trainrun::launch {
 
 // How one host's ssh ended.
 struct HostEnd {
-  int status = 0;          // its exit status (128 + N when a signal N killed ssh)
+  int status = 0;          // its exit status (the shell's code when a signal killed ssh)
   int killed_by = 0;       // the signal that ended ssh itself, if one did
   bool ready = false;      // its agent had said that it started
   std::string last_error;  // ssh's (or the remote shell's) last stderr line
@@ -27,7 +27,7 @@ struct HostVerdict {
 // Each host's end under --hosts, and the job's exit status from them: an agent that did not
 // start stops the job (exit 1), an ssh connection lost is the rendezvous' to decide on (not the
 // job's status), an agent's failure is the job's (the first one's status), a stop signal to the
-// launcher ends it with 128 + N, and a job where no agent succeeded with 255. Pure.
+// launcher ends it with the shell's code for N, and a job where no agent succeeded with 255. Pure.
 class HostsOutcome {
  public:
   // `hosts` as listed; `self`: this trainrun's path, named where a host lacks it.

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 
 #include "trainrun/rendezvous/options.hpp"
 
@@ -10,8 +12,9 @@ namespace trainrun::launch {
 // that a flood of connections to the rendezvous cannot take what the workers need; each worker
 // gets back the soft limit trainrun was started with, as its user set it.
 void raise_descriptor_limit();
-// In a child between fork and exec (async-signal-safe): the soft limit trainrun started with.
-void restore_descriptor_limit();
+// The soft limit trainrun was started with, when raise_descriptor_limit() raised it: what each
+// worker gets back. nullopt: unchanged.
+std::optional<std::uint64_t> original_descriptor_limit();
 
 // Descriptors kept for the launcher itself (event loop, signals, console, log files, its own
 // rendezvous connection, the watchdog's pipe, the job's cgroup) and for each worker (two pipes

@@ -6,19 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "trainrun/base/process.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 
 namespace trainrun::launch {
-
-// How a process ended, as waitpid reported it.
-struct ExitStatus {
-  int code = 0;    // exit code when exited normally
-  int signal = 0;  // terminating signal, 0 when it exited
-  bool failed() const { return signal != 0 || code != 0; }
-  // The shell's convention: the exit code, or 128+N for death by signal N.
-  int shell_code() const { return signal != 0 ? 128 + signal : code; }
-  static ExitStatus from_wait_status(int status);
-};
 
 // What a worker left in its TORCHELASTIC_ERROR_FILE.
 struct ErrorFileContents {

@@ -1,0 +1,304 @@
+#include "trainrun/base/process.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+extern char** environ;
+
+namespace trainrun {
+
+ExitStatus ExitStatus::from_wait(int status) {
+  ExitStatus s;
+  if (WIFSIGNALED(status))
+    s.signal = WTERMSIG(status);
+  else if (WIFEXITED(status))
+    s.code = WEXITSTATUS(status);
+  return s;
+}
+
+std::vector<int> all_signals() {
+  std::vector<int> out;
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (sig != SIGKILL && sig != SIGSTOP) out.push_back(sig);
+  return out;
+}
+
+bool make_pipe(int fds[2]) {
+  if (::pipe2(fds, O_CLOEXEC) != 0) return false;
+  for (int i = 0; i < 2; ++i) {
+    if (fds[i] > 2) continue;
+    const int high = ::fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+    const int err = errno;
+    ::close(fds[i]);
+    fds[i] = high;
+    errno = err;
+  }
+  if (fds[0] >= 0 && fds[1] >= 0) return true;
+  const int err = errno;
+  for (int i = 0; i < 2; ++i)
+    if (fds[i] >= 0) ::close(fds[i]);
+  errno = err;
+  return false;
+}
+
+std::optional<std::string> find_program(const std::string& name, const std::string& path) {
+  if (name.find('/') != std::string::npos) return name;
+  std::size_t start = 0;
+  while (start <= path.size()) {
+    std::size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    // An empty entry is the current directory, as execvp reads it.
+    const std::string dir = end == start ? "." : path.substr(start, end - start);
+    const std::string candidate = dir + "/" + name;
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        ::access(candidate.c_str(), X_OK) == 0)
+      return candidate;
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+std::vector<char*> c_strings(const std::vector<std::string>& v) {
+  std::vector<char*> out;
+  out.reserve(v.size() + 1);
+  for (const auto& s : v) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+// Where execvp would find `name`, decided before the fork; the errno it would fail with when
+// nowhere: EACCES when some candidate exists but cannot be run, else ENOENT.
+int resolve_on_path(const std::string& name, std::string& resolved) {
+  if (name.empty()) return ENOENT;
+  const char* path = std::getenv("PATH");
+  // glibc's execvp searches this when PATH is unset.
+  const std::string search = path ? path : "/bin:/usr/bin";
+  if (auto found = find_program(name, search)) {
+    resolved = *found;
+    return 0;
+  }
+  std::size_t start = 0;
+  while (start <= search.size()) {
+    std::size_t end = search.find(':', start);
+    if (end == std::string::npos) end = search.size();
+    const std::string dir = end == start ? "." : search.substr(start, end - start);
+    if (::access((dir + "/" + name).c_str(), F_OK) == 0) return EACCES;
+    start = end + 1;
+  }
+  return ENOENT;
+}
+
+// What the child needs, every array built before the fork.
+struct Prepared {
+  const SpawnRequest* request = nullptr;
+  const char* program = nullptr;
+  int resolve_error = 0;  // the program was not found on PATH
+  char** argv = nullptr;
+  char** envp = nullptr;
+  // With a PATH search: the program run by /bin/sh, as execvp runs a file with no #! line.
+  char** script_argv = nullptr;
+  const cpu_set_t* cpus = nullptr;
+  pid_t parent = -1;
+  int report = -1;                // the exec report's write end
+  int streams[3] = {-1, -1, -1};  // what becomes 0, 1 and 2; -1: ours
+  bool null_stream[3] = {false, false, false};
+};
+
+[[noreturn]] void fail_in_child(int report, int err) {
+  ssize_t ignored = ::write(report, &err, sizeof err);
+  (void)ignored;
+  ::_exit(127);
+}
+
+// Runs in the child between fork and exec: async-signal-safe calls only, nothing allocated.
+[[noreturn]] void start_in_child(const Prepared& p) {
+  const SpawnRequest& r = *p.request;
+  if (r.group == SpawnRequest::Group::new_session)
+    ::setsid();
+  else if (r.group == SpawnRequest::Group::new_group)
+    ::setpgid(0, 0);
+  // Inherited by the program and every thread it starts, as numactl --physcpubind would set it.
+  if (p.cpus) ::sched_setaffinity(0, sizeof(cpu_set_t), p.cpus);
+  // Into the cgroup before anything of the program runs.
+  if (r.cgroup_procs_fd >= 0) {
+    ssize_t ignored = ::write(r.cgroup_procs_fd, "0", 1);
+    (void)ignored;
+  }
+  if (r.descriptor_limit) {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+      limit.rlim_cur = static_cast<rlim_t>(*r.descriptor_limit);
+      ::setrlimit(RLIMIT_NOFILE, &limit);
+    }
+  }
+  if (r.death_signal != 0) {
+    ::prctl(PR_SET_PDEATHSIG, r.death_signal);
+    if (::getppid() != p.parent) ::_exit(127);  // the parent died before prctl took effect
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig : r.default_signals) ::sigaction(sig, &dfl, nullptr);
+  // Each source moved above 2 first: one stream's source may be another's number (or its own,
+  // whose close-on-exec flag a dup2 onto itself would keep).
+  int sources[3];
+  for (int i = 0; i < 3; ++i) {
+    sources[i] = p.streams[i];
+    if (p.null_stream[i]) {
+      sources[i] = ::open("/dev/null", (i == 0 ? O_RDONLY : O_WRONLY) | O_CLOEXEC);
+      if (sources[i] < 0) fail_in_child(p.report, errno);
+    }
+    if (sources[i] >= 0 && sources[i] <= 2) {
+      sources[i] = ::fcntl(sources[i], F_DUPFD_CLOEXEC, 3);
+      if (sources[i] < 0) fail_in_child(p.report, errno);
+    }
+  }
+  for (int i = 0; i < 3; ++i)
+    if (sources[i] >= 0 && ::dup2(sources[i], i) < 0) fail_in_child(p.report, errno);
+  if (!r.cwd.empty() && ::chdir(r.cwd.c_str()) != 0) fail_in_child(p.report, errno);
+  if (p.resolve_error != 0) fail_in_child(p.report, p.resolve_error);
+  ::execve(p.program, p.argv, p.envp);
+  if (errno == ENOEXEC && p.script_argv) ::execve("/bin/sh", p.script_argv, p.envp);
+  fail_in_child(p.report, errno);
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+}  // namespace
+
+Child spawn(const SpawnRequest& request) {
+  Child c;
+  // Built before the fork: the child may not allocate.
+  std::string resolved = request.program;
+  Prepared p;
+  p.request = &request;
+  if (request.search_path && request.program.find('/') == std::string::npos)
+    p.resolve_error = resolve_on_path(request.program, resolved);
+  p.program = resolved.c_str();
+  auto argv = c_strings(request.argv);
+  std::vector<char*> envp;
+  if (request.env) envp = c_strings(*request.env);
+  p.argv = argv.data();
+  std::vector<char*> script_argv;
+  if (request.search_path) {
+    script_argv = {const_cast<char*>("/bin/sh"), const_cast<char*>(p.program)};
+    for (std::size_t i = 1; i < request.argv.size(); ++i) script_argv.push_back(argv[i]);
+    script_argv.push_back(nullptr);
+    p.script_argv = script_argv.data();
+  }
+  p.envp = request.env ? envp.data() : environ;
+  cpu_set_t cpu_set;
+  CPU_ZERO(&cpu_set);
+  for (int cpu : request.cpus)
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &cpu_set);
+  if (!request.cpus.empty()) p.cpus = &cpu_set;
+  p.parent = ::getpid();
+
+  int report[2] = {-1, -1};
+  // The child's ends of its pipes, closed here once it has them.
+  int child_ends[3] = {-1, -1, -1};
+  int* ours[3] = {&c.in, &c.out, &c.err};
+  auto close_all = [&] {
+    const int err = errno;
+    close_fd(report[0]);
+    close_fd(report[1]);
+    for (int i = 0; i < 3; ++i) {
+      close_fd(child_ends[i]);
+      close_fd(*ours[i]);
+    }
+    errno = err;
+  };
+  if (!make_pipe(report)) {
+    c.error = errno;
+    c.pipe_failed = true;
+    return c;
+  }
+  p.report = report[1];
+  const Stdio* streams[3] = {&request.in, &request.out, &request.err};
+  for (int i = 0; i < 3; ++i) {
+    switch (streams[i]->kind) {
+      case Stdio::Kind::inherit:
+        break;
+      case Stdio::Kind::fd:
+        p.streams[i] = streams[i]->fd;
+        break;
+      case Stdio::Kind::null:
+        p.null_stream[i] = true;
+        break;
+      case Stdio::Kind::pipe: {
+        int fds[2];
+        if (!make_pipe(fds)) {
+          c.error = errno;
+          c.pipe_failed = true;
+          close_all();
+          return c;
+        }
+        // Standard input reads from the pipe; output and error write into it.
+        child_ends[i] = i == 0 ? fds[0] : fds[1];
+        *ours[i] = i == 0 ? fds[1] : fds[0];
+        p.streams[i] = child_ends[i];
+        break;
+      }
+    }
+  }
+  c.pid = ::fork();
+  if (c.pid == 0) start_in_child(p);
+  if (c.pid < 0) {
+    c.error = errno;
+    close_all();
+    return c;
+  }
+  close_fd(report[1]);
+  for (int& fd : child_ends) close_fd(fd);
+  c.exec_report = report[0];
+  return c;
+}
+
+int wait_for_exec(Child& child) {
+  int exec_errno = 0;
+  std::size_t got = 0;
+  char* at = reinterpret_cast<char*>(&exec_errno);
+  while (got < sizeof exec_errno) {
+    const ssize_t n = ::read(child.exec_report, at + got, sizeof exec_errno - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  close_fd(child.exec_report);
+  return got == sizeof exec_errno ? exec_errno : 0;
+}
+
+pid_t run_in_child(int (*body)(void*), void* arg) {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(body(arg));
+  return pid;
+}
+
+std::optional<ExitStatus> wait_for_exit(pid_t pid) {
+  int status = 0;
+  while (true) {
+    const pid_t got = ::waitpid(pid, &status, 0);
+    if (got == pid) return ExitStatus::from_wait(status);
+    if (got < 0 && errno == EINTR) continue;
+    return std::nullopt;
+  }
+}
+
+}  // namespace trainrun

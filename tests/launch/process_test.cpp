@@ -1,0 +1,216 @@
+#include "trainrun/base/process.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+using namespace trainrun;
+
+namespace {
+
+// Everything `fd` gives until its end; closes it.
+std::string read_to_end(int fd) {
+  std::string text;
+  char buffer[4096];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
+
+// The hexadecimal mask on the line of /proc/self/status that starts with `field`.
+unsigned long long status_mask(const std::string& status, const std::string& field) {
+  const auto at = status.find("\n" + field + ":");
+  REQUIRE(at != std::string::npos);
+  return std::strtoull(status.c_str() + at + field.size() + 2, nullptr, 16);
+}
+
+unsigned long long bit(int sig) { return 1ULL << (sig - 1); }
+
+// Restores a signal's disposition and the thread's mask when a test ends.
+struct SignalState {
+  int sig;
+  struct sigaction old_action {};
+  sigset_t old_mask{};
+  explicit SignalState(int s) : sig(s) {
+    ::sigaction(sig, nullptr, &old_action);
+    ::pthread_sigmask(SIG_SETMASK, nullptr, &old_mask);
+  }
+  ~SignalState() {
+    ::sigaction(sig, &old_action, nullptr);
+    ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a program that cannot be executed reports its errno before anything runs", "[process]") {
+  SpawnRequest request;
+  request.program = "/nonexistent/program";
+  request.argv = {"program"};
+  Child child = spawn(request);
+  REQUIRE(child.pid > 0);
+  CHECK(wait_for_exec(child) == ENOENT);
+  CHECK(child.exec_report == -1);
+  const auto status = wait_for_exit(child.pid);
+  REQUIRE(status);
+  CHECK(status->code == 127);
+  CHECK(status->signal == 0);
+}
+
+TEST_CASE("a name looked up on PATH and found nowhere reports ENOENT", "[process]") {
+  SpawnRequest request;
+  request.program = "trainrun-no-such-program";
+  request.search_path = true;
+  request.argv = {request.program};
+  Child child = spawn(request);
+  REQUIRE(child.pid > 0);
+  CHECK(wait_for_exec(child) == ENOENT);
+  CHECK(wait_for_exit(child.pid)->code == 127);
+}
+
+TEST_CASE("a name found on PATH runs, with the environment asked for", "[process]") {
+  SpawnRequest request;
+  request.program = "sh";
+  request.search_path = true;
+  request.argv = {"sh", "-c", "echo \"$GREETING\"; exit 3"};
+  request.env = {"GREETING=hello"};
+  request.out = Stdio::pipe();
+  Child child = spawn(request);
+  REQUIRE(child.pid > 0);
+  CHECK(wait_for_exec(child) == 0);
+  CHECK(child.out > 2);
+  CHECK(read_to_end(child.out) == "hello\n");
+  const auto status = wait_for_exit(child.pid);
+  REQUIRE(status);
+  CHECK(status->code == 3);
+  CHECK(status->shell_code() == 3);
+  CHECK(status->failed());
+}
+
+TEST_CASE("a child killed by signal N ends with shell code 128+N", "[process]") {
+  SpawnRequest request;
+  request.program = "/bin/sh";
+  request.argv = {"sh", "-c", "kill -TERM $$; sleep 30"};
+  Child child = spawn(request);
+  REQUIRE(child.pid > 0);
+  CHECK(wait_for_exec(child) == 0);
+  const auto status = wait_for_exit(child.pid);
+  REQUIRE(status);
+  CHECK(status->signal == SIGTERM);
+  CHECK(status->code == 0);
+  CHECK(status->shell_code() == 128 + SIGTERM);
+  CHECK(shell_code_for_signal(SIGKILL) == 137);
+}
+
+TEST_CASE("a child's standard streams can be pipes to the caller", "[process]") {
+  SpawnRequest request;
+  request.program = "/bin/sh";
+  request.argv = {"sh", "-c", "read line; echo \"out $line\"; echo \"err $line\" >&2"};
+  request.in = Stdio::pipe();
+  request.out = Stdio::pipe();
+  request.err = Stdio::pipe();
+  Child child = spawn(request);
+  REQUIRE(child.pid > 0);
+  CHECK(wait_for_exec(child) == 0);
+  REQUIRE(child.in > 2);
+  CHECK(::write(child.in, "ping\n", 5) == 5);
+  ::close(child.in);
+  CHECK(read_to_end(child.out) == "out ping\n");
+  CHECK(read_to_end(child.err) == "err ping\n");
+  CHECK(wait_for_exit(child.pid)->code == 0);
+}
+
+TEST_CASE("a child's signal mask is empty and its listed signals default, whatever ours are",
+          "[process]") {
+  SignalState pipe_state(SIGPIPE);
+  SignalState usr2_state(SIGUSR2);
+  ::signal(SIGPIPE, SIG_IGN);
+  ::signal(SIGUSR2, SIG_IGN);
+  sigset_t blocked;
+  sigemptyset(&blocked);
+  sigaddset(&blocked, SIGUSR1);
+  sigaddset(&blocked, SIGTERM);
+  ::pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
+
+  SpawnRequest request;
+  request.program = "/bin/cat";
+  request.argv = {"cat", "/proc/self/status"};
+  request.out = Stdio::pipe();
+  request.in = Stdio::null();
+  request.default_signals = {SIGPIPE};
+  Child child = spawn(request);
+  REQUIRE(child.pid > 0);
+  CHECK(wait_for_exec(child) == 0);
+  const std::string status = read_to_end(child.out);
+  CHECK(wait_for_exit(child.pid)->code == 0);
+  CHECK(status_mask(status, "SigBlk") == 0);
+  CHECK((status_mask(status, "SigIgn") & bit(SIGPIPE)) == 0);
+  // Not listed: an ignored signal stays ignored across exec, as for any child.
+  CHECK((status_mask(status, "SigIgn") & bit(SIGUSR2)) != 0);
+}
+
+TEST_CASE("a child with a death signal gets it when the thread that started it ends", "[process]") {
+  pid_t pid = -1;
+  std::thread starter([&] {
+    SpawnRequest request;
+    request.program = "/bin/sleep";
+    request.argv = {"sleep", "30"};
+    request.death_signal = SIGKILL;
+    Child child = spawn(request);
+    pid = child.pid;
+    // Past its prctl once it runs sleep: the thread may end now.
+    if (child.pid > 0) CHECK(wait_for_exec(child) == 0);
+  });
+  starter.join();
+  REQUIRE(pid > 0);
+  // Bounded by the sleep when the death signal does not come.
+  const auto status = wait_for_exit(pid);
+  REQUIRE(status);
+  CHECK(status->signal == SIGKILL);
+}
+
+TEST_CASE("a new session and a new group make the child their leader", "[process]") {
+  for (const auto group : {SpawnRequest::Group::new_session, SpawnRequest::Group::new_group}) {
+    SpawnRequest request;
+    request.program = "/bin/sh";
+    request.argv = {"sh", "-c", "exit 0"};
+    request.group = group;
+    Child child = spawn(request);
+    REQUIRE(child.pid > 0);
+    CHECK(wait_for_exec(child) == 0);
+    // Not reaped yet: a zombie keeps its group and session.
+    CHECK(::getpgid(child.pid) == child.pid);
+    if (group == SpawnRequest::Group::new_session)
+      CHECK(::getsid(child.pid) == child.pid);
+    else
+      CHECK(::getsid(child.pid) == ::getsid(0));
+    CHECK(wait_for_exit(child.pid)->code == 0);
+  }
+}
+
+TEST_CASE("a function run in a child exits with what it returns", "[process]") {
+  int value = 42;
+  auto body = [&] { return value + 1; };
+  const pid_t pid = run_in_child(body);
+  REQUIRE(pid > 0);
+  const auto status = wait_for_exit(pid);
+  REQUIRE(status);
+  CHECK(status->code == 43);
+  CHECK_FALSE(wait_for_exit(pid));  // reaped already
+}
+
+TEST_CASE("find_program searches PATH as execvp does", "[process]") {
+  CHECK(find_program("sh", "/nonexistent:/bin") == std::optional<std::string>("/bin/sh"));
+  CHECK(find_program("./relative", "/bin") == std::optional<std::string>("./relative"));
+  CHECK_FALSE(find_program("trainrun-no-such-program", "/bin:/usr/bin"));
+}
