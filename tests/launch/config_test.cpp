@@ -182,6 +182,22 @@ TEST_CASE("std specs") {
   CHECK_THROWS_AS(parse_std_spec("", "-r"), UsageError);
 }
 
+TEST_CASE("the text of each value, as the option table shows a default, reads back as the value") {
+  CHECK(nnodes_text(1, 1) == "1:1");
+  CHECK(parse_nnodes(nnodes_text(2, 4), "x") == std::pair<int, int>{2, 4});
+  CHECK(worker_count_text(parse_worker_count("gpu", "x")) == "gpu");
+  CHECK(worker_count_text(WorkerCount(8)) == "8");
+  CHECK(seconds_text(0.1) == "0.1");
+  CHECK(seconds_text(30) == "30");
+  CHECK(parse_seconds(seconds_text(1.0 / 3), "x") == 1.0 / 3);
+  for (const char* spec : {"0", "3", "0:1,3:2"})
+    CHECK(std_spec_text(parse_std_spec(spec, "x")) == spec);
+  CHECK(rank_list_text({0, 2, 5}) == "0,2,5");
+  CHECK(signal_list_text({SIGTERM, SIGCONT, SIGXCPU}) == "SIGTERM,SIGCONT,SIGXCPU");
+  const std::vector<std::string> filters = {"a,b", "c", "d,"};
+  CHECK(parse_filter_list(filter_list_text(filters)) == filters);
+}
+
 TEST_CASE("rdzv conf") {
   auto conf = parse_rdzv_conf("join_timeout=5, last_call_timeout=1,is_host=1,token_file=/x", "c");
   CHECK(conf.join_timeout == std::chrono::seconds(5));
