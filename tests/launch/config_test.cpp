@@ -306,14 +306,18 @@ TEST_CASE("an empty value is refused where torchrun refuses it, else it is the d
 }
 
 TEST_CASE("a worker count above what a node can run is refused on one node as on many") {
+  const ProcessLimits none;
   for (const std::string nnodes : {"1", "2"}) {
     INFO(nnodes);
-    CHECK_THROWS_WITH(
+    const LaunchConfig c =
         parse({"--nnodes=" + nnodes, "--rdzv-backend=c10d", "--rdzv-endpoint=h:29400", "x"},
-              {{"PET_NPROC_PER_NODE", "1000000"}}),
+              {{"PET_NPROC_PER_NODE", "1000000"}});
+    CHECK_THROWS_WITH(
+        check_worker_limits(c, none),
         Catch::StartsWith("PET_NPROC_PER_NODE=1000000: more workers than one node can run"));
   }
-  CHECK_THROWS_WITH(parse({"--nproc-per-node=65537", "x"}), Catch::Contains("at most"));
+  CHECK_THROWS_WITH(check_worker_limits(parse({"--nproc-per-node=65537", "x"}), none),
+                    Catch::Contains("at most"));
 }
 
 TEST_CASE("the static backend takes the master address and port from --rdzv-endpoint") {

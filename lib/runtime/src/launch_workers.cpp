@@ -15,6 +15,7 @@
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/launch_config.hpp"
 #include "trainrun/launch/core/log.hpp"
+#include "trainrun/launch/workers/worker_count.hpp"
 
 namespace trainrun::runtime::detail {
 namespace {
@@ -88,6 +89,7 @@ int launch_workers(int num_workers, int max_failures, const std::string& experim
   // -Wmaybe-uninitialized on its optionals.)
   launch::LaunchConfig config = launch::standalone_job(launch::LaunchConfig());
   config.nproc_per_node = num_workers;
+  config.nproc_per_node.source = "ScalingConfig::num_workers=" + std::to_string(num_workers);
   config.max_restarts = max_failures < 0 ? INT_MAX : max_failures;
   config.entry_mode = launch::EntryMode::executable;
   config.no_python = true;
@@ -100,6 +102,7 @@ int launch_workers(int num_workers, int max_failures, const std::string& experim
   env.set("TRAINRUN_EXPERIMENT_NAME", experiment_name);
   env.set("TRAINRUN_STORAGE_PATH", storage_path.string());
   try {
+    launch::check_machine_limits(config);
     return launch::run_agent(config);
   } catch (const launch::LaunchError& e) {
     // What trainrun's main would print and exit with: here the trainer's result carries it.

@@ -22,8 +22,6 @@
 #include "trainrun/launch/hosts/host_list.hpp"
 #include "trainrun/launch/rendezvous/rendezvous_options.hpp"
 #include "trainrun/launch/version.hpp"
-#include "trainrun/launch/workers/worker_count.hpp"
-#include "trainrun/launch/workers/worker_env.hpp"
 #include "trainrun/rendezvous/endpoint.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 
@@ -357,9 +355,8 @@ std::string print_config(const GivenValues& given) {
 void read_topology(const GivenValues& g, LaunchConfig& c) {
   std::tie(c.min_nodes, c.max_nodes) = parse_nnodes(g.value("nnodes"), g.named("nnodes"));
   c.virtual_local_rank = g.flag("virtual-local-rank");
+  // The machine's bound on it is checked apart, before a job starts (check_machine_limits).
   c.nproc_per_node = parse_worker_count(g.value("nproc-per-node"), g.named("nproc-per-node"));
-  if (c.nproc_per_node.kind == WorkerCount::Kind::number)
-    check_worker_bound(c.nproc_per_node.number, read_process_limits(), g.named("nproc-per-node"));
   c.node_rank = parse_int(g.value("node-rank"), g.named("node-rank"), "an integer >= 0");
   if (c.node_rank < 0) fail(fmt::format("{}: must be >= 0", g.named("node-rank")));
   c.node_rank_given = given_explicitly(g, "node-rank");
