@@ -11,6 +11,7 @@
 #include "trainrun/launch/hosts/remote_agent.hpp"
 #include "trainrun/launch/rollcall/stacks_command.hpp"
 #include "trainrun/launch/workers/descriptors.hpp"
+#include "trainrun/launch/workers/worker_count.hpp"
 #include "trainrun/launch/workers/worker_env.hpp"
 
 namespace launch = trainrun::launch;
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
       std::fputs(outcome.help_text->c_str(), stdout);
       return 0;
     }
+    launch::check_machine_limits(outcome.config);
     launch::set_log_format({outcome.config.verbosity, outcome.config.log_timestamps});
     for (const auto& warning : outcome.warnings) launch::say(warning, launch::Level::warning);
     for (const auto& note : outcome.notes) launch::say(note);

@@ -1,6 +1,7 @@
 """Command line: validation, help, version, PET_* defaults, entrypoint checks."""
 import os
 import re
+import resource
 import shutil
 import subprocess
 
@@ -219,6 +220,28 @@ def test_more_workers_than_the_machine_can_hold_are_refused_before_anything_star
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith("trainrun: PET_NPROC_PER_NODE=1000000: more workers than one node "
                                "can run: at most ")
+    assert os.listdir(tmp_path) == []
+
+
+def test_more_workers_than_rlimit_nproc_allows_are_refused_before_anything_starts(worker,
+                                                                                  tmp_path):
+    """The machine's limits are checked once the command line is read, before the job starts:
+    the same one line and exit status 2 as for a count the rendezvous protocol refuses."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    limit = min(40, hard) if hard != resource.RLIM_INFINITY else 40
+
+    def lower_nproc():
+        resource.setrlimit(resource.RLIMIT_NPROC, (limit, hard))
+
+    r = run(["--no-python", worker, "env", str(tmp_path / "env")],
+            env={"PET_NPROC_PER_NODE": str(limit + 1), "TMPDIR": str(tmp_path)},
+            preexec_fn=lower_nproc)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"trainrun: PET_NPROC_PER_NODE={limit + 1}: more workers than one "
+                               f"node can run: at most {limit} (each worker is a process; ")
+    assert lines[0].endswith(f"RLIMIT_NPROC {limit})")
     assert os.listdir(tmp_path) == []
 
 

@@ -182,6 +182,22 @@ TEST_CASE("std specs") {
   CHECK_THROWS_AS(parse_std_spec("", "-r"), UsageError);
 }
 
+TEST_CASE("the text of each value, as the option table shows a default, reads back as the value") {
+  CHECK(nnodes_text(1, 1) == "1:1");
+  CHECK(parse_nnodes(nnodes_text(2, 4), "x") == std::pair<int, int>{2, 4});
+  CHECK(worker_count_text(parse_worker_count("gpu", "x")) == "gpu");
+  CHECK(worker_count_text(WorkerCount(8)) == "8");
+  CHECK(seconds_text(0.1) == "0.1");
+  CHECK(seconds_text(30) == "30");
+  CHECK(parse_seconds(seconds_text(1.0 / 3), "x") == 1.0 / 3);
+  for (const char* spec : {"0", "3", "0:1,3:2"})
+    CHECK(std_spec_text(parse_std_spec(spec, "x")) == spec);
+  CHECK(rank_list_text({0, 2, 5}) == "0,2,5");
+  CHECK(signal_list_text({SIGTERM, SIGCONT, SIGXCPU}) == "SIGTERM,SIGCONT,SIGXCPU");
+  const std::vector<std::string> filters = {"a,b", "c", "d,"};
+  CHECK(parse_filter_list(filter_list_text(filters)) == filters);
+}
+
 TEST_CASE("rdzv conf") {
   auto conf = parse_rdzv_conf("join_timeout=5, last_call_timeout=1,is_host=1,token_file=/x", "c");
   CHECK(conf.join_timeout == std::chrono::seconds(5));
@@ -290,14 +306,18 @@ TEST_CASE("an empty value is refused where torchrun refuses it, else it is the d
 }
 
 TEST_CASE("a worker count above what a node can run is refused on one node as on many") {
+  const ProcessLimits none;
   for (const std::string nnodes : {"1", "2"}) {
     INFO(nnodes);
-    CHECK_THROWS_WITH(
+    const LaunchConfig c =
         parse({"--nnodes=" + nnodes, "--rdzv-backend=c10d", "--rdzv-endpoint=h:29400", "x"},
-              {{"PET_NPROC_PER_NODE", "1000000"}}),
+              {{"PET_NPROC_PER_NODE", "1000000"}});
+    CHECK_THROWS_WITH(
+        check_worker_limits(c, none),
         Catch::StartsWith("PET_NPROC_PER_NODE=1000000: more workers than one node can run"));
   }
-  CHECK_THROWS_WITH(parse({"--nproc-per-node=65537", "x"}), Catch::Contains("at most"));
+  CHECK_THROWS_WITH(check_worker_limits(parse({"--nproc-per-node=65537", "x"}), none),
+                    Catch::Contains("at most"));
 }
 
 TEST_CASE("the static backend takes the master address and port from --rdzv-endpoint") {

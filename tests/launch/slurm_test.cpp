@@ -7,6 +7,7 @@
 #include "parse_helpers.hpp"
 #include "trainrun/launch/cli/command_line.hpp"
 #include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/workers/worker_count.hpp"
 
 using namespace trainrun::launch;
 using trainrun::test::outcome;
@@ -237,7 +238,8 @@ TEST_CASE("a step that asks for more workers than a node can run is refused", "[
   for (const auto& [name, value] :
        Env{{"SLURM_GPUS_ON_NODE", "1000000"}, {"SLURM_CPUS_PER_TASK", "100000"}}) {
     CHECK_THROWS_WITH(
-        outcome({"train.py"}, with(step_env(), {{name, value}})),
+        check_worker_limits(outcome({"train.py"}, with(step_env(), {{name, value}})).config,
+                            ProcessLimits{}),
         Catch::StartsWith(name + "=" + value + ": more workers than one node can run: at most"));
   }
 }

@@ -1,13 +1,16 @@
 #include "trainrun/launch/workers/worker_count.hpp"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "parse_helpers.hpp"
 #include "test_support.hpp"
 
 using namespace trainrun::launch;
@@ -83,6 +86,60 @@ TEST_CASE("a node runs at most the smallest of the protocol's and the machine's 
                                     "rendezvous protocol's 65536 and the cgroup's pids.max 300)"));
   // This machine's limits are whatever they are, but never a bound of zero.
   CHECK_NOTHROW(check_worker_bound(1, read_process_limits(), "x"));
+}
+
+TEST_CASE("a job's worker count is held to the limits it is given, named as it was given") {
+  ProcessLimits cgroup;
+  cgroup.pids_max = 300;
+  const LaunchConfig given = trainrun::test::parse({"--nproc-per-node=301", "x"});
+  CHECK_NOTHROW(check_worker_limits(given, ProcessLimits{}));
+  CHECK_THROWS_WITH(check_worker_limits(given, cgroup),
+                    Catch::StartsWith("--nproc-per-node=301: more workers than one node can run: "
+                                      "at most 300 (") &&
+                        Catch::EndsWith("the cgroup's pids.max 300)"));
+  CHECK_THROWS_WITH(
+      check_worker_limits(trainrun::test::parse({"x"}, {{"PET_NPROC_PER_NODE", "301"}}), cgroup),
+      Catch::StartsWith("PET_NPROC_PER_NODE=301: more workers"));
+  // A count the node has (gpu, cpu) is within its limits; a program's own count is named as such.
+  CHECK_NOTHROW(check_worker_limits(trainrun::test::parse({"--nproc-per-node=gpu", "x"}), cgroup));
+  LaunchConfig built;
+  built.nproc_per_node = 301;
+  CHECK_THROWS_WITH(check_worker_limits(built, cgroup),
+                    Catch::StartsWith("301 workers per node: more workers than one node can run"));
+}
+
+namespace {
+// Lowers this process's RLIMIT_NPROC soft limit to `wanted` (or the hard limit, if lower) for the
+// scope; raising it back is allowed.
+struct LowerNproc {
+  rlimit saved{};
+  long long limit = 0;
+  explicit LowerNproc(rlim_t wanted) {
+    REQUIRE(::getrlimit(RLIMIT_NPROC, &saved) == 0);
+    rlimit lowered = saved;
+    lowered.rlim_cur = std::min(wanted, saved.rlim_max);
+    limit = static_cast<long long>(lowered.rlim_cur);
+    REQUIRE(::setrlimit(RLIMIT_NPROC, &lowered) == 0);
+  }
+  ~LowerNproc() { ::setrlimit(RLIMIT_NPROC, &saved); }
+};
+}  // namespace
+
+TEST_CASE(
+    "parsing reads no limit of the machine: check_machine_limits does, as a step of its own") {
+  LaunchConfig c;
+  {
+    const LowerNproc lowered(40);
+    const long long limit = lowered.limit;
+    const std::string given = "--nproc-per-node=" + std::to_string(limit + 1);
+    c = trainrun::test::parse({given, "x"});
+    CHECK_THROWS_WITH(check_machine_limits(c),
+                      Catch::StartsWith(given + ": more workers than one node can run: at most " +
+                                        std::to_string(limit) + " (") &&
+                          Catch::EndsWith("RLIMIT_NPROC " + std::to_string(limit) + ")"));
+  }
+  // The same configuration, the machine's limit back as it was.
+  CHECK_NOTHROW(check_machine_limits(c));
 }
 
 TEST_CASE("a worker that cannot be forked for want of processes is named with the limits") {

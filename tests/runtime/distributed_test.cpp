@@ -560,6 +560,25 @@ TEST_CASE("TorchTrainer with num_workers starts its own workers and restarts the
   CHECK(epochs == std::vector<int>{0, 1, 2});
 }
 
+TEST_CASE("TorchTrainer with more workers than a node can run starts none and says why") {
+  const fs::path storage = make_temp_dir("workers_bound");
+  const fs::path marker = storage / "m";
+  // 65537 is above the rendezvous protocol's bound on any machine: refused as trainrun refuses
+  // it, before a worker starts, and the failure is the Result's.
+  const auto parent = run_workers(
+      kWorker, {"train", "1", "65537", "-1", marker.string()}, 0,
+      {{"TRAINRUN_STORAGE_PATH", storage.string()}, {"TRAINRUN_EXPERIMENT_NAME", "spawned"}},
+      std::chrono::seconds(60));
+  INFO(describe(parent));
+  CHECK(parent.exit_codes[0] == 4);
+  CHECK_THAT(parent.outputs[0],
+             Catch::Contains("trainrun: ScalingConfig::num_workers=65537: more workers than one "
+                             "node can run: at most "));
+  CHECK_THAT(parent.outputs[0],
+             Catch::Contains("error: the 65537-worker job failed with exit code 2"));
+  CHECK_FALSE(fs::exists(storage / "spawned" / "metrics.jsonl"));
+}
+
 TEST_CASE("TorchTrainer with num_workers reports a failed job in Result::error") {
   const fs::path storage = make_temp_dir("workers_fail");
   // Without restarts, a crash ends the job; the parent returns the failure instead of throwing.

@@ -12,9 +12,10 @@
 #include <vector>
 
 #include "trainrun/launch/agent/agent.hpp"
-#include "trainrun/launch/cli/command_line.hpp"
 #include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/core/launch_config.hpp"
 #include "trainrun/launch/core/log.hpp"
+#include "trainrun/launch/workers/worker_count.hpp"
 
 namespace trainrun::runtime::detail {
 namespace {
@@ -82,11 +83,13 @@ int launch_workers(int num_workers, int max_failures, const std::string& experim
   }
   const std::vector<std::string> args = own_arguments();
 
-  // Start from the launcher's own defaults for a standalone job (signals, timeouts, output);
-  // PET_* variables of this process are not consulted, so the job is what the code asked for.
-  launch::LaunchConfig config =
-      launch::parse_command_line({"--standalone", "--no-python", "/bin/true"}, {}).config;
+  // The launcher's own defaults for a standalone job (signals, timeouts, output), as
+  // `trainrun --standalone` runs it; PET_* variables of this process are not consulted, so the
+  // job is what the code asked for. (A braced LaunchConfig{} temporary here draws GCC 12's false
+  // -Wmaybe-uninitialized on its optionals.)
+  launch::LaunchConfig config = launch::standalone_job(launch::LaunchConfig());
   config.nproc_per_node = num_workers;
+  config.nproc_per_node.source = "ScalingConfig::num_workers=" + std::to_string(num_workers);
   config.max_restarts = max_failures < 0 ? INT_MAX : max_failures;
   config.entry_mode = launch::EntryMode::executable;
   config.no_python = true;
@@ -99,6 +102,7 @@ int launch_workers(int num_workers, int max_failures, const std::string& experim
   env.set("TRAINRUN_EXPERIMENT_NAME", experiment_name);
   env.set("TRAINRUN_STORAGE_PATH", storage_path.string());
   try {
+    launch::check_machine_limits(config);
     return launch::run_agent(config);
   } catch (const launch::LaunchError& e) {
     // What trainrun's main would print and exit with: here the trainer's result carries it.

@@ -22,8 +22,6 @@
 #include "trainrun/launch/hosts/host_list.hpp"
 #include "trainrun/launch/rendezvous/rendezvous_options.hpp"
 #include "trainrun/launch/version.hpp"
-#include "trainrun/launch/workers/worker_count.hpp"
-#include "trainrun/launch/workers/worker_env.hpp"
 #include "trainrun/rendezvous/endpoint.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 
@@ -37,14 +35,16 @@ constexpr const char* kConfigGroup = "Configuration file";
 struct OptionSpec {
   std::string dashed;  // "nproc-per-node"
   std::string short_name;
+  // The text of LaunchConfig{}'s value, where the defaults live; empty for none. A flag has none:
+  // it is off unless given.
   std::string default_value;
   std::string group;
   std::string help;
   bool is_flag = false;
   // Read where neither the command line nor PET_<NAME> gives a value, as torchrun does.
   std::string fallback_env = {};
-  // What --help and the man page show as the default, where it is not simply default_value.
-  std::string shown_default = {};
+  // What --help and the man page add to the default, in parentheses.
+  std::string default_note = {};
   // Given several times, its values are joined by newlines (-x NAME -x NAME2).
   bool repeatable = false;
 
@@ -63,105 +63,147 @@ struct OptionSpec {
   }
 };
 
-const std::vector<OptionSpec>& option_specs() {
-  static const std::vector<OptionSpec> specs = {
-      {"nnodes", "", "1:1", "Topology", "Number of nodes, N or MIN:MAX (elastic)"},
-      {"nproc-per-node", "", "1", "Topology",
+// --preflight's values.
+const std::pair<const char*, PreflightMode> kPreflightModes[] = {
+    {"on", PreflightMode::on}, {"warn", PreflightMode::warn}, {"off", PreflightMode::off}};
+
+const char* preflight_text(PreflightMode mode) {
+  for (const auto& [name, value] : kPreflightModes)
+    if (mode == value) return name;
+  return "on";
+}
+
+// --signals-to-handle's text for a configuration: the signals that stop the job, then those only
+// forwarded.
+std::string handled_signals_text(const LaunchConfig& c) {
+  std::vector<int> signals = c.stop_signals;
+  signals.insert(signals.end(), c.forward_signals.begin(), c.forward_signals.end());
+  return signal_list_text(signals);
+}
+
+std::vector<OptionSpec> make_option_specs() {
+  // Each option shows the value of its field in LaunchConfig{} (HostsOptions{} for --ssh), where
+  // the defaults are written once. An empty text is no value (no --rdzv-conf key, no filter).
+  const LaunchConfig d;
+  const HostsOptions hosts;
+  std::string ssh;
+  for (const std::string& word : hosts.ssh) ssh += (ssh.empty() ? "" : " ") + word;
+  return {
+      {"nnodes", "", nnodes_text(d.min_nodes, d.max_nodes), "Topology",
+       "Number of nodes, N or MIN:MAX (elastic)"},
+      {"nproc-per-node", "", worker_count_text(d.nproc_per_node), "Topology",
        "Workers per node: an integer, cpu, gpu, xpu or auto"},
-      {"node-rank", "", "0", "Topology",
+      {"node-rank", "", std::to_string(d.node_rank), "Topology",
        "This node's rank (static); the rank it asks for (c10d, etcd)"},
-      {"standalone", "", "0", "Topology",
+      {"standalone", "", "", "Topology",
        "Single-node job with its own rendezvous on a free local port", true},
-      {"master-addr", "", "127.0.0.1", "Rendezvous", "Static rendezvous address"},
-      {"master-port", "", "29500", "Rendezvous", "Static rendezvous port", false, "",
-       "29500 (one node: a free port)"},
-      {"rdzv-backend", "", "static", "Rendezvous", "static, c10d, etcd or etcd-v2"},
-      {"rdzv-endpoint", "", "", "Rendezvous", "Rendezvous endpoint host[:port]"},
-      {"rdzv-id", "", "none", "Rendezvous", "Job id: agents of other jobs never join this one"},
+      {"master-addr", "", d.master_addr, "Rendezvous", "Static rendezvous address"},
+      {"master-port", "", std::to_string(d.master_port), "Rendezvous", "Static rendezvous port",
+       false, "", "one node: a free port"},
+      {"rdzv-backend", "", backend_name(d.rdzv_backend), "Rendezvous",
+       "static, c10d, etcd or etcd-v2"},
+      {"rdzv-endpoint", "", d.rdzv_endpoint, "Rendezvous", "Rendezvous endpoint host[:port]"},
+      {"rdzv-id", "", d.rdzv_id, "Rendezvous", "Job id: agents of other jobs never join this one"},
       {"rdzv-conf", "", "", "Rendezvous",
        "k=v,...: join_timeout, last_call_timeout, heartbeat_timeout, keep_alive_interval, "
        "keep_alive_max_attempt, is_host, token_file, token_file_mode, rdzv_port"},
-      {"local-addr", "", "", "Rendezvous", "Address this node advertises"},
-      {"preflight", "", "on", "Rendezvous",
+      {"local-addr", "", d.local_addr, "Rendezvous", "Address this node advertises"},
+      {"preflight", "", preflight_text(d.preflight), "Rendezvous",
        "Checks of a multi-node job before its workers start (links, MASTER_ADDR, same trainrun, "
        "entrypoint, Python and torch): on, warn (differences only warn) or off"},
-      {"no-preflight", "", "0", "Rendezvous", "Skip the preflight (--preflight=off)", true},
-      {"max-restarts", "", "0", "Supervision", "Restarts of the worker group after a failure"},
-      {"monitor-interval", "", "0.1", "Supervision",
+      {"no-preflight", "", "", "Rendezvous", "Skip the preflight (--preflight=off)", true},
+      {"max-restarts", "", std::to_string(d.max_restarts), "Supervision",
+       "Restarts of the worker group after a failure"},
+      {"monitor-interval", "", seconds_text(d.monitor_interval), "Supervision",
        "Accepted for compatibility; trainrun watches workers by events"},
-      {"shutdown-timeout", "", "30", "Supervision", "Seconds between the stop signal and SIGKILL",
-       false, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
-      {"hang-timeout", "", "0", "Supervision",
+      {"shutdown-timeout", "", seconds_text(d.shutdown_timeout), "Supervision",
+       "Seconds between the stop signal and SIGKILL", false, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
+      {"hang-timeout", "", seconds_text(d.hang_timeout), "Supervision",
        "Seconds without progress (output, a heartbeat, a file-timer request) on every node after "
        "which the job's stacks are taken twice; a hung job is reported and stopped (exit 124). "
        "0: off"},
-      {"signals-to-handle", "", kDefaultSignalsToHandle, "Supervision",
+      {"signals-to-handle", "", handled_signals_text(d), "Supervision",
        "Signals forwarded to the workers (SIGUSR1/SIGUSR2 are forwarded without stopping)"},
-      {"role", "", "default", "Supervision", "Role name for ROLE_NAME and the output prefix"},
+      {"role", "", d.role, "Supervision", "Role name for ROLE_NAME and the output prefix"},
       {"start-method", "", "spawn", "Supervision",
        "Accepted for compatibility: spawn, fork, forkserver"},
-      {"log-dir", "", "", "Output", "Root of the per-attempt, per-rank log files"},
-      {"redirects", "r", "0", "Output",
+      {"log-dir", "", d.log_dir, "Output", "Root of the per-attempt, per-rank log files"},
+      {"redirects", "r", std_spec_text(d.redirects), "Output",
        "Streams to log files: 0 none, 1 stdout, 2 stderr, 3 both; or per rank 0:1,1:3"},
-      {"tee", "t", "0", "Output", "Streams to log files and the console, same values"},
-      {"local-ranks-filter", "", "", "Output",
-       "Comma list of local ranks whose output reaches the console"},
+      {"tee", "t", std_spec_text(d.tee), "Output",
+       "Streams to log files and the console, same values"},
+      {"local-ranks-filter", "", d.local_ranks_filter ? rank_list_text(*d.local_ranks_filter) : "",
+       "Output", "Comma list of local ranks whose output reaches the console"},
       {"logs-specs", "", "", "Output", "Accepted for compatibility (warns: no effect)"},
-      {"module", "m", "0", "Entrypoint", "Run ENTRYPOINT as a Python module (python -m)", true},
-      {"no-python", "", "0", "Entrypoint", "Execute ENTRYPOINT directly, not through Python", true},
-      {"run-path", "", "0", "Entrypoint", "Run a Python script through runpy (as the default)",
+      {"module", "m", "", "Entrypoint", "Run ENTRYPOINT as a Python module (python -m)", true},
+      {"no-python", "", "", "Entrypoint", "Execute ENTRYPOINT directly, not through Python", true},
+      {"run-path", "", "", "Entrypoint", "Run a Python script through runpy (as the default)",
        true},
-      {"numa-binding", "", "", "Entrypoint",
+      {"numa-binding", "", d.numa_binding, "Entrypoint",
        "node, socket, exclusive or core-complex: bind each worker to CPUs near its GPU"},
-      {"log-line-prefix-template", "", "", "Output",
+      {"log-line-prefix-template", "", d.log_line_prefix_template.value_or(""), "Output",
        "Console prefix of tee'd lines: ${role_name}, ${rank}, ${local_rank}, ${hostname}", false,
        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
-      {"duplicate-stdout-filters", "", "", "Output",
+      {"duplicate-stdout-filters", "", filter_list_text(d.duplicate_stdout_filters), "Output",
        "Comma list (,, for a comma): tee'd stdout lines containing one are also written to "
        "attempt_<k>/filtered_stdout.log"},
-      {"duplicate-stderr-filters", "", "", "Output",
+      {"duplicate-stderr-filters", "", filter_list_text(d.duplicate_stderr_filters), "Output",
        "The same for stderr, into attempt_<k>/filtered_stderr.log"},
-      {"virtual-local-rank", "", "0", "Topology",
+      {"virtual-local-rank", "", "", "Topology",
        "Every worker gets LOCAL_RANK=0 and its own GPU as the only one in CUDA_VISIBLE_DEVICES",
        true},
-      {"event-log-handler", "", "null", "Supervision",
+      {"event-log-handler", "", d.event_log_handler, "Supervision",
        "null, console or dynamic_rendezvous: accepted (warns unless null: no events recorded)"},
       {"print-completion", "", "", "Help", "Print a bash, zsh or tcsh completion script and exit"},
       {"config", "", "", kConfigGroup,
        "A TOML file of option values, keyed by long option names; the command line wins over "
        "it, it wins over PET_*"},
-      {"print-config", "", "0", kConfigGroup,
+      {"print-config", "", "", kConfigGroup,
        "Print the effective configuration of the command line as such a file and exit", true},
       // trainrun's own options (torchrun has none of these): how trainrun reports on itself.
-      {"quiet", "q", "0", "Launcher output",
+      {"quiet", "q", "", "Launcher output",
        "Only trainrun's error lines (workers' output as usual)", true},
-      {"verbose", "v", "0", "Launcher output", "Also trainrun's debug lines", true},
-      {"log-timestamps", "", "0", "Launcher output",
+      {"verbose", "v", "", "Launcher output", "Also trainrun's debug lines", true},
+      {"log-timestamps", "", "", "Launcher output",
        "UTC time (ISO 8601) and level on trainrun's own lines; also TRAINRUN_LOG_FORMAT=timestamps",
        true},
-      {"summary-file", "", "", "Launcher output",
+      {"summary-file", "", d.summary_file, "Launcher output",
        "Write a JSON job summary (attempts, worker exits, root cause, timings) to PATH at exit"},
-      {"slurm", "", "0", "Topology",
+      {"slurm", "", "", "Topology",
        "Take nodes, node rank, rendezvous host, run id and workers from the srun step (automatic "
        "in a step when no rendezvous option is given); given options still win",
        true},
       // Many hosts from one terminal (hosts/): trainrun starts an agent on each over ssh.
-      {"hosts", "", "", "Hosts",
+      {"hosts", "", hosts.hosts, "Hosts",
        "HOST:SLOTS,...: run the job on these hosts, one agent each over ssh; node ranks in this "
        "order, the first hosts the rendezvous"},
-      {"hostfile", "", "", "Hosts",
+      {"hostfile", "", hosts.hostfile, "Hosts",
        "File of hosts, one per line: HOST slots=N (DeepSpeed, Open MPI), HOST:N or HOST"},
-      {"include", "", "", "Hosts", "Only these hosts or GPU slots of the list: HOST[:I,J]@HOST..."},
-      {"exclude", "", "", "Hosts", "Leave out these hosts or GPU slots: HOST[:I,J]@HOST..."},
-      {"ssh", "", "ssh", "Hosts", "The ssh command with its options, e.g. \"ssh -p 2222 -i KEY\"",
+      {"include", "", hosts.include, "Hosts",
+       "Only these hosts or GPU slots of the list: HOST[:I,J]@HOST..."},
+      {"exclude", "", hosts.exclude, "Hosts",
+       "Leave out these hosts or GPU slots: HOST[:I,J]@HOST..."},
+      {"ssh", "", ssh, "Hosts", "The ssh command with its options, e.g. \"ssh -p 2222 -i KEY\"",
        false, "TRAINRUN_SSH"},
       {"forward-env", "x", "", "Hosts",
        "NAME or NAME=VALUE: set in the agents' environment on every host (repeatable)", false, "",
        "", true},
-      {"dedup", "", "0", "Hosts",
+      {"dedup", "", "", "Hosts",
        "Print a line that many ranks print within a second once, with the ranks: [0-15]:...", true},
   };
+}
+
+const std::vector<OptionSpec>& option_specs() {
+  static const std::vector<OptionSpec> specs = make_option_specs();
   return specs;
+}
+
+// The default of the option `dashed`, as --help shows it.
+const std::string& default_text(const std::string& dashed) {
+  const auto& specs = option_specs();
+  return std::find_if(specs.begin(), specs.end(),
+                      [&](const OptionSpec& spec) { return spec.dashed == dashed; })
+      ->default_value;
 }
 
 // CLI11 cannot know that everything after the entrypoint belongs to it.
@@ -212,7 +254,9 @@ void add_options(CLI::App& app, GivenValues& given) {
       opt = app.add_option(names, given.values[spec.dashed], help);
       if (spec.repeatable) opt->multi_option_policy(CLI::MultiOptionPolicy::Join);
       if (!spec.default_value.empty())
-        opt->default_str(spec.shown_default.empty() ? spec.default_value : spec.shown_default);
+        opt->default_str(spec.default_note.empty()
+                             ? spec.default_value
+                             : spec.default_value + " (" + spec.default_note + ")");
       opt->type_name("VALUE");
     }
     opt->group(spec.group);
@@ -311,9 +355,8 @@ std::string print_config(const GivenValues& given) {
 void read_topology(const GivenValues& g, LaunchConfig& c) {
   std::tie(c.min_nodes, c.max_nodes) = parse_nnodes(g.value("nnodes"), g.named("nnodes"));
   c.virtual_local_rank = g.flag("virtual-local-rank");
+  // The machine's bound on it is checked apart, before a job starts (check_machine_limits).
   c.nproc_per_node = parse_worker_count(g.value("nproc-per-node"), g.named("nproc-per-node"));
-  if (c.nproc_per_node.kind == WorkerCount::Kind::number)
-    check_worker_bound(c.nproc_per_node.number, read_process_limits(), g.named("nproc-per-node"));
   c.node_rank = parse_int(g.value("node-rank"), g.named("node-rank"), "an integer >= 0");
   if (c.node_rank < 0) fail(fmt::format("{}: must be >= 0", g.named("node-rank")));
   c.node_rank_given = given_explicitly(g, "node-rank");
@@ -349,15 +392,11 @@ void read_rendezvous(const GivenValues& g, LaunchConfig& c) {
   c.rdzv_conf = parse_rdzv_conf(g.value("rdzv-conf"), g.named("rdzv-conf"));
   c.standalone = g.flag("standalone");
   c.local_addr = g.value("local-addr");
-  const std::string& preflight = g.value("preflight");
-  if (preflight == "on")
-    c.preflight = PreflightMode::on;
-  else if (preflight == "warn")
-    c.preflight = PreflightMode::warn;
-  else if (preflight == "off")
-    c.preflight = PreflightMode::off;
-  else
+  const auto mode = std::find_if(std::begin(kPreflightModes), std::end(kPreflightModes),
+                                 [&](const auto& m) { return g.value("preflight") == m.first; });
+  if (mode == std::end(kPreflightModes))
     fail(fmt::format("{}: use on, warn or off", g.named("preflight")));
+  c.preflight = mode->second;
   if (g.flag("no-preflight")) {
     if (c.preflight == PreflightMode::warn)
       fail(fmt::format("--no-preflight and {} cannot be used together: choose one",
@@ -473,21 +512,22 @@ void read_launcher_output(const GivenValues& g, const std::map<std::string, std:
 
 // SIGUSR1, SIGUSR2 and SIGCONT are only passed on to the workers; the others stop the job.
 void read_signals(const GivenValues& g, LaunchConfig& c) {
-  // Workers see what torchrun 2.x would give them: trainrun's own SIGUSR1/SIGUSR2 are not part of
-  // its default (they stop nothing here).
-  c.signals_to_handle = given_explicitly(g, "signals-to-handle") ? g.value("signals-to-handle")
-                                                                 : kTorchrunSignalsToHandle;
+  // Workers see what torchrun 2.x would give them (LaunchConfig's default): trainrun's own
+  // SIGUSR1/SIGUSR2 are not part of it (they stop nothing here).
+  if (given_explicitly(g, "signals-to-handle")) c.signals_to_handle = g.value("signals-to-handle");
+  std::vector<int> stop, forward;
   for (const auto& name : split(g.value("signals-to-handle"), ',')) {
     if (trim(name).empty()) continue;
     int sig = parse_signal_name(name, g.named("signals-to-handle"));
-    auto& list =
-        (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) ? c.forward_signals : c.stop_signals;
+    auto& list = (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) ? forward : stop;
     if (std::find(list.begin(), list.end(), sig) == list.end()) list.push_back(sig);
   }
   // No signal handled would leave a stopped trainrun's workers to the watchdog alone.
-  if (c.stop_signals.empty() && c.forward_signals.empty())
+  if (stop.empty() && forward.empty())
     fail(fmt::format("{}: names no signal; leave it out for the default {}",
-                     g.named("signals-to-handle"), kDefaultSignalsToHandle));
+                     g.named("signals-to-handle"), default_text("signals-to-handle")));
+  c.stop_signals = stop;
+  c.forward_signals = forward;
 }
 
 // The entrypoint, its arguments (everything after it), and how it runs.
@@ -507,10 +547,10 @@ void read_entrypoint(const GivenValues& g, const std::vector<std::string>& rest,
   c.entrypoint = rest[entry];
   c.entry_args.assign(rest.begin() + static_cast<std::ptrdiff_t>(entry) + 1, rest.end());
 
-  auto py = env.find("PYTHON_EXEC");
-  const bool python_given = py != env.end() && !py->second.empty();
-  c.python_exec = python_given ? py->second : "python3";
-  c.python_source = python_given ? PythonSource::variable : PythonSource::path;
+  if (auto py = env.find("PYTHON_EXEC"); py != env.end() && !py->second.empty()) {
+    c.python_exec = py->second;
+    c.python_source = PythonSource::variable;
+  }
   if (c.module)
     c.entry_mode = EntryMode::python_module;
   else if (c.no_python)
@@ -953,9 +993,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
           "{}: --standalone runs one node; for {} drop --standalone and give every node "
           "--rdzv-backend=c10d --rdzv-endpoint=HOST:PORT",
           given.named("nnodes"), count_of(c.max_nodes, "node")));
-    c.min_nodes = c.max_nodes = 1;
-    c.rdzv_backend = RendezvousBackend::c10d;
-    c.rdzv_endpoint = "localhost:0";
+    c = standalone_job(c);
   }
   // Whether the job made progress is asked of every node through the built-in rendezvous.
   if (c.hang_timeout > 0 && c.max_nodes > 1 && is_etcd(c.rdzv_backend))

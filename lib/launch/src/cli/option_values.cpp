@@ -17,6 +17,17 @@ namespace {
 
 [[noreturn]] void fail(const std::string& message) { throw UsageError(message); }
 
+const std::map<std::string, WorkerCount::Kind> kWorkerCountWords = {
+    {"cpu", WorkerCount::Kind::cpu},
+    {"gpu", WorkerCount::Kind::gpu},
+    {"xpu", WorkerCount::Kind::xpu},
+    {"auto", WorkerCount::Kind::automatic}};
+
+const std::vector<std::pair<const char*, int>> kSignalNames = {
+    {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},
+    {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2},
+    {"SIGCONT", SIGCONT}, {"SIGALRM", SIGALRM}, {"SIGXCPU", SIGXCPU}};
+
 }  // namespace
 
 int parse_int(const std::string& value, const std::string& what, const char* rule) {
@@ -41,12 +52,7 @@ bool parse_flag_env(const std::string& value, const std::string& what) {
 WorkerCount parse_worker_count(const std::string& value, const std::string& what) {
   WorkerCount count;
   count.source = what;
-  static const std::map<std::string, WorkerCount::Kind> words = {
-      {"cpu", WorkerCount::Kind::cpu},
-      {"gpu", WorkerCount::Kind::gpu},
-      {"xpu", WorkerCount::Kind::xpu},
-      {"auto", WorkerCount::Kind::automatic}};
-  if (auto it = words.find(value); it != words.end()) {
+  if (auto it = kWorkerCountWords.find(value); it != kWorkerCountWords.end()) {
     count.kind = it->second;
     return count;
   }
@@ -129,14 +135,10 @@ std::vector<int> parse_rank_list(const std::string& value, const std::string& wh
 }
 
 int parse_signal_name(const std::string& name, const std::string& what) {
-  static const std::vector<std::pair<const char*, int>> known = {
-      {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},
-      {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2},
-      {"SIGCONT", SIGCONT}, {"SIGALRM", SIGALRM}, {"SIGXCPU", SIGXCPU}};
   std::string upper;
   for (char c : trim(name)) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (upper.rfind("SIG", 0) != 0) upper = "SIG" + upper;
-  for (const auto& [n, v] : known)
+  for (const auto& [n, v] : kSignalNames)
     if (upper == n) return v;
   fail(
       fmt::format("{}: '{}' is not a signal trainrun handles (SIGTERM, SIGINT, SIGHUP, SIGQUIT, "
@@ -160,6 +162,57 @@ std::vector<std::string> parse_filter_list(const std::string& value) {
   }
   if (!item.empty()) items.push_back(item);
   return items;
+}
+
+std::string nnodes_text(int min_nodes, int max_nodes) {
+  return fmt::format("{}:{}", min_nodes, max_nodes);
+}
+
+std::string worker_count_text(const WorkerCount& count) {
+  for (const auto& [word, kind] : kWorkerCountWords)
+    if (count.kind == kind) return word;
+  return std::to_string(count.number);
+}
+
+std::string seconds_text(double seconds) {
+  // The shortest of these that reads back exactly: 30 and 0.1 as written, 1/3 in full.
+  std::string text;
+  for (int digits = 15; digits <= 17; ++digits) {
+    text = fmt::format("{:.{}g}", seconds, digits);
+    if (parse_number(text) == seconds) break;
+  }
+  return text;
+}
+
+std::string std_spec_text(const StdSpec& spec) {
+  if (!spec.is_map) return std::to_string(static_cast<int>(spec.all_ranks));
+  std::string text;
+  for (const auto& [rank, std] : spec.per_rank)
+    text += fmt::format("{}{}:{}", text.empty() ? "" : ",", rank, static_cast<int>(std));
+  return text;
+}
+
+std::string rank_list_text(const std::vector<int>& ranks) {
+  std::string text;
+  for (int rank : ranks) text += (text.empty() ? "" : ",") + std::to_string(rank);
+  return text;
+}
+
+std::string signal_list_text(const std::vector<int>& signals) {
+  std::string text;
+  for (int sig : signals)
+    for (const auto& [name, value] : kSignalNames)
+      if (sig == value) text += (text.empty() ? "" : ",") + std::string(name);
+  return text;
+}
+
+std::string filter_list_text(const std::vector<std::string>& filters) {
+  std::string text;
+  for (const std::string& filter : filters) {
+    if (!text.empty()) text += ',';
+    for (char c : filter) text += c == ',' ? std::string(",,") : std::string(1, c);
+  }
+  return text;
 }
 
 }  // namespace trainrun::launch

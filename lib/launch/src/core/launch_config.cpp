@@ -8,4 +8,13 @@ Std StdSpec::for_rank(int local_rank) const {
   return it == per_rank.end() ? Std::none : it->second;
 }
 
+LaunchConfig standalone_job(const LaunchConfig& config) {
+  LaunchConfig job = config;
+  job.standalone = true;
+  job.min_nodes = job.max_nodes = 1;
+  job.rdzv_backend = RendezvousBackend::c10d;
+  job.rdzv_endpoint = "localhost:0";
+  return job;
+}
+
 }  // namespace trainrun::launch

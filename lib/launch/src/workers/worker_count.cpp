@@ -117,6 +117,18 @@ void check_worker_bound(int workers, const ProcessLimits& limits, const std::str
       what, bound, list));
 }
 
+void check_worker_limits(const LaunchConfig& config, const ProcessLimits& limits) {
+  const WorkerCount& count = config.nproc_per_node;
+  if (count.kind != WorkerCount::Kind::number) return;
+  check_worker_bound(
+      count.number, limits,
+      count.source.empty() ? fmt::format("{} workers per node", count.number) : count.source);
+}
+
+void check_machine_limits(const LaunchConfig& config) {
+  check_worker_limits(config, read_process_limits());
+}
+
 std::string fork_failure(int local_rank, int error, const ProcessLimits& limits) {
   std::string line = fmt::format("cannot start worker {}: {}", local_rank, std::strerror(error));
   if (error != EAGAIN) return line;

@@ -16,10 +16,10 @@ namespace trainrun::launch {
 // Parses a command line (argv[0] excluded) with PET_* defaults read from `env`, the values of a
 // --config file (config_file.hpp) read through `read_config_text`, and inside a Slurm step (or
 // with --slurm) the job's layout from its SLURM_* variables (slurm.hpp). Pure but for that file:
-// it reads nothing else (no other file, variable or program), so it is fuzzed and tested as a
-// function. Throws UsageError with a one-line reason on bad input. `--help`, `--version` and
-// `--print-config` are reported through `help_text` (then the returned config is meaningless and
-// main exits 0).
+// it reads nothing else (no other file, variable, program or limit of the machine: main takes
+// check_machine_limits next, worker_count.hpp), so it is fuzzed and tested as a function. Throws
+// UsageError with a one-line reason on bad input. `--help`, `--version` and `--print-config` are
+// reported through `help_text` (then the returned config is meaningless and main exits 0).
 // `warnings` name the options that were accepted but change nothing here; main prints them.
 // `notes` say where values came from other than the command line and PET_* (a Slurm step,
 // slurm.hpp: one line naming each value taken); main prints them too.

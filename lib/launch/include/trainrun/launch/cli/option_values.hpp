@@ -35,4 +35,15 @@ int parse_signal_name(const std::string& name, const std::string& what);
 // items are dropped: an empty list duplicates nothing.
 std::vector<std::string> parse_filter_list(const std::string& value);
 
+// The text each parser above reads back as `value`: how the option table shows the defaults that
+// LaunchConfig holds.
+std::string nnodes_text(int min_nodes, int max_nodes);  // always MIN:MAX, as torchrun shows it
+std::string worker_count_text(const WorkerCount& count);
+std::string seconds_text(double seconds);
+std::string std_spec_text(const StdSpec& spec);
+std::string rank_list_text(const std::vector<int>& ranks);
+std::string signal_list_text(const std::vector<int>& signals);
+// Each comma doubled; a filter that starts with a comma cannot follow another (torchrun's syntax).
+std::string filter_list_text(const std::vector<std::string>& filters);
+
 }  // namespace trainrun::launch

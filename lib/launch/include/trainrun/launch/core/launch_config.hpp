@@ -1,5 +1,6 @@
 #pragma once
 
+#include <csignal>
 #include <map>
 #include <optional>
 #include <string>
@@ -47,6 +48,12 @@ struct WorkerCount {
   WorkerCount(int n) : number(n) {}  // NOLINT(google-explicit-constructor)
 };
 
+// torchrun 2.x's default, which its workers see in TORCHELASTIC_SIGNALS_TO_HANDLE.
+inline constexpr char kTorchrunSignalsToHandle[] = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+
+// A job's whole configuration. The defaults below are the only ones: LaunchConfig{} is the job of
+// `trainrun ENTRYPOINT` without options or PET_* variables (torchrun's defaults, one node) less its
+// entrypoint, and the option table shows them as its defaults (cli/command_line.cpp).
 struct LaunchConfig {
   int min_nodes = 1;
   int max_nodes = 1;
@@ -74,10 +81,12 @@ struct LaunchConfig {
   std::string local_addr;
   double shutdown_timeout = 30.0;
   double hang_timeout = 0;  // --hang-timeout: seconds without progress before a hang check; 0 off
-  std::vector<int> stop_signals;     // stop the job, forwarded to workers first
-  std::vector<int> forward_signals;  // forwarded only (SIGUSR1, SIGUSR2)
+  // --signals-to-handle, split: those that stop the job (forwarded to workers first), and those
+  // only forwarded (SIGUSR1, SIGUSR2, SIGCONT).
+  std::vector<int> stop_signals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+  std::vector<int> forward_signals = {SIGUSR1, SIGUSR2};
   // As given, else torchrun 2.x's default: workers see it in TORCHELASTIC_SIGNALS_TO_HANDLE.
-  std::string signals_to_handle;
+  std::string signals_to_handle = kTorchrunSignalsToHandle;
   // --log-line-prefix-template, else TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; none: "[role0]:".
   std::optional<std::string> log_line_prefix_template;
   // Tee'd console lines containing any of these are also written to filtered_std{out,err}.log.
@@ -99,5 +108,9 @@ struct LaunchConfig {
   std::string entrypoint;                           // as given on the command line
   std::vector<std::string> entry_args;              // arguments after the entrypoint, untouched
 };
+
+// `config` as a standalone job (--standalone): one node whose agent runs its own c10d rendezvous
+// on a free local port. What the command line and a program that builds its own job both use.
+LaunchConfig standalone_job(const LaunchConfig& config);
 
 }  // namespace trainrun::launch

@@ -35,6 +35,13 @@ ProcessLimits read_process_limits();
 // `workers` exceed it, the same on one node as on many.
 void check_worker_bound(int workers, const ProcessLimits& limits, const std::string& what);
 
+// check_worker_bound for a job's worker count as the command line gave it, naming where it came
+// from (a count still to be counted on the node, gpu or cpu, is what the node has).
+void check_worker_limits(const LaunchConfig& config, const ProcessLimits& limits);
+// The same against this machine's limits, read now: the step after parse_command_line, which
+// reads nothing of the machine, before a job starts on it (main, TorchTrainer).
+void check_machine_limits(const LaunchConfig& config);
+
 // The line for a worker that could not be started because fork failed with `error`: for
 // EAGAIN, it names the limits on processes that `limits` knows of: one of them stopped it.
 std::string fork_failure(int local_rank, int error, const ProcessLimits& limits);

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "trainrun/launch/core/launch_config.hpp"
+
 namespace trainrun::launch {
 
 // Where this node's workers sit in the job, as decided by the rendezvous.
@@ -18,11 +20,6 @@ struct Topology {
   int master_port = 0;
   int restart_count = 0;
 };
-
-// --signals-to-handle's default: torchrun's, and the signals trainrun passes on to the workers.
-inline constexpr char kDefaultSignalsToHandle[] = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2";
-// torchrun 2.x's default, which its workers see in TORCHELASTIC_SIGNALS_TO_HANDLE.
-inline constexpr char kTorchrunSignalsToHandle[] = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 
 // The variable that names the file a worker touches to say it makes progress (the C++ runtime's
 // report() does); set only with --hang-timeout.
