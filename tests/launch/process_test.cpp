@@ -1,4 +1,5 @@
 #include "trainrun/base/process.hpp"
+#include "trainrun/base/system.hpp"
 
 #include <signal.h>
 #include <unistd.h>
@@ -15,14 +16,7 @@ namespace {
 
 // Everything `fd` gives until its end; closes it.
 std::string read_to_end(int fd) {
-  std::string text;
-  char buffer[4096];
-  while (true) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    text.append(buffer, static_cast<std::size_t>(n));
-  }
+  std::string text = read_all(fd);
   ::close(fd);
   return text;
 }

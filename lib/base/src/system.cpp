@@ -117,9 +117,7 @@ std::string self_exe() {
   return n > 0 ? std::string(buffer, static_cast<std::size_t>(n)) : "";
 }
 
-std::optional<std::string> read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) return std::nullopt;
+std::string read_all(int fd) {
   std::string text;
   char buffer[65536];
   while (true) {
@@ -128,6 +126,13 @@ std::optional<std::string> read_file(const std::string& path) {
     if (n <= 0) break;
     text.append(buffer, static_cast<std::size_t>(n));
   }
+  return text;
+}
+
+std::optional<std::string> read_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return std::nullopt;
+  std::string text = read_all(fd);
   ::close(fd);
   return text;
 }

@@ -44,6 +44,10 @@ std::string self_exe();
 // a device or a file too long.
 std::optional<std::string> read_file(const std::string& path);
 
+// Everything the descriptor `fd` gives until its end or a read error (a pipe, a file); `fd`
+// stays open.
+std::string read_all(int fd);
+
 // The whole of a small file (a /proc entry, a registry entry), at most 64 MiB; empty when it
 // cannot be read (read_regular_file).
 std::string read_small_file(const std::string& path);
