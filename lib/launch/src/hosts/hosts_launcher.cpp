@@ -1,8 +1,6 @@
 #include "trainrun/launch/hosts/hosts_launcher.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +8,9 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -37,6 +38,7 @@ namespace trainrun::launch {
 
 namespace {
 
+namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
 
 // How long --dedup holds a line to find the same one from other ranks.
@@ -44,14 +46,6 @@ constexpr auto kDedupWindow = std::chrono::milliseconds(1000);
 // After one agent ends with a failure, how long the others have to end on their own (the
 // rendezvous stops them) before the launcher stops them.
 constexpr auto kFailureGrace = std::chrono::seconds(10);
-
-volatile sig_atomic_t g_signal_count = 0;
-volatile sig_atomic_t g_last_signal = 0;
-void on_stop_signal(int sig) {
-  g_last_signal = sig;
-  g_signal_count = g_signal_count + 1;
-}
-void on_child(int) {}
 
 std::string own_executable() {
   std::string path = self_exe();
@@ -66,8 +60,11 @@ std::string working_directory() {
   return buffer;
 }
 
-// One host's ssh and how it ended.
-struct Remote : SshProcess {
+// One host's ssh, its launcher's ends of ssh's standard streams on the loop, and how it ended.
+struct Remote {
+  explicit Remote(asio::io_context& io) : in(io), out(io), err(io) {}
+  pid_t pid = -1;
+  asio::posix::stream_descriptor in, out, err;
   std::optional<int> status;  // exit status once reaped (the shell's code for a killed ssh)
   int killed_by = 0;          // the signal that ended ssh itself, if one did
 };
@@ -78,6 +75,8 @@ std::vector<std::string> names_of(const std::vector<PlannedHost>& hosts) {
   return names;
 }
 
+// The launcher's side of the job on one event loop, as the agent's: each ssh's output, SIGCHLD
+// and the stop signals (signal_set), the heartbeat, the --dedup window and the graces (timers).
 class HostsRun {
  public:
   HostsRun(const HostsOptions& options, std::vector<PlannedHost> hosts, std::string self)
@@ -89,12 +88,16 @@ class HostsRun {
 
   int run(const std::map<std::string, std::string>& forwarded,
           const std::map<std::string, std::string>& env) {
-    install_signals();
+    // Before the first ssh starts: an ssh that ends at once is reaped on the loop, a signal that
+    // comes while they start is taken there.
+    watch_signals();
+    heartbeat_.expires_after(std::chrono::seconds(kHeartbeatSeconds));
     const std::string cwd = working_directory();
     const std::string token = random_hex(64);
     // The agents run the interpreter chosen here, where it exists on their host.
     const std::string python = handed_python(env, self_, cwd);
     say(fmt::format("starting {} agents over ssh: {}", hosts_.size(), host_names()));
+    remotes_.reserve(hosts_.size());
     for (size_t i = 0; i < hosts_.size(); ++i) {
       Handover handover{token, forwarded, python};
       if (!hosts_[i].devices.empty()) {
@@ -105,12 +108,19 @@ class HostsRun {
       const std::string command =
           remote_command(cwd, self_, kVersion, agent_arguments(options_, hosts_, i));
       output_.add_host(hosts_[i].name);
-      Remote remote;
-      static_cast<SshProcess&>(remote) =
+      const SshProcess ssh =
           start_ssh(ssh_command(options_.ssh, hosts_[i].name, command), encode_handover(handover));
-      remotes_.push_back(std::move(remote));
+      Remote& remote = remotes_.emplace_back(io_);
+      remote.pid = ssh.pid;
+      remote.in.assign(ssh.in);
+      remote.out.assign(ssh.out);
+      remote.err.assign(ssh.err);
     }
-    loop();
+    for (size_t i = 0; i < remotes_.size(); ++i)
+      for (int stream : {1, 2}) wait_for_output(i, stream);
+    wait_for_heartbeat();
+    if (running()) io_.run();
+    emit(output_.flush_all());
     return finish();
   }
 
@@ -122,85 +132,47 @@ class HostsRun {
     return out;
   }
 
-  void install_signals() {
-    sigset_t block;
-    sigemptyset(&block);
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
-      ::sigaction(sig, &sa, nullptr);
-      sigaddset(&block, sig);
-    }
-    sa.sa_handler = on_child;
-    ::sigaction(SIGCHLD, &sa, nullptr);
-    sigaddset(&block, SIGCHLD);
+  void watch_signals() {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) signals_.add(sig);
     ::signal(SIGPIPE, SIG_IGN);
-    // Signals arrive only inside ppoll, which waits with the original mask.
-    ::sigprocmask(SIG_BLOCK, &block, &wait_mask_);
-    sigdelset(&wait_mask_, SIGINT);
-    sigdelset(&wait_mask_, SIGTERM);
-    sigdelset(&wait_mask_, SIGHUP);
-    sigdelset(&wait_mask_, SIGQUIT);
-    sigdelset(&wait_mask_, SIGCHLD);
+    wait_for_signal();
+  }
+
+  void wait_for_signal() {
+    signals_.async_wait([this](boost::system::error_code ec, int sig) {
+      if (ec) return;
+      if (sig == SIGCHLD)
+        reap();
+      else
+        stop_signal(sig);
+      wait_for_signal();
+    });
   }
 
   bool running() const {
     for (const Remote& r : remotes_)
-      if (!r.status || r.out >= 0 || r.err >= 0) return true;
+      if (!r.status || r.out.is_open() || r.err.is_open()) return true;
     return false;
   }
 
-  void loop() {
-    while (running()) {
-      std::vector<pollfd> fds;
-      std::vector<std::pair<size_t, int>> which;
-      for (size_t i = 0; i < remotes_.size(); ++i) {
-        for (int stream : {1, 2}) {
-          const int fd = stream == 1 ? remotes_[i].out : remotes_[i].err;
-          if (fd < 0) continue;
-          fds.push_back({fd, POLLIN, 0});
-          which.emplace_back(i, stream);
-        }
-      }
-      timespec wait = timeout();
-      const int n = ::ppoll(fds.data(), fds.size(), &wait, &wait_mask_);
-      if (n < 0 && errno != EINTR) break;
-      handle_signals();
-      for (size_t k = 0; n > 0 && k < fds.size(); ++k)
-        if (fds[k].revents) drain(which[k].first, which[k].second);
-      reap();
-      emit(output_.due(Clock::now()));
-      check_deadlines();
-      heartbeat();
-    }
-    emit(output_.flush_all());
+  // Every ssh has been reaped and its output read to the end.
+  void end_if_over() {
+    if (running()) return;
+    signals_.cancel();
+    for (asio::steady_timer* t : {&heartbeat_, &dedup_, &failure_grace_, &kill_grace_}) t->cancel();
+    io_.stop();
   }
 
-  timespec timeout() const {
-    // Children are also checked every second: a SIGCHLD that came before ppoll is not lost.
-    auto until = Clock::now() + std::chrono::seconds(1);
-    if (auto due = output_.next_due()) until = std::min(until, *due);
-    for (const auto& d : {failure_deadline_, kill_deadline_})
-      if (d) until = std::min(until, *d);
-    until = std::min(until, next_heartbeat_);
-    const auto left = std::max(Clock::duration::zero(), until - Clock::now());
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
-    return timespec{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-  }
-
-  void handle_signals() {
-    const int count = g_signal_count;
-    if (count == seen_signals_) return;
-    seen_signals_ = count;
+  void stop_signal(int sig) {
     if (!interrupted_) {
-      interrupted_ = g_last_signal;
+      interrupted_ = sig;
       output_.stopping_every_host();
-      stop_all(fmt::format("received {}: stopping every host ({:g} s grace)",
-                           signal_name(g_last_signal), options_.shutdown_timeout));
+      stop_all(fmt::format("received {}: stopping every host ({:g} s grace)", signal_name(sig),
+                           options_.shutdown_timeout));
     } else {
       say(fmt::format("received {} again; cutting the ssh connections (each agent still stops "
                       "its workers)",
-                      signal_name(g_last_signal)),
+                      signal_name(sig)),
           Level::warning);
       kill_ssh(SIGTERM);
     }
@@ -213,32 +185,39 @@ class HostsRun {
     stopping_ = true;
     say(why);
     for (Remote& r : remotes_) {
-      if (r.in < 0) continue;
+      if (!r.in.is_open()) continue;
       if (interrupted_) send(r, stop_line(interrupted_));
-      ::close(r.in);
-      r.in = -1;
+      close(r.in);
     }
-    kill_deadline_ = Clock::now() +
-                     std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(options_.shutdown_timeout)) +
-                     std::chrono::seconds(15);
+    kill_grace_.expires_after(std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(options_.shutdown_timeout)) +
+                              std::chrono::seconds(15));
+    kill_grace_.async_wait([this](boost::system::error_code ec) {
+      if (ec) return;
+      say("agents still running after the grace; cutting their ssh connections", Level::warning);
+      kill_ssh(SIGKILL);
+    });
   }
 
-  // A line to an agent's standard input. A pipe that is full already holds a heartbeat; one
-  // whose ssh has ended takes nothing (SIGPIPE is ignored).
-  static void send(const Remote& r, const std::string& line) {
+  // A line to an agent's standard input, written now or not at all: the loop never waits on an
+  // ssh that stopped reading, and a line held back would hold back the close that stops the
+  // agent. A pipe that is full already holds a heartbeat; one whose ssh has ended takes nothing
+  // (SIGPIPE is ignored). The lines are shorter than PIPE_BUF: none is written in part.
+  static void send(Remote& r, const std::string& line) {
     ssize_t n;
-    do n = ::write(r.in, line.data(), line.size());
+    do n = ::write(r.in.native_handle(), line.data(), line.size());
     while (n < 0 && errno == EINTR);
   }
 
   // Every agent hears from the launcher within its timeout (hosts_plan.hpp).
-  void heartbeat() {
-    const auto now = Clock::now();
-    if (now < next_heartbeat_) return;
-    next_heartbeat_ = now + std::chrono::seconds(kHeartbeatSeconds);
-    for (const Remote& r : remotes_)
-      if (r.in >= 0) send(r, "\n");
+  void wait_for_heartbeat() {
+    heartbeat_.async_wait([this](boost::system::error_code ec) {
+      if (ec) return;
+      for (Remote& r : remotes_)
+        if (r.in.is_open()) send(r, "\n");
+      heartbeat_.expires_after(std::chrono::seconds(kHeartbeatSeconds));
+      wait_for_heartbeat();
+    });
   }
 
   void kill_ssh(int sig) {
@@ -246,34 +225,45 @@ class HostsRun {
       if (!r.status) ::kill(-r.pid, sig);
   }
 
-  void check_deadlines() {
-    const auto now = Clock::now();
-    if (failure_deadline_ && now >= *failure_deadline_) {
-      failure_deadline_.reset();
-      stop_all("the other agents did not end after the failure; stopping them");
-    }
-    if (kill_deadline_ && now >= *kill_deadline_) {
-      say("agents still running after the grace; cutting their ssh connections", Level::warning);
-      kill_ssh(SIGKILL);
-      kill_deadline_.reset();
-    }
+  static asio::posix::stream_descriptor& stream_of(Remote& r, int stream) {
+    return stream == 1 ? r.out : r.err;
   }
 
-  void drain(size_t i, int stream) {
-    Remote& r = remotes_[i];
-    int& fd = stream == 1 ? r.out : r.err;
-    char buffer[65536];
+  static void close(asio::posix::stream_descriptor& d) {
+    boost::system::error_code ignored;
+    d.close(ignored);
+  }
+
+  // Readiness, then the reads here (as the file timer's FIFO): no bytes are in flight in a read
+  // of asio's when an ssh is reaped, so that reap() takes all it left before saying how it ended.
+  void wait_for_output(size_t i, int stream) {
+    stream_of(remotes_[i], stream)
+        .async_wait(asio::posix::stream_descriptor::wait_read,
+                    [this, i, stream](boost::system::error_code ec) {
+                      auto& d = stream_of(remotes_[i], stream);
+                      if (ec || !d.is_open()) return;
+                      if (drain(i, stream)) wait_for_output(i, stream);
+                      end_if_over();
+                    });
+  }
+
+  // Reads what host `i`'s `stream` holds now; at its end, closes it. Whether it is still open.
+  bool drain(size_t i, int stream) {
+    auto& d = stream_of(remotes_[i], stream);
+    if (!d.is_open()) return false;
     for (;;) {
-      const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+      const ssize_t n = ::read(d.native_handle(), buffer_, sizeof(buffer_));
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EAGAIN) return;
+      if (n < 0 && errno == EAGAIN) return true;
       if (n <= 0) {
         emit(output_.close(i, stream, Clock::now()));
-        ::close(fd);
-        fd = -1;
-        return;
+        emit_due();
+        close(d);
+        return false;
       }
-      emit(output_.feed(i, stream, std::string_view(buffer, static_cast<size_t>(n)), Clock::now()));
+      emit(
+          output_.feed(i, stream, std::string_view(buffer_, static_cast<size_t>(n)), Clock::now()));
+      emit_due();
     }
   }
 
@@ -284,6 +274,21 @@ class HostsRun {
     }
   }
 
+  // --dedup: the held lines whose window has ended, and a timer for the next one.
+  void emit_due() {
+    emit(output_.due(Clock::now()));
+    const auto next = output_.next_due();
+    if (!next || next == dedup_due_) return;
+    dedup_due_ = next;
+    dedup_.expires_at(*next);
+    dedup_.async_wait([this](boost::system::error_code ec) {
+      if (ec) return;
+      dedup_due_.reset();
+      emit_due();
+    });
+  }
+
+  // SIGCHLD: every ssh that has ended (one signal may stand for several).
   void reap() {
     for (size_t i = 0; i < remotes_.size(); ++i) {
       Remote& r = remotes_[i];
@@ -295,9 +300,12 @@ class HostsRun {
       r.status = end.shell_code();
       r.killed_by = end.signal;
       // What the agent still wrote stays readable; its standard input is of no use any more.
-      if (r.in >= 0) ::close(r.in), r.in = -1;
+      close(r.in);
+      // Its output first: its last error line may be why it ended.
+      for (int stream : {1, 2}) drain(i, stream);
       ended(i);
     }
+    end_if_over();
   }
 
   void ended(size_t i) {
@@ -307,7 +315,12 @@ class HostsRun {
                        stopping_, interrupted_ != 0);
     for (const auto& [line, level] : v.lines) say(line, level);
     if (v.stop) stop_all(*v.stop);
-    if (v.failure_grace) failure_deadline_ = Clock::now() + kFailureGrace;
+    if (v.failure_grace) {
+      failure_grace_.expires_after(kFailureGrace);
+      failure_grace_.async_wait([this](boost::system::error_code ec) {
+        if (!ec) stop_all("the other agents did not end after the failure; stopping them");
+      });
+    }
   }
 
   int finish() {
@@ -321,15 +334,16 @@ class HostsRun {
   const HostsOptions& options_;
   std::vector<PlannedHost> hosts_;
   std::string self_;  // this trainrun, as each host is to run it
-  std::vector<Remote> remotes_;
   HostOutput output_;
   HostsOutcome outcome_;
-  sigset_t wait_mask_{};
-  int seen_signals_ = 0;
+  asio::io_context io_;
+  asio::signal_set signals_{io_};
+  asio::steady_timer heartbeat_{io_}, dedup_{io_}, failure_grace_{io_}, kill_grace_{io_};
+  std::optional<Clock::time_point> dedup_due_;  // when the dedup timer fires, while it waits
+  std::vector<Remote> remotes_;  // after io_: their descriptors are closed before it goes
+  char buffer_[65536];
   int interrupted_ = 0;
   bool stopping_ = false;
-  std::optional<Clock::time_point> failure_deadline_, kill_deadline_;
-  Clock::time_point next_heartbeat_ = Clock::now() + std::chrono::seconds(kHeartbeatSeconds);
 };
 
 std::vector<HostEntry> read_host_list(const HostsOptions& options) {
@@ -374,7 +388,6 @@ std::optional<rendezvous::HostPort> hosted_rendezvous(LaunchConfig config,
 // Whether something accepts a connection at `at` within a few seconds. No answer (a firewall, a
 // name only the hosts resolve) proves nothing: the agents find out themselves.
 bool answers(const rendezvous::HostPort& at) {
-  namespace asio = boost::asio;
   asio::io_context io;
   asio::ip::tcp::resolver resolver(io);
   asio::ip::tcp::socket socket(io);
