@@ -50,21 +50,34 @@ bool make_pipe(int fds[2]) {
   return false;
 }
 
-std::optional<std::string> find_program(const std::string& name, const std::string& path) {
-  if (name.find('/') != std::string::npos) return name;
+namespace {
+
+// Where `name` may be on `path` (colon-separated), in the order execvp tries: an empty entry is
+// the current directory.
+std::vector<std::string> path_candidates(const std::string& name, const std::string& path) {
+  std::vector<std::string> candidates;
   std::size_t start = 0;
   while (start <= path.size()) {
     std::size_t end = path.find(':', start);
     if (end == std::string::npos) end = path.size();
-    // An empty entry is the current directory, as execvp reads it.
     const std::string dir = end == start ? "." : path.substr(start, end - start);
-    const std::string candidate = dir + "/" + name;
-    struct stat st {};
-    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        ::access(candidate.c_str(), X_OK) == 0)
-      return candidate;
+    candidates.push_back(dir + "/" + name);
     start = end + 1;
   }
+  return candidates;
+}
+
+}  // namespace
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+std::optional<std::string> find_program(const std::string& name, const std::string& path) {
+  if (name.find('/') != std::string::npos) return name;
+  for (const std::string& candidate : path_candidates(name, path))
+    if (is_executable_file(candidate)) return candidate;
   return std::nullopt;
 }
 
@@ -89,14 +102,8 @@ int resolve_on_path(const std::string& name, std::string& resolved) {
     resolved = *found;
     return 0;
   }
-  std::size_t start = 0;
-  while (start <= search.size()) {
-    std::size_t end = search.find(':', start);
-    if (end == std::string::npos) end = search.size();
-    const std::string dir = end == start ? "." : search.substr(start, end - start);
-    if (::access((dir + "/" + name).c_str(), F_OK) == 0) return EACCES;
-    start = end + 1;
-  }
+  for (const std::string& candidate : path_candidates(name, search))
+    if (::access(candidate.c_str(), F_OK) == 0) return EACCES;
   return ENOENT;
 }
 

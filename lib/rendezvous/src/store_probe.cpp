@@ -1,11 +1,9 @@
 #include "store_probe.hpp"
 
-#include <boost/asio/connect.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 
 #include "trainrun/rendezvous/crypto.hpp"

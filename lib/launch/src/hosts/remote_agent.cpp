@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "trainrun/base/process.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/file_io.hpp"
 #include "trainrun/launch/hosts/hosts_plan.hpp"

@@ -78,10 +78,6 @@ EntrypointError exec_error(const std::string& program, int err) {
   }
 }
 
-bool is_executable_file(const std::string& path) {
-  return is_regular(path) && ::access(path.c_str(), X_OK) == 0;
-}
-
 ResolvedEntry resolve_entrypoint(const LaunchConfig& config,
                                  const std::map<std::string, std::string>& env) {
   ResolvedEntry r{config, ""};

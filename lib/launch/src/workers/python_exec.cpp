@@ -6,6 +6,7 @@
 
 #include <chrono>
 
+#include "trainrun/base/process.hpp"
 #include "trainrun/base/text.hpp"
 #include "trainrun/launch/workers/entrypoint.hpp"
 #include "trainrun/stacks/tool_run.hpp"

@@ -113,6 +113,9 @@ std::optional<ExitStatus> wait_for_exit(pid_t pid);
 // errno set when none can be made.
 bool make_pipe(int fds[2]);
 
+// Whether `path` is a regular file (a link to one counts) this process may execute.
+bool is_executable_file(const std::string& path);
+
 // `name` looked up in `path` (colon-separated, as PATH) as execvp does: the first executable
 // regular file (an empty entry is the current directory); `name` itself when it holds a '/';
 // nothing when there is none.

@@ -14,9 +14,6 @@ namespace trainrun::launch {
 // a non-executable file without --no-python is handed to Python, as torchrun does. Returns the
 // config with entry_mode settled and `program` set to the path for execve; throws
 // EntrypointError when the entrypoint cannot be run.
-// Whether `path` is a regular file (a link to one counts) this process may execute.
-bool is_executable_file(const std::string& path);
-
 struct ResolvedEntry {
   LaunchConfig config;
   std::string program;
