@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "trainrun/base/system.hpp"
+
 extern char** environ;
 
 namespace trainrun {
@@ -280,16 +282,9 @@ Child spawn(const SpawnRequest& request) {
 
 int wait_for_exec(Child& child) {
   int exec_errno = 0;
-  std::size_t got = 0;
-  char* at = reinterpret_cast<char*>(&exec_errno);
-  while (got < sizeof exec_errno) {
-    const ssize_t n = ::read(child.exec_report, at + got, sizeof exec_errno - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<std::size_t>(n);
-  }
+  const bool failed = read_exactly(child.exec_report, &exec_errno, sizeof exec_errno);
   close_fd(child.exec_report);
-  return got == sizeof exec_errno ? exec_errno : 0;
+  return failed ? exec_errno : 0;
 }
 
 pid_t run_in_child(int (*body)(void*), void* arg) {

@@ -44,6 +44,9 @@ std::string self_exe();
 // a device or a file too long.
 std::optional<std::string> read_file(const std::string& path);
 
+// Reads exactly `size` bytes from `fd`, retrying on EINTR. False on end of file or error.
+bool read_exactly(int fd, void* data, std::size_t size);
+
 // Everything the descriptor `fd` gives until its end or a read error (a pipe, a file); `fd`
 // stays open.
 std::string read_all(int fd);

@@ -9,9 +9,6 @@ namespace trainrun::launch {
 // Writes all of `data` to `fd`, retrying on EINTR and waiting out EAGAIN. False on error.
 bool write_all(int fd, const char* data, std::size_t size);
 
-// Reads exactly `size` bytes from `fd`, retrying on EINTR. False on end of file or error.
-bool read_exactly(int fd, void* data, std::size_t size);
-
 // Writes `text` to `path` as a whole or not at all: a temporary file in the same directory,
 // then rename. Throws SetupError naming the path and the reason.
 void write_file_atomically(const std::string& path, const std::string& text);
