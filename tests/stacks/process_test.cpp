@@ -1,5 +1,7 @@
 // The collector against real processes, each left running and then told to end (its stdin
 // closed): it must end normally, so no collection may leave it stopped or traced.
+#include "trainrun/base/process.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -16,7 +18,6 @@
 #include <thread>
 
 #include "test_support.hpp"
-#include "trainrun/base/process.hpp"
 #include "trainrun/stacks/collect.hpp"
 #include "trainrun/stacks/proc.hpp"
 
@@ -141,6 +142,20 @@ void check_running(pid_t pid) {
   CHECK(state->tracer == 0);
 }
 
+// A py-spy in `dir` that stops its target (called as: py-spy dump --pid PID ...), starts a child
+// that sleeps, writes the child's pid to `sleeper` (whole, by a rename) and hangs.
+void write_stopping_py_spy(const std::string& dir, const std::string& sleeper) {
+  {
+    std::ofstream script(dir + "/py-spy");
+    script << "#!/bin/sh\n"
+              "kill -STOP \"$3\"\n"
+              "sleep 600 &\n"
+              "echo $! > '"
+           << sleeper << ".tmp' && mv '" << sleeper << ".tmp' '" << sleeper << "'\nwait\n";
+  }
+  REQUIRE(::chmod((dir + "/py-spy").c_str(), 0755) == 0);
+}
+
 // A pid a tool wrote to `file` once it had started its child.
 pid_t read_pid(const std::string& file) {
   std::ifstream in(file);
@@ -234,16 +249,7 @@ TEST_CASE("a tool that stops its target and hangs is cut off, and the target con
   Target target = python_target();
   const std::string dir = trainrun::test::make_temp_dir("stacks-hang");
   const std::string sleeper = dir + "/sleeper.pid";
-  {
-    std::ofstream script(dir + "/py-spy");
-    script << "#!/bin/sh\n"
-              "# Called as: py-spy dump --pid PID ...\n"
-              "kill -STOP \"$3\"\n"
-              "sleep 600 &\n"
-              "echo $! > '"
-           << sleeper << "'\nwait\n";
-  }
-  REQUIRE(::chmod((dir + "/py-spy").c_str(), 0755) == 0);
+  write_stopping_py_spy(dir, sleeper);
   CollectOptions options;
   options.path = dir;
   options.timeout = std::chrono::seconds(3);
@@ -264,17 +270,11 @@ TEST_CASE(
   const std::string dir = trainrun::test::make_temp_dir("stacks-stop");
   const std::string sleeper = dir + "/sleeper.pid";
   const std::string eu_stack_ran = dir + "/eu-stack.ran";
+  write_stopping_py_spy(dir, sleeper);
   {
-    std::ofstream script(dir + "/py-spy");
-    script << "#!/bin/sh\n"
-              "kill -STOP \"$3\"\n"
-              "sleep 600 &\n"
-              "echo $! > '"
-           << sleeper << ".tmp' && mv '" << sleeper << ".tmp' '" << sleeper << "'\nwait\n";
     std::ofstream fallback(dir + "/eu-stack");
     fallback << "#!/bin/sh\ntouch '" << eu_stack_ran << "'\nexit 1\n";
   }
-  REQUIRE(::chmod((dir + "/py-spy").c_str(), 0755) == 0);
   REQUIRE(::chmod((dir + "/eu-stack").c_str(), 0755) == 0);
   std::atomic<bool> stop{false};
   CollectOptions options;
