@@ -3,7 +3,7 @@
 #include <stdexcept>
 
 #include "fuzz_util.hpp"
-#include "trainrun/launch/workers/failure.hpp"
+#include "trainrun/launch/core/failure.hpp"
 
 using namespace trainrun::launch;
 

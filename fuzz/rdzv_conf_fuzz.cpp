@@ -1,7 +1,7 @@
 // --rdzv-conf KEY=VALUE,...
+#include "cli/option_values.hpp"
 #include "fuzz_util.hpp"
-#include "trainrun/launch/cli/option_values.hpp"
-#include "trainrun/launch/rendezvous/rendezvous_options.hpp"
+#include "trainrun/launch/rdzv/rendezvous_options.hpp"
 
 using namespace trainrun::launch;
 

@@ -1,6 +1,6 @@
 // --redirects / --tee: one value or a per-rank map.
+#include "cli/option_values.hpp"
 #include "fuzz_util.hpp"
-#include "trainrun/launch/cli/option_values.hpp"
 
 using namespace trainrun::launch;
 

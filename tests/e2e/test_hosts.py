@@ -459,6 +459,35 @@ def test_a_remote_agent_of_another_version_names_both(tmp_path):
     assert "the launching machine trainrun 0.0.0-other; install the same version" in r.stderr
 
 
+
+@pytest.mark.parametrize("stdin", ["closed", "terminal", "too_long"])
+def test_a_remote_agent_without_its_handover_says_why(tmp_path, stdin):
+    """The handover is read before the job and its event loop exist (it carries the token and
+    the environment the command line is read with): one bounded read, each way it can go wrong
+    said in one line."""
+    version = run(["--version"]).stdout.split()[-1]
+    opened = []
+    if stdin == "closed":
+        source, needle = subprocess.DEVNULL, "standard input closed before the launcher's handover"
+    elif stdin == "terminal":
+        leader, follower = os.openpty()
+        opened += [leader, follower]
+        source, needle = follower, "standard input is a terminal"
+    else:
+        long_line = tmp_path / "handover"
+        long_line.write_bytes(b"x" * (1 << 20) + b"\n")
+        source, needle = open(long_line, "rb"), "the handover on standard input is too long"
+        opened.append(source)
+    try:
+        r = run([f"--remote-agent={version}", "x"], stdin=source)
+    finally:
+        for f in opened:
+            f.close() if hasattr(f, "close") else os.close(f)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trainrun: "), r.stderr
+    assert needle in lines[0], r.stderr
+
 WHICH_PYTHON = ("import os, sys\n"
                 "open(os.path.join(sys.argv[1], os.environ['RANK']), 'w').write(sys.executable)\n")
 

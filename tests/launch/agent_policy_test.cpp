@@ -11,6 +11,7 @@
 
 using namespace trainrun::launch;
 using trainrun::ExitStatus;
+using trainrun::signal_name;
 namespace rendezvous = trainrun::rendezvous;
 using std::chrono::seconds;
 using Lines = std::vector<std::string>;

@@ -2,10 +2,10 @@
 #include <catch2/catch.hpp>
 #include <csignal>
 
+#include "cli/option_values.hpp"
 #include "parse_helpers.hpp"
 #include "trainrun/launch/cli/cli_docs.hpp"
 #include "trainrun/launch/cli/command_line.hpp"
-#include "trainrun/launch/cli/option_values.hpp"
 #include "trainrun/launch/workers/entrypoint.hpp"
 #include "trainrun/launch/workers/worker_count.hpp"
 

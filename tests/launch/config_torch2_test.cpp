@@ -1,9 +1,9 @@
 // The options and behaviours that torchrun 2.x added, as the parser sees them.
 #include <catch2/catch.hpp>
 
+#include "cli/option_values.hpp"
 #include "parse_helpers.hpp"
 #include "trainrun/launch/cli/command_line.hpp"
-#include "trainrun/launch/cli/option_values.hpp"
 
 using namespace trainrun::launch;
 using trainrun::test::outcome;

@@ -1,4 +1,4 @@
-#include "trainrun/launch/workers/failure.hpp"
+#include "trainrun/launch/core/failure.hpp"
 
 #include <catch2/catch.hpp>
 #include <csignal>
@@ -38,16 +38,6 @@ TEST_CASE("error file timestamps that are no time are ignored") {
   ProcessFailure f;
   f.timestamp = 1e300;
   CHECK(format_failure_summary("job", {f}).find("<invalid time>") != std::string::npos);
-}
-
-TEST_CASE("exit statuses") {
-  ExitStatus s{0, SIGKILL};
-  CHECK(s.failed());
-  CHECK(s.shell_code() == 137);
-  CHECK(ExitStatus{3, 0}.shell_code() == 3);
-  CHECK_FALSE(ExitStatus{}.failed());
-  CHECK(signal_name(SIGSEGV) == "SIGSEGV");
-  CHECK(signal_name(60) == "SIG60");
 }
 
 TEST_CASE("root cause is the earliest failure") {

@@ -1,10 +1,10 @@
-#include "trainrun/launch/hosts/host_output.hpp"
+#include "hosts/host_output.hpp"
 
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
-#include "trainrun/launch/hosts/hosts_plan.hpp"
+#include "hosts/hosts_plan.hpp"
 
 using namespace trainrun::launch;
 

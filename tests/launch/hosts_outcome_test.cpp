@@ -1,4 +1,4 @@
-#include "trainrun/launch/hosts/hosts_outcome.hpp"
+#include "hosts/hosts_outcome.hpp"
 
 #include <catch2/catch.hpp>
 #include <csignal>

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "hosts/hosts_plan.hpp"
+#include "hosts/line_dedup.hpp"
 #include "parse_helpers.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/hosts/host_list.hpp"
-#include "trainrun/launch/hosts/hosts_plan.hpp"
-#include "trainrun/launch/hosts/line_dedup.hpp"
 #include "trainrun/launch/hosts/remote_agent.hpp"
 
 using namespace trainrun::launch;

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <string>
 
+#include "cli/option_values.hpp"
 #include "test_support.hpp"
-#include "trainrun/launch/cli/option_values.hpp"
 
 using namespace trainrun::launch;
 

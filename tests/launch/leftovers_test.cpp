@@ -1,13 +1,14 @@
-#include "trainrun/launch/workers/leftovers.hpp"
+#include "workers/leftovers.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 
-#include "trainrun/launch/workers/processes.hpp"
+#include "trainrun/base/processes.hpp"
 
 using namespace trainrun::launch;
+using trainrun::group_members;
 
 TEST_CASE("a process is named by its pid and command line", "[leftovers]") {
   const std::string me = describe_process(getpid());

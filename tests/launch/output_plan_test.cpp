@@ -2,7 +2,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "trainrun/launch/cli/option_values.hpp"
+#include "cli/option_values.hpp"
 
 using namespace trainrun::launch;
 

@@ -1,5 +1,4 @@
 #include "trainrun/base/process.hpp"
-#include "trainrun/base/system.hpp"
 
 #include <signal.h>
 #include <unistd.h>
@@ -9,6 +8,8 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+
+#include "trainrun/base/system.hpp"
 
 using namespace trainrun;
 
@@ -89,6 +90,18 @@ TEST_CASE("a name found on PATH runs, with the environment asked for", "[process
   CHECK(status->code == 3);
   CHECK(status->shell_code() == 3);
   CHECK(status->failed());
+}
+
+TEST_CASE("exit statuses, their shell codes and their words", "[process]") {
+  ExitStatus s{0, SIGKILL};
+  CHECK(s.failed());
+  CHECK(s.shell_code() == 137);
+  CHECK(ExitStatus{3, 0}.shell_code() == 3);
+  CHECK_FALSE(ExitStatus{}.failed());
+  CHECK(signal_name(SIGSEGV) == "SIGSEGV");
+  CHECK(signal_name(60) == "SIG60");
+  CHECK(describe_exit(s) == "was killed by SIGKILL");
+  CHECK(describe_exit(ExitStatus{3, 0}) == "exited with code 3");
 }
 
 TEST_CASE("a child killed by signal N ends with shell code 128+N", "[process]") {

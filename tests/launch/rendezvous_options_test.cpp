@@ -1,4 +1,4 @@
-#include "trainrun/launch/rendezvous/rendezvous_options.hpp"
+#include "trainrun/launch/rdzv/rendezvous_options.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include "parse_helpers.hpp"
 #include "test_support.hpp"
 #include "trainrun/launch/cli/command_line.hpp"
-#include "trainrun/launch/rendezvous/rendezvous_token.hpp"
+#include "trainrun/launch/rdzv/rendezvous_token.hpp"
 
 using namespace trainrun::launch;
 using namespace trainrun::rendezvous;

@@ -1,4 +1,4 @@
-#include "trainrun/launch/workers/spawn.hpp"
+#include "workers/spawn.hpp"
 
 #include <fcntl.h>
 #include <signal.h>

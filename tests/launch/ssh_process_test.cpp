@@ -1,4 +1,4 @@
-#include "trainrun/launch/hosts/ssh_process.hpp"
+#include "hosts/ssh_process.hpp"
 
 #include <poll.h>
 #include <unistd.h>

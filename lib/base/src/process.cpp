@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <utility>
 
 #include "trainrun/base/system.hpp"
 
@@ -25,6 +26,24 @@ ExitStatus ExitStatus::from_wait(int status) {
   else if (WIFEXITED(status))
     s.code = WEXITSTATUS(status);
   return s;
+}
+
+std::string signal_name(int signal) {
+  static const std::pair<int, const char*> names[] = {
+      {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+      {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+      {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+      {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGCHLD, "SIGCHLD"},
+      {SIGCONT, "SIGCONT"}, {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"}, {SIGXCPU, "SIGXCPU"},
+      {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"}};
+  for (const auto& [n, name] : names)
+    if (n == signal) return name;
+  return "SIG" + std::to_string(signal);
+}
+
+std::string describe_exit(const ExitStatus& status) {
+  if (status.signal != 0) return "was killed by " + signal_name(status.signal);
+  return "exited with code " + std::to_string(status.code);
 }
 
 std::vector<int> all_signals() {

@@ -7,7 +7,7 @@
 #include <functional>
 
 #include "trainrun/base/wording.hpp"
-#include "trainrun/launch/workers/failure.hpp"
+#include "trainrun/launch/core/failure.hpp"
 
 namespace trainrun::launch {
 

@@ -10,7 +10,7 @@
 #include "trainrun/launch/agent/file_timer.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/output/output_plan.hpp"
-#include "trainrun/launch/workers/failure.hpp"
+#include "trainrun/launch/core/failure.hpp"
 
 namespace trainrun::launch {
 

@@ -14,7 +14,7 @@
 
 #include "trainrun/base/system.hpp"
 #include "trainrun/launch/core/errors.hpp"
-#include "trainrun/launch/workers/failure.hpp"
+#include "trainrun/launch/core/failure.hpp"
 #include "trainrun/stacks/collect.hpp"
 #include "trainrun/stacks/groups.hpp"
 

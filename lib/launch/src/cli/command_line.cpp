@@ -11,16 +11,16 @@
 #include <set>
 #include <stdexcept>
 
+#include "option_values.hpp"
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/text.hpp"
 #include "trainrun/base/wording.hpp"
 #include "trainrun/launch/cli/cli_docs.hpp"
 #include "trainrun/launch/cli/config_file.hpp"
-#include "trainrun/launch/cli/option_values.hpp"
 #include "trainrun/launch/clusters/slurm.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/hosts/host_list.hpp"
-#include "trainrun/launch/rendezvous/rendezvous_options.hpp"
+#include "trainrun/launch/rdzv/rendezvous_options.hpp"
 #include "trainrun/launch/version.hpp"
 #include "trainrun/rendezvous/endpoint.hpp"
 #include "trainrun/rendezvous/messages.hpp"

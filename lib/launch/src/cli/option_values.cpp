@@ -1,15 +1,17 @@
-#include "trainrun/launch/cli/option_values.hpp"
+#include "option_values.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cctype>
 #include <csignal>
 #include <cstdint>
 
 #include "trainrun/base/numbers.hpp"
+#include "trainrun/base/process.hpp"
 #include "trainrun/base/text.hpp"
 #include "trainrun/launch/core/errors.hpp"
-#include "trainrun/launch/rendezvous/rendezvous_options.hpp"
+#include "trainrun/launch/rdzv/rendezvous_options.hpp"
 
 namespace trainrun::launch {
 
@@ -23,10 +25,9 @@ const std::map<std::string, WorkerCount::Kind> kWorkerCountWords = {
     {"xpu", WorkerCount::Kind::xpu},
     {"auto", WorkerCount::Kind::automatic}};
 
-const std::vector<std::pair<const char*, int>> kSignalNames = {
-    {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},
-    {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2},
-    {"SIGCONT", SIGCONT}, {"SIGALRM", SIGALRM}, {"SIGXCPU", SIGXCPU}};
+// The signals --signals-to-forward and the stop signals may name.
+constexpr int kHandledSignals[] = {SIGTERM, SIGINT,  SIGHUP,  SIGQUIT, SIGUSR1,
+                                   SIGUSR2, SIGCONT, SIGALRM, SIGXCPU};
 
 }  // namespace
 
@@ -138,12 +139,13 @@ int parse_signal_name(const std::string& name, const std::string& what) {
   std::string upper;
   for (char c : trim(name)) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (upper.rfind("SIG", 0) != 0) upper = "SIG" + upper;
-  for (const auto& [n, v] : kSignalNames)
-    if (upper == n) return v;
-  fail(
-      fmt::format("{}: '{}' is not a signal trainrun handles (SIGTERM, SIGINT, SIGHUP, SIGQUIT, "
-                  "SIGUSR1, SIGUSR2, SIGCONT, SIGALRM, SIGXCPU)",
-                  what, name));
+  std::vector<std::string> names;
+  for (int sig : kHandledSignals) {
+    if (upper == signal_name(sig)) return sig;
+    names.push_back(signal_name(sig));
+  }
+  fail(fmt::format("{}: '{}' is not a signal trainrun handles ({})", what, name,
+                   fmt::join(names, ", ")));
 }
 
 std::vector<std::string> parse_filter_list(const std::string& value) {
@@ -200,9 +202,7 @@ std::string rank_list_text(const std::vector<int>& ranks) {
 
 std::string signal_list_text(const std::vector<int>& signals) {
   std::string text;
-  for (int sig : signals)
-    for (const auto& [name, value] : kSignalNames)
-      if (sig == value) text += (text.empty() ? "" : ",") + std::string(name);
+  for (int sig : signals) text += (text.empty() ? "" : ",") + signal_name(sig);
   return text;
 }
 

@@ -1,8 +1,8 @@
-#include "trainrun/launch/hosts/host_output.hpp"
+#include "host_output.hpp"
 
 #include <cctype>
 
-#include "trainrun/launch/hosts/hosts_plan.hpp"
+#include "hosts_plan.hpp"
 
 namespace trainrun::launch {
 

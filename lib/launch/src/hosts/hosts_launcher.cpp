@@ -19,19 +19,19 @@
 #include <optional>
 #include <vector>
 
+#include "host_output.hpp"
+#include "hosts_outcome.hpp"
+#include "hosts_plan.hpp"
+#include "ssh_process.hpp"
 #include "trainrun/base/process.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/core/failure.hpp"
 #include "trainrun/launch/core/file_io.hpp"
 #include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/hosts/host_list.hpp"
-#include "trainrun/launch/hosts/host_output.hpp"
-#include "trainrun/launch/hosts/hosts_outcome.hpp"
-#include "trainrun/launch/hosts/hosts_plan.hpp"
-#include "trainrun/launch/hosts/ssh_process.hpp"
-#include "trainrun/launch/rendezvous/rendezvous_options.hpp"
+#include "trainrun/launch/rdzv/rendezvous_options.hpp"
 #include "trainrun/launch/version.hpp"
-#include "trainrun/launch/workers/failure.hpp"
 #include "trainrun/launch/workers/python_exec.hpp"
 
 namespace trainrun::launch {

@@ -1,9 +1,9 @@
-#include "trainrun/launch/hosts/hosts_outcome.hpp"
+#include "hosts_outcome.hpp"
 
 #include <fmt/format.h>
 
 #include "trainrun/base/process.hpp"
-#include "trainrun/launch/workers/failure.hpp"
+#include "trainrun/launch/core/failure.hpp"
 
 namespace trainrun::launch {
 

@@ -1,4 +1,4 @@
-#include "trainrun/launch/hosts/hosts_plan.hpp"
+#include "hosts_plan.hpp"
 
 #include <fmt/format.h>
 #include <signal.h>
@@ -10,7 +10,7 @@
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/text.hpp"
 #include "trainrun/launch/core/errors.hpp"
-#include "trainrun/launch/rendezvous/rendezvous_token.hpp"
+#include "trainrun/launch/rdzv/rendezvous_token.hpp"
 
 namespace trainrun::launch {
 

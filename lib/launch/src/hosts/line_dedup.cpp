@@ -1,4 +1,4 @@
-#include "trainrun/launch/hosts/line_dedup.hpp"
+#include "line_dedup.hpp"
 
 #include <algorithm>
 

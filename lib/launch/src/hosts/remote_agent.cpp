@@ -12,10 +12,10 @@
 #include <chrono>
 #include <cstring>
 
+#include "hosts_plan.hpp"
 #include "trainrun/base/process.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/file_io.hpp"
-#include "trainrun/launch/hosts/hosts_plan.hpp"
 #include "trainrun/launch/version.hpp"
 #include "trainrun/launch/workers/entrypoint.hpp"
 

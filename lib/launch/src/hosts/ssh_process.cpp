@@ -1,4 +1,4 @@
-#include "trainrun/launch/hosts/ssh_process.hpp"
+#include "ssh_process.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -14,11 +14,11 @@
 #include <nlohmann/json.hpp>
 
 #include "trainrun/base/numbers.hpp"
+#include "trainrun/base/processes.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/file_io.hpp"
 #include "trainrun/launch/rollcall/job_registry.hpp"
 #include "trainrun/launch/rollcall/roll_call.hpp"
-#include "trainrun/launch/workers/processes.hpp"
 
 namespace trainrun::launch {
 

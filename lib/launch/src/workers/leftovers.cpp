@@ -1,4 +1,4 @@
-#include "trainrun/launch/workers/leftovers.hpp"
+#include "leftovers.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "trainrun/launch/workers/spawn.hpp"
+#include "spawn.hpp"
 
 #include <signal.h>
 

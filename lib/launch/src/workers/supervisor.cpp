@@ -9,11 +9,11 @@
 #include <cerrno>
 #include <optional>
 
+#include "leftovers.hpp"
+#include "spawn.hpp"
+#include "trainrun/base/processes.hpp"
 #include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/workers/entrypoint.hpp"
-#include "trainrun/launch/workers/leftovers.hpp"
-#include "trainrun/launch/workers/processes.hpp"
-#include "trainrun/launch/workers/spawn.hpp"
 #include "trainrun/launch/workers/worker_count.hpp"
 
 namespace trainrun::launch {

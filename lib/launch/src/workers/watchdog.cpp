@@ -13,10 +13,10 @@
 #include <string_view>
 
 #include "trainrun/base/process.hpp"
+#include "trainrun/base/processes.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/launch/core/file_io.hpp"
 #include "trainrun/launch/workers/cgroup.hpp"
-#include "trainrun/launch/workers/processes.hpp"
 
 extern char** environ;
 

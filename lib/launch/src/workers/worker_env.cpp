@@ -10,7 +10,7 @@
 #include "trainrun/base/text.hpp"
 #include "trainrun/base/wording.hpp"
 #include "trainrun/launch/core/errors.hpp"
-#include "trainrun/launch/rendezvous/rendezvous_token.hpp"
+#include "trainrun/launch/rdzv/rendezvous_token.hpp"
 #include "trainrun/launch/workers/flight_recorder.hpp"
 
 extern char** environ;

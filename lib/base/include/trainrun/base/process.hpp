@@ -26,6 +26,12 @@ struct ExitStatus {
   static ExitStatus from_wait(int status);
 };
 
+// "SIGKILL" for 9, "SIG42" for numbers without a name here.
+std::string signal_name(int signal);
+
+// How a process ended, as a sentence's end: "exited with code 3", "was killed by SIGKILL".
+std::string describe_exit(const ExitStatus& status);
+
 // Where one of a child's standard streams (0, 1, 2) comes from.
 struct Stdio {
   enum class Kind { inherit, fd, null, pipe };

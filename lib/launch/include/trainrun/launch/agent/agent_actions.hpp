@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "trainrun/launch/core/log.hpp"
-#include "trainrun/launch/workers/failure.hpp"
+#include "trainrun/launch/core/failure.hpp"
 #include "trainrun/launch/workers/worker_env.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 

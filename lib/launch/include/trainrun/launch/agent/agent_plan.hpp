@@ -6,7 +6,7 @@
 #include <string>
 
 #include "trainrun/launch/core/launch_config.hpp"
-#include "trainrun/launch/rendezvous/rendezvous_options.hpp"
+#include "trainrun/launch/rdzv/rendezvous_options.hpp"
 #include "trainrun/launch/workers/supervisor.hpp"
 #include "trainrun/launch/workers/worker_env.hpp"
 #include "trainrun/rendezvous/messages.hpp"

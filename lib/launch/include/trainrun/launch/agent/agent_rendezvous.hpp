@@ -8,7 +8,7 @@
 #include <string>
 
 #include "trainrun/launch/core/launch_config.hpp"
-#include "trainrun/launch/rendezvous/rendezvous_options.hpp"
+#include "trainrun/launch/rdzv/rendezvous_options.hpp"
 #include "trainrun/launch/rollcall/roll_call.hpp"
 #include "trainrun/rendezvous/client.hpp"
 #include "trainrun/rendezvous/handler.hpp"

@@ -10,7 +10,7 @@
 #include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/rollcall/hang_watch.hpp"
 #include "trainrun/launch/rollcall/roll_call.hpp"
-#include "trainrun/launch/workers/failure.hpp"
+#include "trainrun/launch/core/failure.hpp"
 
 namespace trainrun::launch {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "trainrun/launch/agent/agent_actions.hpp"
-#include "trainrun/launch/workers/failure.hpp"
+#include "trainrun/launch/core/failure.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 
 namespace trainrun::launch {

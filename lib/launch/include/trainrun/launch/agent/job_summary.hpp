@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "trainrun/launch/workers/failure.hpp"
+#include "trainrun/launch/core/failure.hpp"
 #include "trainrun/launch/workers/worker_env.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 

@@ -4,7 +4,7 @@
 
 #include "trainrun/launch/agent/agent_actions.hpp"
 #include "trainrun/launch/agent/attempt_failures.hpp"
-#include "trainrun/launch/workers/failure.hpp"
+#include "trainrun/launch/core/failure.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 
 namespace trainrun::launch {

@@ -41,7 +41,7 @@ struct TokenSource {
 };
 
 // --rdzv-conf, checked once when the command line is parsed (check_rdzv_conf in
-// rendezvous/rendezvous_options.hpp): each key's value of its type and in its range; keys not
+// rdzv/rendezvous_options.hpp): each key's value of its type and in its range; keys not
 // given are empty (the rendezvous library's defaults apply). Liveness is resolved there because
 // its keys depend on each other.
 struct RendezvousConf {

@@ -6,8 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "trainrun/launch/core/failure.hpp"
 #include "trainrun/launch/core/launch_config.hpp"
-#include "trainrun/launch/workers/failure.hpp"
 
 namespace trainrun::launch {
 

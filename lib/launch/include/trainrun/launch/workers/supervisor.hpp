@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/core/failure.hpp"
 #include "trainrun/launch/output/console.hpp"
 #include "trainrun/launch/output/group_output.hpp"
 #include "trainrun/launch/output/output_plan.hpp"
 #include "trainrun/launch/workers/cgroup.hpp"
-#include "trainrun/launch/workers/failure.hpp"
 #include "trainrun/launch/workers/watchdog.hpp"
 
 namespace trainrun::launch {
@@ -25,7 +25,7 @@ namespace trainrun::launch {
 // Everything needed to start one worker process.
 struct WorkerLaunch {
   int local_rank = 0;
-  int rank = 0;  // its global rank, for the launcher's own lines about it
+  int rank = 0;         // its global rank, for the launcher's own lines about it
   std::string program;  // path handed to execve (already resolved)
   std::vector<std::string> argv;
   std::vector<std::string> envp;  // "NAME=value"

@@ -1,4 +1,4 @@
-#include "trainrun/launch/rendezvous/rendezvous_token.hpp"
+#include "trainrun/launch/rdzv/rendezvous_token.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "trainrun/launch/hosts/line_dedup.hpp"
+#include "line_dedup.hpp"
 
 namespace trainrun::launch {
 

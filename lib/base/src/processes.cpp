@@ -1,14 +1,14 @@
-#include "trainrun/launch/workers/processes.hpp"
+#include "trainrun/base/processes.hpp"
 
 #include <dirent.h>
 
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "trainrun/base/numbers.hpp"
+#include "trainrun/base/system.hpp"
 
-namespace trainrun::launch {
+namespace trainrun {
 
 std::vector<pid_t> process_ids() {
   std::vector<pid_t> out;
@@ -23,16 +23,15 @@ std::vector<pid_t> process_ids() {
 }
 
 std::optional<ProcessStat> process_stat(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return std::nullopt;
+  const std::optional<std::string> line = read_file("/proc/" + std::to_string(pid) + "/stat");
+  if (!line) return std::nullopt;
   // The fields after the command name, which sits in parentheses and may hold anything.
-  const auto close_paren = line.rfind(')');
+  const auto close_paren = line->rfind(')');
   if (close_paren == std::string::npos) return std::nullopt;
   ProcessStat s;
   int parent = 0;
   int group = 0;
-  if (std::sscanf(line.c_str() + close_paren + 1, " %c %d %d", &s.state, &parent, &group) != 3)
+  if (std::sscanf(line->c_str() + close_paren + 1, " %c %d %d", &s.state, &parent, &group) != 3)
     return std::nullopt;
   s.parent = static_cast<pid_t>(parent);
   s.group = static_cast<pid_t>(group);
@@ -61,4 +60,4 @@ std::vector<pid_t> live_children(pid_t parent) {
   return live_processes([parent](const ProcessStat& s) { return s.parent == parent; });
 }
 
-}  // namespace trainrun::launch
+}  // namespace trainrun

@@ -74,10 +74,4 @@ std::string format_failure_summary(const std::string& title,
                                    size_t max_bytes = 0, std::optional<size_t> root = {},
                                    size_t not_relayed = 0);
 
-// "SIGKILL" for 9, "SIG42" for unknown numbers.
-std::string signal_name(int signal);
-
-// How a process ended, as a sentence's end: "exited with code 3", "was killed by SIGKILL".
-std::string describe_exit(const ExitStatus& status);
-
 }  // namespace trainrun::launch

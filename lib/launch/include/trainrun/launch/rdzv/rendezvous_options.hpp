@@ -6,7 +6,7 @@
 #include <string>
 
 #include "trainrun/launch/core/rendezvous_conf.hpp"
-#include "trainrun/launch/rendezvous/rendezvous_token.hpp"
+#include "trainrun/launch/rdzv/rendezvous_token.hpp"
 #include "trainrun/rendezvous/handler.hpp"
 #include "trainrun/rendezvous/options.hpp"
 

@@ -5,7 +5,7 @@
 #include <optional>
 #include <vector>
 
-namespace trainrun::launch {
+namespace trainrun {
 
 // The kernel's process table, read from /proc: the one place trainrun and its watchdog parse it.
 
@@ -28,4 +28,4 @@ std::vector<pid_t> group_members(pid_t pgid);
 // The live children of process `parent` (zombies left out).
 std::vector<pid_t> live_children(pid_t parent);
 
-}  // namespace trainrun::launch
+}  // namespace trainrun

@@ -1,4 +1,4 @@
-#include "trainrun/launch/workers/failure.hpp"
+#include "trainrun/launch/core/failure.hpp"
 
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -107,24 +107,6 @@ std::optional<ErrorFileContents> read_error_file(const std::string& path, std::s
 
 size_t root_cause_index(const std::vector<ProcessFailure>& failures) {
   return rendezvous::root_cause_index(failures);
-}
-
-std::string signal_name(int signal) {
-  static const std::pair<int, const char*> names[] = {
-      {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
-      {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
-      {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
-      {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGCHLD, "SIGCHLD"},
-      {SIGCONT, "SIGCONT"}, {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"}, {SIGXCPU, "SIGXCPU"},
-      {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"}};
-  for (const auto& [n, name] : names)
-    if (n == signal) return name;
-  return fmt::format("SIG{}", signal);
-}
-
-std::string describe_exit(const ExitStatus& status) {
-  if (status.signal != 0) return "was killed by " + signal_name(status.signal);
-  return fmt::format("exited with code {}", status.code);
 }
 
 namespace {

@@ -1,4 +1,4 @@
-#include "trainrun/launch/rendezvous/rendezvous_options.hpp"
+#include "trainrun/launch/rdzv/rendezvous_options.hpp"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/launch_config.hpp"
-#include "trainrun/launch/rendezvous/rendezvous_token.hpp"
+#include "trainrun/launch/rdzv/rendezvous_token.hpp"
 #include "trainrun/rendezvous/etcd.hpp"
 
 namespace trainrun::launch {
