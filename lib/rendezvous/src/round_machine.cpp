@@ -46,11 +46,11 @@ std::string RoundMachine::describe(NodeId id) const {
 }
 
 Waiting RoundMachine::waiting_status(Clock::time_point now, std::size_t joined) const {
-  const RoundOptions& o = rules_.options();
+  const RoundOptions& o = rules_.forming().options();
   Waiting w;
   w.round = state_.phase == Phase::forming ? state_.round : state_.round + 1;
   w.joined = static_cast<int>(joined);
-  w.min_nodes = rules_.count_requirement();
+  w.min_nodes = rules_.forming().count_requirement();
   w.max_nodes = o.max_nodes;
   w.waited_s = state_.forming_since ? in_seconds(at(now) - *state_.forming_since) : 0.0;
   w.timeout_s = in_seconds(o.join_timeout);
@@ -111,7 +111,7 @@ void RoundMachine::drop(Effects& fx, NodeId id, const Reject& reject, bool peer_
 void RoundMachine::on_join(Effects& fx, NodeId id, const NodeDescriptor& node,
                            Clock::time_point now) {
   const std::string k = key(id);
-  if (auto refused = rules_.refusal(state_, k, node)) {
+  if (auto refused = rules_.forming().refusal(state_, k, node)) {
     drop(fx, id, *refused);
     return on_lost(fx, id, refused->reason, now);
   }
@@ -119,13 +119,13 @@ void RoundMachine::on_join(Effects& fx, NodeId id, const NodeDescriptor& node,
   const bool forming = state_.phase == Phase::forming;
   if (!again && forming) {
     // How the round goes, with this node, before it may form with it.
-    if (!state_.forming_since) next_status_ = now + rules_.options().status_interval;
+    if (!state_.forming_since) next_status_ = now + rules_.forming().options().status_interval;
     fx.messages.push_back({id, waiting_status(now, state_.waiting.size() + 1), false});
   }
-  const RoundDecision d = rules_.join(state_, k, node, at(now));
+  const RoundDecision d = rules_.forming().join(state_, k, node, at(now));
   apply(fx, d, now);
   if (again || forming || !d.restarted.empty()) return;
-  if (state_.waiting.size() == 1) next_status_ = now + rules_.options().status_interval;
+  if (state_.waiting.size() == 1) next_status_ = now + rules_.forming().options().status_interval;
   fx.messages.push_back({id, waiting_status(now, state_.waiting.size()), false});
 }
 
@@ -136,10 +136,10 @@ void RoundMachine::on_lost(Effects& fx, NodeId id, const std::string& why, Clock
 
 void RoundMachine::apply(Effects& fx, const RoundDecision& d, Clock::time_point now) {
   for (const std::string& id : d.restarted) fx.messages.push_back({node_of(id), *state_.restart});
-  if (!d.restarted.empty()) next_status_ = now + rules_.options().status_interval;
+  if (!d.restarted.empty()) next_status_ = now + rules_.forming().options().status_interval;
   if (!d.formed.empty()) {
     // Its members are connected: the round starts as it forms.
-    rules_.start(state_);
+    rules_.forming().start(state_);
     for (std::size_t i = 0; i < d.formed.size(); ++i) {
       fx.messages.push_back({node_of(state_.participants[i].id), d.formed[i]});
     }
@@ -147,7 +147,7 @@ void RoundMachine::apply(Effects& fx, const RoundDecision& d, Clock::time_point 
   }
   for (const std::string& id : d.halted) fx.messages.push_back({node_of(id), rules_.halt(state_)});
   for (const std::string& id : d.dropped) {
-    fx.messages.push_back({node_of(id), rules_.full_job_stop(), true});
+    fx.messages.push_back({node_of(id), rules_.forming().full_job_stop(), true});
     sessions_.erase(node_of(id));
   }
   if (d.ended) {
@@ -215,7 +215,7 @@ Effects RoundMachine::tick(Clock::time_point now) {
     for (const RoundMember& m : state_.waiting) {
       fx.messages.push_back({node_of(m.id), status, false});
     }
-    next_status_ = now + rules_.options().status_interval;
+    next_status_ = now + rules_.forming().options().status_interval;
   }
   return fx;
 }

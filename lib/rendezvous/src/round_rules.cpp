@@ -33,18 +33,18 @@ RoundDecision RoundRules::failure(RoundState& s, const std::string& id, const Fa
   const std::string reason =
       fmt::format("worker failed on {}: rank {} (local rank {}) exited with code {}", f.host,
                   f.rank, f.local_rank, f.exit_code);
-  if (s.restart_count < options().max_restarts) {
+  if (s.restart_count < forming_.options().max_restarts) {
     ++s.restart_count;
     forming_.restart(s, now,
                      Restart{RestartCause::worker_failed,
                              fmt::format("{}; restarting ({} of {})", reason, s.restart_count,
-                                         count_of(options().max_restarts, "restart")),
+                                         count_of(forming_.options().max_restarts, "restart")),
                              s.restart_count, f},
                      d);
     return d;
   }
   s.reports = {{id, reported_failures(report)}};
-  begin_concluding(s, now, no_restarts_left(options().max_restarts, s.restart_count), d);
+  begin_concluding(s, now, no_restarts_left(forming_.options().max_restarts, s.restart_count), d);
   return d;
 }
 
@@ -125,24 +125,24 @@ RoundDecision RoundRules::lost(RoundState& s, const std::string& id, const std::
   }
   const std::string reason = fmt::format("node {} lost ({})", who, why);
   const int remaining = static_cast<int>(s.participants.size() + s.waiting.size());
-  if (options().static_ranks) {
+  if (forming_.options().static_ranks) {
     end_job(s,
             Stop{StopCause::node_lost, reason + "; a static job cannot continue without it", 1,
                  std::nullopt},
             d);
-  } else if (s.restart_count >= options().max_restarts) {
+  } else if (s.restart_count >= forming_.options().max_restarts) {
     end_job(s,
             Stop{StopCause::node_lost,
                  fmt::format("{}; no restarts left ({} of {} used)", reason, s.restart_count,
-                             count_of(options().max_restarts, "restart")),
+                             count_of(forming_.options().max_restarts, "restart")),
                  1, std::nullopt},
             d);
-  } else if (remaining < options().min_nodes) {
+  } else if (remaining < forming_.options().min_nodes) {
     end_job(s,
             Stop{StopCause::node_lost,
                  fmt::format("{}; {} {}, fewer than the minimum of {}", reason,
                              count_of(remaining, "node"), remaining == 1 ? "remains" : "remain",
-                             options().min_nodes),
+                             forming_.options().min_nodes),
                  1, std::nullopt},
             d);
   } else {
@@ -151,7 +151,7 @@ RoundDecision RoundRules::lost(RoundState& s, const std::string& id, const std::
                      Restart{RestartCause::node_lost,
                              fmt::format("{}; continuing with {} ({} of {})", reason,
                                          count_of(remaining, "node"), s.restart_count,
-                                         count_of(options().max_restarts, "restart")),
+                                         count_of(forming_.options().max_restarts, "restart")),
                              s.restart_count, std::nullopt},
                      d);
   }
@@ -173,10 +173,10 @@ RoundDecision RoundRules::tick(RoundState& s, RoundTime now) const {
     return d;
   }
   if (s.phase == Phase::concluding && s.concluding_since &&
-      now - *s.concluding_since >= options().join_timeout) {
+      now - *s.concluding_since >= forming_.options().join_timeout) {
     d.log.push_back(fmt::format(
         "{} did not say what failed within {:.0f} s (join timeout); ending without them",
-        nodes(s.awaiting.size()), in_seconds(options().join_timeout)));
+        nodes(s.awaiting.size()), in_seconds(forming_.options().join_timeout)));
     s.awaiting.clear();
     d.changed = true;
     maybe_conclude(s, d);
@@ -195,7 +195,7 @@ RoundDecision RoundRules::end(RoundState& s, Stop stop) const {
 std::optional<RoundTime> RoundRules::next_deadline(const RoundState& s) const {
   std::optional<RoundTime> best = forming_.next_deadline(s);
   if (s.phase == Phase::concluding && s.concluding_since) {
-    const RoundTime t = *s.concluding_since + options().join_timeout;
+    const RoundTime t = *s.concluding_since + forming_.options().join_timeout;
     if (!best || t < *best) best = t;
   }
   return best;

@@ -323,7 +323,7 @@ bool EtcdRound::take_joins(EtcdRoundState& s, const EtcdKeys& keys, double now) 
 std::optional<Reject> EtcdRound::refusal(const EtcdRoundState& s, const std::string& id,
                                          const NodeDescriptor& node) const {
   if (s.participant(id)) return std::nullopt;  // join() below: a retried write, not a new join
-  return rules_.refusal(s, id, node);
+  return rules_.forming().refusal(s, id, node);
 }
 
 bool EtcdRound::join(EtcdRoundState& s, const std::string& id, const NodeDescriptor& node,
@@ -331,7 +331,7 @@ bool EtcdRound::join(EtcdRoundState& s, const std::string& id, const NodeDescrip
   // A participant's join is this agent's own write landing twice (a reply lost, the write
   // retried): nothing to do.
   if (s.participant(id)) return false;
-  return rules_.join(s, id, node, from_unix(now)).changed;
+  return rules_.forming().join(s, id, node, from_unix(now)).changed;
 }
 
 bool EtcdRound::start(EtcdRoundState& s,
@@ -341,7 +341,7 @@ bool EtcdRound::start(EtcdRoundState& s,
     auto it = answers.find(m.id);
     if (it == answers.end() || it->second != s.round) return false;
   }
-  return rules_.start(s).changed;
+  return rules_.forming().start(s).changed;
 }
 
 bool EtcdRound::failure(EtcdRoundState& s, const std::string& id, const Failure& report,
@@ -445,7 +445,7 @@ std::optional<double> EtcdRound::next_deadline(const EtcdRoundState& s) const {
 }
 
 Stop EtcdRound::dropped(const EtcdRoundState& s) const {
-  if (s.phase == Phase::running || s.phase == Phase::concluding) return rules_.full_job_stop();
+  if (s.phase == Phase::running || s.phase == Phase::concluding) return rules_.forming().full_job_stop();
   return Stop{StopCause::node_lost,
               fmt::format("this node was declared lost by the others: its etcd lease at {} "
                           "expired (no keep-alive for {:.0f} s)",

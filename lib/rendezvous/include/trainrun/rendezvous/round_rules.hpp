@@ -13,28 +13,19 @@
 namespace trainrun::rendezvous {
 
 // The rules of the job's rounds, whichever backend keeps them: who joins and when a round forms
-// (RoundForming), and how a running round ends: worker failures and restarts, lost nodes, the
-// exit barrier, the conclusion of a failed job, timeouts. Pure: a state and the time in, the
-// changed state and a decision out.
+// is forming()'s (RoundForming, asked directly); how a running round ends is this class's: worker
+// failures and restarts, lost nodes, the exit barrier, the conclusion of a failed job, timeouts
+// (which form a new round through forming()). Pure: a state and the time in, the changed state
+// and a decision out.
 class RoundRules {
  public:
   // `endpoint`: where the agents meet ("host:port"), for messages.
   RoundRules(RoundOptions options, std::string endpoint)
       : forming_(std::move(options), std::move(endpoint)) {}
 
-  // Why a join of `id` would be refused (node rank, master port, a member of the running round
-  // joining again), or nothing.
-  std::optional<Reject> refusal(const RoundState& s, const std::string& id,
-                                const NodeDescriptor& node) const {
-    return forming_.refusal(s, id, node);
-  }
-  // A waiting member that joins again keeps its place: its descriptor is refreshed.
-  RoundDecision join(RoundState& s, const std::string& id, const NodeDescriptor& node,
-                     RoundTime now) const {
-    return forming_.join(s, id, node, now);
-  }
-  // The members of a formed round have taken their places: its workers may start.
-  RoundDecision start(RoundState& s) const { return forming_.start(s); }
+  // Joins, refusals, the start of a formed round, assignments, the job's options.
+  const RoundForming& forming() const { return forming_; }
+
   RoundDecision failure(RoundState& s, const std::string& id, const Failure& report,
                         RoundTime now) const;
   RoundDecision done(RoundState& s, const std::string& id, std::uint64_t round) const;
@@ -54,14 +45,8 @@ class RoundRules {
 
   // When tick() may next change something.
   std::optional<RoundTime> next_deadline(const RoundState& s) const;
-  // The running round's assignments, index-aligned with s.participants.
-  std::vector<Assignment> assignments(const RoundState& s) const { return forming_.assignments(s); }
-  // What a halted member is told, and what a newcomer dropped from a full job is.
+  // What a halted member is told.
   Halt halt(const RoundState& s) const;
-  Stop full_job_stop() const { return forming_.full_job_stop(); }
-  // How many must join before a round may form: MAX with static ranks, else MIN.
-  int count_requirement() const { return forming_.count_requirement(); }
-  const RoundOptions& options() const { return forming_.options(); }
 
  private:
   void begin_concluding(RoundState& s, RoundTime now, std::string why, RoundDecision& d) const;

@@ -164,7 +164,7 @@ class EtcdRound {
   // The running round's assignments, index-aligned with s.participants, and a halted member's
   // halt.
   std::vector<Assignment> assignments(const EtcdRoundState& s) const {
-    return rules_.assignments(s);
+    return rules_.forming().assignments(s);
   }
   Halt halt(const EtcdRoundState& s) const { return rules_.halt(s); }
   // A Stop for a node no longer in the state (dropped while waiting on a full job, or lost).
