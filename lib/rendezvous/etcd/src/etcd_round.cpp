@@ -445,7 +445,8 @@ std::optional<double> EtcdRound::next_deadline(const EtcdRoundState& s) const {
 }
 
 Stop EtcdRound::dropped(const EtcdRoundState& s) const {
-  if (s.phase == Phase::running || s.phase == Phase::concluding) return rules_.forming().full_job_stop();
+  if (s.phase == Phase::running || s.phase == Phase::concluding)
+    return rules_.forming().full_job_stop();
   return Stop{StopCause::node_lost,
               fmt::format("this node was declared lost by the others: its etcd lease at {} "
                           "expired (no keep-alive for {:.0f} s)",
