@@ -1,7 +1,15 @@
 #include "trainrun/launch/workers/cgroup.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <memory>
 #include <string>
+
+#include "test_support.hpp"
+#include "trainrun/base/process.hpp"
+#include "trainrun/base/system.hpp"
 
 using namespace trainrun::launch;
 
@@ -29,4 +37,32 @@ TEST_CASE("a process's cgroup is found in cgroup v2 and in cgroup v1's pids hier
   REQUIRE(inside);
   CHECK(inside->path() == "/sys/fs/cgroup");
   CHECK(inside->relative.empty());
+}
+
+TEST_CASE("a process started with the job's cgroup runs in it, made there or moved there") {
+  const std::unique_ptr<JobCgroup> cgroup = JobCgroup::create();
+  if (!cgroup) return;  // no cgroup v2 this process may write to: nothing to check here
+  const std::string name = cgroup->path().substr(cgroup->path().rfind('/'));
+  // A directory that is not a cgroup: the kernel refuses to make a child in it, and the child
+  // that fork() makes instead finds no cgroup.procs there; it runs all the same.
+  const std::string not_cgroup = trainrun::test::make_temp_dir("not_cgroup");
+  const int not_cgroup_fd = ::open(not_cgroup.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  REQUIRE(not_cgroup_fd >= 0);
+  for (const int fd : {cgroup->fd(), not_cgroup_fd}) {
+    trainrun::SpawnRequest request;
+    request.program = "/bin/cat";
+    request.argv = {"cat", "/proc/self/cgroup"};
+    request.out = trainrun::Stdio::pipe();
+    request.cgroup_fd = fd;
+    trainrun::Child child = trainrun::spawn(request);
+    REQUIRE(child.pid > 0);
+    CHECK(trainrun::wait_for_exec(child) == 0);
+    const std::string text = trainrun::read_all(child.out);
+    ::close(child.out);
+    const auto status = trainrun::wait_for_exit(child.pid);
+    REQUIRE(status);
+    CHECK(status->code == 0);
+    CHECK((text.find(name + "\n") != std::string::npos) == (fd == cgroup->fd()));
+  }
+  ::close(not_cgroup_fd);
 }

@@ -53,7 +53,7 @@ TEST_CASE("a worker is described as a session leader killed with its launcher, S
   CHECK(r.out.fd == 5);
   CHECK(r.err.fd == 6);
   CHECK(r.in.kind == Stdio::Kind::inherit);
-  CHECK(r.cgroup_procs_fd == 7);
+  CHECK(r.cgroup_fd == 7);
   CHECK(r.cpus == std::set<int>{0, 1});
   CHECK(r.env == std::optional<std::vector<std::string>>({"A=1"}));
   CHECK_FALSE(r.search_path);

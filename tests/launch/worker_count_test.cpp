@@ -33,6 +33,21 @@ struct FakeDrm {
 };
 }  // namespace
 
+TEST_CASE("NVIDIA GPUs are the device nodes, else the driver's entries; no program is run") {
+  const std::string dev = trainrun::test::make_temp_dir("nvidia_dev");
+  const std::string driver = trainrun::test::make_temp_dir("nvidia_driver");
+  for (const char* name : {"nvidiactl", "nvidia-uvm", "nvidia-modeset", "nvidia-caps", "null"})
+    std::ofstream(dev + "/" + name);
+  CHECK(count_nvidia_devices(dev, driver) == 0);
+  CHECK(count_nvidia_devices(dev, driver + "/missing") == 0);
+  for (const char* gpu : {"0000:17:00.0", "0000:65:00.0", "0000:ca:00.0"})
+    ::mkdir((driver + "/" + gpu).c_str(), 0755);
+  CHECK(count_nvidia_devices(dev, driver) == 3);  // device nodes not made yet
+  std::ofstream(dev + "/nvidia1");
+  std::ofstream(dev + "/nvidia3");
+  CHECK(count_nvidia_devices(dev, driver) == 2);  // a container's two of the machine's GPUs
+}
+
 TEST_CASE("Intel XPUs are the render nodes of vendor 0x8086") {
   FakeDrm drm({"0x8086", "0x10de", "0x8086", "0x1002"});
   CHECK(count_intel_xpus(drm.dir, std::nullopt) == 2);

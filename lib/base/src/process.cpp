@@ -1,15 +1,18 @@
 #include "trainrun/base/process.hpp"
 
 #include <fcntl.h>
+#include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <utility>
 
@@ -142,7 +145,30 @@ struct Prepared {
   int report = -1;                // the exec report's write end
   int streams[3] = {-1, -1, -1};  // what becomes 0, 1 and 2; -1: ours
   bool null_stream[3] = {false, false, false};
+  bool made_in_cgroup = false;  // set before the child is made: it is in request->cgroup_fd's
 };
+
+// fork(), or with a cgroup a raw clone3 that makes the child in it (CLONE_INTO_CGROUP), setting
+// `made_in_cgroup` first, so the child's copy says so; where the kernel refuses (before 5.7, a
+// cgroup v1, a seccomp filter), fork() and the child moves itself. The child of a raw clone3
+// runs no fork handler, which the child here never needs: it only makes system calls until exec.
+pid_t fork_into(int cgroup_fd, bool& made_in_cgroup) {
+#if defined(SYS_clone3) && defined(CLONE_INTO_CGROUP)
+  if (cgroup_fd >= 0) {
+    clone_args args{};
+    args.flags = CLONE_INTO_CGROUP;
+    args.exit_signal = SIGCHLD;
+    args.cgroup = static_cast<std::uint64_t>(cgroup_fd);
+    made_in_cgroup = true;
+    const long pid = ::syscall(SYS_clone3, &args, sizeof args);
+    if (pid >= 0) return static_cast<pid_t>(pid);
+    made_in_cgroup = false;
+  }
+#else
+  (void)cgroup_fd;
+#endif
+  return ::fork();
+}
 
 [[noreturn]] void fail_in_child(int report, int err) {
   ssize_t ignored = ::write(report, &err, sizeof err);
@@ -159,10 +185,14 @@ struct Prepared {
     ::setpgid(0, 0);
   // Inherited by the program and every thread it starts, as numactl --physcpubind would set it.
   if (p.cpus) ::sched_setaffinity(0, sizeof(cpu_set_t), p.cpus);
-  // Into the cgroup before anything of the program runs.
-  if (r.cgroup_procs_fd >= 0) {
-    ssize_t ignored = ::write(r.cgroup_procs_fd, "0", 1);
-    (void)ignored;
+  // Into the cgroup before anything of the program runs, unless it was made there.
+  if (r.cgroup_fd >= 0 && !p.made_in_cgroup) {
+    const int procs = ::openat(r.cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+    if (procs >= 0) {
+      ssize_t ignored = ::write(procs, "0", 1);
+      (void)ignored;
+      ::close(procs);
+    }
   }
   if (r.descriptor_limit) {
     rlimit limit{};
@@ -286,7 +316,7 @@ Child spawn(const SpawnRequest& request) {
       }
     }
   }
-  c.pid = ::fork();
+  c.pid = fork_into(request.cgroup_fd, p.made_in_cgroup);
   if (c.pid == 0) start_in_child(p);
   if (c.pid < 0) {
     c.error = errno;

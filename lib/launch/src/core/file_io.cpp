@@ -34,7 +34,7 @@ bool write_all(int fd, const char* data, std::size_t size) {
   return true;
 }
 
-void write_file_atomically(const std::string& path, const std::string& text) {
+void write_file_atomically(const std::string& path, const std::string& text, bool durable) {
   const std::string temp = path + ".tmp." + std::to_string(::getpid());
   auto fail = [&](const char* step) {
     const int error = errno;
@@ -43,7 +43,7 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   };
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("create");
-  const bool written = write_all(fd, text.data(), text.size()) && ::fsync(fd) == 0;
+  const bool written = write_all(fd, text.data(), text.size()) && (!durable || ::fsync(fd) == 0);
   const int error = errno;
   ::close(fd);
   errno = error;

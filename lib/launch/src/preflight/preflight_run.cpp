@@ -118,7 +118,7 @@ void PreflightRun::one_done() {
 std::optional<PreflightFinding> log_dir_finding(const std::string& host, const std::string& dir) {
   const std::string probe = dir + "/.preflight-" + random_hex(8);
   try {
-    write_file_atomically(probe, "trainrun preflight\n");
+    write_file_atomically(probe, "trainrun preflight\n", /*durable=*/false);
   } catch (const std::exception& e) {
     return PreflightFinding{
         true, fmt::format("the log directory {} is not writable on {}: {}; the workers' logs and "

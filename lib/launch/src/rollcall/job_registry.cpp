@@ -215,7 +215,7 @@ JobRegistration::JobRegistration(const std::string& dir, JobEntry entry)
                     "set TRAINRUN_RUNTIME_DIR to a shorter directory",
                     entry_.socket, sizeof(sockaddr_un{}.sun_path) - 1));
   ::unlink(entry_.socket.c_str());  // left by an earlier process of the same pid
-  write_file_atomically(file_, entry_json(entry_));
+  write_file_atomically(file_, entry_json(entry_), /*durable=*/false);
 }
 
 JobRegistration::~JobRegistration() {
@@ -227,7 +227,7 @@ void JobRegistration::update(int node_rank) {
   if (entry_.node_rank == node_rank) return;
   entry_.node_rank = node_rank;
   try {
-    write_file_atomically(file_, entry_json(entry_));
+    write_file_atomically(file_, entry_json(entry_), /*durable=*/false);
   } catch (const SetupError&) {
     // The entry keeps its old node rank: the roll call still finds the job by pid and run id.
   }

@@ -160,7 +160,7 @@ std::unique_ptr<JobCgroup> JobCgroup::create() {
   const std::string path =
       *own + "/trainrun-" + std::to_string(::getpid()) + "-" + trainrun::random_hex(8);
   if (::mkdir(path.c_str(), 0755) != 0) return nullptr;
-  const int fd = ::open((path + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
     ::rmdir(path.c_str());
     return nullptr;
@@ -169,7 +169,7 @@ std::unique_ptr<JobCgroup> JobCgroup::create() {
 }
 
 JobCgroup::~JobCgroup() {
-  ::close(procs_fd_);
+  ::close(fd_);
   kill_and_remove_cgroup(path_);
 }
 

@@ -24,7 +24,7 @@ SpawnRequest worker_spawn_request(const std::string& program, const std::vector<
   r.death_signal = SIGKILL;
   // Into the job's cgroup before anything of the worker runs; without it, the process group,
   // the subreaper and the job marker still reach what it starts.
-  r.cgroup_procs_fd = cgroup_fd;
+  r.cgroup_fd = cgroup_fd;
   r.cpus = cpus;
   r.descriptor_limit = original_descriptor_limit();
   return r;

@@ -79,7 +79,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     }
     Child s =
         spawn(worker_spawn_request(w.program, w.argv, w.envp, streams.out.child, streams.err.child,
-                                   cgroup_ ? cgroup_->procs_fd() : -1, w.cpus));
+                                   cgroup_ ? cgroup_->fd() : -1, w.cpus));
     if (s.pid > 0) {
       watchdog_.add_group(s.pid);
       workers_.push_back({w.local_rank, w.rank, s.pid, true, false});

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "trainrun/launch/core/errors.hpp"
@@ -26,25 +28,23 @@ namespace trainrun::launch {
 
 namespace {
 
-int count_driver_entries() {
-  DIR* dir = opendir("/proc/driver/nvidia/gpus");
-  if (!dir) return -1;
+// The entries of `dir` whose name `counts`; -1 when it cannot be read.
+template <typename Counts>
+int count_entries(const std::string& dir, Counts counts) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) return -1;
   int n = 0;
-  while (dirent* e = readdir(dir))
-    if (e->d_name[0] != '.') ++n;
-  closedir(dir);
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.' && counts(std::string_view(e->d_name))) ++n;
+  closedir(d);
   return n;
 }
 
-int count_nvidia_smi() {
-  FILE* pipe = popen("nvidia-smi -L 2>/dev/null", "r");
-  if (!pipe) return 0;
-  int n = 0;
-  char line[512];
-  while (fgets(line, sizeof line, pipe))
-    if (std::strncmp(line, "GPU ", 4) == 0) ++n;
-  pclose(pipe);
-  return n;
+// nvidia0, nvidia1, ...: a GPU's device node (not nvidiactl, nvidia-uvm, nvidia-modeset).
+bool gpu_device_node(std::string_view name) {
+  if (name.size() <= 6 || name.substr(0, 6) != "nvidia") return false;
+  return std::all_of(name.begin() + 6, name.end(),
+                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
 }
 
 // ZE_AFFINITY_MASK narrows Level Zero's devices as CUDA_VISIBLE_DEVICES does CUDA's.
@@ -69,9 +69,15 @@ long long read_sysctl(const char* path) { return read_positive_integer(path).val
 
 }  // namespace
 
+int count_nvidia_devices(const std::string& dev_dir, const std::string& driver_dir) {
+  const int nodes = count_entries(dev_dir, gpu_device_node);
+  if (nodes > 0) return nodes;
+  return std::max(0, count_entries(driver_dir, [](std::string_view) { return true; }));
+}
+
 int count_nvidia_gpus() {
-  int devices = count_driver_entries();
-  if (devices < 0) devices = count_nvidia_smi();
+  // Read once: the agent asks at the start (gpu, auto) and again for NCCL's variables.
+  static const int devices = count_nvidia_devices("/dev", "/proc/driver/nvidia/gpus");
   if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
     std::string v = visible;
     if (v.empty() || v == "-1") return 0;

@@ -68,8 +68,10 @@ struct SpawnRequest {
   // The signal the child gets when the thread that started it ends (PR_SET_PDEATHSIG); 0: none.
   // A child whose parent already died when it was set exits 127 without running the program.
   int death_signal = 0;
-  // The cgroup.procs file of a cgroup the child joins before its program runs; -1: none.
-  int cgroup_procs_fd = -1;
+  // A cgroup's directory, open: the child is made in it (clone3's CLONE_INTO_CGROUP, Linux 5.7;
+  // a move by cgroup.procs waits for the kernel's RCU grace period, milliseconds a child), or
+  // where the kernel cannot, joins it before its program runs; -1: none.
+  int cgroup_fd = -1;
   // The CPUs it is bound to (sched_setaffinity); empty: the affinity it inherits.
   std::set<int> cpus;
   // The soft RLIMIT_NOFILE it gets; nullopt: ours.

@@ -47,9 +47,8 @@ class JobCgroup {
   JobCgroup& operator=(const JobCgroup&) = delete;
 
   const std::string& path() const { return path_; }
-  // Its cgroup.procs, open for writing (close-on-exec): a child between fork and exec writes
-  // "0" to it to move itself in.
-  int procs_fd() const { return procs_fd_; }
+  // Its directory, open (close-on-exec): a worker is made in it (SpawnRequest::cgroup_fd).
+  int fd() const { return fd_; }
   // Sends `sig` to every process in it; SIGKILL goes through cgroup.kill where the kernel has it,
   // which also reaches processes forking meanwhile.
   void signal(int sig) const;
@@ -57,9 +56,9 @@ class JobCgroup {
   bool populated() const;
 
  private:
-  JobCgroup(std::string path, int procs_fd) : path_(std::move(path)), procs_fd_(procs_fd) {}
+  JobCgroup(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
   std::string path_;
-  int procs_fd_ = -1;
+  int fd_ = -1;
 };
 
 // SIGKILLs everything in the cgroup at `path` and in the cgroups below it, waits (bounded) until

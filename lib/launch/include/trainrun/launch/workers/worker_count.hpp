@@ -9,14 +9,20 @@ namespace trainrun::launch {
 
 // How many workers this node runs for `count`: the number itself, or what the node has, counted
 // now. cpu: the CPUs this process may run on. gpu: the NVIDIA GPUs it may use, without linking
-// CUDA (CUDA_VISIBLE_DEVICES when set, else the driver's /proc/driver/nvidia/gpus entries, else
-// `nvidia-smi -L`); throws UsageError when there are none. xpu: the Intel GPUs, counted as
+// CUDA or running a program (CUDA_VISIBLE_DEVICES when set, else count_nvidia_devices); throws
+// UsageError when there are none. xpu: the Intel GPUs, counted as
 // count_intel_xpus does; throws UsageError when there are none. auto: the NVIDIA GPUs, else the
 // Intel ones, else the CPUs.
 int resolve_worker_count(const WorkerCount& count);
 
-// The NVIDIA GPUs this process may use, as --nproc-per-node=gpu counts them; 0 when none.
+// The NVIDIA GPUs this process may use, as --nproc-per-node=gpu counts them; 0 when none. Read
+// once per process.
 int count_nvidia_gpus();
+
+// The NVIDIA GPUs the driver shows: the GPU device nodes in `dev_dir` (nvidia0, nvidia1, ...; in
+// a container, those it was given), else the entries of `driver_dir` (/proc/driver/nvidia/gpus:
+// every GPU of the machine, for when the device nodes are not made yet); 0 without a driver.
+int count_nvidia_devices(const std::string& dev_dir, const std::string& driver_dir);
 
 // What bounds the processes this machine lets one user start; 0 where there is no bound.
 struct ProcessLimits {
