@@ -35,11 +35,8 @@ void AgentWorkers::start_file_timer(std::map<std::string, std::string>& inherite
   if (!path) return;
   FileTimerServer::Hooks hooks;
   hooks.find_worker = [this](pid_t pid) { return find(pid); };
-  hooks.dump_dir = [this](int attempt) { return attempt_path("timer_expired", attempt); };
-  hooks.say = consoles_.sayer();
-  hooks.write = [this](const std::string& text) { consoles_.err().write(text); };
   hooks.request = std::move(progress);
-  file_timer_ = std::make_unique<FileTimerServer>(io_, *path, std::move(hooks));
+  file_timer_ = std::make_unique<FileTimerServer>(io_, *path, logs_, consoles_, std::move(hooks));
   inherited[kTimerFileVariable] = *path;
 }
 
@@ -136,10 +133,6 @@ std::optional<FileTimerServer::Worker> AgentWorkers::find(pid_t pid) const {
   const auto local_rank = supervisor_.local_rank_of(pid);
   if (!local_rank) return std::nullopt;
   return FileTimerServer::Worker{topology_.base_rank + *local_rank, *local_rank, attempt()};
-}
-
-std::string AgentWorkers::attempt_path(const std::string& name, int attempt) const {
-  return fmt::format("{}/attempt_{}/{}", logs_.dir().run_dir(), attempt, name);
 }
 
 }  // namespace trainrun::launch

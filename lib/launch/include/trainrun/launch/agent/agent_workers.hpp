@@ -65,9 +65,10 @@ class AgentWorkers {
   int node_rank() const { return node_rank_; }
   NodeWorkers node_workers() const;
   std::optional<FileTimerServer::Worker> find(pid_t pid) const;
-  // `name` in the running attempt's directory of the log tree, or in attempt `attempt`'s.
-  std::string attempt_path(const std::string& name) const { return attempt_path(name, attempt()); }
-  std::string attempt_path(const std::string& name, int attempt) const;
+  // `name` in the running attempt's directory of the log tree.
+  std::string attempt_path(const std::string& name) const {
+    return logs_.attempt_path(attempt(), name);
+  }
 
  private:
   void exited(int local_rank, pid_t pid, ExitStatus status);
