@@ -60,9 +60,9 @@ class AgentWatch {
   // This node's answer to another node's `trainrun --stacks`, at most `max_bytes`.
   void answer(std::function<void(std::string)> reply, std::size_t max_bytes);
 
-  // A group started, its hang report to go to `report_file` / it is being stopped, or none runs
-  // any more: a hang found then is none of the attempt's news.
+  // A group started: a hang confirmed is written to `report_file` and raised.
   void start(std::string report_file);
+  // The group is being stopped, or none runs: no hang is looked for.
   void stop();
   // The job is over: the roll call stops listening.
   void close();
