@@ -79,17 +79,18 @@ struct Harness {
   }
   std::string operator()(const action::Finish& a) { return fmt::format("finish {}", a.exit_code); }
 
-  Lines start(int port = 29500) { return take(policy.start_single_node(port, now)); }
-  Lines join() { return take(policy.start_in_job(now)); }
+  Lines on(const AgentEvent& e) { return take(policy.handle(e, now)); }
+  Lines start(int port = 29500) { return on(event::StartSingleNode{port}); }
+  Lines join() { return on(event::StartInJob{}); }
   // A worker's end; `message` non-empty: it left an error file written at `written`.
   Lines exit(int local_rank, ExitStatus status, const std::string& message = "",
              double written = 0) {
-    return take(policy.worker_exited(
-        trainrun::test::worker_exit(local_rank, status, message, written), now));
+    return on(
+        event::WorkerExited{trainrun::test::worker_exit(local_rank, status, message, written)});
   }
-  Lines ended() { return take(policy.attempt_ended(now)); }
-  Lines signal(int sig) { return take(policy.signal(sig, now)); }
-  Lines grace() { return take(policy.grace_expired(now)); }
+  Lines ended() { return on(event::AttemptEnded{}); }
+  Lines signal(int sig) { return on(event::Signal{sig}); }
+  Lines grace() { return on(event::GraceExpired{}); }
   Lines assign(int group_rank, int base_rank, int restart_count) {
     rendezvous::Assignment a;
     a.group_rank = group_rank;
@@ -101,11 +102,11 @@ struct Harness {
     a.master_port = 31000;
     a.restart_count = restart_count;
     a.max_restarts = 3;
-    return take(policy.assignment(a, now));
+    return on(event::Assignment{a});
   }
-  Lines restart(const rendezvous::Restart& r) { return take(policy.restart(r, now)); }
-  Lines stop(const rendezvous::Stop& s) { return take(policy.stop(s, now)); }
-  Lines halt() { return take(policy.halt(rendezvous::Halt{0, "a worker failed"}, now)); }
+  Lines restart(const rendezvous::Restart& r) { return on(event::Restart{r}); }
+  Lines stop(const rendezvous::Stop& s) { return on(event::Stop{s}); }
+  Lines halt() { return on(event::Halt{rendezvous::Halt{0, "a worker failed"}}); }
 };
 
 const ExitStatus ok{0, 0};
@@ -215,7 +216,7 @@ TEST_CASE("an unreadable error file is said, the failure still counts", "[agent]
   e.local_rank = 0;
   e.status = code(1);
   e.problem = "error file /logs/0/error.json: not JSON";
-  CHECK(h.take(h.policy.worker_exited(e, h.now)) ==
+  CHECK(h.on(event::WorkerExited{e}) ==
         Lines{"say: worker 0 (local rank 0): error file /logs/0/error.json: not JSON",
               "signal SIGTERM", "grace timer +30s", "sweep 30"});
   CHECK(h.policy.failures().size() == 1);
@@ -499,7 +500,7 @@ TEST_CASE("in a job: a stop without a reason or an exit code while idle", "[agen
 TEST_CASE("an entrypoint that cannot be executed ends the job with the shell's status", "[agent]") {
   Harness h(config(1));
   h.start();
-  CHECK(h.take(h.policy.start_failed("./x: cannot execute: exec format error", 126, h.now)) ==
+  CHECK(h.on(event::StartFailed{"./x: cannot execute: exec format error", 126}) ==
         Lines{"say: ./x: cannot execute: exec format error", "sweep 0"});
   CHECK(h.ended() == Lines{"finish 126"});
 }
@@ -508,7 +509,7 @@ TEST_CASE("workers that cannot start end the job with 1", "[agent]") {
   SECTION("single node") {
     Harness h(config(2));
     h.start();
-    CHECK(h.take(h.policy.start_failed("cannot execute /bin/nope: No such file", 1, h.now)) ==
+    CHECK(h.on(event::StartFailed{"cannot execute /bin/nope: No such file", 1}) ==
           Lines{"say: cannot execute /bin/nope: No such file", "sweep 0"});
     // A worker started before the failure and killed by the supervisor: no failure of its own.
     CHECK(h.exit(0, killed(SIGKILL)).empty());
@@ -518,7 +519,7 @@ TEST_CASE("workers that cannot start end the job with 1", "[agent]") {
     Harness h(config(2));
     h.join();
     h.assign(0, 0, 0);
-    CHECK(h.take(h.policy.start_failed("cannot open log file /x: Permission denied", 1, h.now)) ==
+    CHECK(h.on(event::StartFailed{"cannot open log file /x: Permission denied", 1}) ==
           Lines{"say: cannot open log file /x: Permission denied",
                 "shutdown: cannot open log file /x: Permission denied", "sweep 0"});
     CHECK(h.ended() == Lines{"finish 1"});
@@ -537,15 +538,14 @@ TEST_CASE("a hang is the attempt's failure: reported, the group stopped, trainru
   hang.status = ExitStatus{124, 0};
   hang.timestamp = 4000;
   hang.message = "hung: rank 1 on hosta is in stuck_here() (train.py:41)";
-  CHECK(h.take(h.policy.hang_confirmed(hang, h.now)) ==
-        Lines{"signal SIGTERM", "grace timer +30s"});
+  CHECK(h.on(event::HangConfirmed{{"", {}, hang}}) == Lines{"signal SIGTERM", "grace timer +30s"});
   // The stop (SIGABRT for Python workers) ends them: failures too, after the hang.
   h.exit(0, killed(SIGABRT));
   CHECK(h.exit(1, killed(SIGABRT)) == Lines{"sweep 30"});
   CHECK(h.ended() == Lines{"summary", "finish 124"});
   CHECK(h.summaries[0].find("hung: rank 1 on hosta") != std::string::npos);
   // Once the group stops, a late confirmation changes nothing.
-  CHECK(h.take(h.policy.hang_confirmed(hang, h.now)).empty());
+  CHECK(h.on(event::HangConfirmed{{"", {}, hang}}).empty());
 }
 
 TEST_CASE("in a job, a hang is reported to the rendezvous with its exit code", "[agent][hang]") {
@@ -557,7 +557,7 @@ TEST_CASE("in a job, a hang is reported to the rendezvous with its exit code", "
   hang.host = "hosta";
   hang.status = ExitStatus{124, 0};
   hang.timestamp = 4000;
-  CHECK(h.take(h.policy.hang_confirmed(hang, h.now)) ==
+  CHECK(h.on(event::HangConfirmed{{"", {}, hang}}) ==
         Lines{"report failure of rank 2 (local rank 0) on hosta: exit code 124", "signal SIGTERM",
               "grace timer +30s"});
 }

@@ -20,10 +20,13 @@ struct Events {
   AgentPreflight::Hooks hooks() {
     AgentPreflight::Hooks h;
     h.say = [this](const std::string& line, Level) { said.push_back(line); };
-    h.passed = [this](const rendezvous::Assignment&) { happened.push_back("passed"); };
     h.failed = [this](const std::string& line) { happened.push_back("failed: " + line); };
-    h.over = [] { return false; };
     return h;
+  }
+  RaiseEvent raise() {
+    return [this](AgentEvent e) {
+      if (std::holds_alternative<event::Assignment>(e)) happened.push_back("passed");
+    };
   }
 };
 
@@ -56,7 +59,8 @@ TEST_CASE("an open preflight offers its port; a round without peers to check sta
   Events events;
   LaunchConfig c;
   c.entrypoint = "train.py";
-  preflight.open(preflight_local_run(c, "/usr/bin/python3", "", ""), events.hooks());
+  preflight.open(preflight_local_run(c, "/usr/bin/python3", "", ""), events.hooks(),
+                 events.raise());
   REQUIRE(preflight.offer());
   CHECK(preflight.offer()->port > 0);
   CHECK(preflight.offer()->entrypoint == "train.py");
@@ -86,8 +90,8 @@ TEST_CASE("a round's checks run on the loop and end in one verdict, dropped once
   const LocalRun run = preflight_local_run(c, "/usr/bin/python3", "", "");
   Events first, second;
   AgentPreflight a(io, PreflightMode::warn), b(io, PreflightMode::warn);
-  a.open(run, first.hooks());
-  b.open(run, second.hooks());
+  a.open(run, first.hooks(), first.raise());
+  b.open(run, second.hooks(), second.raise());
   REQUIRE(a.offer());
   REQUIRE(b.offer());
   rendezvous::Assignment round;

@@ -19,8 +19,13 @@ TEST_CASE("the agent takes SIGCHLD, stop and forwarded signals, each to its hook
   int children = 0;
   std::vector<int> received;
   bool done = false;
+  // As the agent's: the job's end cancels the watch.
   signals.watch(
-      c, {[&] { ++children; }, [&](int sig) { received.push_back(sig); }, [&] { return done; }});
+      c, [&] { ++children; },
+      [&](AgentEvent e) {
+        received.push_back(std::get<event::Signal>(e).sig);
+        if (done) signals.cancel();
+      });
   CHECK_FALSE(signals.received());
 
   const pid_t child = ::fork();

@@ -38,9 +38,6 @@ struct Said {
 AgentWatch::Hooks hooks(Said& said) {
   AgentWatch::Hooks h;
   h.workers = [] { return NodeWorkers{}; };
-  h.hung = [](HangFailure) {};
-  h.running = [] { return true; };
-  h.report_file = [] { return std::string("/nonexistent/hang.txt"); };
   h.say = said.hook();
   return h;
 }
@@ -85,7 +82,7 @@ TEST_CASE("the watch registers the job and, with --hang-timeout, makes the heart
   const std::string dir = trainrun::test::make_temp_dir("agent_watch");
   Said said;
   AgentWatch watch(io, {{"TRAINRUN_RUNTIME_DIR", dir}}, entry(dir), 30, dir + "/heartbeat",
-                   hooks(said));
+                   hooks(said), [](AgentEvent) {});
   CHECK(said.lines.empty());
   CHECK(watch.watching());
   CHECK(watch.heartbeat_file() == dir + "/heartbeat");
@@ -108,14 +105,14 @@ TEST_CASE(
   ::close(::creat(blocked.c_str(), 0600));
   const std::map<std::string, std::string> env{{"TRAINRUN_RUNTIME_DIR", blocked + "/sub"}};
   try {
-    AgentWatch refused(io, env, entry(dir), 30, dir + "/heartbeat", hooks(said));
+    AgentWatch refused(io, env, entry(dir), 30, dir + "/heartbeat", hooks(said), [](AgentEvent) {});
     FAIL("a hang watch without its roll call was made");
   } catch (const SetupError& e) {
     CHECK(std::string(e.what()).rfind("--hang-timeout needs the roll call, which cannot start: ",
                                       0) == 0);
   }
   CHECK(said.lines.empty());
-  AgentWatch watch(io, env, entry(dir), 0, dir + "/heartbeat", hooks(said));
+  AgentWatch watch(io, env, entry(dir), 0, dir + "/heartbeat", hooks(said), [](AgentEvent) {});
   REQUIRE(said.lines.size() == 1);
   CHECK(said.lines[0].first.rfind("trainrun --stacks cannot reach this job: ", 0) == 0);
   CHECK_FALSE(watch.watching());
@@ -130,7 +127,7 @@ TEST_CASE("without --hang-timeout the watch has no heartbeat file", "[agent]") {
   const std::string dir = trainrun::test::make_temp_dir("agent_watch_no_timeout");
   Said said;
   AgentWatch watch(io, {{"TRAINRUN_RUNTIME_DIR", dir}}, entry(dir), 0, dir + "/heartbeat",
-                   hooks(said));
+                   hooks(said), [](AgentEvent) {});
   CHECK_FALSE(watch.watching());
   CHECK(watch.heartbeat_file().empty());
   struct stat st {};

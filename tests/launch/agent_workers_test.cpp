@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "test_support.hpp"
+#include "trainrun/launch/agent/agent_event_queue.hpp"
 #include "trainrun/launch/agent/agent_plan.hpp"
+#include "trainrun/launch/agent/agent_policy.hpp"
 #include "trainrun/launch/workers/watchdog.hpp"
 
 using namespace trainrun::launch;
@@ -20,8 +22,9 @@ namespace asio = boost::asio;
 
 namespace {
 
-// A node of `nproc` workers running `sh -c script`, without a rendezvous: the policy decides,
-// AgentWorkers carries out what concerns the group, the rest is written down here.
+// A node of `nproc` workers running `sh -c script`, without a rendezvous: the policy decides on
+// the events AgentWorkers raises, AgentWorkers carries out what concerns the group, the rest is
+// written down here.
 struct Node {
   explicit Node(int nproc, const std::string& script) : config(make_config(nproc, script)) {
     logs.create("run1");
@@ -58,6 +61,13 @@ struct Node {
     }
   }
 
+  // As the agent handles the events raised.
+  void raise(AgentEvent e) {
+    events.raise(std::move(e), [this](const AgentEvent& next) {
+      for (const AgentAction& a : policy.handle(next, AgentPolicy::Clock::now())) carry_out(a);
+    });
+  }
+
   // Runs the job to its end, reaping on SIGCHLD as the agent does.
   int run() {
     asio::signal_set children(io, SIGCHLD);
@@ -69,8 +79,7 @@ struct Node {
       });
     };
     wait();
-    for (const AgentAction& a : policy.start_single_node(29500, AgentPolicy::Clock::now()))
-      carry_out(a);
+    raise(event::StartSingleNode{29500});
     io.run();
     return exit_code;
   }
@@ -80,18 +89,11 @@ struct Node {
   AgentConsoles consoles{io};
   LaunchConfig config;
   AgentPolicy policy{config, "hosta"};
-  JobSummary summary{"hosta", config.entrypoint, config.entry_args, 0};
+  AgentEventQueue events;
   JobLogs logs{config};
-  AgentWorkers workers{io,
-                       watchdog,
-                       consoles,
-                       config,
-                       "/bin/sh",
-                       "hosta",
-                       policy,
-                       summary,
-                       logs,
-                       {[this](const AgentAction& a) { carry_out(a); }, [](const std::string&, Level) {}}};
+  AgentWorkers workers{
+      io,        watchdog, consoles, config,
+      "/bin/sh", "hosta",  logs,     [this](AgentEvent e) { raise(std::move(e)); }};
   std::vector<bool> started;
   int sweeps = 0;
   std::vector<std::string> said;

@@ -18,6 +18,8 @@
 #include "trainrun/base/system.hpp"
 #include "trainrun/base/wording.hpp"
 #include "trainrun/launch/agent/agent_consoles.hpp"
+#include "trainrun/launch/agent/agent_event_queue.hpp"
+#include "trainrun/launch/agent/agent_events.hpp"
 #include "trainrun/launch/agent/agent_plan.hpp"
 #include "trainrun/launch/agent/agent_policy.hpp"
 #include "trainrun/launch/agent/agent_preflight.hpp"
@@ -72,8 +74,9 @@ std::string job_command(const LaunchConfig& config) {
   return out;
 }
 
-// One node's life on one io_context. What to do is AgentPolicy's to decide; the agent turns
-// worker exits, signals, timers and the rendezvous into its events and carries out its actions.
+// One node's life on one io_context. What to do is AgentPolicy's to decide: the agent's parts
+// raise events (worker exits, signals, timers, the rendezvous, the hang watch), the agent handles
+// each in turn, hands it to the policy and carries out the actions it returns.
 class Agent {
  public:
   Agent(const LaunchConfig& config, std::string program, Watchdog& watchdog, int launcher_channel)
@@ -143,18 +146,16 @@ class Agent {
       throw;
     }
 
-    signals_.watch(config_, {[this] { workers_.reap(); },
-                             [this](int sig) { apply(policy_.signal(sig, Clock::now())); },
-                             [this] { return policy_.done(); }});
+    signals_.watch(
+        config_, [this] { workers_.reap(); }, raiser());
     // A lost launcher (--hosts) stops the job as a stop signal does: raised, taken just above.
     if (launcher_channel_ >= 0)
       launcher_.emplace(io_, std::exchange(launcher_channel_, -1), config_.stop_signals);
 
-    if (rdzv_options) {
-      apply(policy_.start_in_job(Clock::now()));
-    } else {
-      asio::post(io_, [this] { apply(policy_.start_single_node(port_->port(), Clock::now())); });
-    }
+    if (rdzv_options)
+      raise(event::StartInJob{});
+    else
+      asio::post(io_, [this] { raise(event::StartSingleNode{port_->port()}); });
     io_.run();
     store_.close();
     if (rdzv_) rdzv_->leave();
@@ -168,88 +169,98 @@ class Agent {
   void start_rendezvous(const rendezvous::TcpRendezvousOptions& options) {
     rdzv_ = std::make_unique<AgentRendezvous>(
         io_, config_, host_, [this](const std::string& line) { consoles_.say(line); });
-    rendezvous::ClientEvents events;
-    events.on_assignment = [this](const rendezvous::Assignment& a) {
-      const PreflightNode me{host_, a.group_rank, rdzv_->handler().advertised_address()};
-      // The last attempt is over on every node: its store takes no new connection, and leaves
-      // MASTER_PORT to the preflight until this round's workers start.
-      store_.attempt_stopping();
-      if (!preflight_.start(a, me, logs_.dir().run_dir()))
-        apply(policy_.assignment(a, Clock::now()));
-    };
-    events.on_restart = [this](const rendezvous::Restart& r) {
-      preflight_.drop();
-      apply(policy_.restart(r, Clock::now()));
-    };
-    events.on_halt = [this](const rendezvous::Halt& h) {
-      preflight_.drop();
-      apply(policy_.halt(h, Clock::now()));
-    };
-    events.on_stop = [this](const rendezvous::Stop& s) {
-      preflight_.drop();
-      summary_.stopped(s);
-      apply(policy_.stop(s, Clock::now()));
-    };
-    events.on_stacks_ask = [this](std::function<void(std::string)> reply) {
-      watch_->answer(std::move(reply), rendezvous::kMaxStacksAnswerBytes);
-    };
     watch_->set_ask_others([this](auto done) { rdzv_->ask_others(std::move(done)); });
-    rdzv_->start(options, std::move(events));
+    // A round's assignment passes the preflight first, which raises it once its checks passed.
+    rdzv_->start(
+        options,
+        [this](AgentEvent e) {
+          if (const auto* formed = std::get_if<event::Assignment>(&e)) {
+            const rendezvous::Assignment& a = formed->assignment;
+            const PreflightNode me{host_, a.group_rank, rdzv_->handler().advertised_address()};
+            // The last attempt is over on every node: its store takes no new connection, and
+            // leaves MASTER_PORT to the preflight until this round's workers start.
+            store_.attempt_stopping();
+            if (preflight_.start(a, me, logs_.dir().run_dir())) return;
+          }
+          raise(std::move(e));
+        },
+        [this](auto reply) {
+          watch_->answer(std::move(reply), rendezvous::kMaxStacksAnswerBytes);
+        });
   }
 
   // The preflight's port, open for the job's life, and this node's offer, sent with each join.
   void open_preflight() {
     AgentPreflight::Hooks hooks;
     hooks.say = consoles_.sayer();
-    hooks.passed = [this](const rendezvous::Assignment& a) {
-      apply(policy_.assignment(a, Clock::now()));
-    };
     hooks.failed = [this](const std::string& line) { rdzv_->handler().abort(line); };
-    hooks.over = [this] { return policy_.done(); };
     preflight_.open(
         // The interpreter by version and path: one of the same version elsewhere may lack torch.
         preflight_local_run(
             config_, program_,
             job_.python_workers ? fmt::format("{} ({})", python_.version(), python_.program()) : "",
             job_.python_workers ? python_.torch_version() : ""),
-        std::move(hooks));
+        std::move(hooks), raiser());
   }
 
   // `trainrun --stacks` and --hang-timeout: the roll call, and the watch that uses it.
   void start_watch() {
     AgentWatch::Hooks hooks;
     hooks.workers = [this] { return workers_.node_workers(); };
-    hooks.running = [this] { return policy_.state() == AgentPolicy::State::running; };
-    hooks.report_file = [this] { return workers_.attempt_path("hang.txt"); };
-    hooks.hung = [this](HangFailure hang) {
-      consoles_.err().write(hang.text);
-      summary_.hang(std::move(hang.hang));
-      apply(policy_.hang_confirmed(std::move(hang.failure), Clock::now()));
-    };
     hooks.say = consoles_.sayer();
     watch_ = std::make_unique<AgentWatch>(
         io_, inherited_,
         JobEntry{::getpid(), job_.run_id, -1, host_, logs_.dir().run_dir(), "",
                  job_command(config_), current_directory(), unix_time()},
-        config_.hang_timeout, logs_.dir().run_dir() + "/heartbeat", std::move(hooks));
+        config_.hang_timeout, logs_.dir().run_dir() + "/heartbeat", std::move(hooks), raiser());
     job_.heartbeat_file = watch_->heartbeat_file();
     if (watch_->watching()) workers_.set_progress([this] { watch_->progress(); });
   }
 
-  void apply(const AgentActions& actions) {
-    for (const AgentAction& a : actions) carry_out(a);
+  // The one way in for the parts' events. One raised while an event's actions are carried out
+  // (a group that cannot start, a sweep with nothing left to wait for) is handled after them.
+  void raise(AgentEvent e) {
+    events_.raise(std::move(e), [this](const AgentEvent& next) {
+      std::visit([this](const auto& x) { note(x); }, next);
+      for (const AgentAction& a : policy_.handle(next, Clock::now()))
+        std::visit([this](const auto& x) { carry_out(x); }, a);
+    });
   }
-  void carry_out(const AgentAction& a) {
-    std::visit([this](const auto& x) { carry_out(x); }, a);
+  RaiseEvent raiser() {
+    return [this](AgentEvent e) { raise(std::move(e)); };
+  }
+
+  // What the agent keeps of an event itself, before the policy decides on it.
+  template <class Event>
+  void note(const Event&) {}
+  void note(const event::WorkerExited& e) {
+    const WorkerExit& x = e.exit;
+    summary_.worker_exited(x.local_rank, x.pid, x.status, x.seen_at, x.contents ? x.error_file : "",
+                           x.contents ? x.contents->message : "", x.stdout_log, x.stderr_log);
+  }
+  void note(const event::HangConfirmed& e) {
+    consoles_.err().write(e.hang.text);
+    summary_.hang(e.hang.hang);
+  }
+  void note(const event::AttemptEnded& e) {
+    summary_.attempt_ended(policy_.failures(e), unix_time());
+  }
+  // The round's checks, if any still run, are for a round that is over.
+  void note(const event::Restart&) { preflight_.drop(); }
+  void note(const event::Halt&) { preflight_.drop(); }
+  void note(const event::Stop& e) {
+    preflight_.drop();
+    summary_.stopped(e.stop);
   }
 
   void carry_out(const action::StartWorkers& a) {
     watch_->set_node_rank(a.topology.group_rank);
     job_.max_restarts = a.max_restarts;
+    summary_.attempt_started(a.topology, unix_time());
     // The store (on group rank 0) is ready before any worker of the attempt starts.
     if (workers_.start(a.topology, job_, inherited_, watch_->watching(),
                        [&] { store_.attempt_starting(job_, a.topology); }))
-      watch_->start();
+      watch_->start(workers_.attempt_path("hang.txt"));
   }
   void carry_out(const action::SignalWorkers& a) {
     // A stop for a failure (a hang, found here or on another node) of Python workers that have
@@ -258,8 +269,12 @@ class Agent {
     workers_.signal(a, a.signal == SIGTERM && !signals_.received() && job_.python_workers &&
                            watch_->suspected());
   }
+  // Armed once per stop of an attempt.
   void carry_out(const action::ArmGraceTimer& a) {
-    store_.attempt_stopping();  // armed once per stop of an attempt
+    store_.attempt_stopping();
+    // A hang found from now on is not the attempt's failure: the policy stops for one only
+    // while the group runs.
+    watch_->stop();
     workers_.arm_grace(a);
   }
   void carry_out(const action::Sweep& a) {
@@ -323,13 +338,9 @@ class Agent {
   std::optional<LauncherWatch> launcher_;
   AgentPreflight preflight_{io_, config_.preflight};
   AgentPolicy policy_;
+  AgentEventQueue events_;
   JobSummary summary_;
-  AgentWorkers workers_{
-      io_,       watchdog_,
-      consoles_, config_,
-      program_,  host_,
-      policy_,   summary_,
-      logs_,     {[this](const AgentAction& a) { carry_out(a); }, consoles_.sayer()}};
+  AgentWorkers workers_{io_, watchdog_, consoles_, config_, program_, host_, logs_, raiser()};
   WorkersPython python_{program_, config_.python_source};
   bool dumps_listed_ = false;
   int exit_code_ = 0;

@@ -33,31 +33,41 @@ AgentPolicy::AgentPolicy(LaunchConfig config, std::string host, std::string one_
       max_restarts_(config_.max_restarts),
       failures_(config_.entrypoint, host_) {}
 
-AgentActions AgentPolicy::start_single_node(int master_port, Clock::time_point) {
-  topology_ = single_node_topology(config_, one_node_master_addr_, master_port);
+AgentActions AgentPolicy::handle(const AgentEvent& event, Clock::time_point now) {
+  return std::visit([&](const auto& e) { return on(e, now); }, event);
+}
+
+std::vector<ProcessFailure> AgentPolicy::failures(const event::AttemptEnded& ended) const {
+  AttemptFailures failures = failures_;
+  failures.stderr_tails(ended.stderr_tails);
+  return failures.list();
+}
+
+AgentActions AgentPolicy::on(const event::StartSingleNode& e, Clock::time_point) {
+  topology_ = single_node_topology(config_, one_node_master_addr_, e.master_port);
   AgentActions out;
   start_attempt(out);
   return out;
 }
 
-AgentActions AgentPolicy::start_in_job(Clock::time_point) {
+AgentActions AgentPolicy::on(const event::StartInJob&, Clock::time_point) {
   in_job_ = true;
   state_ = State::idle;
   return actions(action::Join{});
 }
 
-AgentActions AgentPolicy::start_failed(const std::string& reason, int exit_code,
-                                       Clock::time_point) {
-  AgentActions out = actions(action::Say{reason, Level::error});
-  start_failed_ = exit_code != 0 ? exit_code : 1;
+AgentActions AgentPolicy::on(const event::StartFailed& e, Clock::time_point) {
+  AgentActions out = actions(action::Say{e.reason, Level::error});
+  start_failed_ = e.exit_code != 0 ? e.exit_code : 1;
   running_ = 0;
   state_ = State::finishing;
-  if (in_job_) out.emplace_back(action::ShutdownRendezvous{reason});
+  if (in_job_) out.emplace_back(action::ShutdownRendezvous{e.reason});
   out.emplace_back(action::Sweep{0});
   return out;
 }
 
-AgentActions AgentPolicy::worker_exited(const WorkerExit& exit, Clock::time_point now) {
+AgentActions AgentPolicy::on(const event::WorkerExited& e, Clock::time_point now) {
+  const WorkerExit& exit = e.exit;
   AgentActions out;
   if (running_ > 0) --running_;
   if (exit.status.failed() && (state_ == State::running || stop_orders_.signal() == 0))
@@ -78,17 +88,18 @@ AgentActions AgentPolicy::worker_exited(const WorkerExit& exit, Clock::time_poin
   return out;
 }
 
-AgentActions AgentPolicy::hang_confirmed(ProcessFailure hang, Clock::time_point now) {
+AgentActions AgentPolicy::on(const event::HangConfirmed& e, Clock::time_point now) {
   AgentActions out;
   if (state_ != State::running) return out;
-  failures_.add(std::move(hang));
+  failures_.add(e.hang.failure);
   if (in_job_)
     if (auto report = failures_.report()) out.emplace_back(std::move(*report));
   begin_stop(out, SIGTERM, now);
   return out;
 }
 
-AgentActions AgentPolicy::attempt_ended(Clock::time_point) {
+AgentActions AgentPolicy::on(const event::AttemptEnded& e, Clock::time_point) {
+  failures_.stderr_tails(e.stderr_tails);
   AgentActions out;
   if (state_ != State::finishing) return out;
   if (start_failed_ != 0)
@@ -98,7 +109,8 @@ AgentActions AgentPolicy::attempt_ended(Clock::time_point) {
   return out;
 }
 
-AgentActions AgentPolicy::signal(int sig, Clock::time_point now) {
+AgentActions AgentPolicy::on(const event::Signal& e, Clock::time_point now) {
+  const int sig = e.sig;
   // A user signal (SIGUSR1: checkpoint now) is for the worker's handler; the processes it
   // started (a DataLoader's, Python's resource tracker) keep the default action, which kills.
   // SIGCONT cannot kill, and a stopped group needs all of it continued.
@@ -130,7 +142,7 @@ AgentActions AgentPolicy::signal(int sig, Clock::time_point now) {
   return out;
 }
 
-AgentActions AgentPolicy::grace_expired(Clock::time_point now) {
+AgentActions AgentPolicy::on(const event::GraceExpired&, Clock::time_point now) {
   if (state_ != State::stopping || now < grace_deadline_ || running_ == 0) return {};
   return actions(
       action::Say{fmt::format("{} still running {} s after the stop signal; sending SIGKILL",
@@ -140,16 +152,17 @@ AgentActions AgentPolicy::grace_expired(Clock::time_point now) {
       action::SignalWorkers{SIGKILL});
 }
 
-AgentActions AgentPolicy::assignment(const rendezvous::Assignment& a, Clock::time_point) {
+AgentActions AgentPolicy::on(const event::Assignment& e, Clock::time_point) {
   AgentActions out;
   if (state_ != State::idle) return out;
-  topology_ = assigned_topology(a, config_, one_node_master_addr_);
-  max_restarts_ = a.max_restarts;
+  topology_ = assigned_topology(e.assignment, config_, one_node_master_addr_);
+  max_restarts_ = e.assignment.max_restarts;
   start_attempt(out);
   return out;
 }
 
-AgentActions AgentPolicy::restart(const rendezvous::Restart& r, Clock::time_point now) {
+AgentActions AgentPolicy::on(const event::Restart& e, Clock::time_point now) {
+  const rendezvous::Restart& r = e.restart;
   AgentActions out;
   if (state_ == State::done) return out;
   if (auto line = failures_.restart_line(r, max_restarts_))
@@ -163,16 +176,16 @@ AgentActions AgentPolicy::restart(const rendezvous::Restart& r, Clock::time_poin
   return out;
 }
 
-AgentActions AgentPolicy::stop(const rendezvous::Stop& s, Clock::time_point now) {
+AgentActions AgentPolicy::on(const event::Stop& e, Clock::time_point now) {
   AgentActions out;
   if (state_ == State::done) return out;
-  stop_orders_.on_stop(s);
+  stop_orders_.on_stop(e.stop);
   if (state_ == State::running) begin_stop(out, SIGTERM, now);
   if (state_ == State::idle) after_attempt(out);
   return out;
 }
 
-AgentActions AgentPolicy::halt(const rendezvous::Halt&, Clock::time_point now) {
+AgentActions AgentPolicy::on(const event::Halt&, Clock::time_point now) {
   AgentActions out;
   if (state_ == State::done || stop_orders_.stopped()) return out;
   stop_orders_.on_halt();

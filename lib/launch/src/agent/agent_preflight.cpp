@@ -31,8 +31,9 @@ AgentPreflight::AgentPreflight(asio::io_context& io, PreflightMode mode) : io_(i
 
 AgentPreflight::~AgentPreflight() = default;
 
-void AgentPreflight::open(const LocalRun& run, Hooks hooks) {
+void AgentPreflight::open(const LocalRun& run, Hooks hooks, RaiseEvent raise) {
   hooks_ = std::move(hooks);
+  raise_ = std::move(raise);
   try {
     offer_ = local_offer(0, run);
     listener_ = std::make_unique<PreflightListener>(io_, offer_->id);
@@ -60,9 +61,9 @@ bool AgentPreflight::start(const rendezvous::Assignment& a, const PreflightNode&
   const std::uint64_t run = ++runs_;
   run_ = PreflightRun::start(io_, std::move(job), [this, a, me, started, run](auto findings) {
     // Not from inside the run's own callback: it is dropped here. A stop, restart or halt that
-    // came meanwhile dropped it already (the loop may be past the job's end).
+    // came meanwhile dropped it already, as did the job's end (the loop may be past it).
     asio::post(io_, [this, a, me, started, run, findings = std::move(findings)] {
-      if (run != runs_ || !run_ || hooks_.over()) return;
+      if (run != runs_ || !run_) return;
       run_.reset();
       finish(a, me, findings, Clock::now() - started);
     });
@@ -86,7 +87,7 @@ void AgentPreflight::finish(const rendezvous::Assignment& a, const PreflightNode
                          count_of(static_cast<long long>(a.preflight.size()), "node"),
                          a.master_addr, std::chrono::duration<double, std::milli>(took).count()),
              Level::debug);
-  hooks_.passed(a);
+  raise_(event::Assignment{a});
 }
 
 void AgentPreflight::drop() {

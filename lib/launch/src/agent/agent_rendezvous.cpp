@@ -19,19 +19,20 @@ AgentRendezvous::AgentRendezvous(boost::asio::io_context& io, const LaunchConfig
                                  std::string host, Say say)
     : io_(io), config_(config), host_(std::move(host)), say_(std::move(say)) {}
 
-void AgentRendezvous::start(const rendezvous::TcpRendezvousOptions& options,
-                            rendezvous::ClientEvents events) {
+void AgentRendezvous::start(const rendezvous::TcpRendezvousOptions& options, RaiseEvent raise,
+                            StacksAsk stacks_ask) {
   handler_ = make_rendezvous(io_, config_, options, say_);
-  events.on_assignment =
-      [this, assigned = std::move(events.on_assignment)](const rendezvous::Assignment& a) {
-        announce_node(a);
-        const std::string not_free = preference_line(a, preferred_rank(config_));
-        if (!not_free.empty()) say_(not_free);
-        assigned(a);
-      };
-  events.on_stop = [stopped = std::move(events.on_stop)](const rendezvous::Stop& stop) {
-    stopped(with_hint(stop));
+  rendezvous::ClientEvents events;
+  events.on_assignment = [this, raise](const rendezvous::Assignment& a) {
+    announce_node(a);
+    const std::string not_free = preference_line(a, preferred_rank(config_));
+    if (!not_free.empty()) say_(not_free);
+    raise(event::Assignment{a});
   };
+  events.on_restart = [raise](const rendezvous::Restart& r) { raise(event::Restart{r}); };
+  events.on_halt = [raise](const rendezvous::Halt& h) { raise(event::Halt{h}); };
+  events.on_stop = [raise](const rendezvous::Stop& stop) { raise(event::Stop{with_hint(stop)}); };
+  events.on_stacks_ask = std::move(stacks_ask);
   try {
     handler_->start(std::move(events));
   } catch (const rendezvous::HostingError& e) {

@@ -4,8 +4,10 @@
 
 namespace trainrun::launch {
 
-void AgentSignals::watch(const LaunchConfig& config, Hooks hooks) {
-  hooks_ = std::move(hooks);
+void AgentSignals::watch(const LaunchConfig& config, std::function<void()> child,
+                         RaiseEvent raise) {
+  child_ = std::move(child);
+  raise_ = std::move(raise);
   set_.add(SIGCHLD);
   for (int sig : config.stop_signals) set_.add(sig);
   for (int sig : config.forward_signals) set_.add(sig);
@@ -16,12 +18,12 @@ void AgentSignals::wait() {
   set_.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec) return;
     if (sig == SIGCHLD) {
-      hooks_.child();
+      child_();
     } else {
       received_ = true;
-      hooks_.signal(sig);
+      raise_(event::Signal{sig});
     }
-    if (!hooks_.done()) wait();
+    if (!cancelled_) wait();
   });
 }
 

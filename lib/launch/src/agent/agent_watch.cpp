@@ -38,8 +38,8 @@ HangFailure hang_failure(const HangReport& report, std::string text, const std::
 
 AgentWatch::AgentWatch(boost::asio::io_context& io, const std::map<std::string, std::string>& env,
                        JobEntry entry, double hang_timeout_s, const std::string& heartbeat_file,
-                       Hooks hooks)
-    : hooks_(std::move(hooks)), host_(entry.host) {
+                       Hooks hooks, RaiseEvent raise)
+    : hooks_(std::move(hooks)), raise_(std::move(raise)), host_(entry.host) {
   // `trainrun --stacks` finds this job by its registration; a job that cannot register still
   // runs, unless it asked for --hang-timeout, which cannot confirm a hang without the roll call.
   try {
@@ -85,9 +85,8 @@ NodeWorkers AgentWatch::workers() const {
 }
 
 void AgentWatch::on_hang(const HangReport& report) {
-  if (!hooks_.running()) return;
   std::string text = hang_text(report, hang_watch_->timeout_s());
-  const std::string file = hooks_.report_file();
+  const std::string& file = report_file_;
   bool written = false;
   try {
     write_file_atomically(file, text);
@@ -95,7 +94,8 @@ void AgentWatch::on_hang(const HangReport& report) {
   } catch (const std::exception& e) {
     hooks_.say(fmt::format("the hang report could not be written: {}", e.what()), Level::warning);
   }
-  hooks_.hung(hang_failure(report, std::move(text), host_, unix_time(), written ? file : ""));
+  raise_(event::HangConfirmed{
+      hang_failure(report, std::move(text), host_, unix_time(), written ? file : "")});
 }
 
 void AgentWatch::progress() {
@@ -119,7 +119,8 @@ void AgentWatch::answer(std::function<void(std::string)> reply, std::size_t max_
   });
 }
 
-void AgentWatch::start() {
+void AgentWatch::start(std::string report_file) {
+  report_file_ = std::move(report_file);
   if (hang_watch_) hang_watch_->start();
 }
 

@@ -15,20 +15,16 @@
 namespace trainrun::launch {
 
 namespace asio = boost::asio;
-using Clock = AgentPolicy::Clock;
 
 AgentWorkers::AgentWorkers(asio::io_context& io, Watchdog& watchdog, AgentConsoles& consoles,
                            const LaunchConfig& config, const std::string& program,
-                           const std::string& host, AgentPolicy& policy, JobSummary& summary,
-                           const JobLogs& logs, Hooks hooks)
+                           const std::string& host, const JobLogs& logs, RaiseEvent raise)
     : io_(io),
       config_(config),
       consoles_(consoles),
       host_(host),
-      policy_(policy),
-      summary_(summary),
       logs_(logs),
-      hooks_(std::move(hooks)),
+      raise_(std::move(raise)),
       supervisor_(io, watchdog, consoles.out(), consoles.err()),
       grace_timer_(io),
       launch_(config, program, host) {}
@@ -39,16 +35,13 @@ void AgentWorkers::start_file_timer(std::map<std::string, std::string>& inherite
   if (!path) return;
   FileTimerServer::Hooks hooks;
   hooks.find_worker = [this](pid_t pid) { return find(pid); };
-  hooks.dump_dir = [this](int attempt) { return attempt_path("timer_expired", attempt); };
-  hooks.say = hooks_.say;
-  hooks.write = [this](const std::string& text) { consoles_.err().write(text); };
   hooks.request = std::move(progress);
-  file_timer_ = std::make_unique<FileTimerServer>(io_, *path, std::move(hooks));
+  file_timer_ = std::make_unique<FileTimerServer>(io_, *path, logs_, consoles_, std::move(hooks));
   inherited[kTimerFileVariable] = *path;
 }
 
 void AgentWorkers::plan_numa(const std::map<std::string, std::string>& inherited) {
-  launch_.plan_numa(inherited, hooks_.say);
+  launch_.plan_numa(inherited, consoles_.sayer());
 }
 
 bool AgentWorkers::start(const Topology& topology, const JobSettings& job,
@@ -56,27 +49,26 @@ bool AgentWorkers::start(const Topology& topology, const JobSettings& job,
                          const std::function<void()>& prepare) {
   topology_ = topology;
   node_rank_ = topology.group_rank;
-  summary_.attempt_started(topology, unix_time());
-  hooks_.say(attempt_line(topology, config_.nproc_per_node.number), Level::debug);
+  consoles_.say(attempt_line(topology, config_.nproc_per_node.number), Level::debug);
   try {
     if (prepare) prepare();
     supervisor_.start(launch_.launches(topology, job, logs_.dir(), inherited, watched),
                       [this](int lr, pid_t pid, ExitStatus st) { exited(lr, pid, st); });
     return true;
   } catch (const LaunchError& e) {
-    apply(policy_.start_failed(e.what(), e.exit_code(), Clock::now()));
+    raise_(event::StartFailed{e.what(), e.exit_code()});
   } catch (const std::exception& e) {
     // Anything else that stops a worker from starting (memory, a system call) is a spawn error.
     const SpawnError error(e.what());
-    apply(policy_.start_failed(error.what(), error.exit_code(), Clock::now()));
+    raise_(event::StartFailed{error.what(), error.exit_code()});
   }
   return false;
 }
 
 void AgentWorkers::signal(const action::SignalWorkers& a, bool abort_first) {
   if (abort_first) {
-    hooks_.say("stopping the Python workers with SIGABRT: their tracebacks follow on stderr",
-               Level::warning);
+    consoles_.say("stopping the Python workers with SIGABRT: their tracebacks follow on stderr",
+                  Level::warning);
     supervisor_.abort_workers();
     return;
   }
@@ -89,18 +81,30 @@ void AgentWorkers::signal(const action::SignalWorkers& a, bool abort_first) {
 void AgentWorkers::arm_grace(const action::ArmGraceTimer& a) {
   grace_timer_.expires_at(a.deadline);
   grace_timer_.async_wait([this](boost::system::error_code ec) {
-    if (!ec) apply(policy_.grace_expired(Clock::now()));
+    if (!ec) raise_(event::GraceExpired{});
   });
 }
 
 void AgentWorkers::sweep(const action::Sweep& a) {
   grace_timer_.cancel();
+  // A worker's end asks for the sweep from inside reap(), whose loop must not see the group
+  // cleared under it: then from the loop, once reap() has returned.
+  if (reaping_) {
+    asio::post(io_, [this, a] { sweep(a); });
+    return;
+  }
   supervisor_.finish(a.grace, [this] {
+    event::AttemptEnded ended;
     for (int lr = 0; lr < config_.nproc_per_node.number; ++lr)
-      policy_.stderr_tail(lr, supervisor_.stderr_tail(lr));
-    summary_.attempt_ended(policy_.failures(), unix_time());
-    apply(policy_.attempt_ended(Clock::now()));
+      ended.stderr_tails.push_back(supervisor_.stderr_tail(lr));
+    raise_(std::move(ended));
   });
+}
+
+void AgentWorkers::reap() {
+  reaping_ = true;
+  supervisor_.reap();
+  reaping_ = false;
 }
 
 void AgentWorkers::exited(int local_rank, pid_t pid, ExitStatus status) {
@@ -110,23 +114,11 @@ void AgentWorkers::exited(int local_rank, pid_t pid, ExitStatus status) {
   WorkerExit exit{local_rank,   pid, status,          unix_time(),    error_file,
                   std::nullopt, "",  output.out.file, output.err.file};
   if (status.failed()) exit.contents = read_error_file(exit.error_file, &exit.problem);
-  summary_.worker_exited(local_rank, pid, status, exit.seen_at, exit.contents ? error_file : "",
-                         exit.contents ? exit.contents->message : "", exit.stdout_log,
-                         exit.stderr_log);
-  hooks_.say(fmt::format("worker {} (local rank {}, pid {}) {}", topology_.base_rank + local_rank,
-                         local_rank, pid, describe_exit(status)),
-             Level::debug);
-  for (const AgentAction& a : policy_.worker_exited(exit, Clock::now())) {
-    // A sweep is carried out after the supervisor's reaping loop has returned, never from inside.
-    if (std::holds_alternative<action::Sweep>(a))
-      asio::post(io_, [this, a] { hooks_.carry_out(a); });
-    else
-      hooks_.carry_out(a);
-  }
-}
-
-void AgentWorkers::apply(const AgentActions& actions) {
-  for (const AgentAction& a : actions) hooks_.carry_out(a);
+  consoles_.say(
+      fmt::format("worker {} (local rank {}, pid {}) {}", topology_.base_rank + local_rank,
+                  local_rank, pid, describe_exit(status)),
+      Level::debug);
+  raise_(event::WorkerExited{std::move(exit)});
 }
 
 NodeWorkers AgentWorkers::node_workers() const {
@@ -141,10 +133,6 @@ std::optional<FileTimerServer::Worker> AgentWorkers::find(pid_t pid) const {
   const auto local_rank = supervisor_.local_rank_of(pid);
   if (!local_rank) return std::nullopt;
   return FileTimerServer::Worker{topology_.base_rank + *local_rank, *local_rank, attempt()};
-}
-
-std::string AgentWorkers::attempt_path(const std::string& name, int attempt) const {
-  return fmt::format("{}/attempt_{}/{}", logs_.dir().run_dir(), attempt, name);
 }
 
 }  // namespace trainrun::launch

@@ -57,9 +57,10 @@ std::optional<std::string> AttemptFailures::record(const WorkerExit& exit, int b
   return warning;
 }
 
-void AttemptFailures::stderr_tail(int local_rank, const std::string& tail) {
+void AttemptFailures::stderr_tails(const std::vector<std::string>& tails) {
   for (auto& f : failures_)
-    if (f.local_rank == local_rank && f.host == host_) f.stderr_tail = tail;
+    if (f.host == host_ && f.local_rank >= 0 && static_cast<size_t>(f.local_rank) < tails.size())
+      f.stderr_tail = tails[static_cast<size_t>(f.local_rank)];
 }
 
 std::optional<action::ReportFailure> AttemptFailures::report() {

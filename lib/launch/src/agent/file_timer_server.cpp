@@ -63,9 +63,12 @@ std::string scope_list(const std::vector<TimerRequest>& scopes) {
 
 }  // namespace
 
-FileTimerServer::FileTimerServer(asio::io_context& io, std::string path, Hooks hooks)
+FileTimerServer::FileTimerServer(asio::io_context& io, std::string path, const JobLogs& logs,
+                                 AgentConsoles& consoles, Hooks hooks)
     : io_(io),
       path_(std::move(path)),
+      logs_(logs),
+      consoles_(consoles),
       hooks_(std::move(hooks)),
       fifo_(io, make_fifo(path_)),
       timer_(io),
@@ -84,11 +87,12 @@ FileTimerServer::FileTimerServer(asio::io_context& io, std::string path, Hooks h
 FileTimerServer::~FileTimerServer() {
   for (const auto& [collection, reaping] : reaping_)
     for (const Reaping& r : reaping)
-      hooks_.say(fmt::format("file timer: scope {} of rank {} (local rank {}, pid {}) expired at "
-                             "{}; the job ended before its stack was taken: no signal was sent",
-                             scope_list(r.expired.scopes), r.worker.rank, r.worker.local_rank,
-                             r.expired.pid, iso_time(r.expired.reaping->expiration_time)),
-                 Level::warning);
+      consoles_.say(
+          fmt::format("file timer: scope {} of rank {} (local rank {}, pid {}) expired at "
+                      "{}; the job ended before its stack was taken: no signal was sent",
+                      scope_list(r.expired.scopes), r.worker.rank, r.worker.local_rank,
+                      r.expired.pid, iso_time(r.expired.reaping->expiration_time)),
+          Level::warning);
   if (keep_open_ >= 0) ::close(keep_open_);
   ::unlink(path_.c_str());
 }
@@ -129,7 +133,7 @@ void FileTimerServer::read_requests() {
 
 void FileTimerServer::ignore(const std::string& why) {
   if (++ignored_ > kIgnoredShown) return;
-  hooks_.say(
+  consoles_.say(
       fmt::format("file timer: ignored {}{}", why,
                   ignored_ == kIgnoredShown ? " (further ignored requests are not shown)" : ""),
       Level::warning);
@@ -170,10 +174,11 @@ void FileTimerServer::check() {
     const auto worker = hooks_.find_worker(expired.pid);
     if (!worker) continue;  // ended since: its scopes go with it, as torchrun's do
     if (!expired.reaping) {
-      hooks_.say(fmt::format("file timer: rank {} (pid {}): scope {} expired; no signal was asked "
-                             "for, so the worker goes on",
-                             worker->rank, expired.pid, scope_list(expired.scopes)),
-                 Level::warning);
+      consoles_.say(
+          fmt::format("file timer: rank {} (pid {}): scope {} expired; no signal was asked "
+                      "for, so the worker goes on",
+                      worker->rank, expired.pid, scope_list(expired.scopes)),
+          Level::warning);
       continue;
     }
     reaping.push_back({std::move(expired), *worker});
@@ -203,13 +208,13 @@ void FileTimerServer::reap(const Reaping& r, stacks::Stack stack) {
   stacks::RankStack rs{worker.rank, host_name(), std::move(stack)};
   std::string where;
   try {
-    const std::string dir = hooks_.dump_dir(worker.attempt);
+    const std::string dir = logs_.attempt_path(worker.attempt, "timer_expired");
     std::filesystem::create_directories(dir);
     where = stacks::write_dumps(dir, {rs}).front();
   } catch (const std::exception& e) {
     where = fmt::format("not written: {}", e.what());
   }
-  hooks_.say(
+  consoles_.say(
       fmt::format("file timer: scope {} of rank {} (local rank {}, pid {}) expired at {}; "
                   "{}. Its stack follows (every thread: {})",
                   scope_list(expired.scopes), worker.rank, worker.local_rank, expired.pid,
@@ -221,7 +226,7 @@ void FileTimerServer::reap(const Reaping& r, stacks::Stack stack) {
   // The main thread on the terminal; every thread is in the file.
   stacks::Stack shown = rs.stack;
   if (const stacks::Thread* main = rs.stack.main_thread()) shown.threads = {*main};
-  hooks_.write(stacks::format_stack(shown));
+  consoles_.err().write(stacks::format_stack(shown));
   if (same) ::kill(expired.pid, scope.signal);
 }
 

@@ -23,6 +23,10 @@ void JobLogs::create(const std::string& run_id) {
   dir_ = LogDir::create(config_.log_dir, run_id, !logs_worker_output(config_));
 }
 
+std::string JobLogs::attempt_path(int attempt, const std::string& name) const {
+  return fmt::format("{}/attempt_{}/{}", dir_.run_dir(), attempt, name);
+}
+
 std::vector<std::string> JobLogs::after_summary() const {
   std::vector<std::string> lines;
   dir_.remove_if_empty();

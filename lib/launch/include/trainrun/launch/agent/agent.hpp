@@ -15,10 +15,10 @@ class Watchdog;
 // channel (remote_agent.hpp), watched on the agent's loop; -1 for none. (run_agent.cpp)
 int run_agent(const LaunchConfig& config, int launcher_channel = -1);
 
-// The job itself, once the worker count and `program` are resolved in `config`: the Agent turns
-// worker exits, signals, timers and the rendezvous into AgentPolicy's events and carries out its
-// actions on one io_context. Jobs started are stopped through `watchdog` should trainrun die.
-// (agent.cpp)
+// The job itself, once the worker count and `program` are resolved in `config`: the agent's parts
+// raise events (worker exits, signals, timers, the rendezvous), the Agent hands each to
+// AgentPolicy and carries out its actions, on one io_context. Jobs started are stopped through
+// `watchdog` should trainrun die. (agent.cpp)
 int run_job(const LaunchConfig& config, const std::string& program, Watchdog& watchdog,
             int launcher_channel = -1);
 

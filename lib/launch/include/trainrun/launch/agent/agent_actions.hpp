@@ -28,12 +28,12 @@ struct SignalWorkers {
   int signal = 0;
   bool whole_group = true;
 };
-// Call grace_expired() at `deadline` (replaces an earlier timer).
+// Raise GraceExpired at `deadline` (replaces an earlier timer).
 struct ArmGraceTimer {
   std::chrono::steady_clock::time_point deadline;
 };
 // Every worker has ended: stop what they left (SIGKILL after `grace` seconds), drain their
-// output, then call attempt_ended().
+// output, then raise AttemptEnded.
 struct Sweep {
   double grace = 0;
 };

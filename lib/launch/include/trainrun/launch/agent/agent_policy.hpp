@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "trainrun/launch/agent/agent_actions.hpp"
+#include "trainrun/launch/agent/agent_events.hpp"
 #include "trainrun/launch/agent/attempt_failures.hpp"
 #include "trainrun/launch/agent/stop_orders.hpp"
 #include "trainrun/launch/core/launch_config.hpp"
@@ -20,9 +21,9 @@ namespace trainrun::launch {
 // One node's decisions as a pure machine: when to start, stop, escalate, restart, report or
 // finish. Events and the current time go in, actions come out; it owns no process, socket or
 // clock, so the agent only carries the actions out and tests drive it with a fake clock.
-// Actions are carried out in the order given. The state is settled before an event returns, so
-// carrying an action out may deliver the next event at once (a Sweep with nothing left to wait
-// for calls attempt_ended() from inside).
+// Actions are carried out in the order given. The state is settled before handle() returns, and
+// an event raised while its actions are carried out (a Sweep with nothing left to wait for ends
+// the attempt at once) is handled after the last of them: handle() is never re-entered.
 class AgentPolicy {
  public:
   using Clock = std::chrono::steady_clock;
@@ -35,41 +36,32 @@ class AgentPolicy {
   // one_node_master_addr() in agent_plan.hpp gives it; empty: the config's or the rendezvous'.
   AgentPolicy(LaunchConfig config, std::string host, std::string one_node_master_addr = {});
 
-  // Without a rendezvous: one node, its own topology, worker RANK 0's store on `master_port`.
-  AgentActions start_single_node(int master_port, Clock::time_point now);
-  // With a rendezvous: join the first round and wait for an assignment.
-  AgentActions start_in_job(Clock::time_point now);
-  // StartWorkers could not start the group (the supervisor has killed what it started); the
-  // node exits with `exit_code` (126/127 for an entrypoint that cannot run, as a shell).
-  AgentActions start_failed(const std::string& reason, int exit_code, Clock::time_point now);
-  AgentActions worker_exited(const WorkerExit& exit, Clock::time_point now);
-  // The job was found hung (--hang-timeout): `hang` is the attempt's failure (its status the hang
-  // exit code), reported and stopped for as a worker's failure. Only while the group runs.
-  AgentActions hang_confirmed(ProcessFailure hang, Clock::time_point now);
-  // After Sweep: nothing of the attempt's workers is left.
-  AgentActions attempt_ended(Clock::time_point now);
-  // A stop or forwarded signal (the agent reaps on SIGCHLD itself).
-  AgentActions signal(int sig, Clock::time_point now);
-  AgentActions grace_expired(Clock::time_point now);
-  // The rendezvous' decisions for the whole job.
-  AgentActions assignment(const rendezvous::Assignment& a, Clock::time_point now);
-  AgentActions restart(const rendezvous::Restart& r, Clock::time_point now);
-  AgentActions stop(const rendezvous::Stop& s, Clock::time_point now);
-  // A failure ends the job: stop the workers and say what failed; the stop follows.
-  AgentActions halt(const rendezvous::Halt& h, Clock::time_point now);
+  // What `event` (agent_events.hpp) means at `now`: the actions, in order.
+  AgentActions handle(const AgentEvent& event, Clock::time_point now);
 
   State state() const { return state_; }
   bool done() const { return state_ == State::done; }
   int restart_count() const { return topology_.restart_count; }
   size_t running() const { return running_; }
   const std::vector<ProcessFailure>& failures() const { return failures_.list(); }
-  // The last lines of the stderr of the attempt's worker `local_rank`, known once its output is
-  // read to the end (before attempt_ended): shown in its failure, when it wrote no error file.
-  void stderr_tail(int local_rank, const std::string& tail) {
-    failures_.stderr_tail(local_rank, tail);
-  }
+  // The attempt's failures as `ended` leaves them (its workers' stderr tails added), for the job
+  // summary before the policy handles it (a restart clears them).
+  std::vector<ProcessFailure> failures(const event::AttemptEnded& ended) const;
 
  private:
+  AgentActions on(const event::StartSingleNode& e, Clock::time_point now);
+  AgentActions on(const event::StartInJob& e, Clock::time_point now);
+  AgentActions on(const event::StartFailed& e, Clock::time_point now);
+  AgentActions on(const event::WorkerExited& e, Clock::time_point now);
+  AgentActions on(const event::HangConfirmed& e, Clock::time_point now);
+  AgentActions on(const event::AttemptEnded& e, Clock::time_point now);
+  AgentActions on(const event::Signal& e, Clock::time_point now);
+  AgentActions on(const event::GraceExpired& e, Clock::time_point now);
+  AgentActions on(const event::Assignment& e, Clock::time_point now);
+  AgentActions on(const event::Restart& e, Clock::time_point now);
+  AgentActions on(const event::Stop& e, Clock::time_point now);
+  AgentActions on(const event::Halt& e, Clock::time_point now);
+
   void start_attempt(AgentActions& out);
   void begin_stop(AgentActions& out, int sig, Clock::time_point now);
   void after_attempt(AgentActions& out);

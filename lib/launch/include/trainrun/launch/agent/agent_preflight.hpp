@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "trainrun/launch/agent/agent_events.hpp"
 #include "trainrun/launch/core/launch_config.hpp"
 #include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/preflight/local_offer.hpp"
@@ -20,19 +21,16 @@ class PreflightRun;
 
 // The agent's preflight stage (--preflight): its port, open for the job's life, this node's
 // offer, sent with each join, and the checks of the links, MASTER_ADDR and what every node runs,
-// once the round has formed and before any worker starts. A node that cannot open its port runs
-// without it (the others do not check it), and says so.
+// once the round has formed and before any worker starts: the round's assignment is raised once
+// every check passed. A node that cannot open its port runs without it (the others do not check
+// it), and says so.
 class AgentPreflight {
  public:
   struct Hooks {
     std::function<void(const std::string&, Level)> say;
-    // Every check passed: the round's workers may start.
-    std::function<void(const rendezvous::Assignment&)> passed;
     // A check failed: `line` ends the job on every node (not a leave: a lost node would be
     // replaced by a restart, which would meet the same misconfiguration).
     std::function<void(const std::string& line)> failed;
-    // The node's job is over: a result that comes after it is dropped.
-    std::function<bool()> over;
   };
 
   AgentPreflight(boost::asio::io_context& io, PreflightMode mode);
@@ -40,17 +38,19 @@ class AgentPreflight {
   AgentPreflight(const AgentPreflight&) = delete;
   AgentPreflight& operator=(const AgentPreflight&) = delete;
 
-  // Opens the port and makes the offer of what this node runs.
-  void open(const LocalRun& run, Hooks hooks);
+  // Opens the port and makes the offer of what this node runs; `raise` takes the Assignment of
+  // each round whose checks passed.
+  void open(const LocalRun& run, Hooks hooks, RaiseEvent raise);
   // This node's offer; none when it runs no preflight.
   const std::optional<rendezvous::PreflightOffer>& offer() const { return offer_; }
   // The round of `a` has formed: checks its peers as `me`, and the log directory `log_dir`.
-  // False when this node has nothing to check: its workers start at once.
+  // False when this node has nothing to check (nothing is raised): its workers start at once.
   bool start(const rendezvous::Assignment& a, const PreflightNode& me, const std::string& log_dir);
   // A stop, restart or halt came: the running checks are dropped.
   void drop();
-  // The job is over: the checks are dropped and the port closed (its accept would keep the
-  // rendezvous' last run of the event loop busy for the whole close linger).
+  // The job is over: the checks are dropped, a verdict still to come with them, and the port
+  // closed (its accept would keep the rendezvous' last run of the event loop busy for the whole
+  // close linger).
   void close();
 
  private:
@@ -60,6 +60,7 @@ class AgentPreflight {
   boost::asio::io_context& io_;
   PreflightMode mode_;
   Hooks hooks_;
+  RaiseEvent raise_;
   std::unique_ptr<PreflightListener> listener_;
   std::optional<rendezvous::PreflightOffer> offer_;  // none: this node runs no preflight
   std::shared_ptr<PreflightRun> run_;                // while the round's preflight runs

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "trainrun/launch/agent/agent_events.hpp"
 #include "trainrun/launch/core/launch_config.hpp"
 #include "trainrun/launch/rdzv/rendezvous_options.hpp"
 #include "trainrun/launch/rollcall/roll_call.hpp"
@@ -17,10 +18,13 @@ namespace trainrun::launch {
 
 // The agent's side of the rendezvous: the configured backend's handler on the agent's loop, and
 // what the agent says and asks of it beyond the policy's reports: which node this is, once; why
-// its --node-rank was not given; the joins; the other nodes' stacks for `trainrun --stacks`.
+// its --node-rank was not given; the joins; the other nodes' stacks for `trainrun --stacks`. Its
+// decisions for the job (assignment, restart, halt, stop) are raised as events.
 class AgentRendezvous {
  public:
   using Say = std::function<void(const std::string&)>;
+  // Another node asks for this node's stacks (rendezvous::ClientEvents::on_stacks_ask).
+  using StacksAsk = std::function<void(std::function<void(std::string answer)> reply)>;
 
   // `host`: this machine's name in the node line.
   AgentRendezvous(boost::asio::io_context& io, const LaunchConfig& config, std::string host,
@@ -28,10 +32,11 @@ class AgentRendezvous {
   AgentRendezvous(const AgentRendezvous&) = delete;
   AgentRendezvous& operator=(const AgentRendezvous&) = delete;
 
-  // Starts the handler with `events`; each assignment is announced first, and each stop comes
-  // with its hint (with_hint). Throws SetupError when this node must host the rendezvous and
-  // cannot.
-  void start(const rendezvous::TcpRendezvousOptions& options, rendezvous::ClientEvents events);
+  // Starts the handler, raising its decisions; each assignment is announced first, and each stop
+  // comes with its hint (with_hint). Throws SetupError when this node must host the rendezvous
+  // and cannot.
+  void start(const rendezvous::TcpRendezvousOptions& options, RaiseEvent raise,
+             StacksAsk stacks_ask);
   // Joins the next round, holding `master_port` for worker RANK 0's store; `last_rank`: this
   // node's rank in the previous round (-1: none).
   void join(int master_port, int last_rank, std::optional<rendezvous::PreflightOffer> offer);

@@ -4,6 +4,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <functional>
 
+#include "trainrun/launch/agent/agent_events.hpp"
 #include "trainrun/launch/core/launch_config.hpp"
 
 namespace trainrun::launch {
@@ -12,17 +13,16 @@ namespace trainrun::launch {
 // the subreaper, ended), the stop signals and those it forwards to the workers.
 class AgentSignals {
  public:
-  struct Hooks {
-    std::function<void()> child;      // SIGCHLD
-    std::function<void(int)> signal;  // any other
-    std::function<bool()> done;       // the job is over: wait no more
-  };
-
   explicit AgentSignals(boost::asio::io_context& io) : set_(io) {}
 
-  // Takes SIGCHLD and `config`'s stop and forwarded signals from now on, each to its hook.
-  void watch(const LaunchConfig& config, Hooks hooks);
-  void cancel() { set_.cancel(); }
+  // Takes SIGCHLD (to `child`) and `config`'s stop and forwarded signals (raised as Signal) from
+  // now on, until cancel().
+  void watch(const LaunchConfig& config, std::function<void()> child, RaiseEvent raise);
+  // The job is over: wait no more (also when called from inside `child` or `raise`).
+  void cancel() {
+    cancelled_ = true;
+    set_.cancel();
+  }
   // A stop or forwarded signal has reached trainrun: a stop that follows is the user's.
   bool received() const { return received_; }
   // For the console's last flush, which a stop signal cuts short.
@@ -32,8 +32,10 @@ class AgentSignals {
   void wait();
 
   boost::asio::signal_set set_;
-  Hooks hooks_;
+  std::function<void()> child_;
+  RaiseEvent raise_;
   bool received_ = false;
+  bool cancelled_ = false;
 };
 
 }  // namespace trainrun::launch

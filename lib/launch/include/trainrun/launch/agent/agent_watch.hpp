@@ -7,20 +7,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "trainrun/launch/agent/agent_events.hpp"
 #include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/rollcall/hang_watch.hpp"
 #include "trainrun/launch/rollcall/roll_call.hpp"
 #include "trainrun/launch/core/failure.hpp"
 
 namespace trainrun::launch {
-
-// A confirmed hang as the agent reports it: the lines for stderr (the roll call after them), the
-// hang for the job summary, and the attempt's failure, which stops the job as a worker's would.
-struct HangFailure {
-  std::string text;
-  nlohmann::json hang;
-  ProcessFailure failure;
-};
 
 // What a hang confirmed under --hang-timeout=`timeout_s` prints: why, then the roll call. Pure.
 std::string hang_text(const HangReport& report, double timeout_s);
@@ -33,17 +26,13 @@ HangFailure hang_failure(const HangReport& report, std::string text, const std::
 // What the agent offers to see into its running job: the roll call that `trainrun --stacks`
 // finds it by (this node's stacks, and through the rendezvous the other nodes'), and with
 // --hang-timeout the watch that confirms a hang with it. A job whose roll call cannot start still
-// runs without it, and says so; with --hang-timeout it is refused (SetupError) instead.
+// runs without it, and says so; with --hang-timeout it is refused (SetupError) instead. A hang it
+// confirms is written out and raised as HangConfirmed.
 class AgentWatch {
  public:
   struct Hooks {
     // This node's running workers (NodeWorkers::quiet_s is the watch's to fill in).
     std::function<NodeWorkers()> workers;
-    // A confirmed hang, written out; only while the group runs (`running`).
-    std::function<void(HangFailure)> hung;
-    std::function<bool()> running;
-    // Where the running attempt's hang report goes.
-    std::function<std::string()> report_file;
     std::function<void(const std::string&, Level)> say;
   };
 
@@ -51,7 +40,8 @@ class AgentWatch {
   // `hang_timeout_s` > 0, watches for a hang, the workers touching `heartbeat_file` (written empty
   // now) as a sign of life.
   AgentWatch(boost::asio::io_context& io, const std::map<std::string, std::string>& env,
-             JobEntry entry, double hang_timeout_s, const std::string& heartbeat_file, Hooks hooks);
+             JobEntry entry, double hang_timeout_s, const std::string& heartbeat_file, Hooks hooks,
+             RaiseEvent raise);
   ~AgentWatch();
   AgentWatch(const AgentWatch&) = delete;
   AgentWatch& operator=(const AgentWatch&) = delete;
@@ -70,8 +60,9 @@ class AgentWatch {
   // This node's answer to another node's `trainrun --stacks`, at most `max_bytes`.
   void answer(std::function<void(std::string)> reply, std::size_t max_bytes);
 
-  // A group started / none runs any more.
-  void start();
+  // A group started: a hang confirmed is written to `report_file` and raised.
+  void start(std::string report_file);
+  // The group is being stopped, or none runs: no hang is looked for.
   void stop();
   // The job is over: the roll call stops listening.
   void close();
@@ -82,7 +73,9 @@ class AgentWatch {
   NodeWorkers workers() const;
 
   Hooks hooks_;
+  RaiseEvent raise_;
   std::string host_;
+  std::string report_file_;                // the running attempt's
   std::unique_ptr<RegistryDir> registry_;  // outlives the roll call's files in it
   std::unique_ptr<RollCall> roll_call_;
   std::unique_ptr<HangWatch> hang_watch_;

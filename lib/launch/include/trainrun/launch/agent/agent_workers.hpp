@@ -12,10 +12,9 @@
 
 #include "trainrun/launch/agent/agent_actions.hpp"
 #include "trainrun/launch/agent/agent_consoles.hpp"
-#include "trainrun/launch/agent/agent_policy.hpp"
+#include "trainrun/launch/agent/agent_events.hpp"
 #include "trainrun/launch/agent/file_timer_server.hpp"
 #include "trainrun/launch/agent/job_logs.hpp"
-#include "trainrun/launch/agent/job_summary.hpp"
 #include "trainrun/launch/agent/worker_group_launch.hpp"
 #include "trainrun/launch/rollcall/roll_call.hpp"
 #include "trainrun/launch/workers/supervisor.hpp"
@@ -25,37 +24,32 @@ namespace trainrun::launch {
 class Watchdog;
 
 // The node's worker group as the agent runs it, attempt after attempt: started, signalled and
-// swept as the policy asks, each worker's end read (its error file, its log files) and handed to
-// the policy and the job summary; and who runs as which rank in the running attempt, for the
-// roll call and the file timer.
+// swept as the agent asks, each worker's end read (its error file, its log files) and raised as
+// an event, as are a group that cannot start, the grace timer and the end of a sweep; and who
+// runs as which rank in the running attempt, for the roll call and the file timer.
 class AgentWorkers {
  public:
-  struct Hooks {
-    // Carries one of the policy's actions out, as the agent does any other: a Sweep that a
-    // worker's end asks for too, from the loop once the supervisor's reaping has returned.
-    std::function<void(const AgentAction&)> carry_out;
-    std::function<void(const std::string&, Level)> say;
-  };
-
   AgentWorkers(boost::asio::io_context& io, Watchdog& watchdog, AgentConsoles& consoles,
                const LaunchConfig& config, const std::string& program, const std::string& host,
-               AgentPolicy& policy, JobSummary& summary, const JobLogs& logs, Hooks hooks);
+               const JobLogs& logs, RaiseEvent raise);
 
   // --numa-binding's CPUs, planned once (WorkerGroupLaunch::plan_numa).
   void plan_numa(const std::map<std::string, std::string>& inherited);
   // Starts the attempt's group (`watched`: under --hang-timeout), after `prepare` (what the
   // workers need ready first; a LaunchError it throws is a failure to start). False when it
-  // could not start: the policy was told, and its actions carried out.
+  // could not start: StartFailed was raised.
   bool start(const Topology& topology, const JobSettings& job,
              const std::map<std::string, std::string>& inherited, bool watched,
              const std::function<void()>& prepare = {});
   // With `abort_first`, SIGABRT to the workers alone instead (faulthandler's tracebacks).
   void signal(const action::SignalWorkers& a, bool abort_first);
+  // GraceExpired is raised at the deadline.
   void arm_grace(const action::ArmGraceTimer& a);
+  // AttemptEnded is raised once nothing of the group is left (at once, when nothing is).
   void sweep(const action::Sweep& a);
   void cancel_grace() { grace_timer_.cancel(); }
-  // SIGCHLD came.
-  void reap() { supervisor_.reap(); }
+  // SIGCHLD came: each worker's end is raised as WorkerExited.
+  void reap();
   void set_progress(std::function<void()> progress) {
     supervisor_.set_progress(std::move(progress));
   }
@@ -71,28 +65,27 @@ class AgentWorkers {
   int node_rank() const { return node_rank_; }
   NodeWorkers node_workers() const;
   std::optional<FileTimerServer::Worker> find(pid_t pid) const;
-  // `name` in the running attempt's directory of the log tree, or in attempt `attempt`'s.
-  std::string attempt_path(const std::string& name) const { return attempt_path(name, attempt()); }
-  std::string attempt_path(const std::string& name, int attempt) const;
+  // `name` in the running attempt's directory of the log tree.
+  std::string attempt_path(const std::string& name) const {
+    return logs_.attempt_path(attempt(), name);
+  }
 
  private:
   void exited(int local_rank, pid_t pid, ExitStatus status);
-  void apply(const AgentActions& actions);
 
   boost::asio::io_context& io_;
   const LaunchConfig& config_;
   AgentConsoles& consoles_;
   std::string host_;
-  AgentPolicy& policy_;
-  JobSummary& summary_;
   const JobLogs& logs_;
-  Hooks hooks_;
+  RaiseEvent raise_;
   Supervisor supervisor_;
   boost::asio::steady_timer grace_timer_;
   WorkerGroupLaunch launch_;
   std::unique_ptr<FileTimerServer> file_timer_;
-  Topology topology_;   // the running attempt's: its restart count, RANK of local rank 0
-  int node_rank_ = -1;  // -1 until the first attempt
+  bool reaping_ = false;  // inside reap()
+  Topology topology_;     // the running attempt's: its restart count, RANK of local rank 0
+  int node_rank_ = -1;    // -1 until the first attempt
 };
 
 }  // namespace trainrun::launch

@@ -26,8 +26,8 @@ class AttemptFailures {
   std::optional<std::string> record(const WorkerExit& exit, int base_rank, bool counts);
   // A failure the launcher found itself (a hung job), listed as it is.
   void add(ProcessFailure failure) { failures_.push_back(std::move(failure)); }
-  // The end of the stderr of the worker `local_rank`, shown when it wrote no error file.
-  void stderr_tail(int local_rank, const std::string& tail);
+  // The end of the stderr of each worker, by local rank, shown when it wrote no error file.
+  void stderr_tails(const std::vector<std::string>& tails);
 
   bool empty() const { return failures_.empty(); }
   const std::vector<ProcessFailure>& list() const { return failures_; }

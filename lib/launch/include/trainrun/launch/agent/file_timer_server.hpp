@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "trainrun/launch/agent/agent_consoles.hpp"
 #include "trainrun/launch/agent/file_timer.hpp"
+#include "trainrun/launch/agent/job_logs.hpp"
 #include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/rollcall/stack_collector.hpp"
 
@@ -35,18 +37,15 @@ class FileTimerServer {
   struct Hooks {
     // The running worker `pid` is, or whose process group it is in.
     std::function<std::optional<Worker>(pid_t)> find_worker;
-    // Where the stack dumps of attempt `attempt` go (created here).
-    std::function<std::string(int attempt)> dump_dir;
-    // A launcher line, and text for the terminal as it is.
-    std::function<void(const std::string&, Level)> say;
-    std::function<void(const std::string&)> write;
     // A worker's valid request (the hang watch's progress); may be empty.
     std::function<void()> request;
   };
 
   // Makes the FIFO at `path` (replacing a file there, as torchrun does) and starts reading it.
-  // Throws SetupError naming the path when it cannot.
-  FileTimerServer(boost::asio::io_context& io, std::string path, Hooks hooks);
+  // Its lines go to `consoles`, the stacks it takes to timer_expired/ in the attempt's directory
+  // of `logs`. Throws SetupError naming the path when it cannot.
+  FileTimerServer(boost::asio::io_context& io, std::string path, const JobLogs& logs,
+                  AgentConsoles& consoles, Hooks hooks);
   // Removes the FIFO; stacks still being taken are dropped, their tools killed, and each such
   // expired scope said in a line (the job ended first: no signal is sent).
   ~FileTimerServer();
@@ -71,6 +70,8 @@ class FileTimerServer {
 
   boost::asio::io_context& io_;
   std::string path_;
+  const JobLogs& logs_;
+  AgentConsoles& consoles_;
   Hooks hooks_;
   boost::asio::posix::stream_descriptor fifo_;
   int keep_open_ = -1;  // our own writer: the read end never sees end of file

@@ -18,6 +18,8 @@ class JobLogs {
   // Makes the run's directory for `run_id`. Throws SetupError naming it when it cannot.
   void create(const std::string& run_id);
   const LogDir& dir() const { return dir_; }
+  // `name` in attempt `attempt`'s directory of the run (a hang report, the file timer's dumps).
+  std::string attempt_path(int attempt, const std::string& name) const;
 
   // After a failure summary: where the logs are, when the directory holds files, and NCCL's
   // flight recorder dumps, when there are any. The job is over: an empty directory goes now.

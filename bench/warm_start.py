@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""Warm starts: what `--preload torch` saves a PyTorch job, against torchrun 2.x, in one run.
+
+- start: 8 Gloo workers (--workers), from the launch to every rank past init_process_group;
+- memory: the same workers' proportional set size (PSS, /proc/PID/smaps_rollup), summed, once
+  every rank is past init_process_group (pages of torch a template shares count once);
+- restart: 2 workers, rank 1 fails once past init_process_group; from its failure to every rank
+  of the next attempt past init_process_group (--max-restarts=1).
+Each launcher runs alternately, --runs times; medians. The job is a script written here.
+
+Usage: bench/warm_start.py --python VENV/bin/python [--trainrun PATH] [--workers 8] [--runs 3]
+                           [--no-doc] [--json PATH]
+--python: an interpreter with torch 2.x (the workers' PYTHON_EXEC, and torchrun's).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_doc import ROOT, add_json_option, machine, median, write_json, write_section  # noqa: E402
+
+JOB = r'''
+import json, os, sys, time
+import torch
+import torch.distributed as dist
+out, mode = sys.argv[1], sys.argv[2]
+dist.init_process_group("gloo")
+rank, attempt = dist.get_rank(), os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+path = os.path.join(out, f"{attempt}_{rank}")
+with open(path + ".tmp", "w") as f:
+    json.dump({"past_init": time.time(), "pid": os.getpid()}, f)
+os.rename(path + ".tmp", path)
+dist.all_reduce(torch.ones(1))
+if mode == "hold":  # until the bench has read every worker's memory
+    deadline = time.time() + 120
+    while not os.path.exists(os.path.join(out, "go")) and time.time() < deadline:
+        time.sleep(0.01)
+if mode == "restart" and attempt == "0" and rank == 1:
+    with open(os.path.join(out, "failed"), "w") as f:
+        f.write(repr(time.time()))
+    sys.exit(1)
+dist.barrier()
+dist.destroy_process_group()
+'''
+
+
+def launchers(args):
+    ours = [args.trainrun, "--standalone", "--monitor-interval=0.1"]
+    return {
+        "trainrun": ours,
+        "trainrun --preload torch": ours + ["--preload", "torch"],
+        "torchrun 2.x": [args.python, "-m", "torch.distributed.run", "--standalone",
+                         "--monitor-interval=0.1"],
+    }
+
+
+def pss_kib(pid):
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def wait_for(paths, proc, timeout=300):
+    deadline = time.time() + timeout
+    while not all(os.path.exists(p) for p in paths):
+        if proc.poll() is not None or time.time() > deadline:
+            sys.exit(f"warm_start: the job ended (exit {proc.returncode}) before every rank was "
+                     f"past init_process_group: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.005)
+
+
+def run_start(cmd, job, workers, env):
+    with tempfile.TemporaryDirectory() as out:
+        t0 = time.time()
+        proc = subprocess.Popen(cmd + [f"--nproc-per-node={workers}", job, out, "hold"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        files = [os.path.join(out, f"0_{r}") for r in range(workers)]
+        wait_for(files, proc)
+        ranks = [json.load(open(f)) for f in files]
+        start = max(r["past_init"] for r in ranks) - t0
+        pss = sum(pss_kib(r["pid"]) for r in ranks)
+        open(os.path.join(out, "go"), "w").close()
+        if proc.wait(timeout=120) != 0:
+            sys.exit(f"warm_start: {' '.join(cmd)} exited {proc.returncode}")
+        return start, pss
+
+
+def run_restart(cmd, job, env):
+    with tempfile.TemporaryDirectory() as out:
+        proc = subprocess.Popen(cmd + ["--nproc-per-node=2", "--max-restarts=1", job, out,
+                                       "restart"], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        files = [os.path.join(out, f"1_{r}") for r in range(2)] + [os.path.join(out, "failed")]
+        wait_for(files, proc)
+        failed = float(open(files[-1]).read())
+        back = max(json.load(open(f))["past_init"] for f in files[:2])
+        if proc.wait(timeout=120) != 0:
+            sys.exit(f"warm_start: {' '.join(cmd)} exited {proc.returncode}")
+        return back - failed
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--python", required=True, help="an interpreter with torch 2.x")
+    ap.add_argument("--trainrun", default=os.path.join(ROOT, "build", "apps", "trainrun", "trainrun"))
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--only", help="comma-separated launcher names to run (default: all)")
+    ap.add_argument("--no-doc", action="store_true")
+    add_json_option(ap)
+    args = ap.parse_args()
+    version = subprocess.run([args.python, "-c", "import torch; print(torch.__version__)"],
+                             capture_output=True, text=True).stdout.strip()
+    if not version.startswith("2."):
+        sys.exit(f"warm_start: {args.python} has no torch 2.x (found {version or 'none'})")
+    env = dict(os.environ, PYTHON_EXEC=args.python, OMP_NUM_THREADS="1")
+    chosen = launchers(args)
+    if args.only:
+        chosen = {k: v for k, v in chosen.items() if k in args.only.split(",")}
+    samples = {name: {"start": [], "pss": [], "restart": []} for name in chosen}
+    with tempfile.TemporaryDirectory() as tmp:
+        job = os.path.join(tmp, "job.py")
+        with open(job, "w") as f:
+            f.write(JOB)
+        for _ in range(args.runs):
+            for name, cmd in chosen.items():
+                start, pss = run_start(cmd, job, args.workers, env)
+                restart = run_restart(cmd, job, env)
+                for key, value in (("start", start), ("pss", pss), ("restart", restart)):
+                    samples[name][key].append(value)
+                print(f"{name:26s} start {start:6.2f} s  PSS {pss / 1024:7.0f} MiB  restart "
+                      f"{restart:5.2f} s", flush=True)
+    rows = {name: {k: median(v) for k, v in s.items()} for name, s in samples.items()}
+    base = rows.get("trainrun")
+    table = ["| launcher | start (s) | start / trainrun | workers' PSS (MiB) | restart (s) |",
+             "|---|---:|---:|---:|---:|"]
+    for name, r in rows.items():
+        ratio = f"{r['start'] / base['start']:.2f}" if base else "—"
+        table.append(f"| {name} | {r['start']:.2f} | {ratio} | {r['pss'] / 1024:.0f} | "
+                     f"{r['restart']:.2f} |")
+    body = f"""## Warm starts
+
+`bench/warm_start.py` — a Gloo job (import torch, `init_process_group`, one all-reduce) with
+PyTorch {version} on {args.workers} workers: **start** is from the launch to every rank past
+`init_process_group`; **PSS** is the workers' proportional set size summed, once every rank is
+past it; **restart** is 2 workers, rank 1 failing once past `init_process_group`, from its failure
+to both ranks of the next attempt past it (`--max-restarts=1`). Medians of {args.runs} runs, each
+launcher in turn. Machine: {machine()}, load average {os.getloadavg()[0]:.1f} at the end.
+Target: a restart under 1 s with `--preload torch`.
+
+""" + "\n".join(table)
+    print(body)
+    if not args.no_doc:
+        write_section("warm_start", body)
+    write_json(args.json, "warm_start", [{"launcher": k, **v} for k, v in rows.items()],
+               runs=args.runs, workers=args.workers, torch=version)
+
+
+if __name__ == "__main__":
+    main()

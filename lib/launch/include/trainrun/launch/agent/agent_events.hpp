@@ -1,0 +1,82 @@
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "trainrun/launch/agent/agent_actions.hpp"
+#include "trainrun/launch/core/failure.hpp"
+#include "trainrun/rendezvous/messages.hpp"
+
+namespace trainrun::launch {
+
+// A confirmed hang as the agent reports it: the lines for stderr (the roll call after them), the
+// hang for the job summary, and the attempt's failure, which stops the job as a worker's would.
+struct HangFailure {
+  std::string text;
+  nlohmann::json hang;
+  ProcessFailure failure;
+};
+
+// What happens to a node, as its parts raise it: the agent handles each in turn, and the policy
+// decides what it means.
+namespace event {
+// Without a rendezvous: one node, its own topology, worker RANK 0's store on `master_port`.
+struct StartSingleNode {
+  int master_port = 0;
+};
+// With a rendezvous: join the first round and wait for an assignment.
+struct StartInJob {};
+// StartWorkers could not start the group (the supervisor has killed what it started); the node
+// exits with `exit_code` (126/127 for an entrypoint that cannot run, as a shell).
+struct StartFailed {
+  std::string reason;
+  int exit_code = 1;
+};
+struct WorkerExited {
+  WorkerExit exit;
+};
+// The job was found hung (--hang-timeout): `hang.failure` is the attempt's failure (its status the
+// hang exit code), reported and stopped for as a worker's failure. Only while the group runs.
+struct HangConfirmed {
+  HangFailure hang;
+};
+// After Sweep: nothing of the attempt's workers is left. `stderr_tails[local_rank]`: the last
+// lines of that worker's stderr, read to the end, shown in its failure when it wrote no error file.
+struct AttemptEnded {
+  std::vector<std::string> stderr_tails;
+};
+// A stop or forwarded signal (the agent reaps on SIGCHLD itself).
+struct Signal {
+  int sig = 0;
+};
+// The grace timer (ArmGraceTimer) went off.
+struct GraceExpired {};
+// The rendezvous' decisions for the whole job. An assignment reaches the policy once the round's
+// preflight has passed.
+struct Assignment {
+  rendezvous::Assignment assignment;
+};
+struct Restart {
+  rendezvous::Restart restart;
+};
+// A failure ends the job: stop the workers and say what failed; the stop follows.
+struct Halt {
+  rendezvous::Halt halt;
+};
+struct Stop {
+  rendezvous::Stop stop;
+};
+}  // namespace event
+
+using AgentEvent =
+    std::variant<event::StartSingleNode, event::StartInJob, event::StartFailed, event::WorkerExited,
+                 event::HangConfirmed, event::AttemptEnded, event::Signal, event::GraceExpired,
+                 event::Assignment, event::Restart, event::Halt, event::Stop>;
+
+// How the agent's parts hand it an event: the one way they reach it.
+using RaiseEvent = std::function<void(AgentEvent)>;
+
+}  // namespace trainrun::launch
