@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/agent_event_queue.hpp"
+#include "agent/agent_event_queue.hpp"
 
 #include <catch2/catch.hpp>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/agent_plan.hpp"
+#include "agent/agent_plan.hpp"
 
 #include <fmt/format.h>
 

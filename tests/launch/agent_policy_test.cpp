@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/agent_policy.hpp"
+#include "agent/agent_policy.hpp"
 
 #include <fmt/format.h>
 

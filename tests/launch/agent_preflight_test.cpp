@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/agent_preflight.hpp"
+#include "agent/agent_preflight.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>

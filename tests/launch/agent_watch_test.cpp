@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/agent_watch.hpp"
+#include "agent/agent_watch.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>

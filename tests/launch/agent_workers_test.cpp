@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/agent_workers.hpp"
+#include "agent/agent_workers.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -11,10 +11,10 @@
 #include <variant>
 #include <vector>
 
+#include "agent/agent_event_queue.hpp"
+#include "agent/agent_plan.hpp"
+#include "agent/agent_policy.hpp"
 #include "test_support.hpp"
-#include "trainrun/launch/agent/agent_event_queue.hpp"
-#include "trainrun/launch/agent/agent_plan.hpp"
-#include "trainrun/launch/agent/agent_policy.hpp"
 #include "trainrun/launch/workers/watchdog.hpp"
 
 using namespace trainrun::launch;

@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/attempt_failures.hpp"
+#include "agent/attempt_failures.hpp"
 
 #include <catch2/catch.hpp>
 #include <csignal>

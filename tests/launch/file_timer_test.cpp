@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/file_timer.hpp"
+#include "agent/file_timer.hpp"
 
 #include <catch2/catch.hpp>
 #include <string>

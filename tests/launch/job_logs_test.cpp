@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/job_logs.hpp"
+#include "agent/job_logs.hpp"
 
 #include <stdlib.h>
 #include <sys/stat.h>

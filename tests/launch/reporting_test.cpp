@@ -3,8 +3,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "agent/job_summary.hpp"
 #include "parse_helpers.hpp"
-#include "trainrun/launch/agent/job_summary.hpp"
 #include "trainrun/launch/cli/cli_docs.hpp"
 #include "trainrun/launch/cli/command_line.hpp"
 #include "trainrun/launch/core/log.hpp"

@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/stop_orders.hpp"
+#include "agent/stop_orders.hpp"
 
 #include <catch2/catch.hpp>
 #include <csignal>

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "agent/agent_store.hpp"
 #include "parse_helpers.hpp"
-#include "trainrun/launch/agent/agent_store.hpp"
 #include "trainrun/launch/store/store_data.hpp"
 #include "trainrun/launch/store/store_protocol.hpp"
 #include "trainrun/launch/store/store_server.hpp"

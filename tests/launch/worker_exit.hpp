@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "trainrun/launch/agent/agent_actions.hpp"
+#include "agent/agent_actions.hpp"
 
 namespace trainrun::test {
 

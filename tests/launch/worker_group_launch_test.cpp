@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/worker_group_launch.hpp"
+#include "agent/worker_group_launch.hpp"
 
 #include <sys/stat.h>
 
@@ -6,8 +6,8 @@
 #include <fstream>
 #include <string>
 
+#include "agent/agent_plan.hpp"
 #include "test_support.hpp"
-#include "trainrun/launch/agent/agent_plan.hpp"
 
 using namespace trainrun::launch;
 

@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/workers_python.hpp"
+#include "agent/workers_python.hpp"
 
 #include <catch2/catch.hpp>
 #include <string>

@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/agent_consoles.hpp"
+#include "agent_consoles.hpp"
 
 #include <fmt/format.h>
 

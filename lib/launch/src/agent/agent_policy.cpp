@@ -1,14 +1,14 @@
-#include "trainrun/launch/agent/agent_policy.hpp"
+#include "agent_policy.hpp"
 
 #include <fmt/format.h>
 #include <signal.h>
 
 #include <algorithm>
 
+#include "agent_plan.hpp"
 #include "trainrun/base/process.hpp"
 #include "trainrun/base/text.hpp"
 #include "trainrun/base/wording.hpp"
-#include "trainrun/launch/agent/agent_plan.hpp"
 
 namespace trainrun::launch {
 

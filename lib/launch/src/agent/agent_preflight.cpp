@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/agent_preflight.hpp"
+#include "agent_preflight.hpp"
 
 #include <fmt/format.h>
 

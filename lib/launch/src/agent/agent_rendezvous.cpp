@@ -1,10 +1,10 @@
-#include "trainrun/launch/agent/agent_rendezvous.hpp"
+#include "agent_rendezvous.hpp"
 
 #include <fmt/format.h>
 
 #include <chrono>
 
-#include "trainrun/launch/agent/agent_plan.hpp"
+#include "agent_plan.hpp"
 #include "trainrun/launch/core/errors.hpp"
 
 namespace trainrun::launch {

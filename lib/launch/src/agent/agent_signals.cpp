@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/agent_signals.hpp"
+#include "agent_signals.hpp"
 
 #include <signal.h>
 

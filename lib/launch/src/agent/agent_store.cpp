@@ -1,8 +1,8 @@
-#include "trainrun/launch/agent/agent_store.hpp"
+#include "agent_store.hpp"
 
 #include <fmt/format.h>
 
-#include "trainrun/launch/agent/agent_plan.hpp"
+#include "agent_plan.hpp"
 
 namespace trainrun::launch {
 

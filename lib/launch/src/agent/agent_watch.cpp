@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/agent_watch.hpp"
+#include "agent_watch.hpp"
 
 #include <fmt/format.h>
 
@@ -65,7 +65,7 @@ AgentWatch::~AgentWatch() = default;
 // a touch of the heartbeat file, a file-timer request; a hang is confirmed with the roll call.
 void AgentWatch::start_hang_watch(boost::asio::io_context& io, double timeout_s) {
   try {
-    write_file_atomically(heartbeat_file_, "");
+    write_file_atomically(heartbeat_file_, "", /*durable=*/false);
   } catch (const std::exception& e) {
     hooks_.say(fmt::format("--hang-timeout: no heartbeat file for the workers: {}", e.what()),
                Level::warning);

@@ -1,16 +1,16 @@
-#include "trainrun/launch/agent/agent_workers.hpp"
+#include "agent_workers.hpp"
 
 #include <fmt/format.h>
 #include <signal.h>
 
 #include <boost/asio/post.hpp>
 
+#include "agent_plan.hpp"
+#include "file_timer.hpp"
 #include "trainrun/base/system.hpp"
-#include "trainrun/launch/agent/agent_plan.hpp"
-#include "trainrun/launch/agent/file_timer.hpp"
 #include "trainrun/launch/core/errors.hpp"
-#include "trainrun/launch/output/output_plan.hpp"
 #include "trainrun/launch/core/failure.hpp"
+#include "trainrun/launch/output/output_plan.hpp"
 
 namespace trainrun::launch {
 

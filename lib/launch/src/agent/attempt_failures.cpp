@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/attempt_failures.hpp"
+#include "attempt_failures.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/file_timer.hpp"
+#include "file_timer.hpp"
 
 #include <fmt/format.h>
 

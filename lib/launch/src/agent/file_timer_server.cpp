@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/file_timer_server.hpp"
+#include "file_timer_server.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -1,10 +1,10 @@
-#include "trainrun/launch/agent/job_logs.hpp"
+#include "job_logs.hpp"
 
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "trainrun/launch/agent/agent_plan.hpp"
+#include "agent_plan.hpp"
 #include "trainrun/launch/output/output_plan.hpp"
 #include "trainrun/launch/workers/flight_recorder.hpp"
 

@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/job_summary.hpp"
+#include "job_summary.hpp"
 
 #include <fmt/format.h>
 

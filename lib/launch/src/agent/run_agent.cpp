@@ -3,9 +3,9 @@
 
 #include <optional>
 
+#include "job_summary.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/launch/agent/agent.hpp"
-#include "trainrun/launch/agent/job_summary.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/workers/entrypoint.hpp"

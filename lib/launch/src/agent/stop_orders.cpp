@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/stop_orders.hpp"
+#include "stop_orders.hpp"
 
 #include <signal.h>
 

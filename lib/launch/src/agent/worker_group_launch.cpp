@@ -1,6 +1,6 @@
-#include "trainrun/launch/agent/worker_group_launch.hpp"
+#include "worker_group_launch.hpp"
 
-#include "trainrun/launch/agent/agent_plan.hpp"
+#include "agent_plan.hpp"
 #include "trainrun/launch/output/output_plan.hpp"
 
 namespace trainrun::launch {

@@ -1,4 +1,4 @@
-#include "trainrun/launch/agent/workers_python.hpp"
+#include "workers_python.hpp"
 
 #include <fmt/format.h>
 

@@ -4,7 +4,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <functional>
 
-#include "trainrun/launch/agent/agent_events.hpp"
+#include "agent_events.hpp"
 #include "trainrun/launch/core/launch_config.hpp"
 
 namespace trainrun::launch {

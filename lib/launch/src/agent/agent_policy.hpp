@@ -8,10 +8,10 @@
 #include <variant>
 #include <vector>
 
-#include "trainrun/launch/agent/agent_actions.hpp"
-#include "trainrun/launch/agent/agent_events.hpp"
-#include "trainrun/launch/agent/attempt_failures.hpp"
-#include "trainrun/launch/agent/stop_orders.hpp"
+#include "agent_actions.hpp"
+#include "agent_events.hpp"
+#include "attempt_failures.hpp"
+#include "stop_orders.hpp"
 #include "trainrun/launch/core/launch_config.hpp"
 #include "trainrun/launch/workers/worker_env.hpp"
 #include "trainrun/rendezvous/messages.hpp"

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "trainrun/launch/agent/agent_actions.hpp"
+#include "agent_actions.hpp"
 #include "trainrun/launch/core/failure.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "trainrun/launch/agent/agent_consoles.hpp"
-#include "trainrun/launch/agent/file_timer.hpp"
-#include "trainrun/launch/agent/job_logs.hpp"
+#include "agent_consoles.hpp"
+#include "file_timer.hpp"
+#include "job_logs.hpp"
 #include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/rollcall/stack_collector.hpp"
 

@@ -6,7 +6,7 @@
 #include <variant>
 #include <vector>
 
-#include "trainrun/launch/agent/agent_actions.hpp"
+#include "agent_actions.hpp"
 #include "trainrun/launch/core/failure.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 

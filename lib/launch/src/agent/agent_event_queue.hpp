@@ -3,7 +3,7 @@
 #include <deque>
 #include <utility>
 
-#include "trainrun/launch/agent/agent_events.hpp"
+#include "agent_events.hpp"
 
 namespace trainrun::launch {
 

@@ -8,8 +8,8 @@
 #include <variant>
 #include <vector>
 
-#include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/core/failure.hpp"
+#include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/workers/worker_env.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 

@@ -10,14 +10,14 @@
 #include <optional>
 #include <string>
 
-#include "trainrun/launch/agent/agent_actions.hpp"
-#include "trainrun/launch/agent/agent_consoles.hpp"
-#include "trainrun/launch/agent/agent_events.hpp"
-#include "trainrun/launch/agent/file_timer_server.hpp"
-#include "trainrun/launch/agent/job_logs.hpp"
-#include "trainrun/launch/agent/worker_group_launch.hpp"
+#include "agent_actions.hpp"
+#include "agent_consoles.hpp"
+#include "agent_events.hpp"
+#include "file_timer_server.hpp"
+#include "job_logs.hpp"
 #include "trainrun/launch/rollcall/roll_call.hpp"
 #include "trainrun/launch/workers/supervisor.hpp"
+#include "worker_group_launch.hpp"
 
 namespace trainrun::launch {
 

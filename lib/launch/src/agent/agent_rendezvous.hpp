@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "trainrun/launch/agent/agent_events.hpp"
+#include "agent_events.hpp"
 #include "trainrun/launch/core/launch_config.hpp"
 #include "trainrun/launch/rdzv/rendezvous_options.hpp"
 #include "trainrun/launch/rollcall/roll_call.hpp"

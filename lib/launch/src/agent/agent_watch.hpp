@@ -7,11 +7,11 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "trainrun/launch/agent/agent_events.hpp"
+#include "agent_events.hpp"
+#include "trainrun/launch/core/failure.hpp"
 #include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/rollcall/hang_watch.hpp"
 #include "trainrun/launch/rollcall/roll_call.hpp"
-#include "trainrun/launch/core/failure.hpp"
 
 namespace trainrun::launch {
 

@@ -2,8 +2,8 @@
 
 #include <optional>
 
-#include "trainrun/launch/agent/agent_actions.hpp"
-#include "trainrun/launch/agent/attempt_failures.hpp"
+#include "agent_actions.hpp"
+#include "attempt_failures.hpp"
 #include "trainrun/launch/core/failure.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 
