@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <climits>
-#include <fstream>
 #include <iterator>
 #include <map>
 #include <optional>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "trainrun/launch/agent/agent.hpp"
+#include "trainrun/base/system.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/launch_config.hpp"
 #include "trainrun/launch/core/log.hpp"
@@ -21,8 +21,7 @@ namespace trainrun::runtime::detail {
 namespace {
 
 std::vector<std::string> own_arguments() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = read_file("/proc/self/cmdline").value_or("");
   std::vector<std::string> args;
   std::string current;
   for (char c : text) {
@@ -74,9 +73,8 @@ class ScopedEnv {
 
 int launch_workers(int num_workers, int max_failures, const std::string& experiment_name,
                    const std::filesystem::path& storage_path) {
-  char exe[PATH_MAX];
-  const ssize_t length = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (length <= 0) {
+  const std::string exe = self_exe();
+  if (exe.empty()) {
     throw RuntimeError(
         "TorchTrainer: cannot find this program's executable (/proc/self/exe) to "
         "start workers from; run it under trainrun instead");
@@ -93,7 +91,7 @@ int launch_workers(int num_workers, int max_failures, const std::string& experim
   config.max_restarts = max_failures < 0 ? INT_MAX : max_failures;
   config.entry_mode = launch::EntryMode::executable;
   config.no_python = true;
-  config.entrypoint = std::string(exe, static_cast<std::size_t>(length));
+  config.entrypoint = exe;
   config.entry_args.clear();
   for (std::size_t i = 1; i < args.size(); ++i)
     config.entry_args.push_back(escape_dollars(args[i]));
