@@ -105,8 +105,9 @@ def main():
     lines = [f"## Two builds side by side\n",
              f"Machine: {machine()}. Before: `{revision(args.before)}`; after: "
              f"`{revision(args.after)}`. Each pair ran alternately in this one run "
-             f"({args.runs} launches per count, {args.round_runs} rounds); medians. A ratio "
-             f"above 1 means the later build is slower.\n",
+             f"({args.runs} launches per count, {args.round_runs} rounds); medians; load "
+             f"average {os.getloadavg()[0]:.1f} at the end (on a shared machine, compare the "
+             f"ratios, not the times). A ratio above 1 means the later build is slower.\n",
              "| measure | before | after | after / before |", "|---|---:|---:|---:|"]
     for r in rows:
         fmt = "{:.1f}" if r["unit"] == "ms" else "{:.3f}"
