@@ -29,7 +29,7 @@ AgentWorkers::AgentWorkers(asio::io_context& io, Watchdog& watchdog, AgentConsol
       summary_(summary),
       logs_(logs),
       hooks_(std::move(hooks)),
-      supervisor_(io, watchdog, consoles.out(), consoles.err()),
+      supervisor_(io, watchdog, consoles.out(), consoles.err(), config.preload),
       grace_timer_(io),
       launch_(config, program, host) {}
 
