@@ -202,7 +202,9 @@ void WarmStart::prepare(const SpawnRequest& shared, std::chrono::milliseconds wa
 }
 
 std::optional<Child> WarmStart::start(const SpawnRequest& r, int local_rank) {
-  if (!ready_ || off_ || pid_ < 0 || r.program != program_ || r.argv.size() <= options_.size() ||
+  // Only what the template can carry out: a worker's own environment, its interpreter and options.
+  if (!ready_ || off_ || pid_ < 0 || !r.env || r.program != program_ ||
+      r.argv.size() <= options_.size() ||
       !std::equal(options_.begin(), options_.end(), r.argv.begin()))
     return std::nullopt;
   std::vector<int> fds;
@@ -250,7 +252,7 @@ std::optional<Child> WarmStart::start(const SpawnRequest& r, int local_rank) {
   for (int cpu : r.cpus) cpus.push_back(std::to_string(cpu));
   std::string body;
   put_list(body, r.argv);
-  put_list(body, r.env.value_or(std::vector<std::string>{}));
+  put_list(body, *r.env);
   put_list(body, r.cwd.empty() ? std::vector<std::string>{} : std::vector<std::string>{r.cwd});
   put_list(body, settings);
   put_list(body, signals);
