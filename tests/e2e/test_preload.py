@@ -288,3 +288,50 @@ def test_preload_refuses_what_is_not_a_module_name(tmp_path):
         assert r.stderr.endswith("' is not a module name; give dotted Python names separated "
                                  "by commas (e.g. --preload=torch,numpy)\n"), r.stderr
         assert r.stderr.count("\n") == 1
+
+
+def test_preload_a_template_that_dies_is_started_again(tmp_path):
+    # Attempt 0's rank 0 kills the template; attempt 1 is forked from a new one.
+    write(tmp_path / "again.py", REPORT + textwrap.dedent("""\
+        import signal
+        attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+        def templates():
+            # trainrun's `python -c` children but this worker (the only one): the template.
+            found = []
+            for p in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    parent = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]
+                    argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\\0")
+                except (OSError, IndexError):
+                    continue
+                if parent == str(os.getppid()) and b"-c" in argv and p != str(os.getpid()):
+                    found.append(int(p))
+            return found
+        directory = os.path.join(sys.argv[1], attempt)
+        os.makedirs(directory, exist_ok=True)
+        report(directory)
+        if attempt == "0" and os.environ["RANK"] == "0":
+            with open(os.path.join(sys.argv[1], "killed"), "w") as f:
+                for pid in templates():
+                    f.write(f"{pid}\\n")
+                    os.kill(pid, signal.SIGKILL)
+        sys.exit(1 if attempt == "0" else 0)
+        """))
+    r = trainrun(["--preload=torch", "--max-restarts=1", "again.py", str(tmp_path)], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "killed").read_text().count("\n") == 1
+    # Said by whichever notices first: the reaping (its status), or the next start.
+    assert ("trainrun: --preload: the template interpreter was killed by SIGKILL; the next "
+            "workers are forked from another\n" in r.stderr or "trainrun: --preload: the template "
+            "interpreter ended; the next workers are forked from another\n" in r.stderr), r.stderr
+    assert reports(tmp_path / "0")[0]["preloaded"] and reports(tmp_path / "1")[0]["preloaded"]
+
+
+def test_preload_a_template_that_dies_importing_lets_workers_start_the_ordinary_way(tmp_path):
+    write(tmp_path / "crash.py", "import os\nos._exit(7)\n")
+    write(tmp_path / "job.py", "import sys\nprint('crash' in sys.modules)\n")
+    r = trainrun(["--preload=crash", "--nproc-per-node=2", "job.py"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "False\nFalse\n"
+    assert ("trainrun: --preload: the template interpreter exited with code 7 before its imports "
+            "were done; workers start the ordinary way\n") in r.stderr

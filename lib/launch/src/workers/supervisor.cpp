@@ -140,7 +140,9 @@ void Supervisor::reap() {
     if (pid <= 0) break;
     // The template is our child too; the worker it forks is known by its pid before the loop
     // can reap it (start() is one pass on this thread), so no worker's status comes unknown.
-    if (warm_ && (WIFEXITED(status) || WIFSIGNALED(status)) && warm_->ended(pid)) continue;
+    if (warm_ && (WIFEXITED(status) || WIFSIGNALED(status)) &&
+        warm_->ended(pid, ExitStatus::from_wait(status)))
+      continue;
     for (auto& w : workers_) {
       if (w.pid != pid || !w.running) continue;
       if (WIFSTOPPED(status)) {

@@ -114,7 +114,7 @@ void WarmStart::prepare(const SpawnRequest& shared, std::chrono::milliseconds wa
   if (off_ || modules_.empty()) return;
   // An idle template sends nothing: a readable socket is one it closed in ending.
   if (pid_ > 0 && ready_ && wait_readable(socket_, 0)) {
-    say_("--preload: the template interpreter ended; starting another");
+    say_("--preload: the template interpreter ended; the next workers are forked from another");
     stop();
   }
   if (pid_ < 0) {
@@ -307,8 +307,12 @@ bool WarmStart::read_reply(char& tag, std::string& text) {
   return read_exactly(socket_, text.data(), size);
 }
 
-bool WarmStart::ended(pid_t pid) {
+bool WarmStart::ended(pid_t pid, const ExitStatus& status) {
   if (pid <= 0 || pid != pid_) return false;
+  say_(
+      fmt::format("--preload: the template interpreter {}; the next workers are forked from "
+                  "another",
+                  describe_exit(status)));
   ::close(socket_);
   socket_ = -1;
   pid_ = -1;

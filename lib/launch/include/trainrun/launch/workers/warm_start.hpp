@@ -46,9 +46,9 @@ class WarmStart {
   // when the fork failed (its errno in `error`). Throws SpawnError when the template ended while
   // forking (a worker may have been started: the group must not be started again beside it).
   std::optional<Child> start(const SpawnRequest& request, int local_rank);
-  // Whether `pid` is the template's: it has ended (reaped by the caller); the next group starts
-  // another.
-  bool ended(pid_t pid);
+  // Whether `pid` is the template's: it has ended with `status` (reaped by the caller), which is
+  // said; the next group starts another.
+  bool ended(pid_t pid, const ExitStatus& status);
   // The template's pid; -1 when none runs.
   pid_t pid() const { return pid_; }
 
