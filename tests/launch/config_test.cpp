@@ -391,3 +391,22 @@ TEST_CASE("-x refuses a value that holds a newline, which would come apart into 
                     ".trainrun_env take one line each); set it on the hosts instead");
   CHECK_NOTHROW(parse({"--hosts=node0:1", "-x", "FOO=a", "-x", "BAR=b", "x"}));
 }
+
+TEST_CASE("--preload takes dotted Python names, from PET_PRELOAD too") {
+  CHECK(parse({"--preload=torch,torch.distributed", "x.py"}).preload ==
+        std::vector<std::string>{"torch", "torch.distributed"});
+  CHECK(parse({"x.py"}, {{"PET_PRELOAD", "numpy"}}).preload == std::vector<std::string>{"numpy"});
+  CHECK(parse({"x.py"}, {{"PET_PRELOAD", ""}}).preload.empty());
+  CHECK(parse({"x.py"}).preload.empty());
+  for (const char* bad : {"to rch", "torch,", ",torch", "torch..nn", "1torch", "torch-x", "a.1b"})
+    CHECK_THROWS_WITH(parse({std::string("--preload=") + bad, "x.py"}),
+                      Catch::Contains("is not a module name"));
+  CHECK_THROWS_WITH(parse({"x.py"}, {{"PET_PRELOAD", "a b"}}),
+                    Catch::StartsWith("PET_PRELOAD=a b: 'a b' is not a module name"));
+}
+
+TEST_CASE("a Python worker's argv: the interpreter and its options, then what it runs") {
+  CHECK(python_options_end({"python3", "-X", "faulthandler", "-u", "-m", "pkg", "a"}) == 4);
+  CHECK(python_options_end({"python3", "-u", "train.py", "-u"}) == 2);
+  CHECK(python_options_end({"python3"}) == 1);
+}

@@ -65,8 +65,8 @@ std::string describe(const LaunchConfig& c) {
                redirects, tee, local_ranks_filter, local_addr, shutdown_timeout, hang_timeout,
                stop_signals, forward_signals, signals_to_handle, log_line_prefix_template,
                duplicate_stdout_filters, duplicate_stderr_filters, virtual_local_rank,
-               event_log_handler, numa_binding, preflight, verbosity, log_timestamps, summary_file,
-               entry_mode, python_exec, python_source, entrypoint, entry_args] = c;
+               event_log_handler, numa_binding, preflight, preload, verbosity, log_timestamps,
+               summary_file, entry_mode, python_exec, python_source, entrypoint, entry_args] = c;
   std::string out;
 #define TRAINRUN_FIELD(name) out += #name "=" + text(name) + "\n"
   TRAINRUN_FIELD(min_nodes);
@@ -104,6 +104,7 @@ std::string describe(const LaunchConfig& c) {
   TRAINRUN_FIELD(event_log_handler);
   TRAINRUN_FIELD(numa_binding);
   TRAINRUN_FIELD(preflight);
+  TRAINRUN_FIELD(preload);
   TRAINRUN_FIELD(verbosity);
   TRAINRUN_FIELD(log_timestamps);
   TRAINRUN_FIELD(summary_file);

@@ -171,3 +171,32 @@ TEST_CASE("flight recorder dumps are named in one line") {
   CHECK(flight_recorder_line({"/a/nccl_trace_rank_0", "/b/nccl_trace_rank_1"}) ==
         "NCCL flight recorder dumps (2): /a/nccl_trace_rank_0, /b/nccl_trace_rank_1");
 }
+
+TEST_CASE("every variable that differs between ranks or attempts is a rank variable") {
+  // Two workers of different attempts, nodes and job sizes: what a process shared by every worker
+  // of every attempt (the --preload template) is given must hold none of what differs.
+  Topology a{0, 2, 0, 2, 4, "node0", 29500, 0};
+  Topology b{1, 3, 2, 2, 6, "node1", 29600, 1};
+  JobSettings job;
+  job.may_use_nccl = true;
+  job.virtual_local_rank = true;
+  const std::map<std::string, std::string> inherited = {{"CUDA_VISIBLE_DEVICES", "4,5"}};
+  const auto first = worker_variables(a, job, 0, "/logs/attempt_0/0/error.json", inherited);
+  const auto second = worker_variables(b, job, 1, "/logs/attempt_1/1/error.json", inherited);
+  REQUIRE(first.size() == second.size());
+  for (const auto& [name, value] : first)
+    if (second.at(name) != value) CHECK(rank_variables().count(name) == 1);
+  CHECK(rank_variables().count("RANK") == 1);
+  CHECK(rank_variables().count("OMP_NUM_THREADS") == 0);
+}
+
+TEST_CASE("the shared environment holds what every worker holds alike, no rank variable") {
+  const std::vector<std::vector<std::string>> envps = {
+      {"A=1", "B=2", "OMP_NUM_THREADS=1", "RANK=0", "WORLD_SIZE=2"},
+      {"A=1", "B=3", "OMP_NUM_THREADS=1", "RANK=1", "WORLD_SIZE=2"}};
+  CHECK(shared_environment(envps) == std::vector<std::string>{"A=1", "OMP_NUM_THREADS=1"});
+  // One worker alone still shares no rank variable.
+  CHECK(shared_environment({envps[0]}) ==
+        std::vector<std::string>{"A=1", "B=2", "OMP_NUM_THREADS=1"});
+  CHECK(shared_environment({}).empty());
+}

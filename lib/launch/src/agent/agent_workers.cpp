@@ -25,7 +25,7 @@ AgentWorkers::AgentWorkers(asio::io_context& io, Watchdog& watchdog, AgentConsol
       host_(host),
       logs_(logs),
       raise_(std::move(raise)),
-      supervisor_(io, watchdog, consoles.out(), consoles.err()),
+      supervisor_(io, watchdog, consoles.out(), consoles.err(), config.preload),
       grace_timer_(io),
       launch_(config, program, host) {}
 

@@ -9,6 +9,7 @@
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/workers/entrypoint.hpp"
+#include "trainrun/launch/workers/warm_start.hpp"
 #include "trainrun/launch/workers/watchdog.hpp"
 #include "trainrun/launch/workers/worker_count.hpp"
 #include "trainrun/launch/workers/worker_env.hpp"
@@ -26,6 +27,7 @@ int run_agent(const LaunchConfig& config, int launcher_channel) {
     counted.nproc_per_node = resolve_worker_count(config.nproc_per_node);
     if (config.virtual_local_rank) check_virtual_local_rank(counted.nproc_per_node.number, env);
     resolved = resolve_entrypoint(counted, env);
+    check_preload(resolved->config);
   } catch (const LaunchError& e) {
     JobSummary summary(host_name(), config.entrypoint, config.entry_args, unix_time());
     write_summary_file(config.summary_file, summary, e.exit_code(), e.what());

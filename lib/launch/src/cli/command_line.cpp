@@ -141,6 +141,9 @@ std::vector<OptionSpec> make_option_specs() {
        true},
       {"numa-binding", "", d.numa_binding, "Entrypoint",
        "node, socket, exclusive or core-complex: bind each worker to CPUs near its GPU"},
+      {"preload", "", module_list_text(d.preload), "Entrypoint",
+       "MODULE,...: Python workers are forked from one interpreter per node that imported these "
+       "modules once (e.g. torch)"},
       {"log-line-prefix-template", "", d.log_line_prefix_template.value_or(""), "Output",
        "Console prefix of tee'd lines: ${role_name}, ${rank}, ${local_rank}, ${hostname}", false,
        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
@@ -537,6 +540,8 @@ void read_entrypoint(const GivenValues& g, const std::vector<std::string>& rest,
   c.no_python = g.flag("no-python");
   if (c.module && c.no_python)
     fail("-m/--module and --no-python cannot be used together: a module needs Python");
+  // Whether the program is Python is known once the entrypoint is resolved (check_preload).
+  c.preload = parse_module_list(g.value("preload"), g.named("preload"));
   // "--" ends the options: what follows is the entrypoint, even one that starts with "-".
   const bool after_dashes = !rest.empty() && rest[0] == "--";
   const size_t entry = after_dashes ? 1 : 0;

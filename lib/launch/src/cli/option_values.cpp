@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cctype>
 #include <csignal>
 #include <cstdint>
@@ -166,6 +167,34 @@ std::vector<std::string> parse_filter_list(const std::string& value) {
   return items;
 }
 
+namespace {
+
+// An ASCII Python identifier: a letter or '_', then letters, digits or '_'.
+bool is_identifier(const std::string& part) {
+  if (part.empty() || std::isdigit(static_cast<unsigned char>(part[0]))) return false;
+  return std::all_of(part.begin(), part.end(), [](char c) {
+    return c == '_' || std::isalnum(static_cast<unsigned char>(c));
+  });
+}
+
+}  // namespace
+
+std::vector<std::string> parse_module_list(const std::string& value, const std::string& what) {
+  std::vector<std::string> modules;
+  if (value.empty()) return modules;
+  for (const std::string& name : split(value, ',')) {
+    bool valid = true;
+    for (const std::string& part : split(name, '.')) valid = valid && is_identifier(part);
+    if (!valid)
+      fail(
+          fmt::format("{}: '{}' is not a module name; give dotted Python names separated by commas "
+                      "(e.g. --preload=torch,numpy)",
+                      escape_control(what), escape_control(name)));
+    modules.push_back(name);
+  }
+  return modules;
+}
+
 std::string nnodes_text(int min_nodes, int max_nodes) {
   return fmt::format("{}:{}", min_nodes, max_nodes);
 }
@@ -203,6 +232,12 @@ std::string rank_list_text(const std::vector<int>& ranks) {
 std::string signal_list_text(const std::vector<int>& signals) {
   std::string text;
   for (int sig : signals) text += (text.empty() ? "" : ",") + signal_name(sig);
+  return text;
+}
+
+std::string module_list_text(const std::vector<std::string>& modules) {
+  std::string text;
+  for (const std::string& name : modules) text += (text.empty() ? "" : ",") + name;
   return text;
 }
 

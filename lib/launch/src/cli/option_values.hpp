@@ -34,6 +34,9 @@ int parse_signal_name(const std::string& name, const std::string& what);
 // torchrun's --duplicate-std*-filters list: comma-separated, ",," is a literal comma. Empty
 // items are dropped: an empty list duplicates nothing.
 std::vector<std::string> parse_filter_list(const std::string& value);
+// --preload: comma-separated dotted Python names (torch, torch.distributed); empty: none. A name
+// that Python could not import by it (an empty item, a part that is not an identifier) is refused.
+std::vector<std::string> parse_module_list(const std::string& value, const std::string& what);
 
 // The text each parser above reads back as `value`: how the option table shows the defaults that
 // LaunchConfig holds.
@@ -45,5 +48,6 @@ std::string rank_list_text(const std::vector<int>& ranks);
 std::string signal_list_text(const std::vector<int>& signals);
 // Each comma doubled; a filter that starts with a comma cannot follow another (torchrun's syntax).
 std::string filter_list_text(const std::vector<std::string>& filters);
+std::string module_list_text(const std::vector<std::string>& modules);
 
 }  // namespace trainrun::launch

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -148,6 +149,13 @@ std::string expand_local_rank(const std::string& arg, int local_rank) {
     }
   }
   return out;
+}
+
+std::size_t python_options_end(const std::vector<std::string>& argv) {
+  std::size_t i = 1;
+  while (i < argv.size() && argv[i].size() > 1 && argv[i][0] == '-' && argv[i] != "-m")
+    i += argv[i] == "-X" || argv[i] == "-W" ? 2 : 1;
+  return std::min(i, argv.size());
 }
 
 std::vector<std::string> worker_argv(const LaunchConfig& config, bool faulthandler) {

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <optional>
 
@@ -15,6 +16,7 @@
 #include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/workers/entrypoint.hpp"
 #include "trainrun/launch/workers/worker_count.hpp"
+#include "trainrun/launch/workers/worker_env.hpp"
 
 namespace trainrun::launch {
 
@@ -26,11 +28,25 @@ bool has_children() {
   return waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT | __WNOTHREAD) == 0;
 }
 
-// Our children that are still running (workers' orphans re-parented to us, as a subreaper).
-std::vector<pid_t> child_processes() {
+// Our children that are still running (workers' orphans re-parented to us, as a subreaper), but
+// `kept` (the --preload template, which outlives the attempts).
+std::vector<pid_t> child_processes(pid_t kept) {
   // Scanning /proc costs milliseconds; most jobs end with no child left to find.
   if (!has_children()) return {};
-  return live_children(getpid());
+  std::vector<pid_t> children = live_children(getpid());
+  children.erase(std::remove(children.begin(), children.end(), kept), children.end());
+  return children;
+}
+
+// What a worker's request would be with the environment every worker of the group shares, and
+// the job's marker (for the watchdog): how the --preload template is started.
+SpawnRequest shared_request(const std::vector<WorkerLaunch>& launches) {
+  std::vector<std::vector<std::string>> envps;
+  for (const auto& w : launches) envps.push_back(w.envp);
+  std::vector<std::string> env = shared_environment(envps);
+  for (const std::string& entry : launches.front().envp)
+    if (entry.rfind(kJobMarkerEntry, 0) == 0) env.push_back(entry);
+  return worker_spawn_request(launches.front().program, launches.front().argv, env, -1, -1, -1);
 }
 
 // How long what the workers left may take to end after SIGTERM before it is named.
@@ -38,9 +54,15 @@ constexpr auto kNameAfter = std::chrono::seconds(1);
 
 }  // namespace
 
-Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console& out, Console& err)
+Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console& out, Console& err,
+                       std::vector<std::string> preload)
     : watchdog_(watchdog),
       cgroup_(JobCgroup::create()),
+      warm_(preload.empty() ? nullptr
+                            : std::make_unique<WarmStart>(std::move(preload), watchdog,
+                                                          [&err](const std::string& line) {
+                                                            err.write(launcher_line(line));
+                                                          })),
       err_(err),
       output_(io, out, err,
               [this] {
@@ -70,6 +92,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     }
     throw error;
   };
+  if (warm_ && !launches.empty()) warm_->prepare(shared_request(launches));
   for (const auto& w : launches) {
     GroupOutput::Streams streams;
     try {
@@ -77,20 +100,34 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     } catch (const SpawnError& e) {
       fail(e);
     }
-    Child s =
-        spawn(worker_spawn_request(w.program, w.argv, w.envp, streams.out.child, streams.err.child,
-                                   cgroup_ ? cgroup_->fd() : -1, w.cpus));
+    std::optional<SpawnError> lost_template;
+    Child s;
+    try {
+      s = start_worker(
+          worker_spawn_request(w.program, w.argv, w.envp, streams.out.child, streams.err.child,
+                               cgroup_ ? cgroup_->fd() : -1, w.cpus),
+          w.local_rank);
+    } catch (const SpawnError& e) {
+      lost_template = e;
+    }
     if (s.pid > 0) {
       watchdog_.add_group(s.pid);
       workers_.push_back({w.local_rank, w.rank, s.pid, true, false});
       spawned.push_back(s);
     }
     output_.start(streams, w.output, w.local_rank, w.prefix);
+    if (lost_template) fail(*lost_template);
     if (s.pid <= 0) fail(SpawnError(fork_failure(w.local_rank, s.error, read_process_limits())));
   }
   for (size_t i = 0; i < spawned.size(); ++i)
     if (const int exec_errno = wait_for_exec(spawned[i]))
       fail(exec_error(launches[i].program, exec_errno));
+}
+
+Child Supervisor::start_worker(const SpawnRequest& request, int local_rank) {
+  if (warm_)
+    if (std::optional<Child> forked = warm_->start(request, local_rank)) return *forked;
+  return spawn(request);
 }
 
 void Supervisor::reap() {
@@ -101,6 +138,11 @@ void Supervisor::reap() {
     // are that thread's to reap, with their exit status.
     pid_t pid = waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED | __WNOTHREAD);
     if (pid <= 0) break;
+    // The template is our child too; the worker it forks is known by its pid before the loop
+    // can reap it (start() is one pass on this thread), so no worker's status comes unknown.
+    if (warm_ && (WIFEXITED(status) || WIFSIGNALED(status)) &&
+        warm_->ended(pid, ExitStatus::from_wait(status)))
+      continue;
     for (auto& w : workers_) {
       if (w.pid != pid || !w.running) continue;
       if (WIFSTOPPED(status)) {
@@ -188,7 +230,7 @@ bool Supervisor::leftovers(bool send, int sig) {
   for (const auto& w : workers_) {
     if (::kill(-w.pid, send ? sig : 0) == 0) any = true;
   }
-  for (pid_t pid : child_processes()) {
+  for (pid_t pid : child_processes(warm_ ? warm_->pid() : -1)) {
     any = true;
     if (send) ::kill(pid, sig);
   }
@@ -200,7 +242,7 @@ bool Supervisor::leftovers(bool send, int sig) {
 }
 
 void Supervisor::name_leftovers() {
-  std::vector<pid_t> pids = child_processes();
+  std::vector<pid_t> pids = child_processes(warm_ ? warm_->pid() : -1);
   for (const auto& w : workers_) {
     const std::vector<pid_t> members = group_members(w.pid);
     pids.insert(pids.end(), members.begin(), members.end());

@@ -30,8 +30,6 @@ constexpr int kGoodbye = 0;
 constexpr int kMarker = INT_MIN;
 constexpr int kCgroup = INT_MIN + 1;
 constexpr int kLogTree = INT_MIN + 2;
-// The variable whose value marks a job's processes (see mark_job_directory).
-constexpr std::string_view kMarkerVariable = "TORCHELASTIC_ERROR_FILE=";
 constexpr int kMaxString = 64 * 1024;
 
 // Whether the environment of `pid` holds an entry starting with `marker`.
@@ -91,7 +89,7 @@ bool read_string(int fd, std::string& out) {
   // processes would be left behind. /proc/<pid>/environ shows the original environment block,
   // so the entry is renamed in place.
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    if (std::string_view(*entry).substr(0, kMarkerVariable.size()) == kMarkerVariable) {
+    if (std::string_view(*entry).substr(0, kJobMarkerEntry.size()) == kJobMarkerEntry) {
       (*entry)[0] = '_';
     }
   }
@@ -171,7 +169,7 @@ void Watchdog::send_string(int tag, const std::string& text) {
 }
 
 void Watchdog::mark_job_directory(const std::string& run_dir) {
-  send_string(kMarker, std::string(kMarkerVariable) + run_dir + "/");
+  send_string(kMarker, std::string(kJobMarkerEntry) + run_dir + "/");
 }
 
 void Watchdog::set_cgroup(const std::string& path) { send_string(kCgroup, path); }

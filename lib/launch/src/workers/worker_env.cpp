@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <optional>
 #include <sstream>
 #include <utility>
@@ -96,6 +97,37 @@ std::map<std::string, std::string> worker_variables(
     for (auto& [name, value] : flight_recorder_variables(rank_dir, inherited)) v[name] = value;
   }
   return v;
+}
+
+const std::set<std::string>& rank_variables() {
+  static const std::set<std::string> names = {"LOCAL_RANK",
+                                              "RANK",
+                                              "GROUP_RANK",
+                                              "ROLE_RANK",
+                                              "WORLD_SIZE",
+                                              "GROUP_WORLD_SIZE",
+                                              "ROLE_WORLD_SIZE",
+                                              "MASTER_ADDR",
+                                              "MASTER_PORT",
+                                              "TORCHELASTIC_RESTART_COUNT",
+                                              "TORCHELASTIC_ERROR_FILE",
+                                              "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+                                              "CUDA_VISIBLE_DEVICES",
+                                              "HIP_VISIBLE_DEVICES"};
+  return names;
+}
+
+std::vector<std::string> shared_environment(const std::vector<std::vector<std::string>>& envps) {
+  std::vector<std::string> shared;
+  if (envps.empty()) return shared;
+  for (const std::string& entry : envps.front()) {
+    if (rank_variables().count(entry.substr(0, entry.find('=')))) continue;
+    const bool everywhere = std::all_of(envps.begin() + 1, envps.end(), [&](const auto& envp) {
+      return std::find(envp.begin(), envp.end(), entry) != envp.end();
+    });
+    if (everywhere) shared.push_back(entry);
+  }
+  return shared;
 }
 
 bool runs_python(const std::string& program) {

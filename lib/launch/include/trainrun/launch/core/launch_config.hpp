@@ -96,6 +96,9 @@ struct LaunchConfig {
   std::string event_log_handler = "null";  // accepted; trainrun records no elastic events
   std::string numa_binding;  // node, socket, exclusive, core-complex (numa_binding.hpp); "" none
   PreflightMode preflight = PreflightMode::on;  // --preflight, --no-preflight
+  // --preload: the modules a Python template imports once per node, each worker forked from it
+  // (workers/warm_start.hpp); empty: every worker starts its own interpreter.
+  std::vector<std::string> preload;
 
   // trainrun's own output and reporting (not torchrun options).
   Verbosity verbosity = Verbosity::normal;  // -q / -v

@@ -31,6 +31,10 @@ EntrypointError exec_error(const std::string& program, int err);
 // `-X faulthandler` there (a fatal signal prints every thread's Python traceback).
 std::vector<std::string> worker_argv(const LaunchConfig& config, bool faulthandler = false);
 
+// How many of the first entries of a Python worker's argv (worker_argv) are the interpreter and its
+// options: what comes after them is `-m MODULE` or the script, then its arguments.
+std::size_t python_options_end(const std::vector<std::string>& argv);
+
 // "${local_rank}" and "$local_rank" become the rank; "$$" becomes "$".
 std::string expand_local_rank(const std::string& arg, int local_rank);
 

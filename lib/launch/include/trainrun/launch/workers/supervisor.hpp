@@ -18,6 +18,7 @@
 #include "trainrun/launch/output/group_output.hpp"
 #include "trainrun/launch/output/output_plan.hpp"
 #include "trainrun/launch/workers/cgroup.hpp"
+#include "trainrun/launch/workers/warm_start.hpp"
 #include "trainrun/launch/workers/watchdog.hpp"
 
 namespace trainrun::launch {
@@ -43,7 +44,10 @@ class Supervisor {
  public:
   using ExitHandler = std::function<void(int local_rank, pid_t pid, ExitStatus status)>;
 
-  Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console& out, Console& err);
+  // `preload`: the modules of --preload; each worker is then forked from a template that imported
+  // them (warm_start.hpp) where it can be, else spawned.
+  Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console& out, Console& err,
+             std::vector<std::string> preload = {});
 
   // Starts every worker. On failure, kills those already started and throws SpawnError.
   void start(const std::vector<WorkerLaunch>& workers, ExitHandler on_exit);
@@ -90,9 +94,11 @@ class Supervisor {
   bool leftovers(bool signal, int sig);
   void finish_step();
   void name_leftovers();
+  Child start_worker(const SpawnRequest& request, int local_rank);
 
   Watchdog& watchdog_;
   std::unique_ptr<JobCgroup> cgroup_;  // null where the kernel does not let us make one
+  std::unique_ptr<WarmStart> warm_;    // null without --preload
   Console& err_;
   std::vector<Worker> workers_;
   ExitHandler on_exit_;

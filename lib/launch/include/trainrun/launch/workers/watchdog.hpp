@@ -3,8 +3,13 @@
 #include <sys/types.h>
 
 #include <string>
+#include <string_view>
 
 namespace trainrun::launch {
+
+// How an environment entry that marks this job's processes starts (see mark_job_directory): a
+// process started with an environment of its own (the --preload template) is given the entry too.
+inline constexpr std::string_view kJobMarkerEntry = "TORCHELASTIC_ERROR_FILE=";
 
 // A tiny process forked at start that outlives a SIGKILLed launcher by a moment: it holds the
 // read end of a pipe from the launcher and, when that pipe closes without a goodbye, SIGKILLs

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,16 @@ bool runs_python(const std::string& program);
 std::map<std::string, std::string> worker_variables(
     const Topology& topology, const JobSettings& job, int local_rank, const std::string& error_file,
     const std::map<std::string, std::string>& inherited);
+
+// The variables of worker_variables whose value may differ between the workers of a node or
+// between its attempts (RANK, MASTER_PORT, TORCHELASTIC_ERROR_FILE, ...): what a process shared
+// by every worker of every attempt (the --preload template, warm_start.hpp) is not given, and a
+// preloaded module must not read when it is imported (docs/cli.md).
+const std::set<std::string>& rank_variables();
+
+// The environment of a process shared by the workers whose environments ("NAME=value") are
+// `envps`: the entries every one of them holds alike, less rank_variables().
+std::vector<std::string> shared_environment(const std::vector<std::vector<std::string>>& envps);
 
 // With --virtual-local-rank, the GPU list each worker picks its own from
 // (HIP_VISIBLE_DEVICES when set, else CUDA_VISIBLE_DEVICES) must have one for every local rank:

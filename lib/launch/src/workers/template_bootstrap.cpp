@@ -1,0 +1,341 @@
+#include "template_bootstrap.hpp"
+
+namespace trainrun::launch {
+
+// Read from the standard input (kTemplateLoader) before anything else comes there: a worker
+// forked from the template shows its command line in ps, not this program.
+// argv[1]: the modules, comma-separated; argv[2]: how many entries of a worker's argv are the
+// interpreter and its options; argv[3]: the job marker's name; then local rank 0's command (-m
+// MODULE or the script, and its arguments). Standard input: the Unix socket to the agent.
+//
+// Replies to the agent: a tag, a little-endian 32-bit length and that many bytes. R: ready (the
+// imports are done, or one failed: every worker then raises its error). P: a worker's pid. U: the
+// template cannot fork safely, the line to say. F: the fork failed, its errno.
+// A request: a little-endian 32-bit length (sent with the descriptors), then six lists, each a
+// count and its items (a length and the bytes): argv, environment, working directory (none or
+// one), settings (session 2 / group 1 / neither 0, death signal, descriptor limit or -1, each
+// standard stream's kind: 0 the next descriptor passed, 1 /dev/null, 2 closed; whether a
+// cgroup's directory descriptor follows), the signals set back to default, the CPUs.
+// Descriptors: the streams of kind 0, the cgroup's directory, and last the exec report's write
+// end.
+const char* const kTemplateLoader =
+    "import sys; exec(compile(sys.stdin.buffer.read(int(sys.argv.pop(1))), '<trainrun --preload>', "
+    "'exec'))";
+
+const char* const kTemplateBootstrap = R"py(
+import os, sys
+
+_BOOTSTRAP = "<trainrun --preload>"
+
+
+def _command(argv, prefix):
+    # After the interpreter and its options: -m MODULE, or the script (a file, a directory or a
+    # zip file with a __main__.py); sys.argv as Python sets it before running either.
+    rest = argv[prefix:]
+    if rest[0] == "-m":
+        return "module", rest[1], [rest[0]] + rest[2:]
+    return "script", rest[0], rest
+
+
+def _archive(path):
+    try:
+        with open(path, "rb") as f:
+            return os.path.isdir(path) or f.read(4) == b"PK\x03\x04"
+    except OSError:
+        return os.path.isdir(path)
+
+
+def _set_path0(kind, target):
+    # What Python puts first on sys.path for the command: nothing in safe-path or isolated mode.
+    if getattr(sys.flags, "safe_path", False) or sys.flags.isolated:
+        return
+    if kind == "module":
+        sys.path[0] = os.getcwd()
+    elif _archive(target):
+        sys.path[0] = os.path.join(os.getcwd(), target)
+    else:
+        sys.path[0] = os.path.dirname(os.path.realpath(target))
+
+
+def _flush():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def _template():
+    # trainrun's --preload template (workers/warm_start.cpp): imports the modules once, then forks
+    # a worker for each request on its standard input, a Unix socket to the agent. Only a forked
+    # worker returns from here: with what it runs.
+    import array, fcntl, signal, socket, struct, time
+    import ctypes, resource
+
+    agent = os.getppid()
+    modules = sys.argv[1].split(",")
+    prefix = int(sys.argv[2])
+    # The job's marker, for the watchdog: in this process's environment block (what
+    # /proc/PID/environ shows, for every worker forked from it too), in no module's os.environ.
+    os.environ.pop(sys.argv[3], None)
+    control = socket.socket(fileno=os.dup(0))
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    libc = ctypes.CDLL(None, use_errno=True)
+    # A fresh interpreter's dispositions (this one was started as a worker is): each worker gets
+    # them back, whatever a module changed.
+    fresh = {}
+    for number in signal.valid_signals():
+        if number not in (signal.SIGKILL, signal.SIGSTOP):
+            fresh[number] = signal.getsignal(number)
+
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    def unsafe():
+        if threads() > 1:
+            return "started a thread ({} threads in the template)".format(threads())
+        torch = sys.modules.get("torch")
+        try:
+            if torch is not None and torch.cuda.is_initialized():
+                return "initialised CUDA in the template"
+        except Exception:
+            pass
+        with open("/proc/self/maps") as maps:
+            if any("/libcuda.so" in line for line in maps):
+                return "loaded the CUDA driver (libcuda.so) in the template"
+        return None
+
+    # Imported as local rank 0's script would import them.
+    kind, target, sys.argv = _command([sys.executable] * prefix + sys.argv[4:], prefix)
+    _set_path0(kind, target)
+    failed = culprit = None
+    for name in modules:
+        try:
+            __import__(name)
+        except BaseException as e:
+            failed = e
+            if hasattr(e, "add_note"):
+                e.add_note("(imported by trainrun --preload={})".format(",".join(modules)))
+            break
+        if culprit is None and unsafe():
+            culprit = name
+
+    def send(tag, text=""):
+        data = text.encode()
+        control.sendall(tag + struct.pack("<I", len(data)) + data)
+
+    def exactly(size, fds=None):
+        data = b""
+        while len(data) < size:
+            if fds is None:
+                chunk = control.recv(size - len(data))
+            else:
+                chunk, ancillary, _, _ = control.recvmsg(size - len(data), socket.CMSG_SPACE(64))
+                for level, what, payload in ancillary:
+                    if level == socket.SOL_SOCKET and what == socket.SCM_RIGHTS:
+                        fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+            if not chunk:
+                os._exit(0)  # the agent is done with us
+            data += chunk
+        return data
+
+    def request():
+        fds = array.array("i")
+        (size,) = struct.unpack("<I", exactly(4, fds))
+        body = memoryview(exactly(size))
+        fields, at = [], 0
+        while at < len(body):
+            (count,) = struct.unpack_from("<I", body, at)
+            at += 4
+            items = []
+            for _ in range(count):
+                (length,) = struct.unpack_from("<I", body, at)
+                items.append(bytes(body[at + 4 : at + 4 + length]))
+                at += 4 + length
+            fields.append(items)
+        return fields, list(fds)
+
+    _flush()
+    send(b"R")
+    while True:
+        fields, fds = request()
+        problem = unsafe()
+        if problem:
+            for fd in fds:
+                os.close(fd)
+            who = culprit or "--preload={}".format(",".join(modules))
+            send(b"U", "--preload: {} {}; forking it could hang or break a worker, so workers "
+                 "start the ordinary way".format(who, problem))
+            continue
+        _flush()
+        readable, writable = os.pipe()
+        try:
+            middle = os.fork()
+        except OSError as e:
+            for fd in fds + [readable, writable]:
+                os.close(fd)
+            send(b"F", str(e.errno))
+            continue
+        if middle == 0:
+            # Forks the worker and exits at once: the worker is re-parented to the agent (a child
+            # subreaper), which reaps it by its pid as it reaps the workers it spawns.
+            try:
+                os.close(readable)
+                middle = os.getpid()
+                worker = os.fork()
+                if worker != 0:
+                    os.write(writable, struct.pack("<i", worker))
+            except BaseException:
+                worker = -1
+            if worker != 0:
+                os._exit(0)
+            os.close(writable)
+            break
+        os.close(writable)
+        for fd in fds:
+            os.close(fd)
+        reply = b""
+        while len(reply) < 4:
+            chunk = os.read(readable, 4 - len(reply))
+            if not chunk:
+                break
+            reply += chunk
+        os.close(readable)
+        os.waitpid(middle, 0)
+        if len(reply) == 4:
+            send(b"P", str(struct.unpack("<i", reply)[0]))
+        else:
+            send(b"F", "11")  # EAGAIN: the worker could not be forked
+
+    # The worker: the SpawnRequest carried out as lib/base's spawn does between fork and exec.
+    control.close()
+    fds = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3) if fd <= 2 else fd for fd in fds]
+    argv, env, cwd, settings, default_signals, cpus = fields
+    group, death_signal, limit, *streams, cgroup = [int(x) for x in settings]
+    report = fds[-1]
+    # Once the intermediate has exited, this process is the agent's child.
+    while os.getppid() == middle:
+        time.sleep(0.0001)
+    if group == 2:
+        os.setsid()
+    elif group == 1:
+        os.setpgid(0, 0)
+    if cpus:
+        os.sched_setaffinity(0, [int(x) for x in cpus])
+    sources, at = [], 0
+    for stream in streams:
+        sources.append(fds[at] if stream == 0 else None)
+        at += stream == 0
+    if cgroup:
+        try:
+            procs = os.open("cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=fds[at])
+            os.write(procs, b"0")
+            os.close(procs)
+        except OSError:
+            pass
+    if limit >= 0:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE,
+                               (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        except (OSError, ValueError):
+            pass
+    if death_signal:
+        libc.prctl(1, death_signal, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != agent:
+        os._exit(127)  # the agent died before the death signal was set
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    # default_signals were set back before the template's own start, which `fresh` records.
+    for number, handler in fresh.items():
+        if handler is not None and signal.getsignal(number) is not handler:
+            signal.signal(number, handler)
+    try:
+        for i, stream in enumerate(streams):
+            if stream == 1:
+                sources[i] = os.open(os.devnull, os.O_RDONLY if i == 0 else os.O_WRONLY)
+        for i, stream in enumerate(streams):
+            if sources[i] is not None:
+                os.dup2(sources[i], i)
+            elif stream == 2:
+                try:
+                    os.close(i)
+                except OSError:
+                    pass
+        for fd in set(fds[:-1] + [s for s in sources if s is not None]):
+            if fd > 2:
+                os.close(fd)
+        if cwd:
+            os.chdir(cwd[0])
+    except OSError as e:
+        os.write(report, struct.pack("i", e.errno))
+        os._exit(127)
+    os.environ.clear()
+    for entry in env:
+        name, _, value = entry.partition(b"=")
+        os.environb[name] = value
+    decoded = [os.fsdecode(x) for x in argv]
+    if hasattr(sys, "orig_argv"):
+        sys.orig_argv = decoded
+    # numpy seeds its global random state when imported: each worker seeds its own, as each
+    # fresh interpreter would (Python's random reseeds itself after a fork).
+    if "numpy.random" in sys.modules:
+        try:
+            sys.modules["numpy.random"].seed()
+        except Exception:
+            pass
+    os.close(report)
+    return failed, _command(decoded, prefix)
+
+
+def _run(start):
+    # As Python's main runs the command: in a fresh __main__ module.
+    import types
+    failed, (kind, target, argv) = start
+    sys.argv = argv
+    main = types.ModuleType("__main__")
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    _set_path0(kind, target)
+    if failed is not None:
+        raise failed
+    import runpy
+    if kind == "module":
+        runpy._run_module_as_main(target, alter_argv=True)
+        return
+    if _archive(target):
+        runpy._run_module_as_main("__main__", alter_argv=False)
+        return
+    from importlib.machinery import SourceFileLoader
+    filename = target
+    if sys.version_info >= (3, 9) and not os.path.isabs(target):
+        filename = os.path.join(os.getcwd(), target)
+    main.__file__ = filename
+    main.__cached__ = None
+    main.__loader__ = SourceFileLoader("__main__", filename)
+    with open(target, "rb") as source:
+        code = compile(source.read(), filename, "exec", dont_inherit=True)
+    exec(code, main.__dict__)
+
+
+_start = _template()
+try:
+    _run(_start)
+except SystemExit:
+    raise
+except BaseException as _error:
+    # Python's main shows no frame of its own in a traceback: neither does the template.
+    _tb = _error.__traceback__
+    while _tb is not None and _tb.tb_frame.f_code.co_filename in ("<string>", _BOOTSTRAP):
+        _tb = _tb.tb_next
+    _error.__traceback__ = _tb
+    del _tb, _start
+    if isinstance(_error, KeyboardInterrupt):
+        raise  # Python's main ends the process by SIGINT
+    # What Python's main does with an uncaught exception: the hook prints it, the exit code is 1.
+    sys.last_type, sys.last_value, sys.last_traceback = type(_error), _error, _error.__traceback__
+    sys.excepthook(type(_error), _error, _error.__traceback__)
+    sys.exit(1)
+)py";
+
+}  // namespace trainrun::launch

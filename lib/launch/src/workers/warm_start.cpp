@@ -1,0 +1,337 @@
+#include "trainrun/launch/workers/warm_start.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+
+#include "template_bootstrap.hpp"
+#include "trainrun/base/system.hpp"
+#include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/core/file_io.hpp"
+#include "trainrun/launch/workers/entrypoint.hpp"
+#include "trainrun/launch/workers/watchdog.hpp"
+
+namespace trainrun::launch {
+
+namespace {
+
+std::string joined(const std::vector<std::string>& modules) {
+  std::string text;
+  for (const std::string& name : modules) text += (text.empty() ? "" : ",") + name;
+  return text;
+}
+
+// How long a fork request may take: a template that does not answer by then is stuck.
+constexpr int kReplyMilliseconds = 30'000;
+// The largest reply the template sends (a line, a pid, an errno).
+constexpr std::uint32_t kMaxReply = 64 * 1024;
+
+void put_u32(std::string& out, std::uint32_t value) {
+  for (int i = 0; i < 4; ++i) out += static_cast<char>((value >> (8 * i)) & 0xff);
+}
+
+void put_list(std::string& out, const std::vector<std::string>& items) {
+  put_u32(out, static_cast<std::uint32_t>(items.size()));
+  for (const std::string& item : items) {
+    put_u32(out, static_cast<std::uint32_t>(item.size()));
+    out += item;
+  }
+}
+
+// Waits up to `milliseconds` for `fd` to be readable (or closed); false on timeout.
+bool wait_readable(int fd, int milliseconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(milliseconds);
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(std::max<long long>(0, left.count())));
+    if (n > 0) return true;
+    if (n == 0) return false;
+    if (errno != EINTR) return true;  // the read that follows says what is wrong
+  }
+}
+
+// Sends `data`, its first byte with `fds` (SCM_RIGHTS). False when the template is gone.
+bool send_with_fds(int socket, const std::string& data, const std::vector<int>& fds) {
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
+  iovec iov{const_cast<char*>(data.data()), 1};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+  std::memcpy(CMSG_DATA(cmsg), fds.data(), sizeof(int) * fds.size());
+  ssize_t sent;
+  do {
+    sent = ::sendmsg(socket, &msg, MSG_NOSIGNAL);
+  } while (sent < 0 && errno == EINTR);
+  if (sent != 1) return false;
+  for (std::size_t at = 1; at < data.size();) {
+    const ssize_t n = ::send(socket, data.data() + at, data.size() - at, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    at += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+void check_preload(const LaunchConfig& resolved) {
+  if (resolved.preload.empty() || resolved.entry_mode != EntryMode::executable) return;
+  const std::string given = "--preload=" + joined(resolved.preload);
+  if (resolved.no_python)
+    throw UsageError(fmt::format(
+        "{}: --no-python runs the entrypoint itself, and --preload forks Python workers; drop "
+        "one of them",
+        given));
+  throw UsageError(
+      fmt::format("{}: {} is a program, not a Python script, and --preload forks Python workers "
+                  "(a .py script or -m MODULE)",
+                  given, resolved.entrypoint));
+}
+
+WarmStart::WarmStart(std::vector<std::string> modules, Watchdog& watchdog,
+                     std::function<void(const std::string&)> say)
+    : modules_(std::move(modules)), watchdog_(watchdog), say_(std::move(say)) {}
+
+WarmStart::~WarmStart() { stop(); }
+
+void WarmStart::prepare(const SpawnRequest& shared, std::chrono::milliseconds wait) {
+  if (off_ || modules_.empty()) return;
+  // An idle template sends nothing: a readable socket is one it closed in ending.
+  if (pid_ > 0 && ready_ && wait_readable(socket_, 0)) {
+    say_("--preload: the template interpreter ended; the next workers are forked from another");
+    stop();
+  }
+  if (pid_ < 0) {
+    int subreaper = 0;
+    // A worker forked by the template's child comes back to us only if we are a subreaper.
+    if (::prctl(PR_GET_CHILD_SUBREAPER, &subreaper) != 0 || subreaper == 0) {
+      off_ = true;
+      say_("--preload: trainrun is not a child subreaper here; workers start the ordinary way");
+      return;
+    }
+    const std::size_t end = python_options_end(shared.argv);
+    if (end >= shared.argv.size()) {
+      off_ = true;
+      return;
+    }
+    options_.assign(shared.argv.begin(), shared.argv.begin() + static_cast<std::ptrdiff_t>(end));
+    program_ = shared.program;
+    int fds[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+      say_(fmt::format("--preload: no socket for the template ({}); workers start the ordinary way",
+                       std::strerror(errno)));
+      return;
+    }
+    SpawnRequest request = shared;
+    request.argv = options_;
+    request.argv.insert(
+        request.argv.end(),
+        {"-c", kTemplateLoader, std::to_string(std::strlen(kTemplateBootstrap)), joined(modules_),
+         std::to_string(end), std::string(kJobMarkerEntry.substr(0, kJobMarkerEntry.size() - 1))});
+    request.argv.insert(request.argv.end(), shared.argv.begin() + static_cast<std::ptrdiff_t>(end),
+                        shared.argv.end());
+    request.in = Stdio::from_fd(fds[1]);
+    request.out = request.err = Stdio::inherit();
+    // It is no worker: outside the job's cgroup (which the end of each attempt empties) and on
+    // every CPU; each worker joins the one and binds itself as its own request says.
+    request.cgroup_fd = -1;
+    request.cpus.clear();
+    Child child = spawn(request);
+    ::close(fds[1]);
+    const int exec_errno = child.pid > 0 ? wait_for_exec(child) : child.error;
+    // Read before anything else comes on the socket; the socket's buffer holds it whole or the
+    // write waits for the interpreter to read.
+    if (child.pid > 0 && exec_errno == 0)
+      write_all(fds[0], kTemplateBootstrap, std::strlen(kTemplateBootstrap));
+    if (child.pid <= 0 || exec_errno != 0) {
+      ::close(fds[0]);
+      if (child.pid > 0) wait_for_exit(child.pid);
+      say_(
+          fmt::format("--preload: cannot start the template interpreter {} ({}); workers start "
+                      "the ordinary way",
+                      program_, std::strerror(exec_errno)));
+      return;
+    }
+    pid_ = child.pid;
+    socket_ = fds[0];
+    ready_ = false;
+    // Its own session, which the watchdog kills if trainrun is killed (its death signal too).
+    watchdog_.add_group(pid_);
+  }
+  if (ready_) return;
+  if (!wait_readable(socket_, static_cast<int>(wait.count()))) {
+    say_(
+        fmt::format("--preload: the template is still importing {} after {} s; these workers "
+                    "start the ordinary way",
+                    joined(modules_), wait.count() / 1000));
+    return;
+  }
+  char tag = 0;
+  std::string text;
+  if (read_reply(tag, text) && tag == 'R') {
+    ready_ = true;
+    return;
+  }
+  const pid_t pid = pid_;
+  ::close(socket_);
+  socket_ = -1;
+  pid_ = -1;
+  watchdog_.remove_group(pid);
+  ::kill(pid, SIGKILL);
+  const auto status = wait_for_exit(pid);
+  say_(
+      fmt::format("--preload: the template interpreter {} before its imports were done; "
+                  "workers start the ordinary way",
+                  status ? describe_exit(*status) : "ended"));
+}
+
+std::optional<Child> WarmStart::start(const SpawnRequest& r, int local_rank) {
+  // Only what the template can carry out: a worker's own environment, its interpreter and options.
+  if (!ready_ || off_ || pid_ < 0 || !r.env || r.program != program_ ||
+      r.argv.size() <= options_.size() ||
+      !std::equal(options_.begin(), options_.end(), r.argv.begin()))
+    return std::nullopt;
+  std::vector<int> fds;
+  std::vector<std::string> settings = {
+      std::to_string(r.group == SpawnRequest::Group::new_session ? 2
+                     : r.group == SpawnRequest::Group::new_group ? 1
+                                                                 : 0),
+      std::to_string(r.death_signal),
+      r.descriptor_limit ? std::to_string(*r.descriptor_limit) : "-1"};
+  const Stdio* streams[3] = {&r.in, &r.out, &r.err};
+  for (int i = 0; i < 3; ++i) {
+    switch (streams[i]->kind) {
+      case Stdio::Kind::pipe:
+        return std::nullopt;  // no worker asks for one
+      case Stdio::Kind::null:
+        settings.push_back("1");
+        break;
+      case Stdio::Kind::fd:
+        settings.push_back("0");
+        fds.push_back(streams[i]->fd);
+        break;
+      case Stdio::Kind::inherit:
+        // Ours, as a spawned child would have it; closed where ours is.
+        if (::fcntl(i, F_GETFD) < 0) {
+          settings.push_back("2");
+        } else {
+          settings.push_back("0");
+          fds.push_back(i);
+        }
+        break;
+    }
+  }
+  settings.push_back(r.cgroup_fd >= 0 ? "1" : "0");
+  if (r.cgroup_fd >= 0) fds.push_back(r.cgroup_fd);
+  int report[2];
+  if (!make_pipe(report)) {
+    Child failed;
+    failed.error = errno;
+    failed.pipe_failed = true;
+    return failed;
+  }
+  fds.push_back(report[1]);
+  std::vector<std::string> signals, cpus;
+  for (int sig : r.default_signals) signals.push_back(std::to_string(sig));
+  for (int cpu : r.cpus) cpus.push_back(std::to_string(cpu));
+  std::string body;
+  put_list(body, r.argv);
+  put_list(body, *r.env);
+  put_list(body, r.cwd.empty() ? std::vector<std::string>{} : std::vector<std::string>{r.cwd});
+  put_list(body, settings);
+  put_list(body, signals);
+  put_list(body, cpus);
+  std::string message;
+  put_u32(message, static_cast<std::uint32_t>(body.size()));
+  message += body;
+  const bool sent = send_with_fds(socket_, message, fds);
+  ::close(report[1]);
+  char tag = 0;
+  std::string text;
+  if (!sent) {
+    // Nothing was forked for a request the template did not take whole.
+    ::close(report[0]);
+    say_("--preload: the template interpreter ended; workers start the ordinary way");
+    stop();
+    return std::nullopt;
+  }
+  if (!read_reply(tag, text) || (tag != 'P' && tag != 'U' && tag != 'F')) {
+    ::close(report[0]);
+    stop();
+    throw SpawnError(fmt::format(
+        "--preload: the template interpreter ended while starting local rank {}", local_rank));
+  }
+  if (tag == 'U') {
+    ::close(report[0]);
+    say_(text);
+    off_ = true;
+    stop();
+    return std::nullopt;
+  }
+  Child child;
+  if (tag == 'F') {
+    ::close(report[0]);
+    child.error = std::atoi(text.c_str());
+    return child;
+  }
+  child.pid = static_cast<pid_t>(std::atol(text.c_str()));
+  child.exec_report = report[0];
+  return child;
+}
+
+bool WarmStart::read_reply(char& tag, std::string& text) {
+  unsigned char header[5];
+  if (!wait_readable(socket_, kReplyMilliseconds) || !read_exactly(socket_, header, sizeof header))
+    return false;
+  tag = static_cast<char>(header[0]);
+  const std::uint32_t size =
+      header[1] | header[2] << 8 | header[3] << 16 | static_cast<std::uint32_t>(header[4]) << 24;
+  if (size > kMaxReply) return false;
+  text.assign(size, '\0');
+  return read_exactly(socket_, text.data(), size);
+}
+
+bool WarmStart::ended(pid_t pid, const ExitStatus& status) {
+  if (pid <= 0 || pid != pid_) return false;
+  say_(
+      fmt::format("--preload: the template interpreter {}; the next workers are forked from "
+                  "another",
+                  describe_exit(status)));
+  ::close(socket_);
+  socket_ = -1;
+  pid_ = -1;
+  ready_ = false;
+  watchdog_.remove_group(pid);
+  return true;
+}
+
+void WarmStart::stop() {
+  if (pid_ <= 0) return;
+  ::close(socket_);
+  socket_ = -1;
+  // Its session: the template, and a child of its forking a worker at that moment.
+  ::kill(-pid_, SIGKILL);
+  ::kill(pid_, SIGKILL);
+  wait_for_exit(pid_);
+  watchdog_.remove_group(pid_);
+  pid_ = -1;
+  ready_ = false;
+}
+
+}  // namespace trainrun::launch

@@ -1,0 +1,337 @@
+"""--preload: Python workers forked from one template interpreter per node that imported the
+modules once. Each test runs the same job with and without it, or checks a way it can fail."""
+import json
+import os
+import signal
+import textwrap
+
+from conftest import alive, run, start, wait_for, wait_for_pids
+
+PYTHON = os.environ.get("PYTHON_EXEC", "/usr/bin/python3")
+ENV = {"PYTHON_EXEC": PYTHON}
+
+# What a worker reports of itself: written as JSON to <dir>/<RANK>.json. `preloaded` says whether
+# torch was there before the script imported anything: a worker forked from the template.
+REPORT = textwrap.dedent("""\
+    import json, os, sys
+    preloaded = "torch" in sys.modules
+    def report(directory, **extra):
+        with open(os.path.join(directory, os.environ["RANK"] + ".json"), "w") as f:
+            json.dump(dict(extra, preloaded=preloaded, environ=dict(os.environ), argv=sys.argv,
+                           file=globals().get("__file__"), path0=sys.path[0],
+                           spec=getattr(__spec__, "name", None), name=__name__,
+                           package=__package__, loader=type(__loader__).__name__,
+                           executable=sys.executable, orig_argv=getattr(sys, "orig_argv", None),
+                           pid=os.getpid(), ppid=os.getppid()), f)
+    """)
+
+
+def reports(directory):
+    return {int(name[:-5]): json.loads((directory / name).read_text())
+            for name in os.listdir(directory)}
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def trainrun(args, tmp_path, timeout=120, **kw):
+    return run(args, timeout=timeout, env=ENV, cwd=str(tmp_path), **kw)
+
+
+def job_with_and_without(tmp_path, args, script_args=()):
+    """Runs `args` (options and entrypoint) with and without --preload torch; returns the
+    workers' reports of each run, the one without first."""
+    out = []
+    for preload in ([], ["--preload=torch"]):
+        # The same argv both times: the directory as a relative path, emptied between the runs.
+        directory = tmp_path / "reports"
+        directory.mkdir()
+        r = trainrun(preload + args + ["reports", *script_args], tmp_path)
+        assert r.returncode == 0, r.stderr
+        out.append(reports(directory))
+        directory.rename(tmp_path / ("preloaded" if preload else "plain"))
+    plain, warm = out
+    assert not any(w["preloaded"] for w in plain.values())
+    assert all(w["preloaded"] for w in warm.values()), "the workers were not forked from torch"
+    return plain, warm
+
+
+def template_pids(trainrun_pid):
+    """The children of `trainrun_pid` that show `python -c` (the template, and the workers forked
+    from it: their command line is its own)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == trainrun_pid and b"-c" in argv:
+            found.append(int(entry))
+    return found
+
+
+def test_preload_gives_each_worker_the_environment_it_gets_without(tmp_path):
+    script = write(tmp_path / "dump.py", REPORT + "report(sys.argv[1])\n")
+    plain, warm = job_with_and_without(
+        tmp_path, ["--nproc-per-node=3", "--rdzv-id=same", str(script)])
+    assert sorted(plain) == sorted(warm) == [0, 1, 2]
+    # A port chosen free and a log directory made fresh for each run.
+    per_run = {"MASTER_PORT", "TORCHELASTIC_ERROR_FILE"}
+    for rank in plain:
+        before, after = plain[rank]["environ"], warm[rank]["environ"]
+        assert sorted(before) == sorted(after)
+        assert {k for k in before if before[k] != after[k]} <= per_run, rank
+        assert after["RANK"] == str(rank) and after["LOCAL_RANK"] == str(rank)
+        assert after["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{rank}/error.json")
+
+
+def test_preload_runs_the_script_as_python_does(tmp_path):
+    script = write(tmp_path / "sub" / "show.py", REPORT + "report(sys.argv[1])\n")
+    plain, warm = job_with_and_without(
+        tmp_path, ["--nproc-per-node=2", "sub/show.py"], ["--flag=${local_rank}", "x y"])
+    for rank in plain:
+        for key in ("argv", "file", "path0", "spec", "name", "package", "loader", "executable",
+                    "orig_argv"):
+            assert plain[rank][key] == warm[rank][key], (key, plain[rank][key], warm[rank][key])
+        assert warm[rank]["argv"][2] == f"--flag={rank}"
+        assert warm[rank]["path0"] == str(script.parent)
+        assert warm[rank]["spec"] is None and warm[rank]["name"] == "__main__"
+
+
+def test_preload_runs_a_module_as_python_m_does(tmp_path):
+    write(tmp_path / "pkg" / "__init__.py", "")
+    write(tmp_path / "pkg" / "show.py", REPORT + "report(sys.argv[1])\n")
+    plain, warm = job_with_and_without(tmp_path, ["--nproc-per-node=2", "-m", "pkg.show"])
+    for rank in plain:
+        for key in ("argv", "file", "path0", "spec", "name", "package", "loader", "orig_argv"):
+            assert plain[rank][key] == warm[rank][key], (key, plain[rank][key], warm[rank][key])
+        assert warm[rank]["spec"] == "pkg.show" and warm[rank]["path0"] == str(tmp_path)
+
+
+def test_preload_exit_codes_are_the_workers_own(tmp_path):
+    write(tmp_path / "three.py", "import sys\nsys.exit(3)\n")
+    write(tmp_path / "boom.py", """\
+        def fail():
+            raise ValueError("boom")
+        fail()
+        """)
+    for preload in ([], ["--preload=torch"]):
+        r = trainrun(preload + ["three.py"], tmp_path)
+        assert r.returncode == 3, r.stderr
+    tracebacks = []
+    for preload in ([], ["--preload=torch"]):
+        r = trainrun(preload + ["boom.py"], tmp_path)
+        assert r.returncode == 1, r.stderr
+        # The worker's own stderr comes first, then trainrun's failure summary.
+        tracebacks.append(r.stderr.split("=" * 20)[0])
+    assert tracebacks[0] == tracebacks[1]
+    assert tracebacks[1].startswith("Traceback (most recent call last):\n  File ")
+    assert tracebacks[1].endswith("ValueError: boom\n")
+
+
+def test_preload_a_recorded_failure_writes_its_error_file(tmp_path):
+    write(tmp_path / "recorded.py", """\
+        from torch.distributed.elastic.multiprocessing.errors import record
+        @record
+        def main():
+            raise RuntimeError("recorded failure")
+        if __name__ == "__main__":
+            main()
+        """)
+    summaries = []
+    for preload in ([], ["--preload=torch"]):
+        r = trainrun(preload + ["recorded.py"], tmp_path)
+        assert r.returncode == 1, r.stderr
+        summary = r.stderr[r.stderr.index("Root Cause"):]
+        assert "error_file: <N/A>" not in summary
+        assert "RuntimeError: recorded failure" in summary
+        summaries.append(summary.count("recorded failure"))
+    assert summaries[0] == summaries[1]
+
+
+def test_preload_a_restart_forks_from_the_same_template(tmp_path):
+    # Each worker names the template (its agent's `python -c` child) and fails in attempt 0.
+    write(tmp_path / "again.py", REPORT + textwrap.dedent("""\
+        import os
+        attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+        directory = os.path.join(sys.argv[1], attempt)
+        os.makedirs(directory, exist_ok=True)
+        def template():
+            found = []
+            for p in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    parent = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]
+                    argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\\0")
+                except (OSError, IndexError):
+                    continue
+                if parent == str(os.getppid()) and b"-c" in argv:
+                    found.append(int(p))
+            return found
+        report(directory, template=template())
+        sys.exit(1 if attempt == "0" else 0)
+        """))
+    r = trainrun(["--preload=torch", "--nproc-per-node=2", "--max-restarts=1", "again.py",
+                  str(tmp_path)], tmp_path)
+    assert r.returncode == 0, r.stderr
+    first, second = reports(tmp_path / "0"), reports(tmp_path / "1")
+    assert all(w["preloaded"] for w in list(first.values()) + list(second.values()))
+    everyone = list(first.values()) + list(second.values())
+    workers = {w["pid"] for w in everyone}
+    templates = {tuple(sorted(set(w["template"]) - workers)) for w in everyone}
+    assert len(templates) == 1 and len(next(iter(templates))) == 1, templates
+
+
+def test_preload_a_module_that_starts_a_thread_falls_back_once(tmp_path):
+    write(tmp_path / "threadmod.py", """\
+        import threading, time
+        threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
+        """)
+    write(tmp_path / "job.py", REPORT + textwrap.dedent("""\
+        report(sys.argv[1], threadmod="threadmod" in sys.modules)
+        sys.exit(1 if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" else 0)
+        """))
+    (tmp_path / "out").mkdir()
+    r = trainrun(["--preload=threadmod", "--nproc-per-node=2", "--max-restarts=1", "job.py",
+                  str(tmp_path / "out")], tmp_path)
+    assert r.returncode == 0, r.stderr
+    line = ("trainrun: --preload: threadmod started a thread (2 threads in the template); "
+            "forking it could hang or break a worker, so workers start the ordinary way\n")
+    assert r.stderr.count(line) == 1, r.stderr
+    workers = reports(tmp_path / "out")
+    assert sorted(workers) == [0, 1]
+    assert not any(w["threadmod"] or w["preloaded"] for w in workers.values())
+
+
+def test_preload_a_module_that_fails_to_import_fails_each_worker(tmp_path):
+    write(tmp_path / "job.py", "print('never')\n")
+    r = trainrun(["--preload=torch,no_such_module_here", "--nproc-per-node=2", "job.py"],
+                 tmp_path)
+    assert r.returncode == 1, r.stderr
+    assert "never" not in r.stdout
+    assert "ModuleNotFoundError: No module named 'no_such_module_here'" in r.stderr
+    assert "exitcode  : 1" in r.stderr
+
+
+def test_preload_kill_9_of_trainrun_leaves_nothing(tmp_path):
+    write(tmp_path / "sleeper.py", """\
+        import os, sys, time
+        with open(sys.argv[1], "a") as f:
+            f.write(f"{os.getpid()}\\n")
+        time.sleep(600)
+        """)
+    pids = tmp_path / "pids"
+    p = start(["--preload=torch", "--nproc-per-node=2", "sleeper.py", str(pids)], env=ENV,
+              cwd=str(tmp_path))
+    try:
+        workers = wait_for_pids(pids, 2, timeout=60)
+        templates = sorted(set(template_pids(p.pid)) - set(workers))
+        assert len(templates) == 1, templates
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        everyone = workers + templates
+        assert wait_for(lambda: not any(alive(x) for x in everyone), 5.0), \
+            [x for x in everyone if alive(x)]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_preload_multiprocessing_and_a_data_loader_work(tmp_path):
+    write(tmp_path / "mp.py", """\
+        import multiprocessing as mp
+        import sys
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        def square(x):
+            return x * x
+
+        if __name__ == "__main__":
+            with mp.get_context("spawn").Pool(2) as pool:
+                assert pool.map(square, range(4)) == [0, 1, 4, 9]
+            child = mp.get_context("fork").Process(target=square, args=(3,))
+            child.start()
+            child.join()
+            assert child.exitcode == 0
+            loader = DataLoader(TensorDataset(torch.arange(8.0)), batch_size=2, num_workers=2)
+            assert sum(float(batch[0].sum()) for batch in loader) == 28.0
+            print("preloaded" if "torch" in sys.modules else "?", "ok")
+        """)
+    for preload in ([], ["--preload=torch"]):
+        r = trainrun(preload + ["--nproc-per-node=2", "mp.py"], tmp_path, timeout=180)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.count("ok\n") == 2, r.stdout
+
+
+def test_preload_needs_python_workers(tmp_path):
+    for args in (["--no-python", "/bin/true"], ["/bin/true"]):
+        r = trainrun(["--preload=torch"] + args, tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.count("\n") == 1 and r.stderr.startswith("trainrun: --preload=torch: "), \
+            r.stderr
+
+
+def test_preload_refuses_what_is_not_a_module_name(tmp_path):
+    for value in ("to rch", "torch,", "torch..nn", "1torch"):
+        r = trainrun([f"--preload={value}", "job.py"], tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.startswith(f"trainrun: --preload={value}: '"), r.stderr
+        assert r.stderr.endswith("' is not a module name; give dotted Python names separated "
+                                 "by commas (e.g. --preload=torch,numpy)\n"), r.stderr
+        assert r.stderr.count("\n") == 1
+
+
+def test_preload_a_template_that_dies_is_started_again(tmp_path):
+    # Attempt 0's rank 0 kills the template; attempt 1 is forked from a new one.
+    write(tmp_path / "again.py", REPORT + textwrap.dedent("""\
+        import signal
+        attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+        def templates():
+            # trainrun's `python -c` children but this worker (the only one): the template.
+            found = []
+            for p in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    parent = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]
+                    argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\\0")
+                except (OSError, IndexError):
+                    continue
+                if parent == str(os.getppid()) and b"-c" in argv and p != str(os.getpid()):
+                    found.append(int(p))
+            return found
+        directory = os.path.join(sys.argv[1], attempt)
+        os.makedirs(directory, exist_ok=True)
+        report(directory)
+        if attempt == "0" and os.environ["RANK"] == "0":
+            with open(os.path.join(sys.argv[1], "killed"), "w") as f:
+                for pid in templates():
+                    f.write(f"{pid}\\n")
+                    os.kill(pid, signal.SIGKILL)
+        sys.exit(1 if attempt == "0" else 0)
+        """))
+    r = trainrun(["--preload=torch", "--max-restarts=1", "again.py", str(tmp_path)], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "killed").read_text().count("\n") == 1
+    # Said by whichever notices first: the reaping (its status), or the next start.
+    assert ("trainrun: --preload: the template interpreter was killed by SIGKILL; the next "
+            "workers are forked from another\n" in r.stderr or "trainrun: --preload: the template "
+            "interpreter ended; the next workers are forked from another\n" in r.stderr), r.stderr
+    assert reports(tmp_path / "0")[0]["preloaded"] and reports(tmp_path / "1")[0]["preloaded"]
+
+
+def test_preload_a_template_that_dies_importing_lets_workers_start_the_ordinary_way(tmp_path):
+    write(tmp_path / "crash.py", "import os\nos._exit(7)\n")
+    write(tmp_path / "job.py", "import sys\nprint('crash' in sys.modules)\n")
+    r = trainrun(["--preload=crash", "--nproc-per-node=2", "job.py"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "False\nFalse\n"
+    assert ("trainrun: --preload: the template interpreter exited with code 7 before its imports "
+            "were done; workers start the ordinary way\n") in r.stderr
