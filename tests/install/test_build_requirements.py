@@ -87,3 +87,9 @@ def test_the_cross_build_without_qemu_says_so(tmp_path):
         f"trainrun: qemu-{OTHER_ARCH} not found: install qemu-user-static (Debian/Ubuntu) or "
         f"qemu-user (RHEL-like), which runs the {OTHER_ARCH} program that writes the man page, or "
         "set TRAINRUN_ZIG_EMULATOR"], err
+
+
+def test_an_architecture_zig_is_not_set_up_for_is_refused(tmp_path):
+    err = configure(tmp_path, "--toolchain", os.path.join(SOURCE, "cmake", "zig-toolchain.cmake"),
+                    "-DTRAINRUN_ZIG_ARCH=riscv64")
+    assert trainrun_lines(err) == ["trainrun: TRAINRUN_ZIG_ARCH=riscv64: use x86_64 or aarch64"], err
