@@ -6,12 +6,36 @@
 # zig sees only its own C and C++ headers: the dependencies' headers (Boost, fmt, CLI11,
 # nlohmann-json, OpenSSL) come from TRAINRUN_ZIG_SYSTEM_INCLUDE_DIRS, searched after zig's.
 
+# TRAINRUN_ZIG_ARCH=aarch64 on an x86_64 machine (or the reverse) cross-builds: zig brings the
+# other architecture's C library and libc++, Debian's multiarch packages (libssl-dev:arm64) the
+# dependencies' libcrypto.a; pyproject.toml's TRAINRUN_WHEEL_ARCH sets it for the wheel.
+
 # CMake reads this file again for each try_compile: what it decided travels in these.
 set(CMAKE_TRY_COMPILE_PLATFORM_VARIABLES TRAINRUN_ZIG_WRAPPERS TRAINRUN_ZIG_SYSTEM_INCLUDE_DIRS
-  CMAKE_LIBRARY_ARCHITECTURE)
+  CMAKE_LIBRARY_ARCHITECTURE TRAINRUN_ZIG_ARCH)
 
-if(NOT CMAKE_SYSTEM_PROCESSOR)
-  set(CMAKE_SYSTEM_PROCESSOR ${CMAKE_HOST_SYSTEM_PROCESSOR})
+set(TRAINRUN_ZIG_ARCH "${CMAKE_HOST_SYSTEM_PROCESSOR}" CACHE STRING
+  "The machine the binary runs on: x86_64 or aarch64")
+if(NOT TRAINRUN_ZIG_ARCH MATCHES "^(x86_64|aarch64)$")
+  message(FATAL_ERROR " trainrun: TRAINRUN_ZIG_ARCH=${TRAINRUN_ZIG_ARCH}: use x86_64 or aarch64")
+endif()
+set(CMAKE_SYSTEM_PROCESSOR ${TRAINRUN_ZIG_ARCH})
+if(NOT TRAINRUN_ZIG_ARCH STREQUAL CMAKE_HOST_SYSTEM_PROCESSOR)
+  set(CMAKE_SYSTEM_NAME Linux)  # makes CMAKE_CROSSCOMPILING true
+  # pkg-config would hand FindOpenSSL this machine's libcrypto: only the target's may be found.
+  set(ENV{PKG_CONFIG_LIBDIR} "/usr/lib/${TRAINRUN_ZIG_ARCH}-linux-gnu/pkgconfig")
+  # The header-only dependencies' CMake files (fmt, Boost, CLI11) are this machine's: they name
+  # headers, the same for every architecture, and no library of theirs is linked.
+  list(APPEND CMAKE_PREFIX_PATH "/usr/lib/${CMAKE_HOST_SYSTEM_PROCESSOR}-linux-gnu/cmake")
+  # The man page and the completion are written by trainrun_docgen, a program of the target's
+  # architecture: qemu's user mode runs it (and the tests run trainrun under it).
+  find_program(TRAINRUN_ZIG_EMULATOR NAMES qemu-${TRAINRUN_ZIG_ARCH}-static qemu-${TRAINRUN_ZIG_ARCH})
+  if(NOT TRAINRUN_ZIG_EMULATOR)
+    message(FATAL_ERROR " trainrun: qemu-${TRAINRUN_ZIG_ARCH} not found: install qemu-user-static "
+      "(Debian/Ubuntu) or qemu-user (RHEL-like), which runs the ${TRAINRUN_ZIG_ARCH} program that "
+      "writes the man page, or set TRAINRUN_ZIG_EMULATOR")
+  endif()
+  set(CMAKE_CROSSCOMPILING_EMULATOR "${TRAINRUN_ZIG_EMULATOR}")
 endif()
 set(TRAINRUN_ZIG_GLIBC "2.28" CACHE STRING "The oldest glibc the binary runs with")
 set(_zig_target "${CMAKE_SYSTEM_PROCESSOR}-linux-gnu.${TRAINRUN_ZIG_GLIBC}")

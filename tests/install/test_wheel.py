@@ -7,7 +7,6 @@ Run with TRAINRUN_PYTHON (an interpreter with PyTorch 2.x, the reference torchru
 environment (scikit-build-core, ziglang, auditwheel) is kept in TRAINRUN_WHEEL_BUILD_ENV, the
 CMake build in TRAINRUN_WHEEL_WORK, so that a second run rebuilds nothing (zig's own cache is
 ~/.cache/zig, ccache's is shared with the other builds)."""
-import fcntl
 import glob
 import os
 import re
@@ -19,27 +18,15 @@ import time
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.environ.get("TRAINRUN_SOURCE_DIR", os.path.dirname(os.path.dirname(HERE)))
 WORK = os.environ.get("TRAINRUN_WHEEL_WORK", "")
-BUILD_ENV = os.environ.get("TRAINRUN_WHEEL_BUILD_ENV") or os.path.expanduser(
-    "~/.cache/trainrun/wheel-build-env")
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 from test_torchrun2 import compare, launch, read_dumps, torchrun  # noqa: E402
+from wheel_build import (SOURCE, auditwheel_policy, build_backend, make_build_env,  # noqa: E402
+                         project_version, run)
 
 # What the binary may need: the C library and the loader, nothing that differs between systems.
 ALLOWED_LIBRARIES = {"linux-vdso.so.1", "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2",
                      "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1", "linux-vdso.so.1"}
-
-
-def project_version():
-    with open(os.path.join(SOURCE, "CMakeLists.txt")) as f:
-        return re.search(r"project\(trainrun VERSION ([0-9.]+)", f.read()).group(1)
-
-
-def run(cmd, timeout=600, **kw):
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
-    assert r.returncode == 0, f"{cmd}: exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
-    return r
 
 
 def python_version(python):
@@ -47,27 +34,10 @@ def python_version(python):
     return out.strip()
 
 
-def build_requires():
-    with open(os.path.join(SOURCE, "pyproject.toml")) as f:
-        text = f.read()
-    return re.findall(r'"([^"]+)"', re.search(r"^requires = \[(.*)\]", text, re.M).group(1))
-
-
 @pytest.fixture(scope="module")
 def build_env():
     """A virtual environment with the build requirements, kept between runs."""
-    os.makedirs(os.path.dirname(BUILD_ENV), exist_ok=True)
-    python = os.path.join(BUILD_ENV, "bin", "python")
-    with open(BUILD_ENV + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        ready = os.path.exists(python) and subprocess.run(
-            [python, "-c", "import scikit_build_core, ziglang, auditwheel"],
-            capture_output=True).returncode == 0
-        if not ready:
-            shutil.rmtree(BUILD_ENV, ignore_errors=True)
-            run([sys.executable, "-m", "venv", BUILD_ENV])
-            run([python, "-m", "pip", "install", "-q", *build_requires(), "auditwheel"])
-    return python
+    return make_build_env()
 
 
 def other_python(than):
@@ -98,8 +68,8 @@ def tree(root):
 def readme_block():
     """The README's wheel commands, which this test runs as they are."""
     with open(os.path.join(SOURCE, "README.md")) as f:
-        m = re.search(r"```sh\n(pip wheel \. -w dist/\n.*?)```", f.read(), re.S)
-    assert m, "README.md: the block with `pip wheel . -w dist/` is gone"
+        m = re.search(r"```sh\n(pip wheel -v \. -w dist/\n.*?)```", f.read(), re.S)
+    assert m, "README.md: the block with `pip wheel -v . -w dist/` is gone"
     return m.group(1)
 
 
@@ -120,20 +90,6 @@ def source_tree():
     return src
 
 
-def build_backend(build_env):
-    """A directory with only the build backend and zig, from the kept build environment: on
-    PYTHONPATH, the user's pip builds without isolation with a zig whose path, and with it
-    every cache, stays put (with isolation, pip would install them in a new directory)."""
-    site = run([build_env, "-c", "import ziglang, os; print(os.path.dirname(os.path.dirname("
-                "ziglang.__file__)))"]).stdout.strip()
-    backend = os.path.join(WORK, "backend")
-    shutil.rmtree(backend, ignore_errors=True)
-    os.makedirs(backend)
-    for name in ("scikit_build_core", "ziglang", "packaging", "pathspec"):
-        os.symlink(os.path.join(site, name), os.path.join(backend, name))
-    return backend
-
-
 @pytest.fixture(scope="module")
 def installed(build_env, tmp_path_factory):
     """The README's block, run in a fresh virtual environment of another Python than the build
@@ -145,7 +101,7 @@ def installed(build_env, tmp_path_factory):
     src = source_tree()
     # CCACHE_BASEDIR: the compiler sees only paths under WORK, the same in any clone.
     env = dict(os.environ, PATH=f"{root}/bin:{os.environ['PATH']}", VIRTUAL_ENV=str(root),
-               PYTHONPATH=build_backend(build_env), PIP_NO_BUILD_ISOLATION="0", PIP_NO_INDEX="1",
+               PYTHONPATH=build_backend(build_env, WORK), PIP_NO_BUILD_ISOLATION="0", PIP_NO_INDEX="1",
                PIP_CONFIG_SETTINGS=f"build-dir={WORK}/build", CCACHE_BASEDIR=WORK)
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", "2")
     start = time.monotonic()
@@ -168,9 +124,8 @@ def test_wheel_name_and_manylinux_policy(installed, build_env):
     name = os.path.basename(wheel)
     assert re.fullmatch(rf"trainrun-{re.escape(project_version())}-py3-none-manylinux_2_\d+_"
                         r"(x86_64|aarch64)\.whl", name), name
-    shown = run([os.path.join(os.path.dirname(build_env), "auditwheel"), "show", wheel]).stdout
-    policy = re.search(r'platform tag:\s+"manylinux_2_(\d+)_', " ".join(shown.split()))
-    assert policy and int(policy.group(1)) <= 28, shown
+    policy = auditwheel_policy(build_env, wheel)
+    assert int(re.match(r"manylinux_2_(\d+)_", policy).group(1)) <= 28, policy
 
 
 def test_version_from_the_command_and_from_python(installed):

@@ -19,8 +19,6 @@ bool same(const NodeDescriptor& a, const NodeDescriptor& b) {
                                              b.master_port, b.last_rank, b.at_endpoint);
 }
 
-std::string nodes(std::size_t n) { return count_of(static_cast<long long>(n), "node"); }
-
 }  // namespace
 
 std::optional<Reject> RoundForming::refusal(const RoundState& s, const std::string& id,
@@ -83,12 +81,12 @@ RoundDecision RoundForming::join(RoundState& s, const std::string& id, const Nod
                d);
     return d;
   }
-  restart(
-      s, now,
-      Restart{RestartCause::scale_up,
-              fmt::format("node {} joined: scaling up from {}", who, nodes(s.participants.size())),
-              s.restart_count, std::nullopt},
-      d);
+  restart(s, now,
+          Restart{RestartCause::scale_up,
+                  fmt::format("node {} joined: scaling up from {}", who,
+                              count_of(s.participants.size(), "node")),
+                  s.restart_count, std::nullopt},
+          d);
   return d;
 }
 
@@ -204,8 +202,8 @@ void RoundForming::complete(RoundState& s, std::size_t count, RoundDecision& d) 
   d.formed = assignments(s);
   const Assignment& a = d.formed.front();
   d.log.push_back(fmt::format("round {} formed: {}, world size {}, master {}:{}, restart {}",
-                              s.round, nodes(s.participants.size()), a.world_size, a.master_addr,
-                              a.master_port, s.restart_count));
+                              s.round, count_of(s.participants.size(), "node"), a.world_size,
+                              a.master_addr, a.master_port, s.restart_count));
 }
 
 void RoundForming::restart(RoundState& s, RoundTime now, Restart why, RoundDecision& d) const {

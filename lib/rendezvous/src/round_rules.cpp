@@ -12,8 +12,6 @@ namespace {
 
 using Phase = RoundState::Phase;
 
-std::string nodes(std::size_t n) { return count_of(static_cast<long long>(n), "node"); }
-
 }  // namespace
 
 RoundDecision RoundRules::failure(RoundState& s, const std::string& id, const Failure& report,
@@ -176,7 +174,7 @@ RoundDecision RoundRules::tick(RoundState& s, RoundTime now) const {
       now - *s.concluding_since >= forming_.options().join_timeout) {
     d.log.push_back(fmt::format(
         "{} did not say what failed within {:.0f} s (join timeout); ending without them",
-        nodes(s.awaiting.size()), in_seconds(forming_.options().join_timeout)));
+        count_of(s.awaiting.size(), "node"), in_seconds(forming_.options().join_timeout)));
     s.awaiting.clear();
     d.changed = true;
     maybe_conclude(s, d);
@@ -219,7 +217,7 @@ void RoundRules::begin_concluding(RoundState& s, RoundTime now, std::string why,
     d.halted.push_back(m.id);
   }
   d.log.push_back(fmt::format("round {} ends: a worker failed; waiting for {} to report", s.round,
-                              nodes(s.awaiting.size())));
+                              count_of(s.awaiting.size(), "node")));
   maybe_conclude(s, d);
 }
 

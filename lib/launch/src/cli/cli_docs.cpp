@@ -206,9 +206,10 @@ ALSO), section "Error files".
 failed; 2 for a bad command line; 126 or 127 for an entrypoint that cannot run; 128+N when
 trainrun was stopped by signal N; 1 for anything else.
 .SH SEE ALSO
-\fBtrainrun \-\-help\fR. The guides cli.md, multinode.md, slurm.md, kubernetes.md and hangs.md,
-in \fIshare/doc/trainrun\fR under the installation prefix: \fI/usr/share/doc/trainrun\fR from
-the .deb, \fBcmake \-\-install\fR's prefix from a build (the wheel installs this page only).
+\fBtrainrun \-\-help\fR. The guides install.md, cli.md, multinode.md, slurm.md, kubernetes.md and
+hangs.md, in \fIshare/doc/trainrun\fR under the installation prefix: \fI/usr/share/doc/trainrun\fR
+from the .deb, \fBcmake \-\-install\fR's prefix from a build, the environment's from the wheel
+(\fBpython \-c 'import sys; print(sys.prefix)'\fR in it).
 )";
 
 }  // namespace

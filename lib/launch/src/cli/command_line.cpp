@@ -217,8 +217,6 @@ class UsageFormatter : public CLI::Formatter {
   }
 };
 
-[[noreturn]] void fail(const std::string& message) { throw UsageError(message); }
-
 // The options' values as written (on the command line, else in PET_*), and how to name each one
 // in an error ("--nnodes=0", "PET_NNODES=0").
 struct GivenValues {
@@ -683,12 +681,6 @@ std::map<std::string, bool> long_spellings() {
   }
   for (const char* name : kBuiltinOptions) out[name] = false;
   return out;
-}
-
-// The dashed name of a spelling: the two spellings of one option are one option.
-std::string dashed(std::string name) {
-  std::replace(name.begin(), name.end(), '_', '-');
-  return name;
 }
 
 [[noreturn]] void unknown_option(const std::string& arg, const std::string& name,

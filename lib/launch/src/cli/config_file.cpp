@@ -8,6 +8,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "option_values.hpp"
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/base/text.hpp"
@@ -34,11 +35,6 @@ std::string type_name(toml::node_type type) {
     default:
       return "a date or time";
   }
-}
-
-std::string dashed(std::string name) {
-  std::replace(name.begin(), name.end(), '_', '-');
-  return name;
 }
 
 // A configuration file is a few lines: anything this long is not one (/dev/zero, a data file).

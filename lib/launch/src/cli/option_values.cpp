@@ -18,8 +18,6 @@ namespace trainrun::launch {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& message) { throw UsageError(message); }
-
 const std::map<std::string, WorkerCount::Kind> kWorkerCountWords = {
     {"cpu", WorkerCount::Kind::cpu},
     {"gpu", WorkerCount::Kind::gpu},
@@ -31,6 +29,13 @@ constexpr int kHandledSignals[] = {SIGTERM, SIGINT,  SIGHUP,  SIGQUIT, SIGUSR1,
                                    SIGUSR2, SIGCONT, SIGALRM, SIGXCPU};
 
 }  // namespace
+
+void fail(const std::string& message) { throw UsageError(message); }
+
+std::string dashed(std::string name) {
+  std::replace(name.begin(), name.end(), '_', '-');
+  return name;
+}
 
 int parse_int(const std::string& value, const std::string& what, const char* rule) {
   if (value.empty()) fail(fmt::format("{}: expected {}, got an empty value", what, rule));

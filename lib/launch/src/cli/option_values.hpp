@@ -13,6 +13,12 @@ namespace trainrun::launch {
 // The values of trainrun's options, each read by one pure function (fuzzed and unit-tested). Each
 // throws UsageError naming `what`, the value as given ("--nnodes=0", "PET_NNODES=0").
 
+// Throws UsageError(message): every parser of the command line and the configuration file fails
+// through it.
+[[noreturn]] void fail(const std::string& message);
+// An option's dashed name: "nproc_per_node" and "nproc-per-node" are one option.
+std::string dashed(std::string name);
+
 // A whole number within int, by the strict syntax of trainrun::parse_integer; `rule` says what
 // was expected.
 int parse_int(const std::string& value, const std::string& what, const char* rule);
