@@ -65,8 +65,7 @@ std::string scope_list(const std::vector<TimerRequest>& scopes) {
 
 FileTimerServer::FileTimerServer(asio::io_context& io, std::string path, const JobLogs& logs,
                                  AgentConsoles& consoles, Hooks hooks)
-    : io_(io),
-      path_(std::move(path)),
+    : path_(std::move(path)),
       logs_(logs),
       consoles_(consoles),
       hooks_(std::move(hooks)),

@@ -68,7 +68,6 @@ class FileTimerServer {
   };
   void reap(const Reaping& r, stacks::Stack stack);
 
-  boost::asio::io_context& io_;
   std::string path_;
   const JobLogs& logs_;
   AgentConsoles& consoles_;
