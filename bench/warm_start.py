@@ -69,43 +69,74 @@ def pss_kib(pid):
     return 0
 
 
-def wait_for(paths, proc, timeout=300):
+class JobFailed(Exception):
+    pass
+
+
+def kill_job(proc, out):
+    """The launcher, and every process of its job (a launcher that ends may leave its workers:
+    torchrun's, in sessions of their own, hang on in a Gloo connect)."""
+    proc.kill()
+    proc.wait()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if out.encode() in f.read():
+                    os.kill(int(pid), 9)
+        except OSError:
+            pass
+
+
+def wait_for(paths, proc, out, log, timeout=300):
     deadline = time.time() + timeout
     while not all(os.path.exists(p) for p in paths):
         if proc.poll() is not None or time.time() > deadline:
-            sys.exit(f"warm_start: the job ended (exit {proc.returncode}) before every rank was "
-                     f"past init_process_group: {proc.stderr.read().decode()[-2000:]}")
+            kill_job(proc, out)
+            log.seek(0)
+            raise JobFailed(f"the job ended (exit {proc.returncode}) before every rank was past "
+                            f"init_process_group: {log.read().decode()[-4000:]}")
         time.sleep(0.005)
 
 
 def run_start(cmd, job, workers, env):
-    with tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as out, tempfile.TemporaryFile() as log:
         t0 = time.time()
         proc = subprocess.Popen(cmd + [f"--nproc-per-node={workers}", job, out, "hold"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                stdout=subprocess.DEVNULL, stderr=log)
         files = [os.path.join(out, f"0_{r}") for r in range(workers)]
-        wait_for(files, proc)
+        wait_for(files, proc, out, log)
         ranks = [json.load(open(f)) for f in files]
         start = max(r["past_init"] for r in ranks) - t0
         pss = sum(pss_kib(r["pid"]) for r in ranks)
         open(os.path.join(out, "go"), "w").close()
         if proc.wait(timeout=120) != 0:
-            sys.exit(f"warm_start: {' '.join(cmd)} exited {proc.returncode}")
+            kill_job(proc, out)
+            raise JobFailed(f"{' '.join(cmd)} exited {proc.returncode}")
         return start, pss
 
 
 def run_restart(cmd, job, env):
-    with tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as out, tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(cmd + ["--nproc-per-node=2", "--max-restarts=1", job, out,
-                                       "restart"], env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE)
+                                       "restart"], env=env, stdout=subprocess.DEVNULL, stderr=log)
         files = [os.path.join(out, f"1_{r}") for r in range(2)] + [os.path.join(out, "failed")]
-        wait_for(files, proc)
+        wait_for(files, proc, out, log)
         failed = float(open(files[-1]).read())
         back = max(json.load(open(f))["past_init"] for f in files[:2])
         if proc.wait(timeout=120) != 0:
-            sys.exit(f"warm_start: {' '.join(cmd)} exited {proc.returncode}")
+            kill_job(proc, out)
+            raise JobFailed(f"{' '.join(cmd)} exited {proc.returncode}")
         return back - failed
+
+
+def retried(name, what, failures, run):
+    for _ in range(5):
+        try:
+            return run()
+        except JobFailed as e:
+            failures[f"{name} ({what})"] = failures.get(f"{name} ({what})", 0) + 1
+            print(f"{name}: a {what} run failed, again: {str(e)[-300:]}", file=sys.stderr)
+    sys.exit(f"warm_start: {name}'s {what} run failed five times in a row")
 
 
 def main():
@@ -127,14 +158,19 @@ def main():
     if args.only:
         chosen = {k: v for k, v in chosen.items() if k in args.only.split(",")}
     samples = {name: {"start": [], "pss": [], "restart": []} for name in chosen}
+    failures = {}
     with tempfile.TemporaryDirectory() as tmp:
         job = os.path.join(tmp, "job.py")
         with open(job, "w") as f:
             f.write(JOB)
         for _ in range(args.runs):
             for name, cmd in chosen.items():
-                start, pss = run_start(cmd, job, args.workers, env)
-                restart = run_restart(cmd, job, env)
+                # A job that fails is counted and run again (four times at most): torchrun
+                # 2.x's restarted Gloo ranks may find the last attempt's addresses in its store
+                # and fail to connect ("Connection refused").
+                start, pss = retried(name, "start", failures,
+                                     lambda: run_start(cmd, job, args.workers, env))
+                restart = retried(name, "restart", failures, lambda: run_restart(cmd, job, env))
                 for key, value in (("start", start), ("pss", pss), ("restart", restart)):
                     samples[name][key].append(value)
                 print(f"{name:26s} start {start:6.2f} s  PSS {pss / 1024:7.0f} MiB  restart "
@@ -156,6 +192,7 @@ past it; **restart** is 2 workers, rank 1 failing once past `init_process_group`
 to both ranks of the next attempt past it (`--max-restarts=1`). Medians of {args.runs} runs, each
 launcher in turn. Machine: {machine()}, load average {os.getloadavg()[0]:.1f} at the end.
 Target: a restart under 1 s with `--preload torch`.
+Jobs that failed and were run again: {", ".join(f"{k}: {v}" for k, v in failures.items()) or "none"}.
 
 """ + "\n".join(table)
     print(body)
