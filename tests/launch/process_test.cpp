@@ -1,6 +1,7 @@
 #include "trainrun/base/process.hpp"
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -102,6 +103,28 @@ TEST_CASE("exit statuses, their shell codes and their words", "[process]") {
   CHECK(signal_name(60) == "SIG60");
   CHECK(describe_exit(s) == "was killed by SIGKILL");
   CHECK(describe_exit(ExitStatus{3, 0}) == "exited with code 3");
+}
+
+TEST_CASE("a wait status says a child stopped, continued or ended", "[process]") {
+  SpawnRequest request;
+  request.program = "/bin/sh";
+  request.argv = {"sh", "-c", "kill -STOP $$; exit 3"};
+  Child child = spawn(request);
+  REQUIRE(child.pid > 0);
+  CHECK(wait_for_exec(child) == 0);
+  int status = 0;
+  REQUIRE(::waitpid(child.pid, &status, WUNTRACED) == child.pid);
+  WaitEvent event = WaitEvent::from_wait(status);
+  CHECK(event.kind == WaitEvent::Kind::stopped);
+  CHECK(event.stop_signal == SIGSTOP);
+  ::kill(child.pid, SIGCONT);
+  REQUIRE(::waitpid(child.pid, &status, WCONTINUED) == child.pid);
+  CHECK(WaitEvent::from_wait(status).kind == WaitEvent::Kind::continued);
+  REQUIRE(::waitpid(child.pid, &status, 0) == child.pid);
+  event = WaitEvent::from_wait(status);
+  CHECK(event.kind == WaitEvent::Kind::ended);
+  CHECK(event.end.code == 3);
+  CHECK(event.end.signal == 0);
 }
 
 TEST_CASE("a child killed by signal N ends with shell code 128+N", "[process]") {

@@ -31,6 +31,19 @@ ExitStatus ExitStatus::from_wait(int status) {
   return s;
 }
 
+WaitEvent WaitEvent::from_wait(int status) {
+  WaitEvent e;
+  if (WIFSTOPPED(status)) {
+    e.kind = Kind::stopped;
+    e.stop_signal = WSTOPSIG(status);
+  } else if (WIFCONTINUED(status)) {
+    e.kind = Kind::continued;
+  } else {
+    e.end = ExitStatus::from_wait(status);
+  }
+  return e;
+}
+
 std::string signal_name(int signal) {
   static const std::pair<int, const char*> names[] = {
       {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},

@@ -140,21 +140,20 @@ void Supervisor::reap() {
     if (pid <= 0) break;
     // The template is our child too; the worker it forks is known by its pid before the loop
     // can reap it (start() is one pass on this thread), so no worker's status comes unknown.
-    if (warm_ && (WIFEXITED(status) || WIFSIGNALED(status)) &&
-        warm_->ended(pid, ExitStatus::from_wait(status)))
-      continue;
+    const WaitEvent event = WaitEvent::from_wait(status);
+    if (warm_ && event.kind == WaitEvent::Kind::ended && warm_->ended(pid, event.end)) continue;
     for (auto& w : workers_) {
       if (w.pid != pid || !w.running) continue;
-      if (WIFSTOPPED(status)) {
-        worker_stopped(w, WSTOPSIG(status));
+      if (event.kind == WaitEvent::Kind::stopped) {
+        worker_stopped(w, event.stop_signal);
         continue;
       }
-      if (WIFCONTINUED(status)) {
+      if (event.kind == WaitEvent::Kind::continued) {
         w.stop_named = false;
         continue;
       }
       w.running = false;
-      if (on_exit_) on_exit_(w.local_rank, pid, ExitStatus::from_wait(status));
+      if (on_exit_) on_exit_(w.local_rank, pid, event.end);
     }
   }
 }

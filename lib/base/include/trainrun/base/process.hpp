@@ -26,6 +26,16 @@ struct ExitStatus {
   static ExitStatus from_wait(int status);
 };
 
+// What a status waitpid gave with WUNTRACED | WCONTINUED says: the process ended (`end`), was
+// stopped (by `stop_signal`), or was continued.
+struct WaitEvent {
+  enum class Kind { ended, stopped, continued };
+  Kind kind = Kind::ended;
+  ExitStatus end;
+  int stop_signal = 0;
+  static WaitEvent from_wait(int status);
+};
+
 // "SIGKILL" for 9, "SIG42" for numbers without a name here.
 std::string signal_name(int signal);
 
