@@ -23,6 +23,18 @@ REPORT = textwrap.dedent("""\
                            package=__package__, loader=type(__loader__).__name__,
                            executable=sys.executable, orig_argv=getattr(sys, "orig_argv", None),
                            pid=os.getpid(), ppid=os.getppid()), f)
+    def python_c_children(but=None):
+        # The processes of this worker's parent (the agent) running `python -c`, `but` aside.
+        found = []
+        for p in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                parent = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]
+                argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\\0")
+            except (OSError, IndexError):
+                continue
+            if parent == str(os.getppid()) and b"-c" in argv and int(p) != but:
+                found.append(int(p))
+        return found
     """)
 
 
@@ -164,18 +176,7 @@ def test_preload_a_restart_forks_from_the_same_template(tmp_path):
         attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
         directory = os.path.join(sys.argv[1], attempt)
         os.makedirs(directory, exist_ok=True)
-        def template():
-            found = []
-            for p in filter(str.isdigit, os.listdir("/proc")):
-                try:
-                    parent = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]
-                    argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\\0")
-                except (OSError, IndexError):
-                    continue
-                if parent == str(os.getppid()) and b"-c" in argv:
-                    found.append(int(p))
-            return found
-        report(directory, template=template())
+        report(directory, template=python_c_children())
         sys.exit(1 if attempt == "0" else 0)
         """))
     r = trainrun(["--preload=torch", "--nproc-per-node=2", "--max-restarts=1", "again.py",
@@ -297,16 +298,7 @@ def test_preload_a_template_that_dies_is_started_again(tmp_path):
         attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
         def templates():
             # trainrun's `python -c` children but this worker (the only one): the template.
-            found = []
-            for p in filter(str.isdigit, os.listdir("/proc")):
-                try:
-                    parent = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]
-                    argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\\0")
-                except (OSError, IndexError):
-                    continue
-                if parent == str(os.getppid()) and b"-c" in argv and p != str(os.getpid()):
-                    found.append(int(p))
-            return found
+            return python_c_children(but=os.getpid())
         directory = os.path.join(sys.argv[1], attempt)
         os.makedirs(directory, exist_ok=True)
         report(directory)
