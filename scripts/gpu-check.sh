@@ -11,15 +11,18 @@
 #
 # Needs: a PyTorch with CUDA and a visible GPU, the CUDA toolkit LibTorch's CMake files look for
 # (nvcc), cmake, a C++17 compiler and nlohmann-json (its CMake package, or a directory holding
-# nlohmann/json.hpp named by NLOHMANN_JSON_INCLUDE_DIR in the environment). Only the runtime
-# library is built: the launcher's packages (fmt, CLI11, Boost) are not needed. nccl.h is taken
-# from the nvidia-nccl wheel next to PyTorch, or from NCCL_ROOT. The FashionMNIST comparison also
-# needs CLI11 (libcli11-dev, or its CMake package on CMAKE_PREFIX_PATH), torchvision beside torch,
+# nlohmann/json.hpp named by NLOHMANN_JSON_INCLUDE_DIR in the environment), and gloo's headers,
+# which PyPI's torch does not ship (libgloo-dev, or GLOO_INCLUDE_DIR naming the directory above
+# gloo/). Only the runtime library is built: the launcher's packages (fmt, CLI11, Boost) are not
+# needed. nccl.h is taken from the nvidia-nccl wheel next to PyTorch, or from NCCL_ROOT. The
+# FashionMNIST comparison also needs CLI11 (libcli11-dev, or its CMake package on CMAKE_PREFIX_PATH), torchvision beside torch,
 # and the data set's four files in FASHION_MNIST_DIR (default /usr/share/datasets/fashion-mnist,
 # Debian's fashion-mnist package). Results go to stdout and to $RESULTS (default
 # $BUILD_DIR/gpu-check-results.txt). Exits 0 when every check passes, 1 when one fails, 2 when
 # this machine cannot run them, 3 when the core checks passed but the FashionMNIST comparison
-# could not run here (the line before says why).
+# could not run here (the line before says why). Where a trainrun launcher is at hand (TRAINRUN,
+# or `trainrun` on PATH), scripts/gpu/preload-check.sh runs first: --preload on the GPU; its
+# failure fails this script.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -62,6 +65,12 @@ if ! command -v nvcc >/dev/null; then
   exit 2
 fi
 
+preload_failed=0
+if [[ -n ${TRAINRUN:-} || -n $(command -v trainrun) ]] && [[ $build_only != 1 ]]; then
+  say "warm starts on the GPU (scripts/gpu/preload-check.sh)"
+  PYTHON=$python "$here/scripts/gpu/preload-check.sh" || preload_failed=1
+fi
+
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 # Warnings are not errors here: this LibTorch is not the one the project's CI compiles against.
@@ -100,7 +109,11 @@ env RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 GROUP_RANK=0 \
 
 # The FashionMNIST example, one epoch on the GPU, C++ against Python.
 data=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
-incomplete() { say "core checks passed; FashionMNIST comparison not run: $*"; exit 3; }
+incomplete() {
+  ((preload_failed == 0)) || { say "FAILED: scripts/gpu/preload-check.sh (above)"; exit 1; }
+  say "core checks passed; FashionMNIST comparison not run: $*"
+  exit 3
+}
 [[ -x $build/apps/examples/fashion_mnist/fashion_mnist ]] ||
   incomplete "the example was not built (CLI11 not found: apt-get install libcli11-dev)"
 [[ -e $data/train-images-idx3-ubyte.gz || -e $data/train-images-idx3-ubyte ]] ||
@@ -121,4 +134,5 @@ py=$("$python" "$here/apps/examples/fashion_mnist/train_fashion_mnist.py" --use-
   echo "fashion_mnist Python (cuda:0): $py"
   echo "images/s C++ / Python: $(images_per_s <<<"$cpp") / $(images_per_s <<<"$py")"
 } | tee -a "$results"
+((preload_failed == 0)) || { say "FAILED: scripts/gpu/preload-check.sh (above)"; exit 1; }
 say "passed"

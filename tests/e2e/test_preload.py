@@ -3,6 +3,7 @@ modules once. Each test runs the same job with and without it, or checks a way i
 import json
 import os
 import signal
+import subprocess
 import textwrap
 
 from conftest import alive, run, start, wait_for, wait_for_pids
@@ -49,8 +50,8 @@ def write(path, text):
     return path
 
 
-def trainrun(args, tmp_path, timeout=120, **kw):
-    return run(args, timeout=timeout, env=ENV, cwd=str(tmp_path), **kw)
+def trainrun(args, tmp_path, timeout=120, env=ENV, **kw):
+    return run(args, timeout=timeout, env=env, cwd=str(tmp_path), **kw)
 
 
 def job_with_and_without(tmp_path, args, script_args=()):
@@ -209,6 +210,85 @@ def test_preload_a_module_that_starts_a_thread_falls_back_once(tmp_path):
     workers = reports(tmp_path / "out")
     assert sorted(workers) == [0, 1]
     assert not any(w["threadmod"] or w["preloaded"] for w in workers.values())
+
+
+def test_preload_a_thread_with_omp_num_threads_above_1_names_openmp(tmp_path):
+    # trainrun leaves the user's OMP_NUM_THREADS as it is (and sets 1, as torchrun does, only
+    # where it is unset and a node runs more than one worker).
+    write(tmp_path / "threadmod.py", """\
+        import threading, time
+        threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
+        """)
+    write(tmp_path / "job.py", "print('ran')\n")
+    r = trainrun(["--preload=threadmod", "--nproc-per-node=2", "job.py"], tmp_path,
+                 env=dict(ENV, OMP_NUM_THREADS="4"))
+    assert r.returncode == 0, r.stderr
+    assert ("trainrun: --preload: threadmod started a thread (2 threads in the template; "
+            "OMP_NUM_THREADS is 4: an OpenMP pool may be among them); forking it could hang "
+            "or break a worker, so workers start the ordinary way\n") in r.stderr, r.stderr
+    assert r.stdout.count("ran") == 2
+
+
+def test_preload_a_thread_that_ends_soon_after_the_import_is_waited_for(tmp_path):
+    write(tmp_path / "briefmod.py", """\
+        import threading, time
+        threading.Thread(target=time.sleep, args=(0.3,)).start()
+        """)
+    write(tmp_path / "job.py", REPORT + textwrap.dedent("""\
+        report(sys.argv[1], briefmod="briefmod" in sys.modules)
+        """))
+    (tmp_path / "out").mkdir()
+    r = trainrun(["--preload=briefmod", "--nproc-per-node=2", "job.py", "out"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "--preload" not in r.stderr, r.stderr
+    assert all(w["briefmod"] for w in reports(tmp_path / "out").values())
+
+
+# A stand-in for the CUDA driver, as its API documents it: cuDeviceGetCount answers
+# CUDA_ERROR_NOT_INITIALIZED (3) until cuInit has run. A CUDA build of torch loads the driver at
+# import without initialising it (seen with torch 2.11 on an H200: libcublasLt loads it).
+CUDA_DRIVER = """\
+    static int initialised;
+    int cuInit(unsigned int flags) { (void)flags; initialised = 1; return 0; }
+    int cuDeviceGetCount(int* count) {
+      if (!initialised) return 3;
+      *count = 1;
+      return 0;
+    }
+    """
+
+
+def test_preload_forks_after_the_cuda_driver_is_loaded_but_never_after_it_is_initialised(
+        tmp_path):
+    source = write(tmp_path / "driver.c", CUDA_DRIVER)
+    (tmp_path / "lib").mkdir()
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(tmp_path / "lib" / "libcuda.so.1"),
+                    str(source)], check=True)
+    for name, init in (("loads", ""), ("inits", "driver.cuInit(0)")):
+        write(tmp_path / f"{name}.py", f"""\
+            import ctypes
+            driver = ctypes.CDLL("{tmp_path}/lib/libcuda.so.1")
+            {init}
+            """)
+    write(tmp_path / "job.py", REPORT + textwrap.dedent("""\
+        report(sys.argv[1], forked=any(m in sys.modules for m in ("loads", "inits")))
+        """))
+    results = {}
+    for name in ("loads", "inits"):
+        (tmp_path / name / "out").mkdir(parents=True)
+        r = trainrun([f"--preload={name}", "--nproc-per-node=2", "job.py", f"{name}/out"],
+                     tmp_path)
+        assert r.returncode == 0, r.stderr
+        results[name] = r.stderr, reports(tmp_path / name / "out")
+    stderr, workers = results["loads"]
+    assert "--preload" not in stderr, stderr
+    assert sorted(workers) == [0, 1] and all(w["forked"] for w in workers.values())
+    stderr, workers = results["inits"]
+    line = ("trainrun: --preload: inits initialised the CUDA driver (libcuda.so.1) in the "
+            "template; forking it could hang or break a worker, so workers start the ordinary "
+            "way\n")
+    assert stderr.count(line) == 1, stderr
+    assert sorted(workers) == [0, 1] and not any(w["forked"] for w in workers.values())
 
 
 def test_preload_a_module_that_fails_to_import_fails_each_worker(tmp_path):

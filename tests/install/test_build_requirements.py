@@ -29,6 +29,18 @@ def test_a_missing_package_is_named_in_one_line(tmp_path):
                      "cli11-devel (RHEL-like), or set CLI11_DIR"], err
 
 
+def test_a_gloo_include_dir_without_gloo_is_named_in_one_line(tmp_path):
+    # The runtime alone (as scripts/gpu-check.sh builds it): PyPI's LibTorch has no gloo headers.
+    r = subprocess.run([CMAKE, "-S", SOURCE, "-B", str(tmp_path / "build"), "-G", "Ninja",
+                        "-DTRAINRUN_BUILD_LAUNCHER=OFF", "-DTRAINRUN_BUILD_TESTS=OFF",
+                        f"-DGLOO_INCLUDE_DIR={tmp_path}"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode != 0, r.stdout
+    lines = [l.strip() for l in r.stderr.splitlines() if l.strip().startswith("trainrun:")]
+    assert lines == [f"trainrun: GLOO_INCLUDE_DIR ({tmp_path}) holds no gloo/algorithm.h: name "
+                     "the directory above gloo/"], r.stderr
+
+
 def test_the_wheel_build_without_zig_says_so(tmp_path):
     # A Python without ziglang and no zig on PATH: the toolchain has no compiler to offer.
     env = dict(os.environ, PATH="/usr/bin:/bin")

@@ -94,17 +94,39 @@ def _template():
         return len(os.listdir("/proc/self/task"))
 
     def unsafe():
-        if threads() > 1:
-            return "started a thread ({} threads in the template)".format(threads())
+        # A thread that ends by itself soon after an import is given a second to end.
+        for _ in range(100):
+            if threads() == 1:
+                break
+            time.sleep(0.01)
+        else:
+            why = "{} threads in the template".format(threads())
+            if os.environ.get("OMP_NUM_THREADS") != "1":
+                # A torch built with OpenMP starts its pool at import (on a 16-core GPU node: 16
+                # threads) unless OMP_NUM_THREADS=1, which trainrun sets with more than one worker.
+                why += "; OMP_NUM_THREADS is {}: an OpenMP pool may be among them".format(
+                    os.environ.get("OMP_NUM_THREADS", "unset"))
+            return "started a thread ({})".format(why)
         torch = sys.modules.get("torch")
         try:
             if torch is not None and torch.cuda.is_initialized():
                 return "initialised CUDA in the template"
         except Exception:
             pass
+        # A CUDA build of torch loads the driver at import (cuBLAS does) without initialising
+        # it, which is safe to fork: cuDeviceGetCount answers CUDA_ERROR_NOT_INITIALIZED (3)
+        # until cuInit has run, and nothing else.
         with open("/proc/self/maps") as maps:
-            if any("/libcuda.so" in line for line in maps):
-                return "loaded the CUDA driver (libcuda.so) in the template"
+            drivers = {line.split()[-1] for line in maps if "/libcuda.so" in line}
+        for path in drivers:
+            try:
+                count = ctypes.c_int(0)
+                driver = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+                if driver.cuDeviceGetCount(ctypes.byref(count)) == 3:
+                    continue
+            except (OSError, AttributeError):
+                pass
+            return "initialised the CUDA driver ({}) in the template".format(os.path.basename(path))
         return None
 
     # Imported as local rank 0's script would import them.
