@@ -55,8 +55,10 @@ check_pair() {  # plain preloaded expected_preloaded
 }
 
 say "NCCL, one rank, with and without --preload=torch"
-launch nccl --nproc-per-node=1 "$here/preload_job.py" nccl 5
-launch nccl-warm --nproc-per-node=1 --preload=torch "$here/preload_job.py" nccl 5
+# One worker: trainrun (as torchrun) leaves OMP_NUM_THREADS unset, and torch's OpenMP pool would
+# start at import, in the template; the job sets it as the workers of two would have it.
+OMP_NUM_THREADS=1 launch nccl --nproc-per-node=1 "$here/preload_job.py" nccl 5
+OMP_NUM_THREADS=1 launch nccl-warm --nproc-per-node=1 --preload=torch "$here/preload_job.py" nccl 5
 check_pair nccl nccl-warm True
 say "Gloo, two ranks on cuda:0, with and without --preload=torch"
 launch gloo --nproc-per-node=2 "$here/preload_job.py" gloo 5
