@@ -124,10 +124,10 @@ epoch_line() { grep -E '^epoch 1/1: ' | tail -1; }
 images_per_s() { sed -E 's/.* ([0-9]+) images\/s.*/\1/'; }
 say "FashionMNIST, one epoch on cuda:0: the C++ example"
 cpp=$(TRAINRUN_STORAGE_PATH="$storage" "$build/apps/examples/fashion_mnist/fashion_mnist" \
-  --use-gpu --epochs 1 --data-dir "$data" --name gpu_check | tee /dev/stderr | epoch_line)
+  --use-gpu --epochs 1 --data-dir "$data" --name gpu_check | tee -a /dev/stderr | epoch_line)
 say "FashionMNIST, one epoch on cuda:0: the Python script"
 py=$("$python" "$here/apps/examples/fashion_mnist/train_fashion_mnist.py" --use-gpu --epochs 1 \
-  --data-dir "$data" | tee /dev/stderr | epoch_line)
+  --data-dir "$data" | tee -a /dev/stderr | epoch_line)
 [[ -n $cpp && -n $py ]] || { say "FAILED: an epoch line is missing"; exit 1; }
 {
   echo "fashion_mnist C++    (cuda:0): $cpp"
