@@ -81,6 +81,20 @@ def test_man_page(installed):
         assert (root / "usr/share/doc/trainrun" / guide).is_file(), guide
 
 
+def test_every_link_of_an_installed_guide_resolves_among_them(installed):
+    # A guide's relative links (other.md, other.md#section, img/x.png) name installed files.
+    root, _ = installed
+    docs = root / "usr/share/doc/trainrun"
+    guides = sorted(docs.glob("*.md"))
+    assert {g.name for g in guides} >= {"install.md", "cli.md", "multinode.md", "hangs.md"}
+    broken = []
+    for guide in guides:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", guide.read_text()):
+            if "://" not in target and not (docs / target).is_file():
+                broken.append(f"{guide.name} -> {target}")
+    assert not broken, broken
+
+
 def test_bash_completion(installed):
     root, _ = installed
     completion = str(root / "usr/share/bash-completion/completions/trainrun")
