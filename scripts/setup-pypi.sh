@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The PyTorch 2.x configuration: the current torch and torchvision from PyPI in .venv-pypi/, and
-# trainrun built against that LibTorch (CUDA build, NCCL enabled) in build-pypi/. Called by
-# `scripts/setup.sh --torch=pypi` once the Debian packages are in place. Idempotent: an
-# environment that already imports torch and torchvision is kept.
+# The PyTorch 2.x configuration: the current torch and torchvision from PyPI in .venv-pypi/ (with
+# Lightning and Hugging Face's Trainer for the framework tests), and trainrun built against that
+# LibTorch (CUDA build, NCCL enabled) in build-pypi/. Called by `scripts/setup.sh --torch=pypi`
+# once the Debian packages are in place. Idempotent: an environment that already imports torch
+# and torchvision is kept, and the Trainers are added to it when missing.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,6 +30,22 @@ if ! "$venv/bin/python" -c 'import torch, torchvision, pytest' 2>/dev/null; then
     torch torchvision pytest
   rm -rf "$wheels"
   say "installed in $(($(date +%s) - fetched)) s"
+fi
+
+# The Trainers of tests/python/test_frameworks_torch2.py, at versions known to work with that
+# torch; added without changing a package already there (torch above all): pip's constraints.
+frameworks=(lightning==2.6.6 transformers==5.25.0 accelerate==1.16.0)
+if ! "$venv/bin/python" -c 'import lightning, transformers, accelerate' 2>/dev/null; then
+  say "installing ${frameworks[*]} into $venv"
+  constraints="$(mktemp)"
+  "$venv/bin/python" -m pip freeze >"$constraints"
+  if ! "$venv/bin/python" -m pip install -q --no-cache-dir -c "$constraints" "${frameworks[@]}"; then
+    rm -f "$constraints"
+    say "cannot install ${frameworks[*]} into $venv beside its torch (no network, or the" \
+      "conflict pip names above)"
+    exit 1
+  fi
+  rm -f "$constraints"
 fi
 
 read -r torch_version cuda_version prefix nccl_include < <("$venv/bin/python" -c '
