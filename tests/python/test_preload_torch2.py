@@ -162,10 +162,7 @@ def test_a_hung_job_is_stopped_with_each_workers_traceback(tmp_path, preload):
 
 
 @NEEDS_PY_SPY
-@pytest.mark.parametrize("preload", [False, pytest.param(True, marks=pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="a forked worker's stack ends with the template's "
-    "frames (_run <- <module> <- <module>), which the roll call does not leave out"))],
-    ids=["plain", "preload"])
+@pytest.mark.parametrize("preload", [False, True], ids=["plain", "preload"])
 def test_stacks_of_a_running_job(tmp_path, preload):
     release, ready = tmp_path / "release", tmp_path / "ready"
     ready.mkdir()

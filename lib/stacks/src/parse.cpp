@@ -1,5 +1,6 @@
 #include "trainrun/stacks/parse.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <stdexcept>
 #include <string>
@@ -96,6 +97,13 @@ std::vector<Thread> parse_py_spy_json(std::string_view text) {
         }
         thread.frames.push_back(std::move(frame));
       }
+      auto& frames = thread.frames;
+      frames.erase(std::find_if(frames.begin(), frames.end(),
+                                [](const Frame& f) {
+                                  return f.kind == FrameKind::python &&
+                                         f.file == kPreloadBootstrapFile;
+                                }),
+                   frames.end());
       threads.push_back(std::move(thread));
     }
   } catch (const nlohmann::json::exception& e) {

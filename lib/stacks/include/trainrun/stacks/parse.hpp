@@ -11,6 +11,12 @@ namespace trainrun::stacks {
 // throws std::runtime_error with the reason when the text is not the tool's format or holds no
 // thread: the caller reports it as the tool's failure.
 
+// The file name of the code that starts a worker forked by --preload (the launcher's template
+// bootstrap compiles itself under it): a Python frame in it, and every frame outside it, are the
+// launcher's, not the worker's, and parse_py_spy_json leaves them out, so that the worker's stack
+// ends as it would under `python script.py` (or runpy's frames under `python -m`).
+inline constexpr char kPreloadBootstrapFile[] = "<trainrun --preload>";
+
 // `py-spy dump --json [--native]`: frames without a module are Python's.
 std::vector<Thread> parse_py_spy_json(std::string_view text);
 
