@@ -86,6 +86,14 @@ def test_stacks_errors_say_which_job_and_why(tmp_path):
     assert len(r.stderr.splitlines()) == 1
     r = run(["--stacks", "one", "two"], env=env)
     assert r.returncode == 2 and "--stacks takes one run id or PID" in r.stderr, r.stderr
+    # A runtime directory that others may write is not read, and the line says so.
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    r = run(["--stacks"], env={"TRAINRUN_RUNTIME_DIR": str(shared)})
+    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert re.search(r"^trainrun: (error: )?no trainrun job of this user is running on this "
+                     rf"machine \(none is registered in {shared}, which is not a private "
+                     r"directory of user \S+ and was not read\)$", r.stderr), r.stderr
 
     a, a_release, a_ready = start_job(tmp_path, "a", 1, "--standalone", env=env)
     b, b_release, b_ready = start_job(tmp_path, "b", 1, "--standalone", env=env)

@@ -143,9 +143,12 @@ int run_stacks_command(const std::string& selector, const std::map<std::string, 
   }
   std::string where;
   for (const auto& dir : dirs) where += (where.empty() ? "" : ", ") + dir;
-  if (!skipped.empty())
-    where += fmt::format("{}{} is not a private directory of user {}, not read",
-                         where.empty() ? "" : "; ", skipped, user_name(owner));
+  if (!skipped.empty() && where.empty())
+    where = fmt::format("{}, which is not a private directory of user {} and was not read", skipped,
+                        user_name(owner));
+  else if (!skipped.empty())
+    where += fmt::format("; {} is not a private directory of user {}, not read", skipped,
+                         user_name(owner));
   if (where.empty()) where = runtime_dir(owner, env);
   const JobEntry job = select_job(entries, selector, chain, where);
   const std::string text = ask(job);
