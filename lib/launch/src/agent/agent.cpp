@@ -26,6 +26,8 @@
 #include "agent_store.hpp"
 #include "agent_watch.hpp"
 #include "agent_workers.hpp"
+#include "attempt_startup.hpp"
+#include "connection_owner.hpp"
 #include "file_timer_server.hpp"
 #include "job_logs.hpp"
 #include "job_summary.hpp"
@@ -152,6 +154,7 @@ class Agent {
     if (launcher_channel_ >= 0)
       launcher_.emplace(io_, std::exchange(launcher_channel_, -1), config_.stop_signals);
 
+    attempt_began_ = Clock::now();
     if (rdzv_options)
       raise(event::StartInJob{});
     else
@@ -244,6 +247,22 @@ class Agent {
   }
   void note(const event::AttemptEnded& e) {
     summary_.attempt_ended(policy_.failures(e), unix_time());
+    // What was not seen of the attempt's start-up is said now; the next attempt begins.
+    if (startup_) say_startup(true);
+    startup_.reset();
+    round_formed_.reset();
+    attempt_began_ = Clock::now();
+  }
+  void note(const event::Assignment&) { round_formed_ = Clock::now(); }
+  void note(const event::ReachedStore& e) {
+    if (!startup_) return;
+    if (!e.rank) {
+      ++startup_->unattributed;
+    } else if (!startup_->at_store.count(*e.rank)) {
+      startup_->at_store[*e.rank] = since_attempt_began();
+    }
+    summary_.startup(*startup_);
+    if (startup_->complete()) say_startup(false);
   }
   // The round's checks, if any still run, are for a round that is over.
   void note(const event::Restart&) { preflight_.drop(); }
@@ -257,10 +276,44 @@ class Agent {
     watch_->set_node_rank(a.topology.group_rank);
     job_.max_restarts = a.max_restarts;
     summary_.attempt_started(a.topology, unix_time());
+    begin_startup(a.topology);
     // The store (on group rank 0) is ready before any worker of the attempt starts.
     if (workers_.start(a.topology, job_, inherited_, watch_->watching(),
-                       [&] { store_.attempt_starting(job_, a.topology); }))
+                       [&] { store_.attempt_starting(job_, a.topology); })) {
+      startup_->workers_s = since_attempt_began();
+      summary_.startup(*startup_);
+      if (startup_->complete()) say_startup(false);
       watch_->start(workers_.attempt_path("hang.txt"));
+    }
+  }
+
+  double since_attempt_began() const {
+    return std::chrono::duration<double>(Clock::now() - attempt_began_).count();
+  }
+  // A node alone forms no round: its topology is made when its workers are about to start.
+  void begin_startup(const Topology& topology) {
+    startup_.emplace();
+    startup_->topology = topology;
+    startup_->round_s =
+        std::chrono::duration<double>(round_formed_.value_or(Clock::now()) - attempt_began_)
+            .count();
+    startup_->store = !job_.use_agent_store      ? AttemptStartup::Store::worker
+                      : topology.group_rank == 0 ? AttemptStartup::Store::here
+                                                 : AttemptStartup::Store::other_node;
+    summary_.startup(*startup_);
+  }
+  // Once per attempt, when its start-up is complete or the attempt is over: the first attempt's
+  // with -v, a restart's always.
+  void say_startup(bool attempt_over) {
+    if (startup_said_ == startup_->topology.restart_count) return;
+    if (!attempt_over && !startup_->complete()) return;
+    startup_said_ = startup_->topology.restart_count;
+    consoles_.say(startup_line(*startup_),
+                  startup_->topology.restart_count == 0 ? Level::debug : Level::info);
+  }
+  // Which of this node's workers, if any, a connection to the store comes from.
+  void reached_store(const asio::ip::tcp::endpoint& peer, const asio::ip::tcp::endpoint& local) {
+    raise(event::ReachedStore{connection_rank(peer, local, workers_.node_workers())});
   }
   void carry_out(const action::SignalWorkers& a) {
     // A stop for a failure (a hang, found here or on another node) of Python workers that have
@@ -327,7 +380,8 @@ class Agent {
   AgentConsoles consoles_{io_};
   AgentSignals signals_{io_};
   AgentStore store_{io_,
-                    [this](const std::string& line, Level level) { consoles_.say(line, level); }};
+                    [this](const std::string& line, Level level) { consoles_.say(line, level); },
+                    [this](const auto& peer, const auto& local) { reached_store(peer, local); }};
   std::map<std::string, std::string> inherited_ = current_environment();
   std::string host_;
   JobSettings job_;
@@ -343,6 +397,10 @@ class Agent {
   AgentWorkers workers_{io_, watchdog_, consoles_, config_, program_, host_, logs_, raiser()};
   WorkersPython python_{program_, config_.python_source};
   bool dumps_listed_ = false;
+  Clock::time_point attempt_began_ = Clock::now();
+  std::optional<Clock::time_point> round_formed_;
+  std::optional<AttemptStartup> startup_;  // the running attempt's, from its StartWorkers
+  int startup_said_ = -1;                  // the restart count whose start-up was said
   int exit_code_ = 0;
   std::optional<Clock::time_point> ended_;
 };

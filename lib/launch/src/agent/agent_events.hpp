@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -69,12 +70,17 @@ struct Halt {
 struct Stop {
   rendezvous::Stop stop;
 };
+// A connection to the store this agent serves made its first request: from worker `rank` of this
+// node, or from no worker it can name (another node's, a stranger). Recorded, decides nothing.
+struct ReachedStore {
+  std::optional<int> rank;
+};
 }  // namespace event
 
 using AgentEvent =
     std::variant<event::StartSingleNode, event::StartInJob, event::StartFailed, event::WorkerExited,
                  event::HangConfirmed, event::AttemptEnded, event::Signal, event::GraceExpired,
-                 event::Assignment, event::Restart, event::Halt, event::Stop>;
+                 event::Assignment, event::Restart, event::Halt, event::Stop, event::ReachedStore>;
 
 // How the agent's parts hand it an event: the one way they reach it.
 using RaiseEvent = std::function<void(AgentEvent)>;

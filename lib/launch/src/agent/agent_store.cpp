@@ -22,8 +22,9 @@ bool uses_agent_store(const LaunchConfig& config, const JobSettings& job,
   return torchrun2_shares_store(config, inherited);
 }
 
-AgentStore::AgentStore(boost::asio::io_context& io, StoreServer::Say say)
-    : io_(io), say_(std::move(say)) {}
+AgentStore::AgentStore(boost::asio::io_context& io, StoreServer::Say say,
+                       StoreServer::FirstRequest first_request)
+    : io_(io), say_(std::move(say)), first_request_(std::move(first_request)) {}
 
 void AgentStore::attempt_starting(const JobSettings& job, const Topology& topology) {
   if (!job.use_agent_store) return;
@@ -35,7 +36,7 @@ void AgentStore::attempt_starting(const JobSettings& job, const Topology& topolo
   }
   // Another node hosts this round's store (a new round may move group rank 0).
   if (topology.group_rank != 0) return;
-  if (!server_) server_ = std::make_unique<StoreServer>(io_, say_);
+  if (!server_) server_ = std::make_unique<StoreServer>(io_, say_, StoreLimits{}, first_request_);
   server_->open(topology.master_port);
   if (topology.restart_count == 0)
     say_(fmt::format("c10d store for the workers listening on port {}", server_->port()),

@@ -32,7 +32,9 @@ bool uses_agent_store(const LaunchConfig& config, const JobSettings& job,
 // next attempt (on any node) never meets a key of the last one, nor a late writer of it.
 class AgentStore {
  public:
-  AgentStore(boost::asio::io_context& io, StoreServer::Say say);
+  // `first_request`: each connection's first request, handed on (StoreServer::FirstRequest).
+  AgentStore(boost::asio::io_context& io, StoreServer::Say say,
+             StoreServer::FirstRequest first_request = {});
 
   // Before this node starts an attempt's workers. Throws SetupError when the store cannot listen.
   void attempt_starting(const JobSettings& job, const Topology& topology);
@@ -47,6 +49,7 @@ class AgentStore {
  private:
   boost::asio::io_context& io_;
   StoreServer::Say say_;
+  StoreServer::FirstRequest first_request_;
   std::unique_ptr<StoreServer> server_;
 };
 

@@ -92,6 +92,7 @@ json attempt_json(const JobSummary::Attempt& a) {
           {"started_at", iso_time(a.started_at)},
           {"ended_at", time_or_null(a.ended_at)},
           {"duration_s", duration_or_null(a.started_at, a.ended_at)},
+          {"startup", a.startup ? startup_json(*a.startup) : json()},
           {"workers", workers},
           {"root_cause",
            a.failures.empty() ? json() : failure_json(a.failures[root_cause_index(a.failures)])}};
@@ -111,6 +112,10 @@ void JobSummary::attempt_started(const Topology& topology, double now) {
   a.topology = topology;
   a.started_at = now;
   attempts_.push_back(std::move(a));
+}
+
+void JobSummary::startup(const AttemptStartup& startup) {
+  if (!attempts_.empty()) attempts_.back().startup = startup;
 }
 
 void JobSummary::worker_exited(int local_rank, pid_t pid, ExitStatus status, double now,

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "attempt_startup.hpp"
 #include "trainrun/launch/core/failure.hpp"
 #include "trainrun/launch/workers/worker_env.hpp"
 #include "trainrun/rendezvous/messages.hpp"
@@ -35,12 +36,15 @@ class JobSummary {
     std::optional<double> ended_at;
     std::vector<Worker> workers;
     std::vector<ProcessFailure> failures;  // as the agent counted them (the summary's)
+    std::optional<AttemptStartup> startup;
   };
 
   JobSummary(std::string host, std::string entrypoint, std::vector<std::string> args,
              double started_at);
 
   void attempt_started(const Topology& topology, double now);
+  // Where the running attempt's start-up stands (replaces what was recorded).
+  void startup(const AttemptStartup& startup);
   void worker_exited(int local_rank, pid_t pid, ExitStatus status, double now,
                      const std::string& error_file, const std::string& message,
                      const std::string& stdout_log = {}, const std::string& stderr_log = {});

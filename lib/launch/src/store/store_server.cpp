@@ -86,12 +86,22 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
         std::optional<StoreRequest> request = decoder_.next();
         if (!charge()) return;
         if (!request) break;
+        if (!served_) first_request();
         server_.take(id_, std::move(*request));
       }
     } catch (const StoreError& e) {
       return server_.refuse(*this, e);
     }
     read();
+  }
+
+  void first_request() {
+    served_ = true;
+    if (!server_.first_request_) return;
+    boost::system::error_code peer_ec, local_ec;
+    const auto peer = socket_.remote_endpoint(peer_ec);
+    const auto local = socket_.local_endpoint(local_ec);
+    if (!peer_ec && !local_ec) server_.first_request_(peer, local);
   }
 
   // Waits until the socket has bytes, then reads them into the server's one buffer.
@@ -149,10 +159,16 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
   std::size_t held_ = 0;  // charged to the budget
   bool reading_ = false;
   bool closed_ = false;
+  bool served_ = false;  // its first request has come
 };
 
-StoreServer::StoreServer(asio::io_context& io, Say say, const StoreLimits& limits)
-    : io_(io), say_(std::move(say)), limits_(limits), data_(limits) {}
+StoreServer::StoreServer(asio::io_context& io, Say say, const StoreLimits& limits,
+                         FirstRequest first_request)
+    : io_(io),
+      say_(std::move(say)),
+      first_request_(std::move(first_request)),
+      limits_(limits),
+      data_(limits) {}
 
 StoreServer::~StoreServer() { close(); }
 

@@ -26,8 +26,13 @@ namespace trainrun::launch {
 class StoreServer {
  public:
   using Say = std::function<void(const std::string&, Level)>;
+  // A connection's first whole request has come (peer and local address): once per connection,
+  // before it is served, so that who reached the store when costs nothing per request.
+  using FirstRequest = std::function<void(const boost::asio::ip::tcp::endpoint& peer,
+                                          const boost::asio::ip::tcp::endpoint& local)>;
 
-  StoreServer(boost::asio::io_context& io, Say say, const StoreLimits& limits = {});
+  StoreServer(boost::asio::io_context& io, Say say, const StoreLimits& limits = {},
+              FirstRequest first_request = {});
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -59,6 +64,7 @@ class StoreServer {
 
   boost::asio::io_context& io_;
   Say say_;
+  FirstRequest first_request_;
   StoreLimits limits_;
   StoreData data_;
   std::shared_ptr<rendezvous::Listener> listener_;

@@ -1,0 +1,96 @@
+#include "attempt_startup.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace trainrun::launch {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// A c10d store client that arrives this much later than the median, and twice as late, is named.
+constexpr double kMuchSlowerSeconds = 1.0;
+
+std::string seconds(double s) { return fmt::format("{:.2f} s", s); }
+
+json seconds_or_null(const std::optional<double>& s) { return s ? json(*s) : json(); }
+
+int first_rank(const AttemptStartup& s) { return s.topology.base_rank; }
+int end_rank(const AttemptStartup& s) { return s.topology.base_rank + s.topology.local_world_size; }
+
+}  // namespace
+
+bool AttemptStartup::complete() const {
+  if (!workers_s) return false;
+  if (store != Store::here) return true;
+  return static_cast<int>(at_store.size()) >= topology.local_world_size;
+}
+
+std::optional<SlowestRank> slowest_rank(const AttemptStartup& s) {
+  if (s.at_store.empty()) return std::nullopt;
+  std::vector<double> times;
+  SlowestRank slowest{s.at_store.begin()->first, s.at_store.begin()->second};
+  for (const auto& [rank, at] : s.at_store) {
+    times.push_back(at);
+    if (at > slowest.at_s) slowest = SlowestRank{rank, at};
+  }
+  std::sort(times.begin(), times.end());
+  const std::size_t n = times.size();
+  slowest.median_s = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+  slowest.much_slower =
+      slowest.at_s > 2 * slowest.median_s && slowest.at_s - slowest.median_s > kMuchSlowerSeconds;
+  return slowest;
+}
+
+std::string startup_line(const AttemptStartup& s) {
+  std::string line = fmt::format("attempt {}: round {}", s.topology.restart_count,
+                                 s.round_s ? seconds(*s.round_s) : "not formed");
+  line += ", workers started " + (s.workers_s ? seconds(*s.workers_s) : std::string("not yet"));
+  if (s.store == AttemptStartup::Store::worker)
+    return line + "; ranks at the store not seen (worker RANK 0 serves it)";
+  if (s.store == AttemptStartup::Store::other_node)
+    return line + "; ranks at the store are seen by node 0's agent";
+  if (const auto slowest = slowest_rank(s)) {
+    line += fmt::format(", ranks at the store {} (slowest: rank {} on node {}, {}",
+                        seconds(slowest->at_s), slowest->rank, s.topology.group_rank,
+                        seconds(slowest->at_s));
+    if (slowest->much_slower)
+      line += fmt::format(", much slower than the median {}", seconds(slowest->median_s));
+    line += ")";
+  }
+  for (int rank = first_rank(s); rank < end_rank(s); ++rank)
+    if (!s.at_store.count(rank)) line += fmt::format("; rank {}: not seen at the store", rank);
+  if (s.topology.group_world_size > 1)
+    line += "; other nodes' ranks are not told apart at the store";
+  return line;
+}
+
+json startup_json(const AttemptStartup& s) {
+  static const char* const kStore[] = {"this node", "node 0", "worker rank 0"};
+  json ranks = json::array();
+  for (int rank = first_rank(s); rank < end_rank(s); ++rank) {
+    const auto it = s.at_store.find(rank);
+    ranks.push_back({{"rank", rank},
+                     {"local_rank", rank - first_rank(s)},
+                     {"node_rank", s.topology.group_rank},
+                     {"started_s", seconds_or_null(s.workers_s)},
+                     {"at_store_s", it == s.at_store.end() ? json() : json(it->second)}});
+  }
+  json slowest;
+  if (const auto r = slowest_rank(s); r && s.store == AttemptStartup::Store::here)
+    slowest = {{"rank", r->rank},
+               {"at_store_s", r->at_s},
+               {"median_s", r->median_s},
+               {"much_slower", r->much_slower}};
+  return {{"round_s", seconds_or_null(s.round_s)},
+          {"workers_started_s", seconds_or_null(s.workers_s)},
+          {"store", kStore[static_cast<int>(s.store)]},
+          {"ranks", ranks},
+          {"unattributed_store_connections", s.unattributed},
+          {"slowest", slowest}};
+}
+
+}  // namespace trainrun::launch

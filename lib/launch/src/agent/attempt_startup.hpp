@@ -1,0 +1,48 @@
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "trainrun/launch/core/job.hpp"
+
+namespace trainrun::launch {
+
+// Where one attempt's seconds before training went, on one node: each step in seconds since the
+// attempt began (the job's start for the first attempt, the last attempt's end for the others).
+// A value the agent fills from its events; what is said of it is pure.
+struct AttemptStartup {
+  // Who serves the workers' c10d store: this agent (it sees each rank's first request), the agent
+  // of node rank 0, or worker RANK 0 (TORCHELASTIC_USE_AGENT_STORE=False: no agent sees it).
+  enum class Store { here, other_node, worker };
+
+  Topology topology;
+  Store store = Store::here;
+  std::optional<double> round_s;    // the round formed (one node: its topology was made)
+  std::optional<double> workers_s;  // every local worker was started (one pass forks them all)
+  std::map<int, double> at_store;   // rank: its first request to the store
+  int unattributed = 0;             // store connections from no worker of this node
+
+  // Every rank this agent can see at its store has come, or it sees none.
+  bool complete() const;
+};
+
+// The rank last at the store, against the median of the ranks seen; `much_slower` when it came
+// more than twice the median and more than 1 s after it.
+struct SlowestRank {
+  int rank = 0;
+  double at_s = 0;
+  double median_s = 0;
+  bool much_slower = false;
+};
+std::optional<SlowestRank> slowest_rank(const AttemptStartup& s);
+
+// `attempt 1: round 0.02 s, workers started 0.03 s, ranks at the store 0.41 s (slowest: rank 3
+// on node 0, 0.41 s)`, with the ranks not seen named.
+std::string startup_line(const AttemptStartup& s);
+
+// The summary's "startup" of an attempt (docs/cli.md, "Job summary").
+nlohmann::ordered_json startup_json(const AttemptStartup& s);
+
+}  // namespace trainrun::launch

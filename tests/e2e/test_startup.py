@@ -1,0 +1,163 @@
+"""Where each attempt's start-up went (docs/cli.md, "Start-up"): the round, the workers' start and
+each rank's first request to the store the agent serves, in the job summary and in one line."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import TRAINRUN, dynamic, run
+from ports import free_port
+
+# Real torch (the workers' interpreter): a Gloo group, rank $SLOW_RANK late to it; the first
+# attempt's rank 1 fails after it, so that the job restarts once.
+TORCH_WORKER = """
+import os, sys, time
+import torch, torch.distributed as dist
+rank = int(os.environ["RANK"])
+if rank == int(os.environ.get("SLOW_RANK", "-1")):
+    time.sleep(3)
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)
+dist.destroy_process_group()
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" and rank == int(os.environ.get("FAIL_RANK", "-1")):
+    sys.exit(3)
+"""
+
+# A store client as torch 2.x's is (VALIDATE, then ADD init/), without torch: rank $SLOW_RANK
+# comes 3 s late. Each waits for every rank's ADD, as TCPStore's clients do.
+STORE_WORKER = """
+import os, socket, struct, time
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+if rank == int(os.environ.get("SLOW_RANK", "-1")):
+    time.sleep(3)
+s = socket.create_connection((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])))
+def text(b): return struct.pack("<Q", len(b)) + b
+def count():
+    s.sendall(b"\\x04" + text(b"init/") + struct.pack("<q", 0))
+    got = b""
+    while len(got) < 8:
+        got += s.recv(8 - len(got))
+    return struct.unpack("<q", got)[0]
+s.sendall(b"\\x00" + struct.pack("<I", 0x3C85F7CE))
+s.sendall(b"\\x04" + text(b"init/") + struct.pack("<q", 1))
+s.recv(8)
+deadline = time.monotonic() + 60
+while count() < world and time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+
+
+def torch2_stub(tmp_path):
+    """A `torch` that says it is 2.x, so that the agent serves the store (docs/cli.md, "Workers")."""
+    stub = tmp_path / "stub" / "torch"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text("")
+    (stub / "version.py").write_text("__version__ = '2.5.0'\n")
+    return str(stub.parent)
+
+
+def startups(path):
+    return [a["startup"] for a in json.loads(path.read_text())["attempts"]]
+
+
+def startup_lines(err, attempt):
+    return [line for line in err.splitlines()
+            if line.startswith(f"trainrun: attempt {attempt}: round ")]
+
+
+def test_each_attempt_s_start_up_is_in_the_summary_and_a_restart_says_it(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(TORCH_WORKER)
+    summary = tmp_path / "summary.json"
+    r = run(["--standalone", "--nproc-per-node=2", "--max-restarts=1",
+             f"--summary-file={summary}", str(script)],
+            env={"FAIL_RANK": "1"}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    attempts = startups(summary)
+    assert len(attempts) == 2, r.stderr
+    for s in attempts:
+        assert s["round_s"] is not None and s["round_s"] >= 0, s
+        assert s["workers_started_s"] >= s["round_s"], s
+        assert [x["rank"] for x in s["ranks"]] == [0, 1], s
+        assert all(x["started_s"] == s["workers_started_s"] for x in s["ranks"]), s
+    # Without -v only the restart's line; the first attempt's is for -v.
+    assert startup_lines(r.stderr, 0) == [], r.stderr
+    assert len(startup_lines(r.stderr, 1)) == 1, r.stderr
+    torch1 = attempts[0]["store"] == "worker rank 0"
+    if torch1:
+        # Torch 1.x's workers keep their own store: no agent sees it, and nothing is guessed.
+        assert "ranks at the store not seen (worker RANK 0 serves it)" in r.stderr, r.stderr
+        assert all(x["at_store_s"] is None for s in attempts for x in s["ranks"])
+    else:
+        for s in attempts:
+            assert all(x["at_store_s"] >= s["workers_started_s"] for x in s["ranks"]), s
+
+
+def test_a_slow_rank_is_named_as_the_slowest_and_much_slower(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(STORE_WORKER)
+    summary = tmp_path / "summary.json"
+    r = run(["-v", "--standalone", "--nproc-per-node=4", f"--summary-file={summary}", str(script)],
+            env={"SLOW_RANK": "2", "PYTHONPATH": torch2_stub(tmp_path)}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    [s] = startups(summary)
+    assert s["store"] == "this node", s
+    times = {x["rank"]: x["at_store_s"] for x in s["ranks"]}
+    assert sorted(times) == [0, 1, 2, 3] and None not in times.values(), s
+    assert times[2] > 3 + s["workers_started_s"], s
+    assert s["slowest"]["rank"] == 2 and s["slowest"]["much_slower"], s
+    assert s["unattributed_store_connections"] == 0, s
+    [line] = startup_lines(r.stderr, 0)
+    assert "(slowest: rank 2 on node 0, " in line and ", much slower than the median " in line, line
+
+
+def test_two_nodes_each_say_what_they_see_of_the_store(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(STORE_WORKER)
+    endpoint = free_port()
+    env = dict(os.environ, PYTHONPATH=torch2_stub(tmp_path))
+    procs = []
+    for node in range(2):
+        summary = tmp_path / f"summary{node}.json"
+        procs.append(subprocess.Popen(
+            [TRAINRUN, "-v", *dynamic(endpoint, 2, 2), f"--summary-file={summary}",
+             str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    errs = []
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        errs.append(err)
+        assert p.returncode == 0, err
+    by_node = {}
+    for node in range(2):
+        [s] = startups(tmp_path / f"summary{node}.json")
+        by_node[s["ranks"][0]["node_rank"]] = (s, errs[node])
+    host, host_err = by_node[0]
+    other, other_err = by_node[1]
+    assert host["store"] == "this node" and other["store"] == "node 0", (host, other)
+    # The host names its own ranks; the other node's connections are counted, not guessed at.
+    assert all(x["at_store_s"] is not None for x in host["ranks"]), host
+    assert host["unattributed_store_connections"] == 2, host
+    assert all(x["at_store_s"] is None for x in other["ranks"]), other
+    [line] = startup_lines(host_err, 0)
+    assert line.endswith("other nodes' ranks are not told apart at the store"), line
+    [line] = startup_lines(other_err, 0)
+    assert line.endswith("ranks at the store are seen by node 0's agent"), line
+
+
+@pytest.mark.skipif(not os.environ.get("TRAINRUN_PYTHON"),
+                    reason="TRAINRUN_PYTHON names no interpreter with PyTorch 2.x")
+def test_torch2_ranks_are_seen_at_the_agent_s_store(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(TORCH_WORKER)
+    summary = tmp_path / "summary.json"
+    r = run(["--standalone", "--nproc-per-node=3", f"--summary-file={summary}", str(script)],
+            env={"SLOW_RANK": "2", "PYTHON_EXEC": os.environ["TRAINRUN_PYTHON"]}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    [s] = startups(summary)
+    assert s["store"] == "this node", s
+    times = {x["rank"]: x["at_store_s"] for x in s["ranks"]}
+    assert None not in times.values(), s
+    assert s["slowest"]["rank"] == 2, s
+    assert times[2] - max(times[0], times[1]) > 2, s

@@ -1,0 +1,144 @@
+#include "agent/attempt_startup.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <catch2/catch.hpp>
+
+#include "agent/connection_owner.hpp"
+#include "trainrun/base/system.hpp"
+
+using namespace trainrun::launch;
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+tcp::endpoint at(const char* address, unsigned short port) {
+  return tcp::endpoint(asio::ip::make_address(address), port);
+}
+
+AttemptStartup node_of(int ranks, int base_rank = 0) {
+  AttemptStartup s;
+  s.topology.local_world_size = ranks;
+  s.topology.base_rank = base_rank;
+  s.topology.world_size = base_rank + ranks;
+  s.round_s = 0.02;
+  s.workers_s = 0.03;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("the client end of a connection is found by address in the kernel's table") {
+  // 127.0.0.1:40000 -> 127.0.0.1:29500 (the client's row), then the server's own row.
+  const std::string tcp4 =
+      "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout "
+      "inode\n"
+      "   0: 0100007F:9C40 0100007F:733C 01 00000000:00000000 00:00000000 00000000     0        0 "
+      "4242 1 0000000000000000 20 4 30 10 -1\n"
+      "   1: 0100007F:733C 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 "
+      "4343 1 0000000000000000 20 4 30 10 -1\n";
+  CHECK(client_socket_inode(tcp4, at("127.0.0.1", 40000), at("127.0.0.1", 29500)) == 4242ul);
+  // The server accepted on a dual-stack socket: its addresses are IPv4-mapped.
+  CHECK(client_socket_inode(tcp4, at("::ffff:127.0.0.1", 40000), at("::ffff:127.0.0.1", 29500)) ==
+        4242ul);
+  CHECK(client_socket_inode(tcp4, at("127.0.0.1", 29500), at("127.0.0.1", 40000)) == 4343ul);
+  CHECK_FALSE(client_socket_inode(tcp4, at("127.0.0.1", 40001), at("127.0.0.1", 29500)));
+  CHECK_FALSE(client_socket_inode(tcp4, at("10.0.0.1", 40000), at("127.0.0.1", 29500)));
+  CHECK_FALSE(client_socket_inode("", at("127.0.0.1", 40000), at("127.0.0.1", 29500)));
+  CHECK_FALSE(client_socket_inode("header\n   0: garbage\n", at("127.0.0.1", 40000),
+                                  at("127.0.0.1", 29500)));
+  const std::string tcp6 =
+      "  sl  local_address                         remote_address                        st "
+      "tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+      "   0: 00000000000000000000000001000000:9C40 00000000000000000000000001000000:733C 01 "
+      "00000000:00000000 00:00000000 00000000     0        0 777 1 0000000000000000 20 4 30 10 "
+      "-1\n";
+  CHECK(client_socket_inode(tcp6, at("::1", 40000), at("::1", 29500)) == 777ul);
+}
+
+TEST_CASE("a real loopback connection is traced to the process that holds its client end") {
+  asio::io_context io;
+  tcp::acceptor acceptor(io, at("127.0.0.1", 0));
+  tcp::socket client(io);
+  client.connect(acceptor.local_endpoint());
+  tcp::socket served = acceptor.accept();
+
+  struct stat st {};
+  REQUIRE(::fstat(client.native_handle(), &st) == 0);
+  const auto table = trainrun::read_file("/proc/net/tcp");
+  REQUIRE(table);
+  CHECK(client_socket_inode(*table, served.remote_endpoint(), served.local_endpoint()) ==
+        static_cast<unsigned long>(st.st_ino));
+
+  NodeWorkers workers;
+  workers.workers.push_back({5, 1, ::getpid()});
+  CHECK(connection_rank(served.remote_endpoint(), served.local_endpoint(), workers) == 5);
+  // A process that is not among the workers is not named.
+  workers.workers = {{5, 1, ::getppid()}};
+  CHECK_FALSE(connection_rank(served.remote_endpoint(), served.local_endpoint(), workers));
+}
+
+TEST_CASE("the slowest rank is named, and called much slower only well past the median") {
+  AttemptStartup s = node_of(4);
+  s.at_store = {{0, 0.40}, {1, 0.41}, {2, 0.39}, {3, 0.45}};
+  auto slowest = slowest_rank(s);
+  REQUIRE(slowest);
+  CHECK(slowest->rank == 3);
+  CHECK_FALSE(slowest->much_slower);
+  CHECK(startup_line(s) ==
+        "attempt 0: round 0.02 s, workers started 0.03 s, ranks at the store 0.45 s (slowest: "
+        "rank 3 on node 0, 0.45 s)");
+
+  s.at_store[3] = 3.40;  // 3 s late: more than twice the median and more than 1 s behind
+  slowest = slowest_rank(s);
+  CHECK(slowest->much_slower);
+  CHECK(slowest->median_s == Approx(0.405));
+  CHECK(startup_line(s) ==
+        "attempt 0: round 0.02 s, workers started 0.03 s, ranks at the store 3.40 s (slowest: "
+        "rank 3 on node 0, 3.40 s, much slower than the median 0.41 s)");
+
+  // Twice the median but less than a second behind: not called out.
+  s.at_store = {{0, 0.2}, {1, 0.2}, {2, 0.2}, {3, 0.9}};
+  CHECK_FALSE(slowest_rank(s)->much_slower);
+  // A second behind but not twice the median: neither.
+  s.at_store = {{0, 5.0}, {1, 5.0}, {2, 5.0}, {3, 6.5}};
+  CHECK_FALSE(slowest_rank(s)->much_slower);
+}
+
+TEST_CASE("a rank not seen at the store is said so, and nothing is guessed") {
+  AttemptStartup s = node_of(2, 2);
+  s.topology.restart_count = 1;
+  s.topology.group_world_size = 2;
+  s.at_store = {{2, 0.5}};
+  CHECK_FALSE(s.complete());
+  CHECK(startup_line(s) ==
+        "attempt 1: round 0.02 s, workers started 0.03 s, ranks at the store 0.50 s (slowest: "
+        "rank 2 on node 0, 0.50 s); rank 3: not seen at the store; other nodes' ranks are not "
+        "told apart at the store");
+  const auto j = startup_json(s);
+  CHECK(j["ranks"].size() == 2);
+  CHECK(j["ranks"][0]["at_store_s"] == 0.5);
+  CHECK(j["ranks"][1]["at_store_s"].is_null());
+  s.at_store[3] = 0.6;
+  CHECK(s.complete());
+}
+
+TEST_CASE("where no agent sees the store, its ranks are not reported") {
+  AttemptStartup s = node_of(2);
+  s.store = AttemptStartup::Store::worker;
+  CHECK(s.complete());
+  CHECK(startup_line(s) ==
+        "attempt 0: round 0.02 s, workers started 0.03 s; ranks at the store not seen (worker "
+        "RANK 0 serves it)");
+  CHECK(startup_json(s)["slowest"].is_null());
+  s.store = AttemptStartup::Store::other_node;
+  CHECK(startup_line(s) ==
+        "attempt 0: round 0.02 s, workers started 0.03 s; ranks at the store are seen by node 0's "
+        "agent");
+  s.workers_s.reset();
+  CHECK_FALSE(s.complete());
+}
