@@ -302,11 +302,11 @@ TEST_CASE("workers whose torch client speaks the old protocol keep the store of 
   JobSettings job;
   job.python_workers = true;
   CHECK(uses_agent_store(config, job, {}));  // torch not found: torch 2.x's variables
-  job.torch_major = 2;
+  job.torch = TorchVersion{2, 15};
   CHECK(uses_agent_store(config, job, {}));
-  job.torch_major = 1;
+  job.torch = TorchVersion{1, 13};
   CHECK_FALSE(uses_agent_store(config, job, {}));
-  job.torch_major.reset();
+  job.torch.reset();
   job.python_workers = false;
   CHECK_FALSE(uses_agent_store(config, job, {}));
 }

@@ -50,20 +50,27 @@ TEST_CASE("worker variables follow torchrun") {
 
 TEST_CASE("workers known to run torch 1.x also get the old NCCL variable") {
   JobSettings job;
-  job.torch_major = 1;
+  job.torch = TorchVersion{1, 13};
   auto v = worker_variables({}, job, 0, "e", {});
   CHECK(v.at("NCCL_ASYNC_ERROR_HANDLING") == "1");
   CHECK(v.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
-  job.torch_major = 2;
+  job.torch = TorchVersion{2, 0};
   CHECK(worker_variables({}, job, 0, "e", {}).count("NCCL_ASYNC_ERROR_HANDLING") == 0);
 }
 
 TEST_CASE("the torch version a Python interpreter printed") {
-  CHECK(parse_torch_major("1.13.0a0\n") == 1);
-  CHECK(parse_torch_major("2.15.0+cu132") == 2);
-  CHECK_FALSE(parse_torch_major(""));
-  CHECK_FALSE(parse_torch_major("unknown"));
-  CHECK_FALSE(parse_torch_major("2"));
+  auto is = [](const char* printed, int major, int minor) {
+    const auto v = parse_torch_version(printed);
+    return v && v->major == major && v->minor == minor;
+  };
+  CHECK(is("1.13.0a0\n", 1, 13));
+  CHECK(is("2.15.0+cu132", 2, 15));
+  CHECK(is("2.8.0.dev20250601", 2, 8));
+  CHECK(is("3.0", 3, 0));
+  CHECK_FALSE(parse_torch_version(""));
+  CHECK_FALSE(parse_torch_version("unknown"));
+  CHECK_FALSE(parse_torch_version("2"));
+  CHECK_FALSE(parse_torch_version("2.x"));
 }
 
 TEST_CASE("signals to handle are passed on as given") {
@@ -117,7 +124,7 @@ TEST_CASE("the user's own settings are left alone") {
   Topology t;
   t.local_world_size = 4;
   JobSettings torch1;
-  torch1.torch_major = 1;
+  torch1.torch = TorchVersion{1, 13};
   auto v = worker_variables(t, torch1, 0, "e",
                             {{"OMP_NUM_THREADS", "8"}, {"NCCL_ASYNC_ERROR_HANDLING", "0"}});
   CHECK(v.count("OMP_NUM_THREADS") == 0);
@@ -164,6 +171,21 @@ TEST_CASE("the flight recorder's variables are set when the workers may use NCCL
   CHECK_FALSE(user.count("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"));
   CHECK_FALSE(user.count("TORCH_NCCL_TRACE_BUFFER_SIZE"));
   CHECK(user.at("TORCH_NCCL_DUMP_ON_TIMEOUT") == "1");
+  // PyTorch 2.8 and later read the TORCH_FR_ names and warn about the others.
+  job.torch = TorchVersion{2, 7};
+  CHECK(worker_variables(t, job, 0, error_file, {}) == with);
+  job.torch = TorchVersion{2, 11};
+  auto newer = worker_variables(t, job, 0, error_file, {});
+  CHECK(newer.at("TORCH_FR_DUMP_TEMP_FILE") == "/logs/run/attempt_0/0/nccl_trace_rank_");
+  CHECK(newer.at("TORCH_FR_BUFFER_SIZE") == "2000");
+  CHECK(newer.at("TORCH_FR_DUMP_ON_TIMEOUT") == "1");
+  for (const char* old : {"TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT",
+                          "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"})
+    CHECK(newer.count(old) == 0);
+  user = worker_variables(t, job, 0, error_file, {{"TORCH_NCCL_TRACE_BUFFER_SIZE", "0"}});
+  CHECK(user.count("TORCH_FR_BUFFER_SIZE") == 0);
+  job.torch = TorchVersion{3, 0};
+  CHECK(worker_variables(t, job, 0, error_file, {}).count("TORCH_FR_BUFFER_SIZE") == 1);
 }
 
 TEST_CASE("flight recorder dumps are named in one line") {

@@ -18,7 +18,7 @@ bool torchrun2_shares_store(const LaunchConfig& config,
 
 bool uses_agent_store(const LaunchConfig& config, const JobSettings& job,
                       const std::map<std::string, std::string>& inherited) {
-  if (!job.python_workers || (job.torch_major && *job.torch_major < 2)) return false;
+  if (!job.python_workers || (job.torch && job.torch->major < 2)) return false;
   return torchrun2_shares_store(config, inherited);
 }
 

@@ -9,18 +9,18 @@ namespace trainrun::launch {
 WorkersPython::WorkersPython(const std::string& program, PythonSource source)
     : exec_{program, source, ""} {}
 
-std::optional<int> WorkersPython::inspect(
+std::optional<TorchVersion> WorkersPython::inspect(
     const std::function<void(const std::string&, Level)>& say) {
   if (shown(Level::debug)) {
     version();
     say(python_line(exec_), Level::debug);
   }
   torch_version_ = python_torch_version(exec_.program).value_or("");
-  const std::optional<int> major = parse_torch_major(torch_version_);
-  say(major ? fmt::format("{}: PyTorch {}.x", exec_.program, *major)
+  const std::optional<TorchVersion> torch = parse_torch_version(torch_version_);
+  say(torch ? fmt::format("{}: PyTorch {}.{}", exec_.program, torch->major, torch->minor)
             : exec_.program + ": no PyTorch version found; workers get torch 2.x's variables",
       Level::debug);
-  return major;
+  return torch;
 }
 
 const std::string& WorkersPython::version() {

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "trainrun/launch/core/job.hpp"
 #include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/workers/python_exec.hpp"
 
@@ -19,7 +20,7 @@ class WorkersPython {
   // Says (at debug level, asking only when that is shown) which interpreter runs the workers,
   // and which PyTorch they will import; returns its major version, for the variables only
   // torch 1.x needs (nothing: the workers get torch 2.x's).
-  std::optional<int> inspect(const std::function<void(const std::string&, Level)>& say);
+  std::optional<TorchVersion> inspect(const std::function<void(const std::string&, Level)>& say);
   // The interpreter's version ("" when it does not answer), asked the first time it is needed.
   const std::string& version();
   // The interpreter, as the workers' argv[0] names it.

@@ -11,8 +11,8 @@ namespace trainrun::launch {
 namespace {
 
 struct Setting {
-  const char* name;   // what trainrun sets: read by every PyTorch 2.x
-  const char* newer;  // the name newer releases read first
+  const char* name;   // read by every PyTorch 2.x
+  const char* newer;  // read first from 2.8, which warns about `name`
 };
 
 constexpr Setting kSettings[] = {
@@ -24,12 +24,14 @@ constexpr Setting kSettings[] = {
 }  // namespace
 
 std::map<std::string, std::string> flight_recorder_variables(
-    const std::string& rank_dir, const std::map<std::string, std::string>& inherited) {
+    const std::string& rank_dir, const std::map<std::string, std::string>& inherited,
+    const std::optional<TorchVersion>& torch) {
   const std::string values[] = {"2000", "1", rank_dir + "/" + kFlightRecorderPrefix};
+  const bool newer = torch && torch->at_least(2, 8);
   std::map<std::string, std::string> v;
   for (size_t i = 0; i < std::size(kSettings); ++i)
     if (!inherited.count(kSettings[i].name) && !inherited.count(kSettings[i].newer))
-      v[kSettings[i].name] = values[i];
+      v[newer ? kSettings[i].newer : kSettings[i].name] = values[i];
   return v;
 }
 

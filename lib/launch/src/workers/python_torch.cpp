@@ -22,13 +22,17 @@ constexpr char kPrintTorchVersion[] =
 
 }  // namespace
 
-std::optional<int> parse_torch_major(std::string_view printed) {
+std::optional<TorchVersion> parse_torch_version(std::string_view printed) {
   const std::string text = trim(printed);
-  const std::string major = text.substr(0, text.find('.'));
-  if (major.empty() || text.find('.') == std::string::npos) return std::nullopt;
-  const std::optional<long long> n = parse_integer(major);
-  if (!n || *n < 0 || *n > 1000) return std::nullopt;
-  return static_cast<int>(*n);
+  const size_t dot = text.find('.');
+  if (dot == std::string::npos) return std::nullopt;
+  size_t end = dot + 1;
+  while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+  const std::optional<long long> major = parse_integer(text.substr(0, dot));
+  const std::optional<long long> minor = parse_integer(text.substr(dot + 1, end - dot - 1));
+  if (!major || !minor || *major < 0 || *major > 1000 || *minor < 0 || *minor > 1000)
+    return std::nullopt;
+  return TorchVersion{static_cast<int>(*major), static_cast<int>(*minor)};
 }
 
 std::optional<std::string> python_torch_version(const std::string& python) {

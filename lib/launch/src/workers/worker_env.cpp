@@ -87,14 +87,14 @@ std::map<std::string, std::string> worker_variables(
   if (!inherited.count("TORCH_NCCL_ASYNC_ERROR_HANDLING"))
     v["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
   // Torch before 2.0 reads only the old name; 2.x reads it too and warns that it is deprecated.
-  if (job.torch_major == 1 && !inherited.count("NCCL_ASYNC_ERROR_HANDLING"))
+  if (job.torch && job.torch->major == 1 && !inherited.count("NCCL_ASYNC_ERROR_HANDLING"))
     v["NCCL_ASYNC_ERROR_HANDLING"] = "1";
   if (t.local_world_size > 1 && !inherited.count("OMP_NUM_THREADS")) v["OMP_NUM_THREADS"] = "1";
   if (!job.heartbeat_file.empty()) v[kHeartbeatFileVariable] = job.heartbeat_file;
   if (job.may_use_nccl) {
     // Its dumps go to the worker's own log directory, where the error file is.
     const std::string rank_dir = error_file.substr(0, error_file.rfind('/'));
-    for (auto& [name, value] : flight_recorder_variables(rank_dir, inherited)) v[name] = value;
+    for (auto& [name, value] : flight_recorder_variables(rank_dir, inherited, job.torch)) v[name] = value;
   }
   return v;
 }
@@ -112,6 +112,7 @@ const std::set<std::string>& rank_variables() {
                                               "TORCHELASTIC_RESTART_COUNT",
                                               "TORCHELASTIC_ERROR_FILE",
                                               "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+                                              "TORCH_FR_DUMP_TEMP_FILE",
                                               "CUDA_VISIBLE_DEVICES",
                                               "HIP_VISIBLE_DEVICES"};
   return names;

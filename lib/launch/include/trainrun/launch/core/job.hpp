@@ -24,6 +24,15 @@ struct Topology {
 inline constexpr char kHeartbeatFileVariable[] = "TRAINRUN_HEARTBEAT_FILE";
 
 // What every worker of this node shares, beyond the topology.
+// A PyTorch release's major and minor version ("2.15.0+cu132": 2, 15).
+struct TorchVersion {
+  int major = 0;
+  int minor = 0;
+  bool at_least(int major_, int minor_) const {
+    return major > major_ || (major == major_ && minor >= minor_);
+  }
+};
+
 struct JobSettings {
   std::string role = "default";
   std::string run_id = "none";
@@ -36,9 +45,10 @@ struct JobSettings {
   bool python_workers = false;
   // The workers may use NCCL (an NVIDIA GPU is visible): the flight recorder's variables are set.
   bool may_use_nccl = false;
-  // The major version of the workers' PyTorch when trainrun could ask (Python workers): 1 gets
-  // torchrun 1.13's NCCL_ASYNC_ERROR_HANDLING, which torch 2.x warns about in every process.
-  std::optional<int> torch_major;
+  // The version of the workers' PyTorch when trainrun could ask (Python workers): 1.x gets
+  // torchrun 1.13's NCCL_ASYNC_ERROR_HANDLING, which torch 2.x warns about in every process; 2.8
+  // and later read the flight recorder's TORCH_FR_ names and warn about the TORCH_NCCL_ ones.
+  std::optional<TorchVersion> torch;
   // --hang-timeout: the file whose time says progress (TRAINRUN_HEARTBEAT_FILE). Python workers
   // run with -u (as torchrun's): a line they print reaches trainrun when printed.
   std::string heartbeat_file;

@@ -1,8 +1,11 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "trainrun/launch/core/job.hpp"
 
 namespace trainrun::launch {
 
@@ -12,12 +15,15 @@ namespace trainrun::launch {
 inline constexpr char kFlightRecorderPrefix[] = "nccl_trace_rank_";
 
 // The flight recorder's variables for a worker whose log directory is `rank_dir`: the ring
-// buffer (TORCH_NCCL_TRACE_BUFFER_SIZE=2000), the dump on a timeout (TORCH_NCCL_DUMP_ON_TIMEOUT=1)
-// and its file prefix (TORCH_NCCL_DEBUG_INFO_TEMP_FILE=<rank_dir>/nccl_trace_rank_), by the names
-// every PyTorch 2.x reads. A setting the user made, under that name or its newer TORCH_FR_ one,
-// is left alone.
+// buffer (2000 entries), the dump on a timeout and its file prefix (<rank_dir>/nccl_trace_rank_).
+// Named as the workers' torch reads them without a warning: TORCH_FR_BUFFER_SIZE,
+// TORCH_FR_DUMP_ON_TIMEOUT and TORCH_FR_DUMP_TEMP_FILE from 2.8 (which warns once per process
+// about each older name), TORCH_NCCL_TRACE_BUFFER_SIZE, TORCH_NCCL_DUMP_ON_TIMEOUT and
+// TORCH_NCCL_DEBUG_INFO_TEMP_FILE before it and where the version is not known. A setting the
+// user made, under either name, is left alone.
 std::map<std::string, std::string> flight_recorder_variables(
-    const std::string& rank_dir, const std::map<std::string, std::string>& inherited);
+    const std::string& rank_dir, const std::map<std::string, std::string>& inherited,
+    const std::optional<TorchVersion>& torch);
 
 // The dumps under a run directory's attempt_<k>/<local rank>/ directories, sorted.
 std::vector<std::string> flight_recorder_dumps(const std::string& run_dir);
