@@ -1,9 +1,12 @@
+#include <unistd.h>
+
 #include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
 
 #include "trainrun/launch/agent/agent.hpp"
+#include "trainrun/launch/cli/cli_docs.hpp"
 #include "trainrun/launch/cli/command_line.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/log.hpp"
@@ -27,7 +30,9 @@ int main(int argc, char** argv) {
     const auto remote = launch::take_remote_agent(args);
     if (auto selector = launch::stacks_selector(args))
       return launch::run_stacks_command(*selector, launch::current_environment());
-    auto outcome = launch::parse_command_line(args, launch::current_environment());
+    auto outcome =
+        launch::parse_command_line(args, launch::current_environment(), launch::read_config_file,
+                                   launch::terminal_width(STDOUT_FILENO));
     if (outcome.help_text) {
       std::fputs(outcome.help_text->c_str(), stdout);
       return 0;

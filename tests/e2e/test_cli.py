@@ -122,18 +122,106 @@ def test_cpu_and_auto_count_usable_cpus(tmp_path, worker):
         assert len(os.listdir(d)) == ncpu
 
 
+HELP_GROUPS = ("Job:", "Nodes and rendezvous:", "Many hosts over ssh:", "Workers' output:",
+               "Failures and signals:", "Diagnosis:", "trainrun itself:")
+
+
+def help_output(flag, columns=None):
+    """`trainrun FLAG` with stdout a pipe and COLUMNS as given (unset for None)."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
+    r = subprocess.run([TRAINRUN, flag], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    return r.stdout
+
+
+def option_names(text):
+    """The dashed long options a help text names, each as often as it names it (the last line,
+    which points to --help-all, left out)."""
+    return re.findall(r"(?<![\w-])--[a-z][a-z-]*[a-z]", text.rsplit("\n", 2)[0])
+
+
 def test_help_is_grouped_and_version_prints():
     r = run(["--help"])
     assert r.returncode == 0
-    for word in ("Topology:", "Rendezvous:", "Supervision:", "Output:", "Entrypoint:",
-                 "--nproc-per-node,--nproc_per_node", "PET_NPROC_PER_NODE", "ENTRYPOINT"):
+    for word in HELP_GROUPS + ("--nproc-per-node", "ENTRYPOINT"):
         assert word in r.stdout
     r = run(["--version"])
     assert r.returncode == 0 and r.stdout.startswith("trainrun ")
 
 
+@pytest.mark.parametrize("columns", [None, 80, 60])
+def test_help_fits_the_width_in_one_spelling_per_option(columns):
+    text = help_output("--help", columns)
+    lines = text.splitlines()
+    width = columns or 80
+    assert max(len(line) for line in lines) <= width, text
+    if width == 80:
+        assert len(lines) < 70, text
+    for heading in HELP_GROUPS:
+        assert heading in lines, heading
+    # Every option of --help-all, each once, by its dashed name; one line names the other.
+    every = set(option_names(help_output("--help-all", columns)))
+    shown = option_names(text)
+    assert set(shown) == every, set(shown) ^ every
+    assert sorted(shown) == sorted(every), [n for n in every if shown.count(n) != 1]
+    assert "_" not in "".join(shown)
+    assert "--a-b and as --a_b" in " ".join(text.split())
+    assert "trainrun --help-all" in lines[-1]
+
+
+def test_help_all_describes_every_option_in_full():
+    text = help_output("--help-all")
+    assert max(len(line) for line in text.splitlines()) <= 80
+    flat = " ".join(text.split())
+    for phrase in ("Workers per node: an integer, cpu, gpu, xpu or auto [env PET_NPROC_PER_NODE]",
+                   "--master-port VALUE (default: 29500 (one node: a free port))",
+                   "Seconds between the stop signal and SIGKILL [env PET_SHUTDOWN_TIMEOUT, then "
+                   "TORCH_ELASTIC_SHUTDOWN_TIMEOUT]"):
+        assert phrase in flat
+    assert len(text.splitlines()) > len(help_output("--help").splitlines())
+
+
+def help_on_a_terminal(columns, env_columns=None):
+    """`trainrun --help` with stdout a terminal `columns` wide, its output as read there."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if env_columns is not None:
+        env["COLUMNS"] = str(env_columns)
+    p = subprocess.Popen([TRAINRUN, "--help"], stdout=slave, stderr=subprocess.PIPE, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the last writer is gone
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert p.wait(timeout=60) == 0, p.stderr.read()
+    p.stderr.close()
+    return out.decode().replace("\r\n", "\n")
+
+
+def test_help_is_wrapped_to_the_terminal_and_never_wider():
+    text = help_on_a_terminal(60)
+    assert max(len(line) for line in text.splitlines()) <= 60, text
+    assert max(len(line) for line in text.splitlines()) > 50, text  # not laid out narrower
+    # COLUMNS asks for wider than the terminal is: the terminal wins.
+    text = help_on_a_terminal(50, env_columns=100)
+    assert max(len(line) for line in text.splitlines()) <= 50, text
+
+
 def test_help_names_what_the_docs_do():
-    help_text = run(["--help"]).stdout
+    help_text = " ".join(help_output("--help-all").split())
     # --rdzv-conf: the keys of docs/cli.md's table, without those accepted and unused.
     with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "cli.md")) as f:
         table = f.read().split("| key | default | meaning |", 1)[1].split("\n\n", 1)[0]
@@ -142,11 +230,54 @@ def test_help_names_what_the_docs_do():
         cells = row.split("|")
         if "unused" not in cells[3]:
             documented |= set(re.findall(r"`([a-z_]+)`", cells[1]))
-    listed = re.search(r"--rdzv-conf,--rdzv_conf VALUE\s+k=v,\.\.\.: ([a-z_, ]+)", help_text)
+    listed = re.search(r"--rdzv-conf VALUE k=v,\.\.\.: ([a-z_, ]+)", help_text)
     assert listed and set(listed.group(1).replace(",", " ").split()) == documented, help_text
-    assert re.search(r"--master-port,--master_port VALUE=29500 \(one node: a free port\)",
-                     help_text)
-    assert "trainrun --stacks[=RUN_ID|PID]" in help_text
+    assert "trainrun --stacks[=RUN_ID|PID]" in help_output("--help")
+
+
+def complete(*words):
+    """What `trainrun --print-completion bash` offers for `trainrun WORDS...` (the last word is
+    the one being completed; bash splits at "=" and ":", so "-r 0:1" is "-r", "0", ":", "1")."""
+    script = ('source <("$1" --print-completion bash); shift; COMP_WORDS=(trainrun "$@"); '
+              'COMP_CWORD=$#; _trainrun; printf "%s\\n" "${COMPREPLY[@]}"')
+    r = subprocess.run(["bash", "-c", script, "complete", TRAINRUN, *words],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return [w for w in r.stdout.splitlines() if w]
+
+
+def test_completion_offers_the_values_the_parser_takes():
+    assert complete("--rdzv-backend", "") == ["static", "c10d", "etcd", "etcd-v2"]
+    assert complete("--preflight", "=", "") == ["on", "warn", "off"]
+    assert complete("--nproc_per_node", "") == ["cpu", "gpu", "xpu", "auto"]
+    assert complete("--start-method", "f") == ["fork", "forkserver"]
+    assert complete("--event-log-handler", "") == ["null", "console", "dynamic_rendezvous"]
+    assert complete("--numa-binding", "") == ["node", "socket", "exclusive", "core-complex"]
+    assert complete("--print-completion", "") == ["bash", "zsh", "tcsh"]
+    signals = complete("--signals-to-handle", "")
+    assert {"SIGTERM", "SIGINT", "SIGUSR1", "SIGCONT"} <= set(signals)
+    # Each signal offered is one trainrun takes.
+    for sig in signals:
+        r = run([f"--signals-to-handle={sig}", "--print-config"])
+        assert r.returncode == 0, r.stderr
+    # A list: the words follow the last comma.
+    assert complete("--signals-to-handle", "SIGTERM,SIGI") == ["SIGTERM,SIGINT"]
+    # -r/--tee: 0-3, and after a rank's ":" in the per-rank form.
+    assert complete("-r", "") == ["0", "1", "2", "3"]
+    assert complete("--tee", "=", "0", ":") == ["0", "1", "2", "3"]
+    assert complete("-t", "0", ":", "1,1", ":", "2") == ["2"]
+    # The per-rank form is still one value: what follows it is an option, then the entrypoint.
+    assert complete("-r", "0", ":", "1", "--nn") == ["--nnodes"]
+    assert complete("-r", "0", ":", "1", "train.py", "--nn") == []
+
+
+def test_completion_offers_stacks_first_only():
+    assert complete("--sta") == ["--standalone", "--start-method", "--start_method", "--stacks"]
+    assert "--stacks" not in complete("--nnodes=2", "--sta")
+    assert complete("--stacks", "") == []
+    assert "--help-all" in complete("--help")
+    # --stacks is a mode, not a launch option: it takes nothing after its selector.
+    assert complete("--stacks", "job1", "--") == []
 
 
 def test_missing_entrypoint_is_127_before_any_worker(tmp_path):

@@ -6,16 +6,21 @@ import subprocess
 
 
 def help_option_names(trainrun):
-    """Every option spelling in --help's option column ("-r", "--redirects", ...)."""
-    out = subprocess.run([trainrun, "--help"], capture_output=True, text=True, check=True).stdout
+    """Every option spelling of --help-all ("-r", "--redirects", "--nproc-per-node"), with the
+    "--a_b" spelling it says each "--a-b" also has."""
+    out = subprocess.run([trainrun, "--help-all"], capture_output=True, text=True,
+                         check=True).stdout
     names = set()
     for line in out.splitlines():
-        m = re.match(r"^\s+(-[^\s]+(?:\s\S+)?)", line)
+        # An option's line: its names at two spaces' indent, its description below at six.
+        m = re.match(r"^  (-[^\s,]+)(?:, (--[^\s,]+))?", line)
         if not m:
             continue
-        for part in m.group(1).split()[0].split(","):
-            if part.startswith("-"):
-                names.add(part)
+        for name in m.groups():
+            if name:
+                names.add(name)
+                if name.startswith("--"):
+                    names.add("--" + name[2:].replace("-", "_"))
     return names
 
 

@@ -1,9 +1,11 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <csignal>
+#include <sstream>
 
 #include "cli/option_values.hpp"
 #include "parse_helpers.hpp"
+#include "trainrun/base/text.hpp"
 #include "trainrun/launch/cli/cli_docs.hpp"
 #include "trainrun/launch/cli/command_line.hpp"
 #include "trainrun/launch/workers/entrypoint.hpp"
@@ -165,10 +167,86 @@ TEST_CASE("bad values name the option, the value and the rule") {
 TEST_CASE("help and version") {
   auto help = parse_command_line({"--help"}, {});
   REQUIRE(help.help_text);
-  CHECK_THAT(*help.help_text, Catch::Contains("Supervision:"));
+  CHECK_THAT(*help.help_text, Catch::Contains("Failures and signals:"));
   auto version = parse_command_line({"--version"}, {});
   REQUIRE(version.help_text);
   CHECK_THAT(*version.help_text, Catch::StartsWith("trainrun "));
+}
+
+namespace {
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("--help fits its width and names each option once by its dashed name") {
+  for (int width : {40, 60, 80, 100}) {
+    INFO("width " << width);
+    const std::string help = help_text(false, width);
+    for (const auto& line : lines_of(help)) CHECK(line.size() <= static_cast<size_t>(width));
+    // The options, without the last line that names --help-all.
+    const std::string options = help.substr(0, help.rfind('\n', help.size() - 2));
+    for (const auto& doc : option_docs()) {
+      const std::string dashed =
+          *std::find_if(doc.names.begin(), doc.names.end(),
+                        [](const std::string& n) { return n.rfind("--", 0) == 0; });
+      INFO(dashed);
+      // Once: not followed by more of a longer name ("--help" in "--help-all").
+      size_t found = 0;
+      for (size_t at = options.find(dashed); at != std::string::npos;
+           at = options.find(dashed, at + 1)) {
+        const char next = at + dashed.size() < options.size() ? options[at + dashed.size()] : ' ';
+        found +=
+            std::isalnum(static_cast<unsigned char>(next)) || next == '-' || next == '_' ? 0 : 1;
+      }
+      CHECK(found == 1);
+    }
+    CHECK_THAT(help, !Catch::Contains("--nproc_per_node"));
+    CHECK_THAT(lines_of(help).back(), Catch::Contains("trainrun --help-all"));
+  }
+  CHECK(lines_of(help_text(false, 80)).size() < 70);
+}
+
+TEST_CASE("--help-all gives every option its full description, default and variable") {
+  const std::string all = help_text(true, 80);
+  for (const auto& line : lines_of(all)) CHECK(line.size() <= 80);
+  // Words as the table has them, the wrapping undone.
+  std::string flat;
+  for (const auto& line : lines_of(all)) flat += " " + trainrun::trim(line);
+  for (const auto& doc : option_docs()) {
+    INFO(doc.names.back());
+    std::string help;
+    for (const auto& word : trainrun::split(doc.help, ' ')) help += " " + word;
+    CHECK_THAT(flat, Catch::Contains(help));
+    if (!doc.default_value.empty())
+      CHECK_THAT(flat, Catch::Contains("(default: " + doc.default_value + ")"));
+  }
+  CHECK_THAT(flat, Catch::Contains("[env PET_NPROC_PER_NODE]"));
+  CHECK(*parse_command_line({"--help-all"}, {}).help_text == all);
+}
+
+TEST_CASE(
+    "the help's width: COLUMNS, else the terminal's, else 80; never wider than the terminal") {
+  CHECK(help_width({}, std::nullopt) == 80);
+  CHECK(help_width({{"COLUMNS", "60"}}, std::nullopt) == 60);
+  CHECK(help_width({}, 72) == 72);
+  CHECK(help_width({{"COLUMNS", "90"}}, 72) == 72);
+  CHECK(help_width({{"COLUMNS", "50"}}, 72) == 50);
+  // Within 40..100 unless the terminal is narrower; a COLUMNS that is no number is not read.
+  CHECK(help_width({{"COLUMNS", "500"}}, std::nullopt) == 100);
+  CHECK(help_width({{"COLUMNS", "10"}}, std::nullopt) == 40);
+  CHECK(help_width({}, 30) == 30);
+  CHECK(help_width({{"COLUMNS", "wide"}}, std::nullopt) == 80);
+  CHECK(help_width({{"COLUMNS", "-5"}}, 70) == 70);
+  const auto narrow = parse_command_line({"--help"}, {{"COLUMNS", "50"}});
+  for (const auto& line : lines_of(*narrow.help_text)) CHECK(line.size() <= 50);
+  const auto terminal = parse_command_line({"--help"}, {}, read_config_file, 45);
+  for (const auto& line : lines_of(*terminal.help_text)) CHECK(line.size() <= 45);
 }
 
 TEST_CASE("std specs") {
@@ -380,6 +458,14 @@ TEST_CASE("every word the completion offers for a value is one its option takes"
   }
   CHECK(completion_values("rdzv-backend") ==
         std::vector<std::string>{"static", "c10d", "etcd", "etcd-v2"});
+  CHECK(completion_values("preflight") == std::vector<std::string>{"on", "warn", "off"});
+  CHECK(completion_values("redirects") == std::vector<std::string>{"0", "1", "2", "3"});
+  CHECK(completion_values("signals-to-handle") == handled_signal_names());
+  CHECK(completion_values("print-completion") == completion_shells());
+  CHECK(completion_values("log-dir").empty());
+  // Each signal offered is one --signals-to-handle takes.
+  for (const auto& name : handled_signal_names())
+    CHECK_NOTHROW(parse({"--signals-to-handle=SIGTERM," + name, "x"}));
   CHECK(completion_script("zsh", "zsh")
             .find("--rdzv-backend|--rdzv_backend) reply=(static c10d etcd etcd-v2) ;;") !=
         std::string::npos);

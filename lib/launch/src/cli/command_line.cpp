@@ -29,7 +29,14 @@ namespace trainrun::launch {
 
 namespace {
 
-constexpr const char* kConfigGroup = "Configuration file";
+// The groups of --help, in the order the table below lists them.
+constexpr const char* kJob = "Job";
+constexpr const char* kNodes = "Nodes and rendezvous";
+constexpr const char* kHosts = "Many hosts over ssh";
+constexpr const char* kOutput = "Workers' output";
+constexpr const char* kFailures = "Failures and signals";
+constexpr const char* kDiagnosis = "Diagnosis";
+constexpr const char* kItself = "trainrun itself";
 
 // One command-line option: its spellings, its PET_* variable and its default.
 struct OptionSpec {
@@ -39,6 +46,9 @@ struct OptionSpec {
   // it is off unless given.
   std::string default_value;
   std::string group;
+  // --help's one line; empty: the option is only named at the end of its group there.
+  std::string summary;
+  // --help-all's and the man page's full description.
   std::string help;
   bool is_flag = false;
   // Read where neither the command line nor PET_<NAME> gives a value, as torchrun does.
@@ -47,15 +57,21 @@ struct OptionSpec {
   std::string default_note = {};
   // Given several times, its values are joined by newlines (-x NAME -x NAME2).
   bool repeatable = false;
+  // The words the value is one of (or, for a list, made of), as its parser reads them: the
+  // completion scripts offer them.
+  std::vector<std::string> values = {};
+  bool value_list = false;  // comma-separated (--signals-to-handle, -r 0:1,1:3)
 
   std::string underscored() const {
     std::string s = dashed;
     for (char& c : s) c = c == '-' ? '_' : c;
     return s;
   }
-  // What acts at once (--print-completion) or names the file (--config) has no PET_* variable
-  // and no key in a configuration file.
-  bool is_setting() const { return group != "Help" && group != kConfigGroup; }
+  // What acts at once (--print-completion, --print-config) or names the file (--config) has no
+  // PET_* variable and no key in a configuration file.
+  bool is_setting() const {
+    return dashed != "print-completion" && dashed != "print-config" && dashed != "config";
+  }
   std::string pet_name() const {
     std::string s = "PET_" + underscored();
     for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -71,6 +87,19 @@ const char* preflight_text(PreflightMode mode) {
   for (const auto& [name, value] : kPreflightModes)
     if (mode == value) return name;
   return "on";
+}
+
+std::vector<std::string> preflight_words() {
+  std::vector<std::string> words;
+  for (const auto& mode : kPreflightModes) words.emplace_back(mode.first);
+  return words;
+}
+
+std::vector<std::string> backend_words() {
+  std::vector<std::string> words;
+  for (const RendezvousBackend backend : kRendezvousBackends)
+    words.emplace_back(backend_name(backend));
+  return words;
 }
 
 // --signals-to-handle's text for a configuration: the signals that stop the job, then those only
@@ -89,110 +118,158 @@ std::vector<OptionSpec> make_option_specs() {
   std::string ssh;
   for (const std::string& word : hosts.ssh) ssh += (ssh.empty() ? "" : " ") + word;
   return {
-      {"nnodes", "", nnodes_text(d.min_nodes, d.max_nodes), "Topology",
-       "Number of nodes, N or MIN:MAX (elastic)"},
-      {"nproc-per-node", "", worker_count_text(d.nproc_per_node), "Topology",
-       "Workers per node: an integer, cpu, gpu, xpu or auto"},
-      {"node-rank", "", std::to_string(d.node_rank), "Topology",
-       "This node's rank (static); the rank it asks for (c10d, etcd)"},
-      {"standalone", "", "", "Topology",
-       "Single-node job with its own rendezvous on a free local port", true},
-      {"master-addr", "", d.master_addr, "Rendezvous", "Static rendezvous address"},
-      {"master-port", "", std::to_string(d.master_port), "Rendezvous", "Static rendezvous port",
-       false, "", "one node: a free port"},
-      {"rdzv-backend", "", backend_name(d.rdzv_backend), "Rendezvous",
-       "static, c10d, etcd or etcd-v2"},
-      {"rdzv-endpoint", "", d.rdzv_endpoint, "Rendezvous", "Rendezvous endpoint host[:port]"},
-      {"rdzv-id", "", d.rdzv_id, "Rendezvous", "Job id: agents of other jobs never join this one"},
-      {"rdzv-conf", "", "", "Rendezvous",
-       "k=v,...: join_timeout, last_call_timeout, heartbeat_timeout, keep_alive_interval, "
-       "keep_alive_max_attempt, is_host, token_file, token_file_mode, rdzv_port"},
-      {"local-addr", "", d.local_addr, "Rendezvous", "Address this node advertises"},
-      {"preflight", "", preflight_text(d.preflight), "Rendezvous",
-       "Checks of a multi-node job before its workers start (links, MASTER_ADDR, same trainrun, "
-       "entrypoint, Python and torch): on, warn (differences only warn) or off"},
-      {"no-preflight", "", "", "Rendezvous", "Skip the preflight (--preflight=off)", true},
-      {"max-restarts", "", std::to_string(d.max_restarts), "Supervision",
-       "Restarts of the worker group after a failure"},
-      {"monitor-interval", "", seconds_text(d.monitor_interval), "Supervision",
-       "Accepted for compatibility; trainrun watches workers by events"},
-      {"shutdown-timeout", "", seconds_text(d.shutdown_timeout), "Supervision",
-       "Seconds between the stop signal and SIGKILL", false, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
-      {"hang-timeout", "", seconds_text(d.hang_timeout), "Supervision",
-       "Seconds without progress (output, a heartbeat, a file-timer request) on every node after "
-       "which the job's stacks are taken twice; a hung job is reported and stopped (exit 124). "
-       "0: off"},
-      {"signals-to-handle", "", handled_signals_text(d), "Supervision",
-       "Signals forwarded to the workers (SIGUSR1/SIGUSR2 are forwarded without stopping)"},
-      {"role", "", d.role, "Supervision", "Role name for ROLE_NAME and the output prefix"},
-      {"start-method", "", "spawn", "Supervision",
-       "Accepted for compatibility: spawn, fork, forkserver"},
-      {"log-dir", "", d.log_dir, "Output", "Root of the per-attempt, per-rank log files"},
-      {"redirects", "r", std_spec_text(d.redirects), "Output",
-       "Streams to log files: 0 none, 1 stdout, 2 stderr, 3 both; or per rank 0:1,1:3"},
-      {"tee", "t", std_spec_text(d.tee), "Output",
-       "Streams to log files and the console, same values"},
-      {"local-ranks-filter", "", d.local_ranks_filter ? rank_list_text(*d.local_ranks_filter) : "",
-       "Output", "Comma list of local ranks whose output reaches the console"},
-      {"logs-specs", "", "", "Output", "Accepted for compatibility (warns: no effect)"},
-      {"module", "m", "", "Entrypoint", "Run ENTRYPOINT as a Python module (python -m)", true},
-      {"no-python", "", "", "Entrypoint", "Execute ENTRYPOINT directly, not through Python", true},
-      {"run-path", "", "", "Entrypoint", "Run a Python script through runpy (as the default)",
-       true},
-      {"numa-binding", "", d.numa_binding, "Entrypoint",
-       "node, socket, exclusive or core-complex: bind each worker to CPUs near its GPU"},
-      {"preload", "", module_list_text(d.preload), "Entrypoint",
+      {"nproc-per-node", "", worker_count_text(d.nproc_per_node), kJob,
+       "Workers per node: N, cpu, gpu, xpu or auto",
+       "Workers per node: an integer, cpu, gpu, xpu or auto", false, "", "", false,
+       worker_count_words()},
+      {"module", "m", "", kJob, "Run ENTRYPOINT as a Python module",
+       "Run ENTRYPOINT as a Python module (python -m)", true},
+      {"no-python", "", "", kJob, "Run ENTRYPOINT as a program, not by Python",
+       "Execute ENTRYPOINT directly, not through Python", true},
+      {"run-path", "", "", kJob, "", "Run a Python script through runpy (as the default)", true},
+      {"preload", "", module_list_text(d.preload), kJob,
+       "Fork Python workers from one that imported these",
        "MODULE,...: Python workers are forked from one interpreter per node that imported these "
        "modules once (e.g. torch)"},
-      {"log-line-prefix-template", "", d.log_line_prefix_template.value_or(""), "Output",
-       "Console prefix of tee'd lines: ${role_name}, ${rank}, ${local_rank}, ${hostname}", false,
-       "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
-      {"duplicate-stdout-filters", "", filter_list_text(d.duplicate_stdout_filters), "Output",
-       "Comma list (,, for a comma): tee'd stdout lines containing one are also written to "
-       "attempt_<k>/filtered_stdout.log"},
-      {"duplicate-stderr-filters", "", filter_list_text(d.duplicate_stderr_filters), "Output",
-       "The same for stderr, into attempt_<k>/filtered_stderr.log"},
-      {"virtual-local-rank", "", "", "Topology",
+      {"numa-binding",
+       "",
+       d.numa_binding,
+       kJob,
+       "Bind each worker to CPUs near its GPU",
+       "node, socket, exclusive or core-complex: bind each worker to CPUs near its GPU",
+       false,
+       "",
+       "",
+       false,
+       {"node", "socket", "exclusive", "core-complex"}},
+      {"virtual-local-rank", "", "", kJob, "",
        "Every worker gets LOCAL_RANK=0 and its own GPU as the only one in CUDA_VISIBLE_DEVICES",
        true},
-      {"event-log-handler", "", d.event_log_handler, "Supervision",
-       "null, console or dynamic_rendezvous: accepted (warns unless null: no events recorded)"},
-      {"print-completion", "", "", "Help", "Print a bash, zsh or tcsh completion script and exit"},
-      {"config", "", "", kConfigGroup,
+      {"role", "", d.role, kJob, "", "Role name for ROLE_NAME and the output prefix"},
+      {"config", "", "", kJob, "Option values from a TOML file",
        "A TOML file of option values, keyed by long option names; the command line wins over "
        "it, it wins over PET_*"},
-      {"print-config", "", "", kConfigGroup,
+      {"print-config", "", "", kJob, "Print the configuration as such a file and exit",
        "Print the effective configuration of the command line as such a file and exit", true},
-      // trainrun's own options (torchrun has none of these): how trainrun reports on itself.
-      {"quiet", "q", "", "Launcher output",
-       "Only trainrun's error lines (workers' output as usual)", true},
-      {"verbose", "v", "", "Launcher output", "Also trainrun's debug lines", true},
-      {"log-timestamps", "", "", "Launcher output",
-       "UTC time (ISO 8601) and level on trainrun's own lines; also TRAINRUN_LOG_FORMAT=timestamps",
-       true},
-      {"summary-file", "", d.summary_file, "Launcher output",
-       "Write a JSON job summary (attempts, worker exits, root cause, timings) to PATH at exit"},
-      {"slurm", "", "", "Topology",
+      {"nnodes", "", nnodes_text(d.min_nodes, d.max_nodes), kNodes, "Nodes: N or MIN:MAX (elastic)",
+       "Number of nodes, N or MIN:MAX (elastic)"},
+      {"node-rank", "", std::to_string(d.node_rank), kNodes, "This node's rank",
+       "This node's rank (static); the rank it asks for (c10d, etcd)"},
+      {"standalone", "", "", kNodes, "One node, its own rendezvous on a free port",
+       "Single-node job with its own rendezvous on a free local port", true},
+      {"slurm", "", "", kNodes, "Take the job's layout from the srun step",
        "Take nodes, node rank, rendezvous host, run id and workers from the srun step (automatic "
        "in a step when no rendezvous option is given); given options still win",
        true},
+      {"master-addr", "", d.master_addr, kNodes, "Static rendezvous address",
+       "Static rendezvous address"},
+      {"master-port", "", std::to_string(d.master_port), kNodes, "Static rendezvous port",
+       "Static rendezvous port", false, "", "one node: a free port"},
+      {"rdzv-backend", "", backend_name(d.rdzv_backend), kNodes, "static, c10d, etcd or etcd-v2",
+       "static, c10d, etcd or etcd-v2", false, "", "", false, backend_words()},
+      {"rdzv-endpoint", "", d.rdzv_endpoint, kNodes, "Rendezvous HOST[:PORT]",
+       "Rendezvous endpoint host[:port]"},
+      {"rdzv-id", "", d.rdzv_id, kNodes, "Job id: other jobs' agents never join",
+       "Job id: agents of other jobs never join this one"},
+      {"rdzv-conf", "", "", kNodes, "",
+       "k=v,...: join_timeout, last_call_timeout, heartbeat_timeout, keep_alive_interval, "
+       "keep_alive_max_attempt, is_host, token_file, token_file_mode, rdzv_port"},
+      {"local-addr", "", d.local_addr, kNodes, "", "Address this node advertises"},
+      {"preflight", "", preflight_text(d.preflight), kNodes,
+       "Check the nodes first: on, warn or off",
+       "Checks of a multi-node job before its workers start (links, MASTER_ADDR, same trainrun, "
+       "entrypoint, Python and torch): on, warn (differences only warn) or off",
+       false, "", "", false, preflight_words()},
+      {"no-preflight", "", "", kNodes, "", "Skip the preflight (--preflight=off)", true},
       // Many hosts from one terminal (hosts/): trainrun starts an agent on each over ssh.
-      {"hosts", "", hosts.hosts, "Hosts",
+      {"hosts", "", hosts.hosts, kHosts, "Run on these hosts: HOST:SLOTS,...",
        "HOST:SLOTS,...: run the job on these hosts, one agent each over ssh; node ranks in this "
        "order, the first hosts the rendezvous"},
-      {"hostfile", "", hosts.hostfile, "Hosts",
+      {"hostfile", "", hosts.hostfile, kHosts, "Run on the hosts of this file",
        "File of hosts, one per line: HOST slots=N (DeepSpeed, Open MPI), HOST:N or HOST"},
-      {"include", "", hosts.include, "Hosts",
+      {"include", "", hosts.include, kHosts, "Only these hosts or GPUs of the list",
        "Only these hosts or GPU slots of the list: HOST[:I,J]@HOST..."},
-      {"exclude", "", hosts.exclude, "Hosts",
+      {"exclude", "", hosts.exclude, kHosts, "Leave out these hosts or GPUs",
        "Leave out these hosts or GPU slots: HOST[:I,J]@HOST..."},
-      {"ssh", "", ssh, "Hosts", "The ssh command with its options, e.g. \"ssh -p 2222 -i KEY\"",
+      {"ssh", "", ssh, kHosts, "", "The ssh command with its options, e.g. \"ssh -p 2222 -i KEY\"",
        false, "TRAINRUN_SSH"},
-      {"forward-env", "x", "", "Hosts",
+      {"forward-env", "x", "", kHosts, "Set NAME[=VALUE] on every host",
        "NAME or NAME=VALUE: set in the agents' environment on every host (repeatable)", false, "",
        "", true},
-      {"dedup", "", "", "Hosts",
+      {"dedup", "", "", kHosts, "Print a line many ranks print once",
        "Print a line that many ranks print within a second once, with the ranks: [0-15]:...", true},
+      {"log-dir", "", d.log_dir, kOutput, "Directory of the per-rank log files",
+       "Root of the per-attempt, per-rank log files"},
+      {"redirects", "r", std_spec_text(d.redirects), kOutput,
+       "Streams to log files: 0-3, or per rank 0:1,1:3",
+       "Streams to log files: 0 none, 1 stdout, 2 stderr, 3 both; or per rank 0:1,1:3", false, "",
+       "", false, std_spec_words(), true},
+      {"tee", "t", std_spec_text(d.tee), kOutput, "Streams to log files and the console",
+       "Streams to log files and the console, same values", false, "", "", false, std_spec_words(),
+       true},
+      {"local-ranks-filter", "", d.local_ranks_filter ? rank_list_text(*d.local_ranks_filter) : "",
+       kOutput, "Local ranks whose output is shown",
+       "Comma list of local ranks whose output reaches the console"},
+      {"log-line-prefix-template", "", d.log_line_prefix_template.value_or(""), kOutput, "",
+       "Console prefix of tee'd lines: ${role_name}, ${rank}, ${local_rank}, ${hostname}", false,
+       "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
+      {"duplicate-stdout-filters", "", filter_list_text(d.duplicate_stdout_filters), kOutput, "",
+       "Comma list (,, for a comma): tee'd stdout lines containing one are also written to "
+       "attempt_<k>/filtered_stdout.log"},
+      {"duplicate-stderr-filters", "", filter_list_text(d.duplicate_stderr_filters), kOutput, "",
+       "The same for stderr, into attempt_<k>/filtered_stderr.log"},
+      {"logs-specs", "", "", kOutput, "", "Accepted for compatibility (warns: no effect)"},
+      {"max-restarts", "", std::to_string(d.max_restarts), kFailures,
+       "Restarts of the workers after a failure", "Restarts of the worker group after a failure"},
+      {"shutdown-timeout", "", seconds_text(d.shutdown_timeout), kFailures,
+       "Seconds from the stop signal to SIGKILL", "Seconds between the stop signal and SIGKILL",
+       false, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
+      {"signals-to-handle", "", handled_signals_text(d), kFailures,
+       "Signals passed on to the workers",
+       "Signals forwarded to the workers (SIGUSR1/SIGUSR2 are forwarded without stopping)", false,
+       "", "", false, handled_signal_names(), true},
+      {"monitor-interval", "", seconds_text(d.monitor_interval), kFailures, "",
+       "Accepted for compatibility; trainrun watches workers by events"},
+      {"start-method",
+       "",
+       "spawn",
+       kFailures,
+       "",
+       "Accepted for compatibility: spawn, fork, forkserver",
+       false,
+       "",
+       "",
+       false,
+       {"spawn", "fork", "forkserver"}},
+      {"event-log-handler",
+       "",
+       d.event_log_handler,
+       kFailures,
+       "",
+       "null, console or dynamic_rendezvous: accepted (warns unless null: no events recorded)",
+       false,
+       "",
+       "",
+       false,
+       {"null", "console", "dynamic_rendezvous"}},
+      {"hang-timeout", "", seconds_text(d.hang_timeout), kDiagnosis,
+       "Seconds without progress before stacks, stop",
+       "Seconds without progress (output, a heartbeat, a file-timer request) on every node after "
+       "which the job's stacks are taken twice; a hung job is reported and stopped (exit 124). "
+       "0: off"},
+      {"summary-file", "", d.summary_file, kDiagnosis, "Write a JSON job summary here at exit",
+       "Write a JSON job summary (attempts, worker exits, root cause, timings) to PATH at exit"},
+      // trainrun's own options (torchrun has none of these): how trainrun reports on itself.
+      {"quiet", "q", "", kItself, "Only trainrun's error lines",
+       "Only trainrun's error lines (workers' output as usual)", true},
+      {"verbose", "v", "", kItself, "Also trainrun's debug lines", "Also trainrun's debug lines",
+       true},
+      {"log-timestamps", "", "", kItself, "UTC time and level on trainrun's lines",
+       "UTC time (ISO 8601) and level on trainrun's own lines; also TRAINRUN_LOG_FORMAT=timestamps",
+       true},
+      {"print-completion", "", "", kItself, "Print a completion script and exit",
+       "Print a bash, zsh or tcsh completion script and exit", false, "", "", false,
+       completion_shells()},
   };
 }
 
@@ -201,21 +278,29 @@ const std::vector<OptionSpec>& option_specs() {
   return specs;
 }
 
-// The default of the option `dashed`, as --help shows it.
-const std::string& default_text(const std::string& dashed) {
+const OptionSpec& spec_of(const std::string& dashed) {
   const auto& specs = option_specs();
-  return std::find_if(specs.begin(), specs.end(),
-                      [&](const OptionSpec& spec) { return spec.dashed == dashed; })
-      ->default_value;
+  return *std::find_if(specs.begin(), specs.end(),
+                       [&](const OptionSpec& spec) { return spec.dashed == dashed; });
 }
 
-// CLI11 cannot know that everything after the entrypoint belongs to it.
-class UsageFormatter : public CLI::Formatter {
- public:
-  std::string make_usage(const CLI::App*, std::string) const override {
-    return "\nUsage: trainrun [OPTIONS] ENTRYPOINT [ARGS...]\n";
-  }
-};
+// The default of the option `dashed`, as --help shows it.
+const std::string& default_text(const std::string& dashed) { return spec_of(dashed).default_value; }
+
+// "use spawn, fork or forkserver": the words an option takes, as its error names them.
+std::string use_one_of(const std::string& dashed) {
+  const std::vector<std::string>& words = spec_of(dashed).values;
+  std::string text = "use";
+  for (size_t i = 0; i < words.size(); ++i)
+    text += (i == 0 ? " " : i + 1 == words.size() ? " or " : ", ") + words[i];
+  return text;
+}
+
+// Whether `value` is one of the words the option `dashed` takes.
+bool is_one_of(const std::string& dashed, const std::string& value) {
+  const std::vector<std::string>& words = spec_of(dashed).values;
+  return std::find(words.begin(), words.end(), value) != words.end();
+}
 
 // The options' values as written (on the command line, else in PET_*), and how to name each one
 // in an error ("--nnodes=0", "PET_NNODES=0").
@@ -267,21 +352,16 @@ void add_options(CLI::App& app, GivenValues& given) {
 
 // trainrun's command line: the one table behind --help, the man page and the completion scripts.
 std::unique_ptr<CLI::App> make_app(GivenValues& given) {
-  auto app = std::make_unique<CLI::App>(
-      "Launch and supervise distributed PyTorch training workers (a torchrun "
-      "replacement).\n\nOptions take their defaults from PET_<OPTION> variables, e.g. "
-      "PET_NPROC_PER_NODE=8.",
-      "trainrun");
+  auto app = std::make_unique<CLI::App>("", "trainrun");
   app->prefix_command();
-  app->set_version_flag("--version", std::string("trainrun ") + kVersion);
-  app->formatter(std::make_shared<UsageFormatter>());
-  // --stacks is a command of its own, read before this table (stacks_command.hpp).
-  app->footer(
-      "A running job:\n  trainrun --stacks[=RUN_ID|PID]      Print the stacks of a running job's "
-      "workers, grouped\n                                      (man trainrun: A RUNNING JOB'S "
-      "STACKS)");
-  app->get_formatter()->column_width(38);
   add_options(*app, given);
+  // After the table, so that they close its last group (cli_docs.hpp renders --help).
+  app->set_help_flag("-h,--help", "Print this summary and exit")->group(kItself);
+  app->set_help_all_flag("--help-all,--help_all", "Print every option in full and exit")
+      ->group(kItself);
+  app->set_version_flag("--version", std::string("trainrun ") + kVersion,
+                        "Print trainrun's version and exit")
+      ->group(kItself);
   return app;
 }
 
@@ -396,7 +476,7 @@ void read_rendezvous(const GivenValues& g, LaunchConfig& c) {
   const auto mode = std::find_if(std::begin(kPreflightModes), std::end(kPreflightModes),
                                  [&](const auto& m) { return g.value("preflight") == m.first; });
   if (mode == std::end(kPreflightModes))
-    fail(fmt::format("{}: use on, warn or off", g.named("preflight")));
+    fail(fmt::format("{}: {}", g.named("preflight"), use_one_of("preflight")));
   c.preflight = mode->second;
   if (g.flag("no-preflight")) {
     if (c.preflight == PreflightMode::warn)
@@ -439,15 +519,13 @@ void read_supervision(const GivenValues& g, LaunchConfig& c) {
   c.role = g.value("role");
   if (c.role.empty()) fail(fmt::format("{}: must not be empty", g.named("role")));
   // Accepted for compatibility and checked, but trainrun always starts workers one way.
-  const std::string& start_method = g.value("start-method");
-  if (start_method != "spawn" && start_method != "fork" && start_method != "forkserver")
-    fail(fmt::format("{}: use spawn, fork or forkserver", g.named("start-method")));
+  if (!is_one_of("start-method", g.value("start-method")))
+    fail(fmt::format("{}: {}", g.named("start-method"), use_one_of("start-method")));
   // The handlers torchrun registers; a name it does not know fails there too.
   c.event_log_handler = g.value("event-log-handler");
-  static const std::set<std::string> handlers = {"null", "console", "dynamic_rendezvous"};
-  if (!handlers.count(c.event_log_handler))
-    fail(fmt::format("{}: unknown event log handler; use null, console or dynamic_rendezvous",
-                     g.named("event-log-handler")));
+  if (!is_one_of("event-log-handler", c.event_log_handler))
+    fail(fmt::format("{}: unknown event log handler; {}", g.named("event-log-handler"),
+                     use_one_of("event-log-handler")));
 }
 
 void read_output(const GivenValues& g, LaunchConfig& c) {
@@ -468,11 +546,10 @@ void read_output(const GivenValues& g, LaunchConfig& c) {
 // sake and checks, but that change nothing here.
 void read_ignored(const GivenValues& g, LaunchConfig& c) {
   c.numa_binding = g.value("numa-binding");
-  static const std::set<std::string> numa_modes = {"node", "socket", "exclusive", "core-complex"};
   // Given empty, a mode torchrun does not know either (argparse's choices).
   if ((!c.numa_binding.empty() || given_explicitly(g, "numa-binding")) &&
-      !numa_modes.count(c.numa_binding))
-    fail(fmt::format("{}: use node, socket, exclusive or core-complex", g.named("numa-binding")));
+      !is_one_of("numa-binding", c.numa_binding))
+    fail(fmt::format("{}: {}", g.named("numa-binding"), use_one_of("numa-binding")));
 }
 
 std::vector<std::string> ignored_option_warnings(const GivenValues& g, const LaunchConfig& c) {
@@ -643,6 +720,16 @@ std::vector<OptionDoc> option_docs() {
     doc.group = opt->get_group();
     doc.help = opt->get_description();
     doc.default_value = opt->get_default_str();
+    doc.summary = doc.help;  // --help, --help-all and --version: CLI11's, already short
+    const std::string long_name = opt->get_lnames().empty() ? "" : opt->get_lnames().front();
+    const auto& specs = option_specs();
+    auto spec = std::find_if(specs.begin(), specs.end(),
+                             [&](const OptionSpec& s) { return s.dashed == long_name; });
+    if (spec != specs.end()) {
+      doc.summary = spec->summary;
+      doc.values = spec->values;
+      doc.value_list = spec->value_list;
+    }
     docs.push_back(std::move(doc));
   }
   return docs;
@@ -670,7 +757,7 @@ std::vector<std::string> mark_empty_values(const std::vector<std::string>& args)
 }
 
 // Long options CLI11 adds itself.
-const char* const kBuiltinOptions[] = {"help", "version"};
+const char* const kBuiltinOptions[] = {"help", "help-all", "help_all", "version"};
 
 // Every long spelling ("nproc-per-node", "nproc_per_node", "help") with whether it takes a value.
 std::map<std::string, bool> long_spellings() {
@@ -933,7 +1020,8 @@ std::optional<HostsOptions> read_hosts(const GivenValues& g,
 
 ParseOutcome parse_command_line(const std::vector<std::string>& args,
                                 const std::map<std::string, std::string>& env,
-                                const ConfigReader& read_config_text) {
+                                const ConfigReader& read_config_text,
+                                std::optional<int> terminal_width) {
   GivenValues given;
   const std::unique_ptr<CLI::App> app_ptr = make_app(given);
   CLI::App& app = *app_ptr;
@@ -944,9 +1032,9 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   try {
     app.parse(reversed);
   } catch (const CLI::CallForHelp&) {
-    return {LaunchConfig{}, app.help(), {}};
+    return {LaunchConfig{}, help_text(false, help_width(env, terminal_width)), {}};
   } catch (const CLI::CallForAllHelp&) {
-    return {LaunchConfig{}, app.help("", CLI::AppFormatMode::All), {}};
+    return {LaunchConfig{}, help_text(true, help_width(env, terminal_width)), {}};
   } catch (const CLI::CallForVersion& e) {
     return {LaunchConfig{}, std::string(e.what()) + "\n", {}};
   } catch (const CLI::ParseError& e) {

@@ -18,7 +18,7 @@ namespace trainrun::launch {
 
 namespace {
 
-const std::map<std::string, WorkerCount::Kind> kWorkerCountWords = {
+const std::pair<const char*, WorkerCount::Kind> kWorkerCountWords[] = {
     {"cpu", WorkerCount::Kind::cpu},
     {"gpu", WorkerCount::Kind::gpu},
     {"xpu", WorkerCount::Kind::xpu},
@@ -59,8 +59,9 @@ bool parse_flag_env(const std::string& value, const std::string& what) {
 WorkerCount parse_worker_count(const std::string& value, const std::string& what) {
   WorkerCount count;
   count.source = what;
-  if (auto it = kWorkerCountWords.find(value); it != kWorkerCountWords.end()) {
-    count.kind = it->second;
+  for (const auto& [word, kind] : kWorkerCountWords) {
+    if (value != word) continue;
+    count.kind = kind;
     return count;
   }
   count.number = parse_int(value, what, "a positive integer, cpu, gpu, xpu or auto");
@@ -87,7 +88,7 @@ StdSpec parse_std_spec(const std::string& value, const std::string& what) {
   const char* rule = "0, 1, 2 or 3, or a per-rank map like 0:1,1:3";
   auto to_std = [&](const std::string& v) {
     int n = parse_int(v, what, rule);
-    if (n < 0 || n > 3)
+    if (n < static_cast<int>(Std::none) || n > static_cast<int>(Std::all))
       fail(fmt::format("{}: {} is not a stream selection; use {}", what, v, rule));
     return static_cast<Std>(n);
   };
@@ -198,6 +199,25 @@ std::vector<std::string> parse_module_list(const std::string& value, const std::
     modules.push_back(name);
   }
   return modules;
+}
+
+std::vector<std::string> worker_count_words() {
+  std::vector<std::string> words;
+  for (const auto& word : kWorkerCountWords) words.emplace_back(word.first);
+  return words;
+}
+
+std::vector<std::string> std_spec_words() {
+  std::vector<std::string> words;
+  for (int n = static_cast<int>(Std::none); n <= static_cast<int>(Std::all); ++n)
+    words.push_back(std::to_string(n));
+  return words;
+}
+
+std::vector<std::string> handled_signal_names() {
+  std::vector<std::string> names;
+  for (int sig : kHandledSignals) names.push_back(signal_name(sig));
+  return names;
 }
 
 std::string nnodes_text(int min_nodes, int max_nodes) {

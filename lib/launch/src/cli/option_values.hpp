@@ -46,6 +46,11 @@ std::vector<std::string> parse_module_list(const std::string& value, const std::
 
 // The text each parser above reads back as `value`: how the option table shows the defaults that
 // LaunchConfig holds.
+// The words of the values above, as their parsers read them (for the completion scripts).
+std::vector<std::string> worker_count_words();    // cpu gpu xpu auto
+std::vector<std::string> std_spec_words();        // 0 1 2 3
+std::vector<std::string> handled_signal_names();  // SIGTERM SIGINT ...
+
 std::string nnodes_text(int min_nodes, int max_nodes);  // always MIN:MAX, as torchrun shows it
 std::string worker_count_text(const WorkerCount& count);
 std::string seconds_text(double seconds);

@@ -193,10 +193,8 @@ RendezvousConf check_rdzv_conf(const std::map<std::string, std::string>& entries
 }
 
 RendezvousBackend parse_rdzv_backend(const std::string& name, const std::string& what) {
-  for (const RendezvousBackend backend : {RendezvousBackend::static_, RendezvousBackend::c10d,
-                                          RendezvousBackend::etcd, RendezvousBackend::etcd_v2}) {
+  for (const RendezvousBackend backend : kRendezvousBackends)
     if (name == backend_name(backend)) return backend;
-  }
   throw UsageError(
       fmt::format("{}: unknown rendezvous backend; use static, c10d, etcd or etcd-v2", what));
 }

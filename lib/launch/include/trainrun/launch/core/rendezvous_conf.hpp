@@ -12,6 +12,11 @@ namespace trainrun::launch {
 // so once (rendezvous::etcd_alias_note).
 enum class RendezvousBackend { static_, c10d, etcd, etcd_v2 };
 
+// Every backend, in the order --help names them.
+constexpr RendezvousBackend kRendezvousBackends[] = {
+    RendezvousBackend::static_, RendezvousBackend::c10d, RendezvousBackend::etcd,
+    RendezvousBackend::etcd_v2};
+
 inline bool is_etcd(RendezvousBackend backend) {
   return backend == RendezvousBackend::etcd || backend == RendezvousBackend::etcd_v2;
 }
