@@ -26,7 +26,8 @@ if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" and rank == int(os.environ.ge
 """
 
 # A store client as torch 2.x's is (VALIDATE, then ADD init/), without torch: rank $SLOW_RANK
-# comes 3 s late. Each waits for every rank's ADD, as TCPStore's clients do.
+# comes 3 s late. Each waits for every rank's ADD, as TCPStore's clients do, then keeps its
+# connection $LINGER_S seconds (a node traces only a socket that its worker still holds).
 STORE_WORKER = """
 import os, socket, struct, time
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -46,6 +47,7 @@ s.recv(8)
 deadline = time.monotonic() + 60
 while count() < world and time.monotonic() < deadline:
     time.sleep(0.05)
+time.sleep(float(os.environ.get("LINGER_S", "0")))
 """
 
 
@@ -113,11 +115,25 @@ def test_a_slow_rank_is_named_as_the_slowest_and_much_slower(tmp_path):
     assert "(slowest: rank 2 on node 0, " in line and ", much slower than the median " in line, line
 
 
-def test_two_nodes_each_say_what_they_see_of_the_store(tmp_path):
+# Rank 0 also has a process that is no worker of the job connect to the store: no node owns it.
+STRANGER = """
+import os, socket, struct, subprocess, sys
+if os.environ["RANK"] == "0":
+    code = ("import os, socket, struct, time\\n"
+            "s = socket.create_connection((os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT'])))\\n"
+            "s.sendall(bytes([0]) + struct.pack('<I', 0x3C85F7CE))\\n"
+            "time.sleep(1)\\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+"""
+
+
+def two_nodes(tmp_path, script_text, extra_env=None):
+    """Two agents on this machine; each node's summary's start-up and stderr, by node rank."""
     script = tmp_path / "job.py"
-    script.write_text(STORE_WORKER)
+    script.write_text(script_text)
     endpoint = free_port()
-    env = dict(os.environ, PYTHONPATH=torch2_stub(tmp_path))
+    # Node 0 asks once every connection came; node 1 answers within 5 s or not at all.
+    env = dict(os.environ, PYTHONPATH=torch2_stub(tmp_path), LINGER_S="8", **(extra_env or {}))
     procs = []
     for node in range(2):
         summary = tmp_path / f"summary{node}.json"
@@ -132,18 +148,48 @@ def test_two_nodes_each_say_what_they_see_of_the_store(tmp_path):
     by_node = {}
     for node in range(2):
         [s] = startups(tmp_path / f"summary{node}.json")
-        by_node[s["ranks"][0]["node_rank"]] = (s, errs[node])
+        own = [x for x in s["ranks"] if x["started_s"] is not None]
+        by_node[own[0]["node_rank"]] = (s, errs[node])
+    return by_node
+
+
+def test_two_nodes_each_say_what_they_see_of_the_store(tmp_path):
+    by_node = two_nodes(tmp_path, STORE_WORKER)
     host, host_err = by_node[0]
     other, other_err = by_node[1]
     assert host["store"] == "this node" and other["store"] == "node 0", (host, other)
-    # The host names its own ranks; the other node's connections are counted, not guessed at.
+    # Node 0 names every rank, node 1's as node 1 traced them.
+    assert [(x["rank"], x["node_rank"]) for x in host["ranks"]] == [
+        (0, 0), (1, 0), (2, 1), (3, 1)], host
     assert all(x["at_store_s"] is not None for x in host["ranks"]), host
-    assert host["unattributed_store_connections"] == 2, host
+    assert host["unattributed_store_connections"] == 0, host
     assert all(x["at_store_s"] is None for x in other["ranks"]), other
     [line] = startup_lines(host_err, 0)
-    assert line.endswith("other nodes' ranks are not told apart at the store"), line
+    assert "ranks at the store" in line and "not told apart" not in line, line
+    assert "not seen" not in line, line
     [line] = startup_lines(other_err, 0)
     assert line.endswith("ranks at the store are seen by node 0's agent"), line
+
+
+def test_another_node_s_slow_rank_is_named_as_the_slowest_with_its_node(tmp_path):
+    by_node = two_nodes(tmp_path, STORE_WORKER, {"SLOW_RANK": "3"})
+    host, host_err = by_node[0]
+    times = {x["rank"]: x["at_store_s"] for x in host["ranks"]}
+    assert sorted(times) == [0, 1, 2, 3] and None not in times.values(), host
+    assert times[3] > max(times[0], times[1], times[2]) + 2, host
+    assert host["slowest"]["rank"] == 3 and host["slowest"]["node_rank"] == 1, host
+    [line] = startup_lines(host_err, 0)
+    assert "(slowest: rank 3 on node 1, " in line, line
+
+
+def test_a_stranger_s_connection_to_the_store_stays_unattributed(tmp_path):
+    by_node = two_nodes(tmp_path, STRANGER + STORE_WORKER)
+    host, host_err = by_node[0]
+    assert [(x["rank"], x["node_rank"]) for x in host["ranks"]] == [
+        (0, 0), (1, 0), (2, 1), (3, 1)], host
+    assert host["unattributed_store_connections"] == 1, host
+    [line] = startup_lines(host_err, 0)
+    assert line.endswith("; 1 store connection not told apart"), line
 
 
 @pytest.mark.skipif(not os.environ.get("TRAINRUN_PYTHON"),

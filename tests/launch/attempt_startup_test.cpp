@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "agent/connection_owner.hpp"
+#include "agent/store_owners.hpp"
 #include "trainrun/base/system.hpp"
 
 using namespace trainrun::launch;
@@ -110,21 +111,133 @@ TEST_CASE("the slowest rank is named, and called much slower only well past the 
 }
 
 TEST_CASE("a rank not seen at the store is said so, and nothing is guessed") {
-  AttemptStartup s = node_of(2, 2);
+  AttemptStartup s = node_of(2);
   s.topology.restart_count = 1;
   s.topology.group_world_size = 2;
-  s.at_store = {{2, 0.5}};
+  s.topology.world_size = 4;
+  s.at_store = {{0, 0.5}};
+  s.unattributed = 1;  // node 1's rank, a stranger: nobody has said yet
   CHECK_FALSE(s.complete());
   CHECK(startup_line(s) ==
         "attempt 1: round 0.02 s, workers started 0.03 s, ranks at the store 0.50 s (slowest: "
-        "rank 2 on node 0, 0.50 s); rank 3: not seen at the store; other nodes' ranks are not "
-        "told apart at the store");
-  const auto j = startup_json(s);
+        "rank 0 on node 0, 0.50 s); rank 1: not seen at the store; 1 store connection not told "
+        "apart");
+  auto j = startup_json(s);
   CHECK(j["ranks"].size() == 2);
   CHECK(j["ranks"][0]["at_store_s"] == 0.5);
   CHECK(j["ranks"][1]["at_store_s"].is_null());
-  s.at_store[3] = 0.6;
+  s.at_store[1] = 0.6;
+  CHECK_FALSE(s.complete());  // node 1 may yet say which are its own
+  s.unnamed_why = "not every node answered within 5 s";
   CHECK(s.complete());
+  CHECK(startup_line(s) ==
+        "attempt 1: round 0.02 s, workers started 0.03 s, ranks at the store 0.60 s (slowest: "
+        "rank 1 on node 0, 0.60 s); 1 store connection not told apart (not every node answered "
+        "within 5 s)");
+  CHECK(startup_json(s)["unattributed_why"] == "not every node answered within 5 s");
+}
+
+TEST_CASE("another node's ranks named by that node are in the line and the summary") {
+  AttemptStartup s = node_of(2);
+  s.topology.group_world_size = 2;
+  s.topology.world_size = 4;
+  s.at_store = {{0, 0.40}, {1, 0.41}, {2, 0.42}};
+  s.node_of = {{2, 1}};
+  CHECK_FALSE(s.complete());
+  // Nothing unnamed: another node's rank not named did not come.
+  CHECK(startup_line(s) ==
+        "attempt 0: round 0.02 s, workers started 0.03 s, ranks at the store 0.42 s (slowest: "
+        "rank 2 on node 1, 0.42 s); rank 3: not seen at the store");
+  s.at_store[3] = 3.45;
+  s.node_of[3] = 1;
+  CHECK(s.complete());
+  CHECK(startup_line(s) ==
+        "attempt 0: round 0.02 s, workers started 0.03 s, ranks at the store 3.45 s (slowest: "
+        "rank 3 on node 1, 3.45 s, much slower than the median 0.41 s)");
+  const auto j = startup_json(s);
+  REQUIRE(j["ranks"].size() == 4);
+  CHECK(j["ranks"][3]["node_rank"] == 1);
+  CHECK(j["ranks"][3]["local_rank"].is_null());
+  CHECK(j["ranks"][3]["started_s"].is_null());
+  CHECK(j["ranks"][3]["at_store_s"] == 3.45);
+  CHECK(j["slowest"]["node_rank"] == 1);
+}
+
+TEST_CASE("the store's question to the other nodes and their answers, read or refused") {
+  StoreOwnersQuestion q{
+      2, {{at("10.0.0.2", 40000), at("10.0.0.1", 29500)}, {at("::1", 40001), at("::1", 29500)}}};
+  const auto parsed = parse_store_owners_question(store_owners_question(q));
+  CHECK(parsed.restart_count == 2);
+  REQUIRE(parsed.connections.size() == 2);
+  CHECK(parsed.connections[0].peer == at("10.0.0.2", 40000));
+  CHECK(parsed.connections[1].local == at("::1", 29500));
+  CHECK(is_store_owners_question(store_owners_question(q)));
+  CHECK_FALSE(is_store_owners_question(nlohmann::json::object()));
+
+  using nlohmann::json;
+  const auto refused = [](const json& j) {
+    try {
+      parse_store_owners_question(j);
+    } catch (const StoreOwnersError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(refused(json{{"store_owners", 1}}) == "\"store_owners\" must be an object");
+  CHECK(refused(json{{"store_owners", {{"connections", json::array()}}}}) ==
+        "\"restart_count\" is missing");
+  CHECK(refused(json::parse(R"({"store_owners":{"restart_count":0,"connections":[[1,2]]}})")) ==
+        "a connection must be [peer address, peer port, local address, local port]");
+  CHECK(refused(json::parse(
+            R"({"store_owners":{"restart_count":0,"connections":[["x",1,"::1",2]]}})")) ==
+        "\"x\" is not an IP address");
+  CHECK(refused(json::parse(
+            R"({"store_owners":{"restart_count":0,"connections":[["::1",70000,"::1",2]]}})")) ==
+        "\"port\" must be in 0..65535, not 70000");
+  json many = store_owners_question(q);
+  many["store_owners"]["connections"] = json::array();
+  for (std::size_t i = 0; i <= kMaxStoreQuestionConnections; ++i)
+    many["store_owners"]["connections"].push_back({"::1", 1, "::1", 2});
+  CHECK(refused(many) == "\"connections\" must be an array of at most 1024");
+
+  // Answers: node 1 names connection 1 as its rank 3.
+  auto owners = parse_store_owners_answer(store_owners_answer(1, 2, {{1, 3, 1}}), q, 2, 4);
+  REQUIRE(owners.size() == 1);
+  CHECK((owners[0].connection == 1 && owners[0].rank == 3 && owners[0].node == 1));
+  // Of another attempt, or of a node without workers: nothing, and no error.
+  CHECK(parse_store_owners_answer(store_owners_answer(1, 1, {{1, 3, 1}}), q, 2, 4).empty());
+  CHECK(parse_store_owners_answer(store_owners_answer(-1, -1, {}), q, 2, 4).empty());
+  CHECK_THROWS_WITH(parse_store_owners_answer(store_owners_answer(1, 2, {{2, 3, 1}}), q, 2, 4),
+                    "\"connection\" must be in 0..1, not 2");
+  CHECK_THROWS_WITH(parse_store_owners_answer(store_owners_answer(1, 2, {{0, 4, 1}}), q, 2, 4),
+                    "\"rank\" must be in 0..3, not 4");
+  CHECK_THROWS_WITH(parse_store_owners_answer(store_owners_answer(2, 2, {}), q, 2, 4),
+                    "\"node\" must be in -1..1, not 2");
+  CHECK_THROWS_WITH(parse_store_owners_answer(json{{"error", "no stacks"}}, q, 2, 4), "no stacks");
+  CHECK_THROWS_WITH(
+      parse_store_owners_answer(
+          json{{"node", 1}, {"restart_count", 2}, {"store_owners", {1, 2, 3}}}, q, 2, 4),
+      "\"store_owners\" must be an array, no longer than the question's");
+}
+
+TEST_CASE("a node answers for the connections its own workers hold, of the attempt asked about") {
+  asio::io_context io;
+  tcp::acceptor acceptor(io, at("127.0.0.1", 0));
+  tcp::socket client(io);
+  client.connect(acceptor.local_endpoint());
+  tcp::socket served = acceptor.accept();
+  StoreOwnersQuestion q{0,
+                        {{served.remote_endpoint(), served.local_endpoint()},
+                         {at("127.0.0.1", 1), served.local_endpoint()}}};
+  NodeWorkers workers;
+  workers.workers.push_back({5, 1, ::getpid()});
+  auto owners = parse_store_owners_answer(answer_store_owners(q, 1, 0, workers), q, 2, 8);
+  REQUIRE(owners.size() == 1);
+  CHECK((owners[0].connection == 0 && owners[0].rank == 5 && owners[0].node == 1));
+  // Another attempt runs here, or none: nothing is named.
+  CHECK(parse_store_owners_answer(answer_store_owners(q, 1, 1, workers), q, 2, 8).empty());
+  CHECK(
+      parse_store_owners_answer(answer_store_owners(q, 1, std::nullopt, workers), q, 2, 8).empty());
 }
 
 TEST_CASE("where no agent sees the store, its ranks are not reported") {

@@ -142,7 +142,7 @@ TEST_CASE("the server refuses a wrong client proof, other versions and bad order
     auto step = server.on_message(hello);
     CHECK(step.outcome == HandshakeOutcome::rejected);
     CHECK_THAT(step.reason, Catch::Contains("protocol version 1 is not supported: this rendezvous "
-                                            "speaks version 4; run the same trainrun version on "
+                                            "speaks version 5; run the same trainrun version on "
                                             "every node"));
   }
   SECTION("a client that refuses the server's proof says why, and the server logs it") {

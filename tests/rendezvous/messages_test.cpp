@@ -191,6 +191,19 @@ TEST_CASE("the roll call's messages carry a node's answer, bounded", "[rendezvou
   const std::string answer = R"({"host":"node1","ranks":[{"rank":3}]})";
   CHECK(round_trip_client(StacksRequest{7}).id == 7);
   CHECK(round_trip_server(StacksAsk{9}).id == 9);
+  // A question travels unread, as the object it is; absent, the stacks are asked for.
+  const std::string question = R"({"store_owners":{"restart_count":0}})";
+  CHECK(round_trip_client(StacksRequest{7, question}).question == question);
+  CHECK(round_trip_server(StacksAsk{9, question}).question == question);
+  CHECK(round_trip_server(StacksAsk{9}).question.empty());
+  CHECK(encode(ClientMessage{StacksRequest{7}}).find("question") == std::string::npos);
+  CHECK_THROWS_WITH(decode_server_message(R"({"type":"stacks_ask","id":1,"question":"x"})"),
+                    Catch::Contains("\"question\" must be an object"));
+  CHECK_THROWS_WITH(decode_client_message(R"({"type":"stacks_request","id":1,"question":[]})"),
+                    Catch::Contains("\"question\" must be an object"));
+  const std::string long_question = R"({"type":"stacks_request","id":1,"question":{"x":")" +
+                                    std::string(kMaxQuestionBytes, 'x') + R"("}})";
+  CHECK_THROWS_WITH(decode_client_message(long_question), Catch::Contains("at most 262144 allowed"));
   const auto relayed = round_trip_server(StacksAnswer{9, answer});
   CHECK(relayed.id == 9);
   CHECK(relayed.answer == answer);

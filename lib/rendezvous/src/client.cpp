@@ -230,7 +230,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
           } else if constexpr (std::is_same_v<T, Halt>) {
             if (events_.on_halt) events_.on_halt(m);
           } else if constexpr (std::is_same_v<T, StacksAsk>) {
-            on_stacks_ask(m.id);
+            on_stacks_ask(m.id, m.question);
           } else if constexpr (std::is_same_v<T, StacksAnswer>) {
             stacks_.answer(m);
           } else if constexpr (std::is_same_v<T, StacksEnd>) {
@@ -304,7 +304,7 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     connection_->send(encode(ClientMessage{Abort{assignment_->round, reason}}));
   }
 
-  void on_stacks_ask(std::uint64_t id) {
+  void on_stacks_ask(std::uint64_t id, std::string question) {
     std::weak_ptr<Impl> weak = shared_from_this();
     auto reply = [weak, id](std::string answer) {
       auto self = weak.lock();
@@ -313,16 +313,14 @@ struct RendezvousClient::Impl : std::enable_shared_from_this<Impl> {
     };
     if (!events_.on_stacks_ask)
       return reply(R"({"error": "this agent cannot collect its workers' stacks"})");
-    events_.on_stacks_ask(std::move(reply));
+    events_.on_stacks_ask(std::move(question), std::move(reply));
   }
 
-  void request_stacks(StacksDone done) {
+  void request_stacks(StacksDone done, std::string question, Clock::duration bound) {
     if (state_ != State::admitted)
       return done({}, {}, "this node is not connected to the rendezvous host now");
-    // The host gives up on the others after kStacksAnswerTimeout; this bounds a host that
-    // never ends the request.
-    const std::uint64_t id = stacks_.open(std::move(done), kStacksAnswerTimeout * 2);
-    connection_->send(encode(ClientMessage{StacksRequest{id}}));
+    const std::uint64_t id = stacks_.open(std::move(done), bound);
+    connection_->send(encode(ClientMessage{StacksRequest{id, std::move(question)}}));
   }
 
   void leave(const std::string& reason) {
@@ -397,7 +395,10 @@ void RendezvousClient::report_ended(const std::vector<WorkerFailure>& failures, 
 void RendezvousClient::report_done() { impl_->report_done(); }
 void RendezvousClient::abort(const std::string& reason) { impl_->abort(reason); }
 void RendezvousClient::leave(const std::string& reason) { impl_->leave(reason); }
-void RendezvousClient::request_stacks(StacksDone done) { impl_->request_stacks(std::move(done)); }
+void RendezvousClient::request_stacks(StacksDone done, std::string question,
+                                      Clock::duration bound) {
+  impl_->request_stacks(std::move(done), std::move(question), bound);
+}
 std::optional<Assignment> RendezvousClient::assignment() const { return impl_->assignment_; }
 std::string RendezvousClient::advertised_address() const { return impl_->advertised_address_; }
 

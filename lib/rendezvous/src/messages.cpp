@@ -345,6 +345,26 @@ json answer_to_json(const std::string& answer) {
   return a;
 }
 
+// A roll call's question: absent (the stacks), or an object of at most kMaxQuestionBytes.
+std::string question_from_json(const json& j) {
+  const auto it = j.find("question");
+  if (it == j.end()) return {};
+  if (!it->is_object()) throw ProtocolError("field \"question\" must be an object");
+  std::string question = it->dump(-1, ' ', false, json::error_handler_t::replace);
+  if (question.size() > kMaxQuestionBytes) {
+    throw ProtocolError(fmt::format("field \"question\" is {} bytes long, at most {} allowed",
+                                    question.size(), kMaxQuestionBytes));
+  }
+  return question;
+}
+
+// The question as it travels; one that is not an object is a caller's bug, sent as an empty one.
+void put_question(json& j, const std::string& question) {
+  if (question.empty()) return;
+  json q = json::parse(question, nullptr, /*allow_exceptions=*/false);
+  j["question"] = q.is_object() ? q : json::object();
+}
+
 StacksAnswer stacks_answer_from_json(const json& j) {
   StacksAnswer m;
   m.id = static_cast<std::uint64_t>(get_int(j, "id", 0, kMaxRound));
@@ -400,7 +420,9 @@ std::string encode(const ClientMessage& message) {
             return json{{"type", "leave"}, {"reason", m.reason}};
           },
           [](const StacksRequest& m) {
-            return json{{"type", "stacks_request"}, {"id", m.id}};
+            json r{{"type", "stacks_request"}, {"id", m.id}};
+            put_question(r, m.question);
+            return r;
           },
           [](const StacksAnswer& m) {
             return json{
@@ -468,7 +490,9 @@ std::string encode(const ServerMessage& message) {
             return json{{"type", "heartbeat"}};
           },
           [](const StacksAsk& m) {
-            return json{{"type", "stacks_ask"}, {"id", m.id}};
+            json r{{"type", "stacks_ask"}, {"id", m.id}};
+            put_question(r, m.question);
+            return r;
           },
           [](const StacksAnswer& m) {
             return json{
@@ -529,7 +553,8 @@ ClientMessage decode_client_message(std::string_view body) {
     return Abort{static_cast<std::uint64_t>(get_int(j, "round", 0, kMaxRound)),
                  get_string(j, "reason", kMaxTextLength)};
   if (type == "stacks_request")
-    return StacksRequest{static_cast<std::uint64_t>(get_int(j, "id", 0, kMaxRound))};
+    return StacksRequest{static_cast<std::uint64_t>(get_int(j, "id", 0, kMaxRound)),
+                         question_from_json(j)};
   if (type == "stacks_answer") return stacks_answer_from_json(j);
   throw ProtocolError(fmt::format("unknown message type \"{}\"", type));
 }
@@ -607,7 +632,8 @@ ServerMessage decode_server_message(std::string_view body) {
   }
   if (type == "heartbeat") return Heartbeat{};
   if (type == "stacks_ask")
-    return StacksAsk{static_cast<std::uint64_t>(get_int(j, "id", 0, kMaxRound))};
+    return StacksAsk{static_cast<std::uint64_t>(get_int(j, "id", 0, kMaxRound)),
+                     question_from_json(j)};
   if (type == "stacks_answer") return stacks_answer_from_json(j);
   if (type == "stacks_end") {
     StacksEnd m;

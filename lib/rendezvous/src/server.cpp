@@ -124,7 +124,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
   // that did not answer within kStacksAnswerTimeout or were lost. Whether handled here.
   bool roll_call(NodeId id, const ClientMessage& message) {
     if (const auto* request = std::get_if<StacksRequest>(&message)) {
-      ask_stacks(id, request->id);
+      ask_stacks(id, request->id, request->question);
       return true;
     }
     if (const auto* answer = std::get_if<StacksAnswer>(&message)) {
@@ -134,7 +134,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     return false;
   }
 
-  void ask_stacks(NodeId asker, std::uint64_t asker_id) {
+  void ask_stacks(NodeId asker, std::uint64_t asker_id, const std::string& question) {
     // Each open call may hold an answer of every node in the asker's queue: a few at most.
     if (stacks_calls_.size() >= kMaxStacksCalls) {
       connections_->send(
@@ -150,7 +150,7 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     call.asker_id = asker_id;
     for (NodeId node : connections_->admitted_ids())
       if (node != asker) call.waiting.emplace(node, machine_.describe(node));
-    const std::string ask = encode(ServerMessage{StacksAsk{id}});
+    const std::string ask = encode(ServerMessage{StacksAsk{id, question}});
     for (const auto& [node, name] : call.waiting) connections_->send(node, ask);
     call.timer = std::make_shared<asio::steady_timer>(io_, kStacksAnswerTimeout);
     call.timer->async_wait([weak = weak_from_this(), id](error_code ec) {

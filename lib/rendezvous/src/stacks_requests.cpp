@@ -13,8 +13,7 @@ std::uint64_t StacksRequests::open(StacksDone done, Clock::duration bound) {
   request.timer = std::make_shared<boost::asio::steady_timer>(io_, bound);
   request.timer->async_wait(
       [this, alive = std::weak_ptr<int>(alive_), id](boost::system::error_code ec) {
-        if (!alive.expired() && !ec)
-          finish(id, {}, "the rendezvous host did not end the request in time");
+        if (!alive.expired() && !ec) finish(id, {}, std::string(kStacksNoEnd));
       });
   return id;
 }

@@ -122,6 +122,10 @@ class TcpRendezvousHandler : public RendezvousHandler {
     if (!client_) return done({}, {}, "this node is not connected to the rendezvous host yet");
     client_->request_stacks(std::move(done));
   }
+  void ask_others(std::string question, Clock::duration bound, StacksDone done) override {
+    if (!client_) return done({}, {}, "this node is not connected to the rendezvous host yet");
+    client_->request_stacks(std::move(done), std::move(question), bound);
+  }
 
   std::string endpoint() const override { return to_string(options_.endpoint); }
 

@@ -31,6 +31,8 @@
 #include "file_timer_server.hpp"
 #include "job_logs.hpp"
 #include "job_summary.hpp"
+#include "store_asker.hpp"
+#include "store_owners.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/base/wording.hpp"
 #include "trainrun/launch/core/errors.hpp"
@@ -187,8 +189,10 @@ class Agent {
           }
           raise(std::move(e));
         },
-        [this](auto reply) {
-          watch_->answer(std::move(reply), rendezvous::kMaxStacksAnswerBytes);
+        [this](std::string question, auto reply) {
+          if (question.empty())
+            return watch_->answer(std::move(reply), rendezvous::kMaxStacksAnswerBytes);
+          reply(answer_question(question));
         });
   }
 
@@ -248,6 +252,7 @@ class Agent {
   void note(const event::AttemptEnded& e) {
     summary_.attempt_ended(policy_.failures(e), unix_time());
     // What was not seen of the attempt's start-up is said now; the next attempt begins.
+    store_asker_.attempt_over();
     if (startup_) say_startup(true);
     startup_.reset();
     round_formed_.reset();
@@ -264,6 +269,19 @@ class Agent {
     summary_.startup(*startup_);
     if (startup_->complete()) say_startup(false);
   }
+  void note(const event::StoreOwnersNamed& e) {
+    if (!startup_ || startup_->topology.restart_count != e.restart_count) return;
+    for (const auto& r : e.ranks) {
+      --startup_->unattributed;
+      if (startup_->at_store.count(r.rank) && startup_->at_store[r.rank] <= r.at_s) continue;
+      startup_->at_store[r.rank] = r.at_s;
+      startup_->node_of[r.rank] = r.node;
+    }
+    if (!e.why.empty() && e.unnamed > 0 && startup_->unnamed_why.empty())
+      startup_->unnamed_why = e.why;
+    summary_.startup(*startup_);
+    if (startup_->complete()) say_startup(false);
+  }
   // The round's checks, if any still run, are for a round that is over.
   void note(const event::Restart&) { preflight_.drop(); }
   void note(const event::Halt&) { preflight_.drop(); }
@@ -277,6 +295,7 @@ class Agent {
     job_.max_restarts = a.max_restarts;
     summary_.attempt_started(a.topology, unix_time());
     begin_startup(a.topology);
+    if (startup_->store == AttemptStartup::Store::here) store_asker_.attempt_started(a.topology);
     // The store (on group rank 0) is ready before any worker of the attempt starts.
     if (workers_.start(a.topology, job_, inherited_, watch_->watching(),
                        [&] { store_.attempt_starting(job_, a.topology); })) {
@@ -312,8 +331,28 @@ class Agent {
                   startup_->topology.restart_count == 0 ? Level::debug : Level::info);
   }
   // Which of this node's workers, if any, a connection to the store comes from.
+  // Another node's, a stranger's: the other nodes are asked (StoreAsker).
   void reached_store(const asio::ip::tcp::endpoint& peer, const asio::ip::tcp::endpoint& local) {
-    raise(event::ReachedStore{connection_rank(peer, local, workers_.node_workers())});
+    const auto rank = connection_rank(peer, local, workers_.node_workers());
+    raise(event::ReachedStore{rank});
+    if (!rank && startup_) store_asker_.unnamed({peer, local}, since_attempt_began());
+  }
+  // Another node's question through the roll call; one not known is answered with an error.
+  std::string answer_question(const std::string& question) {
+    try {
+      const auto q = nlohmann::json::parse(question);
+      if (!is_store_owners_question(q))
+        return R"({"error": "this node does not know the question"})";
+      const std::optional<int> attempt =
+          startup_ ? std::optional<int>(startup_->topology.restart_count) : std::nullopt;
+      return answer_store_owners(parse_store_owners_question(q),
+                                 startup_ ? startup_->topology.group_rank : -1, attempt,
+                                 workers_.node_workers())
+          .dump();
+    } catch (const std::exception& e) {
+      return nlohmann::json{{"error", fmt::format("the question was not read: {}", e.what())}}
+          .dump();
+    }
   }
   void carry_out(const action::SignalWorkers& a) {
     // A stop for a failure (a hang, found here or on another node) of Python workers that have
@@ -400,6 +439,12 @@ class Agent {
   Clock::time_point attempt_began_ = Clock::now();
   std::optional<Clock::time_point> round_formed_;
   std::optional<AttemptStartup> startup_;  // the running attempt's, from its StartWorkers
+  StoreAsker store_asker_{io_,
+                          [this](std::string question, auto bound, rendezvous::StacksDone done) {
+                            rdzv_->handler().ask_others(std::move(question), bound,
+                                                        std::move(done));
+                          },
+                          raiser()};
   int startup_said_ = -1;                  // the restart count whose start-up was said
   int exit_code_ = 0;
   std::optional<Clock::time_point> ended_;

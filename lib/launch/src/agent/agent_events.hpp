@@ -75,12 +75,28 @@ struct Stop {
 struct ReachedStore {
   std::optional<int> rank;
 };
+// Node rank 0 asked the other nodes whose the store's connections from no worker of its own are
+// (StoreAsker): the ranks they named, each with its node and its first request's time; `unnamed`:
+// the connections asked about that no node named; `why`: why some node did not say (empty: every
+// node answered). Recorded, decides nothing.
+struct StoreOwnersNamed {
+  struct Rank {
+    int rank = 0;
+    int node = 0;
+    double at_s = 0;
+  };
+  int restart_count = 0;
+  std::vector<Rank> ranks;
+  int unnamed = 0;
+  std::string why;
+};
 }  // namespace event
 
 using AgentEvent =
     std::variant<event::StartSingleNode, event::StartInJob, event::StartFailed, event::WorkerExited,
                  event::HangConfirmed, event::AttemptEnded, event::Signal, event::GraceExpired,
-                 event::Assignment, event::Restart, event::Halt, event::Stop, event::ReachedStore>;
+                 event::Assignment, event::Restart, event::Halt, event::Stop, event::ReachedStore,
+                 event::StoreOwnersNamed>;
 
 // How the agent's parts hand it an event: the one way they reach it.
 using RaiseEvent = std::function<void(AgentEvent)>;

@@ -23,8 +23,10 @@ namespace trainrun::launch {
 class AgentRendezvous {
  public:
   using Say = std::function<void(const std::string&)>;
-  // Another node asks for this node's stacks (rendezvous::ClientEvents::on_stacks_ask).
-  using StacksAsk = std::function<void(std::function<void(std::string answer)> reply)>;
+  // Another node asks for this node's stacks, or a question
+  // (rendezvous::ClientEvents::on_stacks_ask).
+  using StacksAsk =
+      std::function<void(std::string question, std::function<void(std::string answer)> reply)>;
 
   // `host`: this machine's name in the node line.
   AgentRendezvous(boost::asio::io_context& io, const LaunchConfig& config, std::string host,

@@ -26,7 +26,15 @@ int end_rank(const AttemptStartup& s) { return s.topology.base_rank + s.topology
 bool AttemptStartup::complete() const {
   if (!workers_s) return false;
   if (store != Store::here) return true;
-  return static_cast<int>(at_store.size()) >= topology.local_world_size;
+  if (static_cast<int>(at_store.size()) >= topology.world_size) return true;
+  for (int rank = topology.base_rank; rank < topology.base_rank + topology.local_world_size; ++rank)
+    if (!at_store.count(rank)) return false;
+  return !unnamed_why.empty();
+}
+
+int AttemptStartup::node(int rank) const {
+  const auto it = node_of.find(rank);
+  return it == node_of.end() ? topology.group_rank : it->second;
 }
 
 std::optional<SlowestRank> slowest_rank(const AttemptStartup& s) {
@@ -55,33 +63,42 @@ std::string startup_line(const AttemptStartup& s) {
     return line + "; ranks at the store are seen by node 0's agent";
   if (const auto slowest = slowest_rank(s)) {
     line += fmt::format(", ranks at the store {} (slowest: rank {} on node {}, {}",
-                        seconds(slowest->at_s), slowest->rank, s.topology.group_rank,
+                        seconds(slowest->at_s), slowest->rank, s.node(slowest->rank),
                         seconds(slowest->at_s));
     if (slowest->much_slower)
       line += fmt::format(", much slower than the median {}", seconds(slowest->median_s));
     line += ")";
   }
-  for (int rank = first_rank(s); rank < end_rank(s); ++rank)
+  // Another node's rank not named may be one of the connections not told apart.
+  const bool all = s.unattributed == 0;
+  for (int rank = all ? 0 : first_rank(s); rank < (all ? s.topology.world_size : end_rank(s));
+       ++rank)
     if (!s.at_store.count(rank)) line += fmt::format("; rank {}: not seen at the store", rank);
-  if (s.topology.group_world_size > 1)
-    line += "; other nodes' ranks are not told apart at the store";
+  if (all || s.topology.group_world_size == 1) return line;
+  line += fmt::format("; {} store connection{} not told apart", s.unattributed,
+                      s.unattributed == 1 ? "" : "s");
+  if (!s.unnamed_why.empty()) line += " (" + s.unnamed_why + ")";
   return line;
 }
 
 json startup_json(const AttemptStartup& s) {
   static const char* const kStore[] = {"this node", "node 0", "worker rank 0"};
   json ranks = json::array();
-  for (int rank = first_rank(s); rank < end_rank(s); ++rank) {
+  for (int rank = 0; rank < std::max(s.topology.world_size, end_rank(s)); ++rank) {
     const auto it = s.at_store.find(rank);
+    const bool here = rank >= first_rank(s) && rank < end_rank(s);
+    // Another node's rank is listed once that node named it: when it started is that node's.
+    if (!here && !s.node_of.count(rank)) continue;
     ranks.push_back({{"rank", rank},
-                     {"local_rank", rank - first_rank(s)},
-                     {"node_rank", s.topology.group_rank},
-                     {"started_s", seconds_or_null(s.workers_s)},
+                     {"local_rank", here ? json(rank - first_rank(s)) : json()},
+                     {"node_rank", s.node(rank)},
+                     {"started_s", here ? seconds_or_null(s.workers_s) : json()},
                      {"at_store_s", it == s.at_store.end() ? json() : json(it->second)}});
   }
   json slowest;
   if (const auto r = slowest_rank(s); r && s.store == AttemptStartup::Store::here)
     slowest = {{"rank", r->rank},
+               {"node_rank", s.node(r->rank)},
                {"at_store_s", r->at_s},
                {"median_s", r->median_s},
                {"much_slower", r->much_slower}};
@@ -90,6 +107,7 @@ json startup_json(const AttemptStartup& s) {
           {"store", kStore[static_cast<int>(s.store)]},
           {"ranks", ranks},
           {"unattributed_store_connections", s.unattributed},
+          {"unattributed_why", s.unnamed_why.empty() ? json() : json(s.unnamed_why)},
           {"slowest", slowest}};
 }
 

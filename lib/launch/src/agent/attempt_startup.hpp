@@ -22,10 +22,16 @@ struct AttemptStartup {
   std::optional<double> round_s;    // the round formed (one node: its topology was made)
   std::optional<double> workers_s;  // every local worker was started (one pass forks them all)
   std::map<int, double> at_store;   // rank: its first request to the store
-  int unattributed = 0;             // store connections from no worker of this node
+  std::map<int, int> node_of;       // a rank of another node in at_store: that node
+  int unattributed = 0;             // store connections no node has named (yet)
+  // Why other nodes' connections stay unnamed: a node did not answer, or could not be asked.
+  std::string unnamed_why;
 
-  // Every rank this agent can see at its store has come, or it sees none.
+  // Every rank this agent can see at its store has come, or it sees none; or, on a job of several
+  // nodes, this node's ranks have come and another node could not say which are its own.
   bool complete() const;
+  // The node of `rank`, which is at the store.
+  int node(int rank) const;
 };
 
 // The rank last at the store, against the median of the ranks seen; `much_slower` when it came

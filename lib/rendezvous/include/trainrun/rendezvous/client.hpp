@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "trainrun/rendezvous/messages.hpp"
@@ -34,6 +35,9 @@ struct ClientOptions {
 // nodes that did not answer, and an error when the request could not be made or got no end.
 using StacksDone = std::function<void(std::vector<std::string> answers,
                                       std::vector<StacksMissing> missing, std::string error)>;
+// The error of a request the host did not end within its bound (the answers that came are kept).
+inline constexpr std::string_view kStacksNoEnd =
+    "the rendezvous host did not end the request in time";
 
 struct ClientEvents {
   std::function<void(const Assignment&)> on_assignment;  // a round formed: start workers
@@ -41,9 +45,11 @@ struct ClientEvents {
   std::function<void(const Waiting&)> on_waiting;  // progress while a round forms (may be empty)
   std::function<void(const Stop&)> on_stop;        // terminal: finished, failed, lost, refused
   std::function<void(const Halt&)> on_halt;  // stop workers, then report_ended(); a stop follows
-  // The host asks for this node's stacks: collect them, then call `reply` once with the answer
-  // (a JSON object's text). Unset: the node answers that it cannot.
-  std::function<void(std::function<void(std::string answer)> reply)> on_stacks_ask;
+  // The host asks for this node's stacks, or `question` (StacksAsk) when it is not empty: collect
+  // them, then call `reply` once with the answer (a JSON object's text). Unset: the node answers
+  // that it cannot.
+  std::function<void(std::string question, std::function<void(std::string answer)> reply)>
+      on_stacks_ask;
 };
 
 // One agent's connection to the rendezvous server, on the agent's io_context, never blocking.
@@ -70,9 +76,12 @@ class RendezvousClient {
   void abort(const std::string& reason);
   // After on_halt, once every worker has ended: what failed (perhaps nothing).
   void report_ended(const std::vector<WorkerFailure>& failures, int not_relayed);
-  // Asks every other node for its stacks through the host; `done` is called once, on the
-  // io_context, whatever happens (the connection ends: with an error).
-  void request_stacks(StacksDone done);
+  // Asks every other node for its stacks, or `question` (StacksRequest), through the host; `done`
+  // is called once, on the io_context, whatever happens (the connection ends, or no end within
+  // `bound`: with an error, and the answers that came). The host gives up on the others after
+  // kStacksAnswerTimeout; the default bound is for a host that never ends the request.
+  void request_stacks(StacksDone done, std::string question = {},
+                      Clock::duration bound = kStacksAnswerTimeout * 2);
   // Says goodbye (the server treats this node as lost) and closes. No events afterwards.
   void leave(const std::string& reason);
 

@@ -111,6 +111,12 @@ class RendezvousHandler {
          "this rendezvous backend cannot ask the other nodes: run trainrun --stacks on each node");
   }
 
+  // Asks every other node `question` (StacksRequest::question) and gives their answers to `done`
+  // after the host's end or `bound`, whichever comes first; called once, on the io_context.
+  virtual void ask_others(std::string /*question*/, Clock::duration /*bound*/, StacksDone done) {
+    done({}, {}, "this rendezvous backend relays nothing between the nodes");
+  }
+
   // "host:port", for messages.
   virtual std::string endpoint() const = 0;
   // Whether this agent hosts the server (known once start() has decided).

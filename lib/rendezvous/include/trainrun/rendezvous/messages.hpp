@@ -18,7 +18,7 @@ namespace trainrun::rendezvous {
 
 // Every frame body is one JSON object with a "type" field; docs/protocol.md is the reference.
 inline constexpr std::string_view kMagic = "trainrun-rdzv";
-inline constexpr int kProtocolVersion = 4;
+inline constexpr int kProtocolVersion = 5;
 
 // A message that is not valid for this protocol: bad JSON, unknown type, a field missing, of the
 // wrong type or out of range. The peer is told why and the connection is closed.
@@ -189,9 +189,14 @@ struct Abort {
 // (stacks_request), the host asks every other agent (stacks_ask), each answers with its workers'
 // stacks (stacks_answer), which the host relays to the asking agent, then says who did not answer
 // (stacks_end). `id` is the asking side's: the agent's for its request, the host's for its ask.
+// `question`, when not empty, is one JSON object (the launcher's) that the host relays unread in
+// its ask: the agents answer it instead of sending their stacks.
 struct StacksRequest {
   std::uint64_t id = 0;
+  std::string question = {};
 };
+// The longest question, as JSON text: a longer one is a protocol error.
+inline constexpr std::size_t kMaxQuestionBytes = 256 * 1024;
 // The longest answer a node sends, as JSON text: an answer longer than this is replaced, when
 // encoded, by one that says so ({"error": ...}); the launcher cuts its stacks to fit before that.
 inline constexpr std::size_t kMaxStacksAnswerBytes = 512 * 1024;
@@ -275,6 +280,7 @@ struct Halt {
 };
 struct StacksAsk {
   std::uint64_t id = 0;
+  std::string question = {};  // as in StacksRequest
 };
 // A node asked that gave no answer: `host` names it, `reason` says why (lost, no answer in time).
 struct StacksMissing {
