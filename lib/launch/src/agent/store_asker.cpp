@@ -21,7 +21,7 @@ constexpr int kMaxStoreAsks = 8;
 }  // namespace
 
 StoreAsker::StoreAsker(boost::asio::io_context& io, Ask ask, RaiseEvent raise)
-    : io_(io), ask_(std::move(ask)), raise_(std::move(raise)), timer_(io) {}
+    : ask_(std::move(ask)), raise_(std::move(raise)), timer_(io) {}
 
 void StoreAsker::attempt_started(const Topology& topology) {
   attempt_over();

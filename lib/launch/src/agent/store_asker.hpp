@@ -47,7 +47,6 @@ class StoreAsker {
   void answered(const std::vector<Pending>& asked, const std::vector<std::string>& answers,
                 const std::vector<rendezvous::StacksMissing>& missing, const std::string& error);
 
-  boost::asio::io_context& io_;
   Ask ask_;
   RaiseEvent raise_;
   boost::asio::steady_timer timer_;

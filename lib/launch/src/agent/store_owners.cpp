@@ -10,18 +10,17 @@ namespace trainrun::launch {
 
 namespace {
 
-using json = nlohmann::json;
 using boost::asio::ip::tcp;
 
 constexpr const char* kKey = "store_owners";
 
-const json& field(const json& object, const char* key) {
+const nlohmann::json& field(const nlohmann::json& object, const char* key) {
   const auto it = object.find(key);
   if (it == object.end()) throw StoreOwnersError(fmt::format("\"{}\" is missing", key));
   return *it;
 }
 
-long long integer(const json& value, const char* what, long long low, long long high) {
+long long integer(const nlohmann::json& value, const char* what, long long low, long long high) {
   if (!value.is_number_integer())
     throw StoreOwnersError(fmt::format("\"{}\" must be an integer", what));
   const long long n = value.get<long long>();
@@ -30,7 +29,7 @@ long long integer(const json& value, const char* what, long long low, long long 
   return n;
 }
 
-tcp::endpoint endpoint(const json& address, const json& port) {
+tcp::endpoint endpoint(const nlohmann::json& address, const nlohmann::json& port) {
   if (!address.is_string() || address.get_ref<const std::string&>().size() > 64)
     throw StoreOwnersError("a connection's address must be a string of at most 64 bytes");
   boost::system::error_code ec;
@@ -43,29 +42,29 @@ tcp::endpoint endpoint(const json& address, const json& port) {
 
 }  // namespace
 
-json store_owners_question(const StoreOwnersQuestion& question) {
-  json connections = json::array();
+nlohmann::json store_owners_question(const StoreOwnersQuestion& question) {
+  nlohmann::json connections = nlohmann::json::array();
   for (const auto& c : question.connections)
     connections.push_back({c.peer.address().to_string(), c.peer.port(),
                            c.local.address().to_string(), c.local.port()});
   return {{kKey, {{"restart_count", question.restart_count}, {"connections", connections}}}};
 }
 
-bool is_store_owners_question(const json& question) {
+bool is_store_owners_question(const nlohmann::json& question) {
   return question.is_object() && question.contains(kKey);
 }
 
-StoreOwnersQuestion parse_store_owners_question(const json& question) {
-  const json& q = field(question, kKey);
+StoreOwnersQuestion parse_store_owners_question(const nlohmann::json& question) {
+  const nlohmann::json& q = field(question, kKey);
   if (!q.is_object()) throw StoreOwnersError("\"store_owners\" must be an object");
   StoreOwnersQuestion out;
   out.restart_count = static_cast<int>(
       integer(field(q, "restart_count"), "restart_count", 0, std::numeric_limits<int>::max()));
-  const json& list = field(q, "connections");
+  const nlohmann::json& list = field(q, "connections");
   if (!list.is_array() || list.size() > kMaxStoreQuestionConnections)
     throw StoreOwnersError(fmt::format("\"connections\" must be an array of at most {}",
                                        kMaxStoreQuestionConnections));
-  for (const json& c : list) {
+  for (const nlohmann::json& c : list) {
     if (!c.is_array() || c.size() != 4)
       throw StoreOwnersError(
           "a connection must be [peer address, peer port, local address, local port]");
@@ -74,13 +73,14 @@ StoreOwnersQuestion parse_store_owners_question(const json& question) {
   return out;
 }
 
-json store_owners_answer(int node, int restart_count, const std::vector<StoreOwner>& owners) {
-  json list = json::array();
+nlohmann::json store_owners_answer(int node, int restart_count,
+                                   const std::vector<StoreOwner>& owners) {
+  nlohmann::json list = nlohmann::json::array();
   for (const auto& o : owners) list.push_back({{"connection", o.connection}, {"rank", o.rank}});
   return {{"node", node}, {"restart_count", restart_count}, {kKey, list}};
 }
 
-std::vector<StoreOwner> parse_store_owners_answer(const json& answer,
+std::vector<StoreOwner> parse_store_owners_answer(const nlohmann::json& answer,
                                                   const StoreOwnersQuestion& question, int nodes,
                                                   int world_size) {
   if (!answer.is_object()) throw StoreOwnersError("an answer must be an object");
@@ -92,12 +92,12 @@ std::vector<StoreOwner> parse_store_owners_answer(const json& answer,
   const int node = static_cast<int>(integer(field(answer, "node"), "node", -1, nodes - 1));
   const auto restart_count =
       integer(field(answer, "restart_count"), "restart_count", -1, std::numeric_limits<int>::max());
-  const json& list = field(answer, kKey);
+  const nlohmann::json& list = field(answer, kKey);
   if (!list.is_array() || list.size() > question.connections.size())
     throw StoreOwnersError("\"store_owners\" must be an array, no longer than the question's");
   if (node < 0 || restart_count != question.restart_count) return {};
   std::vector<StoreOwner> owners;
-  for (const json& o : list) {
+  for (const nlohmann::json& o : list) {
     if (!o.is_object()) throw StoreOwnersError("\"store_owners\" must hold objects");
     const auto connection =
         static_cast<std::size_t>(integer(field(o, "connection"), "connection", 0,
@@ -108,8 +108,8 @@ std::vector<StoreOwner> parse_store_owners_answer(const json& answer,
   return owners;
 }
 
-json answer_store_owners(const StoreOwnersQuestion& question, int node,
-                         std::optional<int> restart_count, const NodeWorkers& workers) {
+nlohmann::json answer_store_owners(const StoreOwnersQuestion& question, int node,
+                                   std::optional<int> restart_count, const NodeWorkers& workers) {
   std::vector<StoreOwner> owners;
   // Another attempt's workers hold other sockets: a port reused since could name the wrong rank.
   if (restart_count && *restart_count == question.restart_count)
