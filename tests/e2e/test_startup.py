@@ -207,3 +207,36 @@ def test_torch2_ranks_are_seen_at_the_agent_s_store(tmp_path):
     assert None not in times.values(), s
     assert s["slowest"]["rank"] == 2, s
     assert times[2] - max(times[0], times[1]) > 2, s
+
+
+# Ranks 0 and 2 write to stderr at once (which passes through trainrun always), rank 1 2 s
+# later, rank 3 nothing.
+SPEAKERS = """
+import os, sys, time
+rank = int(os.environ["RANK"])
+if rank == 1:
+    time.sleep(2)
+if rank != 3:
+    print(f"rank {rank} here", file=sys.stderr, flush=True)
+time.sleep(0.5)
+"""
+
+
+def test_each_worker_s_first_output_is_recorded_and_the_slowest_named(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(SPEAKERS)
+    summary = tmp_path / "summary.json"
+    r = run(["-v", "--standalone", "--nproc-per-node=4", f"--summary-file={summary}", str(script)],
+            timeout=120)
+    assert r.returncode == 0, r.stderr
+    [s] = startups(summary)
+    first = {x["rank"]: x["first_output_s"] for x in s["ranks"]}
+    assert first[3] is None, s
+    assert first[0] >= s["workers_started_s"] and first[2] >= s["workers_started_s"], s
+    assert first[1] > first[0] + 1.5, s
+    assert s["first_output_slowest"]["rank"] == 1, s
+    [line] = [x for x in r.stderr.splitlines() if x.startswith("trainrun: attempt 0: first output")]
+    assert "(slowest: rank 1, " in line and line.endswith("; rank 3: no output seen"), line
+    # Without -v it is not said.
+    r = run(["--standalone", "--nproc-per-node=2", str(script)], timeout=120)
+    assert r.returncode == 0 and "first output" not in r.stderr, r.stderr

@@ -110,6 +110,28 @@ TEST_CASE("the slowest rank is named, and called much slower only well past the 
   CHECK_FALSE(slowest_rank(s)->much_slower);
 }
 
+TEST_CASE("each worker's first output is its first step: the slowest named, the silent said") {
+  AttemptStartup s = node_of(3, /*base_rank=*/3);
+  s.topology.restart_count = 2;
+  CHECK(first_output_line(s) == "attempt 2: first output not seen");
+  CHECK(startup_json(s)["first_output_slowest"].is_null());
+  s.first_output = {{3, 0.9}, {5, 4.2}};
+  CHECK_FALSE(s.all_spoke());
+  CHECK(first_output_line(s) ==
+        "attempt 2: first output 4.20 s (slowest: rank 5, 4.20 s); rank 4: no output seen");
+  s.first_output[4] = 1.0;
+  CHECK(s.all_spoke());
+  CHECK(first_output_line(s) ==
+        "attempt 2: first output 4.20 s (slowest: rank 5, 4.20 s, much slower than the median "
+        "1.00 s)");
+  const auto j = startup_json(s);
+  REQUIRE(j["ranks"].size() == 3);
+  CHECK(j["ranks"][0]["first_output_s"] == 0.9);
+  CHECK(j["ranks"][2]["first_output_s"] == 4.2);
+  CHECK(j["first_output_slowest"]["rank"] == 5);
+  CHECK(j["first_output_slowest"]["much_slower"] == true);
+}
+
 TEST_CASE("a rank not seen at the store is said so, and nothing is guessed") {
   AttemptStartup s = node_of(2);
   s.topology.restart_count = 1;

@@ -253,7 +253,7 @@ class Agent {
     summary_.attempt_ended(policy_.failures(e), unix_time());
     // What was not seen of the attempt's start-up is said now; the next attempt begins.
     store_asker_.attempt_over();
-    if (startup_) say_startup(true);
+    if (startup_) say_startup(true), say_first_output(true);
     startup_.reset();
     round_formed_.reset();
     attempt_began_ = Clock::now();
@@ -281,6 +281,13 @@ class Agent {
       startup_->unnamed_why = e.why;
     summary_.startup(*startup_);
     if (startup_->complete()) say_startup(false);
+  }
+  void note(const event::FirstOutput& e) {
+    if (!startup_ || startup_->topology.restart_count != e.restart_count) return;
+    const int rank = startup_->topology.base_rank + e.local_rank;
+    if (!startup_->first_output.emplace(rank, since_attempt_began()).second) return;
+    summary_.startup(*startup_);
+    say_first_output(false);
   }
   // The round's checks, if any still run, are for a round that is over.
   void note(const event::Restart&) { preflight_.drop(); }
@@ -329,6 +336,13 @@ class Agent {
     startup_said_ = startup_->topology.restart_count;
     consoles_.say(startup_line(*startup_),
                   startup_->topology.restart_count == 0 ? Level::debug : Level::info);
+  }
+  // Once per attempt, with -v, when every worker has written or the attempt is over.
+  void say_first_output(bool attempt_over) {
+    if (first_output_said_ == startup_->topology.restart_count) return;
+    if (!attempt_over && !startup_->all_spoke()) return;
+    first_output_said_ = startup_->topology.restart_count;
+    consoles_.say(first_output_line(*startup_), Level::debug);
   }
   // Which of this node's workers, if any, a connection to the store comes from.
   // Another node's, a stranger's: the other nodes are asked (StoreAsker).
@@ -445,7 +459,8 @@ class Agent {
                                                         std::move(done));
                           },
                           raiser()};
-  int startup_said_ = -1;                  // the restart count whose start-up was said
+  int startup_said_ = -1;       // the restart count whose start-up was said
+  int first_output_said_ = -1;  // the restart count whose first output was said
   int exit_code_ = 0;
   std::optional<Clock::time_point> ended_;
 };

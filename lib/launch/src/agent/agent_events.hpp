@@ -90,13 +90,19 @@ struct StoreOwnersNamed {
   int unnamed = 0;
   std::string why;
 };
+// Worker `local_rank` of attempt `restart_count` wrote its first output (a stream that passes
+// through trainrun): the first step of its start-up that the agent sees. Recorded, decides nothing.
+struct FirstOutput {
+  int local_rank = 0;
+  int restart_count = 0;
+};
 }  // namespace event
 
 using AgentEvent =
     std::variant<event::StartSingleNode, event::StartInJob, event::StartFailed, event::WorkerExited,
                  event::HangConfirmed, event::AttemptEnded, event::Signal, event::GraceExpired,
                  event::Assignment, event::Restart, event::Halt, event::Stop, event::ReachedStore,
-                 event::StoreOwnersNamed>;
+                 event::StoreOwnersNamed, event::FirstOutput>;
 
 // How the agent's parts hand it an event: the one way they reach it.
 using RaiseEvent = std::function<void(AgentEvent)>;

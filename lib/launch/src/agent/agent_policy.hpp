@@ -63,6 +63,7 @@ class AgentPolicy {
   AgentActions on(const event::Halt& e, Clock::time_point now);
   // Start-up times are the agent's to keep: nothing to decide.
   AgentActions on(const event::ReachedStore&, Clock::time_point) { return {}; }
+  AgentActions on(const event::FirstOutput&, Clock::time_point) { return {}; }
   AgentActions on(const event::StoreOwnersNamed&, Clock::time_point) { return {}; }
 
   void start_attempt(AgentActions& out);

@@ -27,7 +27,11 @@ AgentWorkers::AgentWorkers(asio::io_context& io, Watchdog& watchdog, AgentConsol
       raise_(std::move(raise)),
       supervisor_(io, watchdog, consoles.out(), consoles.err(), config.preload),
       grace_timer_(io),
-      launch_(config, program, host) {}
+      launch_(config, program, host) {
+  supervisor_.set_first_output([this](int local_rank) {
+    raise_(event::FirstOutput{local_rank, attempt()});
+  });
+}
 
 void AgentWorkers::start_file_timer(std::map<std::string, std::string>& inherited,
                                     std::function<void()> progress) {

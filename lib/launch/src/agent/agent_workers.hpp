@@ -25,7 +25,8 @@ class Watchdog;
 
 // The node's worker group as the agent runs it, attempt after attempt: started, signalled and
 // swept as the agent asks, each worker's end read (its error file, its log files) and raised as
-// an event, as are a group that cannot start, the grace timer and the end of a sweep; and who
+// an event, as are a group that cannot start, the grace timer, the end of a sweep and each
+// worker's first output; and who
 // runs as which rank in the running attempt, for the roll call and the file timer.
 class AgentWorkers {
  public:

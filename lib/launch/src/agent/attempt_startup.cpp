@@ -37,11 +37,19 @@ int AttemptStartup::node(int rank) const {
   return it == node_of.end() ? topology.group_rank : it->second;
 }
 
-std::optional<SlowestRank> slowest_rank(const AttemptStartup& s) {
-  if (s.at_store.empty()) return std::nullopt;
+bool AttemptStartup::all_spoke() const {
+  for (int rank = topology.base_rank; rank < topology.base_rank + topology.local_world_size; ++rank)
+    if (!first_output.count(rank)) return false;
+  return true;
+}
+
+std::optional<SlowestRank> slowest_rank(const AttemptStartup& s) { return slowest_of(s.at_store); }
+
+std::optional<SlowestRank> slowest_of(const std::map<int, double>& at_s) {
+  if (at_s.empty()) return std::nullopt;
   std::vector<double> times;
-  SlowestRank slowest{s.at_store.begin()->first, s.at_store.begin()->second};
-  for (const auto& [rank, at] : s.at_store) {
+  SlowestRank slowest{at_s.begin()->first, at_s.begin()->second};
+  for (const auto& [rank, at] : at_s) {
     times.push_back(at);
     if (at > slowest.at_s) slowest = SlowestRank{rank, at};
   }
@@ -81,19 +89,36 @@ std::string startup_line(const AttemptStartup& s) {
   return line;
 }
 
+std::string first_output_line(const AttemptStartup& s) {
+  std::string line = fmt::format("attempt {}: first output", s.topology.restart_count);
+  const auto slowest = slowest_of(s.first_output);
+  if (!slowest) return line + " not seen";
+  line += fmt::format(" {} (slowest: rank {}, {}", seconds(slowest->at_s), slowest->rank,
+                      seconds(slowest->at_s));
+  if (slowest->much_slower)
+    line += fmt::format(", much slower than the median {}", seconds(slowest->median_s));
+  line += ")";
+  for (int rank = first_rank(s); rank < end_rank(s); ++rank)
+    if (!s.first_output.count(rank)) line += fmt::format("; rank {}: no output seen", rank);
+  return line;
+}
+
 json startup_json(const AttemptStartup& s) {
   static const char* const kStore[] = {"this node", "node 0", "worker rank 0"};
   json ranks = json::array();
   for (int rank = 0; rank < std::max(s.topology.world_size, end_rank(s)); ++rank) {
     const auto it = s.at_store.find(rank);
+    const auto spoke = s.first_output.find(rank);
     const bool here = rank >= first_rank(s) && rank < end_rank(s);
     // Another node's rank is listed once that node named it: when it started is that node's.
     if (!here && !s.node_of.count(rank)) continue;
-    ranks.push_back({{"rank", rank},
-                     {"local_rank", here ? json(rank - first_rank(s)) : json()},
-                     {"node_rank", s.node(rank)},
-                     {"started_s", here ? seconds_or_null(s.workers_s) : json()},
-                     {"at_store_s", it == s.at_store.end() ? json() : json(it->second)}});
+    ranks.push_back(
+        {{"rank", rank},
+         {"local_rank", here ? json(rank - first_rank(s)) : json()},
+         {"node_rank", s.node(rank)},
+         {"started_s", here ? seconds_or_null(s.workers_s) : json()},
+         {"at_store_s", it == s.at_store.end() ? json() : json(it->second)},
+         {"first_output_s", spoke == s.first_output.end() ? json() : json(spoke->second)}});
   }
   json slowest;
   if (const auto r = slowest_rank(s); r && s.store == AttemptStartup::Store::here)
@@ -102,13 +127,20 @@ json startup_json(const AttemptStartup& s) {
                {"at_store_s", r->at_s},
                {"median_s", r->median_s},
                {"much_slower", r->much_slower}};
+  json first_output_slowest;
+  if (const auto r = slowest_of(s.first_output))
+    first_output_slowest = {{"rank", r->rank},
+                            {"first_output_s", r->at_s},
+                            {"median_s", r->median_s},
+                            {"much_slower", r->much_slower}};
   return {{"round_s", seconds_or_null(s.round_s)},
           {"workers_started_s", seconds_or_null(s.workers_s)},
           {"store", kStore[static_cast<int>(s.store)]},
           {"ranks", ranks},
           {"unattributed_store_connections", s.unattributed},
           {"unattributed_why", s.unnamed_why.empty() ? json() : json(s.unnamed_why)},
-          {"slowest", slowest}};
+          {"slowest", slowest},
+          {"first_output_slowest", first_output_slowest}};
 }
 
 }  // namespace trainrun::launch

@@ -23,7 +23,10 @@ struct AttemptStartup {
   std::optional<double> workers_s;  // every local worker was started (one pass forks them all)
   std::map<int, double> at_store;   // rank: its first request to the store
   std::map<int, int> node_of;       // a rank of another node in at_store: that node
-  int unattributed = 0;             // store connections no node has named (yet)
+  // A rank of this node: its first output (the first step of its own that the agent sees; none
+  // for a worker whose streams do not pass through trainrun).
+  std::map<int, double> first_output;
+  int unattributed = 0;  // store connections no node has named (yet)
   // Why other nodes' connections stay unnamed: a node did not answer, or could not be asked.
   std::string unnamed_why;
 
@@ -32,9 +35,12 @@ struct AttemptStartup {
   bool complete() const;
   // The node of `rank`, which is at the store.
   int node(int rank) const;
+  // Every worker of this node has written its first output.
+  bool all_spoke() const;
 };
 
-// The rank last at the store, against the median of the ranks seen; `much_slower` when it came
+// The rank last at the store (or last to do whatever the times are of), against the median of
+// the ranks seen; `much_slower` when it came
 // more than twice the median and more than 1 s after it.
 struct SlowestRank {
   int rank = 0;
@@ -43,10 +49,15 @@ struct SlowestRank {
   bool much_slower = false;
 };
 std::optional<SlowestRank> slowest_rank(const AttemptStartup& s);
+// The same of the ranks' times in `at` (rank: seconds).
+std::optional<SlowestRank> slowest_of(const std::map<int, double>& at);
 
 // `attempt 1: round 0.02 s, workers started 0.03 s, ranks at the store 0.41 s (slowest: rank 3
 // on node 0, 0.41 s)`, with the ranks not seen named.
 std::string startup_line(const AttemptStartup& s);
+
+// `attempt 1: first output 1.52 s (slowest: rank 1, 1.52 s)`: when this node's workers first wrote.
+std::string first_output_line(const AttemptStartup& s);
 
 // The summary's "startup" of an attempt (docs/cli.md, "Job summary").
 nlohmann::ordered_json startup_json(const AttemptStartup& s);

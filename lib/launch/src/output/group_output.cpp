@@ -55,6 +55,7 @@ void GroupOutput::reset() {
   readers_.clear();
   duplicate_files_.clear();
   stderr_tails_.clear();
+  spoke_.clear();
 }
 
 GroupOutput::Streams GroupOutput::open(const OutputPlan& plan) {
@@ -77,12 +78,12 @@ void GroupOutput::start(Streams& s, const OutputPlan& plan, int local_rank,
   close_fd(s.err.child);
   if (s.out.keep_pipe >= 0)
     tee(s.out.keep_pipe, s.out.keep_file, out_, prefix, std::move(s.out_duplicate), plan.out.route,
-        nullptr);
+        nullptr, local_rank);
   if (s.err.keep_pipe >= 0) {
     auto& tail = stderr_tails_[local_rank];
     tail = std::make_shared<OutputTail>();
     tee(s.err.keep_pipe, s.err.keep_file, err_, prefix, std::move(s.err_duplicate), plan.err.route,
-        tail);
+        tail, local_rank);
   }
 }
 
@@ -109,13 +110,18 @@ Duplicate GroupOutput::duplicate_for(const StreamPlan& plan) {
 }
 
 void GroupOutput::tee(int pipe_fd, int file_fd, Console& console, const std::string& prefix,
-                      Duplicate duplicate, StreamRoute route, std::shared_ptr<OutputTail> tail) {
+                      Duplicate duplicate, StreamRoute route, std::shared_ptr<OutputTail> tail,
+                      int local_rank) {
   const bool console_copy = route == StreamRoute::tee || route == StreamRoute::console;
   auto reader = std::make_shared<TeeReader>(io_, pipe_fd, file_fd, &console, prefix,
                                             std::move(duplicate), console_copy);
   if (route == StreamRoute::console) reader->pass_through();
   if (tail) reader->keep_tail(std::move(tail));
-  if (progress_) reader->on_data(progress_);
+  reader->on_data([this, local_rank, generation = generation_] {
+    if (generation != generation_) return;
+    if (progress_) progress_();
+    if (first_output_ && spoke_.insert(local_rank).second) first_output_(local_rank);
+  });
   ++open_readers_;
   readers_.push_back(reader);
   reader->start([this, generation = generation_] {

@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,10 @@ class GroupOutput {
 
   // Called whenever a worker's output arrives (the hang watch's progress).
   void set_progress(std::function<void()> progress) { progress_ = std::move(progress); }
+  // Called once per worker of a group, when its first output arrives (its start-up's first step).
+  void set_first_output(std::function<void(int local_rank)> first) {
+    first_output_ = std::move(first);
+  }
   // A new group: the last one's readers no longer count; its files and tails are forgotten.
   void reset();
   // Opens the pipes and log files of a worker's `plan`. Throws SpawnError, closing what it opened.
@@ -57,7 +62,8 @@ class GroupOutput {
 
  private:
   void tee(int pipe_fd, int file_fd, Console& console, const std::string& prefix,
-           Duplicate duplicate, StreamRoute route, std::shared_ptr<OutputTail> tail);
+           Duplicate duplicate, StreamRoute route, std::shared_ptr<OutputTail> tail,
+           int local_rank);
   Duplicate duplicate_for(const StreamPlan& plan);
 
   boost::asio::io_context& io_;
@@ -72,6 +78,8 @@ class GroupOutput {
   std::map<std::string, std::shared_ptr<SharedLogFile>> duplicate_files_;
   std::map<int, std::shared_ptr<OutputTail>> stderr_tails_;
   std::function<void()> progress_;
+  std::function<void(int)> first_output_;
+  std::set<int> spoke_;  // the workers of the group whose first output has come
 };
 
 }  // namespace trainrun::launch

@@ -58,6 +58,10 @@ class Supervisor {
   void reap();
   // Called whenever a worker's output arrives (streams that pass through trainrun).
   void set_progress(std::function<void()> progress) { output_.set_progress(std::move(progress)); }
+  // Called once per worker of a group when its first output arrives (streams through trainrun).
+  void set_first_output(std::function<void(int local_rank)> first) {
+    output_.set_first_output(std::move(first));
+  }
   // Sends `sig` to the process group of every worker still running, and to the worker itself
   // where it has left that group. SIGKILL also kills everything in the job's cgroup.
   void signal_all(int sig);
