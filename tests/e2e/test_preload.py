@@ -401,7 +401,9 @@ def test_preload_a_template_that_dies_is_started_again(tmp_path):
 
 def test_preload_a_template_that_dies_importing_lets_workers_start_the_ordinary_way(tmp_path):
     write(tmp_path / "crash.py", "import os\nos._exit(7)\n")
-    write(tmp_path / "job.py", "import sys\nprint('crash' in sys.modules)\n")
+    # One write per worker: print() under -u writes the text and its newline apart, and the two
+    # workers share the pipe.
+    write(tmp_path / "job.py", "import sys\nsys.stdout.write(f\"{'crash' in sys.modules}\\n\")\n")
     r = trainrun(["--preload=crash", "--nproc-per-node=2", "job.py"], tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout == "False\nFalse\n"
