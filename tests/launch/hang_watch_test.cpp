@@ -35,7 +35,7 @@ nlohmann::json node_of(int node, int base, const std::vector<Place>& places,
     s.threads.push_back(t);
     found.push_back(s);
   }
-  return node_answer(workers, found, "/logs/run/stacks/t", "");
+  return node_answer(workers, found, {}, "/logs/run/stacks/t", "");
 }
 
 nlohmann::json reply_of(std::vector<nlohmann::json> nodes) {

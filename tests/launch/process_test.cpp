@@ -1,5 +1,6 @@
 #include "trainrun/base/process.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -158,6 +159,32 @@ TEST_CASE("a child's standard streams can be pipes to the caller", "[process]") 
   CHECK(read_to_end(child.out) == "out ping\n");
   CHECK(read_to_end(child.err) == "err ping\n");
   CHECK(wait_for_exit(child.pid)->code == 0);
+}
+
+TEST_CASE("a kept descriptor reaches the program at its number, and no other of ours does",
+          "[process]") {
+  int kept[2], other[2];
+  REQUIRE(::pipe2(kept, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(other, O_CLOEXEC) == 0);
+  SpawnRequest request;
+  request.program = "/bin/sh";
+  // The kept pipe's write end answers; the other's, close-on-exec, is not there to write to.
+  request.argv = {"sh", "-c",
+                  "echo kept >&" + std::to_string(kept[1]) + "; echo other >&" +
+                      std::to_string(other[1]) + " 2>/dev/null; exit 0"};
+  request.kept_fd = kept[1];
+  request.out = Stdio::pipe();
+  Child child = spawn(request);
+  REQUIRE(child.pid > 0);
+  CHECK(wait_for_exec(child) == 0);
+  // Still close-on-exec here: only the child's copy was cleared.
+  CHECK((::fcntl(kept[1], F_GETFD) & FD_CLOEXEC) != 0);
+  ::close(kept[1]);
+  ::close(other[1]);
+  CHECK(wait_for_exit(child.pid)->code == 0);
+  CHECK(read_to_end(kept[0]) == "kept\n");
+  CHECK(read_to_end(other[0]).empty());
+  ::close(child.out);
 }
 
 TEST_CASE("a child's signal mask is empty and its listed signals default, whatever ours are",

@@ -22,7 +22,7 @@ nlohmann::json answer_of(int ranks, const std::string& function) {
     s.threads.push_back(t);
     stacks.push_back(s);
   }
-  return node_answer(node, stacks, "/logs/run/stacks/t", "");
+  return node_answer(node, stacks, {}, "/logs/run/stacks/t", "");
 }
 
 }  // namespace
@@ -82,7 +82,7 @@ TEST_CASE("a node's answer is valid UTF-8 whatever bytes the stacks hold", "[sta
       {"stuck_here", "", 0, "/opt/\xe9t\xe9/lib.so", trainrun::stacks::FrameKind::native});
   s.threads.push_back(t);
   s.notes.push_back("gdb said \xff");
-  const nlohmann::json answer = node_answer(node, {s}, "/logs/\xfe", "");
+  const nlohmann::json answer = node_answer(node, {s}, {}, "/logs/\xfe", "");
   // Strict: the hang report and the job summary are built from this answer and dumped so.
   const std::string text = answer.dump();
   CHECK(answer.at("host") == "host\xef\xbf\xbd");

@@ -16,6 +16,8 @@
 #include <thread>
 
 #include "test_support.hpp"
+#include "trainrun/base/process.hpp"
+#include "trainrun/launch/workers/diagnosis.hpp"
 #include "trainrun/stacks/proc.hpp"
 
 using namespace trainrun::launch;
@@ -66,8 +68,8 @@ TEST_CASE("a collection is handed back on the loop, never from within the call",
   bool done = false;
   // As the agent's sockets do: the collection itself keeps no loop running.
   auto work = boost::asio::make_work_guard(io);
-  collector.collect({target.pid()}, [&](std::vector<stacks::Stack> s) {
-    got = std::move(s);
+  collector.collect({{target.pid()}}, [&](StackCollector::Collected c) {
+    got = std::move(c.stacks);
     done = true;
     work.reset();
   });
@@ -96,8 +98,8 @@ TEST_CASE("a collector that ends kills its running tool and drops its collection
   options.timeout = std::chrono::seconds(600);
   auto collector = std::make_unique<StackCollector>(io, options);
   int handed_back = 0;
-  collector->collect({target.pid()}, [&](std::vector<stacks::Stack>) { ++handed_back; });
-  collector->collect({target.pid()}, [&](std::vector<stacks::Stack>) { ++handed_back; });
+  collector->collect({{target.pid()}}, [&](StackCollector::Collected) { ++handed_back; });
+  collector->collect({{target.pid()}}, [&](StackCollector::Collected) { ++handed_back; });
   for (int i = 0; i < 6000 && ::access(started.c_str(), F_OK) != 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::ifstream pid_file(started);
@@ -112,4 +114,58 @@ TEST_CASE("a collector that ends kills its running tool and drops its collection
   CHECK_FALSE(still_runs(tool_pid));
   io.run_for(std::chrono::milliseconds(200));
   CHECK(handed_back == 0);
+}
+
+TEST_CASE("a Python worker with a diagnosis channel tells its own threads where no tool can",
+          "[stacks]") {
+  // A worker as the supervisor starts one: the bootstrap through its channel, then the script.
+  const std::string dir = trainrun::test::make_temp_dir("collector-diagnosis");
+  {
+    std::ofstream script(dir + "/job.py");
+    script << "import threading, time\n"
+              "def stuck_here():\n"
+              "    time.sleep(600)\n"
+              "threading.Thread(target=stuck_here, name='helper', daemon=True).start()\n"
+              "open('"
+           << dir
+           << "/ready', 'w').close()\n"
+              "stuck_here()\n";
+  }
+  auto channel = open_diagnosis_channel();
+  REQUIRE(channel);
+  trainrun::SpawnRequest request;
+  request.program = "/usr/bin/python3";
+  request.argv = {"python3", "-u", dir + "/job.py"};
+  const trainrun::Child child = trainrun::spawn(with_diagnosis_bootstrap(request, channel->worker));
+  REQUIRE(child.pid > 0);
+  REQUIRE(send_diagnosis_bootstrap(channel->agent));
+  ::close(channel->worker);
+  for (int i = 0; i < 3000 && ::access((dir + "/ready").c_str(), F_OK) != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  boost::asio::io_context io;
+  stacks::CollectOptions options;
+  options.path = trainrun::test::make_temp_dir("collector-diagnosis-no-tools");
+  StackCollector collector(io, options);
+  StackCollector::Collected got;
+  auto work = boost::asio::make_work_guard(io);
+  collector.collect({{child.pid, ::dup(channel->agent)}}, [&](StackCollector::Collected c) {
+    got = std::move(c);
+    work.reset();
+  });
+  io.run_for(std::chrono::seconds(60));
+  ::kill(child.pid, SIGKILL);
+  ::waitpid(child.pid, nullptr, 0);
+  ::close(channel->agent);
+  REQUIRE(got.stacks.size() == 1);
+  const stacks::Stack& stack = got.stacks[0];
+  CHECK(stack.tool == "trainrun");
+  REQUIRE(stack.threads.size() == 2);  // the channel's own thread left out
+  CHECK(stack.threads[0].tid == child.pid);
+  REQUIRE(stack.threads[0].frames.size() >= 2);
+  CHECK(stack.threads[0].frames[0].function == "stuck_here");
+  CHECK(stack.threads[0].frames[1].function == "<module>");
+  CHECK(stack.threads[1].name == "helper");
+  // No torch.distributed in that process: no flight recorder to read.
+  REQUIRE(got.recorders.size() == 1);
+  CHECK(got.recorders[0].is_null());
 }

@@ -188,6 +188,25 @@ TEST_CASE("the flight recorder's variables are set when the workers may use NCCL
   CHECK(worker_variables(t, job, 0, error_file, {}).count("TORCH_FR_BUFFER_SIZE") == 1);
 }
 
+TEST_CASE("torch 2.x workers without NCCL get the flight recorder's buffer, not its dumps") {
+  Topology t;
+  JobSettings job;
+  const std::string error_file = "/logs/run/attempt_0/0/error.json";
+  job.torch = TorchVersion{1, 13};
+  CHECK(worker_variables(t, job, 0, error_file, {}).count("NCCL_ASYNC_ERROR_HANDLING") == 1);
+  CHECK(worker_variables(t, job, 0, error_file, {}).count("TORCH_NCCL_TRACE_BUFFER_SIZE") == 0);
+  job.torch = TorchVersion{2, 15};
+  auto gloo = worker_variables(t, job, 0, error_file, {});
+  CHECK(gloo.at("TORCH_FR_BUFFER_SIZE") == "2000");
+  CHECK(gloo.count("TORCH_FR_DUMP_ON_TIMEOUT") == 0);
+  CHECK(gloo.count("TORCH_FR_DUMP_TEMP_FILE") == 0);
+  // 0 keeps it off: the user's setting, under either name, is left alone.
+  CHECK(worker_variables(t, job, 0, error_file, {{"TORCH_FR_BUFFER_SIZE", "0"}})
+            .count("TORCH_FR_BUFFER_SIZE") == 0);
+  job.torch = TorchVersion{2, 4};
+  CHECK(worker_variables(t, job, 0, error_file, {}).at("TORCH_NCCL_TRACE_BUFFER_SIZE") == "2000");
+}
+
 TEST_CASE("flight recorder dumps are named in one line") {
   CHECK(flight_recorder_line({}).empty());
   CHECK(flight_recorder_line({"/a/nccl_trace_rank_0", "/b/nccl_trace_rank_1"}) ==

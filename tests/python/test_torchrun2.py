@@ -69,12 +69,19 @@ def added(env):
     return {k: v for k, v in env.items() if ENV.get(k) != v}
 
 
+# What trainrun adds on purpose: the flight recorder's buffer, which every torch 2.x process
+# group fills (Gloo's too) and the hang report reads (docs/cli.md, "Hangs").
+RECORDER = {"TORCH_FR_BUFFER_SIZE": "2000"}
+
+
 def compare(ours, theirs, by_design=None):
     assert set(ours) == set(theirs)
     for rank in sorted(theirs):
         a, b = added(ours[rank]), added(theirs[rank])
         missing = set(b) - set(a)
         assert not missing, f"rank {rank}: torchrun 2.x sets {sorted(missing)}, trainrun does not"
+        for k, v in RECORDER.items():
+            assert a.pop(k, None) == v, (rank, k, a.get(k))
         extra = set(a) - set(b)
         assert not extra, f"rank {rank}: trainrun sets {sorted(extra)}, torchrun 2.x does not"
         for k in set(b) - FORM_ONLY:

@@ -55,6 +55,33 @@ TEST_CASE("py-spy's frames of a worker forked by --preload end where its script'
   CHECK(threads[1].frames.size() == 1);
 }
 
+TEST_CASE("py-spy's frames of a worker with a diagnosis channel: the script's, not the channel's") {
+  // The diagnosis bootstrap's frames lie outside the script's <module>; the thread that serves
+  // the channel is the launcher's, whatever it is doing when it is read.
+  const char* text = R"([
+  {"thread_name": "MainThread", "os_thread_id": 9,
+   "frames": [
+     {"name": "stuck_here", "filename": "/tmp/job.py", "module": null, "line": 8},
+     {"name": "<module>", "filename": "/tmp/job.py", "module": null, "line": 15},
+     {"name": "_run", "filename": "<trainrun>", "module": null, "line": 430},
+     {"name": "<module>", "filename": "<trainrun>", "module": null, "line": 460},
+     {"name": "<module>", "filename": "<string>", "module": null, "line": 1}]},
+  {"thread_name": "trainrun-diagnosis", "os_thread_id": 10,
+   "frames": [
+     {"name": "tracebacks", "filename": "<trainrun>", "module": null, "line": 99},
+     {"name": "_trainrun_diagnosis", "filename": "<trainrun>", "module": null, "line": 140},
+     {"name": "run", "filename": "/usr/lib/python3.11/threading.py", "module": null, "line": 9}]},
+  {"thread_name": "loader", "os_thread_id": 11,
+   "frames": [
+     {"name": "run", "filename": "/usr/lib/python3.11/threading.py", "module": null, "line": 9}]}
+  ])";
+  const auto threads = parse_py_spy_json(text);
+  REQUIRE(threads.size() == 2);
+  REQUIRE(threads[0].frames.size() == 2);
+  CHECK(describe(threads[0].frames[1]) == "<module> (/tmp/job.py:15)");
+  CHECK(threads[1].name == "loader");
+}
+
 TEST_CASE("eu-stack's frames with module and source line") {
   const char* text = R"(PID 1020 - process
 TID 1020:

@@ -218,6 +218,7 @@ pid_t fork_into(int cgroup_fd, bool& made_in_cgroup) {
     ::prctl(PR_SET_PDEATHSIG, r.death_signal);
     if (::getppid() != p.parent) ::_exit(127);  // the parent died before prctl took effect
   }
+  if (r.ptracer != 0) ::prctl(PR_SET_PTRACER, r.ptracer);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -240,6 +241,7 @@ pid_t fork_into(int cgroup_fd, bool& made_in_cgroup) {
   }
   for (int i = 0; i < 3; ++i)
     if (sources[i] >= 0 && ::dup2(sources[i], i) < 0) fail_in_child(p.report, errno);
+  if (r.kept_fd > 2 && ::fcntl(r.kept_fd, F_SETFD, 0) != 0) fail_in_child(p.report, errno);
   if (!r.cwd.empty() && ::chdir(r.cwd.c_str()) != 0) fail_in_child(p.report, errno);
   if (p.resolve_error != 0) fail_in_child(p.report, p.resolve_error);
   ::execve(p.program, p.argv, p.envp);

@@ -43,7 +43,9 @@ std::string where_of(const Frame& f) {
   return text;
 }
 
-std::string where_of(const Stack& stack) {
+}  // namespace
+
+std::string where_is(const Stack& stack) {
   const Thread* main = stack.main_thread();
   if (!main) return "no thread";
   for (FrameKind kind : {FrameKind::python, FrameKind::native})
@@ -52,6 +54,8 @@ std::string where_of(const Stack& stack) {
   if (!main->frames.empty()) return where_of(main->frames.front());
   return signature(stack).front().function;
 }
+
+namespace {
 
 std::string frame_label(const Frame& f) {
   if (!f.function.empty()) return f.function;
@@ -170,7 +174,7 @@ std::vector<Suspect> odd_ranks(const std::vector<Group>& groups,
     for (int rank : g.ranks) {
       for (const auto& rs : stacks) {
         if (rs.rank != rank) continue;
-        suspects.push_back({rank, rs.host, where_of(rs.stack)});
+        suspects.push_back({rank, rs.host, where_is(rs.stack)});
         break;
       }
     }

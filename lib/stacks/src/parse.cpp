@@ -70,6 +70,20 @@ std::string_view skip_address(std::string_view s) {
 
 }  // namespace
 
+bool keep_workers_frames(Thread& thread) {
+  auto& frames = thread.frames;
+  const auto bootstrap = std::find_if(frames.begin(), frames.end(), [](const Frame& f) {
+    return f.kind == FrameKind::python &&
+           (f.file == kPreloadBootstrapFile || f.file == kBootstrapFile);
+  });
+  if (std::any_of(bootstrap, frames.end(), [](const Frame& f) {
+        return f.kind == FrameKind::python && f.function == kDiagnosisThreadFunction;
+      }))
+    return false;
+  frames.erase(bootstrap, frames.end());
+  return true;
+}
+
 std::vector<Thread> parse_py_spy_json(std::string_view text) {
   const auto doc = nlohmann::json::parse(text, nullptr, false);
   if (doc.is_discarded() || !doc.is_array()) throw std::runtime_error("not py-spy's JSON");
@@ -97,14 +111,7 @@ std::vector<Thread> parse_py_spy_json(std::string_view text) {
         }
         thread.frames.push_back(std::move(frame));
       }
-      auto& frames = thread.frames;
-      frames.erase(std::find_if(frames.begin(), frames.end(),
-                                [](const Frame& f) {
-                                  return f.kind == FrameKind::python &&
-                                         f.file == kPreloadBootstrapFile;
-                                }),
-                   frames.end());
-      threads.push_back(std::move(thread));
+      if (keep_workers_frames(thread)) threads.push_back(std::move(thread));
     }
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(std::string("unexpected py-spy JSON: ") + e.what());

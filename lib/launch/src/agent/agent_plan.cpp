@@ -118,6 +118,9 @@ WorkerLaunch worker_launch(const LaunchConfig& config, const std::string& progra
   w.output = plan_output(config, local_rank, rank_dir);
   w.prefix = line_prefix(config.log_line_prefix_template, config.role,
                          topology.base_rank + local_rank, local_rank, host);
+  // torch 1.x has no flight recorder to read; a program that is not Python is not ours to start
+  // through a bootstrap.
+  w.diagnosis = config.entry_mode != EntryMode::executable && job.torch && job.torch->major >= 2;
   return w;
 }
 

@@ -128,8 +128,8 @@ void AgentWorkers::exited(int local_rank, pid_t pid, ExitStatus status) {
 NodeWorkers AgentWorkers::node_workers() const {
   NodeWorkers node{node_rank_,  topology_.group_world_size, host_, logs_.dir().run_dir(), {},
                    std::nullopt};
-  for (const auto& [local_rank, pid] : supervisor_.running_workers())
-    node.workers.push_back({topology_.base_rank + local_rank, local_rank, pid});
+  for (const auto& w : supervisor_.running_workers())
+    node.workers.push_back({topology_.base_rank + w.local_rank, w.local_rank, w.pid, w.diagnosis});
   return node;
 }
 

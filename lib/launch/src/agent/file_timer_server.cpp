@@ -183,15 +183,15 @@ void FileTimerServer::check() {
     reaping.push_back({std::move(expired), *worker});
   }
   if (!reaping.empty()) {
-    std::vector<pid_t> pids;
-    for (const Reaping& r : reaping) pids.push_back(r.expired.pid);
+    std::vector<StackCollector::Target> targets;
+    for (const Reaping& r : reaping) targets.push_back({r.expired.pid});
     const int collection = collections_++;
     reaping_[collection] = std::move(reaping);
     // Each tool may take seconds: the loop (a stop of the job among the rest) goes on meanwhile.
-    collector_.collect(std::move(pids), [this, collection](std::vector<stacks::Stack> stacks) {
+    collector_.collect(std::move(targets), [this, collection](StackCollector::Collected c) {
       const std::vector<Reaping> done = std::move(reaping_.at(collection));
       reaping_.erase(collection);
-      for (std::size_t i = 0; i < done.size(); ++i) reap(done[i], std::move(stacks[i]));
+      for (std::size_t i = 0; i < done.size(); ++i) reap(done[i], std::move(c.stacks[i]));
     });
   }
   arm();

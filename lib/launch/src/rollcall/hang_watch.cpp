@@ -110,6 +110,12 @@ HangReport hang_report(const nlohmann::json& reply, double quiet_s) {
     report.line = "no rank stands out: " + where;
   }
   report.text = format_roll_call(reply);
+  // The collectives say which rank is behind, where stacks alone cannot (two ranks, each in a
+  // place of its own): that rank is the hang's cause.
+  const CollectivesVerdict verdict = collectives_verdict(reply);
+  if (!verdict.behind.empty() ||
+      (suspects.empty() && !verdict.lines.empty() && verdict.lines.front().rfind("note:", 0) != 0))
+    report.line = verdict.lines.front();
   nlohmann::json suspects_json = nlohmann::json::array();
   for (const auto& s : suspects)
     suspects_json.push_back({{"rank", s.rank}, {"host", s.host}, {"where", s.where}});
@@ -117,7 +123,12 @@ HangReport hang_report(const nlohmann::json& reply, double quiet_s) {
                  {"line", report.line},
                  {"suspects", std::move(suspects_json)},
                  {"groups", stacks::groups_json(groups)}};
-  if (!suspects.empty()) {
+  if (!verdict.json.is_null()) report.json["collectives"] = verdict.json;
+  if (!verdict.behind.empty()) {
+    report.rank = verdict.behind.front();
+    for (const auto& rs : ranks)
+      if (rs.rank == report.rank) report.host = rs.host;
+  } else if (!suspects.empty()) {
     report.rank = suspects.front().rank;
     report.host = suspects.front().host;
   } else if (!groups.empty() && !groups.front().ranks.empty()) {

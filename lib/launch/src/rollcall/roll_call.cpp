@@ -1,5 +1,4 @@
 #include "trainrun/launch/rollcall/roll_call.hpp"
-#include "trainrun/base/system.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -15,10 +14,12 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
 
 #include "trainrun/base/numbers.hpp"
+#include "trainrun/base/system.hpp"
 #include "trainrun/base/text.hpp"
 #include "trainrun/base/wording.hpp"
 #include "trainrun/launch/core/errors.hpp"
@@ -77,15 +78,20 @@ std::chrono::milliseconds stack_tool_timeout(const char* value) {
 }
 
 nlohmann::json node_answer(const NodeWorkers& node, const std::vector<stacks::Stack>& stacks,
-                           const std::string& dumps, const std::string& error) {
+                           const std::vector<nlohmann::json>& recorders, const std::string& dumps,
+                           const std::string& error) {
   nlohmann::json ranks = nlohmann::json::array();
   for (std::size_t i = 0; i < node.workers.size() && i < stacks.size(); ++i) {
     nlohmann::json stack = stacks[i];
     stack["raw"] = "";  // in the dumps, not on the wire
-    ranks.push_back({{"rank", node.workers[i].rank},
-                     {"local_rank", node.workers[i].local_rank},
-                     {"pid", node.workers[i].pid},
-                     {"stack", std::move(stack)}});
+    nlohmann::json rank = {{"rank", node.workers[i].rank},
+                           {"local_rank", node.workers[i].local_rank},
+                           {"pid", node.workers[i].pid},
+                           {"stack", std::move(stack)}};
+    // What crosses the network of the rank's flight recorder: its last collectives per group.
+    if (i < recorders.size() && !recorders[i].is_null())
+      rank["collectives"] = compact_collectives(recorders[i]);
+    ranks.push_back(std::move(rank));
   }
   nlohmann::json answer = {{"node", node.node}, {"nodes", node.nodes},       {"host", node.host},
                            {"dumps", dumps},    {"ranks", std::move(ranks)}, {"error", error}};
@@ -159,6 +165,20 @@ std::vector<stacks::RankStack> roll_call_ranks(const nlohmann::json& reply) {
   return ranks;
 }
 
+CollectivesVerdict collectives_verdict(const nlohmann::json& reply) {
+  std::map<int, nlohmann::json> compact;
+  for (const auto& node : reply.at("nodes"))
+    for (const auto& r : node.value("ranks", nlohmann::json::array()))
+      if (r.contains("collectives") && r.contains("rank"))
+        compact[r.at("rank").get<int>()] = r.at("collectives");
+  std::vector<RankCollectives> ranks;
+  for (const auto& rs : roll_call_ranks(reply))
+    if (const auto it = compact.find(rs.rank); it != compact.end())
+      ranks.push_back({rs.rank, rs.host, it->second, stacks::where_is(rs.stack)});
+  if (ranks.empty()) return {};
+  return judge_collectives(ranks);
+}
+
 std::string format_roll_call(const nlohmann::json& reply) {
   const std::vector<stacks::RankStack> ranks = roll_call_ranks(reply);
   std::vector<std::string> lines_after;
@@ -191,8 +211,16 @@ std::string format_roll_call(const nlohmann::json& reply) {
                                 escape_control(reply.at("run_id").get<std::string>()),
                                 count_of(ranks.size(), "rank"), count_of(nodes.size(), "node"));
   out += stacks::format_groups(groups);
+  // A rank behind the others in their collectives is the finding; the stacks' odd rank only
+  // where the collectives name none.
+  const CollectivesVerdict verdict = collectives_verdict(reply);
+  if (!verdict.table.empty()) {
+    out += "collectives (flight recorder):\n";
+    for (const auto& line : verdict.table) out += "  " + escape_control(line) + "\n";
+  }
+  for (const auto& line : verdict.lines) out += escape_control(line) + "\n";
   const std::string suspects = stacks::describe_suspects(stacks::odd_ranks(groups, ranks), groups);
-  if (!suspects.empty()) out += suspects + "\n";
+  if (!suspects.empty() && verdict.behind.empty()) out += suspects + "\n";
   for (const auto& note : notes) out += "note: " + note + "\n";
   for (const auto& line : lines_after) out += line + "\n";
   return out;
@@ -313,16 +341,18 @@ void RollCall::answer(Answer done) {
   if (waiting_.size() > 1) return;  // a collection runs: its result is this request's too
   collecting_ = workers_();
   if (collecting_.workers.empty()) {
-    collected({});
+    collected({}, {});
     return;
   }
-  std::vector<pid_t> pids;
-  for (const auto& w : collecting_.workers) pids.push_back(w.pid);
-  collector_.collect(std::move(pids),
-                     [this](std::vector<stacks::Stack> stacks) { collected(std::move(stacks)); });
+  std::vector<StackCollector::Target> targets;
+  for (const auto& w : collecting_.workers)
+    targets.push_back({w.pid, w.diagnosis >= 0 ? ::fcntl(w.diagnosis, F_DUPFD_CLOEXEC, 3) : -1});
+  collector_.collect(std::move(targets), [this](StackCollector::Collected c) {
+    collected(std::move(c.stacks), std::move(c.recorders));
+  });
 }
 
-void RollCall::collected(std::vector<stacks::Stack> stacks) {
+void RollCall::collected(std::vector<stacks::Stack> stacks, std::vector<nlohmann::json> recorders) {
   std::string dumps, error;
   if (collecting_.workers.empty()) {
     error = "no worker is running now (between attempts, or the job is ending)";
@@ -339,7 +369,7 @@ void RollCall::collected(std::vector<stacks::Stack> stacks) {
       error = fmt::format("the dumps could not be written: {}", e.what());
     }
   }
-  const nlohmann::json mine = node_answer(collecting_, stacks, dumps, error);
+  const nlohmann::json mine = node_answer(collecting_, stacks, recorders, dumps, error);
   for (auto& done : std::exchange(waiting_, {})) done(mine);
 }
 

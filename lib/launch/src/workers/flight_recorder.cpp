@@ -25,11 +25,11 @@ constexpr Setting kSettings[] = {
 
 std::map<std::string, std::string> flight_recorder_variables(
     const std::string& rank_dir, const std::map<std::string, std::string>& inherited,
-    const std::optional<TorchVersion>& torch) {
+    const std::optional<TorchVersion>& torch, bool nccl) {
   const std::string values[] = {"2000", "1", rank_dir + "/" + kFlightRecorderPrefix};
   const bool newer = torch && torch->at_least(2, 8);
   std::map<std::string, std::string> v;
-  for (size_t i = 0; i < std::size(kSettings); ++i)
+  for (size_t i = 0; i < (nccl ? std::size(kSettings) : 1); ++i)
     if (!inherited.count(kSettings[i].name) && !inherited.count(kSettings[i].newer))
       v[newer ? kSettings[i].newer : kSettings[i].name] = values[i];
   return v;

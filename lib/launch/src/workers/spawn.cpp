@@ -1,6 +1,7 @@
 #include "spawn.hpp"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include "trainrun/launch/workers/descriptors.hpp"
 
@@ -27,6 +28,9 @@ SpawnRequest worker_spawn_request(const std::string& program, const std::vector<
   r.cgroup_fd = cgroup_fd;
   r.cpus = cpus;
   r.descriptor_limit = original_descriptor_limit();
+  // Under Yama's ptrace_scope=1 (Ubuntu's default) only an ancestor may attach: the stack tools
+  // the agent starts for --stacks and a hang are its children, not the worker's ancestors.
+  r.ptracer = ::getpid();
   return r;
 }
 

@@ -14,6 +14,7 @@
 #include "spawn.hpp"
 #include "trainrun/base/processes.hpp"
 #include "trainrun/launch/core/log.hpp"
+#include "trainrun/launch/workers/diagnosis.hpp"
 #include "trainrun/launch/workers/entrypoint.hpp"
 #include "trainrun/launch/workers/worker_count.hpp"
 #include "trainrun/launch/workers/worker_env.hpp"
@@ -74,6 +75,7 @@ Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console&
 
 void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on_exit) {
   on_exit_ = std::move(on_exit);
+  close_channels();
   workers_.clear();
   output_.reset();
   // Every worker is forked before we wait for any exec to succeed, so a large group starts in
@@ -102,18 +104,21 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     }
     std::optional<SpawnError> lost_template;
     Child s;
+    int diagnosis = w.diagnosis ? 0 : -1;
     try {
       s = start_worker(
           worker_spawn_request(w.program, w.argv, w.envp, streams.out.child, streams.err.child,
                                cgroup_ ? cgroup_->fd() : -1, w.cpus),
-          w.local_rank);
+          w.local_rank, diagnosis);
     } catch (const SpawnError& e) {
       lost_template = e;
     }
     if (s.pid > 0) {
       watchdog_.add_group(s.pid);
-      workers_.push_back({w.local_rank, w.rank, s.pid, true, false});
+      workers_.push_back({w.local_rank, w.rank, s.pid, true, false, diagnosis});
       spawned.push_back(s);
+    } else if (diagnosis >= 0) {
+      ::close(diagnosis);
     }
     output_.start(streams, w.output, w.local_rank, w.prefix);
     if (lost_template) fail(*lost_template);
@@ -124,10 +129,32 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
       fail(exec_error(launches[i].program, exec_errno));
 }
 
-Child Supervisor::start_worker(const SpawnRequest& request, int local_rank) {
-  if (warm_)
-    if (std::optional<Child> forked = warm_->start(request, local_rank)) return *forked;
-  return spawn(request);
+// `diagnosis`: -1 for a worker without a diagnosis channel; otherwise set to our end of its
+// channel, or to -1 where none could be made (the worker then starts without one).
+Child Supervisor::start_worker(SpawnRequest request, int local_rank, int& diagnosis) {
+  std::optional<DiagnosisChannel> channel;
+  if (diagnosis >= 0) channel = open_diagnosis_channel();
+  diagnosis = channel ? channel->agent : -1;
+  if (channel) request.kept_fd = channel->worker;
+  std::optional<Child> forked;
+  try {
+    if (warm_) forked = warm_->start(request, local_rank);
+  } catch (const SpawnError&) {
+    if (channel) ::close(channel->worker), ::close(channel->agent), diagnosis = -1;
+    throw;
+  }
+  if (!forked) {
+    if (channel) request = with_diagnosis_bootstrap(std::move(request), channel->worker);
+    forked = spawn(request);
+    if (channel && forked->pid > 0) send_diagnosis_bootstrap(channel->agent);
+  }
+  if (channel) ::close(channel->worker);
+  return *forked;
+}
+
+void Supervisor::close_channels() {
+  for (auto& w : workers_)
+    if (w.diagnosis >= 0) ::close(w.diagnosis), w.diagnosis = -1;
 }
 
 void Supervisor::reap() {
@@ -204,10 +231,10 @@ std::string Supervisor::stderr_tail(int local_rank) const {
   return output_.stderr_tail(local_rank);
 }
 
-std::vector<std::pair<int, pid_t>> Supervisor::running_workers() const {
-  std::vector<std::pair<int, pid_t>> out;
+std::vector<RunningWorker> Supervisor::running_workers() const {
+  std::vector<RunningWorker> out;
   for (const auto& w : workers_)
-    if (w.running) out.emplace_back(w.local_rank, w.pid);
+    if (w.running) out.push_back({w.local_rank, w.pid, w.diagnosis});
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include "template_bootstrap.hpp"
 
+#include <string>
+
 namespace trainrun::launch {
 
 // Read from the standard input (kTemplateLoader) before anything else comes there: a worker
@@ -15,17 +17,27 @@ namespace trainrun::launch {
 // count and its items (a length and the bytes): argv, environment, working directory (none or
 // one), settings (session 2 / group 1 / neither 0, death signal, descriptor limit or -1, each
 // standard stream's kind: 0 the next descriptor passed, 1 /dev/null, 2 closed; whether a
-// cgroup's directory descriptor follows), the signals set back to default, the CPUs.
-// Descriptors: the streams of kind 0, the cgroup's directory, and last the exec report's write
-// end.
+// cgroup's directory descriptor follows; whether the diagnosis channel follows), the signals set
+// back to default, the CPUs. Descriptors: the streams of kind 0, the cgroup's directory, the
+// diagnosis channel, and last the exec report's write end.
 const char* const kTemplateLoader =
     "import sys; exec(compile(sys.stdin.buffer.read(int(sys.argv.pop(1))), '<trainrun --preload>', "
     "'exec'))";
 
-const char* const kTemplateBootstrap = R"py(
+// A worker started the ordinary way runs diagnosis_bootstrap() before its command: `python
+// OPTIONS -c kDiagnosisLoader FD SIZE COMMAND...` reads SIZE bytes of it from FD, its diagnosis
+// channel (workers/diagnosis.hpp), where the agent wrote them.
+const char* const kDiagnosisLoader =
+    "import sys, socket; _c = socket.socket(fileno=int(sys.argv[1])); "
+    "_b = _c.recv(int(sys.argv[2]), socket.MSG_WAITALL); _c.detach(); del _c; "
+    "exec(compile(_b, '<trainrun>', 'exec'))";
+
+namespace {
+
+// What both programs share: how Python's main finds the command, and runs it.
+const char* const kCommand = R"py(
 import os, sys
 
-_BOOTSTRAP = "<trainrun --preload>"
 
 
 def _command(argv, prefix):
@@ -65,7 +77,84 @@ def _flush():
             pass
 
 
-def _template():
+)py";
+
+// The diagnosis channel's server: a thread of the worker's own.
+const char* const kDiagnosis = R"py(def _serve_diagnosis(fd):
+    # trainrun's diagnosis channel (workers/diagnosis.hpp): a thread that answers each request
+    # byte from the agent on `fd` with this process's Python traceback of every thread and, once
+    # torch.distributed is loaded, its flight recorder's entries: what a hang report needs,
+    # without ptrace and without a change to the script. It imports nothing the script did not.
+    import socket, threading
+    channel = socket.socket(fileno=fd)
+    channel.set_inheritable(False)
+
+    def tracebacks():
+        import traceback
+        names = {t.ident: t.name for t in threading.enumerate()}
+        main, me = threading.main_thread().ident, threading.get_ident()
+        threads = []
+        for ident, frame in sys._current_frames().items():
+            if ident == me:
+                continue
+            frames = [[f.filename, f.lineno, f.name] for f in traceback.extract_stack(frame)]
+            threads.append({"id": ident, "name": names.get(ident, ""), "main": ident == main,
+                            "frames": frames[::-1]})
+        threads.sort(key=lambda t: not t["main"])
+        return threads
+
+    def recorder():
+        if "torch.distributed" not in sys.modules:
+            return None
+        import json
+        from torch._C import _distributed_c10d as c10d
+        dump = getattr(c10d, "_dump_fr_trace_json", None)
+        if dump is None:
+            return {"error": "this torch has no flight recorder to read"}
+        merged, errors = None, []
+        for backend in ("gloo", "nccl"):
+            try:
+                one = json.loads(dump(includeCollectives=True, onlyActive=False, backend=backend))
+            except Exception as e:
+                errors.append("{}: {}".format(backend, e))
+                continue
+            if merged is None:
+                merged = one
+            else:
+                merged.setdefault("entries", []).extend(one.get("entries", []))
+                for key in ("pg_config", "pg_status"):
+                    merged.setdefault(key, {}).update(one.get(key, {}))
+        return merged if merged is not None else {"error": "; ".join(errors)}
+
+    def _trainrun_diagnosis():
+        import json, struct
+        while True:
+            try:
+                if not channel.recv(1):
+                    return
+            except OSError:
+                return
+            reply = {}
+            for key, what in (("threads", tracebacks), ("flight_recorder", recorder)):
+                try:
+                    reply[key] = what()
+                except Exception as e:
+                    reply[key + "_error"] = "{}: {}".format(type(e).__name__, e)
+            data = json.dumps(reply, default=str).encode()
+            try:
+                channel.sendall(struct.pack("<I", len(data)) + data)
+            except OSError:
+                return
+
+    threading.Thread(target=_trainrun_diagnosis, name="trainrun-diagnosis", daemon=True).start()
+
+
+)py";
+
+const char* const kTemplate = R"py(_BOOTSTRAP = "<trainrun --preload>"
+
+
+def _prepare():
     # trainrun's --preload template (workers/warm_start.cpp): imports the modules once, then forks
     # a worker for each request on its standard input, a Unix socket to the agent. Only a forked
     # worker returns from here: with what it runs.
@@ -235,7 +324,7 @@ def _template():
     control.close()
     fds = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3) if fd <= 2 else fd for fd in fds]
     argv, env, cwd, settings, default_signals, cpus = fields
-    group, death_signal, limit, *streams, cgroup = [int(x) for x in settings]
+    group, death_signal, limit, *streams, cgroup, diagnosis = [int(x) for x in settings]
     report = fds[-1]
     # Once the intermediate has exited, this process is the agent's child.
     while os.getppid() == middle:
@@ -265,6 +354,7 @@ def _template():
             pass
     if death_signal:
         libc.prctl(1, death_signal, 0, 0, 0)  # PR_SET_PDEATHSIG
+    libc.prctl(0x59616D61, agent, 0, 0, 0)  # PR_SET_PTRACER: the agent's stack tools may attach
     if os.getppid() != agent:
         os._exit(127)  # the agent died before the death signal was set
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
@@ -284,8 +374,9 @@ def _template():
                     os.close(i)
                 except OSError:
                     pass
+        channel = fds[at + cgroup] if diagnosis else None
         for fd in set(fds[:-1] + [s for s in sources if s is not None]):
-            if fd > 2:
+            if fd > 2 and fd != channel:
                 os.close(fd)
         if cwd:
             os.chdir(cwd[0])
@@ -307,10 +398,32 @@ def _template():
         except Exception:
             pass
     os.close(report)
+    if channel is not None:
+        _serve_diagnosis(channel)
     return failed, _command(decoded, prefix)
 
 
-def _run(start):
+)py";
+
+const char* const kPlain = R"py(_BOOTSTRAP = "<trainrun>"
+
+
+def _prepare():
+    # A worker started the ordinary way (workers/diagnosis.cpp): `python OPTIONS -c LOADER FD
+    # SIZE COMMAND...`, FD the diagnosis channel this program came on. The command runs as
+    # `python OPTIONS COMMAND...` would run it.
+    fd = int(sys.argv[1])
+    at = sys.orig_argv.index("-c") if hasattr(sys, "orig_argv") else -1
+    if at >= 0:
+        sys.orig_argv = sys.orig_argv[:at] + sys.orig_argv[at + 4 :]
+    kind, target, sys.argv = _command(sys.argv[3:], 0)
+    _serve_diagnosis(fd)
+    return None, (kind, target, sys.argv)
+
+
+)py";
+
+const char* const kRun = R"py(def _run(start):
     # As Python's main runs the command: in a fresh __main__ module.
     import types
     failed, (kind, target, argv) = start
@@ -340,7 +453,7 @@ def _run(start):
     exec(code, main.__dict__)
 
 
-_start = _template()
+_start = _prepare()
 try:
     _run(_start)
 except SystemExit:
@@ -359,5 +472,17 @@ except BaseException as _error:
     sys.excepthook(type(_error), _error, _error.__traceback__)
     sys.exit(1)
 )py";
+
+}  // namespace
+
+const std::string& template_bootstrap() {
+  static const std::string program = std::string(kCommand) + kDiagnosis + kTemplate + kRun;
+  return program;
+}
+
+const std::string& diagnosis_bootstrap() {
+  static const std::string program = std::string(kCommand) + kDiagnosis + kPlain + kRun;
+  return program;
+}
 
 }  // namespace trainrun::launch

@@ -142,7 +142,7 @@ void WarmStart::prepare(const SpawnRequest& shared, std::chrono::milliseconds wa
     request.argv = options_;
     request.argv.insert(
         request.argv.end(),
-        {"-c", kTemplateLoader, std::to_string(std::strlen(kTemplateBootstrap)), joined(modules_),
+        {"-c", kTemplateLoader, std::to_string(template_bootstrap().size()), joined(modules_),
          std::to_string(end), std::string(kJobMarkerEntry.substr(0, kJobMarkerEntry.size() - 1))});
     request.argv.insert(request.argv.end(), shared.argv.begin() + static_cast<std::ptrdiff_t>(end),
                         shared.argv.end());
@@ -158,7 +158,7 @@ void WarmStart::prepare(const SpawnRequest& shared, std::chrono::milliseconds wa
     // Read before anything else comes on the socket; the socket's buffer holds it whole or the
     // write waits for the interpreter to read.
     if (child.pid > 0 && exec_errno == 0)
-      write_all(fds[0], kTemplateBootstrap, std::strlen(kTemplateBootstrap));
+      write_all(fds[0], template_bootstrap().data(), template_bootstrap().size());
     if (child.pid <= 0 || exec_errno != 0) {
       ::close(fds[0]);
       if (child.pid > 0) wait_for_exit(child.pid);
@@ -239,6 +239,9 @@ std::optional<Child> WarmStart::start(const SpawnRequest& r, int local_rank) {
   }
   settings.push_back(r.cgroup_fd >= 0 ? "1" : "0");
   if (r.cgroup_fd >= 0) fds.push_back(r.cgroup_fd);
+  // The kept descriptor of a worker is its diagnosis channel (diagnosis.hpp).
+  settings.push_back(r.kept_fd > 2 ? "1" : "0");
+  if (r.kept_fd > 2) fds.push_back(r.kept_fd);
   int report[2];
   if (!make_pipe(report)) {
     Child failed;

@@ -91,10 +91,14 @@ std::map<std::string, std::string> worker_variables(
     v["NCCL_ASYNC_ERROR_HANDLING"] = "1";
   if (t.local_world_size > 1 && !inherited.count("OMP_NUM_THREADS")) v["OMP_NUM_THREADS"] = "1";
   if (!job.heartbeat_file.empty()) v[kHeartbeatFileVariable] = job.heartbeat_file;
-  if (job.may_use_nccl) {
-    // Its dumps go to the worker's own log directory, where the error file is.
+  // Every torch 2.x process group records its collectives, Gloo's too, once the buffer has a
+  // size: the roll call reads them (a hang's rank behind). NCCL's dumps go to the worker's own log
+  // directory, where the error file is.
+  if (job.may_use_nccl || (job.torch && job.torch->major >= 2)) {
     const std::string rank_dir = error_file.substr(0, error_file.rfind('/'));
-    for (auto& [name, value] : flight_recorder_variables(rank_dir, inherited, job.torch)) v[name] = value;
+    for (auto& [name, value] :
+         flight_recorder_variables(rank_dir, inherited, job.torch, job.may_use_nccl))
+      v[name] = value;
   }
   return v;
 }

@@ -86,6 +86,12 @@ struct SpawnRequest {
   std::set<int> cpus;
   // The soft RLIMIT_NOFILE it gets; nullopt: ours.
   std::optional<std::uint64_t> descriptor_limit;
+  // A descriptor of ours (above 2) that the program gets at the same number: its close-on-exec
+  // flag is cleared in the child only. -1: none (every descriptor of ours is close-on-exec).
+  int kept_fd = -1;
+  // The process (with its descendants) that may ptrace the child where Yama's ptrace_scope is 1
+  // (PR_SET_PTRACER, which survives exec); 0: none. Without Yama the call fails and is ignored.
+  pid_t ptracer = 0;
 };
 
 // Every signal whose disposition can be set (for SpawnRequest::default_signals).

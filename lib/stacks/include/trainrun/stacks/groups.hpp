@@ -49,6 +49,11 @@ struct Suspect {
   std::string where;  // "stuck_here() (train.py:41)"
 };
 
+// Where a stack's main thread is: the innermost frame of the user's code, a Python frame outside
+// the standard library and site-packages, or a native frame outside the system's libraries; else
+// the innermost frame; else its system call. "stuck_here() (train.py:41)".
+std::string where_is(const Stack& stack);
+
 // The odd ranks: the members of the smallest group(s) when all other ranks are in one group,
 // larger than those; none when all agree or no group stands out (two halves, three ways).
 // `where` is the innermost frame of the user's code in that rank's main thread: a Python frame

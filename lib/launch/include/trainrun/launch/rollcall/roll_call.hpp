@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "trainrun/launch/rollcall/collectives.hpp"
 #include "trainrun/launch/rollcall/job_registry.hpp"
 #include "trainrun/launch/rollcall/stack_collector.hpp"
 #include "trainrun/stacks/collect.hpp"
@@ -26,6 +27,9 @@ struct NodeWorkers {
     int rank = 0;
     int local_rank = 0;
     pid_t pid = 0;
+    // The agent's end of its diagnosis channel (workers/diagnosis.hpp), -1: none. Owned by the
+    // supervisor: a collection asks on a duplicate of its own.
+    int diagnosis = -1;
   };
   int node = -1;
   int nodes = 1;  // the job's nodes in this attempt
@@ -37,10 +41,12 @@ struct NodeWorkers {
 };
 
 // One node's answer: {"node", "nodes", "host", "dumps", "ranks": [{"rank", "local_rank", "pid",
-// "stack"}], "error"}, and "quiet_s" where the node has it; the stacks without the tools' raw
-// output, which stays in the dumps.
+// "stack", "collectives"}], "error"}, and "quiet_s" where the node has it; the stacks without the
+// tools' raw output, which stays in the dumps; "collectives" (compact_collectives of the rank's
+// flight recorder, `recorders[i]`) only for a rank whose recorder was asked for.
 nlohmann::json node_answer(const NodeWorkers& node, const std::vector<stacks::Stack>& stacks,
-                           const std::string& dumps, const std::string& error);
+                           const std::vector<nlohmann::json>& recorders, const std::string& dumps,
+                           const std::string& error);
 
 // `answer` (a node_answer) as JSON text of at most `max_bytes`: when longer, the stacks of the
 // ranks are left out, the last rank first, until it fits, and its "error" says how many (they are
@@ -60,6 +66,11 @@ std::chrono::milliseconds stack_tool_timeout(const char* value);
 // others were not asked (`not_asked`, empty when they were). Pure; throws nlohmann::json::exception
 // for a reply of another shape.
 std::string format_roll_call(const nlohmann::json& reply);
+
+// The ranks' flight recorders of such a reply compared (judge_collectives): those with
+// "collectives" in it (Python workers of torch 2.x). Empty when no rank has them. Pure; throws
+// nlohmann::json::exception for a reply of another shape.
+CollectivesVerdict collectives_verdict(const nlohmann::json& reply);
 
 // The ranks of such a reply, by rank, each named by its host ("host (node N)" on a job of several
 // nodes). Pure; throws nlohmann::json::exception for a reply of another shape.
@@ -98,7 +109,7 @@ class RollCall {
  private:
   void accept();
   void serve(std::shared_ptr<boost::asio::local::stream_protocol::socket> peer);
-  void collected(std::vector<stacks::Stack> stacks);
+  void collected(std::vector<stacks::Stack> stacks, std::vector<nlohmann::json> recorders);
 
   boost::asio::io_context& io_;
   JobRegistration registration_;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
@@ -21,9 +22,24 @@ namespace trainrun::launch {
 // collector's own, started with its first collection, one collection after another; each result
 // is handed back on the loop, which goes on meanwhile. The owner keeps the loop running (a
 // pending collection holds no work of its own: a loop's last run does not wait for a tool).
+// A worker with a diagnosis channel (workers/diagnosis.hpp) is asked on it first: its flight
+// recorder, and its Python traceback of every thread where no tool can read its stack (ptrace
+// not allowed).
 class StackCollector {
  public:
-  using Done = std::function<void(std::vector<stacks::Stack>)>;
+  struct Target {
+    pid_t pid = 0;
+    // A duplicate of the agent's end of its diagnosis channel, which the collection closes; -1:
+    // none.
+    int diagnosis = -1;
+  };
+  struct Collected {
+    std::vector<stacks::Stack> stacks;  // in the order of the targets
+    // Each target's flight recorder dump as torch gave it; {"error": why} where it could not be
+    // read; null where it has no channel or had no process group yet.
+    std::vector<nlohmann::json> recorders;
+  };
+  using Done = std::function<void(Collected)>;
 
   StackCollector(boost::asio::io_context& io, stacks::CollectOptions options);
   // Kills the tool that runs (as on its timeout, the process sent SIGCONT), joins the thread, and
@@ -32,12 +48,12 @@ class StackCollector {
   StackCollector(const StackCollector&) = delete;
   StackCollector& operator=(const StackCollector&) = delete;
 
-  // The stacks of `pids`, in their order, to `done` on the loop (never from within this call).
-  void collect(std::vector<pid_t> pids, Done done);
+  // The stacks of `targets`, in their order, to `done` on the loop (never from within this call).
+  void collect(std::vector<Target> targets, Done done);
 
  private:
   struct Collection {
-    std::vector<pid_t> pids;
+    std::vector<Target> targets;
     Done done;
   };
   void run();

@@ -33,6 +33,15 @@ struct WorkerLaunch {
   OutputPlan output;
   std::string prefix;  // console prefix for tee'd lines
   std::set<int> cpus;  // its CPU affinity (--numa-binding, numa_binding.hpp); empty: inherited
+  // A Python worker of torch 2.x: it gets a diagnosis channel (diagnosis.hpp).
+  bool diagnosis = false;
+};
+
+// A worker that runs, as the roll call asks for it.
+struct RunningWorker {
+  int local_rank = 0;
+  pid_t pid = -1;
+  int diagnosis = -1;  // our end of its diagnosis channel (the supervisor's); -1: none
 };
 
 // Starts, signals and reaps one node's group of workers. Each worker leads its own process
@@ -48,6 +57,7 @@ class Supervisor {
   // them (warm_start.hpp) where it can be, else spawned.
   Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console& out, Console& err,
              std::vector<std::string> preload = {});
+  ~Supervisor() { close_channels(); }
 
   // Starts every worker. On failure, kills those already started and throws SpawnError.
   void start(const std::vector<WorkerLaunch>& workers, ExitHandler on_exit);
@@ -73,7 +83,7 @@ class Supervisor {
   void abort_workers();
   size_t running() const;
   // (local rank, pid) of each worker still running.
-  std::vector<std::pair<int, pid_t>> running_workers() const;
+  std::vector<RunningWorker> running_workers() const;
   // The local rank of the running worker whose process is `pid`, or whose process group holds it.
   std::optional<int> local_rank_of(pid_t pid) const;
   // After every worker has ended: stops what they left behind (the rest of their process groups,
@@ -93,12 +103,14 @@ class Supervisor {
     pid_t pid = -1;
     bool running = false;
     bool stop_named = false;  // its current job-control stop was named; a SIGCONT clears it
+    int diagnosis = -1;       // our end of its diagnosis channel
   };
+  void close_channels();
   void worker_stopped(Worker& worker, int sig);
   bool leftovers(bool signal, int sig);
   void finish_step();
   void name_leftovers();
-  Child start_worker(const SpawnRequest& request, int local_rank);
+  Child start_worker(SpawnRequest request, int local_rank, int& diagnosis);
 
   Watchdog& watchdog_;
   std::unique_ptr<JobCgroup> cgroup_;  // null where the kernel does not let us make one

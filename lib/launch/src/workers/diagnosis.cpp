@@ -1,0 +1,33 @@
+#include "trainrun/launch/workers/diagnosis.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "template_bootstrap.hpp"
+#include "trainrun/launch/core/file_io.hpp"
+#include "trainrun/launch/workers/entrypoint.hpp"
+
+namespace trainrun::launch {
+
+std::optional<DiagnosisChannel> open_diagnosis_channel() {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return std::nullopt;
+  return DiagnosisChannel{fds[0], fds[1]};
+}
+
+SpawnRequest with_diagnosis_bootstrap(SpawnRequest request, int worker_fd) {
+  const std::size_t end = python_options_end(request.argv);
+  if (end >= request.argv.size()) return request;
+  request.argv.insert(request.argv.begin() + static_cast<std::ptrdiff_t>(end),
+                      {"-c", kDiagnosisLoader, std::to_string(worker_fd),
+                       std::to_string(diagnosis_bootstrap().size())});
+  request.kept_fd = worker_fd;
+  return request;
+}
+
+bool send_diagnosis_bootstrap(int agent_fd) {
+  // The socket's buffer (hundreds of KiB) holds the program whole: this never waits.
+  return write_all(agent_fd, diagnosis_bootstrap().data(), diagnosis_bootstrap().size());
+}
+
+}  // namespace trainrun::launch
