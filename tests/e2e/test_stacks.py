@@ -316,3 +316,43 @@ def test_a_worker_in_uninterruptible_sleep_is_not_left_stopped(tmp_path, worker,
     assert code == 0, (tmp_path / "job.err").read_text()
     assert "worker ran on" in (tmp_path / "job.err").read_text()
     assert f"process {pid} (state D) could hold the stop of a tool" in r.stdout, r.stdout
+
+
+YAMA = "/proc/sys/kernel/yama/ptrace_scope"
+
+
+@pytest.mark.skipif(not PY_SPY, reason="py-spy is not installed (scripts/setup.sh --tests)")
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(YAMA) or not os.access(YAMA, os.W_OK),
+                    reason="needs root and a kernel with Yama whose ptrace_scope the test may set")
+def test_a_user_who_is_not_root_gets_py_spy_stacks_under_ptrace_scope_1(tmp_path):
+    # Ubuntu's default: only an ancestor may ptrace. The stack tools are the agent's children,
+    # not the workers' ancestors: each worker names its agent its ptracer (PR_SET_PTRACER).
+    user = "nobody"
+    tmp_path.chmod(0o777)
+    spy = tmp_path / "py-spy"
+    shutil.copy(PY_SPY, spy)
+    spy.chmod(0o755)
+    before = open(YAMA).read().strip()
+    with open(YAMA, "w") as f:
+        f.write("1")
+    env = dict(os.environ, TRAINRUN_RUNTIME_DIR=str(tmp_path / "rt"), PYTHON_EXEC=PY,
+               PATH=f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+    release, ready = tmp_path / "job.release", tmp_path / "job.ready"
+    ready.mkdir()
+    ready.chmod(0o777)
+    as_user = ["runuser", "-u", user, "--"]
+    job = subprocess.Popen([*as_user, TRAINRUN, "--nproc-per-node=2", JOB, str(release),
+                            str(ready)], env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        wait_ready(ready, 2, [job])
+        r = subprocess.run([*as_user, TRAINRUN, "--stacks"], env=env, capture_output=True,
+                           text=True, timeout=120, cwd=tmp_path)
+    finally:
+        release.touch()
+        job.wait(timeout=120)
+        with open(YAMA, "w") as f:
+            f.write(before)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^rank 1 \(1\): stuck_here <- <module>$", r.stdout, re.M), r.stdout
+    assert "Permission Denied" not in r.stdout and "permission denied" not in r.stdout, r.stdout
