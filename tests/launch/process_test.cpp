@@ -169,9 +169,11 @@ TEST_CASE("a kept descriptor reaches the program at its number, and no other of 
   SpawnRequest request;
   request.program = "/bin/sh";
   // The kept pipe's write end answers; the other's, close-on-exec, is not there to write to.
+  // Through /proc: a shell's ">&N" takes one digit only.
   request.argv = {"sh", "-c",
-                  "echo kept >&" + std::to_string(kept[1]) + "; echo other >&" +
-                      std::to_string(other[1]) + " 2>/dev/null; exit 0"};
+                  "echo kept > /proc/self/fd/" + std::to_string(kept[1]) +
+                      "; echo other 2>/dev/null > /proc/self/fd/" + std::to_string(other[1]) +
+                      "; exit 0"};
   request.kept_fd = kept[1];
   request.out = Stdio::pipe();
   Child child = spawn(request);
