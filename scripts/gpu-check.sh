@@ -21,8 +21,9 @@
 # $BUILD_DIR/gpu-check-results.txt). Exits 0 when every check passes, 1 when one fails, 2 when
 # this machine cannot run them, 3 when the core checks passed but the FashionMNIST comparison
 # could not run here (the line before says why). Where a trainrun launcher is at hand (TRAINRUN,
-# or `trainrun` on PATH), scripts/gpu/preload-check.sh runs first: --preload on the GPU; its
-# failure fails this script.
+# or `trainrun` on PATH), scripts/gpu/preload-check.sh (--preload on the GPU) and
+# scripts/gpu/collectives-check.sh (an NCCL group's flight recorder through --stacks) run first;
+# the failure of either fails this script.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -69,6 +70,8 @@ preload_failed=0
 if [[ -n ${TRAINRUN:-} || -n $(command -v trainrun) ]] && [[ $build_only != 1 ]]; then
   say "warm starts on the GPU (scripts/gpu/preload-check.sh)"
   PYTHON=$python "$here/scripts/gpu/preload-check.sh" || preload_failed=1
+  say "an NCCL group's flight recorder (scripts/gpu/collectives-check.sh)"
+  PYTHON=$python "$here/scripts/gpu/collectives-check.sh" || preload_failed=1
 fi
 
 generator=()
@@ -110,7 +113,7 @@ env RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 GROUP_RANK=0 \
 # The FashionMNIST example, one epoch on the GPU, C++ against Python.
 data=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 incomplete() {
-  ((preload_failed == 0)) || { say "FAILED: scripts/gpu/preload-check.sh (above)"; exit 1; }
+  ((preload_failed == 0)) || { say "FAILED: scripts/gpu/preload-check.sh or collectives-check.sh (above)"; exit 1; }
   say "core checks passed; FashionMNIST comparison not run: $*"
   exit 3
 }
@@ -134,5 +137,5 @@ py=$("$python" "$here/apps/examples/fashion_mnist/train_fashion_mnist.py" --use-
   echo "fashion_mnist Python (cuda:0): $py"
   echo "images/s C++ / Python: $(images_per_s <<<"$cpp") / $(images_per_s <<<"$py")"
 } | tee -a "$results"
-((preload_failed == 0)) || { say "FAILED: scripts/gpu/preload-check.sh (above)"; exit 1; }
+((preload_failed == 0)) || { say "FAILED: scripts/gpu/preload-check.sh or collectives-check.sh (above)"; exit 1; }
 say "passed"
