@@ -17,7 +17,8 @@ say() { echo "collectives-check: $*" >&2; }
 "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null ||
   { say "$python has no torch that sees a GPU"; exit 2; }
 work=$(mktemp -d)
-trap 'kill "$job" 2>/dev/null; rm -rf "$work"' EXIT
+job=""
+trap '[[ -n $job ]] && kill "$job" 2>/dev/null; rm -rf "$work"' EXIT
 cat >"$work/job.py" <<'PY'
 import os, sys, time
 import torch, torch.distributed as dist
