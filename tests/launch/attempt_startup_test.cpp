@@ -124,8 +124,15 @@ TEST_CASE("each worker's first output is its first step: the slowest named, the 
   CHECK(first_output_line(s) ==
         "attempt 2: first output 4.20 s (slowest: rank 5, 4.20 s, much slower than the median "
         "1.00 s)");
+  // The C++ runtime's first report(), where the workers use it.
+  s.first_report = {{3, 2.5}, {4, 3.1}};
+  CHECK(first_output_line(s) ==
+        "attempt 2: first output 4.20 s (slowest: rank 5, 4.20 s, much slower than the median "
+        "1.00 s); first report 3.10 s (slowest: rank 4, 3.10 s)");
   const auto j = startup_json(s);
   REQUIRE(j["ranks"].size() == 3);
+  CHECK(j["ranks"][0]["first_report_s"] == 2.5);
+  CHECK(j["ranks"][2]["first_report_s"].is_null());
   CHECK(j["ranks"][0]["first_output_s"] == 0.9);
   CHECK(j["ranks"][2]["first_output_s"] == 4.2);
   CHECK(j["first_output_slowest"]["rank"] == 5);

@@ -1,6 +1,7 @@
 """trainrun --hang-timeout with C++ workers of the runtime: a rank stuck in a native function while
 the others wait in a Gloo all-reduce is named by its native frame, and a job whose only sign of
 life is report() (the runtime touches $TRAINRUN_HEARTBEAT_FILE) is not hung."""
+import json
 import os
 import shutil
 import subprocess
@@ -42,7 +43,16 @@ def test_a_rank_stuck_in_native_code_is_named_while_the_others_wait_in_all_reduc
 
 def test_report_every_two_seconds_is_progress(tmp_path):
     # Silent but for report() for 24 s: without the heartbeat it would be hung after 10 + 3 s.
-    r = trainrun(tmp_path, ["--nproc-per-node=2", WORKER, "heartbeat", "24"])
+    summary = tmp_path / "summary.json"
+    r = trainrun(tmp_path, ["--nproc-per-node=2", f"--summary-file={summary}", WORKER,
+                            "heartbeat", "24"])
     assert r.returncode == 0, r.stderr
     assert "the job is hung" not in r.stderr, r.stderr
     assert "done rank 0" in r.stdout and "done rank 1" in r.stdout, r.stdout
+    # Each rank's first report() is its first step in the start-up record, long before its
+    # first output (the last line of the job).
+    [attempt] = json.loads(summary.read_text())["attempts"]
+    for rank in attempt["startup"]["ranks"]:
+        assert rank["first_report_s"] is not None, attempt["startup"]
+        assert attempt["startup"]["workers_started_s"] <= rank["first_report_s"], rank
+        assert rank["first_output_s"] is None or rank["first_report_s"] < rank["first_output_s"]

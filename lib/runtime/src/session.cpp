@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <mutex>
@@ -151,6 +152,30 @@ bool session_active() {
   return session != nullptr;
 }
 
+void record_first_report() {
+  // trainrun's start-up record takes a rank's first report as its first step: the time is left in
+  // the rank's log directory, beside its error file, where the agent reads it (docs/cli.md,
+  // "Start-up"). Under another launcher the file is one more in that directory; without one,
+  // there is no directory and nothing is written. Written whole, or not at all.
+  const char* error_file = std::getenv("TORCHELASTIC_ERROR_FILE");
+  if (!error_file || !*error_file) return;
+  const std::string path = std::string(error_file);
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos) return;
+  const std::string file = path.substr(0, slash) + "/first_report";
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  char text[64];
+  const int n = std::snprintf(text, sizeof text, "%lld.%09ld\n", static_cast<long long>(now.tv_sec),
+                              now.tv_nsec);
+  const std::string temporary = file + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  const bool written = n > 0 && ::write(fd, text, static_cast<std::size_t>(n)) == n;
+  ::close(fd);
+  if (!written || ::rename(temporary.c_str(), file.c_str()) != 0) ::unlink(temporary.c_str());
+}
+
 std::string program_name() {
   char buffer[4096];
   const ssize_t length = ::readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
@@ -175,6 +200,7 @@ void report(const Metrics& metrics, const std::optional<Checkpoint>& checkpoint)
   if (const char* heartbeat = std::getenv("TRAINRUN_HEARTBEAT_FILE"); heartbeat && *heartbeat)
     ::utimensat(AT_FDCWD, heartbeat, nullptr, 0);
   auto& session = detail::current_session();
+  if (session.reports() == 0) detail::record_first_report();
   std::exception_ptr failure;
   if (session.context().world_rank() == 0) {
     try {

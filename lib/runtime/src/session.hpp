@@ -38,6 +38,7 @@ class Session {
   void publish_checkpoint();
   // Counts a report() on every rank, so that all read the same generation of rank 0's choice.
   void count_report() { ++reports_; }
+  long reports() const { return reports_; }
 
  private:
   SessionOptions options_;
@@ -72,5 +73,8 @@ void clear_gradient_synchronizers();
 
 // The running executable's file name, for default experiment names.
 std::string program_name();
+// The time of this worker's first report(), left in its launcher's log directory for trainrun's
+// start-up record; nothing without a launcher's error file.
+void record_first_report();
 
 }  // namespace trainrun::runtime::detail

@@ -33,6 +33,7 @@
 #include "job_summary.hpp"
 #include "store_asker.hpp"
 #include "store_owners.hpp"
+#include "trainrun/base/numbers.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/base/wording.hpp"
 #include "trainrun/launch/core/errors.hpp"
@@ -157,6 +158,7 @@ class Agent {
       launcher_.emplace(io_, std::exchange(launcher_channel_, -1), config_.stop_signals);
 
     attempt_began_ = Clock::now();
+    attempt_began_unix_ = unix_time();
     if (rdzv_options)
       raise(event::StartInJob{});
     else
@@ -253,10 +255,11 @@ class Agent {
     summary_.attempt_ended(policy_.failures(e), unix_time());
     // What was not seen of the attempt's start-up is said now; the next attempt begins.
     store_asker_.attempt_over();
-    if (startup_) say_startup(true), say_first_output(true);
+    if (startup_) read_first_reports(), say_startup(true), say_first_output(true);
     startup_.reset();
     round_formed_.reset();
     attempt_began_ = Clock::now();
+    attempt_began_unix_ = unix_time();
   }
   void note(const event::Assignment&) { round_formed_ = Clock::now(); }
   void note(const event::ReachedStore& e) {
@@ -337,11 +340,29 @@ class Agent {
     consoles_.say(startup_line(*startup_),
                   startup_->topology.restart_count == 0 ? Level::debug : Level::info);
   }
+  // The C++ runtime's first report() of each worker, which it leaves in the worker's log
+  // directory (lib/runtime's record_first_report): read when the start-up is said.
+  void read_first_reports() {
+    const Topology& t = startup_->topology;
+    bool found = false;
+    for (int local_rank = 0; local_rank < t.local_world_size; ++local_rank) {
+      if (startup_->first_report.count(t.base_rank + local_rank)) continue;
+      const auto text =
+          read_file(logs_.dir().rank_dir(t.restart_count, local_rank) + "/first_report");
+      // One line: the seconds since the epoch.
+      const auto at = text ? parse_number(text->substr(0, text->find('\n'))) : std::nullopt;
+      if (!at) continue;
+      startup_->first_report[t.base_rank + local_rank] = std::max(0.0, *at - attempt_began_unix_);
+      found = true;
+    }
+    if (found) summary_.startup(*startup_);
+  }
   // Once per attempt, with -v, when every worker has written or the attempt is over.
   void say_first_output(bool attempt_over) {
     if (first_output_said_ == startup_->topology.restart_count) return;
     if (!attempt_over && !startup_->all_spoke()) return;
     first_output_said_ = startup_->topology.restart_count;
+    read_first_reports();
     consoles_.say(first_output_line(*startup_), Level::debug);
   }
   // Which of this node's workers, if any, a connection to the store comes from.
@@ -451,6 +472,7 @@ class Agent {
   WorkersPython python_{program_, config_.python_source};
   bool dumps_listed_ = false;
   Clock::time_point attempt_began_ = Clock::now();
+  double attempt_began_unix_ = unix_time();  // the same instant, for times workers leave in files
   std::optional<Clock::time_point> round_formed_;
   std::optional<AttemptStartup> startup_;  // the running attempt's, from its StartWorkers
   StoreAsker store_asker_{io_,

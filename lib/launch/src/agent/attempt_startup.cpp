@@ -18,8 +18,18 @@ std::string seconds(double s) { return fmt::format("{:.2f} s", s); }
 
 json seconds_or_null(const std::optional<double>& s) { return s ? json(*s) : json(); }
 
+// "; first report 3.10 s (slowest: rank 0, 3.10 s)", or "" where no worker reported.
+std::string first_report_part(const AttemptStartup& s);
+
 int first_rank(const AttemptStartup& s) { return s.topology.base_rank; }
 int end_rank(const AttemptStartup& s) { return s.topology.base_rank + s.topology.local_world_size; }
+
+std::string first_report_part(const AttemptStartup& s) {
+  const auto report = slowest_of(s.first_report);
+  if (!report) return "";
+  return fmt::format("; first report {} (slowest: rank {}, {})", seconds(report->at_s),
+                     report->rank, seconds(report->at_s));
+}
 
 }  // namespace
 
@@ -92,7 +102,7 @@ std::string startup_line(const AttemptStartup& s) {
 std::string first_output_line(const AttemptStartup& s) {
   std::string line = fmt::format("attempt {}: first output", s.topology.restart_count);
   const auto slowest = slowest_of(s.first_output);
-  if (!slowest) return line + " not seen";
+  if (!slowest) return line + " not seen" + first_report_part(s);
   line += fmt::format(" {} (slowest: rank {}, {}", seconds(slowest->at_s), slowest->rank,
                       seconds(slowest->at_s));
   if (slowest->much_slower)
@@ -100,7 +110,7 @@ std::string first_output_line(const AttemptStartup& s) {
   line += ")";
   for (int rank = first_rank(s); rank < end_rank(s); ++rank)
     if (!s.first_output.count(rank)) line += fmt::format("; rank {}: no output seen", rank);
-  return line;
+  return line + first_report_part(s);
 }
 
 json startup_json(const AttemptStartup& s) {
@@ -109,6 +119,7 @@ json startup_json(const AttemptStartup& s) {
   for (int rank = 0; rank < std::max(s.topology.world_size, end_rank(s)); ++rank) {
     const auto it = s.at_store.find(rank);
     const auto spoke = s.first_output.find(rank);
+    const auto reported = s.first_report.find(rank);
     const bool here = rank >= first_rank(s) && rank < end_rank(s);
     // Another node's rank is listed once that node named it: when it started is that node's.
     if (!here && !s.node_of.count(rank)) continue;
@@ -118,7 +129,8 @@ json startup_json(const AttemptStartup& s) {
          {"node_rank", s.node(rank)},
          {"started_s", here ? seconds_or_null(s.workers_s) : json()},
          {"at_store_s", it == s.at_store.end() ? json() : json(it->second)},
-         {"first_output_s", spoke == s.first_output.end() ? json() : json(spoke->second)}});
+         {"first_output_s", spoke == s.first_output.end() ? json() : json(spoke->second)},
+         {"first_report_s", reported == s.first_report.end() ? json() : json(reported->second)}});
   }
   json slowest;
   if (const auto r = slowest_rank(s); r && s.store == AttemptStartup::Store::here)

@@ -26,6 +26,9 @@ struct AttemptStartup {
   // A rank of this node: its first output (the first step of its own that the agent sees; none
   // for a worker whose streams do not pass through trainrun).
   std::map<int, double> first_output;
+  // A rank of this node whose program uses the C++ runtime: its first report() (the time the
+  // runtime leaves in the rank's log directory).
+  std::map<int, double> first_report;
   int unattributed = 0;  // store connections no node has named (yet)
   // Why other nodes' connections stay unnamed: a node did not answer, or could not be asked.
   std::string unnamed_why;
@@ -56,7 +59,8 @@ std::optional<SlowestRank> slowest_of(const std::map<int, double>& at);
 // on node 0, 0.41 s)`, with the ranks not seen named.
 std::string startup_line(const AttemptStartup& s);
 
-// `attempt 1: first output 1.52 s (slowest: rank 1, 1.52 s)`: when this node's workers first wrote.
+// `attempt 1: first output 1.52 s (slowest: rank 1, 1.52 s)`: when this node's workers first wrote;
+// then, where they use the C++ runtime, `; first report 3.10 s (slowest: rank 0, 3.10 s)`.
 std::string first_output_line(const AttemptStartup& s);
 
 // The summary's "startup" of an attempt (docs/cli.md, "Job summary").
