@@ -28,8 +28,8 @@ if "RANK" in os.environ and os.environ.get("PRELOAD_TEST_STARTS"):
 """
 
 
-# How the diagnosis bootstrap's loader begins (workers/template_bootstrap.cpp).
-LOADER = b"import sys, socket; _c = socket.socket(fileno="
+# What the diagnosis bootstrap's loader compiles its program as (workers/template_bootstrap.cpp).
+LOADER = b"'<trainrun>'"
 
 
 def job_env(tmp_path, path=None):
@@ -55,7 +55,7 @@ def finish(p, tmp_path, preload, workers, timeout=600):
     for name in os.listdir(tmp_path / "starts"):
         argv = (tmp_path / "starts" / name).read_bytes().split(b"\0")
         os.remove(tmp_path / "starts" / name)
-        if b"-c" not in argv or argv[argv.index(b"-c") + 1].startswith(LOADER):
+        if b"-c" not in argv or LOADER in argv[argv.index(b"-c") + 1]:
             started.append(argv)
     if preload:
         assert not started and "trainrun: --preload" not in err, (started, err)

@@ -3,6 +3,7 @@ without --preload=torch, and under torchrun of the same torch 2.x: the same resu
 digits. Run with TRAINRUN_PYTHON, an interpreter with torch 2.x, lightning and transformers
 (scripts/setup-pypi.sh installs them)."""
 import os
+import re
 import subprocess
 
 import pytest
@@ -13,8 +14,10 @@ JOBS = {"lightning": ["lightning_train.py"], "transformers": ["hf_train.py", "ou
 
 
 def results(stdout):
-    """Each rank's closing line, and the losses the Trainer logs (Hugging Face's, on rank 0)."""
-    return sorted(line for line in stdout.splitlines() if line.startswith(("rank ", "{'loss'")))
+    """Each rank's closing line, and the losses the Trainer logs (Hugging Face's, on rank 0).
+    Found anywhere in the output: the Trainer prints a log under -u as its text and then its
+    newline, and another rank's line may come between the two."""
+    return sorted(re.findall(r"\{'loss'[^}]*\}|rank \d+ of \d+: [^\n]*", stdout))
 
 
 @pytest.mark.parametrize("framework", sorted(JOBS))

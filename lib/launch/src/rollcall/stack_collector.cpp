@@ -55,7 +55,9 @@ StackCollector::Collected diagnose_and_collect(const std::vector<StackCollector:
     if (targets[i].diagnosis < 0) continue;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    diagnoses[i] = left.count() > 0
+    // The collector's end stops the asking too: at most one worker's wait remains.
+    const bool stopped = options.stop && options.stop->load();
+    diagnoses[i] = left.count() > 0 && !stopped
                        ? ask_diagnosis(targets[i].diagnosis, std::min(left, kDiagnosisEachTimeout))
                        : Diagnosis{nullptr, "no answer in time"};
     ::close(targets[i].diagnosis);

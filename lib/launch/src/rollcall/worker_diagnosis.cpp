@@ -4,9 +4,11 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 namespace trainrun::launch {
 
@@ -27,48 +29,55 @@ bool wait_for(int fd, short events, Clock::time_point deadline) {
   }
 }
 
-// Reads `size` bytes by the deadline; the error's words when it cannot.
-std::string read_by(int fd, char* data, std::size_t size, Clock::time_point deadline) {
-  std::size_t got = 0;
-  while (got < size) {
-    if (!wait_for(fd, POLLIN, deadline)) return "no answer in time";
-    const ssize_t n = ::recv(fd, data + got, size - got, MSG_DONTWAIT);
-    if (n == 0) return "the worker closed its channel";
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return std::strerror(errno);
-    }
-    got += static_cast<std::size_t>(n);
-  }
-  return "";
-}
-
 }  // namespace
 
 Diagnosis ask_diagnosis(int agent_fd, std::chrono::milliseconds timeout, std::size_t max_bytes) {
+  static std::atomic<unsigned long> requests{0};
+  const std::string id = std::to_string(++requests);
+  const std::string request = id + "\n";
+  const std::string ours = id + " ";
   const auto deadline = Clock::now() + timeout;
-  // An answer to an earlier request that came after its deadline is dropped first.
-  char stale[4096];
-  while (Clock::now() < deadline && ::recv(agent_fd, stale, sizeof stale, MSG_DONTWAIT) > 0) {
-  }
   if (!wait_for(agent_fd, POLLOUT, deadline) ||
-      ::send(agent_fd, "?", 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1)
+      ::send(agent_fd, request.data(), request.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
+          static_cast<ssize_t>(request.size()))
     return {nullptr, "the worker's channel cannot be written"};
-  unsigned char header[4];
-  std::string error = read_by(agent_fd, reinterpret_cast<char*>(header), sizeof header, deadline);
-  if (!error.empty()) return {nullptr, error};
-  const std::uint32_t size = std::uint32_t{header[0]} | std::uint32_t{header[1]} << 8 |
-                             std::uint32_t{header[2]} << 16 | std::uint32_t{header[3]} << 24;
-  if (size > max_bytes)
-    return {nullptr,
-            fmt::format("its answer ({} bytes) is larger than the {} read", size, max_bytes)};
-  std::string body(size, '\0');
-  error = read_by(agent_fd, body.data(), size, deadline);
-  if (!error.empty()) return {nullptr, error};
-  nlohmann::json reply = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (reply.is_discarded() || !reply.is_object())
-    return {nullptr, "its answer is not a JSON object"};
-  return {std::move(reply), ""};
+  // Lines come whole or in pieces; a line of an earlier request (given up on, or cut short
+  // here for its size) is skipped to its end.
+  std::string pending;
+  bool skipping = false;
+  char chunk[65536];
+  while (true) {
+    std::size_t end;
+    while ((end = pending.find('\n')) != std::string::npos) {
+      const bool skipped = std::exchange(skipping, false);
+      if (!skipped && pending.compare(0, ours.size(), ours) == 0) {
+        if (end - ours.size() > max_bytes)
+          return {nullptr, fmt::format("its answer is larger than the {} bytes read", max_bytes)};
+        nlohmann::json reply = nlohmann::json::parse(
+            pending.begin() + static_cast<long>(ours.size()),
+            pending.begin() + static_cast<long>(end), nullptr, /*allow_exceptions=*/false);
+        if (reply.is_discarded() || !reply.is_object())
+          return {nullptr, "its answer is not a JSON object"};
+        return {std::move(reply), ""};
+      }
+      pending.erase(0, end + 1);
+    }
+    if (skipping) pending.clear();
+    if (pending.size() > max_bytes) {
+      if (pending.compare(0, ours.size(), ours) == 0)
+        return {nullptr, fmt::format("its answer is larger than the {} bytes read", max_bytes)};
+      pending.clear();
+      skipping = true;
+    }
+    if (!wait_for(agent_fd, POLLIN, deadline)) return {nullptr, "no answer in time"};
+    const ssize_t n = ::recv(agent_fd, chunk, sizeof chunk, MSG_DONTWAIT);
+    if (n == 0) return {nullptr, "the worker closed its channel"};
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return {nullptr, std::strerror(errno)};
+    }
+    pending.append(chunk, static_cast<std::size_t>(n));
+  }
 }
 
 }  // namespace trainrun::launch

@@ -1,5 +1,6 @@
 #include "trainrun/launch/workers/diagnosis.hpp"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,6 +13,19 @@ namespace trainrun::launch {
 std::optional<DiagnosisChannel> open_diagnosis_channel() {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return std::nullopt;
+  // Above the standard streams, whichever of ours is closed: the worker's end must not be
+  // taken for one of them.
+  for (int& fd : fds) {
+    if (fd > 2) continue;
+    const int high = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    ::close(fd);
+    fd = high;
+  }
+  if (fds[0] < 0 || fds[1] < 0) {
+    for (int fd : fds)
+      if (fd >= 0) ::close(fd);
+    return std::nullopt;
+  }
   return DiagnosisChannel{fds[0], fds[1]};
 }
 

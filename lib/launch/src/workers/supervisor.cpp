@@ -143,12 +143,19 @@ Child Supervisor::start_worker(SpawnRequest request, int local_rank, int& diagno
     if (channel) ::close(channel->worker), ::close(channel->agent), diagnosis = -1;
     throw;
   }
-  if (!forked) {
+  const bool spawned = !forked;
+  if (spawned) {
     if (channel) request = with_diagnosis_bootstrap(std::move(request), channel->worker);
     forked = spawn(request);
-    if (channel && forked->pid > 0) send_diagnosis_bootstrap(channel->agent);
   }
   if (channel) ::close(channel->worker);
+  // A spawned worker reads its bootstrap on the channel (a forked one has it from the template).
+  // Written once the worker holds the only other end: a bootstrap that cannot be written whole
+  // ends the worker's wait for it (it says so and exits).
+  if (channel && spawned && forked->pid > 0 && !send_diagnosis_bootstrap(channel->agent)) {
+    ::close(channel->agent);
+    diagnosis = -1;
+  }
   return *forked;
 }
 
@@ -300,6 +307,7 @@ void Supervisor::finish_step() {
     for (const auto& w : workers_) watchdog_.remove_group(w.pid);
     auto done = std::move(finish_done_);
     finish_done_ = nullptr;
+    close_channels();
     workers_.clear();
     output_.release();
     done();

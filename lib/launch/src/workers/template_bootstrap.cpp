@@ -27,10 +27,13 @@ const char* const kTemplateLoader =
 // A worker started the ordinary way runs diagnosis_bootstrap() before its command: `python
 // OPTIONS -c kDiagnosisLoader FD SIZE COMMAND...` reads SIZE bytes of it from FD, its diagnosis
 // channel (workers/diagnosis.hpp), where the agent wrote them.
+// It imports nothing (os is loaded at every interpreter's start): with -c the current directory
+// comes first on the path, where a socket.py of the user's would shadow the library's.
 const char* const kDiagnosisLoader =
-    "import sys, socket; _c = socket.socket(fileno=int(sys.argv[1])); "
-    "_b = _c.recv(int(sys.argv[2]), socket.MSG_WAITALL); _c.detach(); del _c; "
-    "exec(compile(_b, '<trainrun>', 'exec'))";
+    "import sys, os; _f, _n, _b = int(sys.argv[1]), int(sys.argv[2]), bytearray(); "
+    "_r = lambda: os.read(_f, _n - len(_b)) or sys.exit('trainrun: the worker bootstrap did not "
+    "arrive'); [_b.extend(_r()) for _ in iter(lambda: len(_b) < _n, False)]; "
+    "exec(compile(bytes(_b), '<trainrun>', 'exec'))";
 
 namespace {
 
@@ -82,71 +85,109 @@ def _flush():
 // The diagnosis channel's server: a thread of the worker's own.
 const char* const kDiagnosis = R"py(def _serve_diagnosis(fd):
     # trainrun's diagnosis channel (workers/diagnosis.hpp): a thread that answers each request
-    # byte from the agent on `fd` with this process's Python traceback of every thread and, once
+    # from the agent on `fd` with this process's Python traceback of every thread and, once
     # torch.distributed is loaded, its flight recorder's entries: what a hang report needs,
-    # without ptrace and without a change to the script. It imports nothing the script did not.
-    import socket, threading
-    channel = socket.socket(fileno=fd)
-    channel.set_inheritable(False)
+    # without ptrace and without a change to the script. A request is a line, its id; the answer
+    # one line, the id, a space and a JSON object (ASCII: json's escapes keep newlines out), so
+    # that an answer the agent gave up waiting for is skipped by its id. It runs before the
+    # script and imports only json (with the script's directory out of the path: a json.py there
+    # is the user's, not ours) and the built-in _thread, not threading; it reads and writes the
+    # descriptor with os alone.
+    import _thread
+    os.set_inheritable(fd, False)
+    main = _thread.get_ident()
+    json = sys.modules.get("json")
+    if json is None:
+        first, sys.path[:1] = sys.path[:1], []
+        try:
+            import json
+        finally:
+            sys.path[:0] = first
 
     def tracebacks():
-        import traceback
-        names = {t.ident: t.name for t in threading.enumerate()}
-        main, me = threading.main_thread().ident, threading.get_ident()
+        threading = sys.modules.get("threading")
+        names = {t.ident: t.name for t in threading.enumerate()} if threading else {}
+        me = _thread.get_ident()
         threads = []
         for ident, frame in sys._current_frames().items():
             if ident == me:
                 continue
-            frames = [[f.filename, f.lineno, f.name] for f in traceback.extract_stack(frame)]
+            frames = []
+            while frame is not None:
+                frames.append([frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name])
+                frame = frame.f_back
             threads.append({"id": ident, "name": names.get(ident, ""), "main": ident == main,
-                            "frames": frames[::-1]})
+                            "frames": frames})
         threads.sort(key=lambda t: not t["main"])
         return threads
 
     def recorder():
         if "torch.distributed" not in sys.modules:
             return None
-        import json
         from torch._C import _distributed_c10d as c10d
         dump = getattr(c10d, "_dump_fr_trace_json", None)
-        if dump is None:
+        nccl = getattr(c10d, "_dump_nccl_trace_json", None)
+        calls = [(b, lambda b=b: dump(includeCollectives=True, onlyActive=False, backend=b))
+                 for b in ("gloo", "nccl")] if dump else []
+        if not calls and nccl:  # a torch whose recorder is NCCL's alone
+            calls = [("nccl", lambda: nccl(includeCollectives=True, onlyActive=False))]
+        if not calls:
             return {"error": "this torch has no flight recorder to read"}
-        merged, errors = None, []
-        for backend in ("gloo", "nccl"):
+        dumps, errors = [], []
+        for backend, call in calls:
             try:
-                one = json.loads(dump(includeCollectives=True, onlyActive=False, backend=backend))
+                dumps.append((backend, json.loads(call())))
+            except TypeError:  # a torch whose dump takes no backend: its one recorder
+                try:
+                    dumps = [("", json.loads(dump(True, False)))]
+                except Exception as e:
+                    errors.append(str(e))
+                break
             except Exception as e:
                 errors.append("{}: {}".format(backend, e))
-                continue
-            if merged is None:
-                merged = one
-            else:
-                merged.setdefault("entries", []).extend(one.get("entries", []))
-                for key in ("pg_config", "pg_status"):
-                    merged.setdefault(key, {}).update(one.get(key, {}))
-        return merged if merged is not None else {"error": "; ".join(errors)}
+        if not dumps:
+            return {"error": "; ".join(errors)}
+        merged = dumps[0][1]
+        used = [(b, d) for b, d in dumps if d.get("entries")]
+        if len(used) > 1:
+            # Each backend numbers its collectives apart: the same group name (a default group
+            # of cpu:gloo,cuda:nccl) is two groups here.
+            merged = dict(used[0][1], entries=[])
+            for backend, d in used:
+                for entry in d.get("entries", []):
+                    group = entry.get("process_group")
+                    if isinstance(group, list) and group:
+                        entry["process_group"] = ["{} ({})".format(group[0], backend)] + group[1:]
+                    merged["entries"].append(entry)
+        return merged
+
+    def answer(ident):
+        reply = {}
+        for key, what in (("threads", tracebacks), ("flight_recorder", recorder)):
+            try:
+                reply[key] = what()
+            except Exception as e:
+                reply[key + "_error"] = "{}: {}".format(type(e).__name__, e)
+        data = ident + b" " + json.dumps(reply, default=str).encode() + b"\n"
+        while data:
+            data = data[os.write(fd, data):]
 
     def _trainrun_diagnosis():
-        import json, struct
+        pending = b""
         while True:
             try:
-                if not channel.recv(1):
+                chunk = os.read(fd, 256)
+                if not chunk:
                     return
-            except OSError:
-                return
-            reply = {}
-            for key, what in (("threads", tracebacks), ("flight_recorder", recorder)):
-                try:
-                    reply[key] = what()
-                except Exception as e:
-                    reply[key + "_error"] = "{}: {}".format(type(e).__name__, e)
-            data = json.dumps(reply, default=str).encode()
-            try:
-                channel.sendall(struct.pack("<I", len(data)) + data)
+                pending += chunk
+                while b"\n" in pending:
+                    line, _, pending = pending.partition(b"\n")
+                    answer(line.strip()[:32])
+                pending = pending[-64:]
             except OSError:
                 return
 
-    threading.Thread(target=_trainrun_diagnosis, name="trainrun-diagnosis", daemon=True).start()
+    _thread.start_new_thread(_trainrun_diagnosis, ())
 
 
 )py";

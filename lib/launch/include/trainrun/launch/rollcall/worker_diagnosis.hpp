@@ -7,8 +7,10 @@
 
 namespace trainrun::launch {
 
-// The agent's side of a worker's diagnosis channel (workers/diagnosis.hpp): one request byte,
-// then the answer as a little-endian 32-bit length and that many bytes of JSON.
+// The agent's side of a worker's diagnosis channel (workers/diagnosis.hpp): a request is a line,
+// its id (a number, new for each request of this process); the answer is one line, the id, a
+// space and a JSON object. An answer to an earlier request, one the agent gave up waiting for
+// or cut short for its size, is skipped by its id.
 // What a worker answered: {"threads": [{"id", "name", "main", "frames": [[file, line, function],
 // innermost first]}], "flight_recorder": the dump of torch's _dump_fr_trace_json (null before
 // torch.distributed is imported)}, or why there is no answer.
