@@ -38,6 +38,10 @@ def main():
     checksum = sum(p.detach().double().sum().item() for p in model.parameters())
     sys.stdout.write(f"rank {os.environ['RANK']} of {args.world_size}: "
                      f"steps={result.global_step} losses={losses} weights={checksum:.6f}\n")
+    # The Trainer leaves the process group to the interpreter's exit, where torch 2.x's Gloo
+    # threads may still hold tensors and abort the process ("terminate called without an active
+    # exception", pytorch#190489): as Accelerate's examples do, the script destroys it.
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
