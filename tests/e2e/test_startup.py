@@ -83,7 +83,9 @@ def test_each_attempt_s_start_up_is_in_the_summary_and_a_restart_says_it(tmp_pat
         assert s["round_s"] is not None and s["round_s"] >= 0, s
         assert s["workers_started_s"] >= s["round_s"], s
         assert [x["rank"] for x in s["ranks"]] == [0, 1], s
-        assert all(x["started_s"] == s["workers_started_s"] for x in s["ranks"]), s
+        # Each worker's own start, in one pass by local rank, all before the group's.
+        started = [x["started_s"] for x in s["ranks"]]
+        assert s["round_s"] <= started[0] <= started[1] <= s["workers_started_s"], s
     # Without -v only the restart's line; the first attempt's is for -v.
     assert startup_lines(r.stderr, 0) == [], r.stderr
     assert len(startup_lines(r.stderr, 1)) == 1, r.stderr
@@ -94,7 +96,7 @@ def test_each_attempt_s_start_up_is_in_the_summary_and_a_restart_says_it(tmp_pat
         assert all(x["at_store_s"] is None for s in attempts for x in s["ranks"])
     else:
         for s in attempts:
-            assert all(x["at_store_s"] >= s["workers_started_s"] for x in s["ranks"]), s
+            assert all(x["at_store_s"] >= x["started_s"] for x in s["ranks"]), s
 
 
 def test_a_slow_rank_is_named_as_the_slowest_and_much_slower(tmp_path):

@@ -28,6 +28,8 @@ AttemptStartup node_of(int ranks, int base_rank = 0) {
   s.topology.world_size = base_rank + ranks;
   s.round_s = 0.02;
   s.workers_s = 0.03;
+  for (int local_rank = 0; local_rank < ranks; ++local_rank)
+    s.started[base_rank + local_rank] = 0.021 + 0.001 * local_rank;
   return s;
 }
 
@@ -188,6 +190,9 @@ TEST_CASE("another node's ranks named by that node are in the line and the summa
   CHECK(j["ranks"][3]["node_rank"] == 1);
   CHECK(j["ranks"][3]["local_rank"].is_null());
   CHECK(j["ranks"][3]["started_s"].is_null());
+  // This node's ranks: each its own worker's start.
+  CHECK(j["ranks"][0]["started_s"].get<double>() == Approx(0.021));
+  CHECK(j["ranks"][1]["started_s"].get<double>() == Approx(0.022));
   CHECK(j["ranks"][3]["at_store_s"] == 3.45);
   CHECK(j["slowest"]["node_rank"] == 1);
 }

@@ -310,6 +310,9 @@ class Agent {
     if (workers_.start(a.topology, job_, inherited_, watch_->watching(),
                        [&] { store_.attempt_starting(job_, a.topology); })) {
       startup_->workers_s = since_attempt_began();
+      for (const auto& [local_rank, at] : workers_.started())
+        startup_->started.emplace(a.topology.base_rank + local_rank,
+                                  std::chrono::duration<double>(at - attempt_began_).count());
       summary_.startup(*startup_);
       if (startup_->complete()) say_startup(false);
       watch_->start(workers_.attempt_path("hang.txt"));

@@ -4,6 +4,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -65,6 +66,10 @@ class AgentWorkers {
   // The running attempt's node rank; -1 before the first.
   int node_rank() const { return node_rank_; }
   NodeWorkers node_workers() const;
+  // The running attempt's workers by local rank: when each was started.
+  std::map<int, std::chrono::steady_clock::time_point> started() const {
+    return supervisor_.started();
+  }
   std::optional<FileTimerServer::Worker> find(pid_t pid) const;
   // `name` in the running attempt's directory of the log tree.
   std::string attempt_path(const std::string& name) const {

@@ -120,6 +120,7 @@ json startup_json(const AttemptStartup& s) {
     const auto it = s.at_store.find(rank);
     const auto spoke = s.first_output.find(rank);
     const auto reported = s.first_report.find(rank);
+    const auto started = s.started.find(rank);
     const bool here = rank >= first_rank(s) && rank < end_rank(s);
     // Another node's rank is listed once that node named it: when it started is that node's.
     if (!here && !s.node_of.count(rank)) continue;
@@ -127,7 +128,7 @@ json startup_json(const AttemptStartup& s) {
         {{"rank", rank},
          {"local_rank", here ? json(rank - first_rank(s)) : json()},
          {"node_rank", s.node(rank)},
-         {"started_s", here ? seconds_or_null(s.workers_s) : json()},
+         {"started_s", started == s.started.end() ? json() : json(started->second)},
          {"at_store_s", it == s.at_store.end() ? json() : json(it->second)},
          {"first_output_s", spoke == s.first_output.end() ? json() : json(spoke->second)},
          {"first_report_s", reported == s.first_report.end() ? json() : json(reported->second)}});

@@ -21,6 +21,7 @@ struct AttemptStartup {
   Store store = Store::here;
   std::optional<double> round_s;    // the round formed (one node: its topology was made)
   std::optional<double> workers_s;  // every local worker was started (one pass forks them all)
+  std::map<int, double> started;    // a rank of this node: when its worker was started
   std::map<int, double> at_store;   // rank: its first request to the store
   std::map<int, int> node_of;       // a rank of another node in at_store: that node
   // A rank of this node: its first output (the first step of its own that the agent sees; none

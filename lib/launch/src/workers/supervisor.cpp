@@ -115,7 +115,8 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     }
     if (s.pid > 0) {
       watchdog_.add_group(s.pid);
-      workers_.push_back({w.local_rank, w.rank, s.pid, true, false, diagnosis});
+      workers_.push_back(
+          {w.local_rank, w.rank, s.pid, true, false, diagnosis, std::chrono::steady_clock::now()});
       spawned.push_back(s);
     } else if (diagnosis >= 0) {
       ::close(diagnosis);
@@ -242,6 +243,12 @@ std::vector<RunningWorker> Supervisor::running_workers() const {
   std::vector<RunningWorker> out;
   for (const auto& w : workers_)
     if (w.running) out.push_back({w.local_rank, w.pid, w.diagnosis});
+  return out;
+}
+
+std::map<int, std::chrono::steady_clock::time_point> Supervisor::started() const {
+  std::map<int, std::chrono::steady_clock::time_point> out;
+  for (const auto& w : workers_) out.emplace(w.local_rank, w.started);
   return out;
 }
 

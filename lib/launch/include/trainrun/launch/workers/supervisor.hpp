@@ -4,6 +4,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -84,6 +85,8 @@ class Supervisor {
   size_t running() const;
   // (local rank, pid) of each worker still running.
   std::vector<RunningWorker> running_workers() const;
+  // The running attempt's workers: local rank, when its start returned (its pid known).
+  std::map<int, std::chrono::steady_clock::time_point> started() const;
   // The local rank of the running worker whose process is `pid`, or whose process group holds it.
   std::optional<int> local_rank_of(pid_t pid) const;
   // After every worker has ended: stops what they left behind (the rest of their process groups,
@@ -104,6 +107,7 @@ class Supervisor {
     bool running = false;
     bool stop_named = false;  // its current job-control stop was named; a SIGCONT clears it
     int diagnosis = -1;       // our end of its diagnosis channel
+    std::chrono::steady_clock::time_point started;  // its fork (or the template's) returned
   };
   void close_channels();
   void worker_stopped(Worker& worker, int sig);
