@@ -375,3 +375,73 @@ TEST_CASE("a job of many groups gives a bounded verdict", "[collectives]") {
   CHECK(verdict.table.back() == "(8 more groups)");
   CHECK(verdict.json["groups"].size() == kCollectiveGroupsKept);
 }
+
+TEST_CASE("a member of a group that has entered none of its collectives is behind in it",
+          "[collectives]") {
+  // The bootstrap lists the groups a rank belongs to; Gloo's dump has no entry of a group the
+  // rank never used.
+  auto dump = [](std::vector<json> entries, std::vector<std::string> groups) {
+    return compact_collectives(
+        {{"version", "2.10"}, {"entries", std::move(entries)}, {"trainrun_groups", groups}});
+  };
+  const json unused = dump({entry("0", 3, "all_reduce", {{64}})}, {"0", "1"});
+  REQUIRE(unused["groups"].size() == 2);
+  CHECK(unused["groups"]["1"]["collectives"] == json::array());
+  // Names that are not strings, or a list that is not one, are passed over.
+  CHECK(compact_collectives({{"version", "2.10"}, {"trainrun_groups", {1, nullptr}}})["groups"] ==
+        json::object());
+  CHECK(compact_collectives({{"version", "2.10"}, {"trainrun_groups", "0"}})["groups"] ==
+        json::object());
+
+  // Ranks 1 and 2 have a group of their own. Rank 2 is stuck in its own code before both groups'
+  // collectives; rank 1 waits for it inside the pair's all_reduce, and so never enters the
+  // default group's that rank 0 waits in. The cause is rank 2: rank 1 is said to wait.
+  auto pending = [](json e) {
+    e["state"] = "started";
+    e["retired"] = false;
+    return e;
+  };
+  std::vector<RankCollectives> job = {
+      {0, "node0",
+       dump({entry("0", 3, "all_reduce", {{64}}), pending(entry("0", 4, "all_reduce", {{64}}))},
+            {"0"}),
+       "<module>() (train.py:25)"},
+      {1, "node0",
+       dump({entry("0", 3, "all_reduce", {{64}}), pending(entry("1", 1, "all_reduce", {{16}}))},
+            {"0", "1"}),
+       "<module>() (train.py:25)"},
+      {2, "node1", dump({entry("0", 3, "all_reduce", {{64}})}, {"0", "1"}),
+       "stuck_here() (train.py:10)"}};
+  const auto verdict = judge_collectives(job);
+  CHECK(verdict.lines ==
+        Lines{"rank 2 (node1) never entered collective #4 (all_reduce, group 0) that rank 0 waits "
+              "in; rank 2 is in stuck_here() (train.py:10)",
+              "rank 2 (node1) never entered collective #1 (all_reduce, group 1) that rank 1 waits "
+              "in; rank 2 is in stuck_here() (train.py:10)",
+              "rank 1 (node0) never entered collective #4 (all_reduce, group 0) that rank 0 waits "
+              "in; rank 1 waits in collective #1 (all_reduce, group 1)"});
+  CHECK(verdict.behind == std::vector<int>{2});
+  CHECK(verdict.table ==
+        Lines{"group 0: rank 0 at #4 all_reduce(64 float32), pending; ranks 1-2 at #3 "
+              "all_reduce(64 float32), completed",
+              "group 1: rank 1 at #1 all_reduce(16 float32), pending; rank 2 entered none"});
+  const json& pair = verdict.json["groups"][1];
+  CHECK(pair["ranks"][1] == json({{"rank", 2},
+                                  {"seq", nullptr},
+                                  {"op", nullptr},
+                                  {"in_sizes", json::array()},
+                                  {"in_dtypes", json::array()},
+                                  {"state", "none"}}));
+
+  // Two ranks that each wait for the other in another group: both are the cause.
+  std::vector<RankCollectives> cycle = {
+      {0, "node0", dump({pending(entry("a", 1, "all_reduce", {{8}}))}, {"a", "b"}), ""},
+      {1, "node0", dump({pending(entry("b", 1, "all_reduce", {{8}}))}, {"a", "b"}), ""}};
+  const auto both = judge_collectives(cycle);
+  CHECK(both.behind == std::vector<int>{0, 1});
+  CHECK(both.lines ==
+        Lines{"rank 1 (node0) never entered collective #1 (all_reduce, group a) that rank 0 waits "
+              "in; rank 1 waits in collective #1 (all_reduce, group b)",
+              "rank 0 (node0) never entered collective #1 (all_reduce, group b) that rank 1 waits "
+              "in; rank 0 waits in collective #1 (all_reduce, group a)"});
+}

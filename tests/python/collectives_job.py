@@ -24,6 +24,8 @@ def stuck_here():
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
+# Every rank takes part in making a group; only its members use it.
+pair = dist.new_group([1, 2]) if scenario == "peer_wait" else None
 grad = torch.ones(4096)
 for _ in range(3):
     dist.all_reduce(grad)
@@ -43,6 +45,15 @@ elif scenario == "op_mismatch":
 elif scenario == "size_mismatch":
     # Rank 1 broadcasts half of what the others expect (Gloo lets a receiver get less).
     work = dist.broadcast(grad if rank != 1 else torch.ones(2048), src=1, async_op=True)
+elif scenario == "peer_wait":
+    # Rank 2 stops in its own code; rank 1 waits for it inside the pair's all_reduce, and so
+    # never enters the default group's, which rank 0 waits in.
+    if rank == 2:
+        stuck_here()
+    if rank == 1:
+        work = dist.all_reduce(torch.ones(16), group=pair, async_op=True)
+    else:
+        work = dist.all_reduce(grad, async_op=True)
 elif scenario == "healthy":
     dist.barrier()
     stuck_here()

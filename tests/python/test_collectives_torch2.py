@@ -92,6 +92,25 @@ def test_a_rank_that_sends_another_size_is_named(tmp_path):
                      r"rank 1 called broadcast\(2048 float32\)", out, re.M), out
 
 
+def test_a_rank_waiting_inside_a_collective_for_its_peer_is_told_from_the_one_behind(tmp_path):
+    out = stacks_of(tmp_path, "peer_wait", 3)
+    # Rank 2, a member of the pair's group that has entered none of its collectives, is behind in
+    # both groups and is the cause; rank 1 is said to wait for it.
+    lines = [line for line in out.splitlines() if "never entered" in line]
+    assert len(lines) == 3, out
+    assert re.match(r"rank 2 \(\S+\) never entered collective #4 \(all_reduce, group 0\) that "
+                    r"rank 0 waits in; rank 2 is in stuck_here\(\) \(collectives_job\.py:\d+\)$",
+                    lines[0]), out
+    assert re.match(r"rank 2 \(\S+\) never entered collective #1 \(all_reduce, group 1\) that "
+                    r"rank 1 waits in; rank 2 is in stuck_here\(\)", lines[1]), out
+    assert re.match(r"rank 1 \(\S+\) never entered collective #4 \(all_reduce, group 0\) that "
+                    r"rank 0 waits in; rank 1 waits in collective #1 \(all_reduce, group 1\)$",
+                    lines[2]), out
+    assert re.search(r"^  group 1: rank 1 at #1 all_reduce\(16 float32\), pending; rank 2 "
+                     r"entered none$", out, re.M), out
+    assert "no other rank read has used" not in out, out
+
+
 def test_a_healthy_job_shows_every_rank_at_the_same_collective(tmp_path):
     out = stacks_of(tmp_path, "healthy", 2)
     assert re.search(r"^  group 0 \(default_pg\): ranks 0-1 at #4 barrier", out, re.M), out

@@ -146,8 +146,19 @@ struct KeptGroup {
   std::string desc;
   std::deque<json> collectives;
   std::deque<json> p2p;
-  std::size_t last_used = 0;  // the index of its last entry in the dump
+  std::size_t used = 0;  // 1 + the index of its last entry in the dump; 0: none
 };
+
+// The bootstrap's "trainrun_groups": the name (as the recorder gives it) of each process group
+// this rank belongs to, which tells a member that never called a group's collective from a rank
+// outside the group (Gloo's dump has no group's ranks). A group of them the dump has no entry of
+// is kept with no collectives.
+void read_memberships(const json& dump, std::map<std::string, KeptGroup>& groups) {
+  const auto told = dump.find("trainrun_groups");
+  if (told == dump.end() || !told->is_array()) return;
+  for (const auto& name : *told)
+    if (name.is_string()) groups[clean(name.get_ref<const std::string&>())];
+}
 
 json compact_or_throw(const json& dump) {
   if (!dump.is_object()) throw Malformed("the dump is not a JSON object");
@@ -170,7 +181,7 @@ json compact_or_throw(const json& dump) {
       KeptGroup& group = groups[clean(pg[0].get_ref<const std::string&>())];
       if (pg.size() > 1 && pg[1].is_string())
         group.desc = clean(pg[1].get_ref<const std::string&>());
-      group.last_used = i;
+      group.used = i + 1;
       const auto is_p2p = entry.find("is_p2p");
       const bool p2p = is_p2p != entry.end() && is_p2p->is_boolean() && is_p2p->get<bool>();
       json item = summarize_entry(entry, where, p2p);
@@ -183,9 +194,10 @@ json compact_or_throw(const json& dump) {
       if (kept.size() > (p2p ? kP2pKept : kCollectivesKept)) kept.pop_front();
     }
   }
-  // The groups used last, when there are too many.
+  read_memberships(dump, groups);
+  // The groups used last, when there are too many; those this rank never used after them.
   std::vector<std::pair<std::size_t, std::string>> by_use;
-  for (const auto& [name, group] : groups) by_use.emplace_back(group.last_used, name);
+  for (const auto& [name, group] : groups) by_use.emplace_back(group.used, name);
   std::sort(by_use.rbegin(), by_use.rend());
   json kept = json::object();
   for (std::size_t i = 0; i < by_use.size() && i < kCollectiveGroupsKept; ++i) {
@@ -214,7 +226,8 @@ struct Call {
 
 struct Member {
   const RankCollectives* rank = nullptr;
-  std::vector<Call> calls;  // ascending, never empty
+  std::vector<Call> calls;  // ascending; empty: a member that has entered none yet
+  bool entered() const { return !calls.empty(); }
   const Call& last() const { return calls.back(); }
 };
 
@@ -400,27 +413,44 @@ std::string is_in(const RankCollectives& r) {
   return r.where.empty() ? "" : fmt::format("; rank {} is in {}", r.rank, r.where);
 }
 
-// What one group's ranks say, sorted into the report's kinds of lines.
+// Where a rank waits inside a collective, by group: "collective #1 (all_reduce, group 1)".
+using WaitsIn = std::map<int, std::vector<std::pair<std::string, std::string>>>;
+
+// The collective of another group than `group` that the rank waits in, if any.
+const std::string* waits_elsewhere(const WaitsIn& waits, int rank, const std::string& group) {
+  const auto it = waits.find(rank);
+  if (it == waits.end()) return nullptr;
+  for (const auto& [where, text] : it->second)
+    if (where != group) return &text;
+  return nullptr;
+}
+
+// What one group's ranks say, sorted into the report's kinds of lines. A rank behind that waits
+// inside another group's collective is held up there, by that group's ranks: its line comes after
+// those of the ranks behind that wait in none, which are the hang's cause.
 struct GroupLines {
   std::vector<std::string> behind;
   std::vector<std::string> mismatch;
+  std::vector<std::string> behind_waiting;
   std::vector<std::string> waiting;
   std::vector<int> behind_ranks;
+  std::vector<int> behind_roots;  // of behind_ranks, those that wait in no collective
   std::vector<std::string> all() const {
     std::vector<std::string> out = behind;
-    out.insert(out.end(), mismatch.begin(), mismatch.end());
-    out.insert(out.end(), waiting.begin(), waiting.end());
+    for (const auto* kind : {&mismatch, &behind_waiting, &waiting})
+      out.insert(out.end(), kind->begin(), kind->end());
     return out;
   }
 };
 
-GroupLines judge_group(const std::string& name, const GroupView& group) {
+GroupLines judge_group(const std::string& name, const GroupView& group, const WaitsIn& waits) {
   GroupLines out;
-  std::int64_t top = group.members.front().last().seq;
-  for (const auto& m : group.members) top = std::max(top, m.last().seq);
+  std::int64_t top = 0;
+  for (const auto& m : group.members)
+    if (m.entered()) top = std::max(top, m.last().seq);
   std::vector<const Member*> waiting, done, behind;
   for (const auto& m : group.members) {
-    if (m.last().seq < top)
+    if (!m.entered() || m.last().seq < top)
       behind.push_back(&m);
     else
       (m.last().completed ? done : waiting).push_back(&m);
@@ -434,16 +464,25 @@ GroupLines judge_group(const std::string& name, const GroupView& group) {
                                                  waiting.size() == 1 ? "waits" : "wait");
     const std::string collective =
         fmt::format("collective #{} ({}, group {}){}", top, at_top.op, name, others);
+    for (const auto* m : behind)
+      if (!waits_elsewhere(waits, m->rank->rank, name)) out.behind_roots.push_back(m->rank->rank);
     if (behind.size() <= kBehindNamed) {
-      for (const auto* m : behind)
-        out.behind.push_back(
-            fmt::format("{} never entered {}{}", named(*m->rank), collective, is_in(*m->rank)));
+      for (const auto* m : behind) {
+        const std::string* elsewhere = waits_elsewhere(waits, m->rank->rank, name);
+        (elsewhere ? out.behind_waiting : out.behind)
+            .push_back(fmt::format(
+                "{} never entered {}{}", named(*m->rank), collective,
+                elsewhere ? fmt::format("; rank {} waits in {}", m->rank->rank, *elsewhere)
+                          : is_in(*m->rank)));
+      }
     } else {
       const auto ranks = ranks_of(behind);
       const RankCollectives& first = *behind.front()->rank;
-      out.behind.push_back(fmt::format(
-          "ranks {} ({}) never entered {}{}", stacks::rank_ranges(ranks), ranks.size(), collective,
-          first.where.empty() ? "" : fmt::format("; {} is in {}", named(first), first.where)));
+      (out.behind_roots.empty() ? out.behind_waiting : out.behind)
+          .push_back(fmt::format(
+              "ranks {} ({}) never entered {}{}", stacks::rank_ranges(ranks), ranks.size(),
+              collective,
+              first.where.empty() ? "" : fmt::format("; {} is in {}", named(first), first.where)));
     }
     out.behind_ranks = ranks_of(behind);
   } else if (!waiting.empty() && (!mismatch || mismatch->seq != top)) {
@@ -469,13 +508,19 @@ GroupLines judge_group(const std::string& name, const GroupView& group) {
 // "group 0 (default_pg): ranks 0-2 at #6 all_reduce(4096 float32), pending; rank 3 at #5 ..."
 std::string table_line(const std::string& name, const GroupView& group) {
   std::map<std::tuple<std::int64_t, std::string, bool>, std::vector<int>> places;
-  for (const auto& m : group.members)
-    places[{m.last().seq, call_text(m.last()), m.last().completed}].push_back(m.rank->rank);
+  for (const auto& m : group.members) {
+    if (m.entered())
+      places[{m.last().seq, call_text(m.last()), m.last().completed}].push_back(m.rank->rank);
+    else
+      places[{0, "", false}].push_back(m.rank->rank);
+  }
   std::vector<std::pair<std::vector<int>, std::string>> shown;
   for (const auto& [place, ranks] : places)
     shown.emplace_back(
-        ranks, fmt::format("{} at #{} {}, {}", ranks_word(ranks), std::get<0>(place),
-                           std::get<1>(place), std::get<2>(place) ? "completed" : "pending"));
+        ranks, std::get<0>(place) == 0
+                   ? fmt::format("{} entered none", ranks_word(ranks))
+                   : fmt::format("{} at #{} {}, {}", ranks_word(ranks), std::get<0>(place),
+                                 std::get<1>(place), std::get<2>(place) ? "completed" : "pending"));
   std::sort(shown.begin(), shown.end());
   const bool named_desc = !group.desc.empty() && group.desc != "undefined";
   std::string line = fmt::format("group {}{}: ", name, named_desc ? " (" + group.desc + ")" : "");
@@ -493,6 +538,15 @@ std::string table_line(const std::string& name, const GroupView& group) {
 json group_json(const std::string& name, const GroupView& group, const GroupLines& lines) {
   json ranks = json::array();
   for (const auto& m : group.members) {
+    if (!m.entered()) {
+      ranks.push_back({{"rank", m.rank->rank},
+                       {"seq", nullptr},
+                       {"op", nullptr},
+                       {"in_sizes", json::array()},
+                       {"in_dtypes", json::array()},
+                       {"state", "none"}});
+      continue;
+    }
     const Call& c = m.last();
     ranks.push_back({{"rank", m.rank->rank},
                      {"seq", c.seq},
@@ -564,7 +618,6 @@ CollectivesVerdict judge_collectives(const std::vector<RankCollectives>& ranks) 
     if (!seen.insert(r->rank).second) continue;
     try {
       for (auto& group : read_compact(r->compact)) {
-        if (group.calls.empty()) continue;
         GroupView& view = groups[group.name];
         if (view.desc.empty()) view.desc = group.desc;
         view.members.push_back({r, std::move(group.calls)});
@@ -580,16 +633,35 @@ CollectivesVerdict judge_collectives(const std::vector<RankCollectives>& ranks) 
     }
   }
 
+  // A group no rank has entered a collective of says nothing. Where each rank waits inside one.
+  WaitsIn waits;
+  for (auto it = groups.begin(); it != groups.end();) {
+    const auto& members = it->second.members;
+    if (std::none_of(members.begin(), members.end(), [](const Member& m) { return m.entered(); })) {
+      it = groups.erase(it);
+      continue;
+    }
+    for (const auto& m : members)
+      if (m.entered() && !m.last().completed)
+        waits[m.rank->rank].emplace_back(
+            it->first,
+            fmt::format("collective #{} ({}, group {})", m.last().seq, m.last().op, it->first));
+    ++it;
+  }
+
   CollectivesVerdict verdict;
-  std::vector<std::string> behind_lines, mismatch_lines, waiting_lines;
-  std::set<int> behind;
+  std::vector<std::string> behind_lines, mismatch_lines, behind_waiting_lines, waiting_lines;
+  std::set<int> behind, roots;
   std::vector<std::pair<std::string, GroupLines>> judged;
   for (const auto& [name, group] : groups) {
-    GroupLines lines = judge_group(name, group);
+    GroupLines lines = judge_group(name, group, waits);
     behind_lines.insert(behind_lines.end(), lines.behind.begin(), lines.behind.end());
     mismatch_lines.insert(mismatch_lines.end(), lines.mismatch.begin(), lines.mismatch.end());
+    behind_waiting_lines.insert(behind_waiting_lines.end(), lines.behind_waiting.begin(),
+                                lines.behind_waiting.end());
     waiting_lines.insert(waiting_lines.end(), lines.waiting.begin(), lines.waiting.end());
     behind.insert(lines.behind_ranks.begin(), lines.behind_ranks.end());
+    roots.insert(lines.behind_roots.begin(), lines.behind_roots.end());
     judged.emplace_back(name, std::move(lines));
   }
 
@@ -609,7 +681,7 @@ CollectivesVerdict judge_collectives(const std::vector<RankCollectives>& ranks) 
   if (judged.size() > shown.size())
     verdict.table.push_back(fmt::format("({} more groups)", judged.size() - shown.size()));
 
-  for (auto* kind : {&behind_lines, &mismatch_lines, &waiting_lines})
+  for (auto* kind : {&behind_lines, &mismatch_lines, &behind_waiting_lines, &waiting_lines})
     verdict.lines.insert(verdict.lines.end(), kind->begin(), kind->end());
   if (verdict.lines.size() > kLinesKept) {
     const std::size_t more = verdict.lines.size() - (kLinesKept - 1);
@@ -623,7 +695,10 @@ CollectivesVerdict judge_collectives(const std::vector<RankCollectives>& ranks) 
             : fmt::format("note: the flight recorders of ranks {} could not be read: {}",
                           stacks::rank_ranges(rs), why));
 
-  verdict.behind.assign(behind.begin(), behind.end());
+  // The ranks behind that wait in no collective are the cause; where every rank behind waits in
+  // one (ranks that wait for each other in two groups), all of them.
+  const std::set<int>& cause = roots.empty() ? behind : roots;
+  verdict.behind.assign(cause.begin(), cause.end());
   verdict.json = {{"groups", std::move(groups_json)},
                   {"behind", verdict.behind},
                   {"unread", std::move(unread_json)}};

@@ -149,7 +149,9 @@ const char* const kDiagnosis = R"py(def _serve_diagnosis(fd):
             return {"error": "; ".join(errors)}
         merged = dumps[0][1]
         used = [(b, d) for b, d in dumps if d.get("entries")]
+        groups = memberships()
         if len(used) > 1:
+            groups = ["{} ({})".format(g, b) for g in groups for b, _ in used]
             # Each backend numbers its collectives apart: the same group name (a default group
             # of cpu:gloo,cuda:nccl) is two groups here.
             merged = dict(used[0][1], entries=[])
@@ -159,7 +161,19 @@ const char* const kDiagnosis = R"py(def _serve_diagnosis(fd):
                     if isinstance(group, list) and group:
                         entry["process_group"] = ["{} ({})".format(group[0], backend)] + group[1:]
                     merged["entries"].append(entry)
+        merged["trainrun_groups"] = groups
         return merged
+
+    def memberships():
+        # The names of the process groups this rank belongs to, as its recorder names them: a
+        # member that never called a group's collective is then told from a rank outside it
+        # (Gloo's dump has no group's ranks).
+        c10d = sys.modules.get("torch.distributed.distributed_c10d")
+        try:
+            names = c10d._world.pg_names
+            return sorted({names[pg] for pg in list(c10d._world.pg_group_ranks) if pg in names})
+        except Exception:
+            return []
 
     def answer(ident):
         reply = {}

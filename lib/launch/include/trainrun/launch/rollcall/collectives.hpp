@@ -25,6 +25,9 @@ inline constexpr std::size_t kCollectivesKept = 4;
 // Groups are keyed by their name (the same on every rank), each with its last kCollectivesKept
 // collectives in order and its last point-to-point operations apart (NCCL records those; Gloo
 // does not); the kCollectiveGroupsKept groups used last, "groups_left_out" counting the others.
+// A group the dump's "trainrun_groups" (the bootstrap's list of the groups this rank belongs to)
+// names and the dump has no entry of is kept with no collectives, after the others: this rank is
+// a member that has entered none.
 // Dtypes are torch's Python names; a state is "completed" or "pending". A list of more than 4
 // tensors keeps 4 and says how many it left out ("in_left_out", "out_left_out"), names and
 // operations are cut at 128 bytes: the worst dump gives a few hundred kilobytes, a real one a few
@@ -48,7 +51,9 @@ struct CollectivesVerdict {
   // collective #42 (all_reduce, group 0) that ranks 0,2-3 wait in; rank 1 is in stuck_here()
   // (train.py:19)"; then a "note: ..." for each rank whose summary could not be read.
   std::vector<std::string> lines;
-  // The ranks that never entered a collective others wait in, ascending.
+  // The ranks that never entered a collective others wait in and wait in no collective
+  // themselves (the hang's cause), ascending; where every such rank waits in another group's
+  // collective, all of them.
   std::vector<int> behind;
   // For the job summary: {"groups": [{"group", "desc", "ranks": [{rank, seq, op, in_sizes,
   // in_dtypes, state}], "lines"}], "behind", "unread": [{rank, error}]}.
@@ -61,8 +66,10 @@ struct CollectivesVerdict {
 // Each process group's ranks compared at their last collectives: the ranks behind the others, the
 // ranks that called another operation, other sizes or dtypes than the rest, or every rank waiting
 // inside the same collective. A rank takes part in a group only when its summary has the group (a
-// subgroup of ranks 0 and 1 says nothing of ranks 2 and 3); a rank without a summary, or with an
-// "error", is left out and named in a note. Never throws. Pure.
+// subgroup of ranks 0 and 1 says nothing of ranks 2 and 3), with no collectives when it is a
+// member that has entered none; a rank without a summary, or with an "error", is left out and
+// named in a note. A rank behind that waits inside another group's collective is said to wait
+// there, after the ranks behind that wait in none. Never throws. Pure.
 CollectivesVerdict judge_collectives(const std::vector<RankCollectives>& ranks);
 
 }  // namespace trainrun::launch

@@ -8,10 +8,10 @@ namespace trainrun::launch {
 
 // A Python worker of torch 2.x has a diagnosis channel: a socket pair whose one end the worker
 // keeps, served by a thread of its own (template_bootstrap.cpp's _serve_diagnosis), and whose
-// other end the agent keeps. For each request byte the worker answers with its Python traceback
-// of every thread and its flight recorder's entries, read in the process itself: no ptrace, no
-// change to the script, nothing imported that the script did not import. The roll call asks
-// (rollcall/worker_diagnosis.hpp).
+// other end the agent keeps. For each request line (its number) the worker answers with a line:
+// the number and its Python traceback of every thread and its flight recorder's entries, read in
+// the process itself: no ptrace, no change to the script, nothing imported but json. The roll
+// call asks (rollcall/worker_diagnosis.hpp).
 struct DiagnosisChannel {
   int agent = -1;   // ours, close-on-exec
   int worker = -1;  // the worker's, passed at its start and closed here after it
