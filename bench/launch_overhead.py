@@ -117,12 +117,14 @@ def compare_wheel(args, counts):
         table.append(f"| {n} | {c[0]*1000:.1f} ms | {w[0]*1000:.1f} ms | {w[0]/c[0]:.2f} | "
                      f"{r[0]*1000:.0f} ms | {c[1]*1000:.1f} ms | {w[1]*1000:.1f} ms | "
                      f"{c[2]/1024:.1f} MiB | {w[2]/1024:.1f} MiB |")
+    torchrun_python = ("the same environment's Python" if not args.torchrun2_python
+                       else f"`{os.path.relpath(args.torchrun2_python, ROOT)}`")
     body = f"""## Launch overhead of the wheel
 
 `bench/launch_overhead.py --wheel` — `trainrun --standalone --nproc-per-node=N /bin/true` from the
 CMake build (`{os.path.relpath(args.trainrun, ROOT)}`, GCC, shared libraries) and from the wheel
-(the static zig-built binary `pip install` put in the virtual environment's `bin/`), and
-`python -m torch.distributed.run` (torchrun 2.x) of the same environment's Python. Medians of
+(the static zig-built binary, a unity build at `-Os`, that `pip install` put in the virtual
+environment's `bin/`), and `python -m torch.distributed.run` (torchrun 2.x) of {torchrun_python}. Medians of
 {args.runs} (trainrun) and {args.reference_runs} (torchrun) runs, CPU and peak RSS as above.
 Machine: {machine()}. Target: the wheel within 10% of the CMake build.
 
