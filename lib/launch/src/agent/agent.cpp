@@ -311,24 +311,22 @@ class Agent {
                        [&] { store_.attempt_starting(job_, a.topology); })) {
       startup_->workers_s = since_attempt_began();
       for (const auto& [local_rank, at] : workers_.started())
-        startup_->started.emplace(a.topology.base_rank + local_rank,
-                                  std::chrono::duration<double>(at - attempt_began_).count());
+        startup_->started.emplace(a.topology.base_rank + local_rank, since_attempt_began(at));
       summary_.startup(*startup_);
       if (startup_->complete()) say_startup(false);
       watch_->start(workers_.attempt_path("hang.txt"));
     }
   }
 
-  double since_attempt_began() const {
-    return std::chrono::duration<double>(Clock::now() - attempt_began_).count();
+  // Seconds from the attempt's start to `at`.
+  double since_attempt_began(Clock::time_point at = Clock::now()) const {
+    return std::chrono::duration<double>(at - attempt_began_).count();
   }
   // A node alone forms no round: its topology is made when its workers are about to start.
   void begin_startup(const Topology& topology) {
     startup_.emplace();
     startup_->topology = topology;
-    startup_->round_s =
-        std::chrono::duration<double>(round_formed_.value_or(Clock::now()) - attempt_began_)
-            .count();
+    startup_->round_s = since_attempt_began(round_formed_.value_or(Clock::now()));
     startup_->store = !job_.use_agent_store      ? AttemptStartup::Store::worker
                       : topology.group_rank == 0 ? AttemptStartup::Store::here
                                                  : AttemptStartup::Store::other_node;
