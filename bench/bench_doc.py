@@ -22,10 +22,10 @@ def machine():
     return f"{platform.machine()}, {cpus} CPUs, {mem:.0f} GiB, Linux {platform.release()}"
 
 
-def run_measured(cmd, env=None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
+def run_measured(cmd, env=None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=None):
     """Runs cmd; returns (exit code, wall s, CPU s of it and its reaped children, peak RSS KiB)."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr)
+    p = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr, cwd=cwd)
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
     p.returncode = os.waitstatus_to_exitcode(status)

@@ -110,7 +110,9 @@ def test_a_slow_rank_is_named_as_the_slowest_and_much_slower(tmp_path):
     assert s["store"] == "this node", s
     times = {x["rank"]: x["at_store_s"] for x in s["ranks"]}
     assert sorted(times) == [0, 1, 2, 3] and None not in times.values(), s
-    assert times[2] > 3 + s["workers_started_s"], s
+    # Rank 2 sleeps 3 s once started; the others may still be starting then.
+    started = {x["rank"]: x["started_s"] for x in s["ranks"]}
+    assert times[2] > 3 + started[2], s
     assert s["slowest"]["rank"] == 2 and s["slowest"]["much_slower"], s
     assert s["unattributed_store_connections"] == 0, s
     [line] = startup_lines(r.stderr, 0)

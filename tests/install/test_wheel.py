@@ -128,6 +128,22 @@ def test_wheel_name_and_manylinux_policy(installed, build_env):
     assert int(re.match(r"manylinux_2_(\d+)_", policy).group(1)) <= 28, policy
 
 
+def test_every_library_of_the_wheel_compiles_with_the_precompiled_header(installed):
+    # pyproject.toml turns TRAINRUN_PCH on so that Asio, fmt and nlohmann-json are parsed once:
+    # a library left out of it parses them again in each of its compiles. lib/base, below them
+    # all, includes none of them.
+    ninja = shutil.which("ninja")
+    assert ninja, "ninja (scripts/setup.sh installs it) lists the build's commands"
+    commands = run([ninja, "-C", os.path.join(WORK, "build"), "-t", "commands", "trainrun"])
+    compiles = {m.group(1): line for line in commands.stdout.splitlines()
+                if (m := re.search(r" -o (lib/\S+\.o) ", line))
+                and not m.group(1).startswith("lib/base/")}
+    assert len(compiles) > 10, commands.stdout[-3000:]
+    without = sorted(o for o, line in compiles.items()
+                     if "trainrun_rendezvous.dir/cmake_pch.hxx" not in line)
+    assert not without, f"compiled without the precompiled header: {without}"
+
+
 def test_version_from_the_command_and_from_python(installed):
     root = installed[0]
     expected = f"trainrun {project_version()}"
