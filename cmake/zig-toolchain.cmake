@@ -92,6 +92,14 @@ if(NOT TRAINRUN_ZIG_WRAPPERS)
     CACHE STRING "Where the dependencies' headers are, searched after zig's own")
 endif()
 
+# CMake identifies the compiler and runs its checks without linking: a program linked by zig has
+# zig build libc++ and the C library's stubs first, for those steps' flags rather than the
+# build's (two minutes of one core at every first configure on a machine, for a runtime nothing
+# links). With a compiler target named, CMake's identification compiles with -c first.
+set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)
+set(CMAKE_C_COMPILER_TARGET "${_zig_target}")
+set(CMAKE_CXX_COMPILER_TARGET "${_zig_target}")
+
 set(CMAKE_C_COMPILER "${TRAINRUN_ZIG_WRAPPERS}/zig-cc")
 set(CMAKE_CXX_COMPILER "${TRAINRUN_ZIG_WRAPPERS}/zig-c++")
 set(CMAKE_AR "${TRAINRUN_ZIG_WRAPPERS}/zig-ar" CACHE FILEPATH "" FORCE)
