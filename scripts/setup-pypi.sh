@@ -15,21 +15,15 @@ say() { echo "setup: $*" >&2; }
 
 if ! "$venv/bin/python" -c 'import torch, torchvision, pytest' 2>/dev/null; then
   "$python" -m venv "$venv"
-  wheels="$(mktemp -d)"
-  trap 'rm -rf "$wheels"' EXIT
-  say "downloading torch and torchvision from PyPI into $venv"
+  say "installing torch and torchvision from PyPI into $venv"
   start=$(date +%s)
-  # No pip cache: the wheels (about 3 GB) are on disk once, and only until they are installed.
-  if ! "$venv/bin/python" -m pip download -q --no-cache-dir -d "$wheels" torch torchvision pytest; then
-    say "cannot download torch from PyPI (no network?): the PyTorch 2.x configuration needs it"
+  # Through pip's own cache (~/.cache/pip): a new checkout on the same machine installs the same
+  # wheels (about 3 GB) without fetching them again.
+  if ! "$venv/bin/python" -m pip install -q torch torchvision pytest; then
+    say "cannot install torch from PyPI (no network?): the PyTorch 2.x configuration needs it"
     exit 1
   fi
-  fetched=$(date +%s)
-  say "downloaded $(du -sh "$wheels" | cut -f1) in $((fetched - start)) s"
-  "$venv/bin/python" -m pip install -q --no-cache-dir --no-index --find-links "$wheels" \
-    torch torchvision pytest
-  rm -rf "$wheels"
-  say "installed in $(($(date +%s) - fetched)) s"
+  say "installed in $(($(date +%s) - start)) s"
 fi
 
 # The Trainers of tests/python/test_frameworks_torch2.py, at versions known to work with that
@@ -39,7 +33,7 @@ if ! "$venv/bin/python" -c 'import lightning, transformers, accelerate' 2>/dev/n
   say "installing ${frameworks[*]} into $venv"
   constraints="$(mktemp)"
   "$venv/bin/python" -m pip freeze >"$constraints"
-  if ! "$venv/bin/python" -m pip install -q --no-cache-dir -c "$constraints" "${frameworks[@]}"; then
+  if ! "$venv/bin/python" -m pip install -q -c "$constraints" "${frameworks[@]}"; then
     rm -f "$constraints"
     say "cannot install ${frameworks[*]} into $venv beside its torch (no network, or the" \
       "conflict pip names above)"

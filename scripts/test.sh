@@ -5,11 +5,13 @@
 #   --only TEST  the one ctest TEST (ctest -N lists them), in the first configuration only; says so
 #   otherwise    extra arguments go to ctest (e.g. -L e2e, -R python_dropin)
 # 1. Debian's PyTorch 1.13 (build/): the whole suite.
-# 2. Unless TRAINRUN_SANITIZE_SUITE=0: the launcher's suite again under ASan + UBSan + LSan
-#    (scripts/sanitize.sh, build-asan/), with the same arguments.
+# 2. Unless TRAINRUN_SANITIZE_SUITE=0: the launcher's unit and fuzz-replay tests and the e2e suites
+#    labelled `sanitize` again under ASan + UBSan + LSan (scripts/sanitize.sh, build-asan/), with
+#    the same arguments.
 # 3. Unless TRAINRUN_PYPI_SUITE=0: the current PyTorch from PyPI (scripts/setup.sh --torch=pypi,
 #    build-pypi/): every test that involves torch (runtime, examples, Python drop-in, parity with
 #    the newest torchrun). It needs PyPI: without it this part fails, it is never skipped silently.
+# At its end, passed or failed, it prints each stage's time and the ten slowest tests.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,15 +24,48 @@ if [ "${1:-}" = "--only" ]; then
   fi
   only="$2"
 fi
-"$root/scripts/setup.sh" --tests
+# Each stage's time and each ctest run's output, for the summary printed at the end.
+timings="$(mktemp -d "${TMPDIR:-/tmp}/trainrun-timings.XXXXXX")"
+stages=()
+stage_name=""
+stage_began=$SECONDS
+stage() {
+  stage_done
+  stage_name="$1"
+  stage_began=$SECONDS
+}
+stage_done() {
+  if [ -n "$stage_name" ]; then
+    stages+=("$(printf '%6d s  %s' $((SECONDS - stage_began)) "$stage_name")")
+  fi
+  stage_name=""
+}
+# ctest with its arguments, its output also kept under the configuration's name ($1).
+run_ctest() {
+  local configuration="$1"
+  shift
+  ctest "$@" 2>&1 | tee -a "$timings/$configuration"
+}
+summary() {
+  stage_done
+  echo "test: time by stage (${SECONDS} s in all):" >&2
+  if [ "${#stages[@]}" -gt 0 ]; then printf '  %s\n' "${stages[@]}" >&2; fi
+  echo "test: the ten slowest tests:" >&2
+  # ctest's lines: "  3/81 Test  #5: name ......   Passed   12.34 sec"
+  for f in "$timings"/*; do
+    [ -f "$f" ] || continue
+    sed -nE "s/^.*Test +#[0-9]+: ([^ ]+) \.+.* ([0-9.]+) sec\$/\2 \1 ($(basename "$f"))/p" "$f"
+  done | sort -rn | head -10 | awk '{ printf "  %6.0f s  %s %s\n", $1, $2, $3 }' >&2
+  rm -rf "$timings"
+}
 
 # Everything the tests and the jobs they run leave in the temporary directory (the log trees that
 # failed jobs keep, as a user's would be kept; torchrun's own; checkpoints of killed workers) goes
 # in one directory of this run: removed when every test passed, kept and named when one failed.
 tests_tmp="$(mktemp -d "${TMPDIR:-/tmp}/trainrun-tests.XXXXXX")"
-export TMPDIR="$tests_tmp"
 finish() {
   local status=$?
+  summary
   if [ "$status" -eq 0 ]; then
     rm -rf "$tests_tmp"
   else
@@ -39,6 +74,10 @@ finish() {
   return "$status"
 }
 trap finish EXIT
+
+stage "setup and build: the Debian configuration (build/)"
+"$root/scripts/setup.sh" --tests
+export TMPDIR="$tests_tmp"
 # Free space where the builds, the virtual environments and the tests' files go, at each stage: a
 # stage that runs out of space then says how much there was (PyPI's torch takes about 9 GB while
 # it installs: 3 GB of wheels beside 5.5 GB installed).
@@ -56,14 +95,17 @@ fi
 args=("$@")
 if [ "${1:-}" = "quick" ]; then args=(-LE slow "${@:2}"); fi
 free_space "the Debian configuration"
-(cd "$build" && ctest --output-on-failure -j2 "${args[@]}")
+stage "tests: the Debian configuration"
+(cd "$build" && run_ctest Debian --output-on-failure -j2 "${args[@]}")
 
 if [ "${TRAINRUN_SANITIZE_SUITE:-1}" != "0" ]; then
   free_space "the sanitizer configuration"
+  stage "build and tests: the sanitizer configuration (build-asan/)"
   if [ "${1:-}" = "quick" ]; then
-    "$root/scripts/sanitize.sh" -LE "slow|python|fuzz$" "${@:2}"
+    "$root/scripts/sanitize.sh" -L "^(unit|sanitize)$" -LE "slow|python|fuzz$" "${@:2}" 2>&1 |
+      tee -a "$timings/sanitizer"
   else
-    "$root/scripts/sanitize.sh" "${args[@]}"
+    "$root/scripts/sanitize.sh" "${args[@]}" 2>&1 | tee -a "$timings/sanitizer"
   fi
   # CI builds in a fresh clone that nothing reuses: the sanitizer build (about 7 GB of objects
   # with their debug information) goes once its suite has passed, before PyPI's torch needs room.
@@ -76,9 +118,11 @@ fi
 if [ "${TRAINRUN_PYPI_SUITE:-1}" != "0" ]; then
   echo "test: the PyTorch 2.x configuration (PyPI)" >&2
   free_space "the PyTorch 2.x configuration"
+  stage "setup and build: the PyTorch 2.x configuration (build-pypi/)"
   "$root/scripts/setup.sh" --torch=pypi
+  stage "tests: the PyTorch 2.x configuration"
   cd "${TRAINRUN_PYPI_BUILD_DIR:-$root/build-pypi}"
-  ctest --output-on-failure -j2 -L torch "${args[@]}"
+  run_ctest PyTorch-2.x --output-on-failure -j2 -L torch "${args[@]}"
 else
   echo "test: TRAINRUN_PYPI_SUITE=0: the PyTorch 2.x configuration was not tested" >&2
 fi

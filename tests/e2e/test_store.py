@@ -93,7 +93,8 @@ class Job:
         port, shared = self.out.read_text().split()
         if shared != "True":
             self.kill()
-            pytest.skip("the workers' interpreter has torch 1.x: the agent hosts no store")
+            pytest.fail("the worker's torch says 2.5.0, yet TORCHELASTIC_USE_AGENT_STORE is "
+                        f"{shared!r}: the agent must serve its store")
         self.port = int(port)
 
     def err(self):
