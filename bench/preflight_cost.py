@@ -9,18 +9,15 @@ the slowest over the agents, for each N, median of --runs jobs.
 import argparse
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests"))
+from ports import free_port  # noqa: E402
+
 PASSED = re.compile(r"preflight passed: .*\(([0-9.]+) ms\)")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def one_job(trainrun, worker, n):

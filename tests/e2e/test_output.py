@@ -78,6 +78,30 @@ def test_local_ranks_filter_keeps_others_in_files(worker, tmp_path):
         assert (d / str(rank) / "stdout.log").read_text() == "xx\n"
 
 
+def test_tee_shows_a_prompt_without_its_newline_at_once(tmp_path):
+    # A prompt waits for its answer with no newline: --tee shows it after a short quiet, as a
+    # terminal would, prefixed once; the rest of its line follows without a second prefix.
+    script = tmp_path / "prompt.py"
+    script.write_text("import sys, time\n"
+                      "sys.stdout.write('type a word> ')\nsys.stdout.flush()\n"
+                      "time.sleep(5)\n"
+                      "sys.stdout.write('answer\\n')\n")
+    p = start(["--nproc-per-node=1", "--tee=3", str(script)], stdout=subprocess.PIPE,
+              stderr=subprocess.PIPE, env={"PYTHON_EXEC": os.environ.get("PYTHON_EXEC",
+                                                                          "python3")})
+    began = time.monotonic()
+    shown = b""
+    os.set_blocking(p.stdout.fileno(), False)
+    while b"> " not in shown and p.poll() is None and time.monotonic() - began < 60:
+        shown += p.stdout.read() or b""
+        time.sleep(0.02)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    # Seen while the worker still waited for its answer, 5 s long.
+    assert shown.startswith(b"[default0]:type a word> ") and b"answer" not in shown, shown
+    assert shown + out == b"[default0]:type a word> answer\n", shown + out
+
+
 def test_filter_without_tee_sends_others_to_files(worker, tmp_path):
     logs = tmp_path / "logs"
     r = run(["--nproc-per-node=2", "--local-ranks-filter=0", f"--log-dir={logs}", worker, "spew",

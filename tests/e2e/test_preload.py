@@ -39,6 +39,19 @@ REPORT = textwrap.dedent("""\
     """)
 
 
+# A script's first lines: whether torch was imported before them (a worker forked from the
+# --preload torch template), appended to the file "forked" of the job's directory, a line a worker.
+MARK_FORKED = 'import sys\nopen("forked", "a").write(f"{\'torch\' in sys.modules}\\n")\n'
+
+
+def forked(tmp_path, preload, workers=1):
+    """Checks that each of `workers` workers was forked from the template exactly when
+    `preload`, and clears the record for the next run."""
+    marks = tmp_path / "forked"
+    assert marks.read_text() == f"{bool(preload)}\n" * workers, marks.read_text()
+    marks.unlink()
+
+
 def reports(directory):
     return {int(name[:-5]): json.loads((directory / name).read_text())
             for name in os.listdir(directory)}
@@ -130,19 +143,21 @@ def test_preload_runs_a_module_as_python_m_does(tmp_path):
 
 
 def test_preload_exit_codes_are_the_workers_own(tmp_path):
-    write(tmp_path / "three.py", "import sys\nsys.exit(3)\n")
-    write(tmp_path / "boom.py", """\
+    write(tmp_path / "three.py", MARK_FORKED + "sys.exit(3)\n")
+    write(tmp_path / "boom.py", MARK_FORKED + textwrap.dedent("""\
         def fail():
             raise ValueError("boom")
         fail()
-        """)
+        """))
     for preload in ([], ["--preload=torch"]):
         r = trainrun(preload + ["three.py"], tmp_path)
         assert r.returncode == 3, r.stderr
+        forked(tmp_path, preload)
     tracebacks = []
     for preload in ([], ["--preload=torch"]):
         r = trainrun(preload + ["boom.py"], tmp_path)
         assert r.returncode == 1, r.stderr
+        forked(tmp_path, preload)
         # The worker's own stderr comes first, then trainrun's failure summary.
         tracebacks.append(r.stderr.split("=" * 20)[0])
     assert tracebacks[0] == tracebacks[1]
@@ -151,18 +166,19 @@ def test_preload_exit_codes_are_the_workers_own(tmp_path):
 
 
 def test_preload_a_recorded_failure_writes_its_error_file(tmp_path):
-    write(tmp_path / "recorded.py", """\
+    write(tmp_path / "recorded.py", MARK_FORKED + textwrap.dedent("""\
         from torch.distributed.elastic.multiprocessing.errors import record
         @record
         def main():
             raise RuntimeError("recorded failure")
         if __name__ == "__main__":
             main()
-        """)
+        """))
     summaries = []
     for preload in ([], ["--preload=torch"]):
         r = trainrun(preload + ["recorded.py"], tmp_path)
         assert r.returncode == 1, r.stderr
+        forked(tmp_path, preload)
         summary = r.stderr[r.stderr.index("Root Cause"):]
         assert "error_file: <N/A>" not in summary
         assert "RuntimeError: recorded failure" in summary
@@ -327,9 +343,11 @@ def test_preload_kill_9_of_trainrun_leaves_nothing(tmp_path):
 
 
 def test_preload_multiprocessing_and_a_data_loader_work(tmp_path):
+    # The mark is written by the worker alone: spawn's children run the script's top too.
     write(tmp_path / "mp.py", """\
-        import multiprocessing as mp
         import sys
+        forked = "torch" in sys.modules
+        import multiprocessing as mp
         import torch
         from torch.utils.data import DataLoader, TensorDataset
 
@@ -345,12 +363,14 @@ def test_preload_multiprocessing_and_a_data_loader_work(tmp_path):
             assert child.exitcode == 0
             loader = DataLoader(TensorDataset(torch.arange(8.0)), batch_size=2, num_workers=2)
             assert sum(float(batch[0].sum()) for batch in loader) == 28.0
-            print("preloaded" if "torch" in sys.modules else "?", "ok")
+            open("forked", "a").write(f"{forked}\\n")
+            sys.stdout.write("ok\\n")  # one write: the workers share the console
         """)
     for preload in ([], ["--preload=torch"]):
         r = trainrun(preload + ["--nproc-per-node=2", "mp.py"], tmp_path, timeout=180)
         assert r.returncode == 0, r.stderr
         assert r.stdout.count("ok\n") == 2, r.stdout
+        forked(tmp_path, preload, workers=2)
 
 
 def test_preload_needs_python_workers(tmp_path):
@@ -409,3 +429,28 @@ def test_preload_a_template_that_dies_importing_lets_workers_start_the_ordinary_
     assert r.stdout == "False\nFalse\n"
     assert ("trainrun: --preload: the template interpreter exited with code 7 before its imports "
             "were done; workers start the ordinary way\n") in r.stderr
+
+
+def test_preload_a_template_still_importing_lets_the_first_workers_start_the_ordinary_way(
+        tmp_path):
+    # The template imports for 15 s; the first attempt's workers wait 10 s for it, then start
+    # the ordinary way, said once; attempt 1 (rank 1 fails 2 s into attempt 0) waits for the same
+    # template, which is ready by then, and is forked from it.
+    write(tmp_path / "slow.py", "import time\ntime.sleep(15)\n")
+    write(tmp_path / "job.py", """\
+        import os, sys
+        forked = "slow" in sys.modules
+        attempt, rank = os.environ["TORCHELASTIC_RESTART_COUNT"], os.environ["RANK"]
+        sys.stdout.write(f"attempt {attempt} rank {rank} forked {forked}\\n")
+        if attempt == "0" and rank == "1":
+            import time
+            time.sleep(2)
+            sys.exit(1)
+        """)
+    r = trainrun(["--preload=slow", "--nproc-per-node=2", "--max-restarts=1", "job.py"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == [
+        "attempt 0 rank 0 forked False", "attempt 0 rank 1 forked False",
+        "attempt 1 rank 0 forked True", "attempt 1 rank 1 forked True"], r.stdout
+    assert r.stderr.count("trainrun: --preload: the template is still importing slow after 10 s; "
+                          "these workers start the ordinary way\n") == 1, r.stderr

@@ -34,6 +34,40 @@ TEST_CASE("lines are split and prefixed; partial lines wait") {
   CHECK(out.empty());
 }
 
+TEST_CASE("an unfinished line shown early keeps its prefix once; the rest of it follows") {
+  LineSplitter s("[p]:");
+  std::string out;
+  s.feed("done\ntype a word> ", 18, out);
+  CHECK(out == "[p]:done\n");
+  CHECK(s.holding());
+  s.flush_partial(out);
+  CHECK(out == "[p]:done\n[p]:type a word> ");
+  CHECK_FALSE(s.holding());
+  out.clear();
+  s.flush_partial(out);  // nothing held: nothing shown
+  CHECK(out.empty());
+  s.feed("ab", 2, out);
+  s.flush_partial(out);
+  CHECK(out == "ab");
+  out.clear();
+  s.feed("c\nnext\n", 7, out);
+  CHECK(out == "c\n[p]:next\n");
+  out.clear();
+  // A prompt shown early, then the end of the stream: its line is ended.
+  s.feed("(Pdb) ", 6, out);
+  s.flush_partial(out);
+  s.finish(out);
+  CHECK(out == "[p]:(Pdb) \n");
+  // With filters, only whole lines are judged: nothing is shown early.
+  LineSplitter filtered("[p]:", {"loss"});
+  out.clear();
+  filtered.feed("loss", 4, out);
+  filtered.flush_partial(out);
+  CHECK(out.empty());
+  filtered.finish(out);
+  CHECK(out == "[p]:loss\n");
+}
+
 TEST_CASE("over-long lines are emitted in pieces") {
   LineSplitter s("");
   std::string big(LineSplitter::kMaxLine + 10, 'x');

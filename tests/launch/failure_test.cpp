@@ -231,6 +231,11 @@ TEST_CASE("a worker without error file: its log files and its stderr's last line
   CHECK_THAT(
       format_failure_summary("train.py", {f}),
       Catch::Contains("traceback : from the error file") && !Catch::Contains("ValueError: bad"));
+  // Stopped by a signal after it wrote its error file: the file's traceback, as torchrun shows.
+  f.status = ExitStatus{0, SIGTERM};
+  CHECK_THAT(format_failure_summary("train.py", {f}),
+             Catch::Contains("traceback : from the error file") &&
+                 !Catch::Contains("received by PID"));
   // Killed by a signal: torchrun's line, then the stream's end.
   f.has_error_file = false;
   f.status = ExitStatus{0, SIGSEGV};

@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import textwrap
 import time
 
@@ -16,6 +17,8 @@ from preload_jobs import (NEEDS_PY_SPY, PY, PY_SPY, TRAINRUN, WITH_AND_WITHOUT, 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 E2E = os.path.join(os.path.dirname(HERE), "e2e")
+sys.path.insert(0, os.path.dirname(HERE))
+from ports import standalone_args  # noqa: E402
 
 
 def write(path, text):
@@ -48,15 +51,23 @@ def test_each_worker_gets_the_same_environment(tmp_path):
         assert differ == {"MASTER_PORT", "TORCHELASTIC_ERROR_FILE"}, (rank, differ)
 
 
-def test_ddp_training_gives_the_same_loss(tmp_path):
+def test_ddp_training_ends_with_the_same_parameters_as_without_and_under_torchrun(tmp_path):
+    # Each rank's line holds its loss and a SHA-256 of its final state dict's bytes: the same
+    # training, bit for bit, with --preload, without it, and under torchrun 2.x.
+    script = os.path.join(HERE, "ddp_train.py")
     outs = []
     for preload in (False, True):
-        r = trainrun(tmp_path, preload, ["--nproc-per-node=2", os.path.join(HERE, "ddp_train.py")],
-                     2)
+        r = trainrun(tmp_path, preload, ["--nproc-per-node=2", script], 2)
         assert r.returncode == 0, r.stderr
         outs.append(sorted(r.stdout.splitlines()))
-    assert outs[0] == outs[1], outs
+    r = subprocess.run([PY, "-m", "torch.distributed.run", *standalone_args(),
+                        "--nproc_per_node=2", script], capture_output=True, text=True,
+                       timeout=600, cwd=tmp_path, env=job_env(tmp_path))
+    assert r.returncode == 0, r.stderr
+    outs.append(sorted(line for line in r.stdout.splitlines() if line.startswith("rank ")))
+    assert outs[0] == outs[1] == outs[2], outs
     assert len(outs[1]) == 2 and all(line.endswith(" in_sync=True") for line in outs[1]), outs
+    assert all(" state_sha256=" in line for line in outs[1]), outs
 
 
 RECORDED = """\

@@ -115,8 +115,12 @@ size_t line_count(const std::string& text) {
   return text.empty() ? 0 : 1 + static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
 }
 
-// What the summary shows as a failure's traceback.
+// What the summary shows as a failure's traceback. An error file that says something wins, as in
+// torchrun, even for a worker stopped by a signal after it wrote the file (the Gloo error a rank
+// recorded before the job was stopped, rather than the SIGTERM of the stop).
 std::string traceback_text(const ProcessFailure& f) {
+  if (f.has_error_file && !f.traceback.empty()) return f.traceback;
+  if (f.has_error_file && !f.message.empty()) return f.message;
   std::string signal_line;
   if (f.status.signal != 0)
     signal_line = fmt::format("Signal {} ({}) received by PID {}", f.status.signal,

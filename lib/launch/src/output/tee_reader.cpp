@@ -31,9 +31,16 @@ void LineSplitter::emit(std::string_view line, bool add_newline, std::string& ou
       std::none_of(filters_.begin(), filters_.end(),
                    [&](const std::string& f) { return line.find(f) != std::string_view::npos; }))
     return;
-  out += prefix_;
+  if (!line_started_) out += prefix_;
   out.append(line.data(), line.size());
   if (add_newline) out += '\n';
+}
+
+void LineSplitter::flush_partial(std::string& out) {
+  if (partial_.empty() || !filters_.empty()) return;
+  emit(partial_, false, out);
+  partial_.clear();
+  line_started_ = true;
 }
 
 void LineSplitter::feed(const char* data, size_t size, std::string& out) {
@@ -45,6 +52,7 @@ void LineSplitter::feed(const char* data, size_t size, std::string& out) {
       if (partial_.size() >= kMaxLine) {
         emit(partial_, true, out);
         partial_.clear();
+        line_started_ = false;
       }
       return;
     }
@@ -56,14 +64,19 @@ void LineSplitter::feed(const char* data, size_t size, std::string& out) {
       emit(partial_, false, out);
       partial_.clear();
     }
+    line_started_ = false;
     data = nl + 1;
   }
 }
 
 void LineSplitter::finish(std::string& out) {
-  if (partial_.empty()) return;
-  emit(partial_, true, out);
-  partial_.clear();
+  if (!partial_.empty()) {
+    emit(partial_, true, out);
+    partial_.clear();
+  } else if (line_started_) {
+    out += '\n';
+  }
+  line_started_ = false;
 }
 
 SharedLogFile::~SharedLogFile() {
@@ -73,6 +86,7 @@ SharedLogFile::~SharedLogFile() {
 TeeReader::TeeReader(boost::asio::io_context& io, int pipe_fd, int file_fd, Console* console,
                      std::string prefix, Duplicate duplicate, bool console_copy)
     : pipe_(io, pipe_fd),
+      partial_quiet_(io),
       file_fd_(file_fd),
       console_(console),
       to_console_(console_copy),
@@ -120,6 +134,7 @@ void TeeReader::on_read(const char* data, size_t n) {
     lines_.clear();
     splitter_.feed(data, n, lines_);
     console_->write(lines_.data(), lines_.size());
+    watch_partial();
   }
   // The duplicate is a file: it keeps its lines when the console has gone away.
   if (duplicate_file_) {
@@ -127,6 +142,23 @@ void TeeReader::on_read(const char* data, size_t n) {
     duplicate_splitter_.feed(data, n, duplicate_lines_);
     write_duplicate();
   }
+}
+
+void TeeReader::watch_partial() {
+  partial_quiet_.cancel();
+  if (!splitter_.holding()) return;
+  partial_quiet_.expires_after(kPromptQuiet);
+  std::weak_ptr<TeeReader> weak = shared_from_this();
+  partial_quiet_.async_wait([weak](boost::system::error_code ec) {
+    auto self = weak.lock();
+    // A worker held back by a full console is no prompt: its line goes on once we read again.
+    if (ec || !self || !self->splitter_.holding() || self->console_->closed() || self->paused_ ||
+        self->console_->full())
+      return;
+    self->lines_.clear();
+    self->splitter_.flush_partial(self->lines_);
+    self->console_->write(self->lines_.data(), self->lines_.size());
+  });
 }
 
 void TeeReader::write_duplicate() {
@@ -152,6 +184,7 @@ void TeeReader::read_more() {
                             self->read_more();
                             return;
                           }
+                          self->partial_quiet_.cancel();
                           self->lines_.clear();
                           self->splitter_.finish(self->lines_);
                           self->console_->write(self->lines_.data(), self->lines_.size());

@@ -91,7 +91,12 @@ ResolvedEntry resolve_entrypoint(const LaunchConfig& config,
       c.entrypoint = "./" + c.entrypoint;
   }
   if (c.entry_mode == EntryMode::executable) {
-    r.program = resolve_program(c.entrypoint, env, "");
+    // A bare name that is no program on PATH, with a Python script of that name here
+    // (`trainrun check_nodes` beside check_nodes.py): the script is named.
+    std::string hint;
+    if (c.entrypoint.find('/') == std::string::npos && is_regular(c.entrypoint + ".py"))
+      hint = fmt::format(" ({0}.py is in this directory: trainrun {0}.py runs it)", c.entrypoint);
+    r.program = resolve_program(c.entrypoint, env, hint);
     return r;
   }
   if (c.python_source == PythonSource::path) {

@@ -2,6 +2,8 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -26,8 +28,15 @@ class LineSplitter {
       : prefix_(std::move(prefix)), filters_(std::move(filters)) {}
   // Appends the prefixed complete lines in `data` to `out`; keeps a trailing partial line.
   void feed(const char* data, size_t size, std::string& out);
-  // At end of stream: the pending partial line, prefixed and newline-terminated.
+  // At end of stream: the pending partial line, prefixed and newline-terminated (or the newline
+  // that ends a line whose start flush_partial() has shown).
   void finish(std::string& out);
+  // Whether bytes of an unfinished line are held.
+  bool holding() const { return !partial_.empty(); }
+  // Shows the unfinished line's bytes now (a prompt that waits for its answer), prefixed unless
+  // its start was shown already, without a newline: the rest of that line follows without a
+  // second prefix. A splitter with filters keeps whole lines, and shows nothing early.
+  void flush_partial(std::string& out);
 
  private:
   void emit(std::string_view line, bool add_newline, std::string& out) const;
@@ -35,6 +44,7 @@ class LineSplitter {
   std::string prefix_;
   std::vector<std::string> filters_;
   std::string partial_;
+  bool line_started_ = false;  // the current line's start (and its prefix) was shown early
 };
 
 // A file that the readers of one attempt append their duplicated lines to; closed with the last.
@@ -59,6 +69,8 @@ struct Duplicate {
 // and resumes when it drains or closes. Calls `on_closed` once the pipe reaches end of file.
 class TeeReader : public std::enable_shared_from_this<TeeReader> {
  public:
+  // How long an unfinished console line waits for its end before it is shown as it is.
+  static constexpr std::chrono::milliseconds kPromptQuiet{200};
   TeeReader(boost::asio::io_context& io, int pipe_fd, int file_fd, Console* console,
             std::string prefix, Duplicate duplicate = {}, bool console_copy = true);
   ~TeeReader();
@@ -80,8 +92,12 @@ class TeeReader : public std::enable_shared_from_this<TeeReader> {
   void resume();
   void on_read(const char* data, size_t n);
   void write_duplicate();
+  // A console line left unfinished is shown after kPromptQuiet without more bytes, as a
+  // terminal shows a prompt; not while the console is full and the worker waits for us.
+  void watch_partial();
 
   boost::asio::posix::stream_descriptor pipe_;
+  boost::asio::steady_timer partial_quiet_;
   int file_fd_;
   bool file_ok_ = true;
   Console* console_;
