@@ -9,7 +9,10 @@ import textwrap
 from conftest import alive, run, start, wait_for, wait_for_pids
 
 PYTHON = os.environ.get("PYTHON_EXEC", "/usr/bin/python3")
-ENV = {"PYTHON_EXEC": PYTHON}
+# OMP_NUM_THREADS=1, as trainrun sets it where a node runs more than one worker: torch 2.x's
+# import starts an OpenMP pool otherwise, and its template falls back to ordinary starts (a case
+# of its own below), so that the one-worker cases would compare nothing on torch 2.x.
+ENV = {"PYTHON_EXEC": PYTHON, "OMP_NUM_THREADS": "1"}
 
 # What a worker reports of itself: written as JSON to <dir>/<RANK>.json. `preloaded` says whether
 # torch was there before the script imported anything: a worker forked from the template.
@@ -130,6 +133,21 @@ def test_preload_runs_the_script_as_python_does(tmp_path):
         assert warm[rank]["argv"][2] == f"--flag={rank}"
         assert warm[rank]["path0"] == str(script.parent)
         assert warm[rank]["spec"] is None and warm[rank]["name"] == "__main__"
+    # Against `python sub/show.py ...` of the same interpreter itself: the same but for the
+    # interpreter options that the launchers give (trainrun's `-X faulthandler -u`, torchrun's
+    # `-u`), which sys.orig_argv shows after the interpreter.
+    (tmp_path / "reports").mkdir()  # the same argv as the jobs' (their directories are renamed)
+    r = subprocess.run([PYTHON, "sub/show.py", "reports", "--flag=0", "x y"], cwd=tmp_path,
+                       env=dict(os.environ, RANK="0"), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    alone = reports(tmp_path / "reports")[0]
+    for key in ("argv", "file", "path0", "spec", "name", "package", "loader", "executable"):
+        assert alone[key] == warm[0][key], (key, alone[key], warm[0][key])
+    options = warm[0]["orig_argv"][1:-len(warm[0]["argv"])]
+    assert options == ["-X", "faulthandler", "-u"], warm[0]["orig_argv"]
+    assert alone["orig_argv"][0] == warm[0]["orig_argv"][0] == PYTHON
+    assert alone["orig_argv"][1:] == ["sub/show.py", "reports", "--flag=0", "x y"]
 
 
 def test_preload_runs_a_module_as_python_m_does(tmp_path):
