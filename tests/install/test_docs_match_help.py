@@ -33,7 +33,18 @@ def test_every_help_option_is_completed():
     names = sorted(help_option_names(TRAINRUN))
     for name in names:
         assert name in complete(COMPLETION, name), name
-    assert set(complete(COMPLETION, "--")) >= {n for n in names if n.startswith("--")}
+    # "--" alone is offered the dashed spellings; each underscored one completes from itself.
+    assert set(complete(COMPLETION, "--")) >= {n for n in names
+                                               if n.startswith("--") and "_" not in n}
+
+
+def test_completion_offers_one_spelling_of_each_option():
+    # The dashed one, so that a prefix names one option; torchrun's underscored one to a word
+    # that has an underscore.
+    assert complete(COMPLETION, "--npr") == ["--nproc-per-node"]
+    assert complete(COMPLETION, "--nproc_") == ["--nproc_per_node"]
+    assert complete(COMPLETION, "--max-r") == ["--max-restarts"]
+    assert not [n for n in complete(COMPLETION, "--") if "_" in n]
 
 
 def test_completion_leaves_the_entrypoints_arguments_alone():

@@ -33,6 +33,16 @@ std::vector<std::string> all_names(bool valued_only) {
   return names;
 }
 
+// The names a completion offers: with `underscored`, torchrun's spellings ("--nproc_per_node"),
+// offered only to a word that has an underscore; else the others ("--nproc-per-node", "-m"), so
+// that "--npr" completes to one option.
+std::vector<std::string> offered_names(bool underscored) {
+  std::vector<std::string> names;
+  for (const auto& name : all_names(false))
+    if ((name.find('_') != std::string::npos) == underscored) names.push_back(name);
+  return names;
+}
+
 // The options whose value is one of a few words (or a list of them).
 std::vector<OptionDoc> valued_docs() {
   std::vector<OptionDoc> out;
@@ -122,7 +132,7 @@ std::string bash_completion() {
   return fmt::format(R"(# bash completion for trainrun, generated from its option table
 _trainrun() {{
   local cur="${{COMP_WORDS[COMP_CWORD]}}" word i j
-  local options=" {} "
+  local options=" {} " underscored=" {} "
   local valued=" {} "
   local lists=" {} "
   COMPREPLY=()
@@ -172,7 +182,9 @@ _trainrun() {{
     [[ -n "$words" ]] && mapfile -t COMPREPLY < <(compgen -P "$before" -W "$words" -- "$cur")
     return 0
   fi
-  if [[ "$cur" == -* ]]; then
+  if [[ "$cur" == -*_* ]]; then
+    mapfile -t COMPREPLY < <(compgen -W "$underscored" -- "$cur")
+  elif [[ "$cur" == -* ]]; then
     ((COMP_CWORD == 1)) && options+="--stacks "
     mapfile -t COMPREPLY < <(compgen -W "$options" -- "$cur")
   fi
@@ -180,7 +192,8 @@ _trainrun() {{
 }}
 complete -o default -F _trainrun trainrun
 )",
-                     joined(all_names(false)), joined(all_names(true)), joined(list_names()),
+                     joined(offered_names(false)), joined(offered_names(true)),
+                     joined(all_names(true)), joined(list_names()),
                      case_arms("words=\"", "\""));
 }
 
@@ -200,14 +213,16 @@ std::string zsh_completion() {
          "elif _trainrun_values $words[CURRENT-1]; (( $#reply )); then\n"
          "  compset -P '*[,:]'\n"
          "  compadd -- $reply\n"
-         "elif [[ $words[CURRENT] == -* ]]; then\n  compadd -- " +
-         joined(all_names(false)) +
+         "elif [[ $words[CURRENT] == -*_* ]]; then\n  compadd -- " +
+         joined(offered_names(true)) +
+         "\nelif [[ $words[CURRENT] == -* ]]; then\n  compadd -- " +
+         joined(offered_names(false)) +
          "\n  (( CURRENT == 2 )) && compadd -- --stacks\nelse\n  _files\nfi\n";
 }
 
 std::string tcsh_completion() {
   std::vector<std::string> bare;  // tcsh completes the word after the "--" it matched
-  for (const auto& name : all_names(false))
+  for (const auto& name : offered_names(false))
     if (name.rfind("--", 0) == 0) bare.push_back(name.substr(2));
   std::string value_rules;
   for (const auto& doc : valued_docs())
