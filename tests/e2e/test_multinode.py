@@ -57,6 +57,18 @@ def test_endpoint_not_up_yet_is_retried(agents, worker, tmp_path):
     check_job(read_envs(out), 2, 2)
 
 
+def test_the_node_that_completes_the_round_does_not_say_it_waits(agents, worker):
+    # The joiner is told how the round stood as it joined ("2 of 2 joined, N s of 600 s", the
+    # round's wait): nothing a node whose join completed a fixed-size round waits for.
+    port = free_port()
+    a = agents("a", dynamic(port, 2, 1) + [worker, "exit", "0"])
+    assert wait_for(lambda: "waiting for nodes: 1 of 2 joined" in a.err, 30), a.err
+    b = agents("b", dynamic(port, 2, 1) + [worker, "exit", "0"])
+    assert a.wait() == 0, a.err
+    assert b.wait() == 0, b.err
+    assert "waiting for nodes" not in b.err, b.err
+
+
 def test_agent_of_another_job_is_refused(agents):
     port = free_port()
     a = agents("a", dynamic(port, 2, 1, "--rdzv-conf=is_host=1", run_id="jobA") + ["/bin/true"])
