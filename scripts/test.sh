@@ -101,14 +101,13 @@ stage "tests: the Debian configuration"
 if [ "${TRAINRUN_SANITIZE_SUITE:-1}" != "0" ]; then
   free_space "the sanitizer configuration"
   stage "build and tests: the sanitizer configuration (build-asan/)"
+  sanitize_args=("${args[@]}")
   if [ "${1:-}" = "quick" ]; then
-    "$root/scripts/sanitize.sh" -L "^(unit|sanitize)$" -LE "slow|python|fuzz$" "${@:2}" 2>&1 |
-      tee -a "$timings/sanitizer"
-  else
-    "$root/scripts/sanitize.sh" "${args[@]}" 2>&1 | tee -a "$timings/sanitizer"
+    sanitize_args=(-L "^(unit|sanitize)$" -LE "slow|python|fuzz$" "${@:2}")
   fi
-  # CI builds in a fresh clone that nothing reuses: the sanitizer build (about 7 GB of objects
-  # with their debug information) goes once its suite has passed, before PyPI's torch needs room.
+  "$root/scripts/sanitize.sh" "${sanitize_args[@]}" 2>&1 | tee -a "$timings/sanitizer"
+  # CI builds in a fresh clone that nothing reuses: the sanitizer build (its objects, about 4 GB)
+  # goes once its suite has passed, before PyPI's torch needs room.
   if [ "${CI:-}" = true ]; then
     echo "test: CI: removing the sanitizer build, which nothing reuses in a fresh clone" >&2
     rm -rf "${TRAINRUN_ASAN_BUILD_DIR:-$root/build-asan}"

@@ -71,7 +71,8 @@ def binary(wheel, tmp_path_factory):
 
 
 def under_qemu(binary, *args, **kw):
-    assert QEMU and os.access(QEMU, os.X_OK), "qemu-aarch64 not found: install qemu-user-static (scripts/setup.sh does)"
+    assert QEMU and os.access(QEMU, os.X_OK), \
+        "qemu-aarch64 not found: install qemu-user-static (scripts/setup.sh does)"
     return subprocess.run([QEMU, binary, *args], capture_output=True, text=True, timeout=120, **kw)
 
 

@@ -205,18 +205,16 @@ class TcpRendezvousHandler : public RendezvousHandler {
       // A fixed-size round that every node has joined forms at once: the node whose join
       // completed it (told how the round stood as it joined, the round's wait included) has
       // nothing to wait for, and says nothing of waiting.
-      if (w.min_nodes == w.max_nodes && w.joined >= w.max_nodes) {
-        if (events_.on_waiting) events_.on_waiting(w);
-        return;
-      }
+      const bool complete = w.min_nodes == w.max_nodes && w.joined >= w.max_nodes;
       // Nodes of one machine meet at once; one still waiting on a loopback endpoint may be
       // waiting for nodes on other machines, which each reach their own.
       const bool loopback = w.waited_s >= 10 && is_loopback_host(options_.endpoint.host);
-      log(format_waiting(w) +
-          (loopback ? fmt::format("; {} is a loopback address: nodes on other machines cannot "
-                                  "join here, give them an address they reach",
-                                  options_.endpoint.host)
-                    : ""));
+      if (!complete)
+        log(format_waiting(w) +
+            (loopback ? fmt::format("; {} is a loopback address: nodes on other machines cannot "
+                                    "join here, give them an address they reach",
+                                    options_.endpoint.host)
+                      : ""));
       if (events_.on_waiting) events_.on_waiting(w);
     };
     events.on_stop = [this](const Stop& s) {
