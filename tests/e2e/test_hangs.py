@@ -5,8 +5,10 @@ import json
 import os
 import re
 import resource
+import select
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -116,6 +118,66 @@ def test_a_silent_worker_computing_through_changing_frames_is_not_hung(tmp_path)
     assert "hang watch: not hung: the stack of rank 0 moved" in r.stderr, r.stderr
     assert "the job is hung" not in r.stderr
     assert "done rank 0" in r.stdout
+
+
+# Silent computation in one place (the stack never moves) is not a hang: every rank uses CPU and
+# no collective waits. Torch on two ranks, and native programs.
+def test_ranks_computing_silently_in_one_place_run_to_their_end(tmp_path):
+    r = run(["--nproc-per-node=2", "--hang-timeout=8", "-v", f"--log-dir={tmp_path / 'logs'}",
+             JOB, "flat", "22"], env={"PATH": tools_path(bool(PY_SPY)), "OMP_NUM_THREADS": "1"},
+            timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "the job is hung" not in r.stderr, r.stderr
+    assert re.search(r"hang watch: not hung: ranks 0-1 used [0-9-]+% of a CPU with no "
+                     r"collective waiting", r.stderr), r.stderr
+    assert "done rank 0" in r.stdout and "done rank 1" in r.stdout, r.stdout
+
+
+def test_native_ranks_computing_silently_run_to_their_end(tmp_path):
+    r = run(["--nproc-per-node=2", "--hang-timeout=5", f"--log-dir={tmp_path / 'logs'}", WORKER,
+             "work", "16", "stamp", str(tmp_path / "done")], timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "the job is hung" not in r.stderr, r.stderr
+    assert len((tmp_path / "done").read_text().splitlines()) == 2
+
+
+def test_a_rank_in_pdb_at_its_terminal_pauses_the_watch(tmp_path):
+    # The job's stdin is a terminal, as a person's is: rank 0 waits at pdb's prompt past the
+    # timeout, the watch says once that it is paused, and the job goes on when told to.
+    master, slave = os.openpty()
+    cmd = [TRAINRUN, "--nproc-per-node=1", "--hang-timeout=3", f"--log-dir={tmp_path / 'logs'}",
+           JOB, "pdb"]
+    p = subprocess.Popen(cmd, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={**os.environ, "PATH": tools_path(bool(PY_SPY))})
+    os.close(slave)
+    err = b""
+    try:
+        deadline = time.monotonic() + 90
+        while b"hang watch: paused" not in err and time.monotonic() < deadline:
+            ready, _, _ = select.select([p.stderr], [], [], 1)
+            if ready:
+                chunk = os.read(p.stderr.fileno(), 65536)
+                if not chunk:
+                    break
+                err += chunk
+        assert b"hang watch: paused: rank 0 waits for input at /dev/pts/" in err, err
+        # Two more timeouts at the prompt: still paused, said once.
+        time.sleep(7)
+        assert p.poll() is None, err
+        os.write(master, b"c\n")
+        out, rest = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+        os.close(master)
+    err = (err + rest).decode()
+    assert p.returncode == 0, err
+    assert err.count("hang watch: paused") == 1, err
+    if PY_SPY:
+        assert "(in pdb)" in err, err
+    assert "the job is hung" not in err, err
+    assert "done rank 0" in out.decode()
 
 
 # A line (print() without flush: the workers run `python -u`, as torchrun's), or a touch of

@@ -255,8 +255,8 @@ std::vector<OptionSpec> make_option_specs() {
       {"hang-timeout", "", seconds_text(d.hang_timeout), kDiagnosis,
        "Seconds without progress before stacks, stop",
        "Seconds without progress (output, a heartbeat, a file-timer request) on every node after "
-       "which the job's stacks are taken twice; a hung job is reported and stopped (exit 124). "
-       "0: off"},
+       "which the job's stacks are taken twice; a job whose ranks neither moved nor computed is "
+       "reported as hung and stopped (exit 124); a rank at a terminal's prompt pauses it. 0: off"},
       {"summary-file", "", d.summary_file, kDiagnosis, "Write a JSON job summary here at exit",
        "Write a JSON job summary (attempts, worker exits, root cause, timings) to PATH at exit"},
       // trainrun's own options (torchrun has none of these): how trainrun reports on itself.
