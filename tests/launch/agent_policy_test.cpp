@@ -54,7 +54,8 @@ struct Harness {
                        t.world_size, t.master_addr, t.master_port, t.restart_count, a.max_restarts);
   }
   std::string operator()(const action::SignalWorkers& a) {
-    return "signal " + signal_name(a.signal) + (a.whole_group ? "" : " (workers alone)");
+    return "signal " + signal_name(a.signal) + (a.whole_group ? "" : " (workers alone)") +
+           (a.stop ? "" : " (passed on)");
   }
   std::string operator()(const action::ArmGraceTimer& a) {
     return fmt::format("grace timer +{}s",
@@ -258,6 +259,34 @@ TEST_CASE("a stop signal stops the workers and exits 128+N; a second one kills",
   CHECK(h.ended() == Lines{"finish 130"});
 }
 
+TEST_CASE("a stop while the group waits for its --preload template starts no worker", "[agent]") {
+  SECTION("a signal: the node exits 128+N") {
+    Harness h(config(2));
+    h.start();
+    CHECK(h.signal(SIGINT) == Lines{"say: received SIGINT; stopping 2 workers (30 s grace "
+                                    "before SIGKILL)",
+                                    "signal SIGINT", "grace timer +30s"});
+    // The workers' start was dropped: nothing to wait for but the sweep.
+    CHECK(h.on(event::StartCancelled{}) == Lines{"sweep 0"});
+    CHECK(h.policy.failures().empty());
+    CHECK(h.ended() == Lines{"finish 130"});
+  }
+  SECTION("in a job, another node's failure: this node ends as its attempt would") {
+    Harness h(config(2));
+    h.join();
+    h.assign(1, 2, 0);
+    CHECK(h.halt() == Lines{"signal SIGTERM", "grace timer +30s"});
+    CHECK(h.on(event::StartCancelled{}) == Lines{"sweep 0"});
+    CHECK(h.policy.failures().empty());
+  }
+  SECTION("after the group ended, a late cancel changes nothing") {
+    Harness h(config(1));
+    h.start();
+    CHECK(h.exit(0, ok) == Lines{"sweep 30"});
+    CHECK(h.on(event::StartCancelled{}).empty());
+  }
+}
+
 TEST_CASE("a stop signal after a failure takes over the exit code", "[agent]") {
   Harness h(config(2));
   h.start();
@@ -274,8 +303,8 @@ TEST_CASE("forwarded signals only reach the worker processes", "[agent]") {
   c.forward_signals = {SIGUSR1, SIGCONT};
   Harness h(c);
   h.start();
-  CHECK(h.signal(SIGUSR1) == Lines{"signal SIGUSR1 (workers alone)"});
-  CHECK(h.signal(SIGCONT) == Lines{"signal SIGCONT"});
+  CHECK(h.signal(SIGUSR1) == Lines{"signal SIGUSR1 (workers alone) (passed on)"});
+  CHECK(h.signal(SIGCONT) == Lines{"signal SIGCONT (passed on)"});
   CHECK(h.policy.state() == AgentPolicy::State::running);
 }
 

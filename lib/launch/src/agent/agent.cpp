@@ -307,15 +307,17 @@ class Agent {
     begin_startup(a.topology);
     if (startup_->store == AttemptStartup::Store::here) store_asker_.attempt_started(a.topology);
     // The store (on group rank 0) is ready before any worker of the attempt starts.
-    if (workers_.start(a.topology, job_, inherited_, watch_->watching(),
-                       [&] { store_.attempt_starting(job_, a.topology); })) {
-      startup_->workers_s = since_attempt_began();
-      for (const auto& [local_rank, at] : workers_.started())
-        startup_->started.emplace(a.topology.base_rank + local_rank, since_attempt_began(at));
-      summary_.startup(*startup_);
-      if (startup_->complete()) say_startup(false);
-      watch_->start(workers_.attempt_path("hang.txt"));
-    }
+    workers_.start(
+        a.topology, job_, inherited_, watch_->watching(),
+        [&] { store_.attempt_starting(job_, a.topology); },
+        [this, base_rank = a.topology.base_rank] {
+          startup_->workers_s = since_attempt_began();
+          for (const auto& [local_rank, at] : workers_.started())
+            startup_->started.emplace(base_rank + local_rank, since_attempt_began(at));
+          summary_.startup(*startup_);
+          if (startup_->complete()) say_startup(false);
+          watch_->start(workers_.attempt_path("hang.txt"));
+        });
   }
 
   // Seconds from the attempt's start to `at`.

@@ -27,6 +27,7 @@ struct StartWorkers {
 struct SignalWorkers {
   int signal = 0;
   bool whole_group = true;
+  bool stop = false;  // the attempt is being stopped (not a signal passed on to the workers)
 };
 // Raise GraceExpired at `deadline` (replaces an earlier timer).
 struct ArmGraceTimer {

@@ -60,7 +60,7 @@ Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console&
     : watchdog_(watchdog),
       cgroup_(JobCgroup::create()),
       warm_(preload.empty() ? nullptr
-                            : std::make_unique<WarmStart>(std::move(preload), watchdog,
+                            : std::make_unique<WarmStart>(io, std::move(preload), watchdog,
                                                           [&err](const std::string& line) {
                                                             err.write(launcher_line(line));
                                                           })),
@@ -71,6 +71,17 @@ Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console&
               }),
       finish_timer_(io) {
   if (cgroup_) watchdog_.set_cgroup(cgroup_->path());
+}
+
+void Supervisor::prepare(const std::vector<WorkerLaunch>& launches, std::function<void()> then) {
+  if (warm_ && !launches.empty())
+    warm_->prepare(shared_request(launches), std::move(then));
+  else
+    then();
+}
+
+void Supervisor::cancel_prepare() {
+  if (warm_) warm_->cancel();
 }
 
 void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on_exit) {
@@ -94,7 +105,6 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     }
     throw error;
   };
-  if (warm_ && !launches.empty()) warm_->prepare(shared_request(launches));
   for (const auto& w : launches) {
     GroupOutput::Streams streams;
     try {

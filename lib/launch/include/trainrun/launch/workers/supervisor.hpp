@@ -60,6 +60,11 @@ class Supervisor {
              std::vector<std::string> preload = {});
   ~Supervisor() { close_channels(); }
 
+  // Readies what starting `workers` needs (the --preload template's imports) and runs `then`:
+  // at once when nothing is to wait for, else later on the loop, which goes on meanwhile.
+  void prepare(const std::vector<WorkerLaunch>& workers, std::function<void()> then);
+  // A prepare's `then` not yet run is dropped: the group is not to start.
+  void cancel_prepare();
   // Starts every worker. On failure, kills those already started and throws SpawnError.
   void start(const std::vector<WorkerLaunch>& workers, ExitHandler on_exit);
   // Collects every child of the calling thread that has ended (workers and orphans that came
