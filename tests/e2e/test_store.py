@@ -179,6 +179,25 @@ def test_a_store_out_of_descriptors_waits_for_them_and_says_so_once(tmp_path):
                                "files (the agent has its limit of 1024 open files")
 
 
+
+def test_a_descriptor_limit_that_cannot_hold_the_ranks_is_said_at_start(tmp_path):
+    prlimit = shutil.which("prlimit")
+    if prlimit is None:
+        pytest.skip("prlimit (util-linux) is not installed")
+    # 60 descriptors: enough for the agent and its one worker, not for what it keeps besides.
+    job = Job(tmp_path, prefix=(prlimit, "--nofile=60:60"))
+    try:
+        code, out = job.finish()
+    finally:
+        job.kill()
+    assert code == 0, job.err()
+    assert out.splitlines() == ["store ok"]
+    lines = [line for line in job.err().splitlines() if "RLIMIT_NOFILE" in line]
+    assert lines == ["trainrun: the job's c10d store holds a connection from each of its 1 ranks, "
+                     "and this agent may open 60 files (RLIMIT_NOFILE, hard limit 60): ranks past "
+                     "that wait to connect until others close; `ulimit -n 73` before trainrun (as "
+                     "root, or LimitNOFILE= for a service) gives it room"], job.err()
+
 # Node 1's worker: each of the store's replies timed on its own clock, the connect included.
 TIMED_CLIENT = """
 import os, socket, struct, time

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "agent_plan.hpp"
+#include "trainrun/launch/workers/descriptors.hpp"
 
 namespace trainrun::launch {
 
@@ -38,9 +39,14 @@ void AgentStore::attempt_starting(const JobSettings& job, const Topology& topolo
   if (topology.group_rank != 0) return;
   if (!server_) server_ = std::make_unique<StoreServer>(io_, say_, StoreLimits{}, first_request_);
   server_->open(topology.master_port);
-  if (topology.restart_count == 0)
+  if (topology.restart_count == 0) {
     say_(fmt::format("c10d store for the workers listening on port {}", server_->port()),
          Level::debug);
+    // Said at the start, not as failed accepts in the middle of the job.
+    if (auto line = store_descriptor_shortfall(static_cast<std::size_t>(topology.world_size),
+                                               static_cast<std::size_t>(topology.local_world_size)))
+      say_(*line, Level::warning);
+  }
 }
 
 void AgentStore::attempt_stopping() {
