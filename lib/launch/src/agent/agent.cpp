@@ -187,6 +187,7 @@ class Agent {
             // The last attempt is over on every node: its store takes no new connection, and
             // leaves MASTER_PORT to the preflight until this round's workers start.
             store_.attempt_stopping();
+            store_.round_formed(a.node_addresses);
             if (preflight_.start(a, me, logs_.dir().run_dir())) return;
           }
           raise(std::move(e));
@@ -446,6 +447,7 @@ class Agent {
   }
 
   void write_summary(int exit_code, const std::string& error = {}) {
+    summary_.store_refused(store_.refused_connections());
     write_summary_file(config_.summary_file, summary_, exit_code, error);
   }
 

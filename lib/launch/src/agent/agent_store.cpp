@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "agent_plan.hpp"
+#include "trainrun/base/system.hpp"
 #include "trainrun/launch/workers/descriptors.hpp"
 
 namespace trainrun::launch {
@@ -27,6 +28,10 @@ AgentStore::AgentStore(boost::asio::io_context& io, StoreServer::Say say,
                        StoreServer::FirstRequest first_request)
     : io_(io), say_(std::move(say)), first_request_(std::move(first_request)) {}
 
+void AgentStore::round_formed(std::vector<std::string> node_addresses) {
+  round_nodes_ = std::move(node_addresses);
+}
+
 void AgentStore::attempt_starting(const JobSettings& job, const Topology& topology) {
   if (!job.use_agent_store) return;
   // Every worker of the last attempt, on every node, has ended: the round that starts this one
@@ -38,6 +43,10 @@ void AgentStore::attempt_starting(const JobSettings& job, const Topology& topolo
   // Another node hosts this round's store (a new round may move group rank 0).
   if (topology.group_rank != 0) return;
   if (!server_) server_ = std::make_unique<StoreServer>(io_, say_, StoreLimits{}, first_request_);
+  // This machine's addresses are the node's own: its workers may reach MASTER_ADDR by any.
+  const std::vector<std::string> own = this_machine_addresses();
+  server_->admit_only(round_nodes_ ? StoreAdmission::round(*round_nodes_, own)
+                                   : StoreAdmission::this_machine(own));
   server_->open(topology.master_port);
   if (topology.restart_count == 0) {
     say_(fmt::format("c10d store for the workers listening on port {}", server_->port()),

@@ -103,11 +103,14 @@ bool EtcdMembership::take_round(const EtcdRoundSummary& m) {
   if (at == m.members.end()) return false;
   if (m.started) {
     // The summary holds each member's ranks, not the offers of the peers this node's preflight
-    // checks: such a node takes its assignment from the state, read once per round.
+    // checks, nor the nodes' addresses that group rank 0's store admits: such a node takes its
+    // assignment from the state, read once per round.
     if (m.assignments.empty() || preflight_) return false;
+    const Assignment& a = m.assignments[at - m.members.begin()];
+    if (a.group_rank == 0) return false;
     assigned_ = m.round;
     answering_.reset();
-    if (events_.on_assignment) events_.on_assignment(m.assignments[at - m.members.begin()]);
+    if (events_.on_assignment) events_.on_assignment(a);
     return true;
   }
   // Another round this node answered never started: the state says why.
