@@ -112,6 +112,9 @@ TEST_CASE("a hang's report names the odd rank, its node and its frame", "[hang]"
   CHECK(r.json["groups"].size() == 2);
   CHECK(r.json["quiet_s"] == 13);
   CHECK(r.text.find("rank 2 (1): stuck_here <- <module>") != std::string::npos);
+  // The report's line begins it (hang_text): the roll call below does not say it again.
+  CHECK(r.text.find(r.line) == std::string::npos);
+  CHECK(format_roll_call(hung_job(15, 13)).find(r.line) != std::string::npos);
 
   // No odd rank: the groups say where each waits.
   const HangReport even = hang_report(reply_of({node_of(0, 0, {{"a"}, {"b"}}, 20)}), 20);

@@ -179,7 +179,7 @@ CollectivesVerdict collectives_verdict(const nlohmann::json& reply) {
   return judge_collectives(ranks);
 }
 
-std::string format_roll_call(const nlohmann::json& reply) {
+std::string format_roll_call(const nlohmann::json& reply, const std::string& said) {
   const std::vector<stacks::RankStack> ranks = roll_call_ranks(reply);
   std::vector<std::string> lines_after;
   std::set<std::string> notes;
@@ -218,9 +218,10 @@ std::string format_roll_call(const nlohmann::json& reply) {
     out += "collectives (flight recorder):\n";
     for (const auto& line : verdict.table) out += "  " + escape_control(line) + "\n";
   }
-  for (const auto& line : verdict.lines) out += escape_control(line) + "\n";
+  for (const auto& line : verdict.lines)
+    if (line != said) out += escape_control(line) + "\n";
   const std::string suspects = stacks::describe_suspects(stacks::odd_ranks(groups, ranks), groups);
-  if (!suspects.empty() && verdict.behind.empty()) out += suspects + "\n";
+  if (!suspects.empty() && verdict.behind.empty() && suspects != said) out += suspects + "\n";
   for (const auto& note : notes) out += "note: " + note + "\n";
   for (const auto& line : lines_after) out += line + "\n";
   return out;
