@@ -41,7 +41,7 @@ Topology topology(int nproc, int restart_count) {
 
 TEST_CASE("a group's launches: one per local rank, each in a fresh rank directory", "[agent]") {
   const LaunchConfig c = config(2);
-  const LogDir logs = LogDir::create(c.log_dir, "run1", false);
+  const LogDir logs = LogDir::create(c.log_dir, "run1");
   // An earlier run of attempt 1 left an error file: it must not stand for this attempt's.
   const std::string stale = error_file_in(logs.make_rank_dir(1, 0));
   std::ofstream(stale) << "{}";
@@ -62,7 +62,7 @@ TEST_CASE("a group's launches: one per local rank, each in a fresh rank director
 
 TEST_CASE("a group's output passes through trainrun where it must read it", "[agent]") {
   const LaunchConfig c = config(1);
-  const LogDir logs = LogDir::create(c.log_dir, "run2", false);
+  const LogDir logs = LogDir::create(c.log_dir, "run2");
   const JobSettings job = job_settings(c, "run2");
   SECTION("stderr off a terminal, for a failure's last lines") {
     WorkerGroupLaunch group(c, "/work/train", "node1", true, false);
@@ -103,7 +103,7 @@ TEST_CASE("--numa-binding is planned once, its warnings said as warnings", "[age
   REQUIRE(said.size() == 1);
   CHECK(said[0].first.find("--numa-binding=node does nothing here") != std::string::npos);
   CHECK(said[0].second == Level::warning);
-  const LogDir logs = LogDir::create(c.log_dir, "run3", false);
+  const LogDir logs = LogDir::create(c.log_dir, "run3");
   for (const auto& w : group.launches(topology(2, 0), job_settings(c, "run3"), logs, {}, false))
     CHECK(w.cpus.empty());
 }
