@@ -101,7 +101,7 @@ TEST_CASE("a hang's report names the odd rank, its node and its frame", "[hang]"
   const HangReport r = hang_report(hung_job(15, 13), 13);
   CHECK(r.line ==
         "rank 2 on node1 (node 1) is in stuck_here() (train.py:41) while ranks 0-1,3 wait in "
-        "all_reduce");
+        "all_reduce (train.py:7)");
   CHECK(r.rank == 2);
   CHECK(r.local_rank == 0);
   CHECK(r.pid == 102);

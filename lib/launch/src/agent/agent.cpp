@@ -220,7 +220,8 @@ class Agent {
     watch_ = std::make_unique<AgentWatch>(
         io_, inherited_,
         JobEntry{::getpid(), job_.run_id, -1, host_, logs_.dir().run_dir(), "",
-                 job_command(config_), current_directory(), unix_time()},
+                 job_command(config_), current_directory(), unix_time(), config_.entrypoint,
+                 !uses_rendezvous(config_)},
         config_.hang_timeout, logs_.heartbeat_path(), std::move(hooks), raiser());
     job_.heartbeat_file = watch_->heartbeat_file();
     if (watch_->watching()) workers_.set_progress([this] { watch_->progress(); });
