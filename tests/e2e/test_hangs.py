@@ -84,6 +84,31 @@ def test_a_native_worker_hung_is_named_with_its_native_frame(tmp_path):
     assert "while ranks 0-1,3 wait in" in r.stderr, r.stderr
 
 
+def test_a_hang_report_says_each_thing_once(tmp_path):
+    """Three Gloo ranks, rank 2 in stuck_here(), without py-spy: the verdict, each SIGABRT
+    traceback and each rank of the failure summary appear once, the summary numbered in order."""
+    r = run(["--nproc-per-node=3", "--hang-timeout=3", "--shutdown-timeout=10",
+             f"--log-dir={tmp_path / 'logs'}", JOB, "stuck", "120"],
+            env={"PATH": path_without_py_spy()}, timeout=180)
+    assert r.returncode == HANG_EXIT, r.stderr
+    err = r.stderr
+    assert err.count("trainrun: the job is hung: ") == 1, err
+    verdict = re.search(r"^trainrun: the job is hung: .*? in 3 s: (.*)$", err, re.M).group(1)
+    assert "rank 2 " in verdict, verdict
+    assert err.count(verdict) == 1, err
+    # One traceback per rank, from the SIGABRT; none again in the summary.
+    assert err.count("Fatal Python error: Aborted") == 3, err
+    assert err.count("Extension modules:") in (0, 3), err
+    summary = err[err.index(" FAILED\n"):]
+    numbers = [int(n) for n in re.findall(r"^\[(\d+)\]:$", summary, re.M)]
+    assert numbers == list(range(len(numbers))) and numbers, summary
+    ranks = re.findall(r"^  rank      : (\d+) ", summary, re.M)
+    assert len(ranks) == len(set(ranks)) == len(numbers), summary
+    assert len(re.findall(r"^  exitcode  : ", summary, re.M)) == len(numbers), summary
+    root = summary[summary.index("Root Cause"):]
+    assert "rank      : 2 (local_rank: 2)" in root and "exitcode  : 124 " in root, summary
+
+
 def core_files_go_to_the_working_directory():
     with open("/proc/sys/kernel/core_pattern") as f:
         pattern = f.read().strip()

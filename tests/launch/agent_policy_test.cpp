@@ -568,13 +568,36 @@ TEST_CASE("a hang is the attempt's failure: reported, the group stopped, trainru
   hang.timestamp = 4000;
   hang.message = "hung: rank 1 on hosta is in stuck_here() (train.py:41)";
   CHECK(h.on(event::HangConfirmed{{"", {}, hang}}) == Lines{"signal SIGTERM", "grace timer +30s"});
-  // The stop (SIGABRT for Python workers) ends them: failures too, after the hang.
-  h.exit(0, killed(SIGABRT));
-  CHECK(h.exit(1, killed(SIGABRT)) == Lines{"sweep 30"});
+  // The SIGABRT the agent sent for the tracebacks ends them: its stop, no failure of theirs, and
+  // the hung rank keeps its one exit code.
+  WorkerExit aborted = trainrun::test::worker_exit(0, killed(SIGABRT));
+  aborted.aborted = true;
+  h.on(event::WorkerExited{aborted});
+  aborted = trainrun::test::worker_exit(1, killed(SIGABRT));
+  aborted.aborted = true;
+  CHECK(h.on(event::WorkerExited{aborted}) == Lines{"sweep 30"});
   CHECK(h.ended() == Lines{"summary", "finish 124"});
-  CHECK(h.summaries[0].find("hung: rank 1 on hosta") != std::string::npos);
+  const std::string& summary = h.summaries[0];
+  CHECK(summary.find("<NO_OTHER_FAILURES>") != std::string::npos);
+  CHECK(summary.find("rank      : 1 (local_rank: 1)") != std::string::npos);
+  CHECK(summary.find("rank      : 0") == std::string::npos);
+  CHECK(summary.find("exitcode  : -6") == std::string::npos);
+  // This node printed the hang's line above its summary: the summary points there.
+  CHECK(summary.find("hung: the line \"trainrun: the job is hung\" above says where") !=
+        std::string::npos);
+  CHECK(summary.find("stuck_here") == std::string::npos);
   // Once the group stops, a late confirmation changes nothing.
   CHECK(h.on(event::HangConfirmed{{"", {}, hang}}).empty());
+}
+
+TEST_CASE("a worker that aborts on its own while the group stops still fails", "[agent][hang]") {
+  Harness h(config(2));
+  h.start();
+  h.exit(0, code(3));
+  // Not the agent's SIGABRT (a stop by SIGTERM): the worker's own end, listed.
+  CHECK(h.exit(1, killed(SIGABRT)) == Lines{"sweep 30"});
+  CHECK(h.ended() == Lines{"summary", "finish 3"});
+  CHECK(h.summaries[0].find("exitcode  : -6") != std::string::npos);
 }
 
 TEST_CASE("in a job, a hang is reported to the rendezvous with its exit code", "[agent][hang]") {

@@ -101,7 +101,7 @@ TEST_CASE("a hang's report names the odd rank, its node and its frame", "[hang]"
   const HangReport r = hang_report(hung_job(15, 13), 13);
   CHECK(r.line ==
         "rank 2 on node1 (node 1) is in stuck_here() (train.py:41) while ranks 0-1,3 wait in "
-        "all_reduce");
+        "all_reduce (train.py:7)");
   CHECK(r.rank == 2);
   CHECK(r.local_rank == 0);
   CHECK(r.pid == 102);
@@ -112,6 +112,9 @@ TEST_CASE("a hang's report names the odd rank, its node and its frame", "[hang]"
   CHECK(r.json["groups"].size() == 2);
   CHECK(r.json["quiet_s"] == 13);
   CHECK(r.text.find("rank 2 (1): stuck_here <- <module>") != std::string::npos);
+  // The report's line begins it (hang_text): the roll call below does not say it again.
+  CHECK(r.text.find(r.line) == std::string::npos);
+  CHECK(format_roll_call(hung_job(15, 13)).find(r.line) != std::string::npos);
 
   // No odd rank: the groups say where each waits.
   const HangReport even = hang_report(reply_of({node_of(0, 0, {{"a"}, {"b"}}, 20)}), 20);

@@ -221,8 +221,9 @@ class Agent {
     watch_ = std::make_unique<AgentWatch>(
         io_, inherited_,
         JobEntry{::getpid(), job_.run_id, -1, host_, logs_.dir().run_dir(), "",
-                 job_command(config_), current_directory(), unix_time()},
-        config_.hang_timeout, logs_.dir().run_dir() + "/heartbeat", std::move(hooks), raiser());
+                 job_command(config_), current_directory(), unix_time(), config_.entrypoint,
+                 !uses_rendezvous(config_)},
+        config_.hang_timeout, logs_.heartbeat_path(), std::move(hooks), raiser());
     job_.heartbeat_file = watch_->heartbeat_file();
     if (watch_->watching()) workers_.set_progress([this] { watch_->progress(); });
   }
@@ -351,8 +352,7 @@ class Agent {
     bool found = false;
     for (int local_rank = 0; local_rank < t.local_world_size; ++local_rank) {
       if (startup_->first_report.count(t.base_rank + local_rank)) continue;
-      const auto text =
-          read_file(logs_.dir().rank_dir(t.restart_count, local_rank) + "/first_report");
+      const auto text = read_file(logs_.first_report_path(t.restart_count, local_rank));
       // One line: the seconds since the epoch.
       const auto at = text ? parse_number(text->substr(0, text->find('\n'))) : std::nullopt;
       if (!at) continue;
@@ -429,7 +429,8 @@ class Agent {
     // Where the logs and NCCL's flight recorder dumps are, once, after the (first) summary.
     if (dumps_listed_) return;
     dumps_listed_ = true;
-    for (const std::string& line : logs_.after_summary()) consoles_.say(line, Level::error);
+    for (const std::string& line : logs_.after_summary(workers_.attempt()))
+      consoles_.say(line, Level::error);
     if (!job_.python_workers) return;
     if (const auto rank = rank_without_torch(policy_.failures()))
       consoles_.say(python_.missing_torch_hint(*rank), Level::error);

@@ -81,9 +81,9 @@ AgentActions AgentPolicy::on(const event::WorkerExited& e, Clock::time_point now
   AgentActions out;
   if (running_ > 0) --running_;
   if (exit.status.failed() && (state_ == State::running || stop_orders_.signal() == 0))
-    if (auto warning =
-            failures_.record(exit, topology_.base_rank,
-                             stop_orders_.counts_as_failure(exit.status, state_ == State::running,
+    if (auto warning = failures_.record(
+            exit, topology_.base_rank,
+            !exit.aborted && stop_orders_.counts_as_failure(exit.status, state_ == State::running,
                                                             !failures_.empty())))
       out.emplace_back(action::Say{std::move(*warning), Level::warning});
   if (state_ == State::running && exit.status.failed()) {
@@ -101,7 +101,7 @@ AgentActions AgentPolicy::on(const event::WorkerExited& e, Clock::time_point now
 AgentActions AgentPolicy::on(const event::HangConfirmed& e, Clock::time_point now) {
   AgentActions out;
   if (state_ != State::running) return out;
-  failures_.add(e.hang.failure);
+  failures_.add_hang(e.hang.failure);
   if (in_job_)
     if (auto report = failures_.report()) out.emplace_back(std::move(*report));
   begin_stop(out, SIGTERM, now);

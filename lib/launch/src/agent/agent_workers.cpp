@@ -53,6 +53,7 @@ void AgentWorkers::start(const Topology& topology, const JobSettings& job,
                          const std::function<void()>& prepare, std::function<void()> started) {
   topology_ = topology;
   node_rank_ = topology.group_rank;
+  aborted_ = false;
   consoles_.say(attempt_line(topology, config_.nproc_per_node.number), Level::debug);
   try {
     if (prepare) prepare();
@@ -98,6 +99,7 @@ void AgentWorkers::signal(const action::SignalWorkers& a, bool abort_first) {
     consoles_.say("stopping the Python workers with SIGABRT: their tracebacks follow on stderr",
                   Level::warning);
     supervisor_.abort_workers();
+    aborted_ = true;
     return;
   }
   if (a.whole_group)
@@ -142,6 +144,7 @@ void AgentWorkers::exited(int local_rank, pid_t pid, ExitStatus status) {
   WorkerExit exit{local_rank,   pid, status,          unix_time(),    error_file,
                   std::nullopt, "",  output.out.file, output.err.file};
   if (status.failed()) exit.contents = read_error_file(exit.error_file, &exit.problem);
+  exit.aborted = aborted_ && status.signal == SIGABRT;
   consoles_.say(
       fmt::format("worker {} (local rank {}, pid {}) {}", topology_.base_rank + local_rank,
                   local_rank, pid, describe_exit(status)),

@@ -96,6 +96,7 @@ class AgentWorkers {
   WorkerGroupLaunch launch_;
   std::unique_ptr<FileTimerServer> file_timer_;
   bool reaping_ = false;  // inside reap()
+  bool aborted_ = false;  // the running attempt's workers were sent SIGABRT
   Topology topology_;     // the running attempt's: its restart count, RANK of local rank 0
   int node_rank_ = -1;    // -1 until the first attempt
 };

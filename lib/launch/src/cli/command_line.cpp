@@ -19,6 +19,7 @@
 #include "trainrun/launch/cli/config_file.hpp"
 #include "trainrun/launch/clusters/slurm.hpp"
 #include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/core/manual.hpp"
 #include "trainrun/launch/hosts/host_list.hpp"
 #include "trainrun/launch/rdzv/rendezvous_options.hpp"
 #include "trainrun/launch/version.hpp"
@@ -1034,7 +1035,9 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   } catch (const CLI::CallForHelp&) {
     return {LaunchConfig{}, help_text(false, help_width(env, terminal_width)), {}};
   } catch (const CLI::CallForAllHelp&) {
-    return {LaunchConfig{}, help_text(true, help_width(env, terminal_width)), {}};
+    return {LaunchConfig{},
+            help_text(true, help_width(env, terminal_width), manual_line(installed_manual())),
+            {}};
   } catch (const CLI::CallForVersion& e) {
     return {LaunchConfig{}, std::string(e.what()) + "\n", {}};
   } catch (const CLI::ParseError& e) {

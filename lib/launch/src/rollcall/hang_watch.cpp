@@ -196,13 +196,14 @@ HangReport hang_report(const nlohmann::json& reply, double quiet_s) {
                            g.frames.empty() ? "?" : g.frames.front().function);
     report.line = "no rank stands out: " + where;
   }
-  report.text = format_roll_call(reply);
   // The collectives say which rank is behind, where stacks alone cannot (two ranks, each in a
   // place of its own): that rank is the hang's cause.
   const CollectivesVerdict verdict = collectives_verdict(reply);
   if (!verdict.behind.empty() ||
       (suspects.empty() && !verdict.lines.empty() && verdict.lines.front().rfind("note:", 0) != 0))
     report.line = verdict.lines.front();
+  // The report begins with its line (hang_text): the roll call below it does not repeat it.
+  report.text = format_roll_call(reply, report.line);
   nlohmann::json suspects_json = nlohmann::json::array();
   for (const auto& s : suspects)
     suspects_json.push_back({{"rank", s.rank}, {"host", s.host}, {"where", s.where}});
