@@ -408,6 +408,12 @@ TEST_CASE("the server serves real sockets and closes a bad connection with a lin
   CHECK(read_exactly(next, io, 8) == i64_reply(0));
 }
 
+TEST_CASE("the store's connection bound admits every rank of a job of 100000 ranks") {
+  // torch 2.x's client opens a connection per rank (and per clone); a bound below the job's
+  // ranks refuses ranks that a libuv server would serve.
+  CHECK(StoreLimits{}.max_connections >= 100000);
+}
+
 TEST_CASE("the server refuses connections past its bound, saying it once") {
   asio::io_context io;
   std::vector<std::string> said;
