@@ -21,10 +21,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import (git_commit, machine, machine_record, median,  # noqa: E402
+from bench_doc import (git_commit, machine_record, median,  # noqa: E402
                        write_json, write_section)
 
 NETNS_MARK = "TRAINRUN_STORE_SCALE_NETNS"
@@ -286,8 +287,8 @@ def table(runs):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--build", required=True, help="the build directory (trainrun, store_load)")
-    ap.add_argument("--python", required=True, help="a Python with torch 2.x (the libuv server)")
+    ap.add_argument("--build", help="the build directory (trainrun, store_load)")
+    ap.add_argument("--python", help="a Python with torch 2.x (the libuv server)")
     ap.add_argument("--clients", default="1024,4096,16384,65536,100000",
                     help="ranks of the NCCL pattern, comma-separated")
     ap.add_argument("--gloo-clients", default="1024,2048",
@@ -300,7 +301,14 @@ def main():
                     help="net.core.somaxconn of the runs' own network namespace (0: as it is)")
     ap.add_argument("--json", metavar="PATH", help="the results, as JSON")
     ap.add_argument("--no-doc", action="store_true", help="leave docs/benchmarks.md alone")
+    ap.add_argument("--from-json", metavar="PATH",
+                    help="write the section from the results of an earlier run, running nothing")
     args = ap.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            return render(json.load(f), args.no_doc)
+    if not args.build or not args.python:
+        ap.error("--build and --python are needed to run (or --from-json to write the section)")
     args.build = os.path.abspath(args.build)
     sizes = [("nccl", int(n)) for n in args.clients.split(",") if n]
     gloo = [int(n) for n in args.gloo_clients.split(",") if n]
@@ -344,19 +352,43 @@ def main():
                         given_up[(server, pattern)] = n
     load_after = list(os.getloadavg())
 
-    fields = {"machine": machine_record(), "load_before": load_before, "load_after": load_after,
+    torch = subprocess.run([args.python, "-c", "import torch; print(torch.__version__)"],
+                           capture_output=True, text=True).stdout.strip()
+    fields = {"torch": torch, "machine": machine_record(), "load_before": load_before,
+              "load_after": load_after,
               "commit": git_commit(), "limits": limits, "runs": runs}
     write_json(args.json, "store_scale", None, fields, repeat=args.repeat, timeout_s=args.timeout,
                generator_processes=args.processes)
-    body = section(runs, limits, load_before, load_after, args)
+    render({**fields, "settings": {"repeat": args.repeat, "timeout_s": args.timeout}}, args.no_doc)
+
+
+def render(record, no_doc):
+    body = section(record)
     print(body)
-    if not args.no_doc:
+    if not no_doc:
         write_section("store_scale", body)
 
 
-def section(runs, limits, load_before, load_after, args):
+def section(record):
+    runs, limits = record["runs"], record["limits"]
+    load_before, load_after = record["load_before"], record["load_after"]
+    torch, m = record["torch"], record["machine"]
+    timeout, repeat = record["settings"]["timeout_s"], record["settings"]["repeat"]
     backlogs = sorted({(r["server"], r.get("listen_backlog")) for r in runs
                        if r.get("listen_backlog")})
+    limits_text = textwrap.fill(
+        f"- **Limits**: somaxconn {limits.get('net.core.somaxconn')}, tcp_max_syn_backlog "
+        f"{limits.get('net.ipv4.tcp_max_syn_backlog')}, syncookies "
+        f"{limits.get('net.ipv4.tcp_syncookies')}; RLIMIT_NOFILE "
+        f"{limits['RLIMIT_NOFILE'][0]:,}; the accept queue as the kernel applies it (`ss`): "
+        + (", ".join(f"{s} {b:,}" for s, b in backlogs) or "—") + ". "
+        + (NETNS_NOTE if limits.get("own_network_namespace") else ""),
+        width=100, subsequent_indent="  ")
+    machine_text = textwrap.fill(
+        f"Machine: {m['cpu_model']}, {m['cpus']} CPUs, {m['memory_gib']:.0f} GiB, Linux "
+        f"{m['kernel']}; load average {load_before[0]:.1f} before the runs and "
+        f"{load_after[0]:.1f} after (the machine was shared: compare the servers within one "
+        "run, not across machines).", width=100)
     return f"""## The job's store at scale
 
 N ranks' start-up against the job's c10d store, all ranks at once: `bench/store_load` plays every
@@ -367,12 +399,12 @@ the store-based barrier (`ADD` 1, `ADD` 0, the last rank `SET`s `:last_worker`, 
 `WAIT`s for it); Gloo's pattern instead of NCCL's where it says gloo (every rank `SET`s its
 address and `WAIT`s for and `GET`s every other's). Against the store trainrun's agent serves
 (a real `trainrun --standalone` whose worker waits) and torch's own server with libuv
-(`TCPStore(..., is_master=True, use_libuv=True)`, {os.path.basename(args.python)}), a fresh
-server for each run, in turn.
+(`TCPStore(..., is_master=True, use_libuv=True)`, torch {torch}), a fresh server for each run,
+in turn.
 
 - **Time**: from the first rank's `connect()` to the last rank's barrier `WAIT` answered, on
-  the generator's clock (runs bounded at {args.timeout} s). Median (min–max) of
-  {args.repeat} run(s) each.
+  the generator's clock (one process of it; runs bounded at {timeout} s, a size not run past one
+  that timed out). Median (min–max) of {repeat} run(s) each.
 - **Request latency**: of the requests the store answers at once (`PING`, `ADD`, `GET`), from
   the write to the whole reply; `WAIT`s wait for other ranks and are not counted. **Connect**:
   from `connect()` to the connection made, retries included; a connect refused or timed out is
@@ -381,18 +413,11 @@ server for each run, in turn.
 - **Server memory and CPU**: from `/proc` of the serving process (the agent; the Python
   process of the libuv server): peak RSS (`VmHWM`, reset before the run), its growth over the RSS
   before the run divided by N, and user+system CPU during the run.
-- Kernel limits of the runs' network namespace: somaxconn
-  {limits.get('net.core.somaxconn')}, tcp_max_syn_backlog
-  {limits.get('net.ipv4.tcp_max_syn_backlog')},
-  syncookies {limits.get('net.ipv4.tcp_syncookies')}; RLIMIT_NOFILE
-  {limits['RLIMIT_NOFILE'][0]:,}; accept queue as the kernel applies it (`ss`):
-  {', '.join(f'{s} {b:,}' for s, b in backlogs) or '—'}.
-  {NETNS_NOTE if limits.get('own_network_namespace') else ''}
+{limits_text}
 
 {table(runs)}
 
-Machine: {machine()}; load average {load_before[0]:.1f} before the runs and {load_after[0]:.1f}
-after (the machine was shared: compare the servers within one run, not across machines).
+{machine_text}
 """
 
 
