@@ -25,15 +25,31 @@ def _reserve(port):
     return True
 
 
+def _bindable(host, port):
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
 def held_port(host="127.0.0.1"):
     """A socket bound to a port outside the kernel's ephemeral range, so that no other process's
     outgoing connection or bind(0) can take it, and that no other test process hands out while
     this one runs; the caller listens on it or not, and closes it."""
     with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
         low, high = (int(x) for x in f.read().split())
-    candidates = [p for p in range(20000, 65535) if not low <= p <= high]
+    # The port after it is taken too: a static multi-node job's rendezvous listens on
+    # MASTER_PORT + 1, and another test handed that port would see its own server refused.
+    candidates = [p for p in range(20000, 65534)
+                  if not low <= p <= high and not low <= p + 1 <= high]
     for port in random.sample(candidates, len(candidates)):
-        if port in _taken or not _reserve(port):
+        if port in _taken or port + 1 in _taken or not _reserve(port):
+            continue
+        if not _reserve(port + 1):
+            continue
+        if not _bindable(host, port + 1):
             continue
         s = socket.socket()
         try:
