@@ -3,8 +3,9 @@
                    all_reduce (which waits for rank 2), at most SECONDS
   sleep SECONDS    every rank sleeps in stuck_here() for SECONDS (no torch)
   compute SECONDS  prints nothing, computes through ever deeper frames for SECONDS, then ends
-  flat SECONDS     two ranks all-reduce, compute in one line for SECONDS without printing (a
-                   torch matmul), then all-reduce again and end: the stack never moves
+  flat SECONDS [RELEASE]  two ranks all-reduce, compute in one line without printing (a torch
+                   matmul) for SECONDS or until the file RELEASE exists, then all-reduce again
+                   and end: the stack never moves
   pdb              stops at breakpoint(), then ends once pdb is told to continue
   chatty SECONDS   prints a line every second (print(), no flush) for SECONDS, then ends
   heartbeat SECONDS  prints nothing, touches $TRAINRUN_HEARTBEAT_FILE every second (as the C++
@@ -42,7 +43,7 @@ def deeper(level, until):
         deeper(level + 1, until)
 
 
-def flat(seconds):
+def flat(seconds, release):
     import torch
     import torch.distributed as dist
 
@@ -51,7 +52,7 @@ def flat(seconds):
     dist.all_reduce(t)
     a = torch.rand(256, 256)
     end = time.monotonic() + seconds
-    while time.monotonic() < end: a = torch.tanh(a @ a)  # noqa: E701 (one line: one place)
+    while time.monotonic() < end and not os.path.exists(release): a = torch.tanh(a @ a)  # noqa: E501,E701 (one line: one place)
     dist.all_reduce(t)
     dist.destroy_process_group()
 
@@ -63,7 +64,7 @@ elif MODE == "sleep":
 elif MODE == "compute":
     deeper(0, time.monotonic() + SECONDS)
 elif MODE == "flat":
-    flat(SECONDS)
+    flat(SECONDS, sys.argv[3] if len(sys.argv) > 3 else "/nonexistent")
 elif MODE == "pdb":
     breakpoint()
 elif MODE == "chatty":
