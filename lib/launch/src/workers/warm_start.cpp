@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "fork_request.hpp"
 #include "template_bootstrap.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/launch/core/errors.hpp"
@@ -36,14 +37,6 @@ constexpr std::uint32_t kMaxReply = 64 * 1024;
 
 void put_u32(std::string& out, std::uint32_t value) {
   for (int i = 0; i < 4; ++i) out += static_cast<char>((value >> (8 * i)) & 0xff);
-}
-
-void put_list(std::string& out, const std::vector<std::string>& items) {
-  put_u32(out, static_cast<std::uint32_t>(items.size()));
-  for (const std::string& item : items) {
-    put_u32(out, static_cast<std::uint32_t>(item.size()));
-    out += item;
-  }
 }
 
 // Waits up to `milliseconds` for `fd` to be readable (or closed); false on timeout.
@@ -207,41 +200,9 @@ std::optional<Child> WarmStart::start(const SpawnRequest& r, int local_rank) {
       r.argv.size() <= options_.size() ||
       !std::equal(options_.begin(), options_.end(), r.argv.begin()))
     return std::nullopt;
-  std::vector<int> fds;
-  std::vector<std::string> settings = {
-      std::to_string(r.group == SpawnRequest::Group::new_session ? 2
-                     : r.group == SpawnRequest::Group::new_group ? 1
-                                                                 : 0),
-      std::to_string(r.death_signal),
-      r.descriptor_limit ? std::to_string(*r.descriptor_limit) : "-1"};
-  const Stdio* streams[3] = {&r.in, &r.out, &r.err};
-  for (int i = 0; i < 3; ++i) {
-    switch (streams[i]->kind) {
-      case Stdio::Kind::pipe:
-        return std::nullopt;  // no worker asks for one
-      case Stdio::Kind::null:
-        settings.push_back("1");
-        break;
-      case Stdio::Kind::fd:
-        settings.push_back("0");
-        fds.push_back(streams[i]->fd);
-        break;
-      case Stdio::Kind::inherit:
-        // Ours, as a spawned child would have it; closed where ours is.
-        if (::fcntl(i, F_GETFD) < 0) {
-          settings.push_back("2");
-        } else {
-          settings.push_back("0");
-          fds.push_back(i);
-        }
-        break;
-    }
-  }
-  settings.push_back(r.cgroup_fd >= 0 ? "1" : "0");
-  if (r.cgroup_fd >= 0) fds.push_back(r.cgroup_fd);
-  // The kept descriptor of a worker is its diagnosis channel (diagnosis.hpp).
-  settings.push_back(r.kept_fd > 2 ? "1" : "0");
-  if (r.kept_fd > 2) fds.push_back(r.kept_fd);
+  std::optional<ForkRequest> request = fork_request(
+      r, {::fcntl(0, F_GETFD) >= 0, ::fcntl(1, F_GETFD) >= 0, ::fcntl(2, F_GETFD) >= 0});
+  if (!request) return std::nullopt;
   int report[2];
   if (!make_pipe(report)) {
     Child failed;
@@ -249,20 +210,11 @@ std::optional<Child> WarmStart::start(const SpawnRequest& r, int local_rank) {
     failed.pipe_failed = true;
     return failed;
   }
+  std::vector<int> fds = std::move(request->fds);
   fds.push_back(report[1]);
-  std::vector<std::string> signals, cpus;
-  for (int sig : r.default_signals) signals.push_back(std::to_string(sig));
-  for (int cpu : r.cpus) cpus.push_back(std::to_string(cpu));
-  std::string body;
-  put_list(body, r.argv);
-  put_list(body, *r.env);
-  put_list(body, r.cwd.empty() ? std::vector<std::string>{} : std::vector<std::string>{r.cwd});
-  put_list(body, settings);
-  put_list(body, signals);
-  put_list(body, cpus);
   std::string message;
-  put_u32(message, static_cast<std::uint32_t>(body.size()));
-  message += body;
+  put_u32(message, static_cast<std::uint32_t>(request->json.size()));
+  message += request->json;
   const bool sent = send_with_fds(socket_, message, fds);
   ::close(report[1]);
   char tag = 0;

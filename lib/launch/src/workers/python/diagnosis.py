@@ -1,0 +1,115 @@
+def _serve_diagnosis(fd):
+    # trainrun's diagnosis channel (workers/diagnosis.hpp): a thread that answers each request
+    # from the agent on `fd` with this process's Python traceback of every thread and, once
+    # torch.distributed is loaded, its flight recorder's entries: what a hang report needs,
+    # without ptrace and without a change to the script. A request is a line, its id; the answer
+    # one line, the id, a space and a JSON object (ASCII: json's escapes keep newlines out), so
+    # that an answer the agent gave up waiting for is skipped by its id. It runs before the
+    # script and imports only json (with the script's directory out of the path: a json.py there
+    # is the user's, not ours) and the built-in _thread, not threading; it reads and writes the
+    # descriptor with os alone.
+    import _thread
+    os.set_inheritable(fd, False)
+    main = _thread.get_ident()
+    json = _library("json")
+
+    def tracebacks():
+        threading = sys.modules.get("threading")
+        names = {t.ident: t.name for t in threading.enumerate()} if threading else {}
+        me = _thread.get_ident()
+        threads = []
+        for ident, frame in sys._current_frames().items():
+            if ident == me:
+                continue
+            frames = []
+            while frame is not None:
+                frames.append([frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name])
+                frame = frame.f_back
+            threads.append({"id": ident, "name": names.get(ident, ""), "main": ident == main,
+                            "frames": frames})
+        threads.sort(key=lambda t: not t["main"])
+        return threads
+
+    def recorder():
+        if "torch.distributed" not in sys.modules:
+            return None
+        from torch._C import _distributed_c10d as c10d
+        dump = getattr(c10d, "_dump_fr_trace_json", None)
+        nccl = getattr(c10d, "_dump_nccl_trace_json", None)
+        calls = [(b, lambda b=b: dump(includeCollectives=True, onlyActive=False, backend=b))
+                 for b in ("gloo", "nccl")] if dump else []
+        if not calls and nccl:  # a torch whose recorder is NCCL's alone
+            calls = [("nccl", lambda: nccl(includeCollectives=True, onlyActive=False))]
+        if not calls:
+            return {"error": "this torch has no flight recorder to read"}
+        dumps, errors = [], []
+        for backend, call in calls:
+            try:
+                dumps.append((backend, json.loads(call())))
+            except TypeError:  # a torch whose dump takes no backend: its one recorder
+                try:
+                    dumps = [("", json.loads(dump(True, False)))]
+                except Exception as e:
+                    errors.append(str(e))
+                break
+            except Exception as e:
+                errors.append(f"{backend}: {e}")
+        if not dumps:
+            return {"error": "; ".join(errors)}
+        merged = dumps[0][1]
+        used = [(b, d) for b, d in dumps if d.get("entries")]
+        groups = memberships()
+        if len(used) > 1:
+            groups = [f"{g} ({b})" for g in groups for b, _ in used]
+            # Each backend numbers its collectives apart: the same group name (a default group
+            # of cpu:gloo,cuda:nccl) is two groups here.
+            merged = dict(used[0][1], entries=[])
+            for backend, d in used:
+                for entry in d.get("entries", []):
+                    group = entry.get("process_group")
+                    if isinstance(group, list) and group:
+                        entry["process_group"] = [f"{group[0]} ({backend})"] + group[1:]
+                    merged["entries"].append(entry)
+        merged["trainrun_groups"] = groups
+        return merged
+
+    def memberships():
+        # The names of the process groups this rank belongs to, as its recorder names them: a
+        # member that never called a group's collective is then told from a rank outside it
+        # (Gloo's dump has no group's ranks).
+        c10d = sys.modules.get("torch.distributed.distributed_c10d")
+        try:
+            names = c10d._world.pg_names
+            return sorted({names[pg] for pg in list(c10d._world.pg_group_ranks) if pg in names})
+        except Exception:
+            return []
+
+    def answer(ident):
+        reply = {}
+        for key, what in (("threads", tracebacks), ("flight_recorder", recorder)):
+            try:
+                reply[key] = what()
+            except Exception as e:
+                reply[key + "_error"] = f"{type(e).__name__}: {e}"
+        data = ident + b" " + json.dumps(reply, default=str).encode() + b"\n"
+        while data:
+            data = data[os.write(fd, data):]
+
+    def _trainrun_diagnosis():
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(fd, 256)
+                if not chunk:
+                    return
+                pending += chunk
+                while b"\n" in pending:
+                    line, _, pending = pending.partition(b"\n")
+                    answer(line.strip()[:32])
+                pending = pending[-64:]
+            except OSError:
+                return
+
+    _thread.start_new_thread(_trainrun_diagnosis, ())
+
+

@@ -1,0 +1,246 @@
+_BOOTSTRAP = "<trainrun --preload>"
+
+
+def _prepare():
+    # trainrun's --preload template (workers/warm_start.cpp): imports the modules once, then forks
+    # a worker for each request on its standard input, a Unix socket to the agent. Only a forked
+    # worker returns from here: with what it runs.
+    import array
+    import ctypes
+    import fcntl
+    import resource
+    import signal
+    import socket
+    import struct
+    import time
+
+    agent = os.getppid()
+    _library("json")  # for decode_request, before the script's directory comes first on the path
+    modules = sys.argv[1].split(",")
+    prefix = int(sys.argv[2])
+    # The job's marker, for the watchdog: in this process's environment block (what
+    # /proc/PID/environ shows, for every worker forked from it too), in no module's os.environ.
+    os.environ.pop(sys.argv[3], None)
+    control = socket.socket(fileno=os.dup(0))
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    libc = ctypes.CDLL(None, use_errno=True)
+    # A fresh interpreter's dispositions (this one was started as a worker is): each worker gets
+    # them back, whatever a module changed.
+    fresh = {}
+    for number in signal.valid_signals():
+        if number not in (signal.SIGKILL, signal.SIGSTOP):
+            fresh[number] = signal.getsignal(number)
+
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    def unsafe():
+        # A thread that ends by itself soon after an import is given a second to end.
+        for _ in range(100):
+            if threads() == 1:
+                break
+            time.sleep(0.01)
+        else:
+            why = f"{threads()} threads in the template"
+            if os.environ.get("OMP_NUM_THREADS") != "1":
+                # A torch built with OpenMP starts its pool at import (on a 16-core GPU node: 16
+                # threads) unless OMP_NUM_THREADS=1, which trainrun sets with more than one worker.
+                why += "; OMP_NUM_THREADS is {}: an OpenMP pool may be among them".format(
+                    os.environ.get("OMP_NUM_THREADS", "unset"))
+            return f"started a thread ({why})"
+        torch = sys.modules.get("torch")
+        try:
+            if torch is not None and torch.cuda.is_initialized():
+                return "initialised CUDA in the template"
+        except Exception:
+            pass
+        # A CUDA build of torch loads the driver at import (cuBLAS does) without initialising
+        # it, which is safe to fork: cuDeviceGetCount answers CUDA_ERROR_NOT_INITIALIZED (3)
+        # until cuInit has run, and nothing else.
+        with open("/proc/self/maps") as maps:
+            drivers = {line.split()[-1] for line in maps if "/libcuda.so" in line}
+        for path in drivers:
+            try:
+                count = ctypes.c_int(0)
+                driver = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+                if driver.cuDeviceGetCount(ctypes.byref(count)) == 3:
+                    continue
+            except (OSError, AttributeError):
+                pass
+            return f"initialised the CUDA driver ({os.path.basename(path)}) in the template"
+        return None
+
+    # Imported as local rank 0's script would import them.
+    kind, target, sys.argv = _command([sys.executable] * prefix + sys.argv[4:], prefix)
+    _set_path0(kind, target)
+    failed = culprit = None
+    for name in modules:
+        try:
+            __import__(name)
+        except BaseException as e:
+            failed = e
+            if hasattr(e, "add_note"):
+                e.add_note("(imported by trainrun --preload={})".format(",".join(modules)))
+            break
+        if culprit is None and unsafe():
+            culprit = name
+
+    def send(tag, text=""):
+        data = text.encode()
+        control.sendall(tag + struct.pack("<I", len(data)) + data)
+
+    def exactly(size, fds=None):
+        data = b""
+        while len(data) < size:
+            if fds is None:
+                chunk = control.recv(size - len(data))
+            else:
+                chunk, ancillary, _, _ = control.recvmsg(size - len(data), socket.CMSG_SPACE(64))
+                for level, what, payload in ancillary:
+                    if level == socket.SOL_SOCKET and what == socket.SCM_RIGHTS:
+                        fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+            if not chunk:
+                os._exit(0)  # the agent is done with us
+            data += chunk
+        return data
+
+    def request():
+        # A little-endian 32-bit length, sent with the descriptors, then the request's JSON.
+        fds = array.array("i")
+        (size,) = struct.unpack("<I", exactly(4, fds))
+        # Above the standard streams, which the worker sets up from them.
+        fds = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3) if fd <= 2 else fd for fd in fds]
+        return decode_request(exactly(size), fds), fds
+
+    _flush()
+    send(b"R")
+    while True:
+        job, fds = request()
+        problem = unsafe()
+        if problem:
+            for fd in fds:
+                os.close(fd)
+            who = culprit or "--preload={}".format(",".join(modules))
+            send(b"U", f"--preload: {who} {problem}; forking it could hang or break a worker, "
+                 "so workers start the ordinary way")
+            continue
+        _flush()
+        readable, writable = os.pipe()
+        try:
+            middle = os.fork()
+        except OSError as e:
+            for fd in fds + [readable, writable]:
+                os.close(fd)
+            send(b"F", str(e.errno))
+            continue
+        if middle == 0:
+            # Forks the worker and exits at once: the worker is re-parented to the agent (a child
+            # subreaper), which reaps it by its pid as it reaps the workers it spawns.
+            try:
+                os.close(readable)
+                middle = os.getpid()
+                worker = os.fork()
+                if worker != 0:
+                    os.write(writable, struct.pack("<i", worker))
+            except BaseException:
+                worker = -1
+            if worker != 0:
+                os._exit(0)
+            os.close(writable)
+            break
+        os.close(writable)
+        for fd in fds:
+            os.close(fd)
+        reply = b""
+        while len(reply) < 4:
+            chunk = os.read(readable, 4 - len(reply))
+            if not chunk:
+                break
+            reply += chunk
+        os.close(readable)
+        os.waitpid(middle, 0)
+        if len(reply) == 4:
+            send(b"P", str(struct.unpack("<i", reply)[0]))
+        else:
+            send(b"F", "11")  # EAGAIN: the worker could not be forked
+
+    # The worker: the SpawnRequest carried out as lib/base's spawn does between fork and exec.
+    control.close()
+    report = job.report
+    # Once the intermediate has exited, this process is the agent's child.
+    while os.getppid() == middle:
+        time.sleep(0.0001)
+    if job.group == "session":
+        os.setsid()
+    elif job.group == "group":
+        os.setpgid(0, 0)
+    if job.cpus:
+        os.sched_setaffinity(0, job.cpus)
+    sources = [s if isinstance(s, int) else None for s in job.streams]
+    if job.cgroup is not None:
+        try:
+            procs = os.open("cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=job.cgroup)
+            os.write(procs, b"0")
+            os.close(procs)
+        except OSError:
+            pass
+    if job.descriptor_limit is not None:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE,
+                               (job.descriptor_limit,
+                                resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        except (OSError, ValueError):
+            pass
+    if job.death_signal:
+        libc.prctl(1, job.death_signal, 0, 0, 0)  # PR_SET_PDEATHSIG
+    libc.prctl(0x59616D61, agent, 0, 0, 0)  # PR_SET_PTRACER: the agent's stack tools may attach
+    if os.getppid() != agent:
+        os._exit(127)  # the agent died before the death signal was set
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    # default_signals were set back before the template's own start, which `fresh` records.
+    for number, handler in fresh.items():
+        if handler is not None and signal.getsignal(number) is not handler:
+            signal.signal(number, handler)
+    try:
+        for i, stream in enumerate(job.streams):
+            if stream == "null":
+                sources[i] = os.open(os.devnull, os.O_RDONLY if i == 0 else os.O_WRONLY)
+        for i, stream in enumerate(job.streams):
+            if sources[i] is not None:
+                os.dup2(sources[i], i)
+            elif stream == "closed":
+                try:
+                    os.close(i)
+                except OSError:
+                    pass
+        channel = job.diagnosis
+        for fd in set(fds + [s for s in sources if s is not None]):
+            if fd > 2 and fd not in (channel, report):
+                os.close(fd)
+        if job.cwd is not None:
+            os.chdir(job.cwd)
+    except OSError as e:
+        os.write(report, struct.pack("i", e.errno))
+        os._exit(127)
+    os.environ.clear()
+    for entry in job.env:
+        name, _, value = entry.partition(b"=")
+        os.environb[name] = value
+    decoded = [os.fsdecode(x) for x in job.argv]
+    if hasattr(sys, "orig_argv"):
+        sys.orig_argv = decoded
+    # numpy seeds its global random state when imported: each worker seeds its own, as each
+    # fresh interpreter would (Python's random reseeds itself after a fork).
+    if "numpy.random" in sys.modules:
+        try:
+            sys.modules["numpy.random"].seed()
+        except Exception:
+            pass
+    os.close(report)
+    if channel is not None:
+        _serve_diagnosis(channel)
+    return failed, _command(decoded, prefix)
+
+
