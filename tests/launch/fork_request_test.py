@@ -1,4 +1,4 @@
-"""The --preload template's side of a worker's request (python/request.py's decode_request).
+"""The --preload template's side of a worker's request (trainrun_request.decode_request).
 
 data/fork_request.json is what the agent's encoder writes for fork_request_test.cpp's first case.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, os.environ["TRAINRUN_WORKER_PYTHON"])
-from request import decode_request  # noqa: E402
+from trainrun_request import decode_request  # noqa: E402
 
 SHARED = (Path(__file__).parent / "data" / "fork_request.json").read_bytes()
 

@@ -257,6 +257,11 @@ std::vector<OptionSpec> make_option_specs() {
        "Seconds without progress (output, a heartbeat, a file-timer request) on every node after "
        "which the job's stacks are taken twice; a hung job is reported and stopped (exit 124). "
        "0: off"},
+      {"no-diagnosis", "", "", kDiagnosis, "Python workers without trainrun's diagnosis channel",
+       "Start Python workers as torchrun does, without trainrun's diagnosis channel: "
+       "--hang-timeout and --stacks then read no flight recorder, only stacks (py-spy, eu-stack, "
+       "/proc)",
+       true},
       {"summary-file", "", d.summary_file, kDiagnosis, "Write a JSON job summary here at exit",
        "Write a JSON job summary (attempts, worker exits, root cause, timings) to PATH at exit"},
       // trainrun's own options (torchrun has none of these): how trainrun reports on itself.
@@ -513,6 +518,7 @@ void read_supervision(const GivenValues& g, LaunchConfig& c) {
   if (c.monitor_interval <= 0) fail(fmt::format("{}: must be > 0", g.named("monitor-interval")));
   c.shutdown_timeout = parse_seconds(g.value("shutdown-timeout"), g.named("shutdown-timeout"));
   c.hang_timeout = parse_seconds(g.value("hang-timeout"), g.named("hang-timeout"));
+  c.no_diagnosis = g.flag("no-diagnosis");
   // The watch wakes at most once a second; a shorter silence is no sign of a hang.
   if (c.hang_timeout > 0 && c.hang_timeout < 1)
     fail(fmt::format("{}: must be 0 (off) or at least 1 second", g.named("hang-timeout")));

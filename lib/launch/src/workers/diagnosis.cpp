@@ -4,9 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "template_bootstrap.hpp"
-#include "trainrun/launch/core/file_io.hpp"
-#include "trainrun/launch/workers/entrypoint.hpp"
+#include "python_bootstrap.hpp"
 
 namespace trainrun::launch {
 
@@ -29,19 +27,13 @@ std::optional<DiagnosisChannel> open_diagnosis_channel() {
   return DiagnosisChannel{fds[0], fds[1]};
 }
 
-SpawnRequest with_diagnosis_bootstrap(SpawnRequest request, int worker_fd) {
-  const std::size_t end = python_options_end(request.argv);
-  if (end >= request.argv.size()) return request;
-  request.argv.insert(request.argv.begin() + static_cast<std::ptrdiff_t>(end),
-                      {"-c", kDiagnosisLoader, std::to_string(worker_fd),
-                       std::to_string(diagnosis_bootstrap().size())});
+SpawnRequest with_diagnosis_bootstrap(SpawnRequest request, int worker_fd,
+                                      const std::string& bootstrap_dir) {
+  if (!request.env) return request;  // a worker's request names its whole environment
+  request.env =
+      bootstrap_environment(std::move(*request.env), bootstrap_dir, {{"diagnosis", worker_fd}});
   request.kept_fd = worker_fd;
   return request;
-}
-
-bool send_diagnosis_bootstrap(int agent_fd) {
-  // The socket's buffer (hundreds of KiB) holds the program whole: this never waits.
-  return write_all(agent_fd, diagnosis_bootstrap().data(), diagnosis_bootstrap().size());
 }
 
 }  // namespace trainrun::launch

@@ -9,7 +9,7 @@
 
 namespace trainrun::launch {
 
-// A worker's SpawnRequest as the --preload template carries it out (python/request.py's
+// A worker's SpawnRequest as the --preload template carries it out (python/trainrun_request.py's
 // decode_request): a JSON object, and the descriptors that travel with it (SCM_RIGHTS), in the
 // order the object names them: each standard stream passed ("fd"), the cgroup's directory, the
 // diagnosis channel (the kept descriptor). The caller sends the exec report's write end last.

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "leftovers.hpp"
+#include "python_bootstrap.hpp"
 #include "spawn.hpp"
 #include "trainrun/base/processes.hpp"
 #include "trainrun/launch/core/log.hpp"
@@ -73,6 +74,23 @@ Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console&
   if (cgroup_) watchdog_.set_cgroup(cgroup_->path());
 }
 
+Supervisor::~Supervisor() { close_channels(); }
+
+const std::string& Supervisor::bootstrap_dir() {
+  static const std::string none;
+  if (!python_ && !python_failed_) {
+    try {
+      python_ = std::make_unique<PythonBootstrap>();
+    } catch (const SetupError& e) {
+      python_failed_ = true;
+      err_.write(launcher_line(
+          fmt::format("{}; Python workers start without a diagnosis channel, and without --preload",
+                      e.what())));
+    }
+  }
+  return python_ ? python_->dir() : none;
+}
+
 void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on_exit) {
   on_exit_ = std::move(on_exit);
   close_channels();
@@ -94,7 +112,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     }
     throw error;
   };
-  if (warm_ && !launches.empty()) warm_->prepare(shared_request(launches));
+  if (warm_ && !launches.empty()) warm_->prepare(shared_request(launches), bootstrap_dir());
   for (const auto& w : launches) {
     GroupOutput::Streams streams;
     try {
@@ -134,7 +152,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
 // channel, or to -1 where none could be made (the worker then starts without one).
 Child Supervisor::start_worker(SpawnRequest request, int local_rank, int& diagnosis) {
   std::optional<DiagnosisChannel> channel;
-  if (diagnosis >= 0) channel = open_diagnosis_channel();
+  if (diagnosis >= 0 && !bootstrap_dir().empty()) channel = open_diagnosis_channel();
   diagnosis = channel ? channel->agent : -1;
   if (channel) request.kept_fd = channel->worker;
   std::optional<Child> forked;
@@ -146,17 +164,11 @@ Child Supervisor::start_worker(SpawnRequest request, int local_rank, int& diagno
   }
   const bool spawned = !forked;
   if (spawned) {
-    if (channel) request = with_diagnosis_bootstrap(std::move(request), channel->worker);
+    if (channel)
+      request = with_diagnosis_bootstrap(std::move(request), channel->worker, bootstrap_dir());
     forked = spawn(request);
   }
   if (channel) ::close(channel->worker);
-  // A spawned worker reads its bootstrap on the channel (a forked one has it from the template).
-  // Written once the worker holds the only other end: a bootstrap that cannot be written whole
-  // ends the worker's wait for it (it says so and exits).
-  if (channel && spawned && forked->pid > 0 && !send_diagnosis_bootstrap(channel->agent)) {
-    ::close(channel->agent);
-    diagnosis = -1;
-  }
   return *forked;
 }
 

@@ -13,7 +13,7 @@
 #include <cstring>
 
 #include "fork_request.hpp"
-#include "template_bootstrap.hpp"
+#include "python_bootstrap.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/file_io.hpp"
@@ -103,8 +103,13 @@ WarmStart::WarmStart(std::vector<std::string> modules, Watchdog& watchdog,
 
 WarmStart::~WarmStart() { stop(); }
 
-void WarmStart::prepare(const SpawnRequest& shared, std::chrono::milliseconds wait) {
+void WarmStart::prepare(const SpawnRequest& shared, const std::string& bootstrap_dir,
+                        std::chrono::milliseconds wait) {
   if (off_ || modules_.empty()) return;
+  if (bootstrap_dir.empty() && pid_ < 0) {
+    off_ = true;
+    return;
+  }
   // An idle template sends nothing: a readable socket is one it closed in ending.
   if (pid_ > 0 && ready_ && wait_readable(socket_, 0)) {
     say_("--preload: the template interpreter ended; the next workers are forked from another");
@@ -119,11 +124,15 @@ void WarmStart::prepare(const SpawnRequest& shared, std::chrono::milliseconds wa
       return;
     }
     const std::size_t end = python_options_end(shared.argv);
-    if (end >= shared.argv.size()) {
+    if (end >= shared.argv.size() || !shared.env ||
+        (shared.argv[end] == "-m" && end + 1 >= shared.argv.size())) {
       off_ = true;
       return;
     }
     options_.assign(shared.argv.begin(), shared.argv.begin() + static_cast<std::ptrdiff_t>(end));
+    command_.assign(shared.argv.begin() + static_cast<std::ptrdiff_t>(end),
+                    shared.argv.begin() +
+                        static_cast<std::ptrdiff_t>(end + (shared.argv[end] == "-m" ? 2 : 1)));
     program_ = shared.program;
     int fds[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
@@ -131,14 +140,14 @@ void WarmStart::prepare(const SpawnRequest& shared, std::chrono::milliseconds wa
                        std::strerror(errno)));
       return;
     }
+    // Local rank 0's command line, the bootstrap in its environment: each worker forked shows
+    // it in ps (and /proc/PID/cmdline), as it shows its own script.
     SpawnRequest request = shared;
-    request.argv = options_;
-    request.argv.insert(
-        request.argv.end(),
-        {"-c", kTemplateLoader, std::to_string(template_bootstrap().size()), joined(modules_),
-         std::to_string(end), std::string(kJobMarkerEntry.substr(0, kJobMarkerEntry.size() - 1))});
-    request.argv.insert(request.argv.end(), shared.argv.begin() + static_cast<std::ptrdiff_t>(end),
-                        shared.argv.end());
+    const nlohmann::json settings = {
+        {"modules", modules_},
+        {"prefix", end},
+        {"marker", std::string(kJobMarkerEntry.substr(0, kJobMarkerEntry.size() - 1))}};
+    request.env = bootstrap_environment(*shared.env, bootstrap_dir, {{"template", settings}});
     request.in = Stdio::from_fd(fds[1]);
     request.out = request.err = Stdio::inherit();
     // It is no worker: outside the job's cgroup (which the end of each attempt empties) and on
@@ -148,10 +157,6 @@ void WarmStart::prepare(const SpawnRequest& shared, std::chrono::milliseconds wa
     Child child = spawn(request);
     ::close(fds[1]);
     const int exec_errno = child.pid > 0 ? wait_for_exec(child) : child.error;
-    // Read before anything else comes on the socket; the socket's buffer holds it whole or the
-    // write waits for the interpreter to read.
-    if (child.pid > 0 && exec_errno == 0)
-      write_all(fds[0], template_bootstrap().data(), template_bootstrap().size());
     if (child.pid <= 0 || exec_errno != 0) {
       ::close(fds[0]);
       if (child.pid > 0) wait_for_exit(child.pid);
@@ -195,10 +200,13 @@ void WarmStart::prepare(const SpawnRequest& shared, std::chrono::milliseconds wa
 }
 
 std::optional<Child> WarmStart::start(const SpawnRequest& r, int local_rank) {
-  // Only what the template can carry out: a worker's own environment, its interpreter and options.
+  // Only what the template can carry out: a worker's own environment, its interpreter and
+  // options, and the template's own command (a script named after its rank is another program).
   if (!ready_ || off_ || pid_ < 0 || !r.env || r.program != program_ ||
-      r.argv.size() <= options_.size() ||
-      !std::equal(options_.begin(), options_.end(), r.argv.begin()))
+      r.argv.size() < options_.size() + command_.size() ||
+      !std::equal(options_.begin(), options_.end(), r.argv.begin()) ||
+      !std::equal(command_.begin(), command_.end(),
+                  r.argv.begin() + static_cast<std::ptrdiff_t>(options_.size())))
     return std::nullopt;
   std::optional<ForkRequest> request = fork_request(
       r, {::fcntl(0, F_GETFD) >= 0, ::fcntl(1, F_GETFD) >= 0, ::fcntl(2, F_GETFD) >= 0});

@@ -24,6 +24,8 @@
 
 namespace trainrun::launch {
 
+class PythonBootstrap;
+
 // Everything needed to start one worker process.
 struct WorkerLaunch {
   int local_rank = 0;
@@ -58,7 +60,7 @@ class Supervisor {
   // them (warm_start.hpp) where it can be, else spawned.
   Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console& out, Console& err,
              std::vector<std::string> preload = {});
-  ~Supervisor() { close_channels(); }
+  ~Supervisor();
 
   // Starts every worker. On failure, kills those already started and throws SpawnError.
   void start(const std::vector<WorkerLaunch>& workers, ExitHandler on_exit);
@@ -115,10 +117,15 @@ class Supervisor {
   void finish_step();
   void name_leftovers();
   Child start_worker(SpawnRequest request, int local_rank, int& diagnosis);
+  // The Python bootstrap's directory, written at the first call; "" where it cannot be (said
+  // once: workers then start without a diagnosis channel, and not from --preload's template).
+  const std::string& bootstrap_dir();
 
   Watchdog& watchdog_;
   std::unique_ptr<JobCgroup> cgroup_;  // null where the kernel does not let us make one
   std::unique_ptr<WarmStart> warm_;    // null without --preload
+  std::unique_ptr<PythonBootstrap> python_;
+  bool python_failed_ = false;
   Console& err_;
   std::vector<Worker> workers_;
   ExitHandler on_exit_;

@@ -21,9 +21,12 @@ void check_preload(const LaunchConfig& resolved);
 
 // Warm starts (--preload): one Python interpreter per node, the template, imports the modules
 // once; each worker is then forked from it instead of starting an interpreter of its own. The
-// template carries out the worker's SpawnRequest as spawn() would (argv, environment, working
+// template is started as local rank 0's worker would be, `python OPTIONS SCRIPT ARGS`, and made
+// the template by the Python bootstrap (python_bootstrap.hpp) while the interpreter starts. It
+// carries out the worker's SpawnRequest as spawn() would (argv, environment, working
 // directory, streams, session, cgroup, CPUs, descriptor limit, death signal, signals) and runs the
-// script as `python script.py` would. The worker is forked by a child of the template that exits
+// script as the interpreter it started would: Python's own main runs it once the worker
+// returns from the bootstrap. The worker is forked by a child of the template that exits
 // at once, so it is re-parented to this process (a child subreaper) and reaped as any worker.
 // The template forks only while it has one thread and no CUDA context; otherwise (said once),
 // and whenever it is not ready, workers are spawned the ordinary way.
@@ -39,8 +42,9 @@ class WarmStart {
   // Before a group starts: `shared` is a worker's request with the environment every worker of
   // the group shares (shared_environment) and the job's marker. Starts the template when there is
   // none (again after it died) and waits up to `wait` for its imports; a template that takes
-  // longer is waited for by the next group.
-  void prepare(const SpawnRequest& shared,
+  // longer is waited for by the next group. `bootstrap_dir`: the Python bootstrap's directory;
+  // "" where there is none (said by the caller): workers start the ordinary way.
+  void prepare(const SpawnRequest& shared, const std::string& bootstrap_dir,
                std::chrono::milliseconds wait = std::chrono::seconds(10));
   // `request` forked from the template; nullopt: spawn it the ordinary way. A child with pid -1
   // when the fork failed (its errno in `error`). Throws SpawnError when the template ended while
@@ -64,6 +68,8 @@ class WarmStart {
   bool ready_ = false;
   bool off_ = false;  // not safe to fork, or no subreaper: every group starts the ordinary way
   std::vector<std::string> options_;  // the interpreter and its options, as in every worker's argv
+  // What Python's main runs in each worker forked: the template's own script, or -m and module.
+  std::vector<std::string> command_;
   std::string program_;
 };
 

@@ -1,17 +1,20 @@
-def _serve_diagnosis(fd):
+import _thread
+import json
+import os
+import sys
+
+
+def serve(fd):
     # trainrun's diagnosis channel (workers/diagnosis.hpp): a thread that answers each request
     # from the agent on `fd` with this process's Python traceback of every thread and, once
     # torch.distributed is loaded, its flight recorder's entries: what a hang report needs,
     # without ptrace and without a change to the script. A request is a line, its id; the answer
     # one line, the id, a space and a JSON object (ASCII: json's escapes keep newlines out), so
-    # that an answer the agent gave up waiting for is skipped by its id. It runs before the
-    # script and imports only json (with the script's directory out of the path: a json.py there
-    # is the user's, not ours) and the built-in _thread, not threading; it reads and writes the
-    # descriptor with os alone.
-    import _thread
+    # that an answer the agent gave up waiting for is skipped by its id. It starts before the
+    # script (sitecustomize.py), imports only json and the built-in _thread, not threading (whose
+    # enumerate() lists the script's threads alone), and reads and writes the descriptor with os.
     os.set_inheritable(fd, False)
     main = _thread.get_ident()
-    json = _library("json")
 
     def tracebacks():
         threading = sys.modules.get("threading")

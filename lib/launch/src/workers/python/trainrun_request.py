@@ -1,3 +1,6 @@
+import json
+
+
 class Request:
     def __init__(self, **fields):
         self.__dict__.update(fields)
@@ -9,8 +12,6 @@ def decode_request(data, fds):
     # standard streams passed, the cgroup's directory, the diagnosis channel, the exec report's
     # write end). A text of the request (argv, environment, working directory) is a string, or the
     # list of its bytes where they are not UTF-8. ValueError for a request that is not one.
-    import json  # the template's, from Python's library (_library)
-
     fields = json.loads(data)
     fds = list(fds)
 

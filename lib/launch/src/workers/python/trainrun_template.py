@@ -1,26 +1,34 @@
-_BOOTSTRAP = "<trainrun --preload>"
+import array
+import atexit
+import ctypes
+import fcntl
+import os
+import resource
+import signal
+import socket
+import struct
+import sys
+import time
+
+import trainrun_diagnosis
+from trainrun_command import command, flush, path0
+from trainrun_request import decode_request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _prepare():
-    # trainrun's --preload template (workers/warm_start.cpp): imports the modules once, then forks
-    # a worker for each request on its standard input, a Unix socket to the agent. Only a forked
-    # worker returns from here: with what it runs.
-    import array
-    import ctypes
-    import fcntl
-    import resource
-    import signal
-    import socket
-    import struct
-    import time
-
+def serve(settings):
+    # trainrun's --preload template (workers/warm_start.cpp), started as local rank 0's worker
+    # would be, its bootstrap at the interpreter's start (sitecustomize.py): imports the modules
+    # once, then forks a worker for each request on its standard input, a Unix socket to the
+    # agent. Only a forked worker returns from here, set up as its request says; Python then runs
+    # its script as in any interpreter it started.
     agent = os.getppid()
-    _library("json")  # for decode_request, before the script's directory comes first on the path
-    modules = sys.argv[1].split(",")
-    prefix = int(sys.argv[2])
+    modules = settings["modules"]
+    prefix = settings["prefix"]
     # The job's marker, for the watchdog: in this process's environment block (what
     # /proc/PID/environ shows, for every worker forked from it too), in no module's os.environ.
-    os.environ.pop(sys.argv[3], None)
+    os.environ.pop(settings["marker"], None)
     control = socket.socket(fileno=os.dup(0))
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -72,9 +80,11 @@ def _prepare():
             return f"initialised the CUDA driver ({os.path.basename(path)}) in the template"
         return None
 
-    # Imported as local rank 0's script would import them.
-    kind, target, sys.argv = _command([sys.executable] * prefix + sys.argv[4:], prefix)
-    _set_path0(kind, target)
+    # Imported as local rank 0's script would import them: its directory first on the path,
+    # where Python puts it only after this bootstrap (sys.argv[0] is "-m" for a module).
+    first = path0("module" if sys.argv[0] == "-m" else "script", sys.argv[0])
+    if first is not None:
+        sys.path.insert(0, first)
     failed = culprit = None
     for name in modules:
         try:
@@ -86,6 +96,8 @@ def _prepare():
             break
         if culprit is None and unsafe():
             culprit = name
+    if first is not None:
+        sys.path.remove(first)
 
     def send(tag, text=""):
         data = text.encode()
@@ -114,7 +126,7 @@ def _prepare():
         fds = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3) if fd <= 2 else fd for fd in fds]
         return decode_request(exactly(size), fds), fds
 
-    _flush()
+    flush()
     send(b"R")
     while True:
         job, fds = request()
@@ -126,7 +138,7 @@ def _prepare():
             send(b"U", f"--preload: {who} {problem}; forking it could hang or break a worker, "
                  "so workers start the ordinary way")
             continue
-        _flush()
+        flush()
         readable, writable = os.pipe()
         try:
             middle = os.fork()
@@ -239,8 +251,33 @@ def _prepare():
         except Exception:
             pass
     os.close(report)
+    sys.argv = command(decoded, prefix)[2]
+    if failed is not None:
+        _fail(failed)
     if channel is not None:
-        _serve_diagnosis(channel)
-    return failed, _command(decoded, prefix)
+        trainrun_diagnosis.serve(channel)
+
+
+def _fail(error):
+    # A module that failed to import in the template fails each worker as the script's import
+    # would have: its traceback (from the module's frames on), the exit code of an uncaught
+    # exception, the atexit handlers run. Raised from here, where the site module runs this, it
+    # would print "Error in sitecustomize" and run the script.
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(HERE + os.sep):
+        tb = tb.tb_next
+    code = 1
+    if isinstance(error, SystemExit):
+        code = error.code if isinstance(error.code, int) else 0 if error.code is None else 1
+        if not isinstance(error.code, (int, type(None))):
+            print(error.code, file=sys.stderr)
+    else:
+        sys.excepthook(type(error), error.with_traceback(tb), tb)
+    atexit._run_exitfuncs()
+    flush()
+    if isinstance(error, KeyboardInterrupt):
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code)
 
 
