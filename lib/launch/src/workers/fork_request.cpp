@@ -8,16 +8,16 @@ namespace trainrun::launch {
 
 namespace {
 
-nlohmann::json text(const std::string& bytes) {
+nlohmann::json json_text(const std::string& bytes) {
   if (valid_utf8_prefix(bytes).size() == bytes.size()) return bytes;
   nlohmann::json values = nlohmann::json::array();
   for (const char c : bytes) values.push_back(static_cast<unsigned char>(c));
   return values;
 }
 
-nlohmann::json texts(const std::vector<std::string>& items) {
+nlohmann::json json_texts(const std::vector<std::string>& items) {
   nlohmann::json list = nlohmann::json::array();
-  for (const std::string& item : items) list.push_back(text(item));
+  for (const std::string& item : items) list.push_back(json_text(item));
   return list;
 }
 
@@ -53,9 +53,9 @@ std::optional<ForkRequest> fork_request(const SpawnRequest& r,
   nlohmann::json cpus = nlohmann::json::array();
   for (const int cpu : r.cpus) cpus.push_back(cpu);
   const nlohmann::json request = {
-      {"argv", texts(r.argv)},
-      {"env", r.env ? texts(*r.env) : nlohmann::json::array()},
-      {"cwd", r.cwd.empty() ? nlohmann::json(nullptr) : text(r.cwd)},
+      {"argv", json_texts(r.argv)},
+      {"env", r.env ? json_texts(*r.env) : nlohmann::json::array()},
+      {"cwd", r.cwd.empty() ? nlohmann::json(nullptr) : json_text(r.cwd)},
       {"group", r.group == SpawnRequest::Group::new_session ? nlohmann::json("session")
                 : r.group == SpawnRequest::Group::new_group ? nlohmann::json("group")
                                                             : nlohmann::json(nullptr)},

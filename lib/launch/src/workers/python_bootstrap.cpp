@@ -18,10 +18,10 @@ namespace trainrun::launch {
 
 namespace {
 
-constexpr std::string_view kPythonPath = "PYTHONPATH=";
-constexpr std::string_view kSettings = "TRAINRUN_BOOTSTRAP=";
+constexpr std::string_view kPythonPathEntry = "PYTHONPATH=";
+constexpr std::string_view kBootstrapEntry = "TRAINRUN_BOOTSTRAP=";
 
-std::string temporary_root() {
+std::string bootstrap_root() {
   const char* tmp = std::getenv("TMPDIR");
   std::string root = tmp && *tmp ? tmp : "/tmp";
   if (root[0] != '/') {
@@ -35,7 +35,7 @@ std::string temporary_root() {
 }  // namespace
 
 PythonBootstrap::PythonBootstrap() {
-  const std::string root = temporary_root();
+  const std::string root = bootstrap_root();
   std::string templ = root + "/trainrun-python-XXXXXX";
   if (!::mkdtemp(templ.data()))
     throw SetupError(fmt::format("cannot create a directory for the workers' Python under {}: {}",
@@ -63,10 +63,10 @@ std::vector<std::string> bootstrap_environment(std::vector<std::string> env, con
                                                nlohmann::json settings) {
   std::optional<std::string> user;
   for (auto it = env.begin(); it != env.end();) {
-    if (it->compare(0, kPythonPath.size(), kPythonPath) == 0) {
-      user = it->substr(kPythonPath.size());
+    if (it->compare(0, kPythonPathEntry.size(), kPythonPathEntry) == 0) {
+      user = it->substr(kPythonPathEntry.size());
       it = env.erase(it);
-    } else if (it->compare(0, kSettings.size(), kSettings) == 0) {
+    } else if (it->compare(0, kBootstrapEntry.size(), kBootstrapEntry) == 0) {
       it = env.erase(it);
     } else {
       ++it;
@@ -74,8 +74,8 @@ std::vector<std::string> bootstrap_environment(std::vector<std::string> env, con
   }
   // An empty entry on PYTHONPATH is the working directory: "DIR:" for an empty one would add it.
   settings["pythonpath"] = !user ? "unset" : user->empty() ? "empty" : "after";
-  env.push_back(std::string(kPythonPath) + dir + (user && !user->empty() ? ":" + *user : ""));
-  env.push_back(std::string(kSettings) + settings.dump());
+  env.push_back(std::string(kPythonPathEntry) + dir + (user && !user->empty() ? ":" + *user : ""));
+  env.push_back(std::string(kBootstrapEntry) + settings.dump());
   return env;
 }
 
