@@ -37,7 +37,7 @@ packages=(
   libtorch-dev libgloo-dev zlib1g-dev
   python3-torch python3-torchvision python3-pytest python3-venv python3-matplotlib
   dataset-fashion-mnist
-  iproute2 iptables procps time elfutils gdb
+  iproute2 iptables procps time elfutils gdb universal-ctags
   etcd-server etcd-client man-db dpkg-dev
   slurmctld slurmd slurm-client munge
   openssh-server openssh-client

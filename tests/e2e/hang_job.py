@@ -3,6 +3,9 @@
                    all_reduce (which waits for rank 2), at most SECONDS
   sleep SECONDS    every rank sleeps in stuck_here() for SECONDS (no torch)
   compute SECONDS  prints nothing, computes through ever deeper frames for SECONDS, then ends
+  flat SECONDS     two ranks all-reduce, compute in one line for SECONDS without printing (a
+                   torch matmul), then all-reduce again and end: the stack never moves
+  pdb              stops at breakpoint(), then ends once pdb is told to continue
   chatty SECONDS   prints a line every second (print(), no flush) for SECONDS, then ends
   heartbeat SECONDS  prints nothing, touches $TRAINRUN_HEARTBEAT_FILE every second (as the C++
                    runtime's report() does) for SECONDS, then ends"""
@@ -10,7 +13,7 @@ import os
 import sys
 import time
 
-MODE, SECONDS = sys.argv[1], float(sys.argv[2])
+MODE, SECONDS = sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 0
 RANK = int(os.environ["RANK"])
 
 
@@ -39,12 +42,30 @@ def deeper(level, until):
         deeper(level + 1, until)
 
 
+def flat(seconds):
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    a = torch.rand(256, 256)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end: a = torch.tanh(a @ a)  # noqa: E701 (one line: one place)
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+
+
 if MODE == "stuck":
     all_reduce_with_rank_2()
 elif MODE == "sleep":
     stuck_here()
 elif MODE == "compute":
     deeper(0, time.monotonic() + SECONDS)
+elif MODE == "flat":
+    flat(SECONDS)
+elif MODE == "pdb":
+    breakpoint()
 elif MODE == "chatty":
     for i in range(int(SECONDS)):
         print(f"rank {RANK}: step {i}")

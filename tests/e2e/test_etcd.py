@@ -33,6 +33,17 @@ def test_the_same_run_id_runs_again_after_the_job_finished(etcd, agents, worker,
         check_job(read_envs(out), 2, 2)
 
 
+def test_the_node_that_completes_the_round_does_not_say_it_waits(etcd, agents, worker):
+    # As with the built-in rendezvous (test_multinode): a node whose join completes a fixed-size
+    # round has nothing to wait for.
+    a = agents("a", etcd_args(etcd, 2, 1) + [worker, "exit", "0"])
+    assert wait_for(lambda: "waiting for nodes in etcd at " in a.err, 30), a.err
+    b = agents("b", etcd_args(etcd, 2, 1) + [worker, "exit", "0"])
+    assert a.wait(60) == 0, a.err
+    assert b.wait(60) == 0, b.err
+    assert "waiting for nodes" not in b.err, b.err
+
+
 def etcd_values(server, prefix, keys_only=False):
     """What etcd holds under `prefix`, by key, as `etcdctl get --prefix` lists it."""
     end = prefix[:-1] + chr(ord(prefix[-1]) + 1)

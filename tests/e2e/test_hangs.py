@@ -5,8 +5,10 @@ import json
 import os
 import re
 import resource
+import select
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -82,6 +84,31 @@ def test_a_native_worker_hung_is_named_with_its_native_frame(tmp_path):
     assert "while ranks 0-1,3 wait in" in r.stderr, r.stderr
 
 
+def test_a_hang_report_says_each_thing_once(tmp_path):
+    """Three Gloo ranks, rank 2 in stuck_here(), without py-spy: the verdict, each SIGABRT
+    traceback and each rank of the failure summary appear once, the summary numbered in order."""
+    r = run(["--nproc-per-node=3", "--hang-timeout=3", "--shutdown-timeout=10",
+             f"--log-dir={tmp_path / 'logs'}", JOB, "stuck", "120"],
+            env={"PATH": path_without_py_spy()}, timeout=180)
+    assert r.returncode == HANG_EXIT, r.stderr
+    err = r.stderr
+    assert err.count("trainrun: the job is hung: ") == 1, err
+    verdict = re.search(r"^trainrun: the job is hung: .*? in 3 s: (.*)$", err, re.M).group(1)
+    assert "rank 2 " in verdict, verdict
+    assert err.count(verdict) == 1, err
+    # One traceback per rank, from the SIGABRT; none again in the summary.
+    assert err.count("Fatal Python error: Aborted") == 3, err
+    assert err.count("Extension modules:") in (0, 3), err
+    summary = err[err.index(" FAILED\n"):]
+    numbers = [int(n) for n in re.findall(r"^\[(\d+)\]:$", summary, re.M)]
+    assert numbers == list(range(len(numbers))) and numbers, summary
+    ranks = re.findall(r"^  rank      : (\d+) ", summary, re.M)
+    assert len(ranks) == len(set(ranks)) == len(numbers), summary
+    assert len(re.findall(r"^  exitcode  : ", summary, re.M)) == len(numbers), summary
+    root = summary[summary.index("Root Cause"):]
+    assert "rank      : 2 (local_rank: 2)" in root and "exitcode  : 124 " in root, summary
+
+
 def core_files_go_to_the_working_directory():
     with open("/proc/sys/kernel/core_pattern") as f:
         pattern = f.read().strip()
@@ -116,6 +143,66 @@ def test_a_silent_worker_computing_through_changing_frames_is_not_hung(tmp_path)
     assert "hang watch: not hung: the stack of rank 0 moved" in r.stderr, r.stderr
     assert "the job is hung" not in r.stderr
     assert "done rank 0" in r.stdout
+
+
+# Silent computation in one place (the stack never moves) is not a hang: every rank uses CPU and
+# no collective waits. Torch on two ranks, and native programs.
+def test_ranks_computing_silently_in_one_place_run_to_their_end(tmp_path):
+    r = run(["--nproc-per-node=2", "--hang-timeout=8", "-v", f"--log-dir={tmp_path / 'logs'}",
+             JOB, "flat", "22"], env={"PATH": tools_path(bool(PY_SPY)), "OMP_NUM_THREADS": "1"},
+            timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "the job is hung" not in r.stderr, r.stderr
+    assert re.search(r"hang watch: not hung: ranks 0-1 used [0-9-]+% of a CPU with no "
+                     r"collective waiting", r.stderr), r.stderr
+    assert "done rank 0" in r.stdout and "done rank 1" in r.stdout, r.stdout
+
+
+def test_native_ranks_computing_silently_run_to_their_end(tmp_path):
+    r = run(["--nproc-per-node=2", "--hang-timeout=5", f"--log-dir={tmp_path / 'logs'}", WORKER,
+             "work", "16", "stamp", str(tmp_path / "done")], timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "the job is hung" not in r.stderr, r.stderr
+    assert len((tmp_path / "done").read_text().splitlines()) == 2
+
+
+def test_a_rank_in_pdb_at_its_terminal_pauses_the_watch(tmp_path):
+    # The job's stdin is a terminal, as a person's is: rank 0 waits at pdb's prompt past the
+    # timeout, the watch says once that it is paused, and the job goes on when told to.
+    master, slave = os.openpty()
+    cmd = [TRAINRUN, "--nproc-per-node=1", "--hang-timeout=3", f"--log-dir={tmp_path / 'logs'}",
+           JOB, "pdb"]
+    p = subprocess.Popen(cmd, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={**os.environ, "PATH": tools_path(bool(PY_SPY))})
+    os.close(slave)
+    err = b""
+    try:
+        deadline = time.monotonic() + 90
+        while b"hang watch: paused" not in err and time.monotonic() < deadline:
+            ready, _, _ = select.select([p.stderr], [], [], 1)
+            if ready:
+                chunk = os.read(p.stderr.fileno(), 65536)
+                if not chunk:
+                    break
+                err += chunk
+        assert b"hang watch: paused: rank 0 waits for input at /dev/pts/" in err, err
+        # Two more timeouts at the prompt: still paused, said once.
+        time.sleep(7)
+        assert p.poll() is None, err
+        os.write(master, b"c\n")
+        out, rest = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+        os.close(master)
+    err = (err + rest).decode()
+    assert p.returncode == 0, err
+    assert err.count("hang watch: paused") == 1, err
+    if PY_SPY:
+        assert "(in pdb)" in err, err
+    assert "the job is hung" not in err, err
+    assert "done rank 0" in out.decode()
 
 
 # A line (print() without flush: the workers run `python -u`, as torchrun's), or a touch of

@@ -1,12 +1,14 @@
 """One job across real network interfaces: two network namespaces joined by a veth pair, one
 trainrun agent in each, talking only through that pair (needs root and `ip netns`)."""
+import json
 import os
 import subprocess
+import sys
 import time
 
 import pytest
 
-from conftest import dynamic, read_envs
+from conftest import dynamic, read_envs, wait_for
 
 JOIN = "--rdzv-conf=join_timeout=60"
 
@@ -135,3 +137,85 @@ def test_listeners_ask_for_the_kernels_whole_backlog(netns_pair, agents, worker)
     finally:
         ra.proc.terminate()
         ra.wait()
+
+
+# A worker whose interpreter finds a stub torch 2.5.0, so that the agent of group rank 0 serves
+# the job's store: it says where the store is, waits for the test, then sets and gets its key
+# there as torch 2.x's client does (VALIDATE, SET, GET).
+STORE_WORKER = """
+import os, socket, struct, sys, time
+out, go = sys.argv[1], sys.argv[2]
+rank = os.environ["RANK"]
+with open(out + rank + ".tmp", "w") as f:
+    f.write(os.environ["MASTER_PORT"] + " " + os.environ["TORCHELASTIC_USE_AGENT_STORE"])
+os.rename(out + rank + ".tmp", out + rank)
+while not os.path.exists(go):
+    time.sleep(0.05)
+s = socket.create_connection((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])))
+def text(b): return struct.pack("<Q", len(b)) + b
+key = ("rank" + rank).encode()
+s.sendall(b"\\x00" + struct.pack("<I", 0x3C85F7CE) + b"\\x01" + text(key) + text(b"value")
+          + b"\\x03" + text(key))
+want = struct.pack("<Q", 5) + b"value"
+got = b""
+while len(got) < len(want):
+    got += s.recv(64)
+print("store ok" if got == want else "store wrong: %r" % got, flush=True)
+"""
+
+# A client from `source` that reaches the store and asks it for its key count: "closed" when
+# the store closes the connection instead of answering.
+OUTSIDER = """
+import socket, struct, sys
+source, addr, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+s = socket.create_connection((addr, port), timeout=60, source_address=(source, 0))
+try:
+    s.sendall(b"\\x00" + struct.pack("<I", 0x3C85F7CE) + b"\\x07")
+    print("closed" if s.recv(8) == b"" else "served", flush=True)
+except ConnectionResetError:
+    print("closed", flush=True)
+"""
+
+
+def test_the_jobs_store_refuses_an_address_outside_the_round(netns_pair, agents, tmp_path):
+    a, b = netns_pair.ns
+    # A second address on b's side that no agent uses: a client outside the round, from a
+    # machine that reaches the store's node.
+    outsider = "10.214." + a.addr.split(".")[2] + ".2"
+    netns_pair.sh("-n", b.name, "addr", "add", f"{outsider}/32", "dev", b.veth)
+    netns_pair.sh("-n", a.name, "route", "add", f"{outsider}/32", "dev", a.veth)
+    script = tmp_path / "worker.py"
+    script.write_text(STORE_WORKER)
+    stub = tmp_path / "stub" / "torch"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text("")
+    (stub / "version.py").write_text("__version__ = '2.5.0'\n")
+    env = {"PYTHONPATH": str(stub.parent)}
+    out, go, summary = tmp_path / "port", tmp_path / "go", tmp_path / "summary.json"
+    cmd = [str(script), str(out), str(go)]
+    endpoint = f"{a.addr}:29405"
+    ra = agents("a", dynamic(endpoint, 2, 1, JOIN, f"--local-addr={a.addr}",
+                             f"--summary-file={summary}", run_id="netns") + cmd,
+                env=env, netns=a.name)
+    rb = agents("b", dynamic(endpoint, 2, 1, JOIN, f"--local-addr={b.addr}", run_id="netns") + cmd,
+                env=env, netns=b.name)
+    ports = [tmp_path / "port0", tmp_path / "port1"]
+    assert wait_for(lambda: all(p.exists() for p in ports) or ra.proc.poll() is not None
+                    or rb.proc.poll() is not None, 60)
+    assert all(p.exists() for p in ports), ra.err + rb.err
+    port, shared = ports[0].read_text().split()
+    assert shared == "True", "the agent must serve the store to torch 2.x workers"
+
+    knock = subprocess.run([netns_pair.ip, "netns", "exec", b.name, sys.executable, "-c", OUTSIDER,
+                            outsider, a.addr, port], capture_output=True, text=True, timeout=90)
+    assert knock.stdout.strip() == "closed", (knock.stdout, knock.stderr, ra.err)
+    line = f"c10d store: refused a connection from {outsider}:"
+    assert wait_for(lambda: line in ra.err, 30), ra.err
+    assert f"not a node of this job (the round's nodes: {a.addr}, {b.addr})" in ra.err, ra.err
+
+    # The job's own ranks, on both nodes of the round, are served.
+    go.write_text("")
+    assert ra.wait() == 0, ra.err
+    assert rb.wait() == 0, rb.err
+    assert ra.out.count("store ok") == 1 and rb.out.count("store ok") == 1, (ra.out, rb.out)
+    assert json.loads(summary.read_text())["store_refused_connections"] == 1

@@ -186,6 +186,39 @@ def test_temporary_log_dir_is_removed_when_empty(worker, tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+# What the C++ runtime leaves beside a rank's error file at its first report(), written as it
+# writes it; the rank's error file's directory printed.
+FIRST_REPORT = """
+import os, sys, time
+rank_dir = os.path.dirname(os.environ["TORCHELASTIC_ERROR_FILE"])
+with open(os.path.join(rank_dir, "first_report"), "w") as f:
+    f.write(f"{time.time()}\\n")
+print(rank_dir, flush=True)
+"""
+
+
+def test_a_successful_job_leaves_no_log_directory_on_disk_or_in_memory(tmp_path):
+    """A job that succeeded leaves nothing of its temporary tree: not the runtime's first-report
+    marks, not --hang-timeout's heartbeat; the tree is on disk under $TMPDIR, else /tmp, never
+    /dev/shm."""
+    script = tmp_path / "job.py"
+    script.write_text(FIRST_REPORT)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = run(["--nproc-per-node=2", "--hang-timeout=60", str(script)], env={"TMPDIR": str(tmp)})
+    assert r.returncode == 0, r.stderr
+    assert all(line.startswith(f"{tmp}/trainrun_") for line in r.stdout.split()), r.stdout
+    assert os.listdir(tmp) == [], sorted(str(p) for p in tmp.rglob("*"))
+    assert "log directory kept" not in r.stderr, r.stderr
+    env = {k: v for k, v in os.environ.items() if k != "TMPDIR"}
+    r = subprocess.run([TRAINRUN, "--nproc-per-node=1", str(script)], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    [rank_dir] = r.stdout.split()
+    assert rank_dir.startswith("/tmp/trainrun_"), rank_dir
+    assert not os.path.exists("/".join(rank_dir.split("/")[:3]))  # /tmp/trainrun_*, removed
+
+
 def log_sizes(logs, name="stdout.log"):
     d = rank_dirs(logs) / "attempt_0"
     return [(d / rank / name).stat().st_size for rank in sorted(os.listdir(d))]

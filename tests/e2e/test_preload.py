@@ -477,3 +477,33 @@ def test_preload_a_template_still_importing_lets_the_first_workers_start_the_ord
         "attempt 1 rank 0 forked True", "attempt 1 rank 1 forked True"], r.stdout
     assert r.stderr.count("trainrun: --preload: the template is still importing slow after 10 s; "
                           "these workers start the ordinary way\n") == 1, r.stderr
+
+
+def test_preload_a_stop_while_the_template_imports_starts_no_worker(tmp_path):
+    # The loop goes on while the template imports: Ctrl-C then ends the job at once, no worker
+    # having started, and the template with it.
+    write(tmp_path / "slow.py", "import time\ntime.sleep(60)\n")
+    write(tmp_path / "job.py", "print('a worker ran')\n")
+    p = start(["--preload=slow", "--nproc-per-node=2", "job.py"], env=ENV, cwd=str(tmp_path),
+              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def template():
+        # trainrun's child started as the template (the bootstrap's settings in its environment).
+        with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
+            for child in f.read().split():
+                try:
+                    environ = open(f"/proc/{child}/environ", "rb").read()
+                except OSError:
+                    continue
+                if TEMPLATE in environ:
+                    return int(child)
+        return None
+    assert wait_for(lambda: template() is not None, 30)
+    pid = template()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 130, err
+    assert "a worker ran" not in out
+    assert "received SIGINT" in err, err
+    # The group's start was dropped, not made the ordinary way once the wait ran out.
+    assert "still importing" not in err, err
+    assert wait_for(lambda: not alive(pid), 10), pid

@@ -4,6 +4,7 @@ import json
 import os
 import pty
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -146,14 +147,48 @@ def test_one_restart_and_one_worker_are_singular(worker):
 
 # -- the failure summary's pointer ----------------------------------------------------------
 
-def test_a_worker_without_error_file_points_at_trainruns_docs(worker):
+def installed_copy(prefix, man_page):
+    """trainrun as installed under `prefix` (bin/, with the guides in share/doc/trainrun and,
+    with `man_page`, the page in share/man/man1)."""
+    (prefix / "bin").mkdir(parents=True)
+    exe = prefix / "bin" / "trainrun"
+    try:
+        os.link(TRAINRUN, exe)
+    except OSError:
+        shutil.copy(TRAINRUN, exe)
+    (prefix / "share" / "doc" / "trainrun").mkdir(parents=True)
+    (prefix / "share" / "doc" / "trainrun" / "cli.md").write_text("# trainrun\n")
+    if man_page:
+        (prefix / "share" / "man" / "man1").mkdir(parents=True)
+        (prefix / "share" / "man" / "man1" / "trainrun.1").write_text(".TH TRAINRUN 1\n")
+    return str(exe)
+
+
+def test_a_bare_binary_points_at_no_manual_it_lacks(worker):
+    # The binary of a build tree: no man page or guide beside it.
     r = run([worker, "exit", "3"])
     assert r.returncode == 3
     assert "error_file: <N/A>" in r.stderr
-    # The man page is installed wherever trainrun is (the .deb, cmake --install, the wheel).
-    assert "To enable traceback see: man trainrun, section ERROR FILES" in r.stderr
-    assert "docs/cli.md" not in r.stderr
-    assert "pytorch.org" not in r.stderr
+    assert "To enable traceback: decorate the worker's main function with @record" in r.stderr
+    assert "man trainrun" not in r.stderr
+    assert "man trainrun" not in run(["--help-all"]).stdout
+
+
+@pytest.mark.skipif(not shutil.which("man"), reason="no man program to show the page")
+@pytest.mark.parametrize("man_page", [True, False], ids=["man-page", "guides"])
+def test_an_installed_trainrun_points_at_its_installed_manual(worker, tmp_path, man_page):
+    exe = installed_copy(tmp_path / "prefix", man_page)
+    r = subprocess.run([exe, worker, "exit", "3"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3, r.stderr
+    help_all = subprocess.run([exe, "--help-all"], capture_output=True, text=True).stdout
+    guides = str(tmp_path / "prefix" / "share" / "doc" / "trainrun" / "cli.md")
+    if man_page:
+        assert "To enable traceback see: man trainrun, section ERROR FILES" in r.stderr
+        assert "The manual: man trainrun (" in help_all
+    else:
+        assert f'To enable traceback see: {guides}, section "Error files"' in r.stderr
+        assert "man trainrun" not in r.stderr + help_all
+        assert f"The manual: {guides} (" in " ".join(help_all.split())
 
 
 # -- --summary-file -------------------------------------------------------------------------

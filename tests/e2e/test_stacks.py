@@ -62,8 +62,13 @@ def test_roll_call_of_a_local_job_leaves_it_running_to_its_end(tmp_path):
         # The odd rank, named with its host and its frame; the smaller group first.
         assert out.index("rank 1 (1)") < out.index("ranks 0,2 (2)"), out
         host = socket.gethostname()
+        # The waiting ranks' place has its line too, as their dumps show it.
         assert re.search(rf"^rank 1 on {re.escape(host)} is in stuck_here\(\) \(stacks_job\.py:\d+\)"
-                         r" while ranks 0,2 wait in wait_for_others", out, re.M), out
+                         r" while ranks 0,2 wait in wait_for_others \(stacks_job\.py:\d+\)$",
+                         out, re.M), out
+        # A job without a rendezvous is named by its entrypoint and its agent.
+        assert re.search(rf"^stacks of stacks_job\.py \(trainrun pid {job.pid}\): 3 ranks on 1 "
+                         r"node$", out, re.M), out
         dumps = re.search(r"^dumps of .*: (.*)$", out, re.M).group(1)
         assert dumps.startswith(str(logs)) and "/stacks/" in dumps, out
         assert sorted(os.listdir(dumps)) == ["rank_0.txt", "rank_1.txt", "rank_2.txt"]
@@ -244,7 +249,8 @@ def test_a_request_that_is_not_utf8_gets_a_line_and_the_job_goes_on(tmp_path, wo
             assert json.loads(reply) == {"error": error}, (request, reply)
         r = run(["--stacks"], env=env, timeout=120)
         assert r.returncode == 0, r.stderr
-        assert re.search(r"^stacks of run \S+: 1 rank on 1 node$", r.stdout, re.M), r.stdout
+        assert re.search(r"^stacks of test_worker \(trainrun pid \d+\): 1 rank on 1 node$",
+                         r.stdout, re.M), r.stdout
     finally:
         release.write_text("go\n")
         code = job.wait(timeout=120)
@@ -266,7 +272,8 @@ def test_a_thread_name_cut_inside_a_character_is_reported(tmp_path, worker):
         assert cut in names, names
         r = run(["--stacks"], env=env, timeout=120)
         assert r.returncode == 0, r.stderr
-        assert re.search(r"^stacks of run \S+: 1 rank on 1 node$", r.stdout, re.M), r.stdout
+        assert re.search(r"^stacks of test_worker \(trainrun pid \d+\): 1 rank on 1 node$",
+                         r.stdout, re.M), r.stdout
         # The dump keeps the name's bytes as the kernel has them.
         dumps = re.search(r"^dumps of .*: (.*)$", r.stdout, re.M).group(1)
         assert cut in open(os.path.join(dumps, "rank_0.txt"), "rb").read()

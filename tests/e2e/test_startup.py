@@ -258,3 +258,28 @@ def test_each_worker_s_first_output_is_recorded_and_the_slowest_named(tmp_path):
     # Without -v it is not said.
     r = run(["--standalone", "--nproc-per-node=2", str(script)], timeout=120)
     assert r.returncode == 0 and "first output" not in r.stderr, r.stderr
+
+
+# Each rank prints one line to stdout, nothing to stderr.
+PRINTERS = """
+import os
+print(f"rank {os.environ['RANK']} here", flush=True)
+"""
+
+
+def test_a_first_output_to_stdout_in_a_file_or_a_log_is_recorded(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(PRINTERS)
+    # trainrun's stdout a file (the workers' stdout passes through it), then stdout sent to the
+    # rank's log file with stderr on the console (--redirects=1 --log-dir).
+    for extra, name in (([], "file"), (["--redirects=1", f"--log-dir={tmp_path / 'logs'}"], "log")):
+        summary = tmp_path / f"{name}.json"
+        with open(tmp_path / f"{name}.out", "w") as out:
+            r = subprocess.run([TRAINRUN, "--standalone", "--nproc-per-node=2",
+                                f"--summary-file={summary}", *extra, str(script)],
+                               stdout=out, stderr=subprocess.PIPE, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        [s] = startups(summary)
+        assert all(x["first_output_s"] is not None for x in s["ranks"]), (name, s)
+    assert sorted((tmp_path / "file.out").read_text().splitlines()) == ["rank 0 here",
+                                                                         "rank 1 here"]

@@ -2,6 +2,7 @@
 its documented bounds (docs/protocol.md, "The workers' c10d store"), says so once on its stderr,
 and its workers' job goes on."""
 import os
+import re
 import shutil
 import socket
 import struct
@@ -10,7 +11,8 @@ import time
 
 import pytest
 
-from conftest import TRAINRUN, sanitized, wait_for
+from conftest import TRAINRUN, dynamic, sanitized, wait_for
+from ports import free_port
 
 MiB = 1024 * 1024
 # StoreLimits::max_held_bytes: everything the store holds (docs/protocol.md).
@@ -175,3 +177,70 @@ def test_a_store_out_of_descriptors_waits_for_them_and_says_so_once(tmp_path):
     assert len(lines) == 1, job.err()
     assert lines[0].startswith("trainrun: c10d store: cannot accept a connection: Too many open "
                                "files (the agent has its limit of 1024 open files")
+
+
+
+def test_a_descriptor_limit_that_cannot_hold_the_ranks_is_said_at_start(tmp_path):
+    prlimit = shutil.which("prlimit")
+    if prlimit is None:
+        pytest.skip("prlimit (util-linux) is not installed")
+    # 60 descriptors: enough for the agent and its one worker, not for what it keeps besides.
+    job = Job(tmp_path, prefix=(prlimit, "--nofile=60:60"))
+    try:
+        code, out = job.finish()
+    finally:
+        job.kill()
+    assert code == 0, job.err()
+    assert out.splitlines() == ["store ok"]
+    lines = [line for line in job.err().splitlines() if "RLIMIT_NOFILE" in line]
+    assert lines == ["trainrun: the job's c10d store holds a connection from each of its 1 ranks, "
+                     "and this agent may open 60 files (RLIMIT_NOFILE, hard limit 60): ranks past "
+                     "that wait to connect until others close; `ulimit -n 73` before trainrun (as "
+                     "root, or LimitNOFILE= for a service) gives it room"], job.err()
+
+# Node 1's worker: each of the store's replies timed on its own clock, the connect included.
+TIMED_CLIENT = """
+import os, socket, struct, time
+def text(b): return struct.pack("<Q", len(b)) + b
+def read(s, n):
+    got = b""
+    while len(got) < n:
+        chunk = s.recv(n - len(got))
+        assert chunk, "the store closed the connection"
+        got += chunk
+    return got
+t0 = time.monotonic()
+s = socket.create_connection((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])))
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+t1 = time.monotonic()
+s.sendall(b"\\x00" + struct.pack("<I", 0x3C85F7CE) + b"\\x01" + text(b"k") + text(b"value"))
+s.sendall(b"\\x03" + text(b"k"))
+value = read(s, 13)
+t2 = time.monotonic()
+assert value == struct.pack("<Q", 5) + b"value", value
+print("store replies: connect %.3f s, set and get %.3f s" % (t1 - t0, t2 - t1), flush=True)
+"""
+
+
+def test_the_store_answers_while_its_agent_starts_a_slow_preload_template(agents, tmp_path):
+    # Node 0 serves the job's store and preloads a module that imports for 8 s; meanwhile node
+    # 1's worker connects, sets and gets a key: the store's loop does not wait for the import.
+    client = tmp_path / "client.py"
+    client.write_text(TIMED_CLIENT)
+    modules = tmp_path / "modules"
+    (modules / "torch").mkdir(parents=True)
+    (modules / "torch" / "__init__.py").write_text("")
+    (modules / "torch" / "version.py").write_text("__version__ = '2.5.0'\n")
+    (modules / "slow_import.py").write_text("import time\ntime.sleep(8)\n")
+    env = {"PYTHONPATH": str(modules)}
+    port = free_port()
+    node0 = agents("node0", dynamic(port, 2, 1, "--node-rank=0", "--preload=slow_import") +
+                   [str(client)], env=env)
+    node1 = agents("node1", dynamic(port, 2, 1, "--node-rank=1") + [str(client)], env=env)
+    assert node1.wait(120) == 0, node1.err
+    assert node0.wait(120) == 0, node0.err
+    times = re.search(r"connect ([0-9.]+) s, set and get ([0-9.]+) s", node1.out)
+    assert times, node1.out + node1.err
+    # Far below the template's 8 s, which the store once waited for.
+    assert float(times.group(1)) < 0.5 and float(times.group(2)) < 0.5, node1.out
+    assert "store replies" in node0.out, node0.out

@@ -187,7 +187,7 @@ def test_signals_to_handle_chooses_the_set(worker, tmp_path):
 
 
 def test_kill_9_of_trainrun_leaves_no_empty_log_tree(worker, tmp_path):
-    # Without --log-dir, trainrun makes its own tree (under /dev/shm when TMPDIR is unset); with
+    # Without --log-dir, trainrun makes its own tree (under $TMPDIR, else /tmp); with
     # only error files in it, nothing was written there by the time trainrun is killed.
     pids = tmp_path / "pids"
     envs = tmp_path / "envs"

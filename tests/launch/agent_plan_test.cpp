@@ -27,16 +27,6 @@ TEST_CASE("a rendezvous only when more than one node may take part", "[agent]") 
   CHECK_FALSE(uses_rendezvous(c));
 }
 
-TEST_CASE("log files are kept when some output goes there", "[agent]") {
-  LaunchConfig c;
-  CHECK_FALSE(logs_worker_output(c));
-  c.tee.all_ranks = Std::err;
-  CHECK(logs_worker_output(c));
-  c.tee.all_ranks = Std::none;
-  c.local_ranks_filter = std::vector<int>{0};
-  CHECK(logs_worker_output(c));
-}
-
 TEST_CASE("the port held for worker RANK 0's store", "[agent]") {
   LaunchConfig c;
   c.master_port = 29511;

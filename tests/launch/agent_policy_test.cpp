@@ -54,7 +54,8 @@ struct Harness {
                        t.world_size, t.master_addr, t.master_port, t.restart_count, a.max_restarts);
   }
   std::string operator()(const action::SignalWorkers& a) {
-    return "signal " + signal_name(a.signal) + (a.whole_group ? "" : " (workers alone)");
+    return "signal " + signal_name(a.signal) + (a.whole_group ? "" : " (workers alone)") +
+           (a.stop ? "" : " (passed on)");
   }
   std::string operator()(const action::ArmGraceTimer& a) {
     return fmt::format("grace timer +{}s",
@@ -258,6 +259,34 @@ TEST_CASE("a stop signal stops the workers and exits 128+N; a second one kills",
   CHECK(h.ended() == Lines{"finish 130"});
 }
 
+TEST_CASE("a stop while the group waits for its --preload template starts no worker", "[agent]") {
+  SECTION("a signal: the node exits 128+N") {
+    Harness h(config(2));
+    h.start();
+    CHECK(h.signal(SIGINT) == Lines{"say: received SIGINT; stopping 2 workers (30 s grace "
+                                    "before SIGKILL)",
+                                    "signal SIGINT", "grace timer +30s"});
+    // The workers' start was dropped: nothing to wait for but the sweep.
+    CHECK(h.on(event::StartCancelled{}) == Lines{"sweep 0"});
+    CHECK(h.policy.failures().empty());
+    CHECK(h.ended() == Lines{"finish 130"});
+  }
+  SECTION("in a job, another node's failure: this node ends as its attempt would") {
+    Harness h(config(2));
+    h.join();
+    h.assign(1, 2, 0);
+    CHECK(h.halt() == Lines{"signal SIGTERM", "grace timer +30s"});
+    CHECK(h.on(event::StartCancelled{}) == Lines{"sweep 0"});
+    CHECK(h.policy.failures().empty());
+  }
+  SECTION("after the group ended, a late cancel changes nothing") {
+    Harness h(config(1));
+    h.start();
+    CHECK(h.exit(0, ok) == Lines{"sweep 30"});
+    CHECK(h.on(event::StartCancelled{}).empty());
+  }
+}
+
 TEST_CASE("a stop signal after a failure takes over the exit code", "[agent]") {
   Harness h(config(2));
   h.start();
@@ -274,8 +303,8 @@ TEST_CASE("forwarded signals only reach the worker processes", "[agent]") {
   c.forward_signals = {SIGUSR1, SIGCONT};
   Harness h(c);
   h.start();
-  CHECK(h.signal(SIGUSR1) == Lines{"signal SIGUSR1 (workers alone)"});
-  CHECK(h.signal(SIGCONT) == Lines{"signal SIGCONT"});
+  CHECK(h.signal(SIGUSR1) == Lines{"signal SIGUSR1 (workers alone) (passed on)"});
+  CHECK(h.signal(SIGCONT) == Lines{"signal SIGCONT (passed on)"});
   CHECK(h.policy.state() == AgentPolicy::State::running);
 }
 
@@ -539,13 +568,36 @@ TEST_CASE("a hang is the attempt's failure: reported, the group stopped, trainru
   hang.timestamp = 4000;
   hang.message = "hung: rank 1 on hosta is in stuck_here() (train.py:41)";
   CHECK(h.on(event::HangConfirmed{{"", {}, hang}}) == Lines{"signal SIGTERM", "grace timer +30s"});
-  // The stop (SIGABRT for Python workers) ends them: failures too, after the hang.
-  h.exit(0, killed(SIGABRT));
-  CHECK(h.exit(1, killed(SIGABRT)) == Lines{"sweep 30"});
+  // The SIGABRT the agent sent for the tracebacks ends them: its stop, no failure of theirs, and
+  // the hung rank keeps its one exit code.
+  WorkerExit aborted = trainrun::test::worker_exit(0, killed(SIGABRT));
+  aborted.aborted = true;
+  h.on(event::WorkerExited{aborted});
+  aborted = trainrun::test::worker_exit(1, killed(SIGABRT));
+  aborted.aborted = true;
+  CHECK(h.on(event::WorkerExited{aborted}) == Lines{"sweep 30"});
   CHECK(h.ended() == Lines{"summary", "finish 124"});
-  CHECK(h.summaries[0].find("hung: rank 1 on hosta") != std::string::npos);
+  const std::string& summary = h.summaries[0];
+  CHECK(summary.find("<NO_OTHER_FAILURES>") != std::string::npos);
+  CHECK(summary.find("rank      : 1 (local_rank: 1)") != std::string::npos);
+  CHECK(summary.find("rank      : 0") == std::string::npos);
+  CHECK(summary.find("exitcode  : -6") == std::string::npos);
+  // This node printed the hang's line above its summary: the summary points there.
+  CHECK(summary.find("hung: the line \"trainrun: the job is hung\" above says where") !=
+        std::string::npos);
+  CHECK(summary.find("stuck_here") == std::string::npos);
   // Once the group stops, a late confirmation changes nothing.
   CHECK(h.on(event::HangConfirmed{{"", {}, hang}}).empty());
+}
+
+TEST_CASE("a worker that aborts on its own while the group stops still fails", "[agent][hang]") {
+  Harness h(config(2));
+  h.start();
+  h.exit(0, code(3));
+  // Not the agent's SIGABRT (a stop by SIGTERM): the worker's own end, listed.
+  CHECK(h.exit(1, killed(SIGABRT)) == Lines{"sweep 30"});
+  CHECK(h.ended() == Lines{"summary", "finish 3"});
+  CHECK(h.summaries[0].find("exitcode  : -6") != std::string::npos);
 }
 
 TEST_CASE("in a job, a hang is reported to the rendezvous with its exit code", "[agent][hang]") {

@@ -43,7 +43,8 @@ AgentWatch::Hooks hooks(Said& said) {
 }
 
 JobEntry entry(const std::string& log_dir) {
-  return JobEntry{::getpid(), "run1", -1, "hosta", log_dir, "", "train.py", "/", 0};
+  return JobEntry{::getpid(), "run1", -1, "hosta",    log_dir, "",
+                  "train.py", "/",    0,  "train.py", false};
 }
 
 }  // namespace

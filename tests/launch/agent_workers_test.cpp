@@ -42,9 +42,12 @@ struct Node {
   }
 
   void carry_out(const AgentAction& a) {
-    if (auto* start = std::get_if<action::StartWorkers>(&a))
-      started.push_back(workers.start(start->topology, job_settings(config, "run1"), {}, false));
-    else if (auto* signal = std::get_if<action::SignalWorkers>(&a))
+    if (auto* start = std::get_if<action::StartWorkers>(&a)) {
+      started.push_back(false);
+      const std::size_t at = started.size() - 1;
+      workers.start(start->topology, job_settings(config, "run1"), {}, false, {},
+                    [this, at] { started[at] = true; });
+    } else if (auto* signal = std::get_if<action::SignalWorkers>(&a))
       workers.signal(*signal, false);
     else if (auto* grace = std::get_if<action::ArmGraceTimer>(&a))
       workers.arm_grace(*grace);

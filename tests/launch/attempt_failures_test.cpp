@@ -113,3 +113,37 @@ TEST_CASE("stopped by the rendezvous: how the node ends", "[agent]") {
   CHECK(lines(out) ==
         std::vector<std::string>{"summary", "summary", "say: worker failed on hostb"});
 }
+
+TEST_CASE("a hang this node reported: its rank listed once, its summary points to the report",
+          "[agent][hang]") {
+  AttemptFailures f("train.py", "hosta");
+  ProcessFailure hang;
+  hang.rank = 3;
+  hang.local_rank = 1;
+  hang.pid = 1001;  // worker_exit's pid of local rank 1
+  hang.host = "hosta";
+  hang.status = ExitStatus{124, 0};
+  hang.timestamp = 4000;
+  hang.has_error_file = true;
+  hang.error_file = "/logs/attempt_0/hang.txt";
+  hang.message = hang.traceback = "hung: rank 3 on hosta is in stuck_here() (train.py:41)";
+  f.add_hang(hang);
+  // The hung rank ends on its own meanwhile: still one entry, the hang's.
+  f.record(worker_exit(1, ExitStatus{1, 0}), 2, true);
+  f.stderr_tails({"", "Fatal Python error: Aborted\n"});
+  REQUIRE(f.list().size() == 1);
+  CHECK(f.list()[0].status.code == 124);
+  CHECK(f.list()[0].stderr_tail.empty());
+
+  AgentActions out;
+  CHECK(f.fail(out) == 124);
+  const auto& summary = std::get<action::WriteSummary>(out.at(0)).text;
+  CHECK_THAT(summary, Catch::Contains("traceback : hung: the line \"trainrun: the job is hung\" "
+                                      "above says where; the report is the error_file"));
+  CHECK_THAT(summary, !Catch::Contains("stuck_here"));
+  // The other nodes did not see the line: what they are told says it.
+  const auto report = f.report();
+  REQUIRE(report);
+  CHECK(report->failures.at(0).traceback == hang.traceback);
+  CHECK_THAT(report->failure.summary, Catch::Contains("stuck_here() (train.py:41)"));
+}

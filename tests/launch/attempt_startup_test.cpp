@@ -85,6 +85,22 @@ TEST_CASE("a real loopback connection is traced to the process that holds its cl
   CHECK_FALSE(connection_rank(served.remote_endpoint(), served.local_endpoint(), workers));
 }
 
+TEST_CASE("a connection over IPv6, or IPv4 to a dual-stack listener, is traced as well") {
+  asio::io_context io;
+  NodeWorkers workers;
+  workers.workers.push_back({3, 0, ::getpid()});
+  for (const char* listen : {"::1", "::"}) {
+    INFO(listen);
+    tcp::acceptor acceptor(io, at(listen, 0));
+    tcp::socket client(io);
+    // To the wildcard listener, an IPv4 client: the served end sees ::ffff:127.0.0.1.
+    client.connect(std::string(listen) == "::" ? at("127.0.0.1", acceptor.local_endpoint().port())
+                                               : acceptor.local_endpoint());
+    tcp::socket served = acceptor.accept();
+    CHECK(connection_rank(served.remote_endpoint(), served.local_endpoint(), workers) == 3);
+  }
+}
+
 TEST_CASE("the slowest rank is named, and called much slower only well past the median") {
   AttemptStartup s = node_of(4);
   s.at_store = {{0, 0.40}, {1, 0.41}, {2, 0.39}, {3, 0.45}};

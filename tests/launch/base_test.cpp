@@ -42,6 +42,13 @@ TEST_CASE("random_hex gives fresh hex digits of the length asked", "[base]") {
 
 TEST_CASE("host_name is never empty", "[base]") { CHECK_FALSE(host_name().empty()); }
 
+TEST_CASE("this machine's addresses are its interfaces', loopback among them", "[base]") {
+  const auto addresses = this_machine_addresses();
+  const std::set<std::string> unique(addresses.begin(), addresses.end());
+  CHECK(unique.count("127.0.0.1") == 1);
+  for (const auto& a : addresses) CHECK(a.find('%') == std::string::npos);
+}
+
 TEST_CASE("escape_control shows control characters as escapes", "[base]") {
   CHECK(escape_control("plain text, ünïcode\ttab") == "plain text, ünïcode\ttab");
   CHECK(escape_control("\x1b[31mred\x1b[0m") == "\\x1b[31mred\\x1b[0m");

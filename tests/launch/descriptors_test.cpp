@@ -46,3 +46,17 @@ TEST_CASE("with descriptors to spare the server keeps its default counts", "[lau
   CHECK(limits.max_pending == trainrun::rendezvous::ServerLimits{}.max_pending);
   CHECK(limits.max_admitted == trainrun::rendezvous::ServerLimits{}.max_admitted);
 }
+
+TEST_CASE("the store's agent says at start where its descriptor limit cannot hold every rank",
+          "[descriptors]") {
+  // 1,000 ranks, 8 of them here: 1,000 + 64 + 64 descriptors.
+  CHECK_FALSE(store_descriptor_shortfall(1000, 8, 1128, 1128));
+  const auto line = store_descriptor_shortfall(1000, 8, 1024, 1024);
+  REQUIRE(line);
+  CHECK(*line ==
+        "the job's c10d store holds a connection from each of its 1000 ranks, and this agent may "
+        "open 1024 files (RLIMIT_NOFILE, hard limit 1024): ranks past that wait to connect until "
+        "others close; `ulimit -n 1128` before trainrun (as root, or LimitNOFILE= for a service) "
+        "gives it room");
+  CHECK(store_descriptor_shortfall(100000, 8, 524288, 1048576) == std::nullopt);
+}

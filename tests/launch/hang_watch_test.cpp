@@ -101,7 +101,7 @@ TEST_CASE("a hang's report names the odd rank, its node and its frame", "[hang]"
   const HangReport r = hang_report(hung_job(15, 13), 13);
   CHECK(r.line ==
         "rank 2 on node1 (node 1) is in stuck_here() (train.py:41) while ranks 0-1,3 wait in "
-        "all_reduce");
+        "all_reduce (train.py:7)");
   CHECK(r.rank == 2);
   CHECK(r.local_rank == 0);
   CHECK(r.pid == 102);
@@ -112,10 +112,114 @@ TEST_CASE("a hang's report names the odd rank, its node and its frame", "[hang]"
   CHECK(r.json["groups"].size() == 2);
   CHECK(r.json["quiet_s"] == 13);
   CHECK(r.text.find("rank 2 (1): stuck_here <- <module>") != std::string::npos);
+  // The report's line begins it (hang_text): the roll call below does not say it again.
+  CHECK(r.text.find(r.line) == std::string::npos);
+  CHECK(format_roll_call(hung_job(15, 13)).find(r.line) != std::string::npos);
 
   // No odd rank: the groups say where each waits.
   const HangReport even = hang_report(reply_of({node_of(0, 0, {{"a"}, {"b"}}, 20)}), 20);
   CHECK(even.line == "no rank stands out: rank 0 in a; rank 1 in b");
   CHECK(even.rank == 0);
   CHECK(even.json["suspects"].empty());
+}
+
+namespace {
+
+// `reply` with each rank's CPU time and time of reading set, and its stack's terminal.
+nlohmann::json with_cpu(nlohmann::json reply, double cpu_s, double read_at,
+                        const std::string& terminal = "") {
+  for (auto& node : reply["nodes"])
+    for (auto& rank : node["ranks"]) {
+      rank["stack"]["cpu_s"] = cpu_s;
+      rank["stack"]["read_at"] = read_at;
+      rank["stack"]["terminal"] = terminal;
+    }
+  return reply;
+}
+
+// Two ranks in one place that never moves: <module> at the same line.
+nlohmann::json still_job() { return reply_of({node_of(0, 0, {{"work"}, {"work"}}, 12)}); }
+
+}  // namespace
+
+TEST_CASE("ranks that each use CPU with no collective waiting compute: not hung", "[hang]") {
+  // 3 s apart: 2.7 s and 0.9 s of CPU are 90% and 30% of one.
+  const auto first = with_cpu(still_job(), 10, 100);
+  CHECK(computing(first, with_cpu(still_job(), 12.7, 103)) ==
+        "ranks 0-1 used 90% of a CPU with "
+        "no collective waiting");
+  const HangVerdict v = judge_second(first, with_cpu(still_job(), 12.7, 103), 10);
+  CHECK(v.kind == HangVerdict::Kind::progress);
+  CHECK(v.stack_moved);
+  CHECK_FALSE(v.paused);
+
+  // One rank idle (10% of a CPU): it waits, and the job is hung as before.
+  auto one_idle = with_cpu(still_job(), 12.7, 103);
+  one_idle["nodes"][0]["ranks"][1]["stack"]["cpu_s"] = 10.3;
+  CHECK(computing(first, one_idle).empty());
+  CHECK(judge_second(first, one_idle, 10).kind == HangVerdict::Kind::hung);
+
+  // CPU time unknown (/proc unreadable, an agent of an earlier version): no claim of computing.
+  CHECK(computing(still_job(), still_job()).empty());
+  CHECK(judge_second(still_job(), still_job(), 10).kind == HangVerdict::Kind::hung);
+
+  // Another process in the second look (a restart between): no comparison.
+  auto other = with_cpu(still_job(), 12.7, 103);
+  other["nodes"][0]["ranks"][0]["stack"]["pid"] = 999;
+  CHECK(computing(first, other).empty());
+}
+
+TEST_CASE("a collective started and not completed makes CPU use no sign of computing", "[hang]") {
+  // Rank 0 spins inside an all_reduce (as NCCL's wait does) that rank 1 never entered.
+  auto first = with_cpu(still_job(), 10, 100);
+  auto second = with_cpu(still_job(), 13, 103);
+  for (auto* reply : {&first, &second}) {
+    (*reply)["nodes"][0]["ranks"][0]["collectives"] = {
+        {"groups",
+         {{"0", {{"collectives", {{{"seq", 4}, {"op", "all_reduce"}, {"state", "pending"}}}}}}}}};
+    (*reply)["nodes"][0]["ranks"][1]["collectives"] = {
+        {"groups",
+         {{"0", {{"collectives", {{{"seq", 3}, {"op", "all_reduce"}, {"state", "completed"}}}}}}}}};
+  }
+  CHECK(collective_waiting(second));
+  CHECK(computing(first, second).empty());
+  CHECK(judge_second(first, second, 10).kind == HangVerdict::Kind::hung);
+
+  // Completed on both: the ranks compute between collectives.
+  second["nodes"][0]["ranks"][0]["collectives"]["groups"]["0"]["collectives"][0]["state"] =
+      "completed";
+  first = second;
+  for (auto& rank : first["nodes"][0]["ranks"])
+    rank["stack"]["cpu_s"] = 10, rank["stack"]["read_at"] = 100;
+  CHECK_FALSE(collective_waiting(second));
+  CHECK(judge_second(first, second, 10).kind == HangVerdict::Kind::progress);
+  // A point-to-point operation pending is waiting too.
+  second["nodes"][0]["ranks"][1]["collectives"]["groups"]["0"]["p2p"] = {
+      {{"seq", 1}, {"op", "recv 0->1"}, {"state", "pending"}}};
+  CHECK(collective_waiting(second));
+}
+
+TEST_CASE("a rank waiting at a terminal or in pdb pauses the watch", "[hang]") {
+  auto at_terminal = with_cpu(still_job(), 1, 100, "/dev/pts/3");
+  at_terminal["nodes"][0]["ranks"][1]["stack"]["terminal"] = "";
+  CHECK(waiting_for_input(at_terminal) == "rank 0 waits for input at /dev/pts/3");
+  for (const HangVerdict& v :
+       {judge_first(at_terminal, 10), judge_second(at_terminal, at_terminal, 10)}) {
+    CHECK(v.kind == HangVerdict::Kind::progress);
+    CHECK(v.paused);
+    CHECK(v.recheck_s == Approx(10));
+    CHECK(v.why == "rank 0 waits for input at /dev/pts/3");
+  }
+  // pdb, its frames innermost, reading a pipe rather than a terminal.
+  auto pdb = still_job();
+  auto& frames = pdb["nodes"][0]["ranks"][1]["stack"]["threads"][0]["frames"];
+  frames.insert(frames.begin(),
+                nlohmann::json(stacks::Frame{"interaction", "/usr/lib/python3.11/pdb.py", 380, "",
+                                             stacks::FrameKind::python}));
+  CHECK(waiting_for_input(pdb) == "rank 1 is in pdb");
+  CHECK(judge_second(pdb, pdb, 10).paused);
+  pdb["nodes"][0]["ranks"][1]["stack"]["terminal"] = "/dev/pts/0";
+  CHECK(waiting_for_input(pdb) == "rank 1 waits for input at /dev/pts/0 (in pdb)");
+  // No rank waits for input: nothing pauses.
+  CHECK(waiting_for_input(still_job()).empty());
 }

@@ -38,7 +38,7 @@ TEST_CASE("the log tree of any run id is inside the base") {
   const std::string base = trainrun::test::make_temp_dir("log_dir");
   for (const std::string& id :
        {std::string("../x"), std::string("team/job7"), std::string(255, '/')}) {
-    const LogDir logs = LogDir::create(base, id, false);
+    const LogDir logs = LogDir::create(base, id);
     CHECK(logs.run_dir().rfind(base + "/", 0) == 0);
     CHECK(logs.run_dir().find('/', base.size() + 1) == std::string::npos);
     CHECK(logs.make_rank_dir(0, 0).rfind(logs.run_dir() + "/", 0) == 0);

@@ -189,4 +189,7 @@ TEST_CASE("the job summary of a job that could not start, or succeeded") {
   j = nlohmann::json::parse(ok.to_json());
   CHECK(j["status"] == "succeeded");
   CHECK(j["root_cause"].is_null());
+  CHECK(j["store_refused_connections"] == 0);
+  ok.store_refused(3);
+  CHECK(nlohmann::json::parse(ok.to_json())["store_refused_connections"] == 3);
 }

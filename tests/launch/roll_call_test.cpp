@@ -104,3 +104,26 @@ TEST_CASE("the stack tools' timeout comes from the environment, checked", "[stac
                                         ": not a number of seconds from 0.1 to 600"));
   }
 }
+
+TEST_CASE("a job is named by its run id, a lone one by its entrypoint and agent", "[stacks]") {
+  JobEntry e;
+  e.pid = 4242;
+  e.run_id = "job7";
+  e.entrypoint = "/home/u/train.py";
+  CHECK(job_title(e) == "run job7");
+  e.run_id = "none";
+  e.lone = true;
+  CHECK(job_title(e) == "train.py (trainrun pid 4242)");
+  // It travels with the registration, read back as written.
+  const auto read = parse_entry(entry_json(e));
+  REQUIRE(read);
+  CHECK(job_title(*read) == "train.py (trainrun pid 4242)");
+
+  const auto reply = nlohmann::json{{"run_id", "none"},
+                                    {"job", job_title(e)},
+                                    {"nodes", {answer_of(1, "f")}},
+                                    {"missing", nlohmann::json::array()},
+                                    {"not_asked", ""}};
+  CHECK_THAT(format_roll_call(reply),
+             Catch::StartsWith("stacks of train.py (trainrun pid 4242): 1 rank on 1 node\n"));
+}

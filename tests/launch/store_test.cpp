@@ -13,6 +13,8 @@
 
 #include "agent/agent_store.hpp"
 #include "parse_helpers.hpp"
+#include "trainrun/base/system.hpp"
+#include "trainrun/launch/store/store_admission.hpp"
 #include "trainrun/launch/store/store_data.hpp"
 #include "trainrun/launch/store/store_protocol.hpp"
 #include "trainrun/launch/store/store_server.hpp"
@@ -320,9 +322,12 @@ using asio::ip::tcp;
 struct RawClient {
   asio::io_context io;
   tcp::socket socket{io};
-  explicit RawClient(int port) {
-    socket.connect(
-        tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
+  // From and to `address` (one of this machine's).
+  explicit RawClient(int port, const std::string& address = "127.0.0.1") {
+    const auto a = asio::ip::make_address(address);
+    socket.open(a.is_v4() ? tcp::v4() : tcp::v6());
+    socket.bind(tcp::endpoint(a, 0));
+    socket.connect(tcp::endpoint(a, static_cast<unsigned short>(port)));
   }
   void send(const std::string& bytes) { asio::write(socket, asio::buffer(bytes)); }
 };
@@ -406,6 +411,102 @@ TEST_CASE("the server serves real sockets and closes a bad connection with a lin
   RawClient next(port);
   next.send(hello + encode_request(req(StoreQuery::get_num_keys)));
   CHECK(read_exactly(next, io, 8) == i64_reply(0));
+}
+
+TEST_CASE("the store admits loopback and the admitted addresses, IPv4 and IPv6 alike") {
+  const auto a = [](const char* text) { return asio::ip::make_address(text); };
+  const std::set<asio::ip::address> round{a("10.0.0.1"), a("fd00::2"), a("fe80::3")};
+  CHECK(store_admits(a("10.0.0.1"), round));
+  CHECK_FALSE(store_admits(a("10.0.0.7"), round));
+  CHECK(store_admits(a("fd00::2"), round));
+  CHECK_FALSE(store_admits(a("fd00::7"), round));
+  // A dual-stack socket shows an IPv4 client mapped; a link-local one with its interface.
+  CHECK(store_admits(a("::ffff:10.0.0.1"), round));
+  CHECK_FALSE(store_admits(a("::ffff:10.0.0.7"), round));
+  CHECK(store_admits(a("fe80::3%1"), round));
+  // Loopback always, whatever the set: this machine's own workers.
+  for (const char* loopback : {"127.0.0.1", "127.0.1.1", "::1", "::ffff:127.0.0.1"}) {
+    CHECK(store_admits(a(loopback), {}));
+    CHECK(store_admits(a(loopback), round));
+  }
+  CHECK_FALSE(store_admits(a("0.0.0.0"), {}));
+  CHECK(comparable_address(a("::ffff:10.0.0.1")) == a("10.0.0.1"));
+}
+
+TEST_CASE("a round admits its nodes and this machine; a node known by name alone, everyone") {
+  const auto a = [](const char* text) { return asio::ip::make_address(text); };
+  const StoreAdmission round = StoreAdmission::round({"10.0.0.1", "fd00::2"}, {"192.168.1.5"});
+  CHECK(round.admits(a("10.0.0.1")));
+  CHECK(round.admits(a("::ffff:10.0.0.1")));
+  CHECK(round.admits(a("fd00::2")));
+  CHECK(round.admits(a("192.168.1.5")));  // this machine: the node serving the store
+  CHECK(round.admits(a("::1")));
+  CHECK_FALSE(round.admits(a("10.0.0.7")));
+  CHECK(round.open_why().empty());
+  CHECK(round.admitted() == "the round's nodes: 10.0.0.1, fd00::2");
+
+  // A new round: the set is its own.
+  const StoreAdmission next = StoreAdmission::round({"10.0.0.7"}, {});
+  CHECK(next.admits(a("10.0.0.7")));
+  CHECK_FALSE(next.admits(a("10.0.0.1")));
+
+  const StoreAdmission alone = StoreAdmission::this_machine({"192.168.1.5"});
+  CHECK(alone.admits(a("192.168.1.5")));
+  CHECK_FALSE(alone.admits(a("10.0.0.1")));
+  CHECK(alone.admitted() == "the job runs on this machine alone");
+  CHECK_FALSE(StoreAdmission().admits(a("192.168.1.5")));
+  CHECK(StoreAdmission().admits(a("127.0.0.1")));
+
+  const StoreAdmission named = StoreAdmission::round({"10.0.0.1", "node-b"}, {});
+  CHECK(named.admits(a("10.0.0.7")));
+  CHECK_THAT(named.open_why(), Catch::Contains("host name \"node-b\""));
+  const StoreAdmission older = StoreAdmission::round({}, {});
+  CHECK(older.admits(a("10.0.0.7")));
+  CHECK_THAT(older.open_why(), Catch::Contains("named no node addresses"));
+
+  std::vector<std::string> many;
+  for (int i = 1; i <= 10; ++i) many.push_back("10.0.0." + std::to_string(i));
+  CHECK_THAT(StoreAdmission::round(many, {}).admitted(), Catch::EndsWith("10.0.0.8 and 2 more"));
+}
+
+TEST_CASE("the server closes a connection from an address not admitted, with a throttled line") {
+  // A client from one of this machine's addresses that is not loopback, which the round does
+  // not name.
+  std::string stranger;
+  for (const std::string& address : trainrun::this_machine_addresses()) {
+    const auto a = asio::ip::make_address(address);
+    if (a.is_v4() && !a.is_loopback()) stranger = address;
+  }
+  if (stranger.empty()) {
+    WARN("this machine has no IPv4 address beside loopback: nothing to refuse");
+    return;
+  }
+  asio::io_context io;
+  std::vector<std::string> said;
+  StoreServer server(io, [&](const std::string& line, Level) { said.push_back(line); });
+  server.admit_only(StoreAdmission::round({"10.0.0.1"}, {}));
+  server.open(0);
+  RawClient first(server.port(), stranger), second(server.port(), stranger),
+      third(server.port(), stranger);
+  CHECK(closed_by_server(first, io));
+  CHECK(closed_by_server(second, io));
+  CHECK(closed_by_server(third, io));
+  CHECK(server.refused() == 3);
+  CHECK(server.connections() == 0);
+  // The first is said with its address, the others held back and counted.
+  REQUIRE(said.size() == 1);
+  CHECK_THAT(said[0],
+             Catch::Contains(fmt::format("c10d store: refused a connection from {}:", stranger)));
+  CHECK_THAT(said[0], Catch::EndsWith("not a node of this job (the round's nodes: 10.0.0.1)"));
+
+  // The job's own (loopback here) are served.
+  RawClient own(server.port());
+  own.send(encode_request(validate()) + encode_request(req(StoreQuery::get_num_keys)));
+  CHECK(read_exactly(own, io, 8) == i64_reply(0));
+
+  server.close();
+  REQUIRE(said.size() == 2);
+  CHECK(said[1] == "c10d store: ... and 2 more refusals: 2 not a node of this job");
 }
 
 TEST_CASE("the server refuses connections past its bound, saying it once") {

@@ -41,11 +41,11 @@ Topology topology(int nproc, int restart_count) {
 
 TEST_CASE("a group's launches: one per local rank, each in a fresh rank directory", "[agent]") {
   const LaunchConfig c = config(2);
-  const LogDir logs = LogDir::create(c.log_dir, "run1", false);
+  const LogDir logs = LogDir::create(c.log_dir, "run1");
   // An earlier run of attempt 1 left an error file: it must not stand for this attempt's.
   const std::string stale = error_file_in(logs.make_rank_dir(1, 0));
   std::ofstream(stale) << "{}";
-  WorkerGroupLaunch group(c, "/work/train", "node1", false);
+  WorkerGroupLaunch group(c, "/work/train", "node1", false, false);
   const auto launches = group.launches(topology(2, 1), job_settings(c, "run1"), logs, {}, false);
   REQUIRE(launches.size() == 2);
   CHECK(launches[0].local_rank == 0);
@@ -62,16 +62,22 @@ TEST_CASE("a group's launches: one per local rank, each in a fresh rank director
 
 TEST_CASE("a group's output passes through trainrun where it must read it", "[agent]") {
   const LaunchConfig c = config(1);
-  const LogDir logs = LogDir::create(c.log_dir, "run2", false);
+  const LogDir logs = LogDir::create(c.log_dir, "run2");
   const JobSettings job = job_settings(c, "run2");
   SECTION("stderr off a terminal, for a failure's last lines") {
-    WorkerGroupLaunch group(c, "/work/train", "node1", true);
+    WorkerGroupLaunch group(c, "/work/train", "node1", true, false);
     const auto w = group.launches(topology(1, 0), job, logs, {}, false).at(0);
     CHECK(w.output.out.route == StreamRoute::inherit);
     CHECK(w.output.err.route == StreamRoute::console);
   }
+  SECTION("stdout off a terminal (a file, a pipe), for the first output") {
+    WorkerGroupLaunch group(c, "/work/train", "node1", false, true);
+    const auto w = group.launches(topology(1, 0), job, logs, {}, false).at(0);
+    CHECK(w.output.out.route == StreamRoute::console);
+    CHECK(w.output.err.route == StreamRoute::inherit);
+  }
   SECTION("every stream under --hang-timeout, where output is progress") {
-    WorkerGroupLaunch group(c, "/work/train", "node1", false);
+    WorkerGroupLaunch group(c, "/work/train", "node1", false, false);
     const auto w = group.launches(topology(1, 0), job, logs, {}, true).at(0);
     CHECK(w.output.out.route == StreamRoute::console);
     CHECK(w.output.err.route == StreamRoute::console);
@@ -80,7 +86,7 @@ TEST_CASE("a group's output passes through trainrun where it must read it", "[ag
 
 TEST_CASE("without --numa-binding nothing is planned or said", "[agent]") {
   const LaunchConfig c = config(1);
-  WorkerGroupLaunch group(c, "/work/train", "node1", false);
+  WorkerGroupLaunch group(c, "/work/train", "node1", false, false);
   int said = 0;
   group.plan_numa({}, [&](const std::string&, Level) { ++said; });
   CHECK(said == 0);
@@ -90,14 +96,14 @@ TEST_CASE("--numa-binding is planned once, its warnings said as warnings", "[age
   LaunchConfig c = config(2);
   c.numa_binding = "node";
   const std::string no_gpu = trainrun::test::make_temp_dir("group_launch_sysfs");
-  WorkerGroupLaunch group(c, "/work/train", "node1", false);
+  WorkerGroupLaunch group(c, "/work/train", "node1", false, false);
   std::vector<std::pair<std::string, Level>> said;
   group.plan_numa({{"TRAINRUN_SYSFS_ROOT", no_gpu}},
                   [&](const std::string& line, Level level) { said.emplace_back(line, level); });
   REQUIRE(said.size() == 1);
   CHECK(said[0].first.find("--numa-binding=node does nothing here") != std::string::npos);
   CHECK(said[0].second == Level::warning);
-  const LogDir logs = LogDir::create(c.log_dir, "run3", false);
+  const LogDir logs = LogDir::create(c.log_dir, "run3");
   for (const auto& w : group.launches(topology(2, 0), job_settings(c, "run3"), logs, {}, false))
     CHECK(w.cpus.empty());
 }

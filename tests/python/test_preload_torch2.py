@@ -192,6 +192,7 @@ def test_stacks_of_a_running_job(tmp_path, preload):
     assert r.returncode == 0, r.stderr
     assert stacks.returncode == 0, stacks.stderr
     assert re.search(r"^rank 1 on \S+ is in stuck_here\(\) \(stacks_job\.py:\d+\) while ranks 0,2 "
-                     r"wait in wait_for_others$", stacks.stdout, re.M), stacks.stdout
+                     r"wait in wait_for_others \(stacks_job\.py:\d+\)$", stacks.stdout, re.M), \
+        stacks.stdout
     assert "rank 1 (1): stuck_here <- <module>\n" in stacks.stdout, stacks.stdout
     assert "ranks 0,2 (2): wait_for_others <- <module>\n" in stacks.stdout, stacks.stdout

@@ -25,13 +25,13 @@ NodeDescriptor joining(const std::string& host, bool preflight) {
   return n;
 }
 
-// Node "a" of a job of two, its join written and taken into the state; with `preflight`, both
-// nodes' joins carry an offer.
+// Node `me` ("a": group rank 0, "b": 1) of a job of two, its join written and taken into the
+// state; with `preflight`, both nodes' joins carry an offer.
 struct Node {
-  explicit Node(bool preflight = false) {
+  explicit Node(bool preflight = false, std::string who = "a") : me(std::move(who)) {
     view.generation = 0;
     events.on_assignment = [this](const Assignment& a) { assignment = a; };
-    member.join(joining("a", preflight));
+    member.join(joining(me, preflight));
     member.take_join();
     s.joins_taken = {{"a", 1}, {"b", 1}};
     REQUIRE(round.join(s, "a", joining("a", preflight), 100));
@@ -40,6 +40,7 @@ struct Node {
     REQUIRE(s.participants.size() == 2);
   }
 
+  std::string me;
   RoundOptions options = two_nodes();
   EtcdRound round{options, "etcd:2379", 15};
   EtcdView view;
@@ -52,7 +53,7 @@ struct Node {
       round,
       options,
       view,
-      "a",
+      me,
       "etcd:2379",
       events,
       EtcdMembership::Hooks{[this] { return stopped.has_value(); }, [this](Stop s) { stopped = s; },
@@ -81,7 +82,7 @@ TEST_CASE("etcd membership: a node answers the round formed with it, then takes 
 
 TEST_CASE("etcd membership: a summary of the round started with this node assigns it unread",
           "[etcd]") {
-  Node n;
+  Node n(false, "b");
   n.member.react(n.s, 10);
   const EtcdRoundState before = n.s;
   REQUIRE(n.round.start(n.s, {{"a", n.s.round}, {"b", n.s.round}}));
@@ -90,6 +91,21 @@ TEST_CASE("etcd membership: a summary of the round started with this node assign
   CHECK(n.assignment->group_world_size == 2);
   CHECK(n.state_reads == 0);
   CHECK(n.member.seen_revision() == 11);
+}
+
+TEST_CASE("etcd membership: group rank 0 takes the started round from the state", "[etcd]") {
+  // The summary has no node addresses: assigned from it, the job's store would admit nobody.
+  Node n;
+  n.member.react(n.s, 10);
+  const EtcdRoundState before = n.s;
+  REQUIRE(n.round.start(n.s, {{"a", n.s.round}, {"b", n.s.round}}));
+  n.member.take_summary(base64_encode(encode_summary(n.round.summary(before, n.s))), 11);
+  CHECK_FALSE(n.assignment);
+  CHECK(n.state_reads == 1);
+  n.member.react(n.s, 11);
+  REQUIRE(n.assignment);
+  CHECK(n.assignment->group_rank == 0);
+  CHECK(n.assignment->node_addresses == std::vector<std::string>{"10.0.0.1"});
 }
 
 TEST_CASE("etcd membership: a node that runs the preflight takes the started round from the state",

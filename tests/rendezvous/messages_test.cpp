@@ -103,6 +103,16 @@ TEST_CASE("server messages survive encode and decode", "[rendezvous]") {
   CHECK(a2.world_size == 5);
   CHECK(a2.master_addr == "10.0.0.1");
   CHECK(a2.restart_count == 1);
+  CHECK(a2.node_addresses.empty());
+  a.node_addresses = {"10.0.0.1", "fd00::2", "node2"};
+  CHECK(round_trip_server(a).node_addresses == a.node_addresses);
+  // At most two per node (group_world_size 2), each a bounded string.
+  a.node_addresses = {"1", "2", "3", "4", "5"};
+  CHECK_THROWS_WITH(decode_server_message(encode(ServerMessage{a})),
+                    Catch::Contains("\"node_addresses\" must be an array of at most 4"));
+  a.node_addresses = {std::string(kMaxNameLength + 1, 'x')};
+  CHECK_THROWS_WITH(decode_server_message(encode(ServerMessage{a})),
+                    Catch::Contains("\"node_addresses\" is 256 bytes long"));
   Stop s{StopCause::worker_failed, "worker failed", 3, FailureReport{"h", 1, 1, 3, "x"}};
   Stop s2 = round_trip_server(s);
   CHECK(s2.cause == StopCause::worker_failed);
@@ -203,7 +213,8 @@ TEST_CASE("the roll call's messages carry a node's answer, bounded", "[rendezvou
                     Catch::Contains("\"question\" must be an object"));
   const std::string long_question = R"({"type":"stacks_request","id":1,"question":{"x":")" +
                                     std::string(kMaxQuestionBytes, 'x') + R"("}})";
-  CHECK_THROWS_WITH(decode_client_message(long_question), Catch::Contains("at most 262144 allowed"));
+  CHECK_THROWS_WITH(decode_client_message(long_question),
+                    Catch::Contains("at most 262144 allowed"));
   const auto relayed = round_trip_server(StacksAnswer{9, answer});
   CHECK(relayed.id == 9);
   CHECK(relayed.answer == answer);

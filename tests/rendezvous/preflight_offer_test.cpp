@@ -98,7 +98,7 @@ TEST_CASE("group rank 0 learns how many nodes will check MASTER_PORT", "[preflig
     nodes.push_back(node("node" + std::to_string(i), 40000 + i));
     nodes.back().preflight->master_check = true;
   }
-  nodes[3].preflight.reset();               // runs without the preflight
+  nodes[3].preflight.reset();                // runs without the preflight
   nodes[4].preflight->master_check = false;  // an older trainrun
   auto all = assign_ranks(nodes, 1, false, nullptr);
   CHECK(all[0].group_rank == 0);
@@ -126,6 +126,24 @@ TEST_CASE("group rank 0 learns how many nodes will check MASTER_PORT", "[preflig
   // Group rank 0 of an older trainrun: nobody checks its MASTER_PORT.
   nodes[0].preflight->master_check = false;
   CHECK(assign_ranks(nodes, 1, false, nullptr)[0].master_port_checks == 0);
+}
+
+TEST_CASE("group rank 0 learns every address the round's nodes are known by", "[rendezvous]") {
+  NodeDescriptor a{"a", "10.0.0.1", 1, 1, -1, 29500};
+  a.seen_addr = "10.0.0.1";  // advertised and seen alike: once
+  NodeDescriptor b{"b", "::ffff:10.0.0.2", 2, 1, -1, 29500};
+  b.seen_addr = "192.168.0.2";  // reached the server by another route
+  NodeDescriptor c{"c", "node-c", 3, 1, -1, 29500};
+  c.seen_addr = "fd00::3";                           // a host name: the seen address stands for it
+  NodeDescriptor d{"d", "node-d", 4, 1, -1, 29500};  // etcd: nothing seen, the name alone
+  CHECK(node_addresses({&a, &b, &c, &d}) ==
+        std::vector<std::string>{"10.0.0.1", "10.0.0.2", "192.168.0.2", "fd00::3", "node-d"});
+
+  const auto all = assign_ranks({b, a}, 1, false, nullptr);
+  const Assignment& zero = all[0].group_rank == 0 ? all[0] : all[1];
+  const Assignment& one = all[0].group_rank == 0 ? all[1] : all[0];
+  CHECK(zero.node_addresses.size() == 3);
+  CHECK(one.node_addresses.empty());
 }
 
 TEST_CASE("the etcd state keeps each member's offer", "[preflight]") {

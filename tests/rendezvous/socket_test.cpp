@@ -75,9 +75,10 @@ struct Agent {
     client = std::make_unique<RendezvousClient>(io, std::move(o), std::move(e));
     client->start();
   }
-  void join(int nproc, const std::string& host) {
+  void join(int nproc, const std::string& host, const std::string& addr = "") {
     NodeDescriptor n;
     n.host = host;
+    n.addr = addr;
     n.pid = ::getpid();
     n.nproc = nproc;
     n.master_port = 29500;
@@ -148,12 +149,31 @@ TEST_CASE("two agents on loopback form one job with distinct ranks", "[rendezvou
   CHECK(x.master_addr == "127.0.0.1");  // the address each agent reaches the server from
   CHECK(x.master_addr == y.master_addr);
   CHECK(x.master_port == y.master_port);
+  // Group rank 0, which serves the job's store, learns the nodes' addresses; the others not.
+  CHECK(x.node_addresses == std::vector<std::string>{"127.0.0.1"});
+  CHECK(y.node_addresses.empty());
 
   a.client->report_done();
   b.client->report_done();
   REQUIRE(run_until(f.io, [&] { return a.stop && b.stop; }));
   CHECK(a.stop->cause == StopCause::finished);
   CHECK(b.stop->exit_code == 0);
+}
+
+TEST_CASE("a node known by a host name is named to the store by the address it came from",
+          "[rendezvous]") {
+  Fixture f;
+  int port = f.start_server(server_options(2, 2));
+  Agent a(f.io, port), b(f.io, port);
+  a.join(1, "host-a", "host-a.example");
+  b.join(1, "host-b", "10.0.0.2");
+  REQUIRE(run_until(f.io, [&] { return !a.assignments.empty() && !b.assignments.empty(); }));
+  const Assignment& zero =
+      a.assignments.back().group_rank == 0 ? a.assignments.back() : b.assignments.back();
+  CHECK(zero.node_addresses.size() == 2);
+  // Each node's advertised IP address and the address the server saw it from, once each.
+  CHECK(std::set<std::string>(zero.node_addresses.begin(), zero.node_addresses.end()) ==
+        std::set<std::string>{"127.0.0.1", "10.0.0.2"});
 }
 
 TEST_CASE("a worker failure on one node reaches every node", "[rendezvous]") {

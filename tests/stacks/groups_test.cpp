@@ -66,7 +66,8 @@ TEST_CASE("identical stacks grouped, the smallest group first, the odd rank name
   CHECK(suspects[0].host == "node1");
   CHECK(suspects[0].where == "stuck_here() (train.py:41)");
   CHECK(describe_suspects(suspects, groups) ==
-        "rank 2 on node1 is in stuck_here() (train.py:41) while ranks 0-1,3 wait in all_reduce");
+        "rank 2 on node1 is in stuck_here() (train.py:41) while ranks 0-1,3 wait in all_reduce "
+        "(c10d.py:1500)");
 }
 
 TEST_CASE("the user's frame of a suspect skips the libraries") {

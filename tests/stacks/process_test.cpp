@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/select.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -297,4 +298,103 @@ TEST_CASE(
   check_running(target.pid());
   CHECK(killed_within_10_s(read_pid(sleeper)));
   CHECK(target.finish() == 0);
+}
+
+namespace {
+
+// A child that runs `body` and exits; killed and reaped when the scope ends.
+class Child {
+ public:
+  template <typename Body>
+  explicit Child(Body body) {
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      body();
+      ::_exit(0);
+    }
+  }
+  ~Child() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// Waits (up to 10 s) until `pid`'s main thread sleeps in a system call.
+void wait_until_blocked(pid_t pid) {
+  for (int i = 0; i < 1000; ++i) {
+    const auto state = read_process_state(pid);
+    if (state && state->state == 'S') return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  FAIL("process " << pid << " never blocked");
+}
+
+}  // namespace
+
+TEST_CASE("a process's CPU time grows while it computes, not while it sleeps", "[proc]") {
+  Child busy([] {
+    volatile double x = 0;
+    while (true) x = x + 1;
+  });
+  Child idle([] { ::pause(); });
+  const auto busy0 = process_cpu_seconds(busy.pid());
+  const auto idle0 = process_cpu_seconds(idle.pid());
+  REQUIRE(busy0);
+  REQUIRE(idle0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  CHECK(*process_cpu_seconds(busy.pid()) > *busy0 + 0.1);
+  CHECK(*process_cpu_seconds(idle.pid()) < *idle0 + 0.05);
+  CHECK_FALSE(process_cpu_seconds(0x3fffffff));
+}
+
+TEST_CASE("a main thread blocked reading a terminal names it; reading a pipe does not", "[proc]") {
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  REQUIRE(master >= 0);
+  REQUIRE(::grantpt(master) == 0);
+  REQUIRE(::unlockpt(master) == 0);
+  const std::string pts = ::ptsname(master);
+  const int slave = ::open(pts.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC);
+  REQUIRE(slave >= 0);
+  int pipe_fds[2];
+  REQUIRE(::pipe2(pipe_fds, O_CLOEXEC) == 0);
+  char byte;
+  SECTION("read") {
+    Child reader([&] { (void)!::read(slave, &byte, 1); });
+    wait_until_blocked(reader.pid());
+    CHECK(terminal_input(reader.pid()) == pts);
+  }
+  SECTION("poll, among other descriptors") {
+    Child poller([&] {
+      pollfd fds[2] = {{pipe_fds[0], POLLIN, 0}, {slave, POLLIN, 0}};
+      ::poll(fds, 2, -1);
+    });
+    wait_until_blocked(poller.pid());
+    CHECK(terminal_input(poller.pid()) == pts);
+  }
+  SECTION("select, as readline waits") {
+    Child selecter([&] {
+      fd_set set;
+      FD_ZERO(&set);
+      FD_SET(slave, &set);
+      ::select(slave + 1, &set, nullptr, nullptr, nullptr);
+    });
+    wait_until_blocked(selecter.pid());
+    CHECK(terminal_input(selecter.pid()) == pts);
+  }
+  SECTION("a pipe") {
+    Child reader([&] { (void)!::read(pipe_fds[0], &byte, 1); });
+    wait_until_blocked(reader.pid());
+    CHECK(terminal_input(reader.pid()).empty());
+  }
+  SECTION("asleep") {
+    Child sleeper([] { ::pause(); });
+    wait_until_blocked(sleeper.pid());
+    CHECK(terminal_input(sleeper.pid()).empty());
+  }
+  for (int fd : {master, slave, pipe_fds[0], pipe_fds[1]}) ::close(fd);
 }

@@ -24,6 +24,7 @@
 //   wait-lines PATH N      wait (up to 30 s) until PATH holds at least N lines: a barrier
 //   stuck-here RANK SECONDS   if RANK equals $RANK: sleep SECONDS in stuck_here(), a native frame
 //                          of its own for a stack to name
+//   work SECONDS           compute in work() for SECONDS without printing: one frame, always busy
 //   thread-name NAME       start a thread that names itself NAME and sleeps: the kernel keeps 15
 //                          bytes of it, maybe cutting a UTF-8 character in two
 //   vfork-sleep SECONDS    vfork a child that sleeps SECONDS and exits: meanwhile this process
@@ -69,6 +70,20 @@ __attribute__((noinline)) int stuck_here(unsigned seconds) {
   unsigned left = seconds;
   while (left > 0) left = sleep(left);
   return static_cast<int>(left);
+}
+
+// Busy in one frame for `seconds` of wall time, as a long silent computation is.
+__attribute__((noinline)) double work(double seconds) {
+  timespec start{}, now{};
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  volatile double x = 1;
+  do {
+    for (int i = 0; i < 1000000; ++i) x = x * 1.0000001 + 1e-9;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+  } while (static_cast<double>(now.tv_sec - start.tv_sec) +
+               static_cast<double>(now.tv_nsec - start.tv_nsec) / 1e9 <
+           seconds);
+  return x;
 }
 
 [[noreturn]] void usage(const char* what) {
@@ -159,6 +174,8 @@ int main(int argc, char** argv) {
       const unsigned seconds = static_cast<unsigned>(std::atoi(next().c_str()));
       const char* r = std::getenv("RANK");
       if (r && std::atoi(r) == rank && stuck_here(seconds) != 0) return 1;
+    } else if (a == "work") {
+      if (work(std::atof(next().c_str())) < 0) return 1;
     } else if (a == "thread-name") {
       const std::string name = next();
       std::promise<void> named;

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "trainrun/base/reaper.hpp"
 #include "trainrun/base/system.hpp"
 
 extern char** environ;
@@ -331,8 +332,13 @@ Child spawn(const SpawnRequest& request) {
       }
     }
   }
-  c.pid = fork_into(request.cgroup_fd, p.made_in_cgroup);
-  if (c.pid == 0) start_in_child(p);
+  {
+    // Registered before any collection can see it: the reaper's (reaper.hpp).
+    const auto lock = reaper::fork_lock();
+    c.pid = fork_into(request.cgroup_fd, p.made_in_cgroup);
+    if (c.pid == 0) start_in_child(p);
+    reaper::started(lock, c.pid);
+  }
   if (c.pid < 0) {
     c.error = errno;
     close_all();
@@ -352,19 +358,14 @@ int wait_for_exec(Child& child) {
 }
 
 pid_t run_in_child(int (*body)(void*), void* arg) {
+  auto lock = reaper::fork_lock();
   const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(body(arg));
-  return pid;
-}
-
-std::optional<ExitStatus> wait_for_exit(pid_t pid) {
-  int status = 0;
-  while (true) {
-    const pid_t got = ::waitpid(pid, &status, 0);
-    if (got == pid) return ExitStatus::from_wait(status);
-    if (got < 0 && errno == EINTR) continue;
-    return std::nullopt;
+  if (pid == 0) {
+    reaper::forked(lock);
+    ::_exit(body(arg));
   }
+  reaper::started(lock, pid);
+  return pid;
 }
 
 }  // namespace trainrun

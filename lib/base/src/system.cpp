@@ -1,6 +1,8 @@
 #include "trainrun/base/system.hpp"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/random.h>
@@ -80,6 +82,25 @@ bool names_this_machine(const std::string& host) {
   const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&address), length) == 0;
   ::close(fd);
   return bound;
+}
+
+std::vector<std::string> this_machine_addresses() {
+  std::vector<std::string> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  for (const ifaddrs* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr) continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    const void* bytes = nullptr;
+    if (i->ifa_addr->sa_family == AF_INET)
+      bytes = &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr;
+    else if (i->ifa_addr->sa_family == AF_INET6)
+      bytes = &reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr;
+    if (bytes && ::inet_ntop(i->ifa_addr->sa_family, bytes, text, sizeof text))
+      out.emplace_back(text);
+  }
+  ::freeifaddrs(list);
+  return out;
 }
 
 std::string random_hex(std::size_t n) {

@@ -123,6 +123,18 @@ bool get_bool(const json& j, const char* key) {
   return v.get<bool>();
 }
 
+// An optional array of at most `max_count` strings of at most kMaxNameLength bytes; absent: none.
+std::vector<std::string> optional_strings(const json& j, const char* key, int max_count) {
+  std::vector<std::string> out;
+  const auto it = j.find(key);
+  if (it == j.end()) return out;
+  if (!it->is_array() || it->size() > static_cast<std::size_t>(max_count))
+    throw ProtocolError(
+        fmt::format("field \"{}\" must be an array of at most {} strings", key, max_count));
+  for (const json& v : *it) out.push_back(get_string(json{{key, v}}, key, kMaxNameLength));
+  return out;
+}
+
 std::string get_hex(const json& j, const char* key, std::size_t length) {
   std::string s = get_string(j, key, length);
   bool ok = s.size() == length;
@@ -464,6 +476,7 @@ std::string encode(const ServerMessage& message) {
                    {"max_restarts", m.max_restarts}};
             if (!m.preflight.empty()) j["preflight"] = to_json(m.preflight);
             if (m.master_port_checks > 0) j["master_port_checks"] = m.master_port_checks;
+            if (!m.node_addresses.empty()) j["node_addresses"] = m.node_addresses;
             return j;
           },
           [](const Restart& m) {
@@ -605,6 +618,8 @@ ServerMessage decode_server_message(std::string_view body) {
     m.preflight = optional_peers(j, m.group_world_size);
     if (j.contains("master_port_checks"))
       m.master_port_checks = get_small(j, "master_port_checks", 0, m.group_world_size - 1);
+    // Each node gives at most two: its advertised address and the one the server saw.
+    m.node_addresses = optional_strings(j, "node_addresses", 2 * m.group_world_size);
     return m;
   }
   if (type == "restart") {

@@ -3,13 +3,25 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <boost/asio/ip/address.hpp>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <tuple>
 
 namespace trainrun::rendezvous {
 namespace {
+
+// `text` as an IP address in its usual form (an IPv4-mapped one as IPv4); nothing for a name.
+std::optional<std::string> ip_address(const std::string& text) {
+  boost::system::error_code ec;
+  auto a = boost::asio::ip::make_address(text, ec);
+  if (ec) return std::nullopt;
+  if (a.is_v6() && a.to_v6().is_v4_mapped())
+    a = boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, a.to_v6());
+  return a.to_string();
+}
 
 // order[g] = the node with group rank g. Claims are taken in turn, each only for a rank below
 // the node count and still free: the rank a node had in the previous round (ranks stay put),
@@ -101,6 +113,24 @@ std::vector<Assignment> assign_ranks(const std::vector<NodeDescriptor>& nodes, s
   };
   if (checks_master(0))
     for (int g = 1; g < n; ++g) out[order[0]].master_port_checks += checks_master(g) ? 1 : 0;
+  std::vector<const NodeDescriptor*> ranked;
+  for (int i : order) ranked.push_back(&nodes[i]);
+  out[order[0]].node_addresses = node_addresses(ranked);
+  return out;
+}
+
+std::vector<std::string> node_addresses(const std::vector<const NodeDescriptor*>& nodes) {
+  std::vector<std::string> out;
+  const auto add = [&](const std::string& a) {
+    if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
+  };
+  for (const NodeDescriptor* node : nodes) {
+    const auto advertised = ip_address(node->addr);
+    const auto seen = ip_address(node->seen_addr);
+    if (advertised) add(*advertised);
+    if (seen) add(*seen);
+    if (!advertised && !seen && !node->addr.empty()) add(node->addr);
+  }
   return out;
 }
 

@@ -15,8 +15,9 @@ using Phase = RoundState::Phase;
 
 bool same(const NodeDescriptor& a, const NodeDescriptor& b) {
   return std::tie(a.host, a.addr, a.pid, a.nproc, a.node_rank, a.master_port, a.last_rank,
-                  a.at_endpoint) == std::tie(b.host, b.addr, b.pid, b.nproc, b.node_rank,
-                                             b.master_port, b.last_rank, b.at_endpoint);
+                  a.at_endpoint, a.seen_addr) == std::tie(b.host, b.addr, b.pid, b.nproc,
+                                                          b.node_rank, b.master_port, b.last_rank,
+                                                          b.at_endpoint, b.seen_addr);
 }
 
 }  // namespace

@@ -134,8 +134,15 @@ void ServerConnections::on_frame(NodeId id, const std::string& body) {
     return;
   }
   if (peer.handshake) return on_handshake(id, peer, message);
-  if (auto* join = std::get_if<Join>(&message); join && join->node.addr.empty()) {
-    join->node.addr = peer.address;
+  if (auto* join = std::get_if<Join>(&message)) {
+    if (join->node.addr.empty()) join->node.addr = peer.address;
+    // For the job's store, which admits the round's nodes by address (IPv4 as IPv4).
+    if (!peer.address.empty()) {
+      auto seen = peer.remote.address();
+      if (seen.is_v6() && seen.to_v6().is_v4_mapped())
+        seen = asio::ip::make_address_v4(asio::ip::v4_mapped, seen.to_v6());
+      join->node.seen_addr = seen.to_string();
+    }
   }
   events_.received(id, message);
 }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <signal.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -90,6 +91,11 @@ Stack collect_stack(pid_t pid, const CollectOptions& options) {
   // Before any tool stops the threads: afterwards every wait channel would be ptrace's.
   const auto before = read_process_state(pid);
   const std::vector<Thread> proc_threads = read_proc_threads(pid);
+  stack.cpu_s = process_cpu_seconds(pid).value_or(-1);
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  stack.read_at = static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) / 1e9;
+  stack.terminal = terminal_input(pid);
   if (!before || proc_threads.empty()) {
     stack.notes.push_back(fmt::format("no process {}", pid));
     return stack;

@@ -95,13 +95,14 @@ std::vector<Group> group_stacks(const std::vector<RankStack>& stacks) {
   std::map<std::string, Group> by_key;
   for (const auto& rs : stacks) {
     std::vector<Frame> frames = signature(rs.stack);
+    const Frame top = signature(rs.stack, true).front();
     std::string key;
     for (const auto& f : frames) {
       key += f.function + '\0' + f.file + '\0' + f.module + '\0' +
              (f.kind == FrameKind::python ? 'p' : 'n') + '\n';
     }
     Group& g = by_key[key];
-    if (g.ranks.empty()) g.frames = std::move(frames);
+    if (g.ranks.empty()) g.frames = std::move(frames), g.top = top;
     g.ranks.push_back(rs.rank);
     if (std::find(g.hosts.begin(), g.hosts.end(), rs.host) == g.hosts.end())
       g.hosts.push_back(rs.host);
@@ -192,9 +193,15 @@ std::string describe_suspects(const std::vector<Suspect>& suspects,
     if (!out.empty()) out += "; ";
     out += fmt::format("rank {} on {} is in {}", s.rank, s.host, s.where);
   }
+  // Where they wait, with the line their dumps show, as the odd ranks' places are given.
   const Group& rest = groups.back();
+  const Frame& top = rest.top;
+  std::string waits = frame_label(top);
+  if (!top.file.empty())
+    waits +=
+        top.line > 0 ? fmt::format(" ({}:{})", top.file, top.line) : fmt::format(" ({})", top.file);
   out += fmt::format(" while {} {} wait in {}", rest.ranks.size() == 1 ? "rank" : "ranks",
-                     rank_ranges(rest.ranks), frame_label(rest.frames.front()));
+                     rank_ranges(rest.ranks), waits);
   return out;
 }
 

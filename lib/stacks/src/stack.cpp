@@ -67,11 +67,9 @@ void from_json(const nlohmann::json& j, Thread& thread) {
 }
 
 void to_json(nlohmann::json& j, const Stack& stack) {
-  j = {{"pid", stack.pid},
-       {"tool", stack.tool},
-       {"threads", stack.threads},
-       {"notes", stack.notes},
-       {"raw", stack.raw}};
+  j = {{"pid", stack.pid},         {"tool", stack.tool},        {"threads", stack.threads},
+       {"notes", stack.notes},     {"raw", stack.raw},          {"cpu_s", stack.cpu_s},
+       {"read_at", stack.read_at}, {"terminal", stack.terminal}};
 }
 
 void from_json(const nlohmann::json& j, Stack& stack) {
@@ -80,6 +78,10 @@ void from_json(const nlohmann::json& j, Stack& stack) {
   j.at("threads").get_to(stack.threads);
   j.at("notes").get_to(stack.notes);
   j.at("raw").get_to(stack.raw);
+  // Absent from an agent of an earlier version.
+  stack.cpu_s = j.value("cpu_s", -1.0);
+  stack.read_at = j.value("read_at", 0.0);
+  stack.terminal = j.value("terminal", "");
 }
 
 }  // namespace trainrun::stacks

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "trainrun/base/process.hpp"
+#include "trainrun/base/reaper.hpp"
 #include "trainrun/base/text.hpp"
 
 extern char** environ;
@@ -56,12 +57,7 @@ std::vector<std::string> tool_environment() {
 enum class Exit { exited, gone, still_running, stopped };
 Exit wait_for_exit(pid_t pid, Clock::time_point deadline, const std::atomic<bool>* stop) {
   while (true) {
-    siginfo_t info{};
-    if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
-      if (errno == EINTR) continue;
-      return Exit::gone;
-    }
-    if (info.si_pid == pid) return Exit::exited;
+    if (reaper::has_ended(pid)) return Exit::exited;
     if (Clock::now() >= deadline) return Exit::still_running;
     if (stop_asked(stop)) return Exit::stopped;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -151,17 +147,15 @@ ToolRun run_tool(const std::string& program, const std::vector<std::string>& arg
   // Whatever the tool left in its group (a helper it started) goes with it.
   ::kill(-pid, SIGKILL);
   if (exit == Exit::gone) return run;
-  int status = 0;
   // SIGKILLed: the end is near; bounded all the same, for a tool stuck in the kernel.
   const auto reap_deadline = Clock::now() + std::chrono::seconds(2);
-  while (true) {
-    const pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) break;
-    if (r < 0 && errno != EINTR) return run;
+  reaper::Reaped reaped;
+  while ((reaped = reaper::try_reap(pid)).state == reaper::Reaped::State::running) {
     if (Clock::now() >= reap_deadline) return run;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  const ExitStatus end = ExitStatus::from_wait(status);
+  if (reaped.state == reaper::Reaped::State::gone) return run;
+  const ExitStatus end = reaped.status;
   if (end.signal == 0) run.exit_code = end.code;
   if (end.signal != 0 && !run.timed_out && !run.truncated && !run.stopped) run.signal = end.signal;
   return run;

@@ -189,6 +189,7 @@ class Agent {
             // The last attempt is over on every node: its store takes no new connection, and
             // leaves MASTER_PORT to the preflight until this round's workers start.
             store_.attempt_stopping();
+            store_.round_formed(a.node_addresses);
             if (preflight_.start(a, me, logs_.dir().run_dir())) return;
           }
           raise(std::move(e));
@@ -222,8 +223,9 @@ class Agent {
     watch_ = std::make_unique<AgentWatch>(
         io_, inherited_,
         JobEntry{::getpid(), job_.run_id, -1, host_, logs_.dir().run_dir(), "",
-                 job_command(config_), current_directory(), unix_time()},
-        config_.hang_timeout, logs_.dir().run_dir() + "/heartbeat", std::move(hooks), raiser());
+                 job_command(config_), current_directory(), unix_time(), config_.entrypoint,
+                 !uses_rendezvous(config_)},
+        config_.hang_timeout, logs_.heartbeat_path(), std::move(hooks), raiser());
     job_.heartbeat_file = watch_->heartbeat_file();
     if (watch_->watching()) workers_.set_progress([this] { watch_->progress(); });
   }
@@ -309,15 +311,17 @@ class Agent {
     begin_startup(a.topology);
     if (startup_->store == AttemptStartup::Store::here) store_asker_.attempt_started(a.topology);
     // The store (on group rank 0) is ready before any worker of the attempt starts.
-    if (workers_.start(a.topology, job_, inherited_, watch_->watching(),
-                       [&] { store_.attempt_starting(job_, a.topology); })) {
-      startup_->workers_s = since_attempt_began();
-      for (const auto& [local_rank, at] : workers_.started())
-        startup_->started.emplace(a.topology.base_rank + local_rank, since_attempt_began(at));
-      summary_.startup(*startup_);
-      if (startup_->complete()) say_startup(false);
-      watch_->start(workers_.attempt_path("hang.txt"));
-    }
+    workers_.start(
+        a.topology, job_, inherited_, watch_->watching(),
+        [&] { store_.attempt_starting(job_, a.topology); },
+        [this, base_rank = a.topology.base_rank] {
+          startup_->workers_s = since_attempt_began();
+          for (const auto& [local_rank, at] : workers_.started())
+            startup_->started.emplace(base_rank + local_rank, since_attempt_began(at));
+          summary_.startup(*startup_);
+          if (startup_->complete()) say_startup(false);
+          watch_->start(workers_.attempt_path("hang.txt"));
+        });
   }
 
   // Seconds from the attempt's start to `at`.
@@ -350,8 +354,7 @@ class Agent {
     bool found = false;
     for (int local_rank = 0; local_rank < t.local_world_size; ++local_rank) {
       if (startup_->first_report.count(t.base_rank + local_rank)) continue;
-      const auto text =
-          read_file(logs_.dir().rank_dir(t.restart_count, local_rank) + "/first_report");
+      const auto text = read_file(logs_.first_report_path(t.restart_count, local_rank));
       // One line: the seconds since the epoch.
       const auto at = text ? parse_number(text->substr(0, text->find('\n'))) : std::nullopt;
       if (!at) continue;
@@ -428,7 +431,8 @@ class Agent {
     // Where the logs and NCCL's flight recorder dumps are, once, after the (first) summary.
     if (dumps_listed_) return;
     dumps_listed_ = true;
-    for (const std::string& line : logs_.after_summary()) consoles_.say(line, Level::error);
+    for (const std::string& line : logs_.after_summary(workers_.attempt()))
+      consoles_.say(line, Level::error);
     if (!job_.python_workers) return;
     if (const auto rank = rank_without_torch(policy_.failures()))
       consoles_.say(python_.missing_torch_hint(*rank), Level::error);
@@ -446,6 +450,7 @@ class Agent {
   }
 
   void write_summary(int exit_code, const std::string& error = {}) {
+    summary_.store_refused(store_.refused_connections());
     write_summary_file(config_.summary_file, summary_, exit_code, error);
   }
 

@@ -27,6 +27,7 @@ struct StartWorkers {
 struct SignalWorkers {
   int signal = 0;
   bool whole_group = true;
+  bool stop = false;  // the attempt is being stopped (not a signal passed on to the workers)
 };
 // Raise GraceExpired at `deadline` (replaces an earlier timer).
 struct ArmGraceTimer {
@@ -86,6 +87,9 @@ struct WorkerExit {
   std::string problem;     // why the error file could not be read, if it could not
   std::string stdout_log;  // its log files, empty for a stream not sent to one
   std::string stderr_log;
+  // Ended by the SIGABRT this agent sent it for its traceback (a stop of a quiet job): the
+  // agent's stop, not a failure of its own.
+  bool aborted = false;
 };
 
 }  // namespace trainrun::launch

@@ -36,6 +36,8 @@ struct StartFailed {
   std::string reason;
   int exit_code = 1;
 };
+// The attempt was stopped while its group waited for the --preload template: no worker started.
+struct StartCancelled {};
 struct WorkerExited {
   WorkerExit exit;
 };
@@ -98,11 +100,11 @@ struct FirstOutput {
 };
 }  // namespace event
 
-using AgentEvent =
-    std::variant<event::StartSingleNode, event::StartInJob, event::StartFailed, event::WorkerExited,
-                 event::HangConfirmed, event::AttemptEnded, event::Signal, event::GraceExpired,
-                 event::Assignment, event::Restart, event::Halt, event::Stop, event::ReachedStore,
-                 event::StoreOwnersNamed, event::FirstOutput>;
+using AgentEvent = std::variant<event::StartSingleNode, event::StartInJob, event::StartFailed,
+                                event::StartCancelled, event::WorkerExited, event::HangConfirmed,
+                                event::AttemptEnded, event::Signal, event::GraceExpired,
+                                event::Assignment, event::Restart, event::Halt, event::Stop,
+                                event::ReachedStore, event::StoreOwnersNamed, event::FirstOutput>;
 
 // How the agent's parts hand it an event: the one way they reach it.
 using RaiseEvent = std::function<void(AgentEvent)>;

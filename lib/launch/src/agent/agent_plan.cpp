@@ -8,11 +8,6 @@
 
 namespace trainrun::launch {
 
-bool logs_worker_output(const LaunchConfig& config) {
-  return config.redirects.is_map || config.redirects.all_ranks != Std::none || config.tee.is_map ||
-         config.tee.all_ranks != Std::none || config.local_ranks_filter.has_value();
-}
-
 std::optional<int> port_to_hold(const LaunchConfig& config, bool use_rendezvous) {
   // A single-node job needs no fixed port: unless one was asked for, take a free one.
   if (!use_rendezvous) return config.master_port_given ? config.master_port : 0;

@@ -15,10 +15,6 @@ namespace trainrun::launch {
 
 // What the agent sets up for a job, decided from the configuration alone (pure functions).
 
-// Whether some worker output goes to log files (redirects, tee, a rank filter): the log
-// directory is then kept even when small.
-bool logs_worker_output(const LaunchConfig& config);
-
 // The port this node holds for the workers' store (MASTER_PORT) until worker RANK 0 or the agent's
 // store listens on it: 0 for any free port, none when this node cannot be the one to run RANK 0.
 std::optional<int> port_to_hold(const LaunchConfig& config, bool use_rendezvous);

@@ -66,14 +66,24 @@ AgentActions AgentPolicy::on(const event::StartFailed& e, Clock::time_point) {
   return out;
 }
 
+AgentActions AgentPolicy::on(const event::StartCancelled&, Clock::time_point) {
+  AgentActions out;
+  running_ = 0;
+  if (state_ == State::running || state_ == State::stopping) {
+    state_ = State::finishing;
+    out.emplace_back(action::Sweep{0});
+  }
+  return out;
+}
+
 AgentActions AgentPolicy::on(const event::WorkerExited& e, Clock::time_point now) {
   const WorkerExit& exit = e.exit;
   AgentActions out;
   if (running_ > 0) --running_;
   if (exit.status.failed() && (state_ == State::running || stop_orders_.signal() == 0))
-    if (auto warning =
-            failures_.record(exit, topology_.base_rank,
-                             stop_orders_.counts_as_failure(exit.status, state_ == State::running,
+    if (auto warning = failures_.record(
+            exit, topology_.base_rank,
+            !exit.aborted && stop_orders_.counts_as_failure(exit.status, state_ == State::running,
                                                             !failures_.empty())))
       out.emplace_back(action::Say{std::move(*warning), Level::warning});
   if (state_ == State::running && exit.status.failed()) {
@@ -91,7 +101,7 @@ AgentActions AgentPolicy::on(const event::WorkerExited& e, Clock::time_point now
 AgentActions AgentPolicy::on(const event::HangConfirmed& e, Clock::time_point now) {
   AgentActions out;
   if (state_ != State::running) return out;
-  failures_.add(e.hang.failure);
+  failures_.add_hang(e.hang.failure);
   if (in_job_)
     if (auto report = failures_.report()) out.emplace_back(std::move(*report));
   begin_stop(out, SIGTERM, now);
@@ -120,7 +130,7 @@ AgentActions AgentPolicy::on(const event::Signal& e, Clock::time_point now) {
     return actions(
         action::Say{fmt::format("received {} again; killing the workers now", signal_name(sig)),
                     Level::warning},
-        action::SignalWorkers{SIGKILL});
+        action::SignalWorkers{SIGKILL, true, true});
   }
   if (state_ == State::finishing || state_ == State::done) return {};
   // Between rounds (waiting for the rendezvous, or at its exit barrier) there is nothing to stop.
@@ -149,7 +159,7 @@ AgentActions AgentPolicy::on(const event::GraceExpired&, Clock::time_point now) 
                               count_of(static_cast<long long>(running_), "worker"),
                               config_.shutdown_timeout),
                   Level::warning},
-      action::SignalWorkers{SIGKILL});
+      action::SignalWorkers{SIGKILL, true, true});
 }
 
 AgentActions AgentPolicy::on(const event::Assignment& e, Clock::time_point) {
@@ -208,7 +218,7 @@ void AgentPolicy::begin_stop(AgentActions& out, int sig, Clock::time_point now) 
   state_ = State::stopping;
   grace_deadline_ =
       now + std::chrono::milliseconds(static_cast<long long>(config_.shutdown_timeout * 1000));
-  out.emplace_back(action::SignalWorkers{sig});
+  out.emplace_back(action::SignalWorkers{sig, true, true});
   out.emplace_back(action::ArmGraceTimer{grace_deadline_});
 }
 

@@ -52,6 +52,7 @@ class AgentPolicy {
   AgentActions on(const event::StartSingleNode& e, Clock::time_point now);
   AgentActions on(const event::StartInJob& e, Clock::time_point now);
   AgentActions on(const event::StartFailed& e, Clock::time_point now);
+  AgentActions on(const event::StartCancelled& e, Clock::time_point now);
   AgentActions on(const event::WorkerExited& e, Clock::time_point now);
   AgentActions on(const event::HangConfirmed& e, Clock::time_point now);
   AgentActions on(const event::AttemptEnded& e, Clock::time_point now);

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "agent_plan.hpp"
+#include "trainrun/base/system.hpp"
+#include "trainrun/launch/workers/descriptors.hpp"
 
 namespace trainrun::launch {
 
@@ -26,6 +28,10 @@ AgentStore::AgentStore(boost::asio::io_context& io, StoreServer::Say say,
                        StoreServer::FirstRequest first_request)
     : io_(io), say_(std::move(say)), first_request_(std::move(first_request)) {}
 
+void AgentStore::round_formed(std::vector<std::string> node_addresses) {
+  round_nodes_ = std::move(node_addresses);
+}
+
 void AgentStore::attempt_starting(const JobSettings& job, const Topology& topology) {
   if (!job.use_agent_store) return;
   // Every worker of the last attempt, on every node, has ended: the round that starts this one
@@ -37,10 +43,19 @@ void AgentStore::attempt_starting(const JobSettings& job, const Topology& topolo
   // Another node hosts this round's store (a new round may move group rank 0).
   if (topology.group_rank != 0) return;
   if (!server_) server_ = std::make_unique<StoreServer>(io_, say_, StoreLimits{}, first_request_);
+  // This machine's addresses are the node's own: its workers may reach MASTER_ADDR by any.
+  const std::vector<std::string> own = this_machine_addresses();
+  server_->admit_only(round_nodes_ ? StoreAdmission::round(*round_nodes_, own)
+                                   : StoreAdmission::this_machine(own));
   server_->open(topology.master_port);
-  if (topology.restart_count == 0)
+  if (topology.restart_count == 0) {
     say_(fmt::format("c10d store for the workers listening on port {}", server_->port()),
          Level::debug);
+    // Said at the start, not as failed accepts in the middle of the job.
+    if (auto line = store_descriptor_shortfall(static_cast<std::size_t>(topology.world_size),
+                                               static_cast<std::size_t>(topology.local_world_size)))
+      say_(*line, Level::warning);
+  }
 }
 
 void AgentStore::attempt_stopping() {

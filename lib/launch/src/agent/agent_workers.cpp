@@ -48,32 +48,58 @@ void AgentWorkers::plan_numa(const std::map<std::string, std::string>& inherited
   launch_.plan_numa(inherited, consoles_.sayer());
 }
 
-bool AgentWorkers::start(const Topology& topology, const JobSettings& job,
+void AgentWorkers::start(const Topology& topology, const JobSettings& job,
                          const std::map<std::string, std::string>& inherited, bool watched,
-                         const std::function<void()>& prepare) {
+                         const std::function<void()>& prepare, std::function<void()> started) {
   topology_ = topology;
   node_rank_ = topology.group_rank;
+  aborted_ = false;
   consoles_.say(attempt_line(topology, config_.nproc_per_node.number), Level::debug);
   try {
     if (prepare) prepare();
-    supervisor_.start(launch_.launches(topology, job, logs_.dir(), inherited, watched),
-                      [this](int lr, pid_t pid, ExitStatus st) { exited(lr, pid, st); });
-    return true;
+    auto launches = launch_.launches(topology, job, logs_.dir(), inherited, watched);
+    starting_ = true;
+    supervisor_.prepare(launches, [this, launches, started = std::move(started)] {
+      starting_ = false;
+      try {
+        supervisor_.start(launches,
+                          [this](int lr, pid_t pid, ExitStatus st) { exited(lr, pid, st); });
+      } catch (...) {
+        return start_failed(std::current_exception());
+      }
+      started();
+    });
+  } catch (...) {
+    starting_ = false;
+    start_failed(std::current_exception());
+  }
+}
+
+void AgentWorkers::start_failed(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
   } catch (const LaunchError& e) {
     raise_(event::StartFailed{e.what(), e.exit_code()});
   } catch (const std::exception& e) {
     // Anything else that stops a worker from starting (memory, a system call) is a spawn error.
-    const SpawnError error(e.what());
-    raise_(event::StartFailed{error.what(), error.exit_code()});
+    const SpawnError spawn_error(e.what());
+    raise_(event::StartFailed{spawn_error.what(), spawn_error.exit_code()});
   }
-  return false;
 }
 
 void AgentWorkers::signal(const action::SignalWorkers& a, bool abort_first) {
+  if (starting_ && a.stop) {
+    // No worker runs yet: the group is not started at all.
+    starting_ = false;
+    supervisor_.cancel_prepare();
+    raise_(event::StartCancelled{});
+    return;
+  }
   if (abort_first) {
     consoles_.say("stopping the Python workers with SIGABRT: their tracebacks follow on stderr",
                   Level::warning);
     supervisor_.abort_workers();
+    aborted_ = true;
     return;
   }
   if (a.whole_group)
@@ -118,6 +144,7 @@ void AgentWorkers::exited(int local_rank, pid_t pid, ExitStatus status) {
   WorkerExit exit{local_rank,   pid, status,          unix_time(),    error_file,
                   std::nullopt, "",  output.out.file, output.err.file};
   if (status.failed()) exit.contents = read_error_file(exit.error_file, &exit.problem);
+  exit.aborted = aborted_ && status.signal == SIGABRT;
   consoles_.say(
       fmt::format("worker {} (local rank {}, pid {}) {}", topology_.base_rank + local_rank,
                   local_rank, pid, describe_exit(status)),

@@ -38,12 +38,15 @@ class AgentWorkers {
   // --numa-binding's CPUs, planned once (WorkerGroupLaunch::plan_numa).
   void plan_numa(const std::map<std::string, std::string>& inherited);
   // Starts the attempt's group (`watched`: under --hang-timeout), after `prepare` (what the
-  // workers need ready first; a LaunchError it throws is a failure to start). False when it
-  // could not start: StartFailed was raised.
-  bool start(const Topology& topology, const JobSettings& job,
+  // workers need ready first; a LaunchError it throws is a failure to start) and after the
+  // --preload template's imports, which the loop does not wait for: `started` runs once the
+  // group has started, at once or later. Where it could not start, StartFailed is raised.
+  void start(const Topology& topology, const JobSettings& job,
              const std::map<std::string, std::string>& inherited, bool watched,
-             const std::function<void()>& prepare = {});
-  // With `abort_first`, SIGABRT to the workers alone instead (faulthandler's tracebacks).
+             const std::function<void()>& prepare, std::function<void()> started);
+  // With `abort_first`, SIGABRT to the workers alone instead (faulthandler's tracebacks). A stop
+  // (a.stop) before a group waiting for its template has started drops that start:
+  // StartCancelled is raised.
   void signal(const action::SignalWorkers& a, bool abort_first);
   // GraceExpired is raised at the deadline.
   void arm_grace(const action::ArmGraceTimer& a);
@@ -78,6 +81,8 @@ class AgentWorkers {
 
  private:
   void exited(int local_rank, pid_t pid, ExitStatus status);
+  // Raises StartFailed for what a start threw.
+  void start_failed(std::exception_ptr error);
 
   boost::asio::io_context& io_;
   const LaunchConfig& config_;
@@ -86,10 +91,12 @@ class AgentWorkers {
   const JobLogs& logs_;
   RaiseEvent raise_;
   Supervisor supervisor_;
+  bool starting_ = false;  // a group's start waits for the --preload template
   boost::asio::steady_timer grace_timer_;
   WorkerGroupLaunch launch_;
   std::unique_ptr<FileTimerServer> file_timer_;
   bool reaping_ = false;  // inside reap()
+  bool aborted_ = false;  // the running attempt's workers were sent SIGABRT
   Topology topology_;     // the running attempt's: its restart count, RANK of local rank 0
   int node_rank_ = -1;    // -1 until the first attempt
 };

@@ -26,6 +26,26 @@ AttemptFailures::AttemptFailures(std::string entrypoint, std::string host)
 void AttemptFailures::clear() {
   failures_.clear();
   reported_ = false;
+  hang_said_.reset();
+}
+
+void AttemptFailures::add_hang(ProcessFailure failure) {
+  hang_said_ = failure;
+  failures_.push_back(std::move(failure));
+}
+
+bool AttemptFailures::is_hang_said(const ProcessFailure& f) const {
+  return hang_said_ && f.host == hang_said_->host && f.rank == hang_said_->rank &&
+         f.pid == hang_said_->pid && f.status.code == hang_said_->status.code &&
+         f.status.signal == hang_said_->status.signal;
+}
+
+std::vector<ProcessFailure> AttemptFailures::as_shown_here(std::vector<ProcessFailure> list) const {
+  for (auto& f : list)
+    if (is_hang_said(f))
+      f.traceback = fmt::format("hung: the line \"trainrun: the job is hung\" above says where{}",
+                                f.has_error_file ? "; the report is the error_file" : "");
+  return list;
 }
 
 std::optional<std::string> AttemptFailures::record(const WorkerExit& exit, int base_rank,
@@ -52,14 +72,20 @@ std::optional<std::string> AttemptFailures::record(const WorkerExit& exit, int b
     f.has_error_file = true;
     f.message = exit.problem;
   }
+  // A rank is listed once, with one exit code: a hang found in it is its failure already.
+  const bool listed = std::any_of(failures_.begin(), failures_.end(), [&](const ProcessFailure& o) {
+    return o.host == f.host && o.rank == f.rank && o.pid == f.pid;
+  });
   // A worker that left its own error report failed, whenever it ended.
-  if (counts || f.has_error_file) failures_.push_back(std::move(f));
+  if (!listed && (counts || f.has_error_file)) failures_.push_back(std::move(f));
   return warning;
 }
 
 void AttemptFailures::stderr_tails(const std::vector<std::string>& tails) {
+  // A hang's traceback is its report, not what the rank wrote when it was stopped.
   for (auto& f : failures_)
-    if (f.host == host_ && f.local_rank >= 0 && static_cast<size_t>(f.local_rank) < tails.size())
+    if (f.host == host_ && f.local_rank >= 0 && static_cast<size_t>(f.local_rank) < tails.size() &&
+        !is_hang_said(f))
       f.stderr_tail = tails[static_cast<size_t>(f.local_rank)];
 }
 
@@ -103,7 +129,8 @@ std::optional<std::string> AttemptFailures::restart_line(const rendezvous::Resta
 }
 
 int AttemptFailures::fail(AgentActions& out) const {
-  out.emplace_back(action::WriteSummary{format_failure_summary(entrypoint_, failures_)});
+  out.emplace_back(
+      action::WriteSummary{format_failure_summary(entrypoint_, as_shown_here(failures_))});
   const int code = failures_[root_cause_index(failures_)].status.shell_code();
   return code != 0 ? code : 1;
 }
@@ -124,7 +151,8 @@ int AttemptFailures::stopped(AgentActions& out, const rendezvous::Stop& s, bool 
   if (s.failure && !s.failure->summary.empty())
     out.emplace_back(action::WriteSummary{escape_control(s.failure->summary, true)});
   if (!failures_.empty())
-    out.emplace_back(action::WriteSummary{format_failure_summary(entrypoint_, failures_)});
+    out.emplace_back(
+        action::WriteSummary{format_failure_summary(entrypoint_, as_shown_here(failures_))});
   out.emplace_back(action::Say{s.reason.empty() ? "the job stopped" : s.reason, Level::error});
   return s.exit_code != 0 ? s.exit_code : 1;
 }
@@ -139,8 +167,9 @@ int AttemptFailures::fail_with_job(AgentActions& out, const rendezvous::Stop& s)
     });
     job.push_back(own != failures_.end() ? *own : from_relayed(w));
   }
-  out.emplace_back(action::WriteSummary{
-      format_failure_summary(entrypoint_, job, 0, size_t{0}, static_cast<size_t>(s.not_relayed))});
+  out.emplace_back(
+      action::WriteSummary{format_failure_summary(entrypoint_, as_shown_here(std::move(job)), 0,
+                                                  size_t{0}, static_cast<size_t>(s.not_relayed))});
   out.emplace_back(action::Say{s.reason.empty() ? "the job failed" : s.reason, Level::error});
   return s.exit_code != 0 ? s.exit_code : 1;
 }

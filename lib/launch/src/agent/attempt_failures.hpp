@@ -24,8 +24,9 @@ class AttemptFailures {
   // whenever it left an error report of its own; returns the warning to show when that report
   // cannot be read.
   std::optional<std::string> record(const WorkerExit& exit, int base_rank, bool counts);
-  // A failure the launcher found itself (a hung job), listed as it is.
-  void add(ProcessFailure failure) { failures_.push_back(std::move(failure)); }
+  // A hang this node found, its report (its line first) printed here already: listed as the
+  // rank's failure, and this node's summaries point to that line instead of repeating it.
+  void add_hang(ProcessFailure failure);
   // The end of the stderr of each worker, by local rank, shown when it wrote no error file.
   void stderr_tails(const std::vector<std::string>& tails);
 
@@ -53,11 +54,15 @@ class AttemptFailures {
   // The job's failures as the rendezvous decided them, this node's own shown whole.
   int fail_with_job(AgentActions& out, const rendezvous::Stop& s) const;
   bool ours(const std::optional<rendezvous::FailureReport>& f) const;
+  bool is_hang_said(const ProcessFailure& f) const;
+  // `list` as this node's summary shows it: the hang it reported points to its report.
+  std::vector<ProcessFailure> as_shown_here(std::vector<ProcessFailure> list) const;
 
   std::string entrypoint_;
   std::string host_;
   std::vector<ProcessFailure> failures_;
   bool reported_ = false;
+  std::optional<ProcessFailure> hang_said_;
 };
 
 }  // namespace trainrun::launch

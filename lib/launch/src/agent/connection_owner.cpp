@@ -1,9 +1,16 @@
 #include "connection_owner.hpp"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cstring>
 #include <string>
 
@@ -64,6 +71,76 @@ bool same(const tcp::endpoint& a, const tcp::endpoint& b) {
   return a.port() == b.port() && plain(a.address()) == plain(b.address());
 }
 
+// The kernel's answer about the one socket whose own address is `own` and whose other end is
+// `other` (sock_diag, an exact lookup in its hash of connections: the cost of one connection,
+// whatever the number of sockets, where reading /proc/net/tcp costs every socket of the
+// machine). nullopt: no such socket here; an error (no sock_diag in this kernel) too.
+std::optional<unsigned long> diag_socket_inode(const tcp::endpoint& own, const tcp::endpoint& other,
+                                               bool& unavailable) {
+  const int fd = ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  if (fd < 0) {
+    unavailable = true;
+    return std::nullopt;
+  }
+  struct {
+    nlmsghdr header;
+    inet_diag_req_v2 request;
+  } message{};
+  message.header.nlmsg_len = sizeof message;
+  message.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  message.header.nlmsg_flags = NLM_F_REQUEST;
+  inet_diag_req_v2& r = message.request;
+  r.sdiag_protocol = IPPROTO_TCP;
+  r.idiag_states = ~0u;
+  r.id.idiag_sport = htons(own.port());
+  r.id.idiag_dport = htons(other.port());
+  r.id.idiag_cookie[0] = r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+  const auto own_address = plain(own.address());
+  const auto other_address = plain(other.address());
+  if (own_address.is_v4() && other_address.is_v4()) {
+    r.sdiag_family = AF_INET;
+    const auto a = own_address.to_v4().to_bytes();
+    const auto b = other_address.to_v4().to_bytes();
+    std::memcpy(r.id.idiag_src, a.data(), 4);
+    std::memcpy(r.id.idiag_dst, b.data(), 4);
+  } else {
+    r.sdiag_family = AF_INET6;
+    const auto v6 = [](const asio::ip::address& x) {
+      return x.is_v4() ? asio::ip::make_address_v6(asio::ip::v4_mapped, x.to_v4()) : x.to_v6();
+    };
+    const auto a = v6(own_address).to_bytes();
+    const auto b = v6(other_address).to_bytes();
+    std::memcpy(r.id.idiag_src, a.data(), 16);
+    std::memcpy(r.id.idiag_dst, b.data(), 16);
+  }
+  std::optional<unsigned long> inode;
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  if (::sendto(fd, &message, sizeof message, 0, reinterpret_cast<sockaddr*>(&kernel),
+               sizeof kernel) == static_cast<ssize_t>(sizeof message)) {
+    alignas(nlmsghdr) char reply[8192];
+    const ssize_t n = ::recv(fd, reply, sizeof reply, 0);
+    if (n > 0) {
+      const auto* h = reinterpret_cast<const nlmsghdr*>(reply);
+      if (NLMSG_OK(h, static_cast<unsigned>(n)) && h->nlmsg_type == SOCK_DIAG_BY_FAMILY &&
+          h->nlmsg_len >= NLMSG_LENGTH(sizeof(inet_diag_msg)))
+        inode = reinterpret_cast<const inet_diag_msg*>(NLMSG_DATA(h))->idiag_inode;
+      else if (NLMSG_OK(h, static_cast<unsigned>(n)) && h->nlmsg_type == NLMSG_ERROR &&
+               h->nlmsg_len >= NLMSG_LENGTH(sizeof(nlmsgerr))) {
+        // ENOENT: no such socket here. Anything else: this kernel cannot answer.
+        const int error = -reinterpret_cast<const nlmsgerr*>(NLMSG_DATA(h))->error;
+        if (error != ENOENT) unavailable = true;
+      }
+    } else {
+      unavailable = true;
+    }
+  } else {
+    unavailable = true;
+  }
+  ::close(fd);
+  return inode;
+}
+
 std::optional<pid_t> inode_owner(unsigned long inode, const NodeWorkers& workers) {
   const std::string wanted = "socket:[" + std::to_string(inode) + "]";
   for (const auto& w : workers.workers) {
@@ -122,6 +199,11 @@ std::optional<unsigned long> client_socket_inode(std::string_view table, const t
 
 std::optional<int> connection_rank(const tcp::endpoint& peer, const tcp::endpoint& local,
                                    const NodeWorkers& workers) {
+  bool unavailable = false;
+  if (const auto inode = diag_socket_inode(peer, local, unavailable))
+    return inode_owner(*inode, workers);
+  if (!unavailable) return std::nullopt;
+  // No sock_diag here: the kernel's tables, read whole.
   for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
     const std::optional<std::string> text = read_file(table);
     if (!text) continue;

@@ -11,9 +11,10 @@
 namespace trainrun::launch {
 
 // Which worker of this node made a TCP connection to the agent. A c10d store client sends no rank,
-// so the kernel is asked: its table of TCP sockets (/proc/net/tcp, tcp6) holds the connection's
-// other end when that end is on this machine, by inode, and the worker holding that inode among
-// its descriptors is the one. It names no process of another node, nor one the agent did not start.
+// so the kernel is asked for the connection's other end when that end is on this machine, by
+// inode — through sock_diag, one exact lookup per connection (where a kernel has none, its tables
+// /proc/net/tcp and tcp6, read whole) — and the worker holding that inode among its descriptors is
+// the one. It names no process of another node, nor one the agent did not start.
 
 // The inode of the socket whose own address is `peer` and whose other end is `local`, in one of
 // the kernel's tables (the text of /proc/net/tcp or /proc/net/tcp6); IPv4-mapped IPv6 addresses

@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "agent_plan.hpp"
 #include "trainrun/launch/output/output_plan.hpp"
 #include "trainrun/launch/workers/flight_recorder.hpp"
 
@@ -19,16 +18,15 @@ bool directory_exists(const std::string& path) {
 
 }  // namespace
 
-void JobLogs::create(const std::string& run_id) {
-  dir_ = LogDir::create(config_.log_dir, run_id, !logs_worker_output(config_));
-}
+void JobLogs::create(const std::string& run_id) { dir_ = LogDir::create(config_.log_dir, run_id); }
 
 std::string JobLogs::attempt_path(int attempt, const std::string& name) const {
   return fmt::format("{}/attempt_{}/{}", dir_.run_dir(), attempt, name);
 }
 
-std::vector<std::string> JobLogs::after_summary() const {
+std::vector<std::string> JobLogs::after_summary(int last_attempt) const {
   std::vector<std::string> lines;
+  drop_agent_files(last_attempt);
   dir_.remove_if_empty();
   if (directory_exists(dir_.run_dir())) lines.push_back("log directory: " + dir_.run_dir());
   const std::string dumps = flight_recorder_line(flight_recorder_dumps(dir_.run_dir()));
@@ -38,6 +36,7 @@ std::vector<std::string> JobLogs::after_summary() const {
 
 std::string JobLogs::end(int exit_code, int last_attempt, bool consoles_open) {
   if (exit_code == 0 && consoles_open) drop_console_copies(last_attempt);
+  drop_agent_files(last_attempt);
   dir_.remove_if_empty();
   const bool kept = directory_exists(dir_.run_dir());
   if (kept && exit_code == 0 && dir_.temporary())
@@ -63,6 +62,16 @@ void JobLogs::drop_console_copies(int last_attempt) const {
       }
     }
   }
+}
+
+// They served the running job; a temporary directory that held nothing else is then empty and
+// goes. Under --log-dir nothing is removed.
+void JobLogs::drop_agent_files(int last_attempt) const {
+  if (!dir_.temporary()) return;
+  ::unlink(heartbeat_path().c_str());
+  for (int attempt = 0; attempt <= last_attempt; ++attempt)
+    for (int lr = 0; lr < config_.nproc_per_node.number; ++lr)
+      ::unlink(first_report_path(attempt, lr).c_str());
 }
 
 }  // namespace trainrun::launch

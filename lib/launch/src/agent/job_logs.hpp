@@ -8,9 +8,17 @@
 
 namespace trainrun::launch {
 
-// The job's log directory as the agent keeps it: made at the start; when the job ends, what the
-// console showed dropped after a success, an empty one removed, a temporary one that stays said
-// at exit; named, with NCCL's flight recorder dumps, after a failure summary.
+// Files of the run's tree that are for the agent alone, read while the job runs: the C++
+// runtime's mark of a rank's first report() (beside its error file), and the heartbeat file of
+// --hang-timeout (in the run directory).
+inline constexpr const char* kFirstReportFile = "first_report";
+inline constexpr const char* kHeartbeatFile = "heartbeat";
+
+// The job's log directory as the agent keeps it: made at the start; when the job ends, the
+// agent's own files and what the console showed dropped after a success, an empty one removed,
+// a temporary one that stays said at exit; named, with NCCL's flight recorder dumps, after a
+// failure summary. A temporary one stays only for what the user must see: a log the console did
+// not show, an error file, stacks, a dump.
 class JobLogs {
  public:
   explicit JobLogs(const LaunchConfig& config) : config_(config) {}
@@ -20,10 +28,15 @@ class JobLogs {
   const LogDir& dir() const { return dir_; }
   // `name` in attempt `attempt`'s directory of the run (a hang report, the file timer's dumps).
   std::string attempt_path(int attempt, const std::string& name) const;
+  std::string heartbeat_path() const { return dir_.run_dir() + "/" + kHeartbeatFile; }
+  std::string first_report_path(int attempt, int local_rank) const {
+    return dir_.rank_dir(attempt, local_rank) + "/" + kFirstReportFile;
+  }
 
   // After a failure summary: where the logs are, when the directory holds files, and NCCL's
-  // flight recorder dumps, when there are any. The job is over: an empty directory goes now.
-  std::vector<std::string> after_summary() const;
+  // flight recorder dumps, when there are any. The job is over (its attempts up to
+  // `last_attempt`): the agent's own files of a temporary directory and an empty directory go now.
+  std::vector<std::string> after_summary(int last_attempt) const;
 
   // The job has ended with `exit_code`, its last attempt `last_attempt`; `consoles_open`: both
   // consoles took output to the end. Returns the directory that stays, "" when none does.
@@ -33,6 +46,7 @@ class JobLogs {
 
  private:
   void drop_console_copies(int last_attempt) const;
+  void drop_agent_files(int last_attempt) const;
 
   const LaunchConfig& config_;
   LogDir dir_;

@@ -191,6 +191,7 @@ std::string JobSummary::to_json() const {
             {"failures", failures},
             {"hang", hang_},
             {"restarts", attempts_.empty() ? 0 : attempts_.back().topology.restart_count},
+            {"store_refused_connections", store_refused_},
             {"started_at", iso_time(started_at_)},
             {"ended_at", time_or_null(ended_at_)},
             {"duration_s", duration_or_null(started_at_, ended_at_)},

@@ -56,6 +56,8 @@ class JobSummary {
   // This node found the job hung (--hang-timeout): hang_report's JSON; the last one is kept.
   void hang(nlohmann::json hang) { hang_ = std::move(hang); }
   void set_run_id(const std::string& run_id) { run_id_ = run_id; }
+  // Connections the job's store on this node refused for their address, in the whole job.
+  void store_refused(std::size_t connections) { store_refused_ = connections; }
   // The run's log directory; empty when none is left (nothing was written there).
   void set_log_dir(const std::string& log_dir) { log_dir_ = log_dir; }
   // The job ended with `exit_code`; `error` is why when trainrun itself could not go on.
@@ -77,6 +79,7 @@ class JobSummary {
   std::optional<rendezvous::Stop> stop_;
   std::vector<Attempt> attempts_;
   nlohmann::json hang_;  // null: no hang found
+  std::size_t store_refused_ = 0;
 };
 
 // --summary-file: records that the job ended with `exit_code` (`error`: why trainrun could not go

@@ -6,11 +6,12 @@
 namespace trainrun::launch {
 
 WorkerGroupLaunch::WorkerGroupLaunch(const LaunchConfig& config, std::string program,
-                                     std::string host, bool capture_stderr)
+                                     std::string host, bool capture_stderr, bool capture_stdout)
     : config_(config),
       program_(std::move(program)),
       host_(std::move(host)),
-      capture_stderr_(capture_stderr) {}
+      capture_stderr_(capture_stderr),
+      capture_stdout_(capture_stdout) {}
 
 void WorkerGroupLaunch::plan_numa(const std::map<std::string, std::string>& inherited,
                                   const std::function<void(const std::string&, Level)>& say) {
@@ -32,7 +33,7 @@ std::vector<WorkerLaunch> WorkerGroupLaunch::launches(
     if (static_cast<size_t>(lr) < numa_.cpus.size())
       out.back().cpus = numa_.cpus[static_cast<size_t>(lr)];
     if (capture_stderr_ || watched) capture_inherited(out.back().output.err);
-    if (watched) capture_inherited(out.back().output.out);
+    if (capture_stdout_ || watched) capture_inherited(out.back().output.out);
   }
   return out;
 }

@@ -22,10 +22,12 @@ namespace trainrun::launch {
 class WorkerGroupLaunch {
  public:
   // `capture_stderr`: the workers' stderr goes through trainrun, unchanged, so that a failure
-  // can show its last lines; on a terminal it stays the workers' own (colours, progress bars:
+  // can show its last lines; `capture_stdout`: their stdout too, so that their first output is
+  // seen wherever it goes. On a terminal each stays the workers' own (colours, progress bars:
   // docs/cli.md).
   WorkerGroupLaunch(const LaunchConfig& config, std::string program, std::string host,
-                    bool capture_stderr = ::isatty(STDERR_FILENO) == 0);
+                    bool capture_stderr = ::isatty(STDERR_FILENO) == 0,
+                    bool capture_stdout = ::isatty(STDOUT_FILENO) == 0);
 
   // --numa-binding: each local rank's CPUs, planned once; its warnings and details are said.
   void plan_numa(const std::map<std::string, std::string>& inherited,
@@ -43,6 +45,7 @@ class WorkerGroupLaunch {
   std::string program_;
   std::string host_;
   bool capture_stderr_;
+  bool capture_stdout_;
   NumaPlan numa_;
 };
 

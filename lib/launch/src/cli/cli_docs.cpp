@@ -193,8 +193,7 @@ _trainrun() {{
 complete -o default -F _trainrun trainrun
 )",
                      joined(offered_names(false)), joined(offered_names(true)),
-                     joined(all_names(true)), joined(list_names()),
-                     case_arms("words=\"", "\""));
+                     joined(all_names(true)), joined(list_names()), case_arms("words=\"", "\""));
 }
 
 std::string zsh_completion() {
@@ -214,8 +213,7 @@ std::string zsh_completion() {
          "  compset -P '*[,:]'\n"
          "  compadd -- $reply\n"
          "elif [[ $words[CURRENT] == -*_* ]]; then\n  compadd -- " +
-         joined(offered_names(true)) +
-         "\nelif [[ $words[CURRENT] == -* ]]; then\n  compadd -- " +
+         joined(offered_names(true)) + "\nelif [[ $words[CURRENT] == -* ]]; then\n  compadd -- " +
          joined(offered_names(false)) +
          "\n  (( CURRENT == 2 )) && compadd -- --stacks\nelse\n  _files\nfi\n";
 }
@@ -308,7 +306,7 @@ print(sys.prefix)'\fR in it).
 
 }  // namespace
 
-std::string help_text(bool all, int width) {
+std::string help_text(bool all, int width, const std::optional<std::string>& manual) {
   const size_t columns = static_cast<size_t>(std::max(width, 1));
   std::string text =
       wrapped("Usage: trainrun [OPTIONS] ENTRYPOINT [ARGS...]", columns, "", 7) +
@@ -340,9 +338,8 @@ std::string help_text(bool all, int width) {
     if (!others.empty()) text += wrapped("Also: " + others, columns, "  ", 8);
   }
   text += "\n";
-  return text + wrapped(all ? "The manual: man trainrun (environment, error files, exit status)."
-                            : "All options in full: trainrun --help-all",
-                        columns, "", 0);
+  if (!all) return text + wrapped("All options in full: trainrun --help-all", columns, "", 0);
+  return manual ? text + wrapped(*manual, columns, "", 0) : text;
 }
 
 int help_width(const std::map<std::string, std::string>& env, std::optional<int> terminal_width) {

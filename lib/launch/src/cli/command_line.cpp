@@ -19,6 +19,7 @@
 #include "trainrun/launch/cli/config_file.hpp"
 #include "trainrun/launch/clusters/slurm.hpp"
 #include "trainrun/launch/core/errors.hpp"
+#include "trainrun/launch/core/manual.hpp"
 #include "trainrun/launch/hosts/host_list.hpp"
 #include "trainrun/launch/rdzv/rendezvous_options.hpp"
 #include "trainrun/launch/version.hpp"
@@ -255,8 +256,8 @@ std::vector<OptionSpec> make_option_specs() {
       {"hang-timeout", "", seconds_text(d.hang_timeout), kDiagnosis,
        "Seconds without progress before stacks, stop",
        "Seconds without progress (output, a heartbeat, a file-timer request) on every node after "
-       "which the job's stacks are taken twice; a hung job is reported and stopped (exit 124). "
-       "0: off"},
+       "which the job's stacks are taken twice; a job whose ranks neither moved nor computed is "
+       "reported as hung and stopped (exit 124); a rank at a terminal's prompt pauses it. 0: off"},
       {"no-diagnosis", "", "", kDiagnosis, "Python workers without trainrun's diagnosis channel",
        "Start Python workers as torchrun does, without trainrun's diagnosis channel: "
        "--hang-timeout and --stacks then read no flight recorder, only stacks (py-spy, eu-stack, "
@@ -1040,7 +1041,9 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   } catch (const CLI::CallForHelp&) {
     return {LaunchConfig{}, help_text(false, help_width(env, terminal_width)), {}};
   } catch (const CLI::CallForAllHelp&) {
-    return {LaunchConfig{}, help_text(true, help_width(env, terminal_width)), {}};
+    return {LaunchConfig{},
+            help_text(true, help_width(env, terminal_width), manual_line(installed_manual())),
+            {}};
   } catch (const CLI::CallForVersion& e) {
     return {LaunchConfig{}, std::string(e.what()) + "\n", {}};
   } catch (const CLI::ParseError& e) {

@@ -14,6 +14,7 @@
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/text.hpp"
 #include "trainrun/base/wording.hpp"
+#include "trainrun/launch/core/manual.hpp"
 
 namespace trainrun::launch {
 
@@ -134,7 +135,7 @@ std::string traceback_text(const ProcessFailure& f) {
   if (!signal_line.empty()) return signal_line;
   if (!f.traceback.empty()) return f.traceback;
   if (!f.message.empty()) return f.message;
-  return "To enable traceback see: man trainrun, section ERROR FILES";
+  return error_file_hint(installed_manual());
 }
 
 // `text` cut to about `max_bytes` (0: whole): its head and tail around a note naming the file.

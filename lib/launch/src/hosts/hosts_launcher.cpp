@@ -24,6 +24,7 @@
 #include "hosts_plan.hpp"
 #include "ssh_process.hpp"
 #include "trainrun/base/process.hpp"
+#include "trainrun/base/reaper.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/failure.hpp"
@@ -293,10 +294,10 @@ class HostsRun {
     for (size_t i = 0; i < remotes_.size(); ++i) {
       Remote& r = remotes_[i];
       if (r.status) continue;
-      int status = 0;
-      const pid_t got = ::waitpid(r.pid, &status, WNOHANG);
-      if (got != r.pid) continue;
-      const ExitStatus end = ExitStatus::from_wait(status);
+      // Its starter's to reap (this loop's), through the one reaper.
+      const reaper::Reaped reaped = reaper::try_reap(r.pid);
+      if (reaped.state != reaper::Reaped::State::ended) continue;
+      const ExitStatus end = reaped.status;
       r.status = end.shell_code();
       r.killed_by = end.signal;
       // What the agent still wrote stays readable; its standard input is of no use any more.

@@ -51,14 +51,13 @@ std::string run_dir_name(const std::string& run_id) {
   return name.substr(0, head) + "-" + hash;
 }
 
-LogDir LogDir::create(const std::string& base, const std::string& run_id, bool small_files_only) {
+LogDir LogDir::create(const std::string& base, const std::string& run_id) {
   LogDir d;
   if (base.empty()) {
+    // On disk, as torchrun's (a tempfile directory): a tree kept after a failure, or a log that
+    // grows, must not hold the machine's memory as /dev/shm would.
     const char* tmp = std::getenv("TMPDIR");
-    std::string root = tmp && *tmp ? tmp : "/tmp";
-    // Error files alone are tiny: keep them in memory, where the tree costs microseconds to make
-    // and remove instead of a journaled disk's milliseconds per directory.
-    if ((!tmp || !*tmp) && small_files_only && ::access("/dev/shm", W_OK) == 0) root = "/dev/shm";
+    const std::string root = tmp && *tmp ? tmp : "/tmp";
     std::string templ = root + "/trainrun_XXXXXX";
     std::vector<char> buf(templ.begin(), templ.end());
     buf.push_back('\0');

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include "trainrun/base/wording.hpp"
 #include "trainrun/launch/rollcall/roll_call.hpp"
@@ -43,7 +44,85 @@ std::string incomplete(const nlohmann::json& reply) {
   return "";
 }
 
+bool in_pdb(const stacks::Stack& stack) {
+  const stacks::Thread* main = stack.main_thread();
+  if (!main) return false;
+  return std::any_of(main->frames.begin(), main->frames.end(), [](const stacks::Frame& f) {
+    const std::string name = f.file.substr(f.file.find_last_of('/') + 1);
+    return f.kind == stacks::FrameKind::python && (name == "pdb.py" || name == "bdb.py");
+  });
+}
+
 }  // namespace
+
+std::string waiting_for_input(const nlohmann::json& reply) {
+  std::vector<std::string> who;
+  for (const auto& r : roll_call_ranks(reply)) {
+    const bool pdb = in_pdb(r.stack);
+    if (r.stack.terminal.empty() && !pdb) continue;
+    if (r.stack.terminal.empty())
+      who.push_back(fmt::format("rank {} is in pdb", r.rank));
+    else
+      who.push_back(fmt::format("rank {} waits for input at {}{}", r.rank, r.stack.terminal,
+                                pdb ? " (in pdb)" : ""));
+  }
+  std::string out;
+  for (const auto& w : who) out += (out.empty() ? "" : "; ") + w;
+  return out;
+}
+
+bool collective_waiting(const nlohmann::json& reply) {
+  const auto pending = [](const nlohmann::json& ops) {
+    if (!ops.is_array()) return false;
+    return std::any_of(ops.begin(), ops.end(), [](const nlohmann::json& op) {
+      return op.is_object() && op.value("state", "") == "pending";
+    });
+  };
+  for (const auto& node : reply.value("nodes", nlohmann::json::array()))
+    for (const auto& rank : node.value("ranks", nlohmann::json::array())) {
+      const auto c = rank.find("collectives");
+      if (c == rank.end() || !c->is_object()) continue;
+      const auto groups = c->find("groups");
+      if (groups == c->end() || !groups->is_object()) continue;
+      for (const auto& group : *groups) {
+        if (!group.is_object()) continue;
+        const auto ops = group.find("collectives");
+        const auto p2p = group.find("p2p");
+        if ((ops != group.end() && pending(*ops)) || (p2p != group.end() && pending(*p2p)))
+          return true;
+      }
+    }
+  return false;
+}
+
+std::string computing(const nlohmann::json& first, const nlohmann::json& second) {
+  if (collective_waiting(first) || collective_waiting(second)) return "";
+  std::map<int, stacks::Stack> before;
+  for (auto& r : roll_call_ranks(first)) before[r.rank] = std::move(r.stack);
+  const auto ranks = roll_call_ranks(second);
+  if (ranks.empty()) return "";
+  double least = 1e9, most = 0;
+  std::vector<int> busy;
+  for (const auto& r : ranks) {
+    const auto it = before.find(r.rank);
+    if (it == before.end() || it->second.pid != r.stack.pid) return "";
+    const stacks::Stack& a = it->second;
+    const stacks::Stack& b = r.stack;
+    const double wall = b.read_at - a.read_at;
+    if (a.cpu_s < 0 || b.cpu_s < 0 || wall <= 0) return "";
+    const double share = (b.cpu_s - a.cpu_s) / wall;
+    if (share < kComputingCpuShare) return "";
+    least = std::min(least, share);
+    most = std::max(most, share);
+    busy.push_back(r.rank);
+  }
+  const auto percent = [](double share) { return static_cast<int>(share * 100 + 0.5); };
+  return fmt::format("{} {} used {}% of a CPU with no collective waiting",
+                     busy.size() == 1 ? "rank" : "ranks", stacks::rank_ranges(busy),
+                     percent(least) == percent(most)
+                         ? std::to_string(percent(least))
+                         : fmt::format("{}-{}", percent(least), percent(most)));
+}
 
 std::optional<double> job_quiet_s(const nlohmann::json& reply) {
   std::optional<double> least;
@@ -73,6 +152,8 @@ HangVerdict judge_first(const nlohmann::json& reply, double timeout_s) {
   if (quiet < timeout_s)
     return progressing(timeout_s - quiet,
                        fmt::format("a node's workers made progress {:.1f} s ago", quiet));
+  if (std::string who = waiting_for_input(reply); !who.empty())
+    return {HangVerdict::Kind::progress, timeout_s, std::move(who), false, true};
   return {HangVerdict::Kind::quiet, 0, ""};
 }
 
@@ -85,12 +166,18 @@ HangVerdict judge_second(const nlohmann::json& first, const nlohmann::json& seco
     return progressing(timeout_s - quiet,
                        fmt::format("a node's workers made progress {:.1f} s ago", quiet));
   if (roll_call_ranks(second).empty()) return progressing(timeout_s, "no worker is running");
+  if (std::string who = waiting_for_input(second); !who.empty())
+    return {HangVerdict::Kind::progress, timeout_s, std::move(who), false, true};
   const auto moved = moved_ranks(first, second);
   if (!moved.empty())
     return progressing(timeout_s,
                        fmt::format("the stack of {} {} moved", moved.size() == 1 ? "rank" : "ranks",
                                    stacks::rank_ranges(moved)),
                        true);
+  // Busy in its own code on every rank, none in a collective: a long silent computation. (A rank
+  // spinning inside a collective that another never entered leaves that collective pending.)
+  if (std::string busy = computing(first, second); !busy.empty())
+    return progressing(timeout_s, std::move(busy), true);
   return {HangVerdict::Kind::hung, 0, ""};
 }
 
@@ -109,13 +196,14 @@ HangReport hang_report(const nlohmann::json& reply, double quiet_s) {
                            g.frames.empty() ? "?" : g.frames.front().function);
     report.line = "no rank stands out: " + where;
   }
-  report.text = format_roll_call(reply);
   // The collectives say which rank is behind, where stacks alone cannot (two ranks, each in a
   // place of its own): that rank is the hang's cause.
   const CollectivesVerdict verdict = collectives_verdict(reply);
   if (!verdict.behind.empty() ||
       (suspects.empty() && !verdict.lines.empty() && verdict.lines.front().rfind("note:", 0) != 0))
     report.line = verdict.lines.front();
+  // The report begins with its line (hang_text): the roll call below it does not repeat it.
+  report.text = format_roll_call(reply, report.line);
   nlohmann::json suspects_json = nlohmann::json::array();
   for (const auto& s : suspects)
     suspects_json.push_back({{"rank", s.rank}, {"host", s.host}, {"where", s.where}});
@@ -198,6 +286,7 @@ void HangWatch::arm(Clock::duration after) {
 void HangWatch::check() {
   const double quiet = quiet_s();
   if (quiet < timeout_s_) {
+    pause_said_ = false;
     arm(std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(timeout_s_ - quiet)));
     return;
@@ -228,7 +317,14 @@ void HangWatch::sampled(nlohmann::json reply) {
   }
   switch (verdict.kind) {
     case HangVerdict::Kind::progress:
-      hooks_.say("hang watch: not hung: " + verdict.why, Level::debug);
+      if (verdict.paused && !std::exchange(pause_said_, true))
+        hooks_.say(fmt::format("hang watch: paused: {}; the --hang-timeout of {:g} s counts again "
+                               "from when it goes on",
+                               verdict.why, timeout_s_),
+                   Level::info);
+      else
+        hooks_.say("hang watch: not hung: " + verdict.why, Level::debug);
+      if (verdict.paused) progress();
       // A stack that moved is this node's progress too: the next look is a timeout away.
       if (verdict.stack_moved) progress();
       first_.reset();

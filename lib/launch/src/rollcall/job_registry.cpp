@@ -149,12 +149,28 @@ RegistryDir::~RegistryDir() {
   if (fresh_) ::rmdir(path_.c_str());
 }
 
+std::string job_title(const JobEntry& e) {
+  if (!e.lone) return "run " + e.run_id;
+  const auto slash = e.entrypoint.rfind('/');
+  const std::string name =
+      slash == std::string::npos ? e.entrypoint : e.entrypoint.substr(slash + 1);
+  return fmt::format("{} (trainrun pid {})", name.empty() ? "the job" : name, e.pid);
+}
+
 std::string entry_json(const JobEntry& e) {
   // The run id, the host, the command and the paths are bytes from the command line and the
   // system: what is not UTF-8 is written as U+FFFD rather than refused.
-  return nlohmann::json{{"pid", e.pid},         {"run_id", e.run_id},   {"node_rank", e.node_rank},
-                        {"host", e.host},       {"log_dir", e.log_dir}, {"socket", e.socket},
-                        {"command", e.command}, {"cwd", e.cwd},         {"started", e.started}}
+  return nlohmann::json{{"pid", e.pid},
+                        {"run_id", e.run_id},
+                        {"node_rank", e.node_rank},
+                        {"host", e.host},
+                        {"log_dir", e.log_dir},
+                        {"socket", e.socket},
+                        {"command", e.command},
+                        {"cwd", e.cwd},
+                        {"started", e.started},
+                        {"entrypoint", e.entrypoint},
+                        {"lone", e.lone}}
              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
          "\n";
 }
@@ -172,6 +188,8 @@ std::optional<JobEntry> parse_entry(const std::string& text) {
     e.command = j.value("command", "");
     e.cwd = j.value("cwd", "");
     e.started = j.value("started", 0.0);
+    e.entrypoint = j.value("entrypoint", "");
+    e.lone = j.value("lone", false);
     return e;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;

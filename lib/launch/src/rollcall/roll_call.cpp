@@ -179,7 +179,7 @@ CollectivesVerdict collectives_verdict(const nlohmann::json& reply) {
   return judge_collectives(ranks);
 }
 
-std::string format_roll_call(const nlohmann::json& reply) {
+std::string format_roll_call(const nlohmann::json& reply, const std::string& said) {
   const std::vector<stacks::RankStack> ranks = roll_call_ranks(reply);
   std::vector<std::string> lines_after;
   std::set<std::string> notes;
@@ -207,8 +207,10 @@ std::string format_roll_call(const nlohmann::json& reply) {
         nodes.size() == 1 ? "this one's workers are" : "these are", escape_control(not_asked)));
   }
   const auto groups = stacks::group_stacks(ranks);
-  std::string out = fmt::format("stacks of run {}: {} on {}\n",
-                                escape_control(reply.at("run_id").get<std::string>()),
+  // A reply without the job's title (an agent of another version) is named by its run id.
+  const std::string job = reply.contains("job") ? reply.at("job").get<std::string>()
+                                                : "run " + reply.at("run_id").get<std::string>();
+  std::string out = fmt::format("stacks of {}: {} on {}\n", escape_control(job),
                                 count_of(ranks.size(), "rank"), count_of(nodes.size(), "node"));
   out += stacks::format_groups(groups);
   // A rank behind the others in their collectives is the finding; the stacks' odd rank only
@@ -218,9 +220,10 @@ std::string format_roll_call(const nlohmann::json& reply) {
     out += "collectives (flight recorder):\n";
     for (const auto& line : verdict.table) out += "  " + escape_control(line) + "\n";
   }
-  for (const auto& line : verdict.lines) out += escape_control(line) + "\n";
+  for (const auto& line : verdict.lines)
+    if (line != said) out += escape_control(line) + "\n";
   const std::string suspects = stacks::describe_suspects(stacks::odd_ranks(groups, ranks), groups);
-  if (!suspects.empty() && verdict.behind.empty()) out += suspects + "\n";
+  if (!suspects.empty() && verdict.behind.empty() && suspects != said) out += suspects + "\n";
   for (const auto& note : notes) out += "note: " + note + "\n";
   for (const auto& line : lines_after) out += line + "\n";
   return out;
@@ -306,10 +309,11 @@ void RollCall::job_reply(Answer done) {
     std::string error;
   };
   auto parts = std::make_shared<Parts>();
-  auto finish = [done, parts, run_id = registration_.entry().run_id] {
+  auto finish = [done, parts, entry = registration_.entry()] {
     if (!parts->mine || !parts->others_done) return;
     parts->nodes.insert(parts->nodes.begin(), std::move(*parts->mine));
-    done({{"run_id", run_id},
+    done({{"run_id", entry.run_id},
+          {"job", job_title(entry)},
           {"nodes", std::move(parts->nodes)},
           {"missing", std::move(parts->missing)},
           {"not_asked", std::move(parts->error)}});

@@ -133,7 +133,8 @@ void StackCollector::collect(std::vector<Target> targets, Done done) {
     queue_.push_back({std::move(targets), std::move(done)});
   }
   wake_.notify_one();
-  // The tools are this thread's children: the supervisor reaps only its own (__WNOTHREAD).
+  // The tools are reaped by this thread, which starts them: the one reaper (reaper.hpp) leaves a
+  // child its starter waits for to that starter.
   if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
 }
 

@@ -22,14 +22,20 @@ namespace {
 constexpr int kMalformedShown = 10;
 // Freed by closed connections, this much goes back to the system at once.
 constexpr std::size_t kReturnedBytes = 4 * 1024 * 1024;
+// Connections from addresses not admitted: one line per interval (the first always), as the
+// rendezvous says its refusals.
+constexpr auto kRefusalLogInterval = std::chrono::seconds(10);
+constexpr const char* kNotANode = "not a node of this job";
+
+std::string peer_text(const tcp::endpoint& ep) {
+  const auto address = comparable_address(ep.address());
+  return fmt::format(address.is_v6() ? "[{}]:{}" : "{}:{}", address.to_string(), ep.port());
+}
 
 std::string peer_of(const tcp::socket& s) {
   boost::system::error_code ec;
   const auto ep = s.remote_endpoint(ec);
-  if (ec) return "a client";
-  auto address = ep.address();
-  if (address.is_v6() && address.to_v6().is_v4_mapped()) address = address.to_v6().to_v4();
-  return fmt::format("{}:{}", address.to_string(), ep.port());
+  return ec ? "a client" : peer_text(ep);
 }
 
 }  // namespace
@@ -168,7 +174,9 @@ StoreServer::StoreServer(asio::io_context& io, Say say, const StoreLimits& limit
       say_(std::move(say)),
       first_request_(std::move(first_request)),
       limits_(limits),
-      data_(limits) {}
+      data_(limits),
+      refusals_(kRefusalLogInterval),
+      refusal_timer_(io) {}
 
 StoreServer::~StoreServer() { close(); }
 
@@ -188,6 +196,14 @@ void StoreServer::open(int port) {
   listener_->listen(std::move(acceptor));
 }
 
+void StoreServer::admit_only(StoreAdmission admission) {
+  admission_ = std::move(admission);
+  const std::string& why = admission_.open_why();
+  if (why.empty() || why == open_said_) return;
+  open_said_ = why;
+  say_(fmt::format("c10d store: admits connections from every address: {}", why), Level::warning);
+}
+
 void StoreServer::stop_accepting() {
   if (!listener_) return;
   listener_->close();
@@ -196,6 +212,7 @@ void StoreServer::stop_accepting() {
 
 void StoreServer::close() {
   stop_accepting();
+  release_refusals();
   const std::size_t before = data_.budget().used();
   auto connections = std::move(connections_);
   connections_.clear();
@@ -225,6 +242,10 @@ void StoreServer::freed(std::size_t before) {
 }
 
 void StoreServer::admit(tcp::socket socket) {
+  boost::system::error_code ec;
+  const tcp::endpoint peer = socket.remote_endpoint(ec);
+  if (ec) return;  // gone already: nothing to serve, nobody to name
+  if (!admission_.admits(peer.address())) return refuse_stranger(std::move(socket), peer);
   if (connections_.size() >= limits_.max_connections) {
     if (!connections_bound_said_)
       say_(fmt::format("c10d store: refused a connection from {}: it serves at most {} "
@@ -240,6 +261,30 @@ void StoreServer::admit(tcp::socket socket) {
   auto c = std::make_shared<Connection>(*this, id, std::move(socket));
   connections_.emplace(id, c);
   c->start();
+}
+
+void StoreServer::refuse_stranger(tcp::socket socket, const tcp::endpoint& peer) {
+  ++refused_;
+  boost::system::error_code ignored;
+  socket.close(ignored);
+  const bool was_holding = refusals_.holding();
+  if (refusals_.admit(kNotANode, std::chrono::steady_clock::now())) {
+    say_(fmt::format("c10d store: refused a connection from {}: {} ({})", peer_text(peer),
+                     kNotANode, admission_.admitted()),
+         Level::warning);
+    return;
+  }
+  if (was_holding) return;
+  refusal_timer_.expires_at(*refusals_.due());
+  refusal_timer_.async_wait([this](boost::system::error_code e) {
+    if (!e) release_refusals();
+  });
+}
+
+void StoreServer::release_refusals() {
+  refusal_timer_.cancel();
+  if (auto line = refusals_.release(std::chrono::steady_clock::now()))
+    say_("c10d store: " + *line, Level::warning);
 }
 
 void StoreServer::accept_failed(const boost::system::error_code& ec) {

@@ -14,6 +14,7 @@
 #include "python_bootstrap.hpp"
 #include "spawn.hpp"
 #include "trainrun/base/processes.hpp"
+#include "trainrun/base/reaper.hpp"
 #include "trainrun/launch/core/log.hpp"
 #include "trainrun/launch/workers/diagnosis.hpp"
 #include "trainrun/launch/workers/entrypoint.hpp"
@@ -24,17 +25,11 @@ namespace trainrun::launch {
 
 namespace {
 
-// Whether any child of ours is left, ended or not (none is reaped here).
-bool has_children() {
-  siginfo_t info{};
-  return waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT | __WNOTHREAD) == 0;
-}
-
 // Our children that are still running (workers' orphans re-parented to us, as a subreaper), but
 // `kept` (the --preload template, which outlives the attempts).
 std::vector<pid_t> child_processes(pid_t kept) {
   // Scanning /proc costs milliseconds; most jobs end with no child left to find.
-  if (!has_children()) return {};
+  if (!reaper::has_children()) return {};
   std::vector<pid_t> children = live_children(getpid());
   children.erase(std::remove(children.begin(), children.end(), kept), children.end());
   return children;
@@ -61,7 +56,7 @@ Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console&
     : watchdog_(watchdog),
       cgroup_(JobCgroup::create()),
       warm_(preload.empty() ? nullptr
-                            : std::make_unique<WarmStart>(std::move(preload), watchdog,
+                            : std::make_unique<WarmStart>(io, std::move(preload), watchdog,
                                                           [&err](const std::string& line) {
                                                             err.write(launcher_line(line));
                                                           })),
@@ -72,9 +67,29 @@ Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console&
               }),
       finish_timer_(io) {
   if (cgroup_) watchdog_.set_cgroup(cgroup_->path());
+  // The orphans that come back to us, a child subreaper: a worker forked by the template's child
+  // whose end comes before it is adopted, and what workers left behind.
+  reaper::set_orphans([this](pid_t pid, const WaitEvent& event) { child_event(pid, event); });
 }
 
-Supervisor::~Supervisor() { close_channels(); }
+Supervisor::~Supervisor() {
+  reaper::set_orphans(nullptr);
+  close_channels();
+}
+
+void Supervisor::prepare(const std::vector<WorkerLaunch>& launches, std::function<void()> then) {
+  if (!warm_ || launches.empty()) return then();
+  // The template (started again where it died) is ours to reap, as the workers are.
+  warm_->prepare(shared_request(launches), bootstrap_dir(), [this, then = std::move(then)] {
+    if (warm_->pid() > 0) adopt(warm_->pid());
+    then();
+  });
+  if (warm_->pid() > 0) adopt(warm_->pid());
+}
+
+void Supervisor::cancel_prepare() {
+  if (warm_) warm_->cancel();
+}
 
 const std::string& Supervisor::bootstrap_dir() {
   static const std::string none;
@@ -106,13 +121,11 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     // Reaped before we go on: a child killed before its exec is a copy of trainrun, which the
     // sweep after a failed start would otherwise find still dying and name as a leftover.
     for (auto& w : workers_) {
-      while (waitpid(w.pid, nullptr, 0) < 0 && errno == EINTR) {
-      }
+      wait_for_exit(w.pid);
       w.running = false;
     }
     throw error;
   };
-  if (warm_ && !launches.empty()) warm_->prepare(shared_request(launches), bootstrap_dir());
   for (const auto& w : launches) {
     GroupOutput::Streams streams;
     try {
@@ -132,6 +145,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
       lost_template = e;
     }
     if (s.pid > 0) {
+      adopt(s.pid);
       watchdog_.add_group(s.pid);
       workers_.push_back(
           {w.local_rank, w.rank, s.pid, true, false, diagnosis, std::chrono::steady_clock::now()});
@@ -177,32 +191,29 @@ void Supervisor::close_channels() {
     if (w.diagnosis >= 0) ::close(w.diagnosis), w.diagnosis = -1;
 }
 
-void Supervisor::reap() {
-  while (true) {
-    int status = 0;
-    // Only the children of this thread: the workers and the orphans that come back to us (the
-    // kernel hands them to the subreaper's first thread). The stack tools another thread starts
-    // are that thread's to reap, with their exit status.
-    pid_t pid = waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED | __WNOTHREAD);
-    if (pid <= 0) break;
-    // The template is our child too; the worker it forks is known by its pid before the loop
-    // can reap it (start() is one pass on this thread), so no worker's status comes unknown.
-    const WaitEvent event = WaitEvent::from_wait(status);
-    if (warm_ && event.kind == WaitEvent::Kind::ended && warm_->ended(pid, event.end)) continue;
-    for (auto& w : workers_) {
-      if (w.pid != pid || !w.running) continue;
-      if (event.kind == WaitEvent::Kind::stopped) {
-        worker_stopped(w, event.stop_signal);
-        continue;
-      }
-      if (event.kind == WaitEvent::Kind::continued) {
-        w.stop_named = false;
-        continue;
-      }
-      w.running = false;
-      if (on_exit_) on_exit_(w.local_rank, pid, event.end);
+void Supervisor::reap() { reaper::collect(); }
+
+void Supervisor::child_event(pid_t pid, const WaitEvent& event) {
+  // The template is our child too; the worker it forks is known by its pid before the loop
+  // can reap it (start() is one pass on this thread), so no worker's status comes unknown.
+  if (warm_ && event.kind == WaitEvent::Kind::ended && warm_->ended(pid, event.end)) return;
+  for (auto& w : workers_) {
+    if (w.pid != pid || !w.running) continue;
+    if (event.kind == WaitEvent::Kind::stopped) {
+      worker_stopped(w, event.stop_signal);
+      continue;
     }
+    if (event.kind == WaitEvent::Kind::continued) {
+      w.stop_named = false;
+      continue;
+    }
+    w.running = false;
+    if (on_exit_) on_exit_(w.local_rank, pid, event.end);
   }
+}
+
+void Supervisor::adopt(pid_t pid) {
+  reaper::adopt(pid, [this](pid_t child, const WaitEvent& event) { child_event(child, event); });
 }
 
 void Supervisor::worker_stopped(Worker& w, int sig) {

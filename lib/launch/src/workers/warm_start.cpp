@@ -97,106 +97,134 @@ void check_preload(const LaunchConfig& resolved) {
                   given, resolved.entrypoint));
 }
 
-WarmStart::WarmStart(std::vector<std::string> modules, Watchdog& watchdog,
-                     std::function<void(const std::string&)> say)
-    : modules_(std::move(modules)), watchdog_(watchdog), say_(std::move(say)) {}
+WarmStart::WarmStart(boost::asio::io_context& io, std::vector<std::string> modules,
+                     Watchdog& watchdog, std::function<void(const std::string&)> say)
+    : io_(io),
+      modules_(std::move(modules)),
+      watchdog_(watchdog),
+      say_(std::move(say)),
+      timer_(io) {}
 
-WarmStart::~WarmStart() { stop(); }
+WarmStart::~WarmStart() {
+  then_ = nullptr;
+  stop();
+}
 
 void WarmStart::prepare(const SpawnRequest& shared, const std::string& bootstrap_dir,
-                        std::chrono::milliseconds wait) {
-  if (off_ || modules_.empty()) return;
+                        std::function<void()> then, std::chrono::milliseconds wait) {
+  then_ = nullptr;
+  timer_.cancel();
+  if (off_ || modules_.empty()) return then();
   if (bootstrap_dir.empty() && pid_ < 0) {
     off_ = true;
-    return;
+    return then();
   }
-  // An idle template sends nothing: a readable socket is one it closed in ending.
-  if (pid_ > 0 && ready_ && wait_readable(socket_, 0)) {
+  // An idle template sends nothing: a socket with something to read, or its end, is one it
+  // closed in ending. A look, not a wait.
+  char byte;
+  if (pid_ > 0 && ready_ && ::recv(socket_, &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0) {
     say_("--preload: the template interpreter ended; the next workers are forked from another");
     stop();
   }
-  if (pid_ < 0) {
-    int subreaper = 0;
-    // A worker forked by the template's child comes back to us only if we are a subreaper.
-    if (::prctl(PR_GET_CHILD_SUBREAPER, &subreaper) != 0 || subreaper == 0) {
-      off_ = true;
-      say_("--preload: trainrun is not a child subreaper here; workers start the ordinary way");
-      return;
-    }
-    const std::size_t end = python_options_end(shared.argv);
-    if (end >= shared.argv.size() || !shared.env ||
-        (shared.argv[end] == "-m" && end + 1 >= shared.argv.size())) {
-      off_ = true;
-      return;
-    }
-    options_.assign(shared.argv.begin(), shared.argv.begin() + static_cast<std::ptrdiff_t>(end));
-    command_.assign(shared.argv.begin() + static_cast<std::ptrdiff_t>(end),
-                    shared.argv.begin() +
-                        static_cast<std::ptrdiff_t>(end + (shared.argv[end] == "-m" ? 2 : 1)));
-    program_ = shared.program;
-    int fds[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
-      say_(fmt::format("--preload: no socket for the template ({}); workers start the ordinary way",
-                       std::strerror(errno)));
-      return;
-    }
-    // Local rank 0's command line, the bootstrap in its environment: each worker forked shows
-    // it in ps (and /proc/PID/cmdline), as it shows its own script.
-    SpawnRequest request = shared;
-    const nlohmann::json settings = {
-        {"modules", modules_},
-        {"prefix", end},
-        {"marker", std::string(kJobMarkerEntry.substr(0, kJobMarkerEntry.size() - 1))}};
-    request.env = bootstrap_environment(*shared.env, bootstrap_dir, {{"template", settings}});
-    request.in = Stdio::from_fd(fds[1]);
-    request.out = request.err = Stdio::inherit();
-    // It is no worker: outside the job's cgroup (which the end of each attempt empties) and on
-    // every CPU; each worker joins the one and binds itself as its own request says.
-    request.cgroup_fd = -1;
-    request.cpus.clear();
-    Child child = spawn(request);
-    ::close(fds[1]);
-    const int exec_errno = child.pid > 0 ? wait_for_exec(child) : child.error;
-    if (child.pid <= 0 || exec_errno != 0) {
-      ::close(fds[0]);
-      if (child.pid > 0) wait_for_exit(child.pid);
-      say_(
-          fmt::format("--preload: cannot start the template interpreter {} ({}); workers start "
-                      "the ordinary way",
-                      program_, std::strerror(exec_errno)));
-      return;
-    }
-    pid_ = child.pid;
-    socket_ = fds[0];
-    ready_ = false;
-    // Its own session, which the watchdog kills if trainrun is killed (its death signal too).
-    watchdog_.add_group(pid_);
-  }
-  if (ready_) return;
-  if (!wait_readable(socket_, static_cast<int>(wait.count()))) {
+  if (pid_ < 0 && !launch(shared, bootstrap_dir)) return then();
+  if (ready_) return then();
+  then_ = std::move(then);
+  timer_.expires_after(wait);
+  timer_.async_wait([this, wait](boost::system::error_code ec) {
+    if (ec || !then_) return;
     say_(
         fmt::format("--preload: the template is still importing {} after {} s; these workers "
                     "start the ordinary way",
                     joined(modules_), wait.count() / 1000));
-    return;
+    go_on();
+  });
+}
+
+void WarmStart::go_on() {
+  timer_.cancel();
+  if (auto then = std::exchange(then_, nullptr)) then();
+}
+
+bool WarmStart::launch(const SpawnRequest& shared, const std::string& bootstrap_dir) {
+  int subreaper = 0;
+  // A worker forked by the template's child comes back to us only if we are a subreaper.
+  if (::prctl(PR_GET_CHILD_SUBREAPER, &subreaper) != 0 || subreaper == 0) {
+    off_ = true;
+    say_("--preload: trainrun is not a child subreaper here; workers start the ordinary way");
+    return false;
   }
+  const std::size_t end = python_options_end(shared.argv);
+  if (end >= shared.argv.size() || !shared.env ||
+      (shared.argv[end] == "-m" && end + 1 >= shared.argv.size())) {
+    off_ = true;
+    return false;
+  }
+  options_.assign(shared.argv.begin(), shared.argv.begin() + static_cast<std::ptrdiff_t>(end));
+  command_.assign(
+      shared.argv.begin() + static_cast<std::ptrdiff_t>(end),
+      shared.argv.begin() + static_cast<std::ptrdiff_t>(end + (shared.argv[end] == "-m" ? 2 : 1)));
+  program_ = shared.program;
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+    say_(fmt::format("--preload: no socket for the template ({}); workers start the ordinary way",
+                     std::strerror(errno)));
+    return false;
+  }
+  // Local rank 0's command line, the bootstrap in its environment: each worker forked shows
+  // it in ps (and /proc/PID/cmdline), as it shows its own script.
+  SpawnRequest request = shared;
+  const nlohmann::json settings = {
+      {"modules", modules_},
+      {"prefix", end},
+      {"marker", std::string(kJobMarkerEntry.substr(0, kJobMarkerEntry.size() - 1))}};
+  request.env = bootstrap_environment(*shared.env, bootstrap_dir, {{"template", settings}});
+  request.in = Stdio::from_fd(fds[1]);
+  request.out = request.err = Stdio::inherit();
+  // It is no worker: outside the job's cgroup (which the end of each attempt empties) and on
+  // every CPU; each worker joins the one and binds itself as its own request says.
+  request.cgroup_fd = -1;
+  request.cpus.clear();
+  Child child = spawn(request);
+  ::close(fds[1]);
+  // The exec's report comes within moments of the fork (an interpreter found, or not).
+  const int exec_errno = child.pid > 0 ? wait_for_exec(child) : child.error;
+  if (child.pid <= 0 || exec_errno != 0) {
+    ::close(fds[0]);
+    if (child.pid > 0) wait_for_exit(child.pid);
+    say_(
+        fmt::format("--preload: cannot start the template interpreter {} ({}); workers start "
+                    "the ordinary way",
+                    program_, std::strerror(exec_errno)));
+    return false;
+  }
+  pid_ = child.pid;
+  socket_ = fds[0];
+  ready_ = false;
+  // Its own session, which the watchdog kills if trainrun is killed (its death signal too).
+  watchdog_.add_group(pid_);
+  socket_watch_ = std::make_unique<boost::asio::posix::stream_descriptor>(io_, socket_);
+  socket_watch_->async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                            [this, generation = ++generation_](boost::system::error_code ec) {
+                              if (ec || generation != generation_) return;
+                              imported();
+                            });
+  return true;
+}
+
+void WarmStart::imported() {
   char tag = 0;
   std::string text;
   if (read_reply(tag, text) && tag == 'R') {
     ready_ = true;
+    go_on();
     return;
   }
-  const pid_t pid = pid_;
-  ::close(socket_);
-  socket_ = -1;
-  pid_ = -1;
-  watchdog_.remove_group(pid);
-  ::kill(pid, SIGKILL);
-  const auto status = wait_for_exit(pid);
+  const auto status = stop();
   say_(
       fmt::format("--preload: the template interpreter {} before its imports were done; "
                   "workers start the ordinary way",
                   status ? describe_exit(*status) : "ended"));
+  go_on();
 }
 
 std::optional<Child> WarmStart::start(const SpawnRequest& r, int local_rank) {
@@ -276,6 +304,9 @@ bool WarmStart::ended(pid_t pid, const ExitStatus& status) {
       fmt::format("--preload: the template interpreter {}; the next workers are forked from "
                   "another",
                   describe_exit(status)));
+  ++generation_;
+  if (socket_watch_) (void)socket_watch_->release();
+  socket_watch_.reset();
   ::close(socket_);
   socket_ = -1;
   pid_ = -1;
@@ -284,17 +315,22 @@ bool WarmStart::ended(pid_t pid, const ExitStatus& status) {
   return true;
 }
 
-void WarmStart::stop() {
-  if (pid_ <= 0) return;
+std::optional<ExitStatus> WarmStart::stop() {
+  if (pid_ <= 0) return std::nullopt;
+  ++generation_;
+  // The descriptor is ours, closed below: the watch lets go of it first.
+  if (socket_watch_) (void)socket_watch_->release();
+  socket_watch_.reset();
   ::close(socket_);
   socket_ = -1;
   // Its session: the template, and a child of its forking a worker at that moment.
   ::kill(-pid_, SIGKILL);
   ::kill(pid_, SIGKILL);
-  wait_for_exit(pid_);
+  const auto status = wait_for_exit(pid_);
   watchdog_.remove_group(pid_);
   pid_ = -1;
   ready_ = false;
+  return status;
 }
 
 }  // namespace trainrun::launch

@@ -122,7 +122,7 @@ bool read_string(int fd, std::string& out) {
   if (!cgroup.empty()) kill_and_remove_cgroup(cgroup);
   if (!marker.empty()) kill_marked(marker);
   // What the launcher removes at its end when no file was written there (a tree of empty
-  // directories under /dev/shm, most often): a killed launcher must not leave it behind either.
+  // directories under $TMPDIR, most often): a killed launcher must not leave it behind either.
   if (!log_tree.empty()) remove_empty_tree(log_tree);
   _exit(0);
 }

@@ -84,8 +84,10 @@ void EtcdMembership::take_summary(const std::string& value, std::int64_t revisio
   seen_revision_ = revision;
   known_ = *m;
   hooks_.deadline(m->deadline);
+  // Only a waiter's count holds its own join: one not yet taken would say "0 of 2 joined" of a
+  // node that has joined.
   const auto& stored = view_.stored;
-  if (joined_ && !assigned_ && (!stored || !join_taken(*stored) || stored->waiter(node_id_)))
+  if (joined_ && !assigned_ && stored && join_taken(*stored) && stored->waiter(node_id_))
     report_waiting(m->waiting);
 }
 
@@ -103,11 +105,14 @@ bool EtcdMembership::take_round(const EtcdRoundSummary& m) {
   if (at == m.members.end()) return false;
   if (m.started) {
     // The summary holds each member's ranks, not the offers of the peers this node's preflight
-    // checks: such a node takes its assignment from the state, read once per round.
+    // checks, nor the nodes' addresses that group rank 0's store admits: such a node takes its
+    // assignment from the state, read once per round.
     if (m.assignments.empty() || preflight_) return false;
+    const Assignment& a = m.assignments[at - m.members.begin()];
+    if (a.group_rank == 0) return false;
     assigned_ = m.round;
     answering_.reset();
-    if (events_.on_assignment) events_.on_assignment(m.assignments[at - m.members.begin()]);
+    if (events_.on_assignment) events_.on_assignment(a);
     return true;
   }
   // Another round this node answered never started: the state says why.
@@ -153,10 +158,13 @@ void EtcdMembership::assign(const EtcdRoundState& s) {
 void EtcdMembership::report_waiting(std::size_t waiting) {
   const auto now = Clock::now();
   const int joined = static_cast<int>(waiting);
+  const auto& r = options_;
+  // A fixed-size round that every node has joined forms at once: nothing to wait for (as the
+  // built-in rendezvous' node that completes it).
+  if (r.min_nodes == r.max_nodes && joined >= r.max_nodes) return;
   if (joined == last_waiting_count_ && now - last_waiting_log_ < options_.status_interval) return;
   last_waiting_count_ = joined;
   last_waiting_log_ = now;
-  const auto& r = options_;
   hooks_.log(fmt::format(
       "waiting for nodes in etcd at {}: {}", endpoint_,
       r.min_nodes == r.max_nodes

@@ -128,8 +128,9 @@ pid_t run_in_child(Body& body) {
   return run_in_child([](void* b) { return (*static_cast<Body*>(b))(); }, &body);
 }
 
-// Waits for the child `pid` to end and reaps it. nullopt when it is not ours to wait for (gone,
-// reaped by someone else).
+// Waits for the child `pid` to end and reaps it (through the one reaper, reaper.hpp: from now on
+// it is this caller's, even where a handler had adopted it). nullopt when it is not ours to wait
+// for (gone, reaped by someone else).
 std::optional<ExitStatus> wait_for_exit(pid_t pid);
 
 // A pipe, both ends close-on-exec and numbered above 2 (a process started with a standard stream

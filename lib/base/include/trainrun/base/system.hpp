@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace trainrun {
 
@@ -18,6 +19,10 @@ std::string fully_qualified_host_name();
 // Whether `host` resolves and its first address is one of this machine's (a socket can be bound
 // to it): where a process on this machine that listens on every address can be reached.
 bool names_this_machine(const std::string& host);
+
+// The IP addresses of this machine's interfaces, in this network namespace (getifaddrs), as
+// text (a link-local IPv6 address without its scope). Empty where they cannot be read.
+std::vector<std::string> this_machine_addresses();
 
 // `n` random lower-case hexadecimal digits from the kernel's random source (getrandom): fit
 // for nonces. Throws std::runtime_error if the kernel gives none.

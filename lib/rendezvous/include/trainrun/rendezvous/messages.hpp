@@ -47,6 +47,9 @@ struct NodeDescriptor {
   int last_rank = -1;
   bool at_endpoint = false;
   std::optional<PreflightOffer> preflight = {};  // none: this node runs no preflight
+  // The address the built-in server saw this node's connection come from (IPv4-mapped addresses
+  // as IPv4); the server fills it in: not on the wire, nor in etcd's state.
+  std::string seen_addr = {};
 };
 
 // The longest failure summary a node sends (docs/protocol.md): a longer one is cut to this size
@@ -247,6 +250,9 @@ struct Assignment {
   // Group rank 0: how many other nodes check MASTER_PORT (offers with master_check, when its own
   // has one); it keeps the port open for them until each has. 0 on the other nodes.
   int master_port_checks = 0;
+  // Group rank 0, which serves the job's store: every address the round's nodes are known by
+  // (node_addresses); empty on the other nodes.
+  std::vector<std::string> node_addresses = {};
 };
 struct Restart {
   RestartCause cause = RestartCause::worker_failed;

@@ -27,6 +27,7 @@ struct Group {
   std::vector<int> ranks;          // ascending
   std::vector<std::string> hosts;  // each once, in the order of first rank
   std::vector<Frame> frames;       // the signature
+  Frame top;                       // its first rank's first frame, with its line
 };
 
 // Ranks with identical signatures together; the smallest group first, ties by lowest rank.

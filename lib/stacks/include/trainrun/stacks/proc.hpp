@@ -26,6 +26,15 @@ std::optional<ProcessState> read_process_state(pid_t pid);
 // Whether the process runs a Python interpreter: its executable is python* or it maps libpython.
 bool is_python_process(pid_t pid);
 
+// The CPU time (user and system, every thread) the process has used, in seconds; nothing when
+// it is gone.
+std::optional<double> process_cpu_seconds(pid_t pid);
+
+// The terminal the process's main thread waits to read, as its descriptor names it
+// ("/dev/pts/3"): blocked in read(), select() or poll() on a terminal's descriptor (pdb's prompt,
+// input()). Empty when it waits for anything else, runs, or cannot be read (another user's).
+std::string terminal_input(pid_t pid);
+
 // The name of system call `number` on this machine ("read"), or "syscall N" when unknown.
 std::string syscall_name(long number);
 

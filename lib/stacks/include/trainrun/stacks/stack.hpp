@@ -38,6 +38,12 @@ struct Stack {
   // process left stopped and continued.
   std::vector<std::string> notes;
   std::string raw;  // the tool's own output (capped), for the per-rank dump files
+  // What /proc said of the process before any tool attached: its CPU time (user and system,
+  // seconds; negative when unread), when it was read (CLOCK_MONOTONIC seconds, this host's),
+  // and the terminal its main thread waited to read ("/dev/pts/3"; empty: none).
+  double cpu_s = -1;
+  double read_at = 0;
+  std::string terminal;
 
   // The main thread (tid == pid), else the first; nullptr when there is no thread at all.
   const Thread* main_thread() const;

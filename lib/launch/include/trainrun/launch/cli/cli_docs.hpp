@@ -12,8 +12,9 @@ namespace trainrun::launch {
 
 // `trainrun --help` (`all`: --help-all) laid out for `width` columns: the options by group, each
 // once by its dashed name. --help gives each option's summary in one line and names the rest at
-// the end of their group; --help-all gives every option with its full description and default.
-std::string help_text(bool all, int width);
+// the end of their group; --help-all gives every option with its full description and default,
+// then `manual`: where the installed manual is (manual_line), when there is one.
+std::string help_text(bool all, int width, const std::optional<std::string>& manual = {});
 
 // The width --help is laid out for: $COLUMNS when it is a number, else the terminal's width (of
 // stdout, when it is one), else 80; kept within 40..100 (longer lines read badly), and never

@@ -18,13 +18,11 @@ std::string run_dir_name(const std::string& run_id);
 // The log directory tree, as torchrun lays it out:
 //   <base>/<run_dir_name(run id)>_<suffix>/attempt_<k>/<local
 //   rank>/{stdout.log,stderr.log,error.json}
-// `base` is --log-dir, or a fresh directory under $TMPDIR (default /tmp) when none was given;
-// when only error files will be written there (no --redirects/--tee/filter) and TMPDIR is unset,
-// under /dev/shm.
+// `base` is --log-dir, or a fresh directory under $TMPDIR (default /tmp) when none was given.
 class LogDir {
  public:
   // Throws SetupError naming the directory when it cannot be created.
-  static LogDir create(const std::string& base, const std::string& run_id, bool small_files_only);
+  static LogDir create(const std::string& base, const std::string& run_id);
 
   std::string run_dir() const { return run_dir_; }
   std::string rank_dir(int attempt, int local_rank) const;

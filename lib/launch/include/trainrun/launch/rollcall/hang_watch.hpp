@@ -36,15 +36,36 @@ struct HangVerdict {
   double recheck_s = 0;      // progress: when this node looks again, from now
   std::string why;           // progress: what moved, for a debug line
   bool stack_moved = false;  // progress seen in a stack, not in a node's quiet time
+  bool paused = false;       // progress: a rank waits for a person (`why` says who and where)
 };
+
+// The least share of one CPU each rank must have used between the two roll calls for a quiet
+// job to be computing rather than hung (where no collective waits).
+inline constexpr double kComputingCpuShare = 0.25;
+
+// The ranks of a reply that wait for a person: a main thread blocked reading a terminal, or in
+// pdb. "rank 0 waits for input at /dev/pts/3 (in pdb)"; empty when none does. Pure.
+std::string waiting_for_input(const nlohmann::json& reply);
+
+// Whether any rank's flight recorder shows a collective (or a point-to-point operation) started
+// and not completed. Pure.
+bool collective_waiting(const nlohmann::json& reply);
+
+// Where no collective waits and every rank used at least kComputingCpuShare of a CPU from the
+// first reply to the second (each rank's CPU time and its time of reading, by rank): "ranks 0-1
+// used 98-100% of a CPU"; empty otherwise, and where a rank's CPU time is unknown. Pure.
+std::string computing(const nlohmann::json& first, const nlohmann::json& second);
 
 // After the first roll call: `quiet` when every node that says has been quiet for `timeout_s`
 // (the second roll call follows), else progress, looked at again when the least quiet node
-// reaches the timeout. A reply without every node (one not asked: too many roll calls at once;
-// one that did not answer) is progress, looked at again kHangConfirmGap later. Pure.
+// reaches the timeout; paused progress, looked at again a timeout later, while a rank waits for
+// input (waiting_for_input). A reply without every node (one not asked: too many roll calls at
+// once; one that did not answer) is progress, looked at again kHangConfirmGap later. Pure.
 HangVerdict judge_first(const nlohmann::json& reply, double timeout_s);
-// After the second, kHangConfirmGap later: hung when every node is still quiet and no rank's
-// stack moved; a reply without ranks (the workers ended) is not a hang. Pure.
+// After the second, kHangConfirmGap later: hung when every node is still quiet, no rank waits for
+// input, no rank's stack moved, and the job is not computing (a collective waits, or a rank used
+// less CPU than kComputingCpuShare); a reply without ranks (the workers ended) is not a hang.
+// Pure.
 HangVerdict judge_second(const nlohmann::json& first, const nlohmann::json& second,
                          double timeout_s);
 
@@ -109,6 +130,7 @@ class HangWatch {
   std::optional<nlohmann::json> first_;
   unsigned generation_ = 0;  // a roll call's reply from before stop() is dropped
   bool confirmed_ = false;
+  bool pause_said_ = false;  // said once a pause, until progress
 };
 
 }  // namespace trainrun::launch

@@ -65,7 +65,15 @@ struct JobEntry {
   std::string command;
   std::string cwd;
   double started = 0;
+  // The entrypoint, and whether the job has no rendezvous (one node, its run id "none" or made
+  // up: a name that tells the user nothing).
+  std::string entrypoint;
+  bool lone = false;
 };
+
+// How reports name the job: "run ID", or a lone job by its entrypoint and its agent,
+// "train.py (trainrun pid 4242)". Pure.
+std::string job_title(const JobEntry& entry);
 
 std::string entry_json(const JobEntry& entry);
 // Nothing for a file of another shape (a half-written or foreign file).

@@ -64,8 +64,9 @@ std::chrono::milliseconds stack_tool_timeout(const char* value);
 // "missing": [{"host", "reason"}], "not_asked"}: the groups, smallest first, the odd rank(s)
 // named, the notes of the tools, where the dumps are, the nodes that did not answer, and why the
 // others were not asked (`not_asked`, empty when they were). Pure; throws nlohmann::json::exception
-// for a reply of another shape.
-std::string format_roll_call(const nlohmann::json& reply);
+// for a reply of another shape. A finding equal to `said` (the line a hang report begins with)
+// is not said again.
+std::string format_roll_call(const nlohmann::json& reply, const std::string& said = {});
 
 // The ranks' flight recorders of such a reply compared (judge_collectives): those with
 // "collectives" in it (Python workers of torch 2.x). Empty when no rank has them. Pure; throws

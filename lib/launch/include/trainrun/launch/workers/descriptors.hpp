@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "trainrun/rendezvous/options.hpp"
 
@@ -26,5 +27,14 @@ inline constexpr std::size_t kDescriptorsPerWorker = 8;
 // descriptor limit leaves once those are reserved, a quarter of it at most for connections
 // still in their handshake (and at most the defaults).
 rendezvous::ServerLimits server_limits_for(std::size_t workers);
+
+// Where the job's c10d store, served by this agent, cannot hold a connection from each of `ranks`
+// ranks beside what the agent keeps for itself and its `local_workers` (the limits `soft` and
+// `hard`, RLIMIT_NOFILE, after raise_descriptor_limit): the line that says so, with the
+// `ulimit -n` that would. nullopt where they fit. Pure.
+std::optional<std::string> store_descriptor_shortfall(std::size_t ranks, std::size_t local_workers,
+                                                      std::uint64_t soft, std::uint64_t hard);
+// The same for this process's limits now.
+std::optional<std::string> store_descriptor_shortfall(std::size_t ranks, std::size_t local_workers);
 
 }  // namespace trainrun::launch

@@ -62,11 +62,17 @@ class Supervisor {
              std::vector<std::string> preload = {});
   ~Supervisor();
 
+  // Readies what starting `workers` needs (the --preload template's imports) and runs `then`:
+  // at once when nothing is to wait for, else later on the loop, which goes on meanwhile.
+  void prepare(const std::vector<WorkerLaunch>& workers, std::function<void()> then);
+  // A prepare's `then` not yet run is dropped: the group is not to start.
+  void cancel_prepare();
   // Starts every worker. On failure, kills those already started and throws SpawnError.
   void start(const std::vector<WorkerLaunch>& workers, ExitHandler on_exit);
-  // Collects every child of the calling thread that has ended (workers and orphans that came
-  // back to us); children of other threads (the stack tools) are left to them. Call it from the
-  // thread that started the workers. A worker that stops (SIGSTOP, or job control on a terminal
+  // SIGCHLD: collects every child that has an event through the one reaper (reaper.hpp): the
+  // workers and the template, adopted as they start, and the orphans that come back to us;
+  // children their starters wait for (the stack tools) are left to them. Call it from the loop's
+  // thread, which starts the workers. A worker that stops (SIGSTOP, or job control on a terminal
   // it made its own) is named on the console once per stop: nothing else would say why it waits.
   void reap();
   // Called whenever a worker's output arrives (streams that pass through trainrun).
@@ -113,6 +119,10 @@ class Supervisor {
   };
   void close_channels();
   void worker_stopped(Worker& worker, int sig);
+  // One event of a child of ours (reaper.hpp): a worker's end, stop or continuation, the
+  // template's end, or an orphan's (nothing to do).
+  void child_event(pid_t pid, const WaitEvent& event);
+  void adopt(pid_t pid);
   bool leftovers(bool signal, int sig);
   void finish_step();
   void name_leftovers();

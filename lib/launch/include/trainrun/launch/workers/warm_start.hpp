@@ -2,8 +2,12 @@
 
 #include <sys/types.h>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,11 +33,13 @@ void check_preload(const LaunchConfig& resolved);
 // returns from the bootstrap. The worker is forked by a child of the template that exits
 // at once, so it is re-parented to this process (a child subreaper) and reaped as any worker.
 // The template forks only while it has one thread and no CUDA context; otherwise (said once),
-// and whenever it is not ready, workers are spawned the ordinary way.
+// and whenever it is not ready, workers are spawned the ordinary way. Nothing here waits for
+// the template's imports: its readiness is an event on the loop, which goes on meanwhile (the
+// job's store, the rendezvous).
 class WarmStart {
  public:
   // `say`: one of trainrun's own lines.
-  WarmStart(std::vector<std::string> modules, Watchdog& watchdog,
+  WarmStart(boost::asio::io_context& io, std::vector<std::string> modules, Watchdog& watchdog,
             std::function<void(const std::string&)> say);
   ~WarmStart();
   WarmStart(const WarmStart&) = delete;
@@ -41,11 +47,18 @@ class WarmStart {
 
   // Before a group starts: `shared` is a worker's request with the environment every worker of
   // the group shares (shared_environment) and the job's marker. Starts the template when there is
-  // none (again after it died) and waits up to `wait` for its imports; a template that takes
-  // longer is waited for by the next group. `bootstrap_dir`: the Python bootstrap's directory;
-  // "" where there is none (said by the caller): workers start the ordinary way.
+  // none (again after it died); `then` runs once it is ready, or has failed, or `wait` has
+  // passed (its workers then start the ordinary way, and the next group finds it ready) — at
+  // once where there is nothing to wait for, else later on the loop. `bootstrap_dir`: the Python
+  // bootstrap's directory; "" where there is none (said by the caller): workers start the
+  // ordinary way.
   void prepare(const SpawnRequest& shared, const std::string& bootstrap_dir,
+               std::function<void()> then,
                std::chrono::milliseconds wait = std::chrono::seconds(10));
+  // The pending `then` of prepare is dropped: never run. The template goes on importing.
+  void cancel() { then_ = nullptr; }
+  // Whether a prepare's `then` is still to run.
+  bool preparing() const { return static_cast<bool>(then_); }
   // `request` forked from the template; nullopt: spawn it the ordinary way. A child with pid -1
   // when the fork failed (its errno in `error`). Throws SpawnError when the template ended while
   // forking (a worker may have been started: the group must not be started again beside it).
@@ -58,8 +71,16 @@ class WarmStart {
 
  private:
   bool read_reply(char& tag, std::string& text);
-  void stop();
+  // Starts the template interpreter; false (said) where it cannot.
+  bool launch(const SpawnRequest& shared, const std::string& bootstrap_dir);
+  // Its socket became readable: its imports are done, or it ended.
+  void imported();
+  // The pending `then`, run once.
+  void go_on();
+  // Kills the template and reaps it: its status, nothing where none ran.
+  std::optional<ExitStatus> stop();
 
+  boost::asio::io_context& io_;
   std::vector<std::string> modules_;
   Watchdog& watchdog_;
   std::function<void(const std::string&)> say_;
@@ -71,6 +92,11 @@ class WarmStart {
   // What Python's main runs in each worker forked: the template's own script, or -m and module.
   std::vector<std::string> command_;
   std::string program_;
+  boost::asio::steady_timer timer_;  // the wait for the imports
+  // The template's socket, watched on the loop while it imports (the descriptor stays ours).
+  std::unique_ptr<boost::asio::posix::stream_descriptor> socket_watch_;
+  std::function<void()> then_;
+  unsigned generation_ = 0;  // a watch of an earlier template is dropped
 };
 
 }  // namespace trainrun::launch
