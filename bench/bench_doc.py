@@ -16,10 +16,32 @@ HEADER = ("# Benchmarks\n\nEach section is written by the program named in it; r
           "`shared/peer/torchrun113.py`) measured side by side in that run.\n")
 
 
-def machine():
-    cpus = os.cpu_count()
+def machine_record():
+    """The machine as JSON wants it: CPU model, CPUs, memory, kernel."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{platform.machine()}, {cpus} CPUs, {mem:.0f} GiB, Linux {platform.release()}"
+    return {"cpu_model": model, "arch": platform.machine(), "cpus": os.cpu_count(),
+            "memory_gib": round(mem, 2), "kernel": platform.release()}
+
+
+def machine():
+    m = machine_record()
+    return f"{m['arch']}, {m['cpus']} CPUs, {m['memory_gib']:.0f} GiB, Linux {m['kernel']}"
+
+
+def git_commit():
+    """The checkout's commit, with "-dirty" where files differ from it; "" outside git."""
+    def git(*args):
+        return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True).stdout
+    commit = git("rev-parse", "HEAD").strip()
+    return commit + ("-dirty" if commit and git("status", "--porcelain", "--untracked-files=no")
+                     else "")
 
 
 def run_measured(cmd, env=None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=None):
@@ -92,8 +114,9 @@ def add_json_option(parser):
                         help="also write the results as JSON to PATH (read by bench/plot.py)")
 
 
-def write_json(path, name, results, **settings):
-    """Writes one benchmark's results with the command, settings and machine they came from."""
+def write_json(path, name, results, fields=None, **settings):
+    """Writes one benchmark's results with the command, settings and machine they came from;
+    `fields`: entries of the record's top level beside those, or in their place."""
     if not path:
         return
     record = {"benchmark": name,
@@ -101,6 +124,7 @@ def write_json(path, name, results, **settings):
               "machine": machine(), "load_average_at_end": list(os.getloadavg()),
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "settings": settings, "results": results}
+    record.update(fields or {})
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(record, f, indent=1)

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "loopback_source.hpp"
 #include "rendezvous/round_counts.hpp"
 #include "trainrun/launch/preflight/preflight_probe.hpp"
 #include "trainrun/rendezvous/client.hpp"
@@ -55,15 +56,6 @@ struct Result {
   bool ok = false;
 };
 
-// The loopback address simulated agent `i` connects to: one of its own in 127.0.0.0/8 (the host
-// listens on every address, as an agent does). Agents on distinct hosts reach the host from
-// distinct addresses; thousands of connections between one pair of addresses instead make the
-// kernel search for a free ephemeral port on each connect (__inet_hash_connect), which cost the
-// simulating process more CPU than the whole server used (perf at 16,384).
-std::string agent_address(int i) {
-  return fmt::format("127.{}.{}.{}", 1 + i / 62500, (i / 250) % 250 + 1, i % 250 + 1);
-}
-
 double since(SteadyClock::time_point t) {
   return std::chrono::duration<double>(SteadyClock::now() - t).count();
 }
@@ -79,7 +71,7 @@ void run_clients(int n, bool token, bool preflight, int port, int checks_go, int
   auto start = SteadyClock::now();
   for (int i = 0; i < n; ++i) {
     ClientOptions co;
-    co.endpoint = HostPort{agent_address(i), port};
+    co.endpoint = HostPort{trainrun::bench::loopback_source(i), port};
     co.credentials.run_id = "bench";
     if (token) co.credentials.token = "bench-token";
     co.deadline = std::chrono::seconds(120);
@@ -141,8 +133,9 @@ void run_checks(int n, int preflight_port, int go, int done, int out) {
   std::vector<std::unique_ptr<asio::ip::tcp::socket>> sockets;
   std::vector<std::unique_ptr<std::array<char, 256>>> buffers;
   for (int i = 1; i < n; ++i) {
-    const asio::ip::tcp::endpoint rank0(asio::ip::make_address_v4(agent_address(i)),
-                                        static_cast<unsigned short>(preflight_port));
+    const asio::ip::tcp::endpoint rank0(
+        asio::ip::make_address_v4(trainrun::bench::loopback_source(i)),
+        static_cast<unsigned short>(preflight_port));
     sockets.push_back(std::make_unique<asio::ip::tcp::socket>(io));
     buffers.push_back(std::make_unique<std::array<char, 256>>());
     auto& sock = *sockets.back();

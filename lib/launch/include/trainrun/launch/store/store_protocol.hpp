@@ -56,7 +56,9 @@ struct StoreLimits {
   std::size_t max_held_bytes = 1024 * 1024 * 1024;
   // A connection with this much unsent is not served, nor read, until its client reads.
   std::size_t max_unsent_bytes = 16 * 1024 * 1024;
-  std::size_t max_connections = 8192;
+  // Every rank of a job of 100,000 ranks on a connection of its own, as torch's client makes
+  // them (bench/store_scale.py measures that many).
+  std::size_t max_connections = 128 * 1024;
 };
 
 // What a bad request breaks: a bound (said once per bound) or the protocol itself.
