@@ -86,6 +86,9 @@ struct WorkerExit {
   std::string problem;     // why the error file could not be read, if it could not
   std::string stdout_log;  // its log files, empty for a stream not sent to one
   std::string stderr_log;
+  // What went wrong after its script was over (script_end.hpp), `status` then the script's own;
+  // empty: nothing.
+  std::string teardown;
 };
 
 }  // namespace trainrun::launch

@@ -4,6 +4,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "template_bootstrap.hpp"
 #include "trainrun/launch/core/file_io.hpp"
 #include "trainrun/launch/workers/entrypoint.hpp"
@@ -37,6 +39,20 @@ SpawnRequest with_diagnosis_bootstrap(SpawnRequest request, int worker_fd) {
                        std::to_string(diagnosis_bootstrap().size())});
   request.kept_fd = worker_fd;
   return request;
+}
+
+std::optional<ScriptReturn> parse_script_return(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;
+  const auto how = j.find("returned");
+  const auto code = j.find("code");
+  if (how == j.end() || !how->is_string() || code == j.end() || !code->is_number_integer())
+    return std::nullopt;
+  const std::string name = how->get<std::string>();
+  const long long value = code->get<long long>();
+  if ((name != "returned" && name != "exit" && name != "exception") || value < 0 || value > 255)
+    return std::nullopt;
+  return ScriptReturn{name, static_cast<int>(value)};
 }
 
 bool send_diagnosis_bootstrap(int agent_fd) {

@@ -83,7 +83,11 @@ def _flush():
 )py";
 
 // The diagnosis channel's server: a thread of the worker's own.
-const char* const kDiagnosis = R"py(def _serve_diagnosis(fd):
+const char* const kDiagnosis = R"py(def _returned(how, code):
+    pass  # a worker without a diagnosis channel has no one to tell
+
+
+def _serve_diagnosis(fd):
     # trainrun's diagnosis channel (workers/diagnosis.hpp): a thread that answers each request
     # from the agent on `fd` with this process's Python traceback of every thread and, once
     # torch.distributed is loaded, its flight recorder's entries: what a hang report needs,
@@ -175,6 +179,13 @@ const char* const kDiagnosis = R"py(def _serve_diagnosis(fd):
         except Exception:
             return []
 
+    writing = _thread.allocate_lock()
+
+    def send(data):
+        with writing:
+            while data:
+                data = data[os.write(fd, data):]
+
     def answer(ident):
         reply = {}
         for key, what in (("threads", tracebacks), ("flight_recorder", recorder)):
@@ -182,9 +193,18 @@ const char* const kDiagnosis = R"py(def _serve_diagnosis(fd):
                 reply[key] = what()
             except Exception as e:
                 reply[key + "_error"] = "{}: {}".format(type(e).__name__, e)
-        data = ident + b" " + json.dumps(reply, default=str).encode() + b"\n"
-        while data:
-            data = data[os.write(fd, data):]
+        send(ident + b" " + json.dumps(reply, default=str).encode() + b"\n")
+
+    def returned(how, code):
+        # The script is over (how: "returned", "exit" or "exception"; code: the exit status it
+        # asks for): a notice, id 0, which the agent times the interpreter's exit from.
+        try:
+            send(b"0 " + json.dumps({"returned": how, "code": code}).encode() + b"\n")
+        except OSError:
+            pass
+
+    global _returned
+    _returned = returned
 
     def _trainrun_diagnosis():
         pending = b""
@@ -511,7 +531,10 @@ const char* const kRun = R"py(def _run(start):
 _start = _prepare()
 try:
     _run(_start)
-except SystemExit:
+except SystemExit as _exit:
+    # Python's own rule: None is 0, an integer is itself, anything else is printed and is 1.
+    _code = _exit.code
+    _returned("exit", (0 if _code is None else _code if isinstance(_code, int) else 1) & 0xFF)
     raise
 except BaseException as _error:
     # Python's main shows no frame of its own in a traceback: neither does the template.
@@ -521,11 +544,15 @@ except BaseException as _error:
     _error.__traceback__ = _tb
     del _tb, _start
     if isinstance(_error, KeyboardInterrupt):
+        _returned("exception", 128 + 2)
         raise  # Python's main ends the process by SIGINT
     # What Python's main does with an uncaught exception: the hook prints it, the exit code is 1.
     sys.last_type, sys.last_value, sys.last_traceback = type(_error), _error, _error.__traceback__
     sys.excepthook(type(_error), _error, _error.__traceback__)
+    _returned("exception", 1)
     sys.exit(1)
+else:
+    _returned("returned", 0)
 )py";
 
 }  // namespace
