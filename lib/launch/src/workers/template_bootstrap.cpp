@@ -11,8 +11,9 @@ namespace trainrun::launch {
 // MODULE or the script, and its arguments). Standard input: the Unix socket to the agent.
 //
 // Replies to the agent: a tag, a little-endian 32-bit length and that many bytes. R: ready (the
-// imports are done, or one failed: every worker then raises its error). P: a worker's pid. U: the
-// template cannot fork safely, the line to say. F: the fork failed, its errno.
+// imports are done, or one failed: every worker then raises its error), with a line to say when
+// it is not empty (a module started a thread: the workers import it and the rest themselves). P: a
+// worker's pid. U: the template cannot fork safely, the line to say. F: the fork failed, its errno.
 // A request: a little-endian 32-bit length (sent with the descriptors), then six lists, each a
 // count and its items (a length and the bytes): argv, environment, working directory (none or
 // one), settings (session 2 / group 1 / neither 0, death signal, descriptor limit or -1, each
@@ -229,6 +230,46 @@ def _serve_diagnosis(fd):
 const char* const kTemplate = R"py(_BOOTSTRAP = "<trainrun --preload>"
 
 
+def _spare(libc):
+    # Before an import that may start a thread: a fork of the template as it is, which waits. If
+    # the import starts one, the template hands it the agent's socket and a line to say (the
+    # fork gets (0, line)) and waits for it, keeping the pid the agent knows; else it is
+    # dismissed. Returns (its pid, the end to write to) in the template.
+    readable, writable = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(readable)
+        return pid, writable
+    os.close(writable)
+    libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL: it goes with the template
+    line = b""
+    while True:
+        chunk = os.read(readable, 65536)
+        if not chunk:
+            break
+        line += chunk
+    if not line:
+        os._exit(0)
+    os.close(readable)
+    return 0, line.decode()
+
+
+def _new_thread():
+    # The thread an import started: its name and target, or its name as the kernel has it.
+    threading = sys.modules.get("threading")
+    for thread in threading.enumerate() if threading else []:
+        if thread is not threading.main_thread():
+            target = getattr(thread, "_target", None)
+            return "thread {!r} (target {})".format(thread.name, "{}.{}".format(
+                getattr(target, "__module__", "?"), getattr(target, "__qualname__", "?"))
+                if target else "none")
+    for task in os.listdir("/proc/self/task"):
+        if int(task) != os.getpid():
+            with open("/proc/self/task/{}/comm".format(task)) as comm:
+                return "thread {!r} (native)".format(comm.read().strip())
+    return "a thread"
+
+
 def _prepare():
     # trainrun's --preload template (workers/warm_start.cpp): imports the modules once, then forks
     # a worker for each request on its standard input, a Unix socket to the agent. Only a forked
@@ -293,19 +334,44 @@ def _prepare():
             return "initialised the CUDA driver ({}) in the template".format(os.path.basename(path))
         return None
 
+    def load(name):
+        # An import that fails is every worker's error to raise.
+        try:
+            __import__(name)
+        except BaseException as e:
+            if hasattr(e, "add_note"):
+                e.add_note("(imported by trainrun --preload={})".format(",".join(modules)))
+            return e
+        return None
+
     # Imported as local rank 0's script would import them.
     kind, target, sys.argv = _command([sys.executable] * prefix + sys.argv[4:], prefix)
     _set_path0(kind, target)
     failed = culprit = None
-    for name in modules:
-        try:
-            __import__(name)
-        except BaseException as e:
-            failed = e
-            if hasattr(e, "add_note"):
-                e.add_note("(imported by trainrun --preload={})".format(",".join(modules)))
+    said, rest = "", []
+    for index, name in enumerate(modules):
+        spare = _spare(libc) if index and culprit is None else None
+        if spare and spare[0] == 0:
+            # The template as it was before `name`, which started a thread in the one before.
+            said, rest = spare[1], modules[index:]
             break
-        if culprit is None and unsafe():
+        failed = load(name)
+        problem = None if failed or culprit else unsafe()
+        if spare and problem:
+            what = "started " + _new_thread() if problem.startswith("started a thread") else problem
+            os.write(spare[1], "--preload: {} {}; workers are forked from the template as it was "
+                     "before it ({}) and import {} themselves".format(
+                         name, what, ",".join(modules[:index]), ",".join(modules[index:])).encode())
+            os.close(spare[1])
+            control.close()
+            os.waitpid(spare[0], 0)
+            os._exit(0)
+        if spare:
+            os.close(spare[1])
+            os.waitpid(spare[0], 0)
+        if failed:
+            break
+        if problem:
             culprit = name
 
     def send(tag, text=""):
@@ -344,7 +410,7 @@ def _prepare():
         return fields, list(fds)
 
     _flush()
-    send(b"R")
+    send(b"R", said)
     while True:
         fields, fds = request()
         problem = unsafe()
@@ -475,6 +541,8 @@ def _prepare():
     os.close(report)
     if channel is not None:
         _serve_diagnosis(channel)
+    for name in rest:
+        failed = failed or load(name)
     return failed, _command(decoded, prefix)
 
 

@@ -186,6 +186,7 @@ void WarmStart::prepare(const SpawnRequest& shared, std::chrono::milliseconds wa
   std::string text;
   if (read_reply(tag, text) && tag == 'R') {
     ready_ = true;
+    if (!text.empty()) say_(text);
     return;
   }
   const pid_t pid = pid_;

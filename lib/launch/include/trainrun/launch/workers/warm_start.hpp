@@ -25,8 +25,10 @@ void check_preload(const LaunchConfig& resolved);
 // directory, streams, session, cgroup, CPUs, descriptor limit, death signal, signals) and runs the
 // script as `python script.py` would. The worker is forked by a child of the template that exits
 // at once, so it is re-parented to this process (a child subreaper) and reaped as any worker.
-// The template forks only while it has one thread and no CUDA context; otherwise (said once),
-// and whenever it is not ready, workers are spawned the ordinary way.
+// The template forks only while it has one thread and no CUDA context. A module after the first
+// that breaks this is named once, and the workers are forked from the template as it was before
+// it (a fork of itself it kept waiting), each importing the rest itself; where the first does,
+// and whenever the template is not ready, workers are spawned the ordinary way.
 class WarmStart {
  public:
   // `say`: one of trainrun's own lines.
