@@ -116,3 +116,20 @@ TEST_CASE("a notice's text that is not one is refused", "[diagnosis]") {
   CHECK_FALSE(parse_script_return(R"({"returned": "exit", "code": 256})"));
   CHECK(parse_script_return(R"({"returned": "exception", "code": 1})")->code == 1);
 }
+
+TEST_CASE("a notice written before the worker ended is taken before its end is handled",
+          "[diagnosis]") {
+  // The loop has not run: its wait would take the notice later than the worker's reaping.
+  asio::io_context io;
+  int fds[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
+  std::vector<std::string> notices;
+  auto relay = DiagnosisRelay::open(
+      io, fds[0], [&notices](const std::string& text) { notices.push_back(text); });
+  write_all(fds[1], "0 {\"returned\": \"returned\", \"code\": 0}\n");
+  ::close(fds[1]);
+  CHECK_FALSE(relay->drain());  // the channel ended
+  REQUIRE(notices.size() == 1);
+  CHECK(parse_script_return(notices[0])->how == "returned");
+  relay->close();
+}

@@ -6,6 +6,7 @@
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/write.hpp>
+#include <cerrno>
 #include <cstring>
 
 namespace trainrun::launch {
@@ -55,19 +56,30 @@ void DiagnosisRelay::end_asker() {
 }
 
 void DiagnosisRelay::read_worker() {
-  channel_.async_read_some(
-      asio::buffer(worker_buffer_),
-      [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
-        if (self->closed_) return;
-        if (ec) {
-          // The worker is gone: the asker reads what came before, then the end.
-          self->worker_ended_ = true;
-          if (self->asker_writing_.empty()) self->end_asker();
-          return;
-        }
-        self->take(self->worker_buffer_, n);
-        self->read_worker();
-      });
+  // Waited for, then read here: what the worker wrote is never held in a read still to be
+  // handed over, so that drain() takes it in order.
+  channel_.async_wait(asio::socket_base::wait_read,
+                      [self = shared_from_this()](boost::system::error_code ec) {
+                        if (self->closed_) return;
+                        if (!ec && self->drain()) self->read_worker();
+                      });
+}
+
+bool DiagnosisRelay::drain() {
+  while (!closed_ && !worker_ended_) {
+    const ssize_t n =
+        ::recv(channel_.native_handle(), worker_buffer_, sizeof worker_buffer_, MSG_DONTWAIT);
+    if (n > 0) {
+      take(worker_buffer_, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    // The worker is gone: the asker reads what came before, then the end.
+    worker_ended_ = true;
+    if (asker_writing_.empty()) end_asker();
+  }
+  return false;
 }
 
 void DiagnosisRelay::take(const char* data, std::size_t size) {

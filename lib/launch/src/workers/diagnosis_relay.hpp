@@ -28,6 +28,9 @@ class DiagnosisRelay : public std::enable_shared_from_this<DiagnosisRelay> {
 
   // Ours, close-on-exec: duplicate it to ask on it.
   int asker() const { return asker_; }
+  // Takes at once what the worker has written (its notice before its end is seen, which the
+  // wait on the loop may not have yet); false once its channel has ended.
+  bool drain();
   // No notice from now on; both sockets closed.
   void close();
 

@@ -206,6 +206,8 @@ void Supervisor::reap() {
         w.stop_named = false;
         continue;
       }
+      // What it told before it ended is taken first: that its script was over.
+      if (w.diagnosis) w.diagnosis->drain();
       w.running = false;
       if (on_exit_) on_exit_(w.local_rank, pid, event.end);
     }
