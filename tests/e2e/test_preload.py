@@ -251,6 +251,32 @@ def test_preload_a_module_that_starts_a_thread_falls_back_once(tmp_path):
     assert not any(w["threadmod"] or w["preloaded"] for w in workers.values())
 
 
+def test_preload_forks_from_before_a_module_that_starts_a_thread(tmp_path):
+    write(tmp_path / "threadmod.py", """\
+        import threading, time
+        def keep_polling():
+            time.sleep(600)
+        threading.Thread(target=keep_polling, name="poller", daemon=True).start()
+        """)
+    write(tmp_path / "job.py", MARK_FORKED + REPORT + textwrap.dedent("""\
+        report(sys.argv[1], threadmod="threadmod" in sys.modules)
+        sys.exit(1 if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" else 0)
+        """))
+    (tmp_path / "out").mkdir()
+    r = trainrun(["--preload=torch,threadmod", "--nproc-per-node=2", "--max-restarts=1",
+                  "job.py", "out"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    # Said once, for the template: both attempts are forked from it.
+    line = ("trainrun: --preload: threadmod started thread 'poller' (target "
+            "threadmod.keep_polling); workers are forked from the template as it was before it "
+            "(torch) and import threadmod themselves\n")
+    assert r.stderr.count(line) == 1, r.stderr
+    forked(tmp_path, True, workers=4)
+    workers = reports(tmp_path / "out")
+    assert sorted(workers) == [0, 1]
+    assert all(w["threadmod"] and w["preloaded"] for w in workers.values()), workers
+
+
 def test_preload_a_thread_with_omp_num_threads_above_1_names_openmp(tmp_path):
     # trainrun leaves the user's OMP_NUM_THREADS as it is (and sets 1, as torchrun does, only
     # where it is unset and a node runs more than one worker).

@@ -249,7 +249,8 @@ class Agent {
   void note(const event::WorkerExited& e) {
     const WorkerExit& x = e.exit;
     summary_.worker_exited(x.local_rank, x.pid, x.status, x.seen_at, x.contents ? x.error_file : "",
-                           x.contents ? x.contents->message : "", x.stdout_log, x.stderr_log);
+                           x.contents ? x.contents->message : "", x.stdout_log, x.stderr_log,
+                           x.teardown);
   }
   void note(const event::HangConfirmed& e) {
     consoles_.err().write(e.hang.text);

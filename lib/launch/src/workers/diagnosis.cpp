@@ -4,6 +4,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "python_bootstrap.hpp"
 
 namespace trainrun::launch {
@@ -34,6 +36,20 @@ SpawnRequest with_diagnosis_bootstrap(SpawnRequest request, int worker_fd,
       bootstrap_environment(std::move(*request.env), bootstrap_dir, {{"diagnosis", worker_fd}});
   request.kept_fd = worker_fd;
   return request;
+}
+
+std::optional<ScriptReturn> parse_script_return(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;
+  const auto how = j.find("returned");
+  const auto code = j.find("code");
+  if (how == j.end() || !how->is_string() || code == j.end() || !code->is_number_integer())
+    return std::nullopt;
+  const std::string name = how->get<std::string>();
+  const long long value = code->get<long long>();
+  if ((name != "returned" && name != "exit" && name != "exception") || value < 0 || value > 255)
+    return std::nullopt;
+  return ScriptReturn{name, static_cast<int>(value)};
 }
 
 }  // namespace trainrun::launch

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <optional>
 
+#include "diagnosis_relay.hpp"
 #include "leftovers.hpp"
 #include "python_bootstrap.hpp"
 #include "spawn.hpp"
@@ -53,7 +54,8 @@ constexpr auto kNameAfter = std::chrono::seconds(1);
 
 Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console& out, Console& err,
                        std::vector<std::string> preload)
-    : watchdog_(watchdog),
+    : io_(io),
+      watchdog_(watchdog),
       cgroup_(JobCgroup::create()),
       warm_(preload.empty() ? nullptr
                             : std::make_unique<WarmStart>(io, std::move(preload), watchdog,
@@ -147,8 +149,14 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     if (s.pid > 0) {
       adopt(s.pid);
       watchdog_.add_group(s.pid);
+      std::shared_ptr<DiagnosisRelay> relay;
+      if (diagnosis >= 0)
+        relay = DiagnosisRelay::open(
+            io_, diagnosis, [this, local_rank = w.local_rank, pid = s.pid](const std::string& t) {
+              script_returned(local_rank, pid, t);
+            });
       workers_.push_back(
-          {w.local_rank, w.rank, s.pid, true, false, diagnosis, std::chrono::steady_clock::now()});
+          {w.local_rank, w.rank, s.pid, true, false, relay, std::chrono::steady_clock::now()});
       spawned.push_back(s);
     } else if (diagnosis >= 0) {
       ::close(diagnosis);
@@ -188,7 +196,18 @@ Child Supervisor::start_worker(SpawnRequest request, int local_rank, int& diagno
 
 void Supervisor::close_channels() {
   for (auto& w : workers_)
-    if (w.diagnosis >= 0) ::close(w.diagnosis), w.diagnosis = -1;
+    if (w.diagnosis) w.diagnosis->close(), w.diagnosis.reset();
+}
+
+void Supervisor::script_returned(int local_rank, pid_t pid, const std::string& text) {
+  const auto r = parse_script_return(text);
+  for (auto& w : workers_) {
+    if (w.local_rank != local_rank || w.pid != pid || !w.running || w.returned) continue;
+    // A notice that is not one is the worker's bootstrap out of step: nothing is timed by it.
+    if (!r) return;
+    w.returned = true;
+    if (returned_) returned_(local_rank, pid, *r);
+  }
 }
 
 void Supervisor::reap() { reaper::collect(); }
@@ -207,6 +226,8 @@ void Supervisor::child_event(pid_t pid, const WaitEvent& event) {
       w.stop_named = false;
       continue;
     }
+    // What it told before it ended is taken first: that its script was over.
+    if (w.diagnosis) w.diagnosis->drain();
     w.running = false;
     if (on_exit_) on_exit_(w.local_rank, pid, event.end);
   }
@@ -239,6 +260,16 @@ void Supervisor::signal_all(int sig) {
   if (sig == SIGKILL && cgroup_) cgroup_->signal(SIGKILL);
 }
 
+bool Supervisor::signal_one(int local_rank, pid_t pid, int sig) {
+  for (const auto& w : workers_) {
+    if (w.local_rank != local_rank || w.pid != pid || !w.running) continue;
+    ::kill(-w.pid, sig);
+    if (::getpgid(w.pid) != w.pid) ::kill(w.pid, sig);
+    return true;
+  }
+  return false;
+}
+
 void Supervisor::signal_workers(int sig) {
   for (const auto& w : workers_)
     if (w.running) ::kill(w.pid, sig);
@@ -265,7 +296,7 @@ std::string Supervisor::stderr_tail(int local_rank) const {
 std::vector<RunningWorker> Supervisor::running_workers() const {
   std::vector<RunningWorker> out;
   for (const auto& w : workers_)
-    if (w.running) out.push_back({w.local_rank, w.pid, w.diagnosis});
+    if (w.running) out.push_back({w.local_rank, w.pid, w.diagnosis ? w.diagnosis->asker() : -1});
   return out;
 }
 

@@ -216,6 +216,7 @@ void WarmStart::imported() {
   std::string text;
   if (read_reply(tag, text) && tag == 'R') {
     ready_ = true;
+    if (!text.empty()) say_(text);
     go_on();
     return;
   }

@@ -87,6 +87,14 @@ def serve(fd):
         except Exception:
             return []
 
+    writing = _thread.allocate_lock()
+
+    def send(data):
+        # The main thread's notice and this thread's answers: each line whole.
+        with writing:
+            while data:
+                data = data[os.write(fd, data):]
+
     def answer(ident):
         reply = {}
         for key, what in (("threads", tracebacks), ("flight_recorder", recorder)):
@@ -94,9 +102,7 @@ def serve(fd):
                 reply[key] = what()
             except Exception as e:
                 reply[key + "_error"] = f"{type(e).__name__}: {e}"
-        data = ident + b" " + json.dumps(reply, default=str).encode() + b"\n"
-        while data:
-            data = data[os.write(fd, data):]
+        send(ident + b" " + json.dumps(reply, default=str).encode() + b"\n")
 
     def _trainrun_diagnosis():
         pending = b""
@@ -114,5 +120,65 @@ def serve(fd):
                 return
 
     _thread.start_new_thread(_trainrun_diagnosis, ())
+    _tell_script_end(send, main)
+
+
+def _tell_script_end(send, main):
+    # The script's end, told once as a notice (id 0) that the agent times the interpreter's exit
+    # from (workers/diagnosis.hpp, ScriptReturn): "returned", "exit" with the code SystemExit
+    # asks for, or "exception" (1; KeyboardInterrupt 128+2, which ends the process by SIGINT).
+    # Python's main runs the script after this bootstrap, so nothing of ours wraps it: an uncaught
+    # exception is seen by sys.excepthook (ours chained in front of the one in place, or where the
+    # script replaced it, sys.last_value, which Python sets before calling the hook), a SystemExit
+    # by sys.exit, exit() and quit(). A SystemExit the script raises itself is taken for a return.
+    import threading
+
+    ended = ["returned", 0]
+    hook = sys.excepthook
+
+    def excepthook(kind, value, traceback):
+        if _thread.get_ident() == main:
+            ended[:] = ["exception", 128 + 2 if issubclass(kind, KeyboardInterrupt) else 1]
+        return hook(kind, value, traceback)
+
+    def asked(code):
+        # Python's own rule: None is 0, an integer is itself, anything else is printed and is 1.
+        if _thread.get_ident() == main:
+            code = 0 if code is None else code if isinstance(code, int) else 1
+            ended[:] = ["exit", code & 0xFF]
+
+    def exiting(exit):
+        def wrapper(*args):
+            asked(args[0] if args else None)
+            return exit(*args)
+
+        return wrapper
+
+    sys.excepthook = excepthook
+    sys.exit = exiting(sys.exit)
+    builtins = sys.modules["builtins"]
+    for name in ("exit", "quit"):
+        if hasattr(builtins, name):
+            setattr(builtins, name, exiting(getattr(builtins, name)))
+
+    def over():
+        if sys.excepthook is not excepthook:
+            error = getattr(sys, "last_value", None)
+            if error is not None:
+                ended[:] = ["exception", 128 + 2 if isinstance(error, KeyboardInterrupt) else 1]
+        try:
+            send(b"0 " + json.dumps({"returned": ended[0], "code": ended[1]}).encode() + b"\n")
+        except OSError:
+            pass
+
+    # As the main thread finishes, before the threads that are not daemons are joined (3.9+; a
+    # hook registered later, concurrent.futures' join of its pools, runs before it); Python 3.8
+    # has only atexit, whose handlers run once those threads have ended, ours last.
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:
+        import atexit
+
+        register = atexit.register
+    register(over)
 
 

@@ -83,21 +83,50 @@ def serve(settings):
     # Imported as local rank 0's script would import them: its directory first on the path,
     # where Python puts it only after this bootstrap (sys.argv[0] is "-m" for a module).
     first = path0("module" if sys.argv[0] == "-m" else "script", sys.argv[0])
-    if first is not None:
-        sys.path.insert(0, first)
-    failed = culprit = None
-    for name in modules:
+
+    def load(names):
+        # An import that fails is every worker's error to raise.
+        if first is not None:
+            sys.path.insert(0, first)
         try:
-            __import__(name)
+            for name in names:
+                __import__(name)
         except BaseException as e:
-            failed = e
             if hasattr(e, "add_note"):
                 e.add_note("(imported by trainrun --preload={})".format(",".join(modules)))
+            return e
+        finally:
+            if first is not None:
+                sys.path.remove(first)
+        return None
+
+    failed = culprit = None
+    said, rest = "", []
+    for index, name in enumerate(modules):
+        spare = _spare(libc) if index and culprit is None else None
+        if spare and spare[0] == 0:
+            # The template as it was before `name`, which started a thread in the one before.
+            said, rest = spare[1], modules[index:]
             break
-        if culprit is None and unsafe():
+        failed = load([name])
+        problem = None if failed or culprit else unsafe()
+        if spare and problem:
+            what = "started " + _new_thread() if problem.startswith("started a thread") else problem
+            os.write(spare[1], "--preload: {} {}; workers are forked from the template as it was "
+                     "before it ({}) and import {} themselves".format(
+                         name, what, ",".join(modules[:index]), ",".join(modules[index:])).encode())
+            os.close(spare[1])
+            control.close()
+            # The pid the agent knows stays until the spare, its template now, ends.
+            os.waitpid(spare[0], 0)
+            os._exit(0)
+        if spare:
+            os.close(spare[1])
+            os.waitpid(spare[0], 0)
+        if failed:
+            break
+        if problem:
             culprit = name
-    if first is not None:
-        sys.path.remove(first)
 
     def send(tag, text=""):
         data = text.encode()
@@ -127,7 +156,7 @@ def serve(settings):
         return decode_request(exactly(size), fds), fds
 
     flush()
-    send(b"R")
+    send(b"R", said)
     while True:
         job, fds = request()
         problem = unsafe()
@@ -256,6 +285,50 @@ def serve(settings):
         _fail(failed)
     if channel is not None:
         trainrun_diagnosis.serve(channel)
+    # What the template did not import (a module of them started a thread): the worker's own.
+    failed = load(rest) if rest else None
+    if failed is not None:
+        _fail(failed)
+
+
+def _spare(libc):
+    # Before an import that may start a thread: a fork of the template as it is, which waits. If
+    # the import starts one, the template hands it the agent's socket and a line to say (the
+    # fork gets (0, line)) and waits for it, keeping the pid the agent knows; else it is
+    # dismissed. Returns (its pid, the end to write to) in the template.
+    readable, writable = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(readable)
+        return pid, writable
+    os.close(writable)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: it goes with the template
+    line = b""
+    while True:
+        chunk = os.read(readable, 65536)
+        if not chunk:
+            break
+        line += chunk
+    if not line:
+        os._exit(0)
+    os.close(readable)
+    return 0, line.decode()
+
+
+def _new_thread():
+    # The thread an import started: its name and target, or its name as the kernel has it.
+    threading = sys.modules.get("threading")
+    for thread in threading.enumerate() if threading else []:
+        if thread is not threading.main_thread():
+            target = getattr(thread, "_target", None)
+            where = "{}.{}".format(getattr(target, "__module__", "?"),
+                                   getattr(target, "__qualname__", "?")) if target else "none"
+            return f"thread {thread.name!r} (target {where})"
+    for task in os.listdir("/proc/self/task"):
+        if int(task) != os.getpid():
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                return f"thread {comm.read().strip()!r} (native)"
+    return "a thread"
 
 
 def _fail(error):

@@ -32,10 +32,12 @@ void check_preload(const LaunchConfig& resolved);
 // script as the interpreter it started would: Python's own main runs it once the worker
 // returns from the bootstrap. The worker is forked by a child of the template that exits
 // at once, so it is re-parented to this process (a child subreaper) and reaped as any worker.
-// The template forks only while it has one thread and no CUDA context; otherwise (said once),
-// and whenever it is not ready, workers are spawned the ordinary way. Nothing here waits for
-// the template's imports: its readiness is an event on the loop, which goes on meanwhile (the
-// job's store, the rendezvous).
+// The template forks only while it has one thread and no CUDA context. A module after the first
+// that breaks this is named once, and the workers are forked from the template as it was before
+// it (a fork of itself it kept waiting), each importing the rest itself; where the first does,
+// and whenever the template is not ready, workers are spawned the ordinary way.
+// Nothing here waits for the template's imports: its readiness is an event on the loop, which
+// goes on meanwhile (the job's store, the rendezvous).
 class WarmStart {
  public:
   // `say`: one of trainrun's own lines.
