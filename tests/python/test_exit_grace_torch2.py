@@ -9,6 +9,8 @@ import re
 import subprocess
 import textwrap
 
+import pytest
+
 TRAINRUN = os.environ.get("TRAINRUN_BIN", "")
 PY = os.environ.get("TRAINRUN_PYTHON", "")
 
@@ -47,11 +49,13 @@ def test_a_worker_that_does_not_exit_after_its_script_is_named_and_ended(tmp_pat
     assert workers(summary)[1]["exit_code"] == 0 and workers(summary)[0]["teardown"] is None
 
 
-def test_a_thread_that_is_no_daemon_holds_the_exit_of_a_script_that_exited(tmp_path):
-    r, summary = trainrun(tmp_path, """\
+@pytest.mark.parametrize("exit", ["sys.exit", "exit"])
+def test_a_thread_that_is_no_daemon_holds_the_exit_of_a_script_that_exited(tmp_path, exit):
+    # Python's main runs the script: its SystemExit is seen by sys.exit and by the site's exit().
+    r, summary = trainrun(tmp_path, f"""\
         import os, sys, threading, time
         threading.Thread(target=time.sleep, args=(3600,), name="uploader").start()
-        sys.exit(3 if os.environ["RANK"] == "0" else 0)
+        {exit}(3 if os.environ["RANK"] == "0" else 0)
         """, "--exit-grace=2")
     # Rank 0's script asked for 3: ended after the grace, it fails the job as its script would
     # have (rank 1 is stopped with the job, if the grace has not ended it first).
@@ -95,6 +99,34 @@ def test_a_script_that_raised_keeps_its_failure(tmp_path):
     assert ("  teardown  : rank 1's script raised an exception; the interpreter aborted in "
             "teardown (SIGABRT)\n") in r.stderr, r.stderr
     assert summary["root_cause"]["rank"] == 1 and summary["root_cause"]["exit_code"] == 1
+
+
+def test_a_script_that_replaced_the_excepthook_and_raised_keeps_its_failure(tmp_path):
+    # The script's own hook is the one in place when it raises: the exception is still seen.
+    r, summary = trainrun(tmp_path, """\
+        import atexit, os, sys
+        sys.excepthook = lambda kind, value, tb: print("own hook:", value, file=sys.stderr)
+        if os.environ["RANK"] == "1":
+            atexit.register(os.abort)
+            raise ValueError("bad batch")
+        """)
+    assert r.returncode == 1, r.stderr
+    assert "own hook: bad batch" in r.stderr, r.stderr
+    assert ("  teardown  : rank 1's script raised an exception; the interpreter aborted in "
+            "teardown (SIGABRT)\n") in r.stderr, r.stderr
+
+
+def test_a_keyboard_interrupt_is_the_scripts_sigint(tmp_path):
+    r, summary = trainrun(tmp_path, """\
+        import atexit, os
+        if os.environ["RANK"] == "1":
+            atexit.register(os.abort)
+            raise KeyboardInterrupt
+        """)
+    assert r.returncode == 130, r.stderr
+    assert workers(summary)[1]["signal"] == "SIGINT", workers(summary)[1]
+    assert workers(summary)[1]["teardown"] == (
+        "rank 1's script raised KeyboardInterrupt; the interpreter aborted in teardown (SIGABRT)")
 
 
 def test_a_job_that_ends_as_it_should_is_unchanged(tmp_path):

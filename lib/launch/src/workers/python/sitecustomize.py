@@ -3,7 +3,8 @@
 # do in TRAINRUN_BOOTSTRAP; Python imports the module while it starts (the site module), before
 # the script, which then runs as `python script.py` runs it: its command line, sys.argv,
 # __main__ and every traceback are Python's own, with no frame of ours under the script's.
-# What stays of us: the diagnosis channel's thread, and json in sys.modules.
+# What stays of us: the diagnosis channel's thread, json and threading in sys.modules, and the
+# hooks that see the script's end (sys.excepthook, sys.exit, exit(), quit(): trainrun_diagnosis).
 
 
 def _bootstrap():

@@ -11,7 +11,7 @@ def serve(fd):
     # without ptrace and without a change to the script. A request is a line, its id; the answer
     # one line, the id, a space and a JSON object (ASCII: json's escapes keep newlines out), so
     # that an answer the agent gave up waiting for is skipped by its id. It starts before the
-    # script (sitecustomize.py), imports only json and the built-in _thread, not threading (whose
+    # script (sitecustomize.py), is started by the built-in _thread, not threading (whose
     # enumerate() lists the script's threads alone), and reads and writes the descriptor with os.
     os.set_inheritable(fd, False)
     main = _thread.get_ident()
