@@ -129,6 +129,24 @@ def test_a_keyboard_interrupt_is_the_scripts_sigint(tmp_path):
         "rank 1's script raised KeyboardInterrupt; the interpreter aborted in teardown (SIGABRT)")
 
 
+def test_a_process_the_script_forked_does_not_end_the_script(tmp_path):
+    # The child inherits the channel and the bootstrap's hooks; its own end says nothing of the
+    # script's, which goes on for longer than the grace.
+    r, summary = trainrun(tmp_path, """\
+        import os, sys, time
+        child = os.fork()
+        if child == 0:
+            sys.exit(0)
+        os.waitpid(child, 0)
+        time.sleep(4)
+        print("trained", os.environ["RANK"])
+        """, "--exit-grace=1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("trained") == 2, r.stdout
+    assert "finished its script" not in r.stderr, r.stderr
+    assert [w["teardown"] for w in workers(summary).values()] == [None, None]
+
+
 def test_a_job_that_ends_as_it_should_is_unchanged(tmp_path):
     r, summary = trainrun(tmp_path, """\
         import os, sys

@@ -161,7 +161,13 @@ def _tell_script_end(send, main):
         if hasattr(builtins, name):
             setattr(builtins, name, exiting(getattr(builtins, name)))
 
+    me = os.getpid()
+
     def over():
+        # A process the script forked inherits the channel and this hook: its end is not the
+        # script's.
+        if os.getpid() != me:
+            return
         if sys.excepthook is not excepthook:
             error = getattr(sys, "last_value", None)
             if error is not None:
