@@ -47,6 +47,16 @@ def dynamic(endpoint, nnodes, nproc, *extra, run_id="job"):
             f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}", *extra]
 
 
+def torch2_stub(directory):
+    """A `torch` that says it is 2.x, so that the agent serves the job's store (docs/cli.md,
+    "Workers") to workers that import nothing; the directory to put on PYTHONPATH."""
+    stub = directory / "stub" / "torch"
+    stub.mkdir(parents=True, exist_ok=True)
+    (stub / "__init__.py").write_text("")
+    (stub / "version.py").write_text("__version__ = '2.5.0'\n")
+    return str(stub.parent)
+
+
 def sanitized():
     """Whether the trainrun under test is built with AddressSanitizer (its memory use is then the
     sanitizer's, not the code's)."""

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from backends import Builtin, check_job, sigterm_one_of_two
-from conftest import alive, dynamic, read_envs, read_pids, wait_for, wait_for_pids
+from conftest import alive, dynamic, read_envs, read_pids, torch2_stub, wait_for, wait_for_pids
 from ports import free_port, held_port
 from torch_store import TorchStore
 
@@ -309,14 +309,11 @@ def test_both_nodes_of_a_finished_job_exit_together(agents, tmp_path, job):
     if job == "torch2-python":
         # The agent asks the workers' interpreter for torch's version; a stub says 2.x, so node
         # rank 0's agent serves the store (the worker itself imports nothing).
-        stub = tmp_path / "stub" / "torch"
-        stub.mkdir(parents=True)
-        (stub / "__init__.py").write_text("")
-        (stub / "version.py").write_text("__version__ = '2.5.0'\n")
+        stub = torch2_stub(tmp_path)
         script = tmp_path / "ok.py"
         script.write_text("import os\nassert os.environ['TORCHELASTIC_USE_AGENT_STORE'] == 'True'\n")
         entry = [str(script)]
-        env = {"PYTHONPATH": str(stub.parent), "PYTHON_EXEC": "/usr/bin/python3"}
+        env = {"PYTHONPATH": stub, "PYTHON_EXEC": "/usr/bin/python3"}
     procs = [agents(name, dynamic(port, 2, 1) + entry, env=env) for name in ("a", "b")]
 
     def watch(p):

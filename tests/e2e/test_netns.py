@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import dynamic, read_envs, wait_for
+from conftest import dynamic, read_envs, torch2_stub, wait_for
 
 JOIN = "--rdzv-conf=join_timeout=60"
 
@@ -186,11 +186,7 @@ def test_the_jobs_store_refuses_an_address_outside_the_round(netns_pair, agents,
     netns_pair.sh("-n", a.name, "route", "add", f"{outsider}/32", "dev", a.veth)
     script = tmp_path / "worker.py"
     script.write_text(STORE_WORKER)
-    stub = tmp_path / "stub" / "torch"
-    stub.mkdir(parents=True)
-    (stub / "__init__.py").write_text("")
-    (stub / "version.py").write_text("__version__ = '2.5.0'\n")
-    env = {"PYTHONPATH": str(stub.parent)}
+    env = {"PYTHONPATH": torch2_stub(tmp_path)}
     out, go, summary = tmp_path / "port", tmp_path / "go", tmp_path / "summary.json"
     cmd = [str(script), str(out), str(go)]
     endpoint = f"{a.addr}:29405"

@@ -4,7 +4,7 @@ import json
 import os
 import subprocess
 
-from conftest import TRAINRUN, dynamic, run
+from conftest import TRAINRUN, dynamic, run, torch2_stub
 from ports import free_port
 
 # The interpreter the workers run (ctest gives the configuration's: Debian's torch 1.13, or the
@@ -60,14 +60,6 @@ while count() < world and time.monotonic() < deadline:
 time.sleep(float(os.environ.get("LINGER_S", "0")))
 """
 
-
-def torch2_stub(tmp_path):
-    """A `torch` that says it is 2.x, so that the agent serves the store (docs/cli.md, "Workers")."""
-    stub = tmp_path / "stub" / "torch"
-    stub.mkdir(parents=True)
-    (stub / "__init__.py").write_text("")
-    (stub / "version.py").write_text("__version__ = '2.5.0'\n")
-    return str(stub.parent)
 
 
 def startups(path):

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import TRAINRUN, dynamic, sanitized, wait_for
+from conftest import TRAINRUN, dynamic, sanitized, torch2_stub, wait_for
 from ports import free_port
 
 MiB = 1024 * 1024
@@ -80,11 +80,7 @@ class Job:
         script.write_text(WORKER)
         # The worker imports no torch, but the agent serves the store only to workers whose
         # interpreter has torch 2.x (docs/cli.md, "Workers"): it finds this one first.
-        stub = tmp_path / "stub" / "torch"
-        stub.mkdir(parents=True)
-        (stub / "__init__.py").write_text("")
-        (stub / "version.py").write_text("__version__ = '2.5.0'\n")
-        env = dict(os.environ, PYTHONPATH=str(stub.parent))
+        env = dict(os.environ, PYTHONPATH=torch2_stub(tmp_path))
         self.out, self.go = tmp_path / "port", tmp_path / "go"
         self.err_path = tmp_path / "err"
         self.proc = subprocess.Popen(
@@ -227,12 +223,9 @@ def test_the_store_answers_while_its_agent_starts_a_slow_preload_template(agents
     # 1's worker connects, sets and gets a key: the store's loop does not wait for the import.
     client = tmp_path / "client.py"
     client.write_text(TIMED_CLIENT)
-    modules = tmp_path / "modules"
-    (modules / "torch").mkdir(parents=True)
-    (modules / "torch" / "__init__.py").write_text("")
-    (modules / "torch" / "version.py").write_text("__version__ = '2.5.0'\n")
-    (modules / "slow_import.py").write_text("import time\ntime.sleep(8)\n")
-    env = {"PYTHONPATH": str(modules)}
+    modules = torch2_stub(tmp_path)
+    (tmp_path / "stub" / "slow_import.py").write_text("import time\ntime.sleep(8)\n")
+    env = {"PYTHONPATH": modules}
     port = free_port()
     node0 = agents("node0", dynamic(port, 2, 1, "--node-rank=0", "--preload=slow_import") +
                    [str(client)], env=env)

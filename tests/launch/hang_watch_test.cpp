@@ -153,9 +153,9 @@ TEST_CASE("ranks that each use CPU with no collective waiting compute: not hung"
   CHECK(v.stack_moved);
   CHECK_FALSE(v.paused);
 
-  // One rank idle (10% of a CPU): it waits, and the job is hung as before.
+  // One rank idle (3% of a CPU, a thread that polls): it waits, and the job is hung as before.
   auto one_idle = with_cpu(still_job(), 12.7, 103);
-  one_idle["nodes"][0]["ranks"][1]["stack"]["cpu_s"] = 10.3;
+  one_idle["nodes"][0]["ranks"][1]["stack"]["cpu_s"] = 10.1;
   CHECK(computing(first, one_idle).empty());
   CHECK(judge_second(first, one_idle, 10).kind == HangVerdict::Kind::hung);
 

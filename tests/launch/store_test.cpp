@@ -507,6 +507,7 @@ TEST_CASE("the server closes a connection from an address not admitted, with a t
   server.close();
   REQUIRE(said.size() == 2);
   CHECK(said[1] == "c10d store: ... and 2 more refusals: 2 not a node of this job");
+}
 
 TEST_CASE("the store's connection bound admits every rank of a job of 100000 ranks") {
   // torch 2.x's client opens a connection per rank (and per clone); a bound below the job's

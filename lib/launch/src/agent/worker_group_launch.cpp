@@ -1,9 +1,20 @@
 #include "worker_group_launch.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "agent_plan.hpp"
 #include "trainrun/launch/output/output_plan.hpp"
 
 namespace trainrun::launch {
+
+namespace {
+
+const bool started_with_stdout_open = ::fcntl(STDOUT_FILENO, F_GETFD) >= 0;
+
+}  // namespace
+
+bool stdout_passes_through() { return started_with_stdout_open && ::isatty(STDOUT_FILENO) == 0; }
 
 WorkerGroupLaunch::WorkerGroupLaunch(const LaunchConfig& config, std::string program,
                                      std::string host, bool capture_stderr, bool capture_stdout)

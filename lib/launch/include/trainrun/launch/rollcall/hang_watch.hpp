@@ -41,7 +41,7 @@ struct HangVerdict {
 
 // The least share of one CPU each rank must have used between the two roll calls for a quiet
 // job to be computing rather than hung (where no collective waits).
-inline constexpr double kComputingCpuShare = 0.25;
+inline constexpr double kComputingCpuShare = 0.1;
 
 // The ranks of a reply that wait for a person: a main thread blocked reading a terminal, or in
 // pdb. "rank 0 waits for input at /dev/pts/3 (in pdb)"; empty when none does. Pure.
