@@ -7,7 +7,7 @@
 #                   virtual environment .venv-pypi/, and a build against that LibTorch with NCCL
 #                   in build-pypi/ (or $TRAINRUN_PYPI_BUILD_DIR). The virtual environment is made
 #                   with $TRAINRUN_PYPI_PYTHON (default: the python3 first on PATH).
-#   --tests         also what only the test suite uses: py-spy (PyPI) in the ignored .venv-tools/
+#   --tests         also what only the test suite uses: py-spy and ruff (PyPI) in the ignored .venv-tools/
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -78,13 +78,14 @@ if [ "$(dpkg --print-architecture)" = amd64 ]; then
   fi
 fi
 
-# py-spy (PyPI only) for the stack collector's tests, in the ignored .venv-tools/: made with the
-# python3 first on PATH (Debian's has no pip without python3-pip), only when missing.
-if [ "$tests" = 1 ] && [ ! -x "$root/.venv-tools/bin/py-spy" ]; then
-  echo "setup: installing py-spy into $root/.venv-tools" >&2
-  python3 -m venv "$root/.venv-tools"
-  if ! "$root/.venv-tools/bin/python" -m pip install -q py-spy; then
-    echo "setup: cannot install py-spy from PyPI (no network?): the stack tests need it" >&2
+# py-spy (PyPI only) for the stack collector's tests and ruff for the lint of the workers' Python
+# (workers_python_lint), in the ignored .venv-tools/: made with the python3 first on PATH
+# (Debian's has no pip without python3-pip), only when one is missing.
+if [ "$tests" = 1 ] && { [ ! -x "$root/.venv-tools/bin/py-spy" ] || [ ! -x "$root/.venv-tools/bin/ruff" ]; }; then
+  echo "setup: installing py-spy and ruff into $root/.venv-tools" >&2
+  [ -x "$root/.venv-tools/bin/python" ] || python3 -m venv "$root/.venv-tools"
+  if ! "$root/.venv-tools/bin/python" -m pip install -q py-spy ruff; then
+    echo "setup: cannot install py-spy and ruff from PyPI (no network?): the stack tests and the lint need them" >&2
     exit 1
   fi
 fi

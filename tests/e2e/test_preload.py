@@ -14,9 +14,13 @@ PYTHON = os.environ.get("PYTHON_EXEC", "/usr/bin/python3")
 # of its own below), so that the one-worker cases would compare nothing on torch 2.x.
 ENV = {"PYTHON_EXEC": PYTHON, "OMP_NUM_THREADS": "1"}
 
+# What the template's environment block holds (workers/python_bootstrap.hpp), and the block of
+# each worker forked from it: a fork keeps it, whatever os.environ becomes.
+TEMPLATE = b'"template":{'
+
 # What a worker reports of itself: written as JSON to <dir>/<RANK>.json. `preloaded` says whether
 # torch was there before the script imported anything: a worker forked from the template.
-REPORT = textwrap.dedent("""\
+REPORT = f"TEMPLATE = {TEMPLATE!r}\n" + textwrap.dedent("""\
     import json, os, sys
     preloaded = "torch" in sys.modules
     def report(directory, **extra):
@@ -27,16 +31,17 @@ REPORT = textwrap.dedent("""\
                            package=__package__, loader=type(__loader__).__name__,
                            executable=sys.executable, orig_argv=getattr(sys, "orig_argv", None),
                            pid=os.getpid(), ppid=os.getppid()), f)
-    def python_c_children(but=None):
-        # The processes of this worker's parent (the agent) running `python -c`, `but` aside.
+    def template_children(but=None):
+        # The processes of this worker's parent (the agent) started as the template (the
+        # bootstrap's settings in their environment block), `but` aside.
         found = []
         for p in filter(str.isdigit, os.listdir("/proc")):
             try:
                 parent = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]
-                argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\\0")
+                environ = open(f"/proc/{p}/environ", "rb").read()
             except (OSError, IndexError):
                 continue
-            if parent == str(os.getppid()) and b"-c" in argv and int(p) != but:
+            if parent == str(os.getppid()) and TEMPLATE in environ and int(p) != but:
                 found.append(int(p))
         return found
     """)
@@ -89,8 +94,8 @@ def job_with_and_without(tmp_path, args, script_args=()):
 
 
 def template_pids(trainrun_pid):
-    """The children of `trainrun_pid` that show `python -c` (the template, and the workers forked
-    from it: their command line is its own)."""
+    """The children of `trainrun_pid` started as the template (the template, and the workers
+    forked from it: their environment block is its own)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -98,11 +103,11 @@ def template_pids(trainrun_pid):
         try:
             with open(f"/proc/{entry}/stat") as f:
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read()
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == trainrun_pid and b"-c" in argv:
+        if ppid == trainrun_pid and TEMPLATE in environ:
             found.append(int(entry))
     return found
 
@@ -211,7 +216,7 @@ def test_preload_a_restart_forks_from_the_same_template(tmp_path):
         attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
         directory = os.path.join(sys.argv[1], attempt)
         os.makedirs(directory, exist_ok=True)
-        report(directory, template=python_c_children())
+        report(directory, template=template_children())
         sys.exit(1 if attempt == "0" else 0)
         """))
     r = trainrun(["--preload=torch", "--nproc-per-node=2", "--max-restarts=1", "again.py",
@@ -244,6 +249,32 @@ def test_preload_a_module_that_starts_a_thread_falls_back_once(tmp_path):
     workers = reports(tmp_path / "out")
     assert sorted(workers) == [0, 1]
     assert not any(w["threadmod"] or w["preloaded"] for w in workers.values())
+
+
+def test_preload_forks_from_before_a_module_that_starts_a_thread(tmp_path):
+    write(tmp_path / "threadmod.py", """\
+        import threading, time
+        def keep_polling():
+            time.sleep(600)
+        threading.Thread(target=keep_polling, name="poller", daemon=True).start()
+        """)
+    write(tmp_path / "job.py", MARK_FORKED + REPORT + textwrap.dedent("""\
+        report(sys.argv[1], threadmod="threadmod" in sys.modules)
+        sys.exit(1 if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" else 0)
+        """))
+    (tmp_path / "out").mkdir()
+    r = trainrun(["--preload=torch,threadmod", "--nproc-per-node=2", "--max-restarts=1",
+                  "job.py", "out"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    # Said once, for the template: both attempts are forked from it.
+    line = ("trainrun: --preload: threadmod started thread 'poller' (target "
+            "threadmod.keep_polling); workers are forked from the template as it was before it "
+            "(torch) and import threadmod themselves\n")
+    assert r.stderr.count(line) == 1, r.stderr
+    forked(tmp_path, True, workers=4)
+    workers = reports(tmp_path / "out")
+    assert sorted(workers) == [0, 1]
+    assert all(w["threadmod"] and w["preloaded"] for w in workers.values()), workers
 
 
 def test_preload_a_thread_with_omp_num_threads_above_1_names_openmp(tmp_path):
@@ -416,7 +447,7 @@ def test_preload_a_template_that_dies_is_started_again(tmp_path):
         attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
         def templates():
             # trainrun's `python -c` children but this worker (the only one): the template.
-            return python_c_children(but=os.getpid())
+            return template_children(but=os.getpid())
         directory = os.path.join(sys.argv[1], attempt)
         os.makedirs(directory, exist_ok=True)
         report(directory)
@@ -482,14 +513,14 @@ def test_preload_a_stop_while_the_template_imports_starts_no_worker(tmp_path):
     p = start(["--preload=slow", "--nproc-per-node=2", "job.py"], env=ENV, cwd=str(tmp_path),
               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     def template():
-        # trainrun's child that runs Python with the module to preload among its arguments.
+        # trainrun's child started as the template (the bootstrap's settings in its environment).
         with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
             for child in f.read().split():
                 try:
-                    argv = open(f"/proc/{child}/cmdline", "rb").read().split(b"\0")
+                    environ = open(f"/proc/{child}/environ", "rb").read()
                 except OSError:
                     continue
-                if b"slow" in argv:
+                if TEMPLATE in environ:
                     return int(child)
         return None
     assert wait_for(lambda: template() is not None, 30)

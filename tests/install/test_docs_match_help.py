@@ -50,8 +50,8 @@ def test_completion_offers_one_spelling_of_each_option():
 def test_completion_leaves_the_entrypoints_arguments_alone():
     # After the entrypoint, options are the program's: bash's own file completion takes over.
     assert complete(COMPLETION, "--nnodes", "2", "train.py", "--nn") == []
-    assert sorted(complete(COMPLETION, "--nnodes=2", "--no-")) == ["--no-preflight",
-                                                                   "--no-python"]
+    assert sorted(complete(COMPLETION, "--nnodes=2", "--no-")) == [
+        "--no-diagnosis", "--no-preflight", "--no-python"]
     assert complete(COMPLETION, "--log-dir", "--") == []  # a value, not an option
 
 

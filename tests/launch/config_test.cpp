@@ -161,6 +161,11 @@ TEST_CASE("bad values name the option, the value and the rule") {
   CHECK(parse({"--hang-timeout=10", "x"}).hang_timeout == 10);
   CHECK(parse({"x"}, {{"PET_HANG_TIMEOUT", "30"}}).hang_timeout == 30);
   CHECK(parse({"x"}).hang_timeout == 0);
+  CHECK_THROWS_WITH(parse({"--exit-grace=-1", "x"}),
+                    Catch::Contains("--exit-grace=-1: expected a number of seconds >= 0"));
+  CHECK(parse({"--exit-grace=2.5", "x"}).exit_grace == 2.5);
+  CHECK(parse({"x"}, {{"PET_EXIT_GRACE", "0"}}).exit_grace == 0);
+  CHECK(parse({"x"}).exit_grace == 30);
   CHECK_THROWS_AS(parse({"--start-method=thread", "x"}), UsageError);
 }
 

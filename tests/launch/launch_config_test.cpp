@@ -63,10 +63,11 @@ std::string describe(const LaunchConfig& c) {
                master_port, master_port_given, rdzv_backend, rdzv_endpoint, rdzv_id, rdzv_conf,
                standalone, max_restarts, monitor_interval, role, module, no_python, log_dir,
                redirects, tee, local_ranks_filter, local_addr, shutdown_timeout, hang_timeout,
-               stop_signals, forward_signals, signals_to_handle, log_line_prefix_template,
-               duplicate_stdout_filters, duplicate_stderr_filters, virtual_local_rank,
-               event_log_handler, numa_binding, preflight, preload, verbosity, log_timestamps,
-               summary_file, entry_mode, python_exec, python_source, entrypoint, entry_args] = c;
+               no_diagnosis, exit_grace, stop_signals, forward_signals, signals_to_handle,
+               log_line_prefix_template, duplicate_stdout_filters, duplicate_stderr_filters,
+               virtual_local_rank, event_log_handler, numa_binding, preflight, preload, verbosity,
+               log_timestamps, summary_file, entry_mode, python_exec, python_source, entrypoint,
+               entry_args] = c;
   std::string out;
 #define TRAINRUN_FIELD(name) out += #name "=" + text(name) + "\n"
   TRAINRUN_FIELD(min_nodes);
@@ -94,6 +95,8 @@ std::string describe(const LaunchConfig& c) {
   TRAINRUN_FIELD(local_addr);
   TRAINRUN_FIELD(shutdown_timeout);
   TRAINRUN_FIELD(hang_timeout);
+  TRAINRUN_FIELD(no_diagnosis);
+  TRAINRUN_FIELD(exit_grace);
   TRAINRUN_FIELD(stop_signals);
   TRAINRUN_FIELD(forward_signals);
   TRAINRUN_FIELD(signals_to_handle);

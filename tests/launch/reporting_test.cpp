@@ -175,6 +175,27 @@ TEST_CASE("the job's failures as the rendezvous listed them: this node's with it
   CHECK(j["attempts"][0]["workers"][0]["stdout_log"] == "/logs/job_1/attempt_0/0/stdout.log");
 }
 
+TEST_CASE("the job summary says what went wrong after a worker's script was over") {
+  JobSummary s("hosta", "train.py", {}, 0.0);
+  s.attempt_started(Topology{}, 1.0);
+  s.worker_exited(0, 10, ExitStatus{0, 0}, 2.0, "", "");
+  s.worker_exited(1, 11, ExitStatus{0, 0}, 2.0, "", "", "", "",
+                  "rank 1's script returned; the interpreter aborted in teardown (SIGABRT)");
+  ProcessFailure f;
+  f.status = ExitStatus{1, 0};
+  f.teardown = "rank 0's script raised an exception; ...";
+  s.attempt_ended({f}, 3.0);
+  s.finished(1, 4.0);
+  const auto j = nlohmann::json::parse(s.to_json());
+  CHECK(j["attempts"][0]["workers"][0]["teardown"].is_null());
+  CHECK(j["attempts"][0]["workers"][1]["teardown"] ==
+        "rank 1's script returned; the interpreter aborted in teardown (SIGABRT)");
+  CHECK(j["attempts"][0]["workers"][1]["exit_code"] == 0);
+  CHECK(j["root_cause"]["teardown"] == "rank 0's script raised an exception; ...");
+  CHECK_THAT(format_failure_summary("train.py", {f}),
+             Catch::Contains("  teardown  : rank 0's script raised an exception; ...\n"));
+}
+
 TEST_CASE("the job summary of a job that could not start, or succeeded") {
   JobSummary failed("h", "x", {}, 0.0);
   failed.finished(1, 1.0, "cannot bind");

@@ -19,6 +19,7 @@
 #include "trainrun/base/process.hpp"
 #include "trainrun/launch/workers/diagnosis.hpp"
 #include "trainrun/stacks/proc.hpp"
+#include "workers/python_bootstrap.hpp"
 
 using namespace trainrun::launch;
 namespace stacks = trainrun::stacks;
@@ -118,7 +119,7 @@ TEST_CASE("a collector that ends kills its running tool and drops its collection
 
 TEST_CASE("a Python worker with a diagnosis channel tells its own threads where no tool can",
           "[stacks]") {
-  // A worker as the supervisor starts one: the bootstrap through its channel, then the script.
+  // A worker as the supervisor starts one: `python -u job.py`, the bootstrap in its environment.
   const std::string dir = trainrun::test::make_temp_dir("collector-diagnosis");
   {
     std::ofstream script(dir + "/job.py");
@@ -133,12 +134,15 @@ TEST_CASE("a Python worker with a diagnosis channel tells its own threads where 
   }
   auto channel = open_diagnosis_channel();
   REQUIRE(channel);
+  PythonBootstrap python;
   trainrun::SpawnRequest request;
   request.program = "/usr/bin/python3";
   request.argv = {"python3", "-u", dir + "/job.py"};
-  const trainrun::Child child = trainrun::spawn(with_diagnosis_bootstrap(request, channel->worker));
+  request.env.emplace();
+  for (char** entry = environ; *entry; ++entry) request.env->push_back(*entry);
+  const trainrun::Child child =
+      trainrun::spawn(with_diagnosis_bootstrap(request, channel->worker, python.dir()));
   REQUIRE(child.pid > 0);
-  REQUIRE(send_diagnosis_bootstrap(channel->agent));
   ::close(channel->worker);
   for (int i = 0; i < 3000 && ::access((dir + "/ready").c_str(), F_OK) != 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -161,7 +165,7 @@ TEST_CASE("a Python worker with a diagnosis channel tells its own threads where 
   CHECK(stack.tool == "trainrun");
   REQUIRE(stack.threads.size() == 2);  // the channel's own thread left out
   CHECK(stack.threads[0].tid == child.pid);
-  REQUIRE(stack.threads[0].frames.size() >= 2);
+  REQUIRE(stack.threads[0].frames.size() == 2);  // none of the bootstrap's
   CHECK(stack.threads[0].frames[0].function == "stuck_here");
   CHECK(stack.threads[0].frames[1].function == "<module>");
   CHECK(stack.threads[1].name == "helper");

@@ -70,18 +70,13 @@ std::string_view skip_address(std::string_view s) {
 
 }  // namespace
 
-bool keep_workers_frames(Thread& thread) {
-  auto& frames = thread.frames;
-  const auto bootstrap = std::find_if(frames.begin(), frames.end(), [](const Frame& f) {
-    return f.kind == FrameKind::python &&
-           (f.file == kPreloadBootstrapFile || f.file == kBootstrapFile);
+bool keep_workers_frames(const Thread& thread) {
+  const std::string_view file = kDiagnosisFile;
+  return std::none_of(thread.frames.begin(), thread.frames.end(), [&](const Frame& f) {
+    return f.kind == FrameKind::python && f.function == kDiagnosisThreadFunction &&
+           f.file.size() >= file.size() &&
+           f.file.compare(f.file.size() - file.size(), file.size(), file) == 0;
   });
-  if (std::any_of(bootstrap, frames.end(), [](const Frame& f) {
-        return f.kind == FrameKind::python && f.function == kDiagnosisThreadFunction;
-      }))
-    return false;
-  frames.erase(bootstrap, frames.end());
-  return true;
 }
 
 std::vector<Thread> parse_py_spy_json(std::string_view text) {

@@ -125,6 +125,8 @@ class Agent {
     job_ = job_settings(config_, fresh_id ? random_run_id() : config_.rdzv_id);
     job_.python_workers = runs_python(program_);
     if (job_.python_workers) job_.torch = python_.inspect(consoles_.sayer());
+    if (config_.no_diagnosis && wants_diagnosis_channel(config_, job_))
+      consoles_.say(no_diagnosis_line());
     job_.use_agent_store = uses_agent_store(config_, job_, inherited_);
     job_.may_use_nccl = count_nvidia_gpus() > 0;
     workers_.plan_numa(inherited_);
@@ -247,7 +249,8 @@ class Agent {
   void note(const event::WorkerExited& e) {
     const WorkerExit& x = e.exit;
     summary_.worker_exited(x.local_rank, x.pid, x.status, x.seen_at, x.contents ? x.error_file : "",
-                           x.contents ? x.contents->message : "", x.stdout_log, x.stderr_log);
+                           x.contents ? x.contents->message : "", x.stdout_log, x.stderr_log,
+                           x.teardown);
   }
   void note(const event::HangConfirmed& e) {
     consoles_.err().write(e.hang.text);

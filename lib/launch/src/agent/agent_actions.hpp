@@ -87,6 +87,9 @@ struct WorkerExit {
   std::string problem;     // why the error file could not be read, if it could not
   std::string stdout_log;  // its log files, empty for a stream not sent to one
   std::string stderr_log;
+  // What went wrong after its script was over (script_end.hpp), `status` then the script's own;
+  // empty: nothing.
+  std::string teardown;
   // Ended by the SIGABRT this agent sent it for its traceback (a stop of a quiet job): the
   // agent's stop, not a failure of its own.
   bool aborted = false;

@@ -95,6 +95,20 @@ std::string preference_line(const rendezvous::Assignment& a, int preferred) {
                      a.group_rank);
 }
 
+bool wants_diagnosis_channel(const LaunchConfig& config, const JobSettings& job) {
+  return config.entry_mode != EntryMode::executable && job.torch && job.torch->major >= 2;
+}
+
+bool has_diagnosis_channel(const LaunchConfig& config, const JobSettings& job) {
+  return wants_diagnosis_channel(config, job) && !config.no_diagnosis;
+}
+
+std::string no_diagnosis_line() {
+  return "--no-diagnosis: the workers start as under torchrun, without a diagnosis channel; "
+         "--hang-timeout and --stacks read their stacks (py-spy, eu-stack, /proc) but no flight "
+         "recorder";
+}
+
 WorkerLaunch worker_launch(const LaunchConfig& config, const std::string& program,
                            const Topology& topology, const JobSettings& job, int local_rank,
                            const std::string& rank_dir, const std::string& host,
@@ -113,9 +127,7 @@ WorkerLaunch worker_launch(const LaunchConfig& config, const std::string& progra
   w.output = plan_output(config, local_rank, rank_dir);
   w.prefix = line_prefix(config.log_line_prefix_template, config.role,
                          topology.base_rank + local_rank, local_rank, host);
-  // torch 1.x has no flight recorder to read; a program that is not Python is not ours to start
-  // through a bootstrap.
-  w.diagnosis = config.entry_mode != EntryMode::executable && job.torch && job.torch->major >= 2;
+  w.diagnosis = has_diagnosis_channel(config, job);
   return w;
 }
 

@@ -22,6 +22,16 @@ std::optional<int> port_to_hold(const LaunchConfig& config, bool use_rendezvous)
 // What every worker shares beyond the topology; the rendezvous may change max_restarts.
 JobSettings job_settings(const LaunchConfig& config, const std::string& run_id);
 
+// Whether the job's workers get a diagnosis channel (workers/diagnosis.hpp): Python workers of
+// torch 2.x (torch 1.x has no flight recorder to read; a program that is not Python is not ours
+// to start through a bootstrap), unless --no-diagnosis.
+bool wants_diagnosis_channel(const LaunchConfig& config, const JobSettings& job);
+bool has_diagnosis_channel(const LaunchConfig& config, const JobSettings& job);
+
+// The line said once at the start of a job whose workers would have had a diagnosis channel but
+// for --no-diagnosis: what --hang-timeout and --stacks do without one.
+std::string no_diagnosis_line();
+
 // Everything needed to start worker `local_rank` of an attempt whose rank directory is
 // `rank_dir`: `program` with the configured arguments (${local_rank} expanded), torchrun's
 // environment on top of `inherited`, the output plan and the console prefix (the configured

@@ -17,6 +17,7 @@
 #include "file_timer_server.hpp"
 #include "job_logs.hpp"
 #include "trainrun/launch/rollcall/roll_call.hpp"
+#include "trainrun/launch/rollcall/stack_collector.hpp"
 #include "trainrun/launch/workers/supervisor.hpp"
 #include "worker_group_launch.hpp"
 
@@ -28,7 +29,10 @@ class Watchdog;
 // swept as the agent asks, each worker's end read (its error file, its log files) and raised as
 // an event, as are a group that cannot start, the grace timer, the end of a sweep and each
 // worker's first output; and who
-// runs as which rank in the running attempt, for the roll call and the file timer.
+// runs as which rank in the running attempt, for the roll call and the file timer. A Python
+// worker whose script is over (its diagnosis channel says so) and whose process has not exited
+// --exit-grace seconds later is named with its stack and ended; its end counts as its script's
+// (script_end.hpp).
 class AgentWorkers {
  public:
   AgentWorkers(boost::asio::io_context& io, Watchdog& watchdog, AgentConsoles& consoles,
@@ -83,6 +87,20 @@ class AgentWorkers {
   void exited(int local_rank, pid_t pid, ExitStatus status);
   // Raises StartFailed for what a start threw.
   void start_failed(std::exception_ptr error);
+  void script_returned(int local_rank, pid_t pid, const ScriptReturn& script);
+  // --exit-grace is over for worker `local_rank`: its stack, then its end.
+  void not_exited(int local_rank, pid_t pid);
+  void end_not_exited(int local_rank, pid_t pid, stacks::Stack stack);
+
+  // A running worker whose script is over.
+  struct Finished {
+    pid_t pid = 0;
+    ScriptReturn script;
+    std::chrono::steady_clock::time_point at;
+    std::unique_ptr<boost::asio::steady_timer> grace;
+    bool ended = false;  // by trainrun, after the grace
+    std::string where;   // where it was then
+  };
 
   boost::asio::io_context& io_;
   const LaunchConfig& config_;
@@ -95,10 +113,13 @@ class AgentWorkers {
   boost::asio::steady_timer grace_timer_;
   WorkerGroupLaunch launch_;
   std::unique_ptr<FileTimerServer> file_timer_;
-  bool reaping_ = false;  // inside reap()
-  bool aborted_ = false;  // the running attempt's workers were sent SIGABRT
-  Topology topology_;     // the running attempt's: its restart count, RANK of local rank 0
-  int node_rank_ = -1;    // -1 until the first attempt
+  StackCollector collector_;
+  std::map<int, Finished> finished_;  // the running attempt's, by local rank
+  bool signalled_ = false;            // the running attempt's group was sent a signal
+  bool reaping_ = false;              // inside reap()
+  bool aborted_ = false;              // the running attempt's workers were sent SIGABRT
+  Topology topology_;   // the running attempt's: its restart count, RANK of local rank 0
+  int node_rank_ = -1;  // -1 until the first attempt
 };
 
 }  // namespace trainrun::launch

@@ -61,6 +61,7 @@ std::optional<std::string> AttemptFailures::record(const WorkerExit& exit, int b
   f.error_file = exit.error_file;
   f.stdout_log = exit.stdout_log;
   f.stderr_log = exit.stderr_log;
+  f.teardown = exit.teardown;
   if (exit.contents) {
     f.has_error_file = true;
     f.message = exit.contents->message;

@@ -40,7 +40,8 @@ json failure_json(const ProcessFailure& f) {
             {"message", string_or_null(f.message)},
             {"stdout_log", string_or_null(f.stdout_log)},
             {"stderr_log", string_or_null(f.stderr_log)},
-            {"stderr_tail", string_or_null(f.stderr_tail)}};
+            {"stderr_tail", string_or_null(f.stderr_tail)},
+            {"teardown", string_or_null(f.teardown)}};
   return exit_fields(std::move(j), f.status);
 }
 
@@ -57,7 +58,8 @@ json relayed_json(const rendezvous::WorkerFailure& w) {
             {"message", string_or_null(w.message)},
             {"stdout_log", json()},
             {"stderr_log", json()},
-            {"stderr_tail", json()}};
+            {"stderr_tail", json()},
+            {"teardown", json()}};
   return exit_fields(std::move(j), status);
 }
 
@@ -74,7 +76,8 @@ json worker_json(const JobSummary::Worker& w) {
             {"error_file", string_or_null(w.error_file)},
             {"message", string_or_null(w.message)},
             {"stdout_log", string_or_null(w.stdout_log)},
-            {"stderr_log", string_or_null(w.stderr_log)}};
+            {"stderr_log", string_or_null(w.stderr_log)},
+            {"teardown", string_or_null(w.teardown)}};
   return exit_fields(std::move(j), w.status);
 }
 
@@ -120,11 +123,12 @@ void JobSummary::startup(const AttemptStartup& startup) {
 
 void JobSummary::worker_exited(int local_rank, pid_t pid, ExitStatus status, double now,
                                const std::string& error_file, const std::string& message,
-                               const std::string& stdout_log, const std::string& stderr_log) {
+                               const std::string& stdout_log, const std::string& stderr_log,
+                               const std::string& teardown) {
   if (attempts_.empty()) return;
   Attempt& a = attempts_.back();
   a.workers.push_back(Worker{a.topology.base_rank + local_rank, local_rank, pid, status, now,
-                             error_file, message, stdout_log, stderr_log});
+                             error_file, message, stdout_log, stderr_log, teardown});
 }
 
 void JobSummary::attempt_ended(const std::vector<ProcessFailure>& failures, double now) {

@@ -29,6 +29,7 @@ class JobSummary {
     std::string message;     // from its error file
     std::string stdout_log;  // its log files, empty for a stream not sent to one
     std::string stderr_log;
+    std::string teardown;  // what went wrong after its script was over; `status` the script's
   };
   struct Attempt {
     Topology topology;
@@ -47,7 +48,8 @@ class JobSummary {
   void startup(const AttemptStartup& startup);
   void worker_exited(int local_rank, pid_t pid, ExitStatus status, double now,
                      const std::string& error_file, const std::string& message,
-                     const std::string& stdout_log = {}, const std::string& stderr_log = {});
+                     const std::string& stdout_log = {}, const std::string& stderr_log = {},
+                     const std::string& teardown = {});
   // The attempt is over (its workers and what they left are gone); `failures` are those the
   // agent counted.
   void attempt_ended(const std::vector<ProcessFailure>& failures, double now);

@@ -225,6 +225,11 @@ std::vector<OptionSpec> make_option_specs() {
       {"shutdown-timeout", "", seconds_text(d.shutdown_timeout), kFailures,
        "Seconds from the stop signal to SIGKILL", "Seconds between the stop signal and SIGKILL",
        false, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
+      {"exit-grace", "", seconds_text(d.exit_grace), kFailures,
+       "Seconds a finished script's process may take to exit",
+       "Seconds a Python worker whose script returned may take to exit (destroy_process_group, "
+       "atexit, threads) before it is named with its stack and ended; its script's status "
+       "stands. 0: off"},
       {"signals-to-handle", "", handled_signals_text(d), kFailures,
        "Signals passed on to the workers",
        "Signals forwarded to the workers (SIGUSR1/SIGUSR2 are forwarded without stopping)", false,
@@ -258,6 +263,11 @@ std::vector<OptionSpec> make_option_specs() {
        "Seconds without progress (output, a heartbeat, a file-timer request) on every node after "
        "which the job's stacks are taken twice; a job whose ranks neither moved nor computed is "
        "reported as hung and stopped (exit 124); a rank at a terminal's prompt pauses it. 0: off"},
+      {"no-diagnosis", "", "", kDiagnosis, "Python workers without trainrun's diagnosis channel",
+       "Start Python workers as torchrun does, without trainrun's diagnosis channel: "
+       "--hang-timeout and --stacks then read no flight recorder, only stacks (py-spy, eu-stack, "
+       "/proc)",
+       true},
       {"summary-file", "", d.summary_file, kDiagnosis, "Write a JSON job summary here at exit",
        "Write a JSON job summary (attempts, worker exits, root cause, timings) to PATH at exit"},
       // trainrun's own options (torchrun has none of these): how trainrun reports on itself.
@@ -514,6 +524,8 @@ void read_supervision(const GivenValues& g, LaunchConfig& c) {
   if (c.monitor_interval <= 0) fail(fmt::format("{}: must be > 0", g.named("monitor-interval")));
   c.shutdown_timeout = parse_seconds(g.value("shutdown-timeout"), g.named("shutdown-timeout"));
   c.hang_timeout = parse_seconds(g.value("hang-timeout"), g.named("hang-timeout"));
+  c.no_diagnosis = g.flag("no-diagnosis");
+  c.exit_grace = parse_seconds(g.value("exit-grace"), g.named("exit-grace"));
   // The watch wakes at most once a second; a shorter silence is no sign of a hang.
   if (c.hang_timeout > 0 && c.hang_timeout < 1)
     fail(fmt::format("{}: must be 0 (off) or at least 1 second", g.named("hang-timeout")));

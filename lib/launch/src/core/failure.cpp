@@ -168,6 +168,7 @@ std::string render_failure(int index, const ProcessFailure& f, size_t max_traceb
   out += fmt::format("  rank      : {} (local_rank: {})\n", f.rank, f.local_rank);
   out += fmt::format("  exitcode  : {} (pid: {})\n", by_signal ? -f.status.signal : f.status.code,
                      f.pid);
+  if (!f.teardown.empty()) out += fmt::format("  teardown  : {}\n", f.teardown);
   out += fmt::format("  error_file: {}\n", f.has_error_file ? f.error_file : "<N/A>");
   if (!f.stdout_log.empty()) out += fmt::format("  stdout    : {}\n", f.stdout_log);
   if (!f.stderr_log.empty()) out += fmt::format("  stderr    : {}\n", f.stderr_log);

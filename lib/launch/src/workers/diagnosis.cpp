@@ -4,9 +4,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "template_bootstrap.hpp"
-#include "trainrun/launch/core/file_io.hpp"
-#include "trainrun/launch/workers/entrypoint.hpp"
+#include <nlohmann/json.hpp>
+
+#include "python_bootstrap.hpp"
 
 namespace trainrun::launch {
 
@@ -29,19 +29,27 @@ std::optional<DiagnosisChannel> open_diagnosis_channel() {
   return DiagnosisChannel{fds[0], fds[1]};
 }
 
-SpawnRequest with_diagnosis_bootstrap(SpawnRequest request, int worker_fd) {
-  const std::size_t end = python_options_end(request.argv);
-  if (end >= request.argv.size()) return request;
-  request.argv.insert(request.argv.begin() + static_cast<std::ptrdiff_t>(end),
-                      {"-c", kDiagnosisLoader, std::to_string(worker_fd),
-                       std::to_string(diagnosis_bootstrap().size())});
+SpawnRequest with_diagnosis_bootstrap(SpawnRequest request, int worker_fd,
+                                      const std::string& bootstrap_dir) {
+  if (!request.env) return request;  // a worker's request names its whole environment
+  request.env =
+      bootstrap_environment(std::move(*request.env), bootstrap_dir, {{"diagnosis", worker_fd}});
   request.kept_fd = worker_fd;
   return request;
 }
 
-bool send_diagnosis_bootstrap(int agent_fd) {
-  // The socket's buffer (hundreds of KiB) holds the program whole: this never waits.
-  return write_all(agent_fd, diagnosis_bootstrap().data(), diagnosis_bootstrap().size());
+std::optional<ScriptReturn> parse_script_return(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;
+  const auto how = j.find("returned");
+  const auto code = j.find("code");
+  if (how == j.end() || !how->is_string() || code == j.end() || !code->is_number_integer())
+    return std::nullopt;
+  const std::string name = how->get<std::string>();
+  const long long value = code->get<long long>();
+  if ((name != "returned" && name != "exit" && name != "exception") || value < 0 || value > 255)
+    return std::nullopt;
+  return ScriptReturn{name, static_cast<int>(value)};
 }
 
 }  // namespace trainrun::launch

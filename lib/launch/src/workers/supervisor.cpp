@@ -10,7 +10,9 @@
 #include <cerrno>
 #include <optional>
 
+#include "diagnosis_relay.hpp"
 #include "leftovers.hpp"
+#include "python_bootstrap.hpp"
 #include "spawn.hpp"
 #include "trainrun/base/processes.hpp"
 #include "trainrun/base/reaper.hpp"
@@ -52,7 +54,8 @@ constexpr auto kNameAfter = std::chrono::seconds(1);
 
 Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console& out, Console& err,
                        std::vector<std::string> preload)
-    : watchdog_(watchdog),
+    : io_(io),
+      watchdog_(watchdog),
       cgroup_(JobCgroup::create()),
       warm_(preload.empty() ? nullptr
                             : std::make_unique<WarmStart>(io, std::move(preload), watchdog,
@@ -79,7 +82,7 @@ Supervisor::~Supervisor() {
 void Supervisor::prepare(const std::vector<WorkerLaunch>& launches, std::function<void()> then) {
   if (!warm_ || launches.empty()) return then();
   // The template (started again where it died) is ours to reap, as the workers are.
-  warm_->prepare(shared_request(launches), [this, then = std::move(then)] {
+  warm_->prepare(shared_request(launches), bootstrap_dir(), [this, then = std::move(then)] {
     if (warm_->pid() > 0) adopt(warm_->pid());
     then();
   });
@@ -88,6 +91,21 @@ void Supervisor::prepare(const std::vector<WorkerLaunch>& launches, std::functio
 
 void Supervisor::cancel_prepare() {
   if (warm_) warm_->cancel();
+}
+
+const std::string& Supervisor::bootstrap_dir() {
+  static const std::string none;
+  if (!python_ && !python_failed_) {
+    try {
+      python_ = std::make_unique<PythonBootstrap>();
+    } catch (const SetupError& e) {
+      python_failed_ = true;
+      err_.write(launcher_line(
+          fmt::format("{}; Python workers start without a diagnosis channel, and without --preload",
+                      e.what())));
+    }
+  }
+  return python_ ? python_->dir() : none;
 }
 
 void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on_exit) {
@@ -131,8 +149,14 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     if (s.pid > 0) {
       adopt(s.pid);
       watchdog_.add_group(s.pid);
+      std::shared_ptr<DiagnosisRelay> relay;
+      if (diagnosis >= 0)
+        relay = DiagnosisRelay::open(
+            io_, diagnosis, [this, local_rank = w.local_rank, pid = s.pid](const std::string& t) {
+              script_returned(local_rank, pid, t);
+            });
       workers_.push_back(
-          {w.local_rank, w.rank, s.pid, true, false, diagnosis, std::chrono::steady_clock::now()});
+          {w.local_rank, w.rank, s.pid, true, false, relay, std::chrono::steady_clock::now()});
       spawned.push_back(s);
     } else if (diagnosis >= 0) {
       ::close(diagnosis);
@@ -150,7 +174,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
 // channel, or to -1 where none could be made (the worker then starts without one).
 Child Supervisor::start_worker(SpawnRequest request, int local_rank, int& diagnosis) {
   std::optional<DiagnosisChannel> channel;
-  if (diagnosis >= 0) channel = open_diagnosis_channel();
+  if (diagnosis >= 0 && !bootstrap_dir().empty()) channel = open_diagnosis_channel();
   diagnosis = channel ? channel->agent : -1;
   if (channel) request.kept_fd = channel->worker;
   std::optional<Child> forked;
@@ -162,23 +186,28 @@ Child Supervisor::start_worker(SpawnRequest request, int local_rank, int& diagno
   }
   const bool spawned = !forked;
   if (spawned) {
-    if (channel) request = with_diagnosis_bootstrap(std::move(request), channel->worker);
+    if (channel)
+      request = with_diagnosis_bootstrap(std::move(request), channel->worker, bootstrap_dir());
     forked = spawn(request);
   }
   if (channel) ::close(channel->worker);
-  // A spawned worker reads its bootstrap on the channel (a forked one has it from the template).
-  // Written once the worker holds the only other end: a bootstrap that cannot be written whole
-  // ends the worker's wait for it (it says so and exits).
-  if (channel && spawned && forked->pid > 0 && !send_diagnosis_bootstrap(channel->agent)) {
-    ::close(channel->agent);
-    diagnosis = -1;
-  }
   return *forked;
 }
 
 void Supervisor::close_channels() {
   for (auto& w : workers_)
-    if (w.diagnosis >= 0) ::close(w.diagnosis), w.diagnosis = -1;
+    if (w.diagnosis) w.diagnosis->close(), w.diagnosis.reset();
+}
+
+void Supervisor::script_returned(int local_rank, pid_t pid, const std::string& text) {
+  const auto r = parse_script_return(text);
+  for (auto& w : workers_) {
+    if (w.local_rank != local_rank || w.pid != pid || !w.running || w.returned) continue;
+    // A notice that is not one is the worker's bootstrap out of step: nothing is timed by it.
+    if (!r) return;
+    w.returned = true;
+    if (returned_) returned_(local_rank, pid, *r);
+  }
 }
 
 void Supervisor::reap() { reaper::collect(); }
@@ -197,6 +226,8 @@ void Supervisor::child_event(pid_t pid, const WaitEvent& event) {
       w.stop_named = false;
       continue;
     }
+    // What it told before it ended is taken first: that its script was over.
+    if (w.diagnosis) w.diagnosis->drain();
     w.running = false;
     if (on_exit_) on_exit_(w.local_rank, pid, event.end);
   }
@@ -229,6 +260,16 @@ void Supervisor::signal_all(int sig) {
   if (sig == SIGKILL && cgroup_) cgroup_->signal(SIGKILL);
 }
 
+bool Supervisor::signal_one(int local_rank, pid_t pid, int sig) {
+  for (const auto& w : workers_) {
+    if (w.local_rank != local_rank || w.pid != pid || !w.running) continue;
+    ::kill(-w.pid, sig);
+    if (::getpgid(w.pid) != w.pid) ::kill(w.pid, sig);
+    return true;
+  }
+  return false;
+}
+
 void Supervisor::signal_workers(int sig) {
   for (const auto& w : workers_)
     if (w.running) ::kill(w.pid, sig);
@@ -255,7 +296,7 @@ std::string Supervisor::stderr_tail(int local_rank) const {
 std::vector<RunningWorker> Supervisor::running_workers() const {
   std::vector<RunningWorker> out;
   for (const auto& w : workers_)
-    if (w.running) out.push_back({w.local_rank, w.pid, w.diagnosis});
+    if (w.running) out.push_back({w.local_rank, w.pid, w.diagnosis ? w.diagnosis->asker() : -1});
   return out;
 }
 

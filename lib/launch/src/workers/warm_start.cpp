@@ -12,7 +12,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "template_bootstrap.hpp"
+#include "fork_request.hpp"
+#include "python_bootstrap.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/file_io.hpp"
@@ -36,14 +37,6 @@ constexpr std::uint32_t kMaxReply = 64 * 1024;
 
 void put_u32(std::string& out, std::uint32_t value) {
   for (int i = 0; i < 4; ++i) out += static_cast<char>((value >> (8 * i)) & 0xff);
-}
-
-void put_list(std::string& out, const std::vector<std::string>& items) {
-  put_u32(out, static_cast<std::uint32_t>(items.size()));
-  for (const std::string& item : items) {
-    put_u32(out, static_cast<std::uint32_t>(item.size()));
-    out += item;
-  }
 }
 
 // Waits up to `milliseconds` for `fd` to be readable (or closed); false on timeout.
@@ -117,11 +110,15 @@ WarmStart::~WarmStart() {
   stop();
 }
 
-void WarmStart::prepare(const SpawnRequest& shared, std::function<void()> then,
-                        std::chrono::milliseconds wait) {
+void WarmStart::prepare(const SpawnRequest& shared, const std::string& bootstrap_dir,
+                        std::function<void()> then, std::chrono::milliseconds wait) {
   then_ = nullptr;
   timer_.cancel();
   if (off_ || modules_.empty()) return then();
+  if (bootstrap_dir.empty() && pid_ < 0) {
+    off_ = true;
+    return then();
+  }
   // An idle template sends nothing: a socket with something to read, or its end, is one it
   // closed in ending. A look, not a wait.
   char byte;
@@ -129,7 +126,7 @@ void WarmStart::prepare(const SpawnRequest& shared, std::function<void()> then,
     say_("--preload: the template interpreter ended; the next workers are forked from another");
     stop();
   }
-  if (pid_ < 0 && !launch(shared)) return then();
+  if (pid_ < 0 && !launch(shared, bootstrap_dir)) return then();
   if (ready_) return then();
   then_ = std::move(then);
   timer_.expires_after(wait);
@@ -148,7 +145,7 @@ void WarmStart::go_on() {
   if (auto then = std::exchange(then_, nullptr)) then();
 }
 
-bool WarmStart::launch(const SpawnRequest& shared) {
+bool WarmStart::launch(const SpawnRequest& shared, const std::string& bootstrap_dir) {
   int subreaper = 0;
   // A worker forked by the template's child comes back to us only if we are a subreaper.
   if (::prctl(PR_GET_CHILD_SUBREAPER, &subreaper) != 0 || subreaper == 0) {
@@ -157,11 +154,15 @@ bool WarmStart::launch(const SpawnRequest& shared) {
     return false;
   }
   const std::size_t end = python_options_end(shared.argv);
-  if (end >= shared.argv.size()) {
+  if (end >= shared.argv.size() || !shared.env ||
+      (shared.argv[end] == "-m" && end + 1 >= shared.argv.size())) {
     off_ = true;
     return false;
   }
   options_.assign(shared.argv.begin(), shared.argv.begin() + static_cast<std::ptrdiff_t>(end));
+  command_.assign(
+      shared.argv.begin() + static_cast<std::ptrdiff_t>(end),
+      shared.argv.begin() + static_cast<std::ptrdiff_t>(end + (shared.argv[end] == "-m" ? 2 : 1)));
   program_ = shared.program;
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
@@ -169,14 +170,14 @@ bool WarmStart::launch(const SpawnRequest& shared) {
                      std::strerror(errno)));
     return false;
   }
+  // Local rank 0's command line, the bootstrap in its environment: each worker forked shows
+  // it in ps (and /proc/PID/cmdline), as it shows its own script.
   SpawnRequest request = shared;
-  request.argv = options_;
-  request.argv.insert(
-      request.argv.end(),
-      {"-c", kTemplateLoader, std::to_string(template_bootstrap().size()), joined(modules_),
-       std::to_string(end), std::string(kJobMarkerEntry.substr(0, kJobMarkerEntry.size() - 1))});
-  request.argv.insert(request.argv.end(), shared.argv.begin() + static_cast<std::ptrdiff_t>(end),
-                      shared.argv.end());
+  const nlohmann::json settings = {
+      {"modules", modules_},
+      {"prefix", end},
+      {"marker", std::string(kJobMarkerEntry.substr(0, kJobMarkerEntry.size() - 1))}};
+  request.env = bootstrap_environment(*shared.env, bootstrap_dir, {{"template", settings}});
   request.in = Stdio::from_fd(fds[1]);
   request.out = request.err = Stdio::inherit();
   // It is no worker: outside the job's cgroup (which the end of each attempt empties) and on
@@ -187,9 +188,6 @@ bool WarmStart::launch(const SpawnRequest& shared) {
   ::close(fds[1]);
   // The exec's report comes within moments of the fork (an interpreter found, or not).
   const int exec_errno = child.pid > 0 ? wait_for_exec(child) : child.error;
-  // Read before anything else comes on the socket; the socket's buffer holds it whole.
-  if (child.pid > 0 && exec_errno == 0)
-    write_all(fds[0], template_bootstrap().data(), template_bootstrap().size());
   if (child.pid <= 0 || exec_errno != 0) {
     ::close(fds[0]);
     if (child.pid > 0) wait_for_exit(child.pid);
@@ -218,6 +216,7 @@ void WarmStart::imported() {
   std::string text;
   if (read_reply(tag, text) && tag == 'R') {
     ready_ = true;
+    if (!text.empty()) say_(text);
     go_on();
     return;
   }
@@ -230,46 +229,17 @@ void WarmStart::imported() {
 }
 
 std::optional<Child> WarmStart::start(const SpawnRequest& r, int local_rank) {
-  // Only what the template can carry out: a worker's own environment, its interpreter and options.
+  // Only what the template can carry out: a worker's own environment, its interpreter and
+  // options, and the template's own command (a script named after its rank is another program).
   if (!ready_ || off_ || pid_ < 0 || !r.env || r.program != program_ ||
-      r.argv.size() <= options_.size() ||
-      !std::equal(options_.begin(), options_.end(), r.argv.begin()))
+      r.argv.size() < options_.size() + command_.size() ||
+      !std::equal(options_.begin(), options_.end(), r.argv.begin()) ||
+      !std::equal(command_.begin(), command_.end(),
+                  r.argv.begin() + static_cast<std::ptrdiff_t>(options_.size())))
     return std::nullopt;
-  std::vector<int> fds;
-  std::vector<std::string> settings = {
-      std::to_string(r.group == SpawnRequest::Group::new_session ? 2
-                     : r.group == SpawnRequest::Group::new_group ? 1
-                                                                 : 0),
-      std::to_string(r.death_signal),
-      r.descriptor_limit ? std::to_string(*r.descriptor_limit) : "-1"};
-  const Stdio* streams[3] = {&r.in, &r.out, &r.err};
-  for (int i = 0; i < 3; ++i) {
-    switch (streams[i]->kind) {
-      case Stdio::Kind::pipe:
-        return std::nullopt;  // no worker asks for one
-      case Stdio::Kind::null:
-        settings.push_back("1");
-        break;
-      case Stdio::Kind::fd:
-        settings.push_back("0");
-        fds.push_back(streams[i]->fd);
-        break;
-      case Stdio::Kind::inherit:
-        // Ours, as a spawned child would have it; closed where ours is.
-        if (::fcntl(i, F_GETFD) < 0) {
-          settings.push_back("2");
-        } else {
-          settings.push_back("0");
-          fds.push_back(i);
-        }
-        break;
-    }
-  }
-  settings.push_back(r.cgroup_fd >= 0 ? "1" : "0");
-  if (r.cgroup_fd >= 0) fds.push_back(r.cgroup_fd);
-  // The kept descriptor of a worker is its diagnosis channel (diagnosis.hpp).
-  settings.push_back(r.kept_fd > 2 ? "1" : "0");
-  if (r.kept_fd > 2) fds.push_back(r.kept_fd);
+  std::optional<ForkRequest> request = fork_request(
+      r, {::fcntl(0, F_GETFD) >= 0, ::fcntl(1, F_GETFD) >= 0, ::fcntl(2, F_GETFD) >= 0});
+  if (!request) return std::nullopt;
   int report[2];
   if (!make_pipe(report)) {
     Child failed;
@@ -277,20 +247,11 @@ std::optional<Child> WarmStart::start(const SpawnRequest& r, int local_rank) {
     failed.pipe_failed = true;
     return failed;
   }
+  std::vector<int> fds = std::move(request->fds);
   fds.push_back(report[1]);
-  std::vector<std::string> signals, cpus;
-  for (int sig : r.default_signals) signals.push_back(std::to_string(sig));
-  for (int cpu : r.cpus) cpus.push_back(std::to_string(cpu));
-  std::string body;
-  put_list(body, r.argv);
-  put_list(body, *r.env);
-  put_list(body, r.cwd.empty() ? std::vector<std::string>{} : std::vector<std::string>{r.cwd});
-  put_list(body, settings);
-  put_list(body, signals);
-  put_list(body, cpus);
   std::string message;
-  put_u32(message, static_cast<std::uint32_t>(body.size()));
-  message += body;
+  put_u32(message, static_cast<std::uint32_t>(request->json.size()));
+  message += request->json;
   const bool sent = send_with_fds(socket_, message, fds);
   ::close(report[1]);
   char tag = 0;

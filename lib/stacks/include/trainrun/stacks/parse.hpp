@@ -11,20 +11,14 @@ namespace trainrun::stacks {
 // throws std::runtime_error with the reason when the text is not the tool's format or holds no
 // thread: the caller reports it as the tool's failure.
 
-// The file names of the code that starts a Python worker (the launcher's bootstraps compile
-// themselves under them: a worker forked by --preload, and a worker of torch 2.x started with its
-// diagnosis channel): a Python frame in one, and every frame outside it, are the launcher's, not
-// the worker's, and parse_py_spy_json leaves them out, so that the worker's stack ends as it would
-// under `python script.py` (or runpy's frames under `python -m`).
-inline constexpr char kPreloadBootstrapFile[] = "<trainrun --preload>";
-inline constexpr char kBootstrapFile[] = "<trainrun>";
-// The function of the thread that serves a worker's diagnosis channel, in a bootstrap file: that
-// thread is the launcher's, and parse_py_spy_json leaves it out.
+// The thread that serves a Python worker's diagnosis channel runs this function of this file (the
+// launcher's bootstrap writes it to a directory of its own): that thread is the launcher's, and
+// parse_py_spy_json leaves it out. The worker's own threads hold no frame of the launcher's.
+inline constexpr char kDiagnosisFile[] = "/trainrun_diagnosis.py";
 inline constexpr char kDiagnosisThreadFunction[] = "_trainrun_diagnosis";
 
-// Leaves out of `thread` the launcher's frames (a bootstrap's, and every frame outside it);
-// false when the whole thread is the launcher's (the diagnosis channel's), to be left out.
-bool keep_workers_frames(Thread& thread);
+// False when `thread` is the launcher's (the diagnosis channel's), to be left out.
+bool keep_workers_frames(const Thread& thread);
 
 // `py-spy dump --json [--native]`: frames without a module are Python's.
 std::vector<Thread> parse_py_spy_json(std::string_view text);

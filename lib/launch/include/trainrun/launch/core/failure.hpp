@@ -49,6 +49,9 @@ struct ProcessFailure {
   // The last lines of its stderr (OutputTail::text()), when it passed through trainrun: shown as
   // the traceback of a worker that wrote no error file.
   std::string stderr_tail;
+  // What went wrong after its script was over (a teardown that hung or crashed), `status` being
+  // the script's own; empty: nothing. This node's alone: not relayed to the others.
+  std::string teardown;
 };
 
 // The root cause by the job's one rule (rendezvous::root_cause_index: the earliest timestamp,

@@ -81,6 +81,11 @@ struct LaunchConfig {
   std::string local_addr;
   double shutdown_timeout = 30.0;
   double hang_timeout = 0;  // --hang-timeout: seconds without progress before a hang check; 0 off
+  // --no-diagnosis: Python workers start without the diagnosis channel, as torchrun starts them.
+  bool no_diagnosis = false;
+  // --exit-grace: seconds a Python worker whose script is over may take to exit before it is
+  // named with its stack and ended (workers with a diagnosis channel); 0 off.
+  double exit_grace = 30.0;
   // --signals-to-handle, split: those that stop the job (forwarded to workers first), and those
   // only forwarded (SIGUSR1, SIGUSR2, SIGCONT).
   std::vector<int> stop_signals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};

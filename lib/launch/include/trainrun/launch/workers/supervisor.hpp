@@ -19,10 +19,14 @@
 #include "trainrun/launch/output/group_output.hpp"
 #include "trainrun/launch/output/output_plan.hpp"
 #include "trainrun/launch/workers/cgroup.hpp"
+#include "trainrun/launch/workers/diagnosis.hpp"
 #include "trainrun/launch/workers/warm_start.hpp"
 #include "trainrun/launch/workers/watchdog.hpp"
 
 namespace trainrun::launch {
+
+class DiagnosisRelay;
+class PythonBootstrap;
 
 // Everything needed to start one worker process.
 struct WorkerLaunch {
@@ -42,7 +46,7 @@ struct WorkerLaunch {
 struct RunningWorker {
   int local_rank = 0;
   pid_t pid = -1;
-  int diagnosis = -1;  // our end of its diagnosis channel (the supervisor's); -1: none
+  int diagnosis = -1;  // the end to ask its diagnosis channel on (the supervisor's); -1: none
 };
 
 // Starts, signals and reaps one node's group of workers. Each worker leads its own process
@@ -53,6 +57,8 @@ struct RunningWorker {
 class Supervisor {
  public:
   using ExitHandler = std::function<void(int local_rank, pid_t pid, ExitStatus status)>;
+  // A worker with a diagnosis channel told that its script is over; its process goes on.
+  using ReturnHandler = std::function<void(int local_rank, pid_t pid, const ScriptReturn& r)>;
 
   // `preload`: the modules of --preload; each worker is then forked from a template that imported
   // them (warm_start.hpp) where it can be, else spawned.
@@ -73,6 +79,8 @@ class Supervisor {
   // thread, which starts the workers. A worker that stops (SIGSTOP, or job control on a terminal
   // it made its own) is named on the console once per stop: nothing else would say why it waits.
   void reap();
+  // Called on the loop when a running worker's script is over (ScriptReturn), once per worker.
+  void set_script_returned(ReturnHandler returned) { returned_ = std::move(returned); }
   // Called whenever a worker's output arrives (streams that pass through trainrun).
   void set_progress(std::function<void()> progress) { output_.set_progress(std::move(progress)); }
   // Called once per worker of a group when its first output arrives (streams through trainrun).
@@ -82,6 +90,9 @@ class Supervisor {
   // Sends `sig` to the process group of every worker still running, and to the worker itself
   // where it has left that group. SIGKILL also kills everything in the job's cgroup.
   void signal_all(int sig);
+  // Sends `sig` to the process group of running worker `local_rank` whose process is `pid`, and
+  // to the worker itself where it has left that group; false when no such worker runs.
+  bool signal_one(int local_rank, pid_t pid, int sig);
   // Sends `sig` to each running worker process alone, not to what it started.
   void signal_workers(int sig);
   // SIGABRT to each running worker process alone, for the tracebacks faulthandler writes on it,
@@ -112,10 +123,12 @@ class Supervisor {
     pid_t pid = -1;
     bool running = false;
     bool stop_named = false;  // its current job-control stop was named; a SIGCONT clears it
-    int diagnosis = -1;       // our end of its diagnosis channel
+    std::shared_ptr<DiagnosisRelay> diagnosis;      // its diagnosis channel, read here; null: none
     std::chrono::steady_clock::time_point started;  // its fork (or the template's) returned
+    bool returned = false;                          // it told that its script is over
   };
   void close_channels();
+  void script_returned(int local_rank, pid_t pid, const std::string& notice);
   void worker_stopped(Worker& worker, int sig);
   // One event of a child of ours (reaper.hpp): a worker's end, stop or continuation, the
   // template's end, or an orphan's (nothing to do).
@@ -125,13 +138,20 @@ class Supervisor {
   void finish_step();
   void name_leftovers();
   Child start_worker(SpawnRequest request, int local_rank, int& diagnosis);
+  // The Python bootstrap's directory, written at the first call; "" where it cannot be (said
+  // once: workers then start without a diagnosis channel, and not from --preload's template).
+  const std::string& bootstrap_dir();
 
+  boost::asio::io_context& io_;
   Watchdog& watchdog_;
   std::unique_ptr<JobCgroup> cgroup_;  // null where the kernel does not let us make one
   std::unique_ptr<WarmStart> warm_;    // null without --preload
+  std::unique_ptr<PythonBootstrap> python_;
+  bool python_failed_ = false;
   Console& err_;
   std::vector<Worker> workers_;
   ExitHandler on_exit_;
+  ReturnHandler returned_;
   GroupOutput output_;
   boost::asio::steady_timer finish_timer_;
   std::chrono::steady_clock::time_point finish_deadline_;

@@ -25,14 +25,19 @@ void check_preload(const LaunchConfig& resolved);
 
 // Warm starts (--preload): one Python interpreter per node, the template, imports the modules
 // once; each worker is then forked from it instead of starting an interpreter of its own. The
-// template carries out the worker's SpawnRequest as spawn() would (argv, environment, working
+// template is started as local rank 0's worker would be, `python OPTIONS SCRIPT ARGS`, and made
+// the template by the Python bootstrap (python_bootstrap.hpp) while the interpreter starts. It
+// carries out the worker's SpawnRequest as spawn() would (argv, environment, working
 // directory, streams, session, cgroup, CPUs, descriptor limit, death signal, signals) and runs the
-// script as `python script.py` would. The worker is forked by a child of the template that exits
+// script as the interpreter it started would: Python's own main runs it once the worker
+// returns from the bootstrap. The worker is forked by a child of the template that exits
 // at once, so it is re-parented to this process (a child subreaper) and reaped as any worker.
-// The template forks only while it has one thread and no CUDA context; otherwise (said once),
-// and whenever it is not ready, workers are spawned the ordinary way. Nothing here waits for
-// the template's imports: its readiness is an event on the loop, which goes on meanwhile (the
-// job's store, the rendezvous).
+// The template forks only while it has one thread and no CUDA context. A module after the first
+// that breaks this is named once, and the workers are forked from the template as it was before
+// it (a fork of itself it kept waiting), each importing the rest itself; where the first does,
+// and whenever the template is not ready, workers are spawned the ordinary way.
+// Nothing here waits for the template's imports: its readiness is an event on the loop, which
+// goes on meanwhile (the job's store, the rendezvous).
 class WarmStart {
  public:
   // `say`: one of trainrun's own lines.
@@ -46,8 +51,11 @@ class WarmStart {
   // the group shares (shared_environment) and the job's marker. Starts the template when there is
   // none (again after it died); `then` runs once it is ready, or has failed, or `wait` has
   // passed (its workers then start the ordinary way, and the next group finds it ready) — at
-  // once where there is nothing to wait for, else later on the loop.
-  void prepare(const SpawnRequest& shared, std::function<void()> then,
+  // once where there is nothing to wait for, else later on the loop. `bootstrap_dir`: the Python
+  // bootstrap's directory; "" where there is none (said by the caller): workers start the
+  // ordinary way.
+  void prepare(const SpawnRequest& shared, const std::string& bootstrap_dir,
+               std::function<void()> then,
                std::chrono::milliseconds wait = std::chrono::seconds(10));
   // The pending `then` of prepare is dropped: never run. The template goes on importing.
   void cancel() { then_ = nullptr; }
@@ -66,7 +74,7 @@ class WarmStart {
  private:
   bool read_reply(char& tag, std::string& text);
   // Starts the template interpreter; false (said) where it cannot.
-  bool launch(const SpawnRequest& shared);
+  bool launch(const SpawnRequest& shared, const std::string& bootstrap_dir);
   // Its socket became readable: its imports are done, or it ended.
   void imported();
   // The pending `then`, run once.
@@ -83,6 +91,8 @@ class WarmStart {
   bool ready_ = false;
   bool off_ = false;  // not safe to fork, or no subreaper: every group starts the ordinary way
   std::vector<std::string> options_;  // the interpreter and its options, as in every worker's argv
+  // What Python's main runs in each worker forked: the template's own script, or -m and module.
+  std::vector<std::string> command_;
   std::string program_;
   boost::asio::steady_timer timer_;  // the wait for the imports
   // The template's socket, watched on the loop while it imports (the descriptor stays ours).
