@@ -23,7 +23,7 @@ namespace asio = boost::asio;
 namespace {
 
 // Each stack tool gets this long: the worker's end waits for its stack.
-stacks::CollectOptions collect_options() {
+stacks::CollectOptions worker_end_collect_options() {
   stacks::CollectOptions options;
   options.timeout = std::chrono::seconds(3);
   return options;
@@ -43,7 +43,7 @@ AgentWorkers::AgentWorkers(asio::io_context& io, Watchdog& watchdog, AgentConsol
       supervisor_(io, watchdog, consoles.out(), consoles.err(), config.preload),
       grace_timer_(io),
       launch_(config, program, host),
-      collector_(io, collect_options()) {
+      collector_(io, worker_end_collect_options()) {
   supervisor_.set_first_output([this](int local_rank) {
     raise_(event::FirstOutput{local_rank, attempt()});
   });

@@ -31,7 +31,7 @@ constexpr int kIgnoredShown = 10;
 // Each stack tool gets this long: the worker's signal waits for its stack.
 constexpr std::chrono::milliseconds kStackTimeout{3000};
 
-stacks::CollectOptions collect_options() {
+stacks::CollectOptions expired_timer_collect_options() {
   stacks::CollectOptions options;
   options.timeout = kStackTimeout;
   return options;
@@ -71,7 +71,7 @@ FileTimerServer::FileTimerServer(asio::io_context& io, std::string path, const J
       hooks_(std::move(hooks)),
       fifo_(io, make_fifo(path_)),
       timer_(io),
-      collector_(io, collect_options()) {
+      collector_(io, expired_timer_collect_options()) {
   keep_open_ = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
   // Without a writer of our own, the FIFO would read as ended, and be ready, for ever.
   if (keep_open_ < 0) {
