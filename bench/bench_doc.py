@@ -22,6 +22,36 @@ def machine():
     return f"{platform.machine()}, {cpus} CPUs, {mem:.0f} GiB, Linux {platform.release()}"
 
 
+def machine_details():
+    """The machine a result came from: CPU model and count, memory, kernel."""
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {"cpu_model": model, "cpus": os.cpu_count(), "memory_gib": round(mem, 1),
+            "kernel": platform.release()}
+
+
+def git_commit():
+    """The checkout's commit, with "-dirty" when it has changes."""
+    def git(*args):
+        return subprocess.run(["git", "-C", ROOT, *args], capture_output=True,
+                              text=True).stdout.strip()
+    commit = git("rev-parse", "HEAD")
+    return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def spread(values):
+    """(min, median, max) of the runs' values."""
+    return min(values), median(values), max(values)
+
+
 def run_measured(cmd, env=None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=None):
     """Runs cmd; returns (exit code, wall s, CPU s of it and its reaped children, peak RSS KiB)."""
     t0 = time.perf_counter()
@@ -92,15 +122,16 @@ def add_json_option(parser):
                         help="also write the results as JSON to PATH (read by bench/plot.py)")
 
 
-def write_json(path, name, results, **settings):
-    """Writes one benchmark's results with the command, settings and machine they came from."""
+def write_json(path, name, results, context=None, **settings):
+    """Writes one benchmark's results with the command, settings and machine they came from;
+    `context`: more of the same kind (the machine's details, the commit, the load before)."""
     if not path:
         return
     record = {"benchmark": name,
               "command": " ".join(["bench/" + os.path.basename(sys.argv[0]), *sys.argv[1:]]),
               "machine": machine(), "load_average_at_end": list(os.getloadavg()),
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "settings": settings, "results": results}
+              **(context or {}), "settings": settings, "results": results}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(record, f, indent=1)
