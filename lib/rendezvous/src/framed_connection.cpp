@@ -127,7 +127,6 @@ void FramedConnection::when_drained(std::size_t below, std::function<void()> dra
 
 void FramedConnection::check_drained() {
   if (!on_drained_ || queued_bytes_ > drained_below_) return;
-  // From the loop, not from inside send() or when_drained(): the caller may be mid-way.
   asio::post(socket_.get_executor(), [self = shared_from_this(), drained = std::move(on_drained_)] {
     if (!self->closing_ && !self->shut_down_) drained();
   });

@@ -51,11 +51,9 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
 
   // Frames and queues `body`. Ignored once closing.
   void send(const std::string& body);
-  // Bytes framed and not yet taken by the kernel.
+  // Bytes framed and not yet taken by the kernel. when_drained: `drained` once, from the loop,
+  // when at most `below` are (a large sender's pace); replaces one not yet made.
   std::size_t queued_bytes() const { return queued_bytes_; }
-  // Calls `drained` once, from the loop, when at most `below` bytes are queued (soon, when that
-  // is so already), so that a sender of much can go at the pace its peer reads. Replaces a call
-  // not made yet; never made once closing.
   void when_drained(std::size_t below, std::function<void()> drained);
 
   // Sends what is queued, half-closes, and waits at most `linger` for the peer to close, so a
