@@ -44,6 +44,36 @@ def git_commit():
                      else "")
 
 
+def machine_details():
+    """The machine a result came from: CPU model and count, memory, kernel."""
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {"cpu_model": model, "cpus": os.cpu_count(), "memory_gib": round(mem, 1),
+            "kernel": platform.release()}
+
+
+def git_commit():
+    """The checkout's commit, with "-dirty" when it has changes."""
+    def git(*args):
+        return subprocess.run(["git", "-C", ROOT, *args], capture_output=True,
+                              text=True).stdout.strip()
+    commit = git("rev-parse", "HEAD")
+    return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def spread(values):
+    """(min, median, max) of the runs' values."""
+    return min(values), median(values), max(values)
+
+
 def run_measured(cmd, env=None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=None):
     """Runs cmd; returns (exit code, wall s, CPU s of it and its reaped children, peak RSS KiB)."""
     t0 = time.perf_counter()

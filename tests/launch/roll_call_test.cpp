@@ -1,5 +1,8 @@
 #include "trainrun/launch/rollcall/roll_call.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
 
@@ -68,6 +71,93 @@ TEST_CASE("a report says why the other nodes were not asked, and who did not ans
   CHECK_THAT(format_roll_call(etcd),
              Catch::Contains("the job has 2 nodes: only this one's workers are shown (on an etcd "
                              "job, run trainrun --stacks on each node)"));
+}
+
+namespace {
+
+// Node `node` of `nodes`, 8 ranks, each in `function_of(rank)`; its dumps under /logs/run/stacks.
+template <typename FunctionOf>
+nlohmann::json node_of(int node, int nodes, FunctionOf function_of) {
+  NodeWorkers workers{node, nodes, fmt::format("host{}", node), "/logs/run", {}, std::nullopt};
+  std::vector<trainrun::stacks::Stack> stacks;
+  for (int l = 0; l < 8; ++l) {
+    const int rank = node * 8 + l;
+    workers.workers.push_back({rank, l, 100 + l});
+    trainrun::stacks::Stack s;
+    s.pid = 100 + l;
+    s.tool = "py-spy";
+    trainrun::stacks::Thread t;
+    t.tid = s.pid;
+    t.frames.push_back({function_of(rank), "train.py", 7, "", trainrun::stacks::FrameKind::python});
+    s.threads.push_back(t);
+    stacks.push_back(s);
+  }
+  return node_answer(workers, stacks, {}, fmt::format("/logs/run/stacks/{}", node), "");
+}
+
+std::size_t lines_of(const std::string& text) {
+  return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
+}  // namespace
+
+TEST_CASE("a report of a thousand nodes is grouped and bounded, the odd rank's node named",
+          "[stacks]") {
+  nlohmann::json nodes = nlohmann::json::array();
+  for (int n = 0; n < 1024; ++n)
+    nodes.push_back(node_of(n, 1024, [](int rank) {
+      return rank == 4242 ? std::string("stuck_here") : std::string("all_reduce");
+    }));
+  for (int n = 0; n < 20; ++n) nodes[n]["error"] = "the stacks of 1 rank were left out";
+  nlohmann::json missing = nlohmann::json::array();
+  for (int n = 0; n < 12; ++n)
+    missing.push_back({{"host", fmt::format("late{}", n)}, {"reason", "no answer within 15 s"}});
+  const nlohmann::json reply{
+      {"run_id", "r"}, {"nodes", nodes}, {"missing", missing}, {"not_asked", ""}};
+  const std::string report = format_roll_call(reply);
+  // One line a node, before: its dumps.
+  CHECK(lines_of(report) < 30);
+  CHECK_THAT(report, Catch::Contains("stacks of run r: 8192 ranks on 1024 nodes"));
+  CHECK_THAT(report, Catch::Contains("rank 4242 (1): stuck_here"));
+  CHECK_THAT(report, Catch::Contains("rank 4242 on host530 (node 530) is in stuck_here()"));
+  CHECK_THAT(report, Catch::Contains("dumps of host530 (node 530): /logs/run/stacks/530\n"));
+  CHECK_THAT(report, Catch::Contains("dumps of 1016 more nodes: on each node, under "
+                                     "/logs/run/stacks/\n"));
+  CHECK_THAT(report, Catch::Contains("host0 (node 0), host1 (node 1)"));
+  CHECK_THAT(report, Catch::Contains("and 12 more: the stacks of 1 rank were left out\n"));
+  CHECK_THAT(report, Catch::Contains("late0, late1, late2, late3, late4, late5, late6, late7 and "
+                                     "4 more did not answer: no answer within 15 s\n"));
+}
+
+TEST_CASE("a report of many stack groups lists the smallest and the largest", "[stacks]") {
+  nlohmann::json nodes = nlohmann::json::array();
+  // 40 ranks each in a function of its own, the other 88 together.
+  for (int n = 0; n < 16; ++n)
+    nodes.push_back(node_of(n, 16, [](int rank) {
+      return rank < 40 ? fmt::format("f{}", rank) : std::string("all_reduce");
+    }));
+  const nlohmann::json reply{
+      {"run_id", "r"}, {"nodes", nodes}, {"missing", nlohmann::json::array()}, {"not_asked", ""}};
+  const std::string report = format_roll_call(reply);
+  CHECK_THAT(report, Catch::Contains("rank 0 (1): f0\n"));
+  CHECK_THAT(report, Catch::Contains("rank 14 (1): f14\n"));
+  CHECK_THAT(report, !Catch::Contains("rank 15 (1): f15\n"));
+  CHECK_THAT(report, Catch::Contains("... 25 more groups, 25 ranks in all (in the dumps)\n"));
+  CHECK_THAT(report, Catch::Contains("ranks 40-127 (88): all_reduce\n"));
+  CHECK_THAT(report, Catch::Contains("rank 7 on host0 (node 0) is in f7() (train.py:7); and 32 "
+                                     "more ranks alone while ranks 40-127 wait in all_reduce\n"));
+  CHECK_THAT(report, Catch::Contains("dumps of 8 more nodes: on each node, under "
+                                     "/logs/run/stacks/\n"));
+}
+
+TEST_CASE("a reply's lists are read in place, not copied", "[stacks]") {
+  const nlohmann::json reply{{"nodes", {node_of(0, 1, [](int) { return std::string("f"); })}},
+                             {"missing", "not a list"}};
+  CHECK(&json_list(reply, "nodes") == &reply.at("nodes"));
+  CHECK(&json_list(reply.at("nodes")[0], "ranks") == &reply.at("nodes")[0].at("ranks"));
+  CHECK(json_list(reply, "missing").empty());
+  CHECK(json_list(reply, "absent").empty());
+  CHECK(json_list(nlohmann::json("text"), "nodes").empty());
 }
 
 TEST_CASE("a node's answer is valid UTF-8 whatever bytes the stacks hold", "[stacks]") {

@@ -166,6 +166,27 @@ TEST_CASE("a large request in small pieces is parsed once, each byte once") {
   CHECK(d.buffered() == 0);
 }
 
+TEST_CASE("a connection that has sent a large value holds no buffer for it afterwards") {
+  // Every rank of a Gloo job sets a key of 154 + 8 x ranks bytes, then stays connected: at 8,192
+  // ranks, a buffer kept per idle connection held as much again as the keys themselves, and took
+  // the store past its bound while the ranks started.
+  StoreRequestDecoder d;
+  const std::string wire =
+      encode_request(validate()) +
+      encode_request(req(StoreQuery::set, {"0//cpu//0/7"}, {std::string(154 + 8 * 8192, 'v')}));
+  std::size_t most = 0;
+  int got = 0;
+  for (std::size_t i = 0; i < wire.size(); i += 64 * 1024) {
+    d.feed(wire.data() + i, std::min<std::size_t>(64 * 1024, wire.size() - i));
+    most = std::max(most, d.held());
+    while (d.next()) ++got;
+  }
+  CHECK(got == 2);
+  CHECK(most >= 64 * 1024);  // while it came, its bytes were held
+  CHECK(d.buffered() == 0);
+  CHECK(d.held() < 1024);
+}
+
 TEST_CASE("a partial request waits for its bytes") {
   StoreRequestDecoder d;
   const std::string wire =

@@ -56,6 +56,7 @@ struct Agent {
   std::vector<Restart> restarts;
   std::optional<Stop> stop;
   std::vector<std::string> log;
+  std::string stacks_answer = "{}";  // what it answers a roll call with
 
   Agent(asio::io_context& io, int port, std::optional<std::string> token = std::nullopt,
         std::string run_id = "job7") {
@@ -72,6 +73,9 @@ struct Agent {
     e.on_stop = [this](const Stop& s) { stop = s; };
     // An agent without workers to stop: it answers a halt at once, with nothing failed.
     e.on_halt = [this](const Halt&) { client->report_ended({}, 0); };
+    e.on_stacks_ask = [this](std::string, std::function<void(std::string)> reply) {
+      reply(stacks_answer);
+    };
     client = std::make_unique<RendezvousClient>(io, std::move(o), std::move(e));
     client->start();
   }
@@ -174,6 +178,41 @@ TEST_CASE("a node known by a host name is named to the store by the address it c
   // Each node's advertised IP address and the address the server saw it from, once each.
   CHECK(std::set<std::string>(zero.node_addresses.begin(), zero.node_addresses.end()) ==
         std::set<std::string>{"127.0.0.1", "10.0.0.2"});
+}
+
+TEST_CASE("a roll call's answers reach the asker whole, however many more than its queue holds",
+          "[rendezvous]") {
+  // 40 nodes answer at once with 500 KB each: 20 MB for one connection, whose queue holds 8 MiB.
+  // A thousand nodes of 8 ranks answer about 40 MB: the relay must wait for the asker to read.
+  Fixture f;
+  constexpr int kNodes = 40;
+  int port = f.start_server(server_options(kNodes + 1, kNodes + 1));
+  const std::string pad(500 * 1000, 'x');
+  std::vector<std::unique_ptr<Agent>> nodes;
+  for (int i = 0; i < kNodes; ++i) nodes.push_back(std::make_unique<Agent>(f.io, port));
+  for (int i = 0; i < kNodes; ++i) {
+    nodes[i]->stacks_answer = fmt::format(R"({{"node": {}, "pad": "{}"}})", i, pad);
+    nodes[i]->join(1, "node");
+  }
+  Agent asker(f.io, port);
+  asker.join(1, "asker");
+  REQUIRE(run_until(f.io, [&] { return asker.assignments.size() == 1; }));
+  std::optional<std::vector<std::string>> answers;
+  std::vector<StacksMissing> missing;
+  std::string error;
+  asker.client->request_stacks(
+      [&](std::vector<std::string> a, std::vector<StacksMissing> m, std::string e) {
+        answers = std::move(a);
+        missing = std::move(m);
+        error = std::move(e);
+      });
+  REQUIRE(run_until(
+      f.io, [&] { return answers.has_value(); }, 60s));
+  CHECK(error.empty());
+  CHECK(missing.empty());
+  CHECK(answers->size() == kNodes);
+  CHECK(!asker.stop);
+  for (const auto& a : *answers) CHECK(a.size() > pad.size());
 }
 
 TEST_CASE("a worker failure on one node reaches every node", "[rendezvous]") {

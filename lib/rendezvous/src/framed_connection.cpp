@@ -5,10 +5,9 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <boost/asio/post.hpp>
 #include <cerrno>
 #include <cstring>
-
-#include <boost/asio/post.hpp>
 
 namespace trainrun::rendezvous {
 
@@ -120,6 +119,20 @@ void FramedConnection::send(const std::string& body) {
   write_more();
 }
 
+void FramedConnection::when_drained(std::size_t below, std::function<void()> drained) {
+  drained_below_ = below;
+  on_drained_ = std::move(drained);
+  check_drained();
+}
+
+void FramedConnection::check_drained() {
+  if (!on_drained_ || queued_bytes_ > drained_below_) return;
+  asio::post(socket_.get_executor(), [self = shared_from_this(), drained = std::move(on_drained_)] {
+    if (!self->closing_ && !self->shut_down_) drained();
+  });
+  on_drained_ = nullptr;
+}
+
 // Frames go to the kernel at once when it takes them (the common case: small messages), so
 // what was sent is always known to the byte. Only a full socket buffer waits for the loop.
 void FramedConnection::write_more() {
@@ -155,6 +168,7 @@ void FramedConnection::write_more() {
       front_sent_ = 0;
     }
   }
+  check_drained();
   if (closing_ || sending_finished_) {
     error_code ignored;
     socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
@@ -203,8 +217,8 @@ void FramedConnection::abandon() {
   for (const std::string& frame : queue_) {
     if (write_failed_) break;
     std::size_t left = frame.size() - offset;
-    ssize_t n = ::send(socket_.native_handle(), frame.data() + offset, left,
-                       MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t n =
+        ::send(socket_.native_handle(), frame.data() + offset, left, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n != static_cast<ssize_t>(left)) break;
     offset = 0;
   }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <boost/asio/steady_timer.hpp>
+#include <deque>
 #include <map>
 
 #include "trainrun/rendezvous/refusal_throttle.hpp"
@@ -163,9 +164,30 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     auto it = stacks_calls_.find(answer.id);
     // Late (after the timeout), or not asked: nobody waits for it.
     if (it == stacks_calls_.end() || it->second.waiting.erase(from) == 0) return;
-    connections_->send(it->second.asker,
-                       encode(ServerMessage{StacksAnswer{it->second.asker_id, answer.answer}}));
-    finish_stacks(answer.id);
+    it->second.held.push_back(
+        encode(ServerMessage{StacksAnswer{it->second.asker_id, answer.answer}}));
+    relay_stacks(answer.id);
+  }
+
+  // The answers go to the asker at the pace it reads them: a thousand nodes answer tens of
+  // megabytes at once, more than one connection may queue (FramedConnection::kMaxQueuedBytes).
+  void relay_stacks(std::uint64_t id) {
+    auto it = stacks_calls_.find(id);
+    if (it == stacks_calls_.end()) return;
+    StacksCall& call = it->second;
+    while (!call.held.empty() && connections_->queued_bytes(call.asker) < kRelayWindow) {
+      connections_->send(call.asker, call.held.front());
+      call.held.pop_front();
+    }
+    if (call.held.empty()) return finish_stacks(id);
+    // One wait per asker, for all its calls.
+    connections_->when_drained(call.asker, kRelayWindow / 2, [weak = weak_from_this()] {
+      auto self = weak.lock();
+      if (!self) return;
+      std::vector<std::uint64_t> ids;
+      for (const auto& [each, c] : self->stacks_calls_) ids.push_back(each);
+      for (std::uint64_t each : ids) self->relay_stacks(each);
+    });
   }
 
   void stacks_timed_out(std::uint64_t id) {
@@ -198,7 +220,8 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
 
   void finish_stacks(std::uint64_t id) {
     auto it = stacks_calls_.find(id);
-    if (it == stacks_calls_.end() || !it->second.waiting.empty()) return;
+    if (it == stacks_calls_.end() || !it->second.waiting.empty() || !it->second.held.empty())
+      return;
     it->second.timer->cancel();
     connections_->send(
         it->second.asker,
@@ -231,10 +254,13 @@ struct RendezvousServer::Impl : std::enable_shared_from_this<Impl> {
     NodeId asker = 0;
     std::uint64_t asker_id = 0;
     std::map<NodeId, std::string> waiting;  // asked, not answered yet: how to name them
+    std::deque<std::string> held;           // answers not yet handed to the asker's connection
     std::vector<StacksMissing> missing;
     std::shared_ptr<asio::steady_timer> timer;
   };
   static constexpr std::size_t kMaxStacksCalls = 4;
+  // Relayed answers queued for the asker at once, at most (and one answer more).
+  static constexpr std::size_t kRelayWindow = 2 << 20;
 
   asio::io_context& io_;
   ServerOptions options_;

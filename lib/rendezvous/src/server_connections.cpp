@@ -175,6 +175,16 @@ void ServerConnections::send(NodeId id, const std::string& body) {
   if (it != peers_.end()) it->second.connection->send(body);
 }
 
+std::size_t ServerConnections::queued_bytes(NodeId id) const {
+  auto it = peers_.find(id);
+  return it == peers_.end() ? 0 : it->second.connection->queued_bytes();
+}
+
+void ServerConnections::when_drained(NodeId id, std::size_t below, std::function<void()> drained) {
+  auto it = peers_.find(id);
+  if (it != peers_.end()) it->second.connection->when_drained(below, std::move(drained));
+}
+
 void ServerConnections::send_to_admitted(const std::string& body) {
   for (NodeId id : admitted_) peers_.at(id).connection->send(body);
 }

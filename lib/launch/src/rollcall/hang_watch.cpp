@@ -78,8 +78,8 @@ bool collective_waiting(const nlohmann::json& reply) {
       return op.is_object() && op.value("state", "") == "pending";
     });
   };
-  for (const auto& node : reply.value("nodes", nlohmann::json::array()))
-    for (const auto& rank : node.value("ranks", nlohmann::json::array())) {
+  for (const auto& node : json_list(reply, "nodes"))
+    for (const auto& rank : json_list(node, "ranks")) {
       const auto c = rank.find("collectives");
       if (c == rank.end() || !c->is_object()) continue;
       const auto groups = c->find("groups");
@@ -126,7 +126,7 @@ std::string computing(const nlohmann::json& first, const nlohmann::json& second)
 
 std::optional<double> job_quiet_s(const nlohmann::json& reply) {
   std::optional<double> least;
-  for (const auto& node : reply.value("nodes", nlohmann::json::array())) {
+  for (const auto& node : json_list(reply, "nodes")) {
     const auto it = node.find("quiet_s");
     if (it == node.end() || !it->is_number()) continue;
     const double q = it->get<double>();
@@ -224,7 +224,7 @@ HangReport hang_report(const nlohmann::json& reply, double quiet_s) {
     report.host = groups.front().hosts.empty() ? "" : groups.front().hosts.front();
   }
   for (const auto& node : reply.at("nodes"))
-    for (const auto& r : node.value("ranks", nlohmann::json::array()))
+    for (const auto& r : json_list(node, "ranks"))
       if (r.value("rank", -2) == report.rank) {
         report.local_rank = r.value("local_rank", -1);
         report.pid = r.value("pid", 0);

@@ -133,11 +133,15 @@ std::string fit_node_answer(nlohmann::json answer, std::size_t max_bytes) {
 
 namespace {
 
-std::vector<nlohmann::json> nodes_by_rank(const nlohmann::json& reply) {
-  auto nodes = reply.at("nodes").get<std::vector<nlohmann::json>>();
-  std::sort(nodes.begin(), nodes.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
-    return a.value("node", -1) < b.value("node", -1);
-  });
+// The reply's own answers, not copies: at a thousand nodes they are tens of megabytes, and each
+// judgement of a roll call reads them several times.
+std::vector<const nlohmann::json*> nodes_by_rank(const nlohmann::json& reply) {
+  std::vector<const nlohmann::json*> nodes;
+  for (const auto& node : reply.at("nodes")) nodes.push_back(&node);
+  std::stable_sort(nodes.begin(), nodes.end(),
+                   [](const nlohmann::json* a, const nlohmann::json* b) {
+                     return a->value("node", -1) < b->value("node", -1);
+                   });
   return nodes;
 }
 
@@ -152,12 +156,19 @@ std::string node_name(const nlohmann::json& node, std::size_t nodes) {
 
 }  // namespace
 
+const nlohmann::json& json_list(const nlohmann::json& object, const char* key) {
+  static const nlohmann::json empty = nlohmann::json::array();
+  if (!object.is_object()) return empty;
+  const auto it = object.find(key);
+  return it != object.end() && it->is_array() ? *it : empty;
+}
+
 std::vector<stacks::RankStack> roll_call_ranks(const nlohmann::json& reply) {
   std::vector<stacks::RankStack> ranks;
   const auto nodes = nodes_by_rank(reply);
-  for (const auto& node : nodes) {
-    const std::string host = node_name(node, nodes.size());
-    for (const auto& r : node.value("ranks", nlohmann::json::array()))
+  for (const nlohmann::json* node : nodes) {
+    const std::string host = node_name(*node, nodes.size());
+    for (const auto& r : json_list(*node, "ranks"))
       ranks.push_back({r.at("rank").get<int>(), host, r.at("stack").get<stacks::Stack>()});
   }
   std::sort(ranks.begin(), ranks.end(),
@@ -168,7 +179,7 @@ std::vector<stacks::RankStack> roll_call_ranks(const nlohmann::json& reply) {
 CollectivesVerdict collectives_verdict(const nlohmann::json& reply) {
   std::map<int, nlohmann::json> compact;
   for (const auto& node : reply.at("nodes"))
-    for (const auto& r : node.value("ranks", nlohmann::json::array()))
+    for (const auto& r : json_list(node, "ranks"))
       if (r.contains("collectives") && r.contains("rank"))
         compact[r.at("rank").get<int>()] = r.at("collectives");
   std::vector<RankCollectives> ranks;
@@ -179,40 +190,113 @@ CollectivesVerdict collectives_verdict(const nlohmann::json& reply) {
   return judge_collectives(ranks);
 }
 
+namespace {
+
+// What a report lists of the nodes one by one (their dumps, their errors, those that did not
+// answer), and of the stack groups: a job of a thousand nodes gets a report of a few dozen lines;
+// the whole of it is in the dumps on each node and in the reply's JSON.
+constexpr std::size_t kNodesListed = 8;
+constexpr std::size_t kGroupsListed = 16;
+
+// "a, b, c and 5 more": the first kNodesListed names.
+std::string some_of(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size() && i < kNodesListed; ++i)
+    out += (i ? ", " : "") + names[i];
+  if (names.size() > kNodesListed) out += fmt::format(" and {} more", names.size() - kNodesListed);
+  return out;
+}
+
+// Nodes that said the same thing, together: "node1, node2: text", the commonest last, at most
+// kNodesListed texts.
+void said_alike(const std::vector<std::pair<std::string, std::string>>& said,
+                const std::string& verb, std::vector<std::string>& lines) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_text;
+  for (const auto& [who, text] : said) {
+    auto it = std::find_if(by_text.begin(), by_text.end(),
+                           [&](const auto& entry) { return entry.first == text; });
+    if (it == by_text.end())
+      by_text.push_back({text, {who}});
+    else
+      it->second.push_back(who);
+  }
+  std::size_t others = 0;
+  for (std::size_t i = 0; i < by_text.size(); ++i) {
+    if (i < kNodesListed)
+      lines.push_back(fmt::format("{}{}: {}", some_of(by_text[i].second), verb, by_text[i].first));
+    else
+      others += by_text[i].second.size();
+  }
+  if (others > 0)
+    lines.push_back(fmt::format("{} more {}{}: other reasons, in the reply's JSON", others,
+                                others == 1 ? "node" : "nodes", verb));
+}
+
+// The longest directory that every path begins with ("/logs/run/"), or "".
+std::string common_directory(const std::vector<std::string>& paths) {
+  if (paths.empty()) return "";
+  std::string prefix = paths.front();
+  for (const auto& p : paths) {
+    std::size_t n = 0;
+    while (n < prefix.size() && n < p.size() && prefix[n] == p[n]) ++n;
+    prefix.resize(n);
+  }
+  return prefix.substr(0, prefix.rfind('/') + 1);
+}
+
+// Where the dumps are: those of the nodes named in the findings first, then the first others, at
+// most kNodesListed; the rest in one line.
+void dumps_lines(const std::vector<std::pair<std::string, std::string>>& dumps,
+                 const std::set<std::string>& named, std::vector<std::string>& lines) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < dumps.size(); ++i)
+    if (named.count(dumps[i].first)) order.push_back(i);
+  for (std::size_t i = 0; i < dumps.size(); ++i)
+    if (!named.count(dumps[i].first)) order.push_back(i);
+  std::vector<std::string> rest;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const auto& [host, path] = dumps[order[k]];
+    if (k < kNodesListed || order.size() == kNodesListed + 1)
+      lines.push_back(fmt::format("dumps of {}: {}", host, path));
+    else
+      rest.push_back(path);
+  }
+  if (rest.empty()) return;
+  const std::string dir = common_directory(rest);
+  lines.push_back(fmt::format("dumps of {} more {}: on each node{}", rest.size(),
+                              rest.size() == 1 ? "node" : "nodes",
+                              dir.empty() ? "" : ", under " + dir));
+}
+
+// The smallest groups (the odd ones out) and the largest; the others counted.
+std::string bounded_groups(const std::vector<stacks::Group>& groups) {
+  if (groups.size() <= kGroupsListed) return stacks::format_groups(groups);
+  std::vector<stacks::Group> shown(groups.begin(), groups.begin() + (kGroupsListed - 1));
+  std::size_t ranks = 0;
+  for (std::size_t i = kGroupsListed - 1; i + 1 < groups.size(); ++i)
+    ranks += groups[i].ranks.size();
+  std::string out = stacks::format_groups(shown);
+  const std::size_t more = groups.size() - kGroupsListed;
+  out += fmt::format("... {} more {}, {} in all (in the dumps)\n", more,
+                     more == 1 ? "group" : "groups", count_of(ranks, "rank"));
+  return out + stacks::format_groups({groups.back()});
+}
+
+}  // namespace
+
 std::string format_roll_call(const nlohmann::json& reply, const std::string& said) {
   const std::vector<stacks::RankStack> ranks = roll_call_ranks(reply);
-  std::vector<std::string> lines_after;
   std::set<std::string> notes;
   const auto nodes = nodes_by_rank(reply);
   for (const auto& rank : ranks)
     for (const auto& note : rank.stack.notes) notes.insert(escape_control(note));
-  for (const auto& node : nodes) {
-    const std::string host = node_name(node, nodes.size());
-    const std::string error = node.value("error", "");
-    if (!error.empty()) lines_after.push_back(fmt::format("{}: {}", host, escape_control(error)));
-    const std::string dumps = node.value("dumps", "");
-    if (!dumps.empty())
-      lines_after.push_back(fmt::format("dumps of {}: {}", host, escape_control(dumps)));
-  }
-  for (const auto& m : reply.at("missing"))
-    lines_after.push_back(fmt::format("{} did not answer: {}",
-                                      escape_control(m.at("host").get<std::string>()),
-                                      escape_control(m.at("reason").get<std::string>())));
-  const std::string not_asked = reply.value("not_asked", "");
-  if (!not_asked.empty()) {
-    int job_nodes = 1;
-    for (const auto& node : nodes) job_nodes = std::max(job_nodes, node.value("nodes", 1));
-    lines_after.push_back(fmt::format(
-        "the job has {}: only {} shown ({})", count_of(job_nodes, "node"),
-        nodes.size() == 1 ? "this one's workers are" : "these are", escape_control(not_asked)));
-  }
   const auto groups = stacks::group_stacks(ranks);
   // A reply without the job's title (an agent of another version) is named by its run id.
   const std::string job = reply.contains("job") ? reply.at("job").get<std::string>()
                                                 : "run " + reply.at("run_id").get<std::string>();
   std::string out = fmt::format("stacks of {}: {} on {}\n", escape_control(job),
                                 count_of(ranks.size(), "rank"), count_of(nodes.size(), "node"));
-  out += stacks::format_groups(groups);
+  out += bounded_groups(groups);
   // A rank behind the others in their collectives is the finding; the stacks' odd rank only
   // where the collectives name none.
   const CollectivesVerdict verdict = collectives_verdict(reply);
@@ -222,9 +306,47 @@ std::string format_roll_call(const nlohmann::json& reply, const std::string& sai
   }
   for (const auto& line : verdict.lines)
     if (line != said) out += escape_control(line) + "\n";
-  const std::string suspects = stacks::describe_suspects(stacks::odd_ranks(groups, ranks), groups);
+  const auto odd = stacks::odd_ranks(groups, ranks);
+  std::string suspects = stacks::describe_suspects(
+      {odd.begin(), odd.begin() + static_cast<long>(std::min(odd.size(), kNodesListed))}, groups);
+  if (odd.size() > kNodesListed) {
+    const std::size_t at = suspects.find(" while ");
+    suspects.insert(at == std::string::npos ? suspects.size() : at,
+                    fmt::format("; and {} more ranks alone", odd.size() - kNodesListed));
+  }
   if (!suspects.empty() && verdict.behind.empty() && suspects != said) out += suspects + "\n";
   for (const auto& note : notes) out += "note: " + note + "\n";
+
+  // The nodes of the ranks found, whose dumps are looked at first.
+  std::set<std::string> named;
+  for (const auto& s : odd) named.insert(s.host);
+  for (const auto& rs : ranks)
+    if (std::binary_search(verdict.behind.begin(), verdict.behind.end(), rs.rank))
+      named.insert(rs.host);
+  std::vector<std::string> lines_after;
+  std::vector<std::pair<std::string, std::string>> errors, dumps, missing;
+  for (const nlohmann::json* node : nodes) {
+    const std::string host = node_name(*node, nodes.size());
+    const std::string error = node->value("error", "");
+    if (!error.empty()) errors.emplace_back(host, escape_control(error));
+    const std::string path = node->value("dumps", "");
+    if (!path.empty()) dumps.emplace_back(host, escape_control(path));
+  }
+  said_alike(errors, "", lines_after);
+  dumps_lines(dumps, named, lines_after);
+  for (const auto& m : reply.at("missing"))
+    missing.emplace_back(escape_control(m.at("host").get<std::string>()),
+                         escape_control(m.at("reason").get<std::string>()));
+  said_alike(missing, " did not answer", lines_after);
+  const std::string not_asked = reply.value("not_asked", "");
+  if (!not_asked.empty()) {
+    int job_nodes = 1;
+    for (const nlohmann::json* node : nodes)
+      job_nodes = std::max(job_nodes, node->value("nodes", 1));
+    lines_after.push_back(fmt::format(
+        "the job has {}: only {} shown ({})", count_of(job_nodes, "node"),
+        nodes.size() == 1 ? "this one's workers are" : "these are", escape_control(not_asked)));
+  }
   for (const auto& line : lines_after) out += line + "\n";
   return out;
 }

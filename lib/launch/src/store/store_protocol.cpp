@@ -118,6 +118,17 @@ void StoreRequestDecoder::fill_body() {
 }
 
 std::optional<StoreRequest> StoreRequestDecoder::next() {
+  std::optional<StoreRequest> r = parse();
+  // Every byte fed is parsed: a connection that waits (a rank after its init) holds no buffer
+  // sized for the largest read it ever had.
+  if (start_ == buffer_.size()) {
+    std::string().swap(buffer_);
+    start_ = 0;
+  }
+  return r;
+}
+
+std::optional<StoreRequest> StoreRequestDecoder::parse() {
   if (!started_) {
     std::uint8_t raw = 0;
     if (!take(&raw, 1)) return std::nullopt;

@@ -51,6 +51,10 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
 
   // Frames and queues `body`. Ignored once closing.
   void send(const std::string& body);
+  // Bytes framed and not yet taken by the kernel. when_drained: `drained` once, from the loop,
+  // when at most `below` are (a large sender's pace); replaces one not yet made.
+  std::size_t queued_bytes() const { return queued_bytes_; }
+  void when_drained(std::size_t below, std::function<void()> drained);
 
   // Sends what is queued, half-closes, and waits at most `linger` for the peer to close, so a
   // last message is not lost to a reset. No handler is called after this.
@@ -83,6 +87,7 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   void fail(const std::string& why);
   void finish_close();
   bool charge_partial_frame();
+  void check_drained();
 
   boost::asio::ip::tcp::socket socket_;
   boost::asio::steady_timer linger_timer_;
@@ -101,6 +106,8 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   std::string head_;
   std::size_t received_ = 0;
   bool overflowed_ = false;  // too much unsent: failing soon, send nothing more
+  std::function<void()> on_drained_;
+  std::size_t drained_below_ = 0;
   std::shared_ptr<ByteBudget> budget_;
   std::size_t charged_ = 0;  // what decoder_ holds, as counted in budget_
   bool over_budget_ = false;

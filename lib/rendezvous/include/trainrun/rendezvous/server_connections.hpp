@@ -42,6 +42,9 @@ class ServerConnections : public std::enable_shared_from_this<ServerConnections>
 
   void send(NodeId id, const std::string& body);
   void send_to_admitted(const std::string& body);
+  // What is queued for `id` (0 when it is gone), and FramedConnection::when_drained for it.
+  std::size_t queued_bytes(NodeId id) const;
+  void when_drained(NodeId id, std::size_t below, std::function<void()> drained);
   // Closes after what was sent: gracefully within the close linger, or, for a peer declared
   // lost (`peer_lost`), without waiting for it.
   void close(NodeId id, bool peer_lost);

@@ -73,6 +73,10 @@ std::string format_roll_call(const nlohmann::json& reply, const std::string& sai
 // nlohmann::json::exception for a reply of another shape.
 CollectivesVerdict collectives_verdict(const nlohmann::json& reply);
 
+// `object[key]` where it is an array, else an empty one; never a copy: a reply of a thousand
+// nodes is tens of megabytes, and each judgement reads it several times. Pure.
+const nlohmann::json& json_list(const nlohmann::json& object, const char* key);
+
 // The ranks of such a reply, by rank, each named by its host ("host (node N)" on a job of several
 // nodes). Pure; throws nlohmann::json::exception for a reply of another shape.
 std::vector<stacks::RankStack> roll_call_ranks(const nlohmann::json& reply);

@@ -111,6 +111,7 @@ class StoreRequestDecoder {
  private:
   enum class Field { done, word, number, count, key, value };
   Field field() const;
+  std::optional<StoreRequest> parse();
   bool take(void* to, std::size_t n);
   void start_body(std::uint64_t n, bool is_key);
   void fill_body();
