@@ -161,7 +161,35 @@ def render(record):
             f"{cell([r['longest_stall_s'] for r in ok], 2)} | "
             f"{ok[0]['answers_bytes'] / 1e6:.1f} | {ok[0]['report_lines']} | "
             f"{ok[0]['report_bytes'] / 1e3:.1f} | {loads(runs)} |")
+    lines += ["", targets(res)]
     return "\n".join(lines) + "\n"
+
+
+def targets(res):
+    """The targets' verdicts, from the medians of the runs that counted."""
+    failure = by_size(res["restart_failure"])
+
+    def restart(n):
+        return bench_doc.median([r["restart_s"] for r in failure.get(n, []) if r.get("ok")] or [0])
+
+    small = [r["store"] for r in failure.get(1024, []) if r.get("ok") and r.get("store")]
+    close = bench_doc.median([x["close_s"] for x in small if x.get("close_s", -1) >= 0] or [0])
+    clear = bench_doc.median([x["clear_s"] for x in small if x.get("clear_s", -1) >= 0] or [0])
+    calls = [r for r in by_size(res["rollcall"]).get(1024, []) if r.get("ok")]
+    verdict = [r["ask_to_verdict_s"] for r in calls]
+    stall = [r["longest_stall_s"] for r in calls]
+    text = (f"**Targets**, in the medians: the restart took {restart(1024):.2f} s at 1,024 nodes "
+            f"({'under' if restart(1024) < 1 else 'over'} 1 s; the store's close and clear on "
+            f"the host, {close:.2f} + {clear:.2f} s more) and {restart(16384):.2f} s at 16,384 "
+            f"({'under' if restart(16384) < 3 else 'over'} 3 s); the slowest runs are in the "
+            "table. The restart costs less than the first round (no connection, no handshake).")
+    if verdict:
+        text += (f" The hang report at 1,024 nodes: {bench_doc.median(verdict):.1f} s from the ask "
+                 f"to the verdict ({'under' if bench_doc.median(verdict) < 30 else 'over'} 30 s), "
+                 f"{max(verdict):.1f} s in the slowest run; the asking agent's loop ran the "
+                 f"verdict for {bench_doc.median(stall):.1f} s without returning "
+                 f"({min(stall):.1f} s at the least).")
+    return text
 
 
 def main():

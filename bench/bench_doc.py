@@ -168,7 +168,7 @@ def heading(title, rec):
 SECTIONS = {
     "launch_overhead": ("launch_overhead", "render"),
     "rendezvous_scale": ("rendezvous_scale", "render"),
-    "rendezvous_backends": ("rendezvous_sections", "render_backends"),
+    "rendezvous_backends": ("rendezvous_backends", "render"),
     "rendezvous_compare": ("rendezvous_compare", "render"),
     "supervision": ("supervision", "render"),
     "fashion_mnist_accuracy": ("fashion_mnist_speed", "render_accuracy"),
@@ -200,13 +200,24 @@ QUOTES = [
      lambda r: f"{r['results'][0]['wall_s'] / 60:.1f} minutes"),
     ("docs/install.md", r"from a fresh clone, (\S+ minutes) of\s+CPU time", "wheel_build",
      lambda r: f"{r['results'][0]['cpu_s'] / 60:.1f} minutes"),
-    ("docs/benchmarks.md", r"launched one worker in (\S+ ms) with trainrun", "launch_overhead",
+    ("docs/multinode.md", r"check of rank 0 took (\S+ s) in all", "rendezvous_scale",
+     lambda r: preflight_in_all(r)),
+    ("docs/benchmarks.md", r"launched in (\S+ ms) with trainrun", "launch_overhead",
      lambda r: f"{median(r['results'][0]['trainrun']['wall_s']) * 1e3:.1f} ms"),
     ("docs/benchmarks.md", r"with trainrun and (\S+ ms) with torchrun", "launch_overhead",
      lambda r: f"{median(r['results'][0]['torchrun']['wall_s']) * 1e3:,.0f} ms"),
-    ("docs/benchmarks.md", r"the load average was between (\S+ and \S+) during",
+    ("docs/benchmarks.md", r"the load average was between (\S+ and \S+), and one worker",
      "launch_overhead", lambda r: load_range(r)),
 ]
+
+
+def preflight_in_all(rec):
+    """The least and the most, over the runs at the largest size, of the round with --preflight
+    and every node's check of rank 0 together."""
+    runs = [r for r in rec["results"] if r.get("preflight") and r.get("ok")]
+    largest = max(r["nodes"] for r in runs)
+    sums = [r["round_s"] + r["preflight_s"] for r in runs if r["nodes"] == largest]
+    return f"{min(sums):.1f}–{max(sums):.1f} s"
 
 
 def roll_call(rec, name):
@@ -216,6 +227,16 @@ def roll_call(rec, name):
 def load_range(rec):
     loads = [rec["load_before"][0], rec["load_after"][0]]
     return f"{min(loads):.1f} and {max(loads):.1f}"
+
+
+def lacks(rec):
+    """What a record lacks of what every record holds."""
+    missing = [k for k in REQUIRED if k not in rec]
+    if isinstance(rec.get("machine"), dict):
+        missing += [f"machine.{k}" for k in MACHINE_FIELDS if k not in rec["machine"]]
+    elif "machine" in rec:
+        missing.append("machine (CPU model, CPUs, memory, kernel)")
+    return missing
 
 
 def renderer(name):
@@ -281,11 +302,7 @@ class Tree:
         rec = self.record(name)
         if rec is None:
             return [f"docs/benchmarks.md: section {name} has no record bench/results/{name}.json"]
-        missing = [k for k in REQUIRED if k not in rec]
-        if isinstance(rec.get("machine"), dict):
-            missing += [f"machine.{k}" for k in MACHINE_FIELDS if k not in rec["machine"]]
-        elif "machine" in rec:
-            missing.append("machine (CPU model, CPUs, memory, kernel)")
+        missing = lacks(rec)
         if missing:
             return [f"bench/results/{name}.json: lacks {', '.join(missing)}"]
         want = renderer(name)(rec).rstrip()
@@ -303,9 +320,10 @@ class Tree:
         """Outside the blocks, a heading with figures under it has no record to come from."""
         outside = re.sub(r"<!-- bench:(\w+) -->\n.*?\n<!-- /bench:\1 -->", "", text, flags=re.S)
         out = []
-        for quote in QUOTES:
+        for quote in QUOTES:  # the quoted figures themselves are checked by quote_problems
             if quote[0] == "docs/benchmarks.md":
-                outside = re.sub(quote[1], "", outside)
+                outside = re.sub(quote[1], lambda m: m.group(0).replace(m.group(1), "", 1),
+                                 outside)
         outside = re.sub(r"```.*?```", "", outside, flags=re.S)
         title = "(top)"
         for line in outside.splitlines():
@@ -338,7 +356,7 @@ class Tree:
             text = open(path).read()
             rec = self.record(name)
             m = re.search(pattern, text)
-            if m and rec:
+            if m and rec and not lacks(rec):
                 text = text[:m.start(1)] + want(rec) + text[m.end(1):]
                 with open(path, "w") as f:
                     f.write(text)
@@ -364,8 +382,9 @@ class Tree:
             return out
 
     def write(self):
-        for name in SECTIONS:
-            if self.record(name) is not None:
+        for name in SECTIONS:  # a section without a whole record stays as it is
+            rec = self.record(name)
+            if rec is not None and not lacks(rec):
                 self.write_section(name)
         self.write_quotes()
         r = self.draw(os.path.join(self.root, "docs", "img"))

@@ -188,10 +188,16 @@ def allreduce(r, out):
     workers = r["settings"]["workers"]
     fig, (ax,) = figure(f"All-reduce bandwidth, Gloo on CPU, {workers} workers over loopback",
                         note(r))
-    ax.plot(size, [row["runtime"]["algbw_gbps"] for row in rows], "o-", color=OURS,
-            label="C++: trainrun::runtime::get_process_group()")
-    ax.plot(size, [row["torch"]["algbw_gbps"] for row in rows], "s--", color=THEIRS,
-            label="Python: torch.distributed.all_reduce")
+    for impl, style, color, label in (
+            ("runtime", "o-", OURS, "C++: trainrun::runtime::get_process_group()"),
+            ("torch", "s--", THEIRS, "Python: torch.distributed.all_reduce")):
+        if f"{impl}_s" in rows[0]:  # every run's time: the bandwidth of the median, and its range
+            bw = [[row["bytes"] / t / 1e9 for t in row[f"{impl}_s"]] for row in rows]
+            ax.plot(size, [mid(b) for b in bw], style, color=color, label=label)
+            errorbars(ax, size, bw, 1, color)
+        else:
+            ax.plot(size, [row[impl]["algbw_gbps"] for row in rows], style, color=color,
+                    label=label)
     ax.set(xscale="log", yscale="log", xlabel="tensor size (bytes)", ylabel="algbw (GB/s, median)")
     ax.legend(fontsize=8), ax.grid(True, which="both", alpha=0.3)
     save(fig, out, "allreduce_bandwidth.png")
@@ -204,10 +210,16 @@ def fashion_mnist(r, out):
         note(r), ncols=2)
     for name, color, label in (("cpp", OURS, "C++ (LibTorch + runtime)"),
                                ("python", THEIRS, "Python (PyTorch DDP)")):
-        epochs = [e["epoch"] for e in res[name]]
-        loss_ax.plot(epochs, [e["loss"] for e in res[name]], "o-", color=color, label=label)
-        speed_ax.plot(epochs, [e["images_per_s"] for e in res[name]], "o-", color=color,
-                      label=label)
+        runs = res[name]
+        if "epochs" not in runs[0]:  # an older record: one median per epoch
+            runs = [{"epochs": runs}]
+        epochs = [e["epoch"] for e in runs[0]["epochs"]]
+        loss = [[run["epochs"][i]["loss"] for run in runs] for i in range(len(epochs))]
+        speed = [[run["epochs"][i]["images_per_s"] for run in runs] for i in range(len(epochs))]
+        loss_ax.plot(epochs, [mid(x) for x in loss], "o-", color=color, label=label)
+        speed_ax.plot(epochs, [mid(x) for x in speed], "o-", color=color, label=label)
+        if len(runs) > 1:
+            errorbars(speed_ax, epochs, speed, 1, color)
     loss_ax.set(xlabel="epoch", ylabel="training loss", title="loss")
     speed_ax.set(xlabel="epoch", ylabel="images/s (all workers)", title="speed", ylim=(0, None))
     for ax in (loss_ax, speed_ax):

@@ -106,7 +106,6 @@ def main():
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--reference-runs", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run before giving up")
-    ap.add_argument("--no-doc", action="store_true")
     add_json_option(ap)
     ARGS = ap.parse_args()
     try:
