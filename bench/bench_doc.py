@@ -263,7 +263,7 @@ class Tree:
 
     def blocks(self, text):
         """(name, body) of each section block of docs/benchmarks.md, in order."""
-        return re.findall(r"<!-- bench:(\w+) -->\n(.*?)\n<!-- /bench:\1 -->", text, flags=re.S)
+        return re.findall(r"<!-- bench:(\w+) -->\n(.*?)\n?<!-- /bench:\1 -->", text, flags=re.S)
 
     def render(self, name):
         rec = self.record(name)
@@ -318,7 +318,7 @@ class Tree:
 
     def unrendered_sections(self, text):
         """Outside the blocks, a heading with figures under it has no record to come from."""
-        outside = re.sub(r"<!-- bench:(\w+) -->\n.*?\n<!-- /bench:\1 -->", "", text, flags=re.S)
+        outside = re.sub(r"<!-- bench:(\w+) -->\n.*?\n?<!-- /bench:\1 -->", "", text, flags=re.S)
         out = []
         for quote in QUOTES:  # the quoted figures themselves are checked by quote_problems
             if quote[0] == "docs/benchmarks.md":

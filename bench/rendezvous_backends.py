@@ -110,7 +110,7 @@ on one event loop, each joining like an agent (one worker, its own reserved port
 from `start()` to the last assignment; exit barrier: from the first `report_done()` to the last
 stop. Median (min–max) of {s['runs']} rounds of each backend at each size, each with a fresh run
 id, the backends and sizes in turn. The built-in rendezvous is hosted by the first handler; etcd
-is {s['etcd']}, one member on loopback, data in a temporary directory, started by the benchmark.
+is {s['etcd'].replace('etcd Version: ', 'etcd ')}, one member on loopback, data in a temporary directory, started by the benchmark.
 The aim: a round of 64 formed in under 250 ms with the exit barrier under 250 ms.
 
 """ + "\n".join(table) + "\n\n" + provenance(rec) + "\n"
