@@ -100,8 +100,8 @@ rebuild, most of its compiles cache hits.
 "ninja" the build itself; "compiles" the sum of ninja's compile steps' durations (their count in
 brackets: with more jobs than CPUs, as ninja runs by default, each takes longer than its CPU
 time); "zig runtime" when, from ninja's start, the first link built zig's libc++, libc++abi,
-libunwind and the C library's stubs for the target (about 100 s of one CPU, once per machine and
-zig version), beside the compiles. The load average is the one-minute figure at the start and the
+libunwind and the C library's stubs for the target (once per machine and zig version), beside
+the compiles. The load average is the one-minute figure at the start and the
 end.
 
 | build | wall | CPU (user + sys) | outside ninja | ninja | compiles | zig runtime | load average (start, end) |
