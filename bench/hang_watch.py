@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-from bench_doc import ROOT, add_json_option, heading, median, provenance, publish, record, spread  # noqa: E402
+from bench_doc import ROOT, add_json_option, heading, provenance, publish, record, spread  # noqa: E402
 from ports import free_port  # noqa: E402
 
 JOB = os.path.join(ROOT, "tests", "e2e", "stacks_job.py")

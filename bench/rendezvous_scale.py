@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import add_json_option, heading, median, provenance, publish, record, spread  # noqa: E402
+from bench_doc import add_json_option, heading, provenance, publish, record, spread  # noqa: E402
 
 
 def one_run(binary, nodes, preflight):
