@@ -327,8 +327,8 @@ int main(int argc, char** argv) {
     result["report_s"] = report_s;
     result["ask_to_verdict_s"] = first_s + judge_first_s + second_s + judge_second_s + report_s;
     result["confirm_gap_s"] = kHangConfirmGap.count();
-    // The watch judges on the agent's loop, which also serves the rendezvous when the agent
-    // hosts it: its longest time away (judge_second and hang_report run back to back).
+    // The verdict's longest piece (judge_second and hang_report run back to back), which the
+    // watch runs on a thread of its own: the agent's loop does not wait for it.
     result["longest_stall_s"] = std::max(judge_first_s, judge_second_s + report_s);
     result["answers_bytes"] = answer_bytes;
     result["missing"] = second.at("missing").size();

@@ -145,7 +145,8 @@ TEST_CASE("a report of many stack groups lists the smallest and the largest", "[
   CHECK_THAT(report, Catch::Contains("... 25 more groups, 25 ranks in all (in the dumps)\n"));
   CHECK_THAT(report, Catch::Contains("ranks 40-127 (88): all_reduce\n"));
   CHECK_THAT(report, Catch::Contains("rank 7 on host0 (node 0) is in f7() (train.py:7); and 32 "
-                                     "more ranks alone while ranks 40-127 wait in all_reduce\n"));
+                                     "more ranks alone while ranks 40-127 wait in all_reduce "
+                                     "(train.py:7)\n"));
   CHECK_THAT(report, Catch::Contains("dumps of 8 more nodes: on each node, under "
                                      "/logs/run/stacks/\n"));
 }

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <boost/asio/post.hpp>
 #include <map>
 #include <utility>
 
@@ -237,7 +238,8 @@ HangWatch::HangWatch(boost::asio::io_context& io, double timeout_s, std::string 
     : timer_(io),
       timeout_s_(timeout_s),
       heartbeat_file_(std::move(heartbeat_file)),
-      hooks_(std::move(hooks)) {}
+      hooks_(std::move(hooks)),
+      off_loop_([&io](std::function<void()> f) { boost::asio::post(io, std::move(f)); }) {}
 
 void HangWatch::start() {
   stop();
@@ -306,15 +308,35 @@ void HangWatch::sample() {
   });
 }
 
-void HangWatch::sampled(nlohmann::json reply) {
+struct HangWatch::Judged {
   HangVerdict verdict;
-  try {
-    verdict = stage_ == Stage::first ? judge_first(reply, timeout_s_)
-                                     : judge_second(*first_, reply, timeout_s_);
-  } catch (const nlohmann::json::exception& e) {
-    verdict = progressing(timeout_s_,
-                          fmt::format("the roll call's reply could not be read: {}", e.what()));
-  }
+  std::optional<HangReport> report;  // hung: the report
+};
+
+void HangWatch::sampled(nlohmann::json reply) {
+  auto second = std::make_shared<const nlohmann::json>(std::move(reply));
+  off_loop_.run(
+      [first = stage_ == Stage::first ? nullptr : first_, second, timeout_s = timeout_s_,
+       quiet = quiet_s()] {
+        Judged j;
+        try {
+          j.verdict = first ? judge_second(*first, *second, timeout_s)
+                            : judge_first(*second, timeout_s);
+          if (j.verdict.kind == HangVerdict::Kind::hung) j.report = hang_report(*second, quiet);
+        } catch (const std::exception& e) {  // off the loop: nothing may leave the thread
+          j.verdict = progressing(
+              timeout_s, fmt::format("the roll call's reply could not be read: {}", e.what()));
+          j.report.reset();
+        }
+        return j;
+      },
+      [this, generation = generation_, second](Judged j) {
+        if (generation == generation_) judged(std::move(j), second);
+      });
+}
+
+void HangWatch::judged(Judged judged, std::shared_ptr<const nlohmann::json> reply) {
+  const HangVerdict& verdict = judged.verdict;
   switch (verdict.kind) {
     case HangVerdict::Kind::progress:
       if (verdict.paused && !std::exchange(pause_said_, true))
@@ -340,10 +362,9 @@ void HangWatch::sampled(nlohmann::json reply) {
     case HangVerdict::Kind::hung:
       break;
   }
-  const double quiet = quiet_s();
   stop();
   confirmed_ = true;
-  hooks_.hung(hang_report(reply, quiet));
+  hooks_.hung(*judged.report);
 }
 
 }  // namespace trainrun::launch

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <chrono>
+#include <memory>
 #include <utility>
 
 #include "trainrun/launch/rollcall/worker_diagnosis.hpp"
@@ -109,50 +110,41 @@ StackCollector::Collected diagnose_and_collect(const std::vector<StackCollector:
 }  // namespace
 
 StackCollector::StackCollector(asio::io_context& io, stacks::CollectOptions options)
-    : io_(io), options_(std::move(options)) {
+    : options_(std::move(options)),
+      off_loop_([&io](std::function<void()> f) { asio::post(io, std::move(f)); }) {
   options_.stop = &stop_;
 }
 
-StackCollector::~StackCollector() {
-  *alive_ = false;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-  }
-  wake_.notify_all();
-  // Bounded: the running tool is killed within moments of the stop.
-  if (thread_.joinable()) thread_.join();
-  for (auto& c : queue_)
-    for (auto& t : c.targets)
+// The running tool is killed within moments of the stop; off_loop_ then waits for its thread.
+StackCollector::~StackCollector() { stop_ = true; }
+
+namespace {
+
+// The targets of a collection, whose diagnosis channels are closed by the collection or, where
+// it never ran (dropped at the end), here.
+struct OwnedTargets {
+  std::vector<StackCollector::Target> targets;
+  bool collected = false;
+  ~OwnedTargets() {
+    if (collected) return;
+    for (auto& t : targets)
       if (t.diagnosis >= 0) ::close(t.diagnosis);
-}
+  }
+};
+
+}  // namespace
 
 void StackCollector::collect(std::vector<Target> targets, Done done) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({std::move(targets), std::move(done)});
-  }
-  wake_.notify_one();
-  // The tools are reaped by this thread, which starts them: the one reaper (reaper.hpp) leaves a
-  // child its starter waits for to that starter.
-  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
-}
-
-void StackCollector::run() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (true) {
-    wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-    if (stop_) return;
-    Collection c = std::move(queue_.front());
-    queue_.pop_front();
-    lock.unlock();
-    Collected result = diagnose_and_collect(c.targets, options_);
-    asio::post(io_,
-               [alive = alive_, done = std::move(c.done), result = std::move(result)]() mutable {
-                 if (*alive) done(std::move(result));
-               });
-    lock.lock();
-  }
+  auto owned = std::make_shared<OwnedTargets>();
+  owned->targets = std::move(targets);
+  // The tools are reaped by the collector's thread, which starts them: the one reaper
+  // (reaper.hpp) leaves a child its starter waits for to that starter.
+  off_loop_.run(
+      [this, owned] {
+        owned->collected = true;
+        return diagnose_and_collect(owned->targets, options_);
+      },
+      std::move(done));
 }
 
 }  // namespace trainrun::launch

@@ -7,11 +7,13 @@
 #include <chrono>
 #include <ctime>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "trainrun/base/off_loop.hpp"
 #include "trainrun/launch/core/log.hpp"
 
 namespace trainrun::launch {
@@ -87,7 +89,9 @@ HangReport hang_report(const nlohmann::json& reply, double quiet_s);
 // heartbeat file touched, a file-timer request) for the timeout, takes the job's roll call; when
 // every node has been as quiet, takes it again kHangConfirmGap later, and a job where still no
 // node made progress and no rank's stack moved is hung. Between attempts, and without progress
-// to wait for, it sleeps: one timer, at most one wake-up a second.
+// to wait for, it sleeps: one timer, at most one wake-up a second. The replies are judged, and the
+// report written, off the loop (a thousand nodes' reply takes seconds to read, which the job's
+// store and the rendezvous' heartbeats on the loop do not wait for).
 class HangWatch {
  public:
   using Clock = std::chrono::steady_clock;
@@ -120,6 +124,8 @@ class HangWatch {
   void check();
   void sample();
   void sampled(nlohmann::json reply);
+  struct Judged;
+  void judged(Judged judged, std::shared_ptr<const nlohmann::json> reply);
 
   boost::asio::steady_timer timer_;
   double timeout_s_;
@@ -127,10 +133,12 @@ class HangWatch {
   Hooks hooks_;
   Clock::time_point last_progress_ = Clock::now();
   Stage stage_ = Stage::idle;
-  std::optional<nlohmann::json> first_;
+  std::shared_ptr<const nlohmann::json> first_;
   unsigned generation_ = 0;  // a roll call's reply from before stop() is dropped
   bool confirmed_ = false;
   bool pause_said_ = false;  // said once a pause, until progress
+  // Last: destroyed first, so that a judgement running ends before what it reads goes.
+  OffLoop off_loop_;
 };
 
 }  // namespace trainrun::launch

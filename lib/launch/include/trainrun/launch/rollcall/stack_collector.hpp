@@ -4,23 +4,19 @@
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
-#include <condition_variable>
-#include <deque>
 #include <functional>
-#include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <thread>
 #include <vector>
 
+#include "trainrun/base/off_loop.hpp"
 #include "trainrun/stacks/collect.hpp"
 #include "trainrun/stacks/stack.hpp"
 
 namespace trainrun::launch {
 
 // Stacks taken off the event loop: the tools (stacks::collect_stacks) run on a thread of the
-// collector's own, started with its first collection, one collection after another; each result
-// is handed back on the loop, which goes on meanwhile. The owner keeps the loop running (a
+// collector's own (OffLoop), one collection after another; each result is handed back on the
+// loop, which goes on meanwhile. The owner keeps the loop running (a
 // pending collection holds no work of its own: a loop's last run does not wait for a tool).
 // A worker with a diagnosis channel (workers/diagnosis.hpp) is asked on it first: its flight
 // recorder, and its Python traceback of every thread where no tool can read its stack (ptrace
@@ -52,21 +48,10 @@ class StackCollector {
   void collect(std::vector<Target> targets, Done done);
 
  private:
-  struct Collection {
-    std::vector<Target> targets;
-    Done done;
-  };
-  void run();
-
-  boost::asio::io_context& io_;
   stacks::CollectOptions options_;
   std::atomic<bool> stop_{false};
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<Collection> queue_;
-  // Read and cleared on the loop only: a result handed back after the end is dropped.
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-  std::thread thread_;
+  // Last: destroyed first, so that the running collection ends before what it reads goes.
+  OffLoop off_loop_;
 };
 
 }  // namespace trainrun::launch
