@@ -3,12 +3,11 @@
 against Python's torch.distributed (bench/allreduce/allreduce_bench.py), both Gloo on CPU, each
 run as `trainrun --standalone --nproc-per-node=N`, 1 KiB to 64 MiB, side by side in one run. The
 two alternate run by run (A B, B A, ...) so a busy machine slows both alike; per size, the result
-is the median over the rounds of each run's median all-reduce time.
+is the median over the rounds of each run's median all-reduce time; every run's is kept.
 
 Usage: bench/allreduce_bandwidth.py [--trainrun PATH] [--bench-bin PATH] [--nproc N] [--rounds N]
                                     [--threads N] [--warmup N] [--iters N] [--min-bytes B]
-                                    [--max-bytes B] [--factor F] [--python PATH] [--no-doc]
-                                    [--json PATH]
+                                    [--max-bytes B] [--factor F] [--python PATH] [--json PATH]
 The PyTorch 2.x configuration: --trainrun build-pypi/apps/trainrun/trainrun --bench-bin
 build-pypi/bench/allreduce/allreduce_bench --python .venv-pypi/bin/python (a section of its own).
 """
@@ -21,8 +20,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import (ROOT, add_json_option, machine, median, torch_config,  # noqa: E402
-                       write_json, write_section)
+from bench_doc import (ROOT, add_json_option, heading, median, provenance, publish,  # noqa: E402
+                       record, spread, torch_config)
 
 PYTHON = "/usr/bin/python3"
 PY_BENCH = os.path.join(ROOT, "bench", "allreduce", "allreduce_bench.py")
@@ -74,7 +73,6 @@ def main():
     ap.add_argument("--max-bytes", type=int, default=64 << 20)
     ap.add_argument("--factor", type=int, default=4)
     ap.add_argument("--python", default=PYTHON, help="the Python (and its torch) of the twin")
-    ap.add_argument("--no-doc", action="store_true")
     add_json_option(ap)
     args = ap.parse_args()
     described, section, title = torch_config(args.python)
@@ -103,58 +101,56 @@ def main():
                     f"{size_name(b)}: {rec['algbw_gbps']:.3g}" for b, rec in sorted(records.items()))
                     + "  (algbw GB/s)", flush=True)
 
-    world = args.nproc
     sizes = sorted(set.intersection(*(set(rec) for runs in results.values() for rec in runs)))
-    rows = []
-    for nbytes in sizes:
-        row = [nbytes, results[RUNTIME][0][nbytes]["iters"]]
-        for impl in (RUNTIME, TORCH):
-            t = median([run[nbytes]["median_s"] for run in results[impl]])
-            algbw = nbytes / t / 1e9
-            row += [t, algbw, algbw * 2 * (world - 1) / world]
-        # The fastest run of each: what each reaches when the machine leaves it alone.
-        best = [min(run[nbytes]["median_s"] for run in results[impl]) for impl in (RUNTIME, TORCH)]
-        rows.append(row + [best[1] / best[0]])
+    rows = [{"bytes": nbytes, "iters": results[RUNTIME][0][nbytes]["iters"],
+             "runtime_s": [run[nbytes]["median_s"] for run in results[RUNTIME]],
+             "torch_s": [run[nbytes]["median_s"] for run in results[TORCH]]} for nbytes in sizes]
+    publish("allreduce_bandwidth" + section, record("allreduce_bandwidth" + section, rows, {
+        "workers": args.nproc, "rounds": args.rounds, "threads": args.threads,
+        "warmup": args.warmup, "arguments": " ".join(common), "torch": described,
+        "title": title}), args.json)
 
-    table = ["| size | iters | runtime time | runtime algbw | runtime busbw | torch.distributed "
-             "time | torch.distributed algbw | torch.distributed busbw | runtime / torch | "
-             "runtime / torch, fastest runs |",
+
+def render(rec):
+    s = rec["settings"]
+    world, rounds = s["workers"], s["rounds"]
+    table = ["| size | iters | runtime time (µs) | runtime algbw (GB/s) | runtime busbw (GB/s) | "
+             "torch.distributed time (µs) | torch.distributed algbw (GB/s) | torch.distributed "
+             "busbw (GB/s) | runtime / torch | runtime / torch, fastest runs |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for nbytes, iters, rt, ra, rb, pt, pa, pb, best_ratio in rows:
-        table.append(f"| {size_name(nbytes)} | {iters} | {rt * 1e6:.0f} µs | {ra:.3g} GB/s | "
-                     f"{rb:.3g} GB/s | {pt * 1e6:.0f} µs | {pa:.3g} GB/s | {pb:.3g} GB/s | "
-                     f"{ra / pa:.2f}x | {best_ratio:.2f}x |")
-    cpus = os.cpu_count()
+    for row in rec["results"]:
+        n = row["bytes"]
+        cells = []
+        for impl in ("runtime_s", "torch_s"):
+            algbw = n / median(row[impl]) / 1e9
+            cells += [spread(row[impl], "{:.0f}", 1e6), f"{algbw:.3g}",
+                      f"{algbw * 2 * (world - 1) / world:.3g}"]
+        ratio = median(row["torch_s"]) / median(row["runtime_s"])
+        # The fastest run of each: what each reaches when the machine leaves it alone.
+        fastest = min(row["torch_s"]) / min(row["runtime_s"])
+        table.append(f"| {size_name(n)} | {row['iters']} | {' | '.join(cells)} | {ratio:.2f}x | "
+                     f"{fastest:.2f}x |")
+    cpus = rec["machine"]["cpus"]
     oversubscribed = (f" {world} workers on {cpus} CPUs is oversubscribed: every all-reduce waits "
                       "for ranks the scheduler has parked, so the absolute numbers are low and "
                       "noisy; the ratio is what this section is about." if world > cpus else "")
-    body = f"""## All-reduce bandwidth: runtime process group against torch.distributed{title}
-
+    return heading("All-reduce bandwidth: runtime process group against torch.distributed"
+                   + s["title"], rec) + f"""
 `bench/allreduce_bandwidth.py` — in-place SUM all-reduce of a float32 tensor across {world}
 workers, Gloo on CPU over loopback, through `trainrun::runtime::get_process_group()`
 (`bench/allreduce/allreduce_bench.cpp`) and through Python's `torch.distributed.all_reduce`
 (`bench/allreduce/allreduce_bench.py`, `init_process_group("gloo")` from the environment), both
-as `trainrun --standalone --nproc-per-node={world} PROGRAM {' '.join(common)}` with
-`OMP_NUM_THREADS={args.threads}`, on {described} (one Gloo for both). Per size:
-{args.warmup} warm-up all-reduces (the first checks the sum), then the timed ones; an iteration's
-time is the longest over the ranks, a run's time the median over its iterations, and the table
-the median over {args.rounds} runs of each program, alternating between the two run by run.
-algbw = bytes / time; busbw = algbw × 2(n−1)/n (the bytes each rank sends and receives in a ring).
-The last column compares the fastest of the {args.rounds} runs of each program at that size.
-GB = 10⁹ bytes. Target: the runtime at parity or better (ratio ≥ 1 within the noise).
-Machine: {machine()}.{oversubscribed}
+as `trainrun --standalone --nproc-per-node={world} PROGRAM {s['arguments']}` with
+`OMP_NUM_THREADS={s['threads']}`, on {s['torch']} (one Gloo for both). Per size:
+{s['warmup']} warm-up all-reduces (the first checks the sum), then the timed ones; an iteration's
+time is the longest over the ranks, a run's time the median over its iterations; the table gives
+the median (min–max) over {rounds} runs of each program, alternating between the two run by run,
+and the bandwidths and ratios of the medians. algbw = bytes / time; busbw = algbw × 2(n−1)/n (the
+bytes each rank sends and receives in a ring). The last column compares the fastest of the
+{rounds} runs of each program at that size. GB = 10⁹ bytes. Target: the runtime at parity or
+better (ratio ≥ 1 within the noise).{oversubscribed}
 
-""" + "\n".join(table)
-    print(body)
-    if not args.no_doc:
-        write_section("allreduce_bandwidth" + section, body)
-    write_json(args.json, "allreduce_bandwidth" + section, [
-        {"bytes": nbytes, "iters": iters,
-         "runtime": {"time_s": rt, "algbw_gbps": ra, "busbw_gbps": rb},
-         "torch": {"time_s": pt, "algbw_gbps": pa, "busbw_gbps": pb},
-         "fastest_ratio": best_ratio}
-        for nbytes, iters, rt, ra, rb, pt, pa, pb, best_ratio in rows],
-        workers=world, rounds=args.rounds, threads=args.threads)
+""" + "\n".join(table) + "\n\n" + provenance(rec) + "\n"
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ bench/rollcall_scale several times for each size, keeps every run's values with 
 and after each, and renders docs/benchmarks.md's "At scale" section from the JSON.
 
     python3 bench/at_scale.py --build build --runs 5 --json bench/results/at_scale.json
-    python3 bench/at_scale.py --render bench/results/at_scale.json   # the section only
+    python3 bench/at_scale.py --render   # the section only, from bench/results/at_scale.json
 """
 import argparse
 import json
@@ -68,8 +68,7 @@ def by_size(runs):
 def cell(values, digits=3):
     if not values:
         return "failed"
-    lo, mid, hi = bench_doc.spread(values)
-    return f"{mid:.{digits}f} ({lo:.{digits}f}–{hi:.{digits}f})"
+    return bench_doc.spread(values, f"{{:.{digits}f}}")
 
 
 def loads(runs):
@@ -78,15 +77,12 @@ def loads(runs):
 
 
 def render(record):
-    m = record["machine_details"]
     res = record["results"]
     lines = [
-        "## At scale: a restart and a hang report (`bench/at_scale.py`)",
-        "",
-        f"Machine: {m['cpu_model']}, {m['cpus']} CPUs, {m['memory_gib']:.0f} GiB, Linux "
-        f"{m['kernel']}; commit {record['commit'][:12]}, {record['date']}. **The machine was "
-        "loaded while it ran**: the 1-minute load average before and after each run is "
-        "in the tables (2 CPUs: a load of 10 leaves a process about a fifth of one). Runs: those that finished / all. Each cell: the median of the runs, (min–max); every run's values are "
+        bench_doc.heading("At scale: a restart and a hang report (`bench/at_scale.py`)",
+                          record),
+        bench_doc.provenance(record) + " **The machine was loaded while it ran**: the 1-minute "
+        "load average before and after each run is in the tables (2 CPUs: a load of 10 leaves a process about a fifth of one). Runs: those that finished / all. Each cell: the median of the runs, (min–max); every run's values are "
         "in `bench/results/at_scale.json`.",
         "",
         "**The restart** (`rendezvous_scale --restart failure|lost`): N simulated agents (full "
@@ -166,7 +162,34 @@ def render(record):
             f"{cell([r['longest_stall_s'] for r in ok], 2)} | "
             f"{ok[0]['answers_bytes'] / 1e6:.1f} | {ok[0]['report_lines']} | "
             f"{ok[0]['report_bytes'] / 1e3:.1f} | {loads(runs)} |")
+    lines += ["", targets(res)]
     return "\n".join(lines) + "\n"
+
+
+def targets(res):
+    """The targets' verdicts, from the medians of the runs that counted."""
+    failure = by_size(res["restart_failure"])
+
+    def restart(n):
+        return bench_doc.median([r["restart_s"] for r in failure.get(n, []) if r.get("ok")] or [0])
+
+    small = [r["store"] for r in failure.get(1024, []) if r.get("ok") and r.get("store")]
+    close = bench_doc.median([x["close_s"] for x in small if x.get("close_s", -1) >= 0] or [0])
+    clear = bench_doc.median([x["clear_s"] for x in small if x.get("clear_s", -1) >= 0] or [0])
+    calls = [r for r in by_size(res["rollcall"]).get(1024, []) if r.get("ok")]
+    verdict = [r["ask_to_verdict_s"] for r in calls]
+    stall = [r["longest_stall_s"] for r in calls]
+    text = (f"**Targets**, in the medians: the restart took {restart(1024):.2f} s at 1,024 nodes "
+            f"({'under' if restart(1024) < 1 else 'over'} 1 s; the store's close and clear on "
+            f"the host, {close:.2f} + {clear:.2f} s more) and {restart(16384):.2f} s at 16,384 "
+            f"({'under' if restart(16384) < 3 else 'over'} 3 s); the slowest runs are in the "
+            "table. The restart costs less than the first round (no connection, no handshake).")
+    if verdict:
+        text += (f" The hang report at 1,024 nodes: {bench_doc.median(verdict):.1f} s from the ask "
+                 f"to the verdict ({'under' if bench_doc.median(verdict) < 30 else 'over'} 30 s), "
+                 f"{max(verdict):.1f} s in the slowest run; the longest verdict in one piece "
+                 f"took {bench_doc.median(stall):.1f} s ({min(stall):.1f} s at the least).")
+    return text
 
 
 def main():
@@ -177,11 +200,12 @@ def main():
     ap.add_argument("--lost-sizes", type=sizes, default=sizes("1024,16384"))
     ap.add_argument("--first-round-sizes", type=sizes, default=sizes("65536"))
     ap.add_argument("--rollcall-sizes", type=sizes, default=sizes("256,1024"))
-    ap.add_argument("--render", metavar="JSON", help="only render the section from this file")
+    ap.add_argument("--render", action="store_true",
+                    help="only render the section from bench/results/at_scale.json")
     bench_doc.add_json_option(ap)
     args = ap.parse_args()
     if args.render:
-        bench_doc.write_section("at_scale", render(json.load(open(args.render))))
+        bench_doc.Tree(bench_doc.ROOT).write_section("at_scale")
         return
     rdzv = os.path.join(args.build, "bench", "rendezvous", "rendezvous_scale")
     rollcall = os.path.join(args.build, "bench", "rendezvous", "rollcall_scale")
@@ -189,8 +213,6 @@ def main():
         if not os.path.exists(path):
             sys.exit(f"at_scale: {path} is not there: build the rendezvous_scale and "
                      "rollcall_scale targets")
-    context = {"machine_details": bench_doc.machine_details(), "commit": bench_doc.git_commit(),
-               "load_average_at_start": list(os.getloadavg())}
     results = {"restart_failure": [], "restart_lost": [], "first_round": [], "rollcall": []}
     for _ in range(args.runs):
         for n in args.restart_sizes:
@@ -205,14 +227,8 @@ def main():
             results["first_round"].append(first_round_run(rdzv, n))
             if not results["first_round"][-1].get("ok"):
                 break
-    bench_doc.write_json(args.json, "at_scale", results, fields=context, runs=args.runs)
-    record = dict(context, date=bench_doc.time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                         bench_doc.time.gmtime()),
-                  results=results)
-    text = render(record)
-    print(text)
-    bench_doc.write_section("at_scale", text)
-
+    bench_doc.publish("at_scale", bench_doc.record("at_scale", results, {"runs": args.runs}),
+                      args.json)
 
 if __name__ == "__main__":
     main()

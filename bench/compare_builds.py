@@ -1,12 +1,12 @@
 #!/usr/bin/python3
 """Two builds of trainrun side by side, in one run: the launch overhead (`trainrun --standalone
---nproc-per-node=N /bin/true`: wall and CPU time, medians) and the built-in rendezvous' round at
-16,384 agents (bench/rendezvous_scale: the round and the exit barrier, medians), each pair run
+--nproc-per-node=N /bin/true`: wall and CPU time) and the built-in rendezvous' round at
+16,384 agents (bench/rendezvous_scale: the round and the exit barrier), every run kept, each pair run
 alternately so that the machine's load falls on both alike; the ratio after/before says whether a
 change made either slower.
 
 Usage: bench/compare_builds.py --before BUILD_DIR --after BUILD_DIR [--workers 1,8] [--runs 11]
-                               [--agents 16384] [--round-runs 3] [--no-doc] [--json PATH]
+                               [--agents 16384] [--round-runs 5] [--json PATH]
 BUILD_DIR is a CMake build directory holding apps/trainrun/trainrun and
 bench/rendezvous/rendezvous_scale.
 """
@@ -19,7 +19,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import add_json_option, machine, median, run_measured, write_json, write_section  # noqa: E402
+from bench_doc import add_json_option, heading, median, provenance, publish, record, run_measured, spread  # noqa: E402
 
 
 def binaries(build):
@@ -71,8 +71,7 @@ def main():
     ap.add_argument("--workers", default="1,8", help="comma-separated worker counts")
     ap.add_argument("--runs", type=int, default=11)
     ap.add_argument("--agents", type=int, default=16384)
-    ap.add_argument("--round-runs", type=int, default=3)
-    ap.add_argument("--no-doc", action="store_true")
+    ap.add_argument("--round-runs", type=int, default=5)
     add_json_option(ap)
     args = ap.parse_args()
     builds = {"before": binaries(args.before), "after": binaries(args.after)}
@@ -86,42 +85,40 @@ def main():
         for _ in range(args.runs):
             for name, (trainrun, _) in builds.items():
                 samples[name].append(launch(trainrun, n))
-        walls = {k: median([s[0] for s in v]) for k, v in samples.items()}
-        cpus = {k: median([s[1] for s in v]) for k, v in samples.items()}
         rows.append({"what": f"launch, {n} worker{'s' if n > 1 else ''}", "unit": "ms",
-                     "before": walls["before"] * 1e3, "after": walls["after"] * 1e3,
-                     "before_cpu": cpus["before"] * 1e3, "after_cpu": cpus["after"] * 1e3})
-        print(rows[-1], flush=True)
+                     **{name: [s[0] * 1e3 for s in v] for name, v in samples.items()},
+                     **{f"{name}_cpu": [s[1] * 1e3 for s in v] for name, v in samples.items()}})
+        print(rows[-1]["what"], {k: median(rows[-1][k]) for k in builds}, flush=True)
     rounds = {name: [] for name in builds}
     for _ in range(args.round_runs):
         for name, (_, scale) in builds.items():
             rounds[name].append(round_once(scale, args.agents))
     for i, what in enumerate(["round", "exit barrier"]):
         rows.append({"what": f"{what}, {args.agents:,} agents", "unit": "s",
-                     "before": median([r[i] for r in rounds["before"]]),
-                     "after": median([r[i] for r in rounds["after"]])})
-        print(rows[-1], flush=True)
+                     **{name: [r[i] for r in rounds[name]] for name in builds}})
+        print(rows[-1]["what"], {k: median(rows[-1][k]) for k in builds}, flush=True)
+    publish("compare_builds", record("compare_builds", rows, {
+        "runs": args.runs, "round_runs": args.round_runs, "before": revision(args.before),
+        "after": revision(args.after)}), args.json)
 
-    lines = [f"## Two builds side by side\n",
-             f"Machine: {machine()}. Before: `{revision(args.before)}`; after: "
-             f"`{revision(args.after)}`. Each pair ran alternately in this one run "
-             f"({args.runs} launches per count, {args.round_runs} rounds); medians; load "
-             f"average {os.getloadavg()[0]:.1f} at the end (on a shared machine, compare the "
-             f"ratios, not the times). A ratio above 1 means the later build is slower.\n",
-             "| measure | before | after | after / before |", "|---|---:|---:|---:|"]
-    for r in rows:
+
+def render(rec):
+    s = rec["settings"]
+    lines = ["| measure | before | after | after / before, of the medians |", "|---|---:|---:|---:|"]
+    for r in rec["results"]:
         fmt = "{:.1f}" if r["unit"] == "ms" else "{:.3f}"
-        lines.append(f"| {r['what']} ({r['unit']}, wall) | {fmt.format(r['before'])} | "
-                     f"{fmt.format(r['after'])} | {r['after'] / r['before']:.2f} |")
+        lines.append(f"| {r['what']} ({r['unit']}, wall) | {spread(r['before'], fmt)} | "
+                     f"{spread(r['after'], fmt)} | {median(r['after']) / median(r['before']):.2f} |")
         if "before_cpu" in r:
-            lines.append(f"| {r['what']} (ms, CPU) | {r['before_cpu']:.1f} | {r['after_cpu']:.1f} | "
-                         f"{r['after_cpu'] / r['before_cpu']:.2f} |")
-    body = "\n".join(lines) + "\n"
-    print(body)
-    if not args.no_doc:
-        write_section("compare_builds", body)
-    write_json(args.json, "compare_builds", rows, runs=args.runs, round_runs=args.round_runs)
+            lines.append(f"| {r['what']} (ms, CPU) | {spread(r['before_cpu'])} | "
+                         f"{spread(r['after_cpu'])} | "
+                         f"{median(r['after_cpu']) / median(r['before_cpu']):.2f} |")
+    return heading("Two builds side by side", rec) + f"""
+Before: `{s['before']}`; after: `{s['after']}`. Each pair ran alternately in this one run
+({s['runs']} launches per count, {s['round_runs']} rounds); median (min–max). On a shared machine,
+compare the ratios, not the times. A ratio above 1 means the later build is slower.
 
+""" + "\n".join(lines) + "\n\n" + provenance(rec) + "\n"
 
 if __name__ == "__main__":
     main()

@@ -7,8 +7,7 @@ that shows it learns: 2 epochs on all 60,000 images with 2 workers, and its test
 (target: at least 85%).
 
 Usage: bench/fashion_mnist_speed.py [--build DIR] [--python PATH] [--workers N] [--threads N]
-                                    [--subset N] [--epochs N] [--runs N] [--accuracy] [--no-doc]
-                                    [--json PATH]
+                                    [--subset N] [--epochs N] [--runs N] [--accuracy] [--json PATH]
 The PyTorch 2.x configuration: --build build-pypi --python .venv-pypi/bin/python (its own
 section of docs/benchmarks.md, beside 1.13's).
 """
@@ -21,18 +20,14 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import (ROOT, add_json_option, machine, median, torch_config,  # noqa: E402
-                       write_json, write_section)
+from bench_doc import (ROOT, add_json_option, heading, median, provenance, publish,  # noqa: E402
+                       record, spread, torch_config)
 
 PYTHON = "/usr/bin/python3"
 PY_EXAMPLE = os.path.join(ROOT, "apps", "examples", "fashion_mnist", "train_fashion_mnist.py")
 EPOCH = re.compile(r"epoch (\d+)/\d+: loss ([0-9.]+), train accuracy ([0-9.]+)%, "
                    r"test accuracy ([0-9.]+)%, (\d+) images/s \(([0-9.]+) s\)")
 FINAL = re.compile(r"^test accuracy: ([0-9.]+)%", re.M)
-
-
-def load():
-    return "load average {:.1f} / {:.1f} / {:.1f} (1/5/15 min) when it ended".format(*os.getloadavg())
 
 
 def train(cmd, storage):
@@ -57,9 +52,9 @@ def train(cmd, storage):
     return epochs, float(final[0]), wall
 
 
-def per_epoch_median(runs):
-    """[(epoch, loss, test acc, images/s, s)] with each field the median over the runs."""
-    return [tuple(median(values) for values in zip(*epoch)) for epoch in zip(*runs)]
+def one_run(epochs, final, wall):
+    return {"epochs": [{"epoch": e[0], "loss": e[1], "test_accuracy": e[2], "images_per_s": e[3],
+                        "epoch_s": e[4]} for e in epochs], "test_accuracy": final, "wall_s": wall}
 
 
 def speed(args, program, trainrun, storage):
@@ -69,56 +64,73 @@ def speed(args, program, trainrun, storage):
     cpp_runs, py_runs = [], []
     # Alternating, so a change in the machine's load falls on both programs alike.
     for i in range(args.runs):
-        cpp_runs.append(train([*launch, program, *common, "--name", f"speed_cpp_{i}"], storage))
-        py_runs.append(train([*launch, "--no-python", args.python, PY_EXAMPLE, *common], storage))
-    cpp = per_epoch_median([r[0] for r in cpp_runs])
-    py = per_epoch_median([r[0] for r in py_runs])
+        cpp_runs.append(one_run(*train([*launch, program, *common, "--name", f"speed_cpp_{i}"],
+                                       storage)))
+        py_runs.append(one_run(*train([*launch, "--no-python", args.python, PY_EXAMPLE, *common],
+                                      storage)))
+    return {"cpp": cpp_runs, "python": py_runs}
 
+
+def per_epoch(runs, field):
+    """Each epoch's values of `field` over the runs."""
+    return [[run["epochs"][i][field] for run in runs] for i in range(len(runs[0]["epochs"]))]
+
+
+def render(rec):
+    s, res = rec["settings"], rec["results"]
+    cpp_speed, py_speed = per_epoch(res["cpp"], "images_per_s"), per_epoch(res["python"],
+                                                                            "images_per_s")
+    cpp_loss, py_loss = per_epoch(res["cpp"], "loss"), per_epoch(res["python"], "loss")
     rows = ["| epoch | C++ images/s | Python images/s | C++ / Python | C++ loss | Python loss |",
-            "|---|---|---|---|---|---|"]
-    for c, p in zip(cpp, py):
-        rows.append(f"| {c[0]:.0f} | {c[3]:.0f} | {p[3]:.0f} | {c[3] / p[3]:.2f}x | {c[1]:.4f} | "
-                    f"{p[1]:.4f} |")
-    rows.append(f"| test accuracy | {median([r[1] for r in cpp_runs]):.2f}% | "
-                f"{median([r[1] for r in py_runs]):.2f}% | | | |")
-    rows.append(f"| job wall time | {median([r[2] for r in cpp_runs]):.0f} s | "
-                f"{median([r[2] for r in py_runs]):.0f} s | | | |")
-    described, _, title = args.torch
-    body = f"""## FashionMNIST training speed: C++ example against Python{title}
-
+            "|---|---:|---:|---:|---:|---:|"]
+    for i, (c, p) in enumerate(zip(cpp_speed, py_speed)):
+        rows.append(f"| {i + 1} | {spread(c, '{:.0f}')} | {spread(p, '{:.0f}')} | "
+                    f"{median(c) / median(p):.2f}x | {spread(cpp_loss[i], '{:.4f}')} | "
+                    f"{spread(py_loss[i], '{:.4f}')} |")
+    rows.append(f"| test accuracy | {spread([r['test_accuracy'] for r in res['cpp']], '{:.2f}%')} | "
+                f"{spread([r['test_accuracy'] for r in res['python']], '{:.2f}%')} | | | |")
+    rows.append(f"| job wall time | {spread([r['wall_s'] for r in res['cpp']], '{:.0f} s')} | "
+                f"{spread([r['wall_s'] for r in res['python']], '{:.0f} s')} | | | |")
+    runs = s["runs"]
+    how = ("each figure is the median (min–max) over the runs" if runs > 1
+           else "one run each, as a job takes over a minute")
+    return heading("FashionMNIST training speed: C++ example against Python" + s["title"],
+                   rec) + f"""
 `bench/fashion_mnist_speed.py` — the ResNet-18 FashionMNIST training of
 `apps/examples/fashion_mnist` (LibTorch, libtrainrun_runtime) and of
 `apps/examples/fashion_mnist/train_fashion_mnist.py` (PyTorch DDP, torchvision's resnet18), each as
-`trainrun --standalone --nproc-per-node={args.workers} PROGRAM --epochs {args.epochs}
---threads {args.threads} --subset {args.subset} --test-subset {args.test_subset}`: {args.workers}
-workers of {args.threads} thread(s), batch 128 per worker, Adam 1e-3, the first {args.subset}
-training images. {args.runs} runs of each program, alternating, in one run of the benchmark; each
-figure is the median over the runs. Images/s counts the training images of all workers in an
-epoch over that epoch's training time (without evaluation). {described}.
-Machine: {machine()}; {load()}. Target: the C++ program at least as fast.
+`trainrun --standalone --nproc-per-node={s['workers']} PROGRAM --epochs {s['epochs']}
+--threads {s['threads']} --subset {s['subset']} --test-subset {s['test_subset']}`: {s['workers']}
+workers of {s['threads']} thread(s), batch 128 per worker, Adam 1e-3, the first {s['subset']}
+training images. {runs} run(s) of each program, alternating, in one run of the benchmark; {how}.
+Images/s counts the training images of all workers in an epoch over that epoch's
+training time (without evaluation). {s['torch']}. Target: the C++ program at least as fast.
 
-""" + "\n".join(rows)
-    return body, cpp, py
+""" + "\n".join(rows) + "\n\n" + provenance(rec) + "\n"
 
 
 def accuracy(args, program, trainrun, storage):
     cmd = [trainrun, "--standalone", "--nproc-per-node=2", program, "--epochs", "2"]
-    epochs, final, wall = train([*cmd, "--name", "accuracy"], storage)
-    rows = ["| epoch | loss | test accuracy | images/s | epoch time |", "|---|---|---|---|---|"]
-    for e in epochs:
-        rows.append(f"| {e[0]} | {e[1]:.4f} | {e[2]:.2f}% | {e[3]:.0f} | {e[4]:.0f} s |")
-    verdict = "meets" if final >= 85 else "MISSES"
-    body = f"""## FashionMNIST: 2 epochs with 2 workers
+    return one_run(*train([*cmd, "--name", "accuracy"], storage))
 
+
+def render_accuracy(rec):
+    res = rec["results"]
+    final = res["test_accuracy"]
+    rows = ["| epoch | loss | test accuracy | images/s | epoch time |", "|---|---:|---:|---:|---:|"]
+    for e in res["epochs"]:
+        rows.append(f"| {e['epoch']} | {e['loss']:.4f} | {e['test_accuracy']:.2f}% | "
+                    f"{e['images_per_s']:.0f} | {e['epoch_s']:.0f} s |")
+    verdict = "meets" if final >= 85 else "MISSES"
+    return heading("FashionMNIST: 2 epochs with 2 workers", rec) + f"""
 `bench/fashion_mnist_speed.py --accuracy` runs
 `trainrun --standalone --nproc-per-node=2 fashion_mnist --epochs 2`: all 60,000 training
 images, 2 workers (1 thread each, `OMP_NUM_THREADS=1` from trainrun), batch 128 per worker,
-Adam 1e-3; evaluated on all 10,000 test images after each epoch. Final test accuracy
-**{final:.2f}%** ({verdict} the 85% target), in {wall / 60:.1f} minutes. Machine: {machine()};
-{load()}.
+Adam 1e-3; evaluated on all 10,000 test images after each epoch. One run (it takes minutes).
+Final test accuracy **{final:.2f}%** ({verdict} the 85% target), in {res['wall_s'] / 60:.1f}
+minutes.
 
-""" + "\n".join(rows)
-    return body, final
+""" + "\n".join(rows) + "\n\n" + provenance(rec) + "\n"
 
 
 def main():
@@ -133,7 +145,6 @@ def main():
     ap.add_argument("--accuracy", action="store_true",
                     help="instead train 2 full epochs with 2 workers and record the test accuracy")
     ap.add_argument("--python", default=PYTHON, help="the Python (and its torch) of the twin")
-    ap.add_argument("--no-doc", action="store_true")
     add_json_option(ap)
     args = ap.parse_args()
     args.torch = torch_config(args.python)
@@ -145,26 +156,21 @@ def main():
         if not os.access(path, os.X_OK):
             sys.exit(f"fashion_mnist_speed: {path} is not built (cmake --build {args.build})")
 
+    described, _, title = args.torch
     with tempfile.TemporaryDirectory(prefix="fashion_mnist_bench_") as storage:
         if args.accuracy:
-            body, final = accuracy(args, program, trainrun, storage)
-            if not args.no_doc:
-                write_section("fashion_mnist_accuracy" + section, body)
-            print(body, flush=True)
-            if final < 85:
-                sys.exit(f"fashion_mnist_speed: test accuracy {final:.2f}% is below 85%")
+            run = accuracy(args, program, trainrun, storage)
+            publish("fashion_mnist_accuracy" + section, record(
+                "fashion_mnist_accuracy" + section, run, {"torch": described}), args.json)
+            if run["test_accuracy"] < 85:
+                sys.exit(f"fashion_mnist_speed: test accuracy {run['test_accuracy']:.2f}% is "
+                         "below 85%")
         else:
-            body, cpp, py = speed(args, program, trainrun, storage)
-            write_json(args.json, "fashion_mnist_speed" + section, {
-                name: [{"epoch": e[0], "loss": e[1], "test_accuracy": e[2], "images_per_s": e[3],
-                        "epoch_s": e[4]} for e in epochs] for name, epochs in (("cpp", cpp),
-                                                                               ("python", py))},
-                workers=args.workers, threads=args.threads, subset=args.subset,
-                test_subset=args.test_subset, epochs=args.epochs, runs=args.runs)
-            if not args.no_doc:
-                write_section("fashion_mnist_speed" + section, body)
-            print(body, flush=True)
-
+            runs = speed(args, program, trainrun, storage)
+            publish("fashion_mnist_speed" + section, record("fashion_mnist_speed" + section, runs, {
+                "workers": args.workers, "threads": args.threads, "subset": args.subset,
+                "test_subset": args.test_subset, "epochs": args.epochs, "runs": args.runs,
+                "torch": described, "title": title}), args.json)
 
 if __name__ == "__main__":
     main()

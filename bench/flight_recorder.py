@@ -4,10 +4,10 @@ worker of torch 2.x, docs/hangs.md) costs a Gloo all-reduce loop, against the sa
 recorder off (TORCH_FR_BUFFER_SIZE=0, which the user may set), in one run.
 
 Two workers under trainrun run --iterations all-reduces of --elements float32 each after a warm-up;
-rank 0 reports the loop's seconds. Each setting runs in turn, --runs times; medians.
+rank 0 reports the loop's seconds. Each setting runs in turn, --runs times; every run is kept.
 
 Usage: bench/flight_recorder.py --python VENV/bin/python [--trainrun PATH] [--runs 7]
-                               [--iterations 2000] [--elements 1024,262144] [--no-doc] [--json PATH]
+                               [--iterations 2000] [--elements 1024,262144] [--json PATH]
 """
 import argparse
 import json
@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import ROOT, add_json_option, machine, median, write_json, write_section  # noqa: E402
+from bench_doc import ROOT, add_json_option, heading, median, provenance, publish, record, spread  # noqa: E402
 
 JOB = r'''
 import json, os, sys, time
@@ -58,7 +58,6 @@ def main():
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--iterations", type=int, default=2000)
     parser.add_argument("--elements", default="1024,262144")
-    parser.add_argument("--no-doc", action="store_true")
     add_json_option(parser)
     args = parser.parse_args()
     version = subprocess.run([args.python, "-c", "import torch; print(torch.__version__)"],
@@ -78,28 +77,28 @@ def main():
                     print(f"{n:>8} floats  {name:32s} {s / args.iterations * 1e6:8.1f} us/all-reduce",
                           flush=True)
     off, on = list(settings)
-    table = ["| tensor | recorder off (µs per all-reduce) | on (µs) | on / off |",
+    rows = [{"elements": n, "off_s": samples[(n, off)], "on_s": samples[(n, on)]} for n in sizes]
+    publish("flight_recorder", record("flight_recorder", rows, {
+        "runs": args.runs, "iterations": args.iterations, "torch": version}), args.json)
+
+
+def render(rec):
+    s = rec["settings"]
+    us = 1e6 / s["iterations"]
+    table = ["| tensor | recorder off (µs per all-reduce) | on (µs) | on / off, of the medians |",
              "|---|---:|---:|---:|"]
-    rows = []
-    for n in sizes:
-        a = median(samples[(n, off)]) / args.iterations * 1e6
-        b = median(samples[(n, on)]) / args.iterations * 1e6
-        rows.append({"elements": n, "off_us": a, "on_us": b, "ratio": b / a})
-        table.append(f"| {n} float32 ({n * 4 // 1024} KiB) | {a:.1f} | {b:.1f} | {b / a:.3f} |")
-    body = f"""## The flight recorder's cost
-
-`bench/flight_recorder.py` — a loop of {args.iterations} Gloo all-reduces on 2 workers under
-trainrun (PyTorch {version}), with the flight recorder off (`TORCH_FR_BUFFER_SIZE=0`) and on as
+    for row in rec["results"]:
+        n = row["elements"]
+        table.append(f"| {n} float32 ({n * 4 // 1024} KiB) | {spread(row['off_s'], '{:.1f}', us)} | "
+                     f"{spread(row['on_s'], '{:.1f}', us)} | "
+                     f"{median(row['on_s']) / median(row['off_s']):.3f} |")
+    return heading("The flight recorder's cost", rec) + f"""
+`bench/flight_recorder.py` — a loop of {s['iterations']} Gloo all-reduces on 2 workers under
+trainrun (PyTorch {s['torch']}), with the flight recorder off (`TORCH_FR_BUFFER_SIZE=0`) and on as
 trainrun sets it for every Python worker of torch 2.x (2000 entries): the loop's time per
-all-reduce, medians of {args.runs} runs, the two settings in turn. Machine: {machine()}, load
-average {os.getloadavg()[0]:.1f} at the end.
+all-reduce, median (min–max) of {s['runs']} runs, the two settings in turn.
 
-""" + "\n".join(table)
-    print(body)
-    if not args.no_doc:
-        write_section("flight_recorder", body)
-    write_json(args.json, "flight_recorder", rows, runs=args.runs, iterations=args.iterations,
-               torch=version)
+""" + "\n".join(table) + "\n\n" + provenance(rec) + "\n"
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@
      --hang-timeout (600 s: the watch waits, no roll call falls in the window).
 
 Usage: bench/hang_watch.py [--trainrun PATH] [--worker PATH] [--py-spy PATH] [--runs N]
-                           [--idle-seconds S] [--no-doc] [--json PATH]
+                           [--idle-seconds S] [--json PATH]
 """
 import argparse
 import os
@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-from bench_doc import ROOT, add_json_option, machine, median, write_json, write_section  # noqa: E402
+from bench_doc import ROOT, add_json_option, heading, provenance, publish, record, spread  # noqa: E402
 from ports import free_port  # noqa: E402
 
 JOB = os.path.join(ROOT, "tests", "e2e", "stacks_job.py")
@@ -122,7 +122,6 @@ def main():
     ap.add_argument("--python", default="/usr/bin/python3")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--idle-seconds", type=float, default=10.0)
-    ap.add_argument("--no-doc", action="store_true")
     add_json_option(ap)
     ARGS = ap.parse_args()
     if not ARGS.py_spy:
@@ -135,46 +134,46 @@ def main():
         stacks[name] = roll_calls(nodes, nproc, py_spy, ARGS.runs)
         print(f"{name}: {', '.join(f'{w:.2f}' for w in stacks[name])} s", flush=True)
     idles = {}
-    for name, extra in (("without --hang-timeout", []),
-                        ("--hang-timeout=600", ["--hang-timeout=600"])):
-        idles[name] = idle(extra, ARGS.idle_seconds)
-        print(f"{name}: {idles[name][0] * 1000:.3f} ms CPU, {idles[name][1]} wake-ups over "
-              f"{idles[name][2]:.0f} s", flush=True)
+    for _ in range(ARGS.runs):
+        for name, extra in (("without --hang-timeout", []),
+                            ("--hang-timeout=600", ["--hang-timeout=600"])):
+            cpu, wakeups, window = idle(extra, ARGS.idle_seconds)
+            runs = idles.setdefault(name, {"cpu_s": [], "wakeups": [], "window_s": window})
+            runs["cpu_s"].append(cpu), runs["wakeups"].append(wakeups)
+            print(f"{name}: {cpu * 1000:.3f} ms CPU, {wakeups} wake-ups over {window:.0f} s",
+                  flush=True)
+    publish("hang_watch", record("hang_watch", {"roll_call_s": stacks, "idle": idles},
+                                 {"runs": ARGS.runs}), ARGS.json)
 
-    rows = "\n".join(f"| {name} | {median(w):.2f} s | {min(w):.2f}–{max(w):.2f} s |"
-                     for name, w in stacks.items())
-    idle_rows = "\n".join(f"| {name} | {cpu * 1000:.3f} ms | {wakeups} |"
-                          for name, (cpu, wakeups, _) in idles.items())
-    window = next(iter(idles.values()))[2]
-    body = f"""## Roll call and hang watch
 
+def render(rec):
+    s, res = rec["settings"], rec["results"]
+    rows = "\n".join(f"| {name} | {spread(w, '{:.2f}')} |" for name, w in res["roll_call_s"].items())
+    idle_rows = "\n".join(f"| {name} | {spread(v['cpu_s'], '{:.3f}', 1e3)} | "
+                          f"{spread(v['wakeups'], '{:.0f}')} |" for name, v in res["idle"].items())
+    window = next(iter(res["idle"].values()))["window_s"]
+    return heading("Roll call and hang watch", rec) + f"""
 `bench/hang_watch.py` — (a) `trainrun --stacks` of a running job of Python workers
 (`tests/e2e/stacks_job.py`, each sleeping in a loop), from the command's start to its exit:
-collection on every node, the dumps written, the report printed; medians of {ARGS.runs} runs.
-(b) The launcher's own threads while 8 silent workers sleep ({window:.0f} s window, from 1 s after
-the start): CPU from `/proc/<pid>/task/*/schedstat`, wake-ups as voluntary context switches.
-Machine: {machine()}; load average {os.getloadavg()[0]:.1f} at the end of the run.
+collection on every node, the dumps written, the report printed. (b) The launcher's own threads
+while 8 silent workers sleep ({window:.0f} s window, from 1 s after the start): CPU from
+`/proc/<pid>/task/*/schedstat`, wake-ups as voluntary context switches. Median (min–max) of
+{s['runs']} runs each.
 
-| (a) roll call of | median | range |
-|---|---|---|
+| (a) roll call of | time (s) |
+|---|---:|
 {rows}
 
-| (b) 8 sleeping workers | launcher CPU | wake-ups |
-|---|---|---|
+| (b) 8 sleeping workers | launcher CPU (ms) | wake-ups |
+|---|---:|---:|
 {idle_rows}
 
 Each agent runs the tools of up to 8 workers at a time (py-spy pauses each worker for the
 milliseconds it reads it); on two agents each node collects its own at the same time. Without
 `--hang-timeout` the agent has no timer at all; with it, one timer that waits for the timeout
 (re-armed when output came meanwhile, never sooner than a second away).
-"""
-    if not ARGS.no_doc:
-        write_section("hang_watch", body)
-    write_json(ARGS.json, "hang_watch",
-               {"roll_call_s": stacks,
-                "idle": {k: {"cpu_s": v[0], "wakeups": v[1], "window_s": v[2]}
-                         for k, v in idles.items()}}, runs=ARGS.runs)
-    print(body)
+
+""" + provenance(rec) + "\n"
 
 
 if __name__ == "__main__":

@@ -8,28 +8,28 @@ CMake build, the wheel's binary and torchrun 2.x from the Python of that same en
 (--torchrun2-python to name another), in a section of its own.
 
 Usage: bench/launch_overhead.py [--trainrun PATH] [--workers 1,4,16] [--runs N] [--reference-runs N]
-                                [--wheel BIN [--torchrun2-python PYTHON]] [--no-doc] [--json PATH]
+                                [--wheel BIN [--torchrun2-python PYTHON]] [--json PATH]
 """
 import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import (ROOT, add_json_option, machine, median, peak_rss_kib, run_measured,  # noqa: E402
-                       write_json, write_section)
+from bench_doc import (ROOT, add_json_option, heading, median, peak_rss_kib, provenance,  # noqa: E402
+                       publish, record, run_measured, spread)
 
 REFERENCE = os.path.join(ROOT, "..", "shared", "peer", "torchrun113.py")
 
 
 def measure(cmd, runs):
-    walls, cpus, rss = [], [], []
+    """Every run's wall and CPU time (s), and GNU time's peak RSS (KiB) of three more."""
+    walls, cpus = [], []
     for _ in range(runs):
-        code, wall, cpu, maxrss = run_measured(cmd)
+        code, wall, cpu, _ = run_measured(cmd)
         if code != 0:
             sys.exit(f"launch_overhead: {' '.join(cmd)} exited {code}")
         walls.append(wall), cpus.append(cpu)
-    rss = [peak_rss_kib(cmd) for _ in range(3)]
-    return median(walls), median(cpus), max(rss)
+    return {"wall_s": walls, "cpu_s": cpus, "peak_rss_kib": [peak_rss_kib(cmd) for _ in range(3)]}
 
 
 def main():
@@ -40,7 +40,6 @@ def main():
     ap.add_argument("--workers", default="1,4,16", help="comma-separated worker counts")
     ap.add_argument("--wheel", help="the trainrun binary of an installed wheel")
     ap.add_argument("--torchrun2-python", help="Python with torch 2.x (default: the wheel's)")
-    ap.add_argument("--no-doc", action="store_true")
     add_json_option(ap)
     args = ap.parse_args()
     try:
@@ -57,40 +56,46 @@ def main():
                        "--monitor_interval", "0.1", "--no_python", "/bin/true"], args.reference_runs)
         # The floor: a shell that starts the same N programs and waits for them.
         floor = measure(["/bin/sh", "-c", " ".join(["/bin/true &"] * n) + " wait"], args.runs)
-        rows.append((n, ours, ref, floor))
-        print(f"N={n:2d}  trainrun {ours[0]*1000:8.1f} ms  cpu {ours[1]*1000:7.1f} ms  rss "
-              f"{ours[2]/1024:5.1f} MiB   torchrun {ref[0]*1000:8.1f} ms  cpu {ref[1]*1000:7.1f} ms"
-              f"  rss {ref[2]/1024:6.1f} MiB   speed-up {ref[0]/ours[0]:6.0f}x   shell "
-              f"{floor[0]*1000:6.1f} ms ({ours[0]/floor[0]:.1f}x)", flush=True)
+        rows.append({"workers": n, "trainrun": ours, "torchrun": ref, "shell": floor})
+        print(f"N={n:2d}  trainrun {median(ours['wall_s'])*1000:8.1f} ms   torchrun "
+              f"{median(ref['wall_s'])*1000:8.1f} ms   shell {median(floor['wall_s'])*1000:6.1f} ms",
+              flush=True)
+    publish("launch_overhead", record("launch_overhead", rows, {
+        "runs": args.runs, "reference_runs": args.reference_runs}), args.json)
 
-    table = ["| N | trainrun wall | torchrun wall | speed-up | shell wall | trainrun / shell | "
-             "trainrun CPU | torchrun CPU | trainrun peak RSS | torchrun peak RSS |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for n, o, r, f in rows:
-        table.append(f"| {n} | {o[0]*1000:.1f} ms | {r[0]*1000:.0f} ms | {r[0]/o[0]:.0f}x | "
-                     f"{f[0]*1000:.1f} ms | {o[0]/f[0]:.1f} | "
-                     f"{o[1]*1000:.1f} ms | {r[1]*1000:.0f} ms | {o[2]/1024:.1f} MiB | "
-                     f"{r[2]/1024:.0f} MiB |")
-    body = f"""## Launch overhead
 
+def ms(xs):
+    return spread(xs, "{:.1f}", 1e3)
+
+
+def mib(kib):
+    return f"{max(kib) / 1024:.1f}"
+
+
+def render(rec):
+    s = rec["settings"]
+    table = ["| N | trainrun wall (ms) | torchrun wall (ms) | speed-up | shell wall (ms) | "
+             "trainrun / shell | trainrun CPU (ms) | torchrun CPU (ms) | trainrun peak RSS (MiB) "
+             "| torchrun peak RSS (MiB) |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in rec["results"]:
+        o, r, f = row["trainrun"], row["torchrun"], row["shell"]
+        table.append(f"| {row['workers']} | {ms(o['wall_s'])} | {spread(r['wall_s'], '{:.0f}', 1e3)} | "
+                     f"{median(r['wall_s']) / median(o['wall_s']):.0f}x | {ms(f['wall_s'])} | "
+                     f"{median(o['wall_s']) / median(f['wall_s']):.1f} | {ms(o['cpu_s'])} | "
+                     f"{spread(r['cpu_s'], '{:.0f}', 1e3)} | {mib(o['peak_rss_kib'])} | "
+                     f"{mib(r['peak_rss_kib'])} |")
+    return heading("Launch overhead", rec) + f"""
 `bench/launch_overhead.py` — `trainrun --standalone --nproc-per-node=N /bin/true` against
 `torchrun113.py --standalone --nproc_per_node=N --monitor_interval 0.1 --no_python /bin/true`.
-Medians of {args.runs} (trainrun) and {args.reference_runs} (torchrun) runs; CPU is user+system
-time of the launcher and the workers it reaped; peak RSS is the largest resident set of the
-launcher or any of its workers, measured with GNU time (`%M`). The shell is the floor: `sh -c
-'/bin/true & ... /bin/true & wait'` starting the same N programs. Machine: {machine()}.
-Targets: at least 50x faster wall time than torchrun, within 2x of the shell at N = 4, under
-10 MiB peak RSS.
+Median (min–max) of {s['runs']} (trainrun, shell) and {s['reference_runs']} (torchrun) runs; the
+ratios are of the medians. CPU is user+system time of the launcher and the workers it reaped;
+peak RSS is the largest resident set of the launcher or any of its workers over 3 more runs,
+measured with GNU time (`%M`). The shell is the floor: `sh -c '/bin/true & ... /bin/true &
+wait'` starting the same N programs. Targets: at least 50x faster wall time than torchrun,
+within 2x of the shell at N = 4, under 10 MiB peak RSS.
 
-""" + "\n".join(table)
-    if not args.no_doc:
-        write_section("launch_overhead", body)
-    write_json(args.json, "launch_overhead", [
-        {"workers": n, "trainrun": {"wall_s": o[0], "cpu_s": o[1], "peak_rss_kib": o[2]},
-         "torchrun": {"wall_s": r[0], "cpu_s": r[1], "peak_rss_kib": r[2]},
-         "shell": {"wall_s": f[0], "cpu_s": f[1], "peak_rss_kib": f[2]}} for n, o, r, f in rows],
-        runs=args.runs, reference_runs=args.reference_runs)
-    print(body)
+""" + "\n".join(table) + "\n\n" + provenance(rec) + "\n"
 
 
 def compare_wheel(args, counts):
@@ -107,36 +112,39 @@ def compare_wheel(args, counts):
         ref = measure([python, "-m", "torch.distributed.run", "--standalone",
                        f"--nproc-per-node={n}", "--monitor-interval=0.1", "--no-python",
                        "/bin/true"], args.reference_runs)
-        rows.append((n, cmake, wheel, ref))
-        print(f"N={n:2d}  CMake build {cmake[0]*1000:8.1f} ms  wheel {wheel[0]*1000:8.1f} ms "
-              f"({wheel[0]/cmake[0]:.2f}x)  torchrun 2.x {ref[0]*1000:8.1f} ms", flush=True)
-    table = ["| N | CMake build wall | wheel wall | wheel / CMake | torchrun 2.x wall | "
-             "CMake build CPU | wheel CPU | CMake build peak RSS | wheel peak RSS |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for n, c, w, r in rows:
-        table.append(f"| {n} | {c[0]*1000:.1f} ms | {w[0]*1000:.1f} ms | {w[0]/c[0]:.2f} | "
-                     f"{r[0]*1000:.0f} ms | {c[1]*1000:.1f} ms | {w[1]*1000:.1f} ms | "
-                     f"{c[2]/1024:.1f} MiB | {w[2]/1024:.1f} MiB |")
-    torchrun_python = ("the same environment's Python" if not args.torchrun2_python
-                       else f"`{os.path.relpath(args.torchrun2_python, ROOT)}`")
-    body = f"""## Launch overhead of the wheel
+        rows.append({"workers": n, "cmake": cmake, "wheel": wheel, "torchrun2": ref})
+        print(f"N={n:2d}  CMake build {median(cmake['wall_s'])*1000:8.1f} ms  wheel "
+              f"{median(wheel['wall_s'])*1000:8.1f} ms  torchrun 2.x "
+              f"{median(ref['wall_s'])*1000:8.1f} ms", flush=True)
+    publish("launch_overhead_wheel", record("launch_overhead_wheel", rows, {
+        "runs": args.runs, "reference_runs": args.reference_runs,
+        "cmake_build": os.path.relpath(args.trainrun, ROOT),
+        "torchrun2_python": args.torchrun2_python and os.path.relpath(args.torchrun2_python, ROOT)}),
+        args.json)
 
+
+def render_wheel(rec):
+    s = rec["settings"]
+    table = ["| N | CMake build wall (ms) | wheel wall (ms) | wheel / CMake | torchrun 2.x wall (ms) | "
+             "CMake build CPU (ms) | wheel CPU (ms) | CMake build peak RSS (MiB) | wheel peak RSS (MiB) |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in rec["results"]:
+        c, w, r = row["cmake"], row["wheel"], row["torchrun2"]
+        table.append(f"| {row['workers']} | {ms(c['wall_s'])} | {ms(w['wall_s'])} | "
+                     f"{median(w['wall_s']) / median(c['wall_s']):.2f} | "
+                     f"{spread(r['wall_s'], '{:.0f}', 1e3)} | {ms(c['cpu_s'])} | {ms(w['cpu_s'])} | "
+                     f"{mib(c['peak_rss_kib'])} | {mib(w['peak_rss_kib'])} |")
+    python = (f"`{s['torchrun2_python']}`" if s.get("torchrun2_python")
+              else "the same environment's Python")
+    return heading("Launch overhead of the wheel", rec) + f"""
 `bench/launch_overhead.py --wheel` — `trainrun --standalone --nproc-per-node=N /bin/true` from the
-CMake build (`{os.path.relpath(args.trainrun, ROOT)}`, GCC, shared libraries) and from the wheel
-(the static zig-built binary, a unity build at `-Os`, that `pip install` put in the virtual
-environment's `bin/`), and `python -m torch.distributed.run` (torchrun 2.x) of {torchrun_python}. Medians of
-{args.runs} (trainrun) and {args.reference_runs} (torchrun) runs, CPU and peak RSS as above.
-Machine: {machine()}. Target: the wheel within 10% of the CMake build.
+CMake build (`{s['cmake_build']}`, GCC, shared libraries) and from the wheel (the static
+zig-built binary, a unity build at `-Os`, that `pip install` put in the virtual environment's
+`bin/`), and `python -m torch.distributed.run` (torchrun 2.x) of {python}. Median (min–max) of
+{s['runs']} (trainrun) and {s['reference_runs']} (torchrun) runs, CPU and peak RSS as above.
+Target: the wheel within 10% of the CMake build.
 
-""" + "\n".join(table)
-    if not args.no_doc:
-        write_section("launch_overhead_wheel", body)
-    write_json(args.json, "launch_overhead_wheel", [
-        {"workers": n, "cmake": {"wall_s": c[0], "cpu_s": c[1], "peak_rss_kib": c[2]},
-         "wheel": {"wall_s": w[0], "cpu_s": w[1], "peak_rss_kib": w[2]},
-         "torchrun2": {"wall_s": r[0], "cpu_s": r[1], "peak_rss_kib": r[2]}}
-        for n, c, w, r in rows], runs=args.runs, reference_runs=args.reference_runs)
-    print(body)
+""" + "\n".join(table) + "\n\n" + provenance(rec) + "\n"
 
 
 if __name__ == "__main__":

@@ -33,18 +33,48 @@ def figure(title, subtitle=None, ncols=1):
 def save(fig, out, name):
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     path = os.path.join(out, name)
-    fig.savefig(path, dpi=100)
+    # No software version or date in the file: the same records draw the same bytes.
+    fig.savefig(path, dpi=100, metadata={"Software": None})
     plt.close(fig)
     print(f"plot: wrote {os.path.relpath(path, ROOT)}")
 
 
 def note(record):
     """Which program and machine: the exact commands are in docs/benchmarks.md."""
-    program = record["command"].split()[0]
+    words = record["command"].split()
+    program = words[1] if words[0] == "python3" and len(words) > 1 else words[0]
+    m = record.get("machine")
+    if isinstance(m, dict):
+        m = f"{m['cpus']} CPUs, {m['memory_gib']:.0f} GiB, Linux {m['kernel']}"
+    text = f"{program}" + (f"; {m}" if m else "")
+    if "load_before" in record:
+        return text + (f"; load average {record['load_before'][0]:.1f} before, "
+                       f"{record['load_after'][0]:.1f} after; {record['date'][:10]}")
     load = record.get("load_average_at_end")
-    machine = record.get("machine")
-    text = f"{program}, one run" + (f"; {machine}" if machine else "")
     return text + (f"; load average {load[0]:.1f} at the end" if load else "")
+
+
+def mid(xs):
+    """The median of a run's values; a single value as it is (older records kept medians)."""
+    if not isinstance(xs, list):
+        return xs
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def span(xs, scale=1.0):
+    """Error bars from the median to the min and the max."""
+    xs = [x * scale for x in (xs if isinstance(xs, list) else [xs])]
+    m = mid(xs)
+    return [m - min(xs)], [max(xs) - m]
+
+
+def errorbars(ax, x, series, scale, color):
+    lo = [span(s, scale)[0][0] for s in series]
+    hi = [span(s, scale)[1][0] for s in series]
+    ax.errorbar(x, [mid(s) * scale for s in series], yerr=[lo, hi], fmt="none", ecolor=color,
+                capsize=3, alpha=0.8)
 
 
 def ratios(ax, x, ours, theirs):
@@ -64,12 +94,14 @@ def launch_overhead(r, out):
     rows = r["results"]
     n = [row["workers"] for row in rows]
     fig, (ax,) = figure("Launch time: start N workers of /bin/true, wait for them", note(r))
-    ours = [row["trainrun"]["wall_s"] * 1e3 for row in rows]
-    theirs = [row["torchrun"]["wall_s"] * 1e3 for row in rows]
+    ours = [mid(row["trainrun"]["wall_s"]) * 1e3 for row in rows]
+    theirs = [mid(row["torchrun"]["wall_s"]) * 1e3 for row in rows]
     ax.plot(n, ours, "o-", color=OURS, label="trainrun")
     ax.plot(n, theirs, "s-", color=THEIRS, label="torchrun 1.13")
+    errorbars(ax, n, [row["trainrun"]["wall_s"] for row in rows], 1e3, OURS)
+    errorbars(ax, n, [row["torchrun"]["wall_s"] for row in rows], 1e3, THEIRS)
     ratios(ax, n, ours, theirs)
-    ax.set(yscale="log", xlabel="workers", ylabel="wall time (ms, median)",
+    ax.set(yscale="log", xlabel="workers", ylabel="wall time (ms, median, min–max)",
            ylim=(min(ours) / 2, max(theirs) * 2))
     log_ticks(ax, n)
     ax.legend(loc="center right", fontsize=8), ax.grid(True, which="both", alpha=0.3)
@@ -86,7 +118,7 @@ def supervision(r, out):
     for x, (kind, color, label) in enumerate(kinds):
         samples = [s * 1e3 for s in res[kind]["death_to_exit_s"]]
         ax.scatter([x] * len(samples), samples, color=color, alpha=0.6, zorder=3)
-        med = res[kind]["death_to_exit_median_s"] * 1e3
+        med = mid(res[kind]["death_to_exit_s"]) * 1e3
         ax.hlines(med, x - 0.2, x + 0.2, color=color, linewidth=2, zorder=4)
         ax.annotate(f"median {med:.0f} ms", (x + 0.22, med), va="center", fontsize=8)
     ax.set_xticks(range(len(kinds)), [k[2] for k in kinds])
@@ -95,10 +127,15 @@ def supervision(r, out):
     save(fig, out, "failure_to_exit.png")
 
     fig, (ax,) = figure("Console throughput: --tee 3, 4 workers printing 100-byte lines", note(r))
-    rates = [res[k]["tee_bytes"] / res[k]["tee_wall_s"] / 1e6 for k, _, _ in kinds]
-    bars = ax.bar([k[2] for k in kinds], rates, color=[k[1] for k in kinds], width=0.5)
+    walls = [res[k]["tee_wall_s"] for k, _, _ in kinds]
+    walls = [w if isinstance(w, list) else [w] for w in walls]
+    runs = [[res[k]["tee_bytes"] / w / 1e6 for w in ws] for (k, _, _), ws in zip(kinds, walls)]
+    rates = [mid(r) for r in runs]
+    bars = ax.bar([k[2] for k in kinds], rates, color=[k[1] for k in kinds], width=0.5,
+                  yerr=[[mid(r) - min(r) for r in runs], [max(r) - mid(r) for r in runs]],
+                  capsize=4)
     ax.bar_label(bars, [f"{x:,.0f} MB/s" for x in rates], fontsize=8)
-    ax.set(ylabel="MB/s through the launcher")
+    ax.set(ylabel="MB/s through the launcher (median, min–max)")
     ax.grid(True, axis="y", alpha=0.3)
     save(fig, out, "tee_throughput.png")
 
@@ -113,24 +150,32 @@ def rendezvous(compare, scale, out):
         rows = compare["results"]
         n = [row["agents"] for row in rows]
         for kind, color, label in (("trainrun", OURS, "trainrun"), ("torchrun", THEIRS, "torchrun 1.13")):
-            ax.plot(n, [row[kind]["started_s"] * 1e3 for row in rows], "o-", color=color,
+            ax.plot(n, [mid(row[kind]["started_s"]) * 1e3 for row in rows], "o-", color=color,
                     label=f"{label}: all workers started")
-            ax.plot(n, [row[kind]["exited_s"] * 1e3 for row in rows], "o--", color=color,
+            ax.plot(n, [mid(row[kind]["exited_s"]) * 1e3 for row in rows], "o--", color=color,
                     alpha=0.6, label=f"{label}: all agents exited")
-        ratios(ax, n, [row["trainrun"]["started_s"] * 1e3 for row in rows],
-               [row["torchrun"]["started_s"] * 1e3 for row in rows])
+            errorbars(ax, n, [row[kind]["started_s"] for row in rows], 1e3, color)
+        ratios(ax, n, [mid(row["trainrun"]["started_s"]) * 1e3 for row in rows],
+               [mid(row["torchrun"]["started_s"]) * 1e3 for row in rows])
         ax.set(yscale="log", xlabel="agents (processes on one machine)",
                ylabel="ms from the first agent's start", title="real agents, one worker each")
         log_ticks(ax, n)
         ax.legend(loc="center left", fontsize=7), ax.grid(True, which="both", alpha=0.3)
     if scale:
         ax = next(axes)
-        rows = scale["results"]
-        n = [row["nodes"] for row in rows]
-        ax.plot(n, [row["round_s"] for row in rows], "o-", color=OURS, label="round formed")
-        ax.plot(n, [row["barrier_s"] for row in rows], "s--", color=OURS, alpha=0.6,
+        by_size = {}
+        for row in scale["results"]:
+            if row.get("ok") and not row.get("preflight"):
+                by_size.setdefault(row["nodes"], []).append(row)
+        n = sorted(by_size)
+        rounds = [[r["round_s"] for r in by_size[k]] for k in n]
+        barriers = [[r["barrier_s"] for r in by_size[k]] for k in n]
+        ax.plot(n, [mid(x) for x in rounds], "o-", color=OURS, label="round formed")
+        ax.plot(n, [mid(x) for x in barriers], "s--", color=OURS, alpha=0.6,
                 label="exit barrier")
-        ax.set(yscale="log", xlabel="protocol clients", ylabel="seconds",
+        errorbars(ax, n, rounds, 1, OURS)
+        errorbars(ax, n, barriers, 1, OURS)
+        ax.set(yscale="log", xlabel="protocol clients", ylabel="seconds (median, min–max)",
                title="trainrun's server, protocol clients in one process")
         log_ticks(ax, n)
         ax.legend(fontsize=7), ax.grid(True, which="both", alpha=0.3)
@@ -143,10 +188,16 @@ def allreduce(r, out):
     workers = r["settings"]["workers"]
     fig, (ax,) = figure(f"All-reduce bandwidth, Gloo on CPU, {workers} workers over loopback",
                         note(r))
-    ax.plot(size, [row["runtime"]["algbw_gbps"] for row in rows], "o-", color=OURS,
-            label="C++: trainrun::runtime::get_process_group()")
-    ax.plot(size, [row["torch"]["algbw_gbps"] for row in rows], "s--", color=THEIRS,
-            label="Python: torch.distributed.all_reduce")
+    for impl, style, color, label in (
+            ("runtime", "o-", OURS, "C++: trainrun::runtime::get_process_group()"),
+            ("torch", "s--", THEIRS, "Python: torch.distributed.all_reduce")):
+        if f"{impl}_s" in rows[0]:  # every run's time: the bandwidth of the median, and its range
+            bw = [[row["bytes"] / t / 1e9 for t in row[f"{impl}_s"]] for row in rows]
+            ax.plot(size, [mid(b) for b in bw], style, color=color, label=label)
+            errorbars(ax, size, bw, 1, color)
+        else:
+            ax.plot(size, [row[impl]["algbw_gbps"] for row in rows], style, color=color,
+                    label=label)
     ax.set(xscale="log", yscale="log", xlabel="tensor size (bytes)", ylabel="algbw (GB/s, median)")
     ax.legend(fontsize=8), ax.grid(True, which="both", alpha=0.3)
     save(fig, out, "allreduce_bandwidth.png")
@@ -159,10 +210,16 @@ def fashion_mnist(r, out):
         note(r), ncols=2)
     for name, color, label in (("cpp", OURS, "C++ (LibTorch + runtime)"),
                                ("python", THEIRS, "Python (PyTorch DDP)")):
-        epochs = [e["epoch"] for e in res[name]]
-        loss_ax.plot(epochs, [e["loss"] for e in res[name]], "o-", color=color, label=label)
-        speed_ax.plot(epochs, [e["images_per_s"] for e in res[name]], "o-", color=color,
-                      label=label)
+        runs = res[name]
+        if "epochs" not in runs[0]:  # an older record: one median per epoch
+            runs = [{"epochs": runs}]
+        epochs = [e["epoch"] for e in runs[0]["epochs"]]
+        loss = [[run["epochs"][i]["loss"] for run in runs] for i in range(len(epochs))]
+        speed = [[run["epochs"][i]["images_per_s"] for run in runs] for i in range(len(epochs))]
+        loss_ax.plot(epochs, [mid(x) for x in loss], "o-", color=color, label=label)
+        speed_ax.plot(epochs, [mid(x) for x in speed], "o-", color=color, label=label)
+        if len(runs) > 1:
+            errorbars(speed_ax, epochs, speed, 1, color)
     loss_ax.set(xlabel="epoch", ylabel="training loss", title="loss")
     speed_ax.set(xlabel="epoch", ylabel="images/s (all workers)", title="speed", ylim=(0, None))
     for ax in (loss_ax, speed_ax):

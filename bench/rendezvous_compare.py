@@ -9,7 +9,7 @@ exits (/bin/true plus one write), so the start of the last worker is measured on
 Without the test worker, /bin/true is run and only the exit time is reported.
 
 Usage: bench/rendezvous_compare.py [--trainrun PATH] [--worker PATH] [--sizes 2,4,8] [--runs N]
-                                   [--reference-runs N] [--no-doc] [--json PATH]
+                                   [--reference-runs N] [--json PATH]
 """
 import argparse
 import os
@@ -19,7 +19,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import ROOT, add_json_option, machine, median, write_json, write_section  # noqa: E402
+from bench_doc import ROOT, add_json_option, heading, median, provenance, publish, record, spread  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from ports import free_port  # noqa: E402
@@ -84,15 +84,16 @@ def one_run(kind, n):
 
 
 def measure(kind, n, runs):
+    """Every run's exit, start (None without the test worker) and CPU time, in seconds."""
     results = [one_run(kind, n) for _ in range(runs)]
-    exited = median([r[0] for r in results])
-    started = median([r[1] for r in results]) if ARGS.worker else None
-    cpu = median([r[2] for r in results])
-    return exited, started, cpu
+    return {"exited_s": [r[0] for r in results], "started_s": [r[1] for r in results],
+            "cpu_s": [r[2] for r in results]}
 
 
-def ms(x):
-    return "n/a" if x is None else (f"{x*1000:.0f} ms" if x >= 1 else f"{x*1000:.1f} ms")
+def ms(xs):
+    if any(x is None for x in xs):
+        return "n/a"
+    return spread(xs, "{:.0f}" if median(xs) >= 1 else "{:.1f}", 1e3)
 
 
 def main():
@@ -105,7 +106,6 @@ def main():
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--reference-runs", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run before giving up")
-    ap.add_argument("--no-doc", action="store_true")
     add_json_option(ap)
     ARGS = ap.parse_args()
     try:
@@ -121,47 +121,44 @@ def main():
     if ARGS.worker and not os.access(ARGS.worker, os.X_OK):
         ap.error(f"--worker {ARGS.worker}: not an executable; build test_worker or pass --worker ''")
 
-    load_before = os.getloadavg()[0]
     rows = []
     for n in sizes:
         ours = measure("trainrun", n, ARGS.runs)
         ref = measure("torchrun", n, ARGS.reference_runs)
-        rows.append((n, ours, ref))
-        print(f"N={n:2d}  trainrun started {ms(ours[1]):>9} exited {ms(ours[0]):>9} cpu "
-              f"{ms(ours[2]):>9}   torchrun started {ms(ref[1]):>9} exited {ms(ref[0]):>9} cpu "
-              f"{ms(ref[2]):>9}   speed-up {ref[0]/ours[0]:.0f}x", flush=True)
+        rows.append({"agents": n, "trainrun": ours, "torchrun": ref})
+        print(f"N={n:2d}  trainrun exited {ms(ours['exited_s'])} ms   torchrun exited "
+              f"{ms(ref['exited_s'])} ms", flush=True)
+    publish("rendezvous_compare", record("rendezvous_compare", rows, {
+        "runs": ARGS.runs, "reference_runs": ARGS.reference_runs,
+        "worker": "test_worker" if ARGS.worker else "/bin/true"}), ARGS.json)
 
-    table = ["| agents | trainrun: all workers started | torchrun: all workers started | "
-             "trainrun: all agents exited | torchrun: all agents exited | speed-up | "
-             "trainrun CPU | torchrun CPU |", "|---|---|---|---|---|---|---|---|"]
-    for n, o, r in rows:
-        table.append(f"| {n} | {ms(o[1])} | {ms(r[1])} | {ms(o[0])} | {ms(r[0])} | "
-                     f"{r[0]/o[0]:.0f}x | {ms(o[2])} | {ms(r[2])} |")
+
+def render(rec):
+    s = rec["settings"]
+    table = ["| agents | trainrun: all workers started (ms) | torchrun: all workers started (ms) | "
+             "trainrun: all agents exited (ms) | torchrun: all agents exited (ms) | speed-up | "
+             "trainrun CPU (ms) | torchrun CPU (ms) |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in rec["results"]:
+        o, r = row["trainrun"], row["torchrun"]
+        table.append(f"| {row['agents']} | {ms(o['started_s'])} | {ms(r['started_s'])} | "
+                     f"{ms(o['exited_s'])} | {ms(r['exited_s'])} | "
+                     f"{median(r['exited_s']) / median(o['exited_s']):.0f}x | {ms(o['cpu_s'])} | "
+                     f"{ms(r['cpu_s'])} |")
     worker = ("`test_worker stamp FILE` (appends its rank and a CLOCK_MONOTONIC reading,\nthen "
-              "exits)" if ARGS.worker else "`/bin/true`")
-    body = f"""## Rendezvous with real agents
-
+              "exits)" if s.get("worker") == "test_worker" else "`/bin/true`")
+    return heading("Rendezvous with real agents", rec) + f"""
 `bench/rendezvous_compare.py` — N agents started at once on 127.0.0.1, one worker each, forming
 one job: `trainrun --nnodes=N --nproc-per-node=1 --rdzv-backend=c10d
 --rdzv-endpoint=127.0.0.1:PORT` against `torchrun113.py --nnodes=N --nproc_per_node=1
 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:PORT --monitor_interval=0.1 --no_python`.
 The worker is {worker}. Times run from starting the first agent to the last worker's own clock
 reading (started) and to the last agent's exit (exited: rendezvous, the workers and the exit
-barrier); CPU is user+system time of all agents and their workers. Medians of {ARGS.runs}
-(trainrun) and {ARGS.reference_runs} (torchrun) runs. Machine: {machine()}; load average
-{load_before:.1f} before the runs and {os.getloadavg()[0]:.1f} after (other processes compete for the
-CPUs, which slows the reference's Python start-up most).
+barrier); CPU is user+system time of all agents and their workers. Median (min–max) of
+{s['runs']} (trainrun) and {s['reference_runs']} (torchrun) runs; the speed-up is of the medians
+of the exits. Other processes compete for the CPUs, which slows the reference's Python start-up
+most.
 
-{chr(10).join(table)}
-"""
-    if not ARGS.no_doc:
-        write_section("rendezvous_compare", body)
-    write_json(ARGS.json, "rendezvous_compare", [
-        {"agents": n, **{kind: {"exited_s": m[0], "started_s": m[1], "cpu_s": m[2]}
-                         for kind, m in (("trainrun", o), ("torchrun", r))}}
-        for n, o, r in rows], runs=ARGS.runs, reference_runs=ARGS.reference_runs,
-        load_before=load_before)
-    print(body)
+""" + "\n".join(table) + "\n\n" + provenance(rec) + "\n"
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ docs/benchmarks.md.
 
   python3 bench/store_scale.py --build BUILD --python PYTHON [--clients 1024,4096,...]
       [--gloo-clients 1024,2048] [--servers trainrun,libuv] [--repeat R] [--timeout S]
-      [--json FILE] [--no-doc]
+      [--json FILE]
 
 As root it runs in a network namespace of its own (loopback only), so that the kernel's counters
 (/proc/net/netstat) are its runs' alone and nothing else on the machine shares its listen queues;
@@ -25,8 +25,7 @@ import textwrap
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import (git_commit, machine_record, median,  # noqa: E402
-                       write_json, write_section)
+from bench_doc import heading, median, provenance, publish, record  # noqa: E402
 
 NETNS_MARK = "TRAINRUN_STORE_SCALE_NETNS"
 # Why the runs have a network namespace of their own, for the section.
@@ -299,16 +298,12 @@ def main():
     ap.add_argument("--processes", type=int, default=1, help="processes of the generator")
     ap.add_argument("--somaxconn", type=int, default=0,
                     help="net.core.somaxconn of the runs' own network namespace (0: as it is)")
-    ap.add_argument("--json", metavar="PATH", help="the results, as JSON")
-    ap.add_argument("--no-doc", action="store_true", help="leave docs/benchmarks.md alone")
-    ap.add_argument("--from-json", metavar="PATH",
-                    help="write the section from the results of an earlier run, running nothing")
+    ap.add_argument("--json", metavar="PATH",
+                    help="write the record to PATH instead of bench/results/store_scale.json, and "
+                         "leave docs/benchmarks.md as it is")
     args = ap.parse_args()
-    if args.from_json:
-        with open(args.from_json) as f:
-            return render(json.load(f), args.no_doc)
     if not args.build or not args.python:
-        ap.error("--build and --python are needed to run (or --from-json to write the section)")
+        ap.error("--build and --python are needed to run")
     args.build = os.path.abspath(args.build)
     sizes = [("nccl", int(n)) for n in args.clients.split(",") if n]
     gloo = [int(n) for n in args.gloo_clients.split(",") if n]
@@ -326,7 +321,6 @@ def main():
     nofile = raise_descriptors(biggest + DESCRIPTORS_SPARE)
     limits = kernel_limits(args.somaxconn if netns else 0)
     limits.update({"RLIMIT_NOFILE": list(nofile), "own_network_namespace": netns})
-    load_before = list(os.getloadavg())
     runs = []
     given_up = {}  # server -> the size at which it timed out: larger sizes are not run
     with tempfile.TemporaryDirectory() as tmp:
@@ -350,29 +344,17 @@ def main():
                     print(json.dumps(r), flush=True)
                     if r.get("timed_out"):
                         given_up[(server, pattern)] = n
-    load_after = list(os.getloadavg())
 
     torch = subprocess.run([args.python, "-c", "import torch; print(torch.__version__)"],
                            capture_output=True, text=True).stdout.strip()
-    fields = {"torch": torch, "machine": machine_record(), "load_before": load_before,
-              "load_after": load_after,
-              "commit": git_commit(), "limits": limits, "runs": runs}
-    write_json(args.json, "store_scale", None, fields, repeat=args.repeat, timeout_s=args.timeout,
-               generator_processes=args.processes)
-    render({**fields, "settings": {"repeat": args.repeat, "timeout_s": args.timeout}}, args.no_doc)
+    publish("store_scale", record("store_scale", runs, {
+        "repeat": args.repeat, "timeout_s": args.timeout, "generator_processes": args.processes},
+        torch=torch, limits=limits), args.json)
 
 
-def render(record, no_doc):
-    body = section(record)
-    print(body)
-    if not no_doc:
-        write_section("store_scale", body)
-
-
-def section(record):
-    runs, limits = record["runs"], record["limits"]
-    load_before, load_after = record["load_before"], record["load_after"]
-    torch, m = record["torch"], record["machine"]
+def render(record):
+    runs, limits = record["results"], record["limits"]
+    torch = record["torch"]
     timeout, repeat = record["settings"]["timeout_s"], record["settings"]["repeat"]
     backlogs = sorted({(r["server"], r.get("listen_backlog")) for r in runs
                        if r.get("listen_backlog")})
@@ -384,13 +366,9 @@ def section(record):
         + (", ".join(f"{s} {b:,}" for s, b in backlogs) or "—") + ". "
         + (NETNS_NOTE if limits.get("own_network_namespace") else ""),
         width=100, subsequent_indent="  ")
-    machine_text = textwrap.fill(
-        f"Machine: {m['cpu_model']}, {m['cpus']} CPUs, {m['memory_gib']:.0f} GiB, Linux "
-        f"{m['kernel']}; load average {load_before[0]:.1f} before the runs and "
-        f"{load_after[0]:.1f} after (the machine was shared: compare the servers within one "
-        "run, not across machines).", width=100)
-    return f"""## The job's store at scale
-
+    machine_text = textwrap.fill(provenance(record) + " The machine was shared: compare the "
+                                 "servers within one run, not across machines.", width=100)
+    return heading("The job's store at scale", record) + f"""
 N ranks' start-up against the job's c10d store, all ranks at once: `bench/store_load` plays every
 rank on a connection of its own from a loopback address of its own, doing what
 `init_process_group` does on torch 2.15 with the agent's store: connect, `VALIDATE` and `PING`,

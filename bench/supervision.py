@@ -4,8 +4,9 @@
  (b) CPU used by the launcher while 8 workers sleep for 10 s;
  (c) --tee 3 throughput with 4 workers printing LINES lines each (MB/s, lines/s, CPU per GB).
 
-Usage: bench/supervision.py [--trainrun PATH] [--worker PATH] [--lines N] [--runs N] [--no-doc]
-                            [--json PATH]
+Each measure runs --runs times, the launchers in turn; every run's values go into the record.
+
+Usage: bench/supervision.py [--trainrun PATH] [--worker PATH] [--lines N] [--runs N] [--json PATH]
 """
 import argparse
 import os
@@ -16,7 +17,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import ROOT, add_json_option, machine, median, write_json, write_section  # noqa: E402
+from bench_doc import ROOT, add_json_option, heading, median, provenance, publish, record, spread  # noqa: E402
 
 REFERENCE = os.path.join(ROOT, "..", "shared", "peer", "torchrun113.py")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -114,54 +115,63 @@ def main():
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--idle-seconds", type=float, default=10.0)
-    ap.add_argument("--no-doc", action="store_true")
     add_json_option(ap)
     ARGS = ap.parse_args()
 
-    rows, samples = {}, {}
-    for kind in ("trainrun", "torchrun"):
-        latencies = [death_to_exit(kind) for _ in range(ARGS.runs)]
-        lat = median(latencies)
-        print(f"{kind}: death to exit {lat*1000:.1f} ms", flush=True)
-        idle, window = idle_cpu(kind, ARGS.idle_seconds)
-        print(f"{kind}: idle CPU {idle:.4f} s over {window:.0f} s", flush=True)
-        wall, nbytes, nlines, cpu = tee_throughput(kind, ARGS.lines)
-        print(f"{kind}: tee {nbytes/wall/1e6:.1f} MB/s, {nlines/wall:,.0f} lines/s, "
-              f"launcher CPU {cpu:.2f} s = {cpu/(nbytes/1e9):.2f} s/GB", flush=True)
-        rows[kind] = (lat, idle, window, wall, nbytes, nlines, cpu)
-        samples[kind] = latencies
+    kinds = ("trainrun", "torchrun")
+    res = {k: {"death_to_exit_s": [], "idle_cpu_s": [], "tee_wall_s": [],
+               "tee_launcher_cpu_s": []} for k in kinds}
+    for _ in range(ARGS.runs):
+        for kind in kinds:
+            res[kind]["death_to_exit_s"].append(death_to_exit(kind))
+    for _ in range(ARGS.runs):
+        for kind in kinds:
+            idle, window = idle_cpu(kind, ARGS.idle_seconds)
+            res[kind]["idle_cpu_s"].append(idle)
+            res[kind]["idle_window_s"] = window
+    for _ in range(ARGS.runs):
+        for kind in kinds:
+            wall, nbytes, nlines, cpu = tee_throughput(kind, ARGS.lines)
+            res[kind]["tee_wall_s"].append(wall), res[kind]["tee_launcher_cpu_s"].append(cpu)
+            res[kind]["tee_bytes"], res[kind]["tee_lines"] = nbytes, nlines
+    for kind in kinds:
+        print(f"{kind}: death to exit {median(res[kind]['death_to_exit_s'])*1000:.1f} ms, idle "
+              f"CPU {median(res[kind]['idle_cpu_s'])*1000:.3f} ms, tee "
+              f"{median(res[kind]['tee_wall_s']):.2f} s", flush=True)
+    publish("supervision", record("supervision", res, {
+        "runs": ARGS.runs, "lines": ARGS.lines, "workers_death": 8, "workers_tee": 4}), ARGS.json)
 
-    t, r = rows["trainrun"], rows["torchrun"]
-    body = f"""## Supervision
 
+def render(rec):
+    s, t, r = rec["settings"], rec["results"]["trainrun"], rec["results"]["torchrun"]
+
+    def rate(x, per):
+        return [x[per] / w for w in x["tee_wall_s"]]
+
+    def per_gb(x):
+        return [c / (x["tee_bytes"] / 1e9) for c in x["tee_launcher_cpu_s"]]
+
+    speedup = median(rate(t, "tee_bytes")) / median(rate(r, "tee_bytes"))
+    return heading("Supervision", rec) + f"""
 `bench/supervision.py` — 8 workers for (a) and (b), 4 for (c); the reference runs with
-`--monitor_interval 0.1` (1.13's default is 5 s). Medians of {ARGS.runs} runs for (a).
-Machine: {machine()}; load average {os.getloadavg()[0]:.1f} at the end of the run.
+`--monitor_interval 0.1` (1.13's default is 5 s). Median (min–max) of {s['runs']} runs of each
+measure, the launchers in turn.
 
 | measure | trainrun | torchrun | target |
-|---|---|---|---|
-| (a) worker death → launcher exit | {t[0]*1000:.1f} ms | {r[0]*1000:.0f} ms | < 50 ms |
-| (b) launcher CPU while 8 workers sleep ({t[2]:.0f} s window) | {t[1]*1000:.3f} ms | {r[1]*1000:.0f} ms | < 10 ms |
-| (c) `--tee 3`, 4 × {ARGS.lines:,} lines: throughput | {t[4]/t[3]/1e6:.1f} MB/s | {r[4]/r[3]/1e6:.1f} MB/s | ≥ 5× reference |
-| (c) lines per second | {t[5]/t[3]:,.0f} | {r[5]/r[3]:,.0f} | |
-| (c) launcher CPU per GB | {t[6]/(t[4]/1e9):.2f} s | {r[6]/(r[4]/1e9):.2f} s | |
-| (c) wall time | {t[3]:.2f} s | {r[3]:.2f} s | |
+|---|---:|---:|---|
+| (a) worker death → launcher exit (ms) | {spread(t['death_to_exit_s'], '{:.1f}', 1e3)} | {spread(r['death_to_exit_s'], '{:.0f}', 1e3)} | < 50 ms |
+| (b) launcher CPU while 8 workers sleep, {t['idle_window_s']:.0f} s window (ms) | {spread(t['idle_cpu_s'], '{:.3f}', 1e3)} | {spread(r['idle_cpu_s'], '{:.0f}', 1e3)} | < 10 ms |
+| (c) `--tee 3`, 4 × {s['lines']:,} lines: throughput (MB/s) | {spread(rate(t, 'tee_bytes'), '{:.1f}', 1e-6)} | {spread(rate(r, 'tee_bytes'), '{:.1f}', 1e-6)} | ≥ 5× reference |
+| (c) lines per second (thousands) | {spread(rate(t, 'tee_lines'), '{:,.0f}', 1e-3)} | {spread(rate(r, 'tee_lines'), '{:,.0f}', 1e-3)} | |
+| (c) launcher CPU per GB (s) | {spread(per_gb(t), '{:.2f}')} | {spread(per_gb(r), '{:.2f}')} | |
+| (c) wall time (s) | {spread(t['tee_wall_s'], '{:.2f}')} | {spread(r['tee_wall_s'], '{:.2f}')} | |
 
 (a) is measured from the failing worker's own clock reading just before it exits
 (CLOCK_MONOTONIC) to the moment the benchmark sees the launcher exit. (b) reads the launcher's
 threads' run time from `/proc/<pid>/task/*/schedstat` (nanoseconds) between 1 s after the start
-and 1 s before the workers end. Throughput speed-up:
-{(t[4]/t[3])/(r[4]/r[3]):.1f}×.
-"""
-    if not ARGS.no_doc:
-        write_section("supervision", body)
-    write_json(ARGS.json, "supervision", {
-        kind: {"death_to_exit_s": samples[kind], "death_to_exit_median_s": row[0],
-               "idle_cpu_s": row[1], "idle_window_s": row[2], "tee_wall_s": row[3],
-               "tee_bytes": row[4], "tee_lines": row[5], "tee_launcher_cpu_s": row[6]}
-        for kind, row in rows.items()}, runs=ARGS.runs, lines=ARGS.lines, workers_death=8,
-        workers_tee=4)
-    print(body)
+and 1 s before the workers end. Throughput speed-up, of the medians: {speedup:.1f}×.
+
+""" + provenance(rec) + "\n"
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ and, from the build directory's .ninja_log, where the time went: the compiles an
 (the first link on a machine also has zig build libc++, libunwind and the C library's stubs for
 the target).
 
-  python3 bench/wheel_build.py [--zig-cache cold|both] [--python PYTHON] [--json PATH] [--no-doc]
+  python3 bench/wheel_build.py [--zig-cache cold|both] [--python PYTHON] [--json PATH]
 """
 import argparse
 import os
@@ -18,7 +18,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import ROOT, add_json_option, machine, run_measured, write_json, write_section  # noqa: E402
+from bench_doc import ROOT, add_json_option, heading, provenance, publish, record, run_measured  # noqa: E402
 
 NINJA_STEP = re.compile(r"\[(\d+)/(\d+)\] ")
 TARGET_S = 240
@@ -71,7 +71,8 @@ def one_build(python, zig_cache, label, work):
             "zig_runtime_s": [round(x, 1) for x in runtime] if runtime else None}
 
 
-def section(results, python):
+def render(rec):
+    results, python = rec["results"], rec["settings"]["python"]
     def runtime(r):
         span = r["zig_runtime_s"]
         return f"{span[0]:.0f}–{span[1]:.0f} s" if span else "-"
@@ -83,9 +84,8 @@ def section(results, python):
     cold = results[0]
     verdict = ("within" if cold["wall_s"] < TARGET_S else "over") + f" the {TARGET_S // 60} minutes"
     slow = cold["slowest_compile"]
-    return f"""## Building the wheel
-
-Machine: {machine()}. pip: `{python} -m pip`.
+    return heading("Building the wheel", rec) + f"""
+pip: `{python} -m pip`. One build (it takes minutes).
 
 A fresh clone, then `pip wheel -v --no-deps . -w DIR` in it, as a new user builds the wheel:
 pip's isolated build environment (scikit-build-core and ziglang from PyPI, through pip's download
@@ -100,8 +100,8 @@ rebuild, most of its compiles cache hits.
 "ninja" the build itself; "compiles" the sum of ninja's compile steps' durations (their count in
 brackets: with more jobs than CPUs, as ninja runs by default, each takes longer than its CPU
 time); "zig runtime" when, from ninja's start, the first link built zig's libc++, libc++abi,
-libunwind and the C library's stubs for the target (about 100 s of one CPU, once per machine and
-zig version), beside the compiles. The load average is the one-minute figure at the start and the
+libunwind and the C library's stubs for the target (once per machine and zig version), beside
+the compiles. The load average is the one-minute figure at the start and the
 end.
 
 | build | wall | CPU (user + sys) | outside ninja | ninja | compiles | zig runtime | load average (start, end) |
@@ -111,7 +111,8 @@ end.
 From nothing, the wheel builds in {cold['wall_s']:.0f} s: {verdict}. The slowest compile is
 `{slow[0] if slow else '-'}` ({slow[1] if slow else 0:.0f} s). pip printed {cold['progress_lines']}
 of ninja's `[n/N]` lines with `-v`.
-"""
+
+""" + provenance(rec, "the build") + "\n"
 
 
 def main():
@@ -119,7 +120,7 @@ def main():
     ap.add_argument("--python", default=sys.executable, help="the Python whose pip builds")
     ap.add_argument("--zig-cache", choices=["cold", "both"], default="cold",
                     help="cold: one build with zig's cache empty; both: then a rebuild with it warm")
-    ap.add_argument("--no-doc", action="store_true", help="do not write docs/benchmarks.md")
+    ap.add_argument("--keep-wheel", metavar="DIR", help="copy the (first) wheel built into DIR")
     add_json_option(ap)
     args = ap.parse_args()
     if subprocess.run([args.python, "-m", "pip", "--version"], capture_output=True).returncode:
@@ -128,14 +129,15 @@ def main():
         zig_cache = os.path.join(work, "zig-cache")
         results = [one_build(args.python, zig_cache, "cold", work)]
         print(results[-1], flush=True)
+        if args.keep_wheel:
+            os.makedirs(args.keep_wheel, exist_ok=True)
+            for name in os.listdir(os.path.join(work, "dist")):
+                shutil.copy(os.path.join(work, "dist", name), args.keep_wheel)
         if args.zig_cache == "both":
             results.append(one_build(args.python, zig_cache, "warm", work))
             print(results[-1], flush=True)
-    body = section(results, args.python)
-    print(body)
-    if not args.no_doc:
-        write_section("wheel_build", body)
-    write_json(args.json, "wheel_build", results, zig_cache=args.zig_cache)
+    publish("wheel_build", record("wheel_build", results, {
+        "zig_cache": args.zig_cache, "python": args.python}), args.json)
 
 
 if __name__ == "__main__":
