@@ -209,6 +209,21 @@ TEST_CASE("a checkpoint saved just before a crash gets its metrics line back on 
   CHECK(metric_lines(root / "run").size() == 2);
 }
 
+TEST_CASE("the best checkpoints of a run that stopped before a metrics line hold its metrics") {
+  // A job whose rank died right after a save: the result's best checkpoints are read before any
+  // reopening writes the line back, from the metrics each checkpoint holds.
+  const fs::path root = make_temp_dir("best_unlinked");
+  {
+    rt::RunStorage storage(root / "run", {});
+    storage.record({{"epoch", 0}}, rt::Checkpoint::from_directory(make_source(root, "a")));
+  }
+  std::ofstream(root / "run" / "metrics.jsonl", std::ios::trunc);
+  const auto best = rt::read_best_checkpoints(root / "run", {});
+  REQUIRE(best.size() == 1);
+  CHECK(best[0].second.is_object());
+  CHECK(best[0].second.at("epoch") == 0);
+}
+
 TEST_CASE("bad input is reported, not crashed on") {
   const fs::path root = make_temp_dir("bad");
   rt::CheckpointConfig zero;

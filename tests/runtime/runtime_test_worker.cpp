@@ -400,7 +400,9 @@ int train(int epochs, int num_workers, int crash_epoch, const std::string& marke
               result.path.c_str());
   std::string best;
   for (const auto& [checkpoint, metrics] : result.best_checkpoints) {
-    best += checkpoint.path().filename().string() + "(epoch " + metrics["epoch"].dump() + ") ";
+    best += checkpoint.path().filename().string() + "(epoch " +
+            (metrics.is_object() && metrics.contains("epoch") ? metrics["epoch"].dump() : "none") +
+            ") ";
   }
   std::printf("history: %zu lines, last epoch %s; best: %s\n", result.metrics_history.size(),
               result.metrics_history.empty()

@@ -22,6 +22,15 @@ constexpr const char* kTempPrefix = ".tmp_";
 
 std::string errno_text() { return std::strerror(errno); }
 
+// The metrics a checkpoint was saved with, inside it (the rename that persisted it committed
+// both); null where they cannot be read.
+Metrics saved_metrics(const fs::path& checkpoint) {
+  std::ifstream saved(checkpoint / RunStorage::checkpoint_metrics_file_name);
+  std::string text((std::istreambuf_iterator<char>(saved)), std::istreambuf_iterator<char>());
+  Metrics line = Metrics::parse(text, nullptr, false);
+  return !line.is_discarded() && line.is_object() ? line : Metrics();
+}
+
 // The user's metrics may hold any bytes (a label read from a file): what is not UTF-8 is written
 // as U+FFFD, so report() does not fail on it halfway through a save.
 std::string metrics_text(const Metrics& metrics) {
@@ -213,10 +222,8 @@ RunStorage::RunStorage(fs::path run_dir, CheckpointConfig config)
     auto metrics = metrics_by_checkpoint.find(path.filename().string());
     if (metrics == metrics_by_checkpoint.end()) {
       // Saved, then stopped before its metrics line was written: write it now.
-      std::ifstream saved(path / checkpoint_metrics_file_name);
-      std::string text((std::istreambuf_iterator<char>(saved)), std::istreambuf_iterator<char>());
-      const Metrics line = Metrics::parse(text, nullptr, false);
-      if (!line.is_discarded() && line.is_object()) {
+      const Metrics line = saved_metrics(path);
+      if (line.is_object()) {
         append_metrics_line(line);
         metrics = metrics_by_checkpoint.emplace(path.filename().string(), line).first;
       }
@@ -386,7 +393,10 @@ std::vector<std::pair<Checkpoint, Metrics>> read_best_checkpoints(const fs::path
   };
   std::vector<Found> found;
   for (const auto& [index, path] : scan_checkpoints(run_dir)) {
-    Metrics metrics = metrics_by_name[path.filename().string()];
+    // A checkpoint saved by a job that stopped before its metrics line was written (the next
+    // start of the run writes it) holds its metrics itself.
+    const auto named = metrics_by_name.find(path.filename().string());
+    Metrics metrics = named != metrics_by_name.end() ? named->second : saved_metrics(path);
     const auto score = score_in(metrics, config);
     found.push_back({index, path, std::move(metrics), score});
   }
