@@ -145,6 +145,21 @@ def test_a_silent_worker_computing_through_changing_frames_is_not_hung(tmp_path)
     assert "done rank 0" in r.stdout
 
 
+def stderr_until(p, marker, seconds):
+    """What the running trainrun `p` wrote to its stderr (a pipe) until `marker`, its end, or
+    `seconds`."""
+    err = b""
+    deadline = time.monotonic() + seconds
+    while marker not in err and time.monotonic() < deadline:
+        ready, _, _ = select.select([p.stderr], [], [], 1)
+        if ready:
+            chunk = os.read(p.stderr.fileno(), 65536)
+            if not chunk:
+                break
+            err += chunk
+    return err
+
+
 # Silent computation in one place (the stack never moves) is not a hang: every rank uses CPU and
 # no collective waits. Torch on two ranks, and native programs.
 def test_ranks_computing_silently_in_one_place_run_to_their_end(tmp_path):
@@ -156,14 +171,7 @@ def test_ranks_computing_silently_in_one_place_run_to_their_end(tmp_path):
               env={"PATH": tools_path(bool(PY_SPY)), "OMP_NUM_THREADS": "1"})
     err = b""
     try:
-        deadline = time.monotonic() + 170
-        while b"hang watch: not hung" not in err and time.monotonic() < deadline:
-            ready, _, _ = select.select([p.stderr], [], [], 1)
-            if ready:
-                chunk = os.read(p.stderr.fileno(), 65536)
-                if not chunk:
-                    break
-                err += chunk
+        err = stderr_until(p, b"hang watch: not hung", 170)
         release.touch()
         out, rest = p.communicate(timeout=60)
     finally:
@@ -197,14 +205,7 @@ def test_a_rank_in_pdb_at_its_terminal_pauses_the_watch(tmp_path):
     os.close(slave)
     err = b""
     try:
-        deadline = time.monotonic() + 90
-        while b"hang watch: paused" not in err and time.monotonic() < deadline:
-            ready, _, _ = select.select([p.stderr], [], [], 1)
-            if ready:
-                chunk = os.read(p.stderr.fileno(), 65536)
-                if not chunk:
-                    break
-                err += chunk
+        err = stderr_until(p, b"hang watch: paused", 90)
         assert b"hang watch: paused: rank 0 waits for input at /dev/pts/" in err, err
         # Two more timeouts at the prompt: still paused, said once.
         time.sleep(7)

@@ -14,10 +14,17 @@ def _bootstrap():
 
     here = os.path.dirname(os.path.abspath(__file__))
     settings = json.loads(os.environ.pop("TRAINRUN_BOOTSTRAP", None) or "{}")
-    import trainrun_diagnosis
+    try:
+        import trainrun_diagnosis
 
-    if "template" in settings:
-        import trainrun_template
+        if "template" in settings:
+            import trainrun_template
+    except BaseException:
+        if "template" in settings:
+            # A template whose bootstrap cannot be read (its directory removed as trainrun ended
+            # while it started) must not go on to run the script as a worker nobody started.
+            os._exit(1)
+        raise
 
     # Out of the script's way: PYTHONPATH as the user set it (python_bootstrap.cpp; the children
     # a worker starts inherit it), this directory off sys.path, our modules out of sys.modules.

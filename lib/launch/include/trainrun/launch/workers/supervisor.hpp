@@ -145,9 +145,11 @@ class Supervisor {
   boost::asio::io_context& io_;
   Watchdog& watchdog_;
   std::unique_ptr<JobCgroup> cgroup_;  // null where the kernel does not let us make one
-  std::unique_ptr<WarmStart> warm_;    // null without --preload
+  // Before the template: its directory is removed only after the template is killed and reaped
+  // (a template still starting would find its bootstrap gone).
   std::unique_ptr<PythonBootstrap> python_;
   bool python_failed_ = false;
+  std::unique_ptr<WarmStart> warm_;  // null without --preload
   Console& err_;
   std::vector<Worker> workers_;
   ExitHandler on_exit_;
