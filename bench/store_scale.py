@@ -32,7 +32,7 @@ NETNS_MARK = "TRAINRUN_STORE_SCALE_NETNS"
 NETNS_NOTE = ("In a network namespace of its own (loopback only): torch's libuv server looks up "
               "the name of each client's address on its loop (`getnameinfo`), which fails at "
               "once there; on the host it asked the name server about every 127.x.y.z address, "
-              "and a query left unanswered held the whole server for 5 s.")
+              "and a query left unanswered held the whole server until the resolver gave up.")
 DESCRIPTORS_SPARE = 256  # beside one per connection: the server's and the generator's own files
 
 # Makes the agent serve the store: it asks the worker's interpreter for torch's version.
