@@ -117,6 +117,15 @@ def command_line():
     return shlex.join(["python3", script] + args)
 
 
+def rendezvous_bench(build, name):
+    """The path of bench/rendezvous's program `name` in the build directory; exits with one line
+    where it is not built."""
+    binary = os.path.join(build, "bench", "rendezvous", name)
+    if not os.access(binary, os.X_OK):
+        sys.exit(f"{name}: {binary} is not there: build the {name} target")
+    return binary
+
+
 def add_json_option(parser):
     """--json PATH: where the record goes (default bench/results/NAME.json)."""
     parser.add_argument("--json", metavar="PATH",

@@ -17,7 +17,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-from bench_doc import add_json_option, heading, provenance, publish, record, spread  # noqa: E402
+from bench_doc import (add_json_option, heading, provenance, publish, record,  # noqa: E402
+                       rendezvous_bench, spread)
 from ports import free_port  # noqa: E402
 
 ROW = re.compile(r"^\| (\d+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \|$", re.M)
@@ -58,9 +59,7 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     add_json_option(ap)
     args = ap.parse_args()
-    binary = os.path.join(args.build, "bench", "rendezvous", "rendezvous_backends")
-    if not os.access(binary, os.X_OK):
-        sys.exit(f"rendezvous_backends: {binary} is not there: build the rendezvous_backends target")
+    binary = rendezvous_bench(args.build, "rendezvous_backends")
     rows = {}
     with tempfile.TemporaryDirectory() as data:
         etcd, port, version = start_etcd(args.etcd, data)

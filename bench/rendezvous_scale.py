@@ -14,7 +14,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import add_json_option, heading, provenance, publish, record, spread  # noqa: E402
+from bench_doc import (add_json_option, heading, provenance, publish, record,  # noqa: E402
+                       rendezvous_bench, spread)
 
 
 def one_run(binary, nodes, preflight):
@@ -38,9 +39,7 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     add_json_option(ap)
     args = ap.parse_args()
-    binary = os.path.join(args.build, "bench", "rendezvous", "rendezvous_scale")
-    if not os.access(binary, os.X_OK):
-        sys.exit(f"rendezvous_scale: {binary} is not there: build the rendezvous_scale target")
+    binary = rendezvous_bench(args.build, "rendezvous_scale")
     sizes = [int(x) for x in args.sizes.split(",")]
     preflight_sizes = [int(x) for x in args.preflight_sizes.split(",") if x]
     runs = []
