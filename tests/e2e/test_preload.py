@@ -127,6 +127,89 @@ def test_preload_gives_each_worker_the_environment_it_gets_without(tmp_path):
         assert after["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{rank}/error.json")
 
 
+# What a worker reports of the process it is, beside `preloaded`: the attributes its start gives it
+# (the spawn request, carried out by spawn() or by the template), written to <dir>/<LOCAL_RANK>.json.
+PROCESS = textwrap.dedent("""\
+    import ctypes, json, os, re, resource, sys
+    preloaded = "torch" in sys.modules
+    out = {"preloaded": preloaded}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("SigBlk", "SigIgn", "Cpus_allowed_list", "NoNewPrivs"):
+                out[key] = value.strip()
+    out["session leader"] = os.getsid(0) == os.getpid()
+    out["group leader"] = os.getpgid(0) == os.getpid()
+    out["rlimits"] = {name: resource.getrlimit(getattr(resource, name))
+                      for name in dir(resource) if name.startswith("RLIMIT_")}
+    # The job's cgroup is named after the agent and the run: the same place, another name.
+    out["cgroup"] = re.sub(r"trainrun-[0-9]+-[0-9a-f]+", "JOB", open("/proc/self/cgroup").read())
+    death = ctypes.c_int()
+    ctypes.CDLL(None).prctl(2, ctypes.byref(death), 0, 0, 0)  # PR_GET_PDEATHSIG
+    out["death signal"] = death.value
+    out["umask"] = os.umask(0)
+    os.umask(out["umask"])
+    out["cwd"] = os.getcwd()
+    out["parent"] = os.getppid()
+    fds = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            flags = open(f"/proc/self/fdinfo/{fd}").read().split("flags:")[1].split()[0]
+        except OSError:
+            continue  # the directory's own descriptor, closed
+        # pipe:[inode] and socket:[inode]: the kind; a file: its name but the run's directory.
+        fds[fd] = [re.sub(r":\\[[0-9]+\\]$", "", target).replace(sys.argv[1], "DIR"), flags]
+    out["descriptors"] = fds
+    with open(os.path.join(sys.argv[1], os.environ["LOCAL_RANK"] + ".json"), "w") as f:
+        json.dump(out, f)
+    """)
+
+
+def test_preload_a_forked_worker_is_the_process_a_spawned_one_is(tmp_path):
+    """One description of a worker, carried out by spawn() or by the template: the two processes
+    are compared field by field, with a soft descriptor limit under the hard one and a umask of
+    trainrun's own, which each must hand on."""
+    script = write(tmp_path / "process.py", PROCESS)
+    soft, hard = __import__("resource").getrlimit(__import__("resource").RLIMIT_NOFILE)
+
+    def limits():
+        import resource
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, soft), hard))
+        os.umask(0o027)
+
+    found = {}
+    for preload in ([], ["--preload=torch"]):
+        directory = tmp_path / ("preloaded" if preload else "plain")
+        directory.mkdir()
+        p = start(preload + ["--nproc-per-node=2", str(script), str(directory)],
+                  env=ENV, cwd=str(tmp_path), preexec_fn=limits, stdin=subprocess.DEVNULL,
+                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        found[bool(preload)] = reports(directory)
+        # Each worker's parent is the agent (a forked one is handed back to it, a subreaper).
+        for w in found[bool(preload)].values():
+            w["parent"] = w["parent"] == p.pid
+            # trainrun's own diagnosis channel (torch 2.x) is close-on-exec, so that nothing the
+            # worker starts has it, at whatever number it arrived: compared by kind and flags.
+            own = {fd: d for fd, d in w["descriptors"].items()
+                   if d[0] == "socket" and int(d[1], 8) & os.O_CLOEXEC}
+            w["descriptors"] = {fd: d for fd, d in w["descriptors"].items() if fd not in own}
+            w["trainrun's channels"] = sorted(own.values())
+    plain, warm = found[False], found[True]
+    assert sorted(plain) == sorted(warm) == [0, 1]
+    assert not any(w.pop("preloaded") for w in plain.values())
+    assert all(w.pop("preloaded") for w in warm.values()), "the workers were not forked"
+    for rank in plain:
+        for field in plain[rank]:
+            assert warm[rank][field] == plain[rank][field], (rank, field)
+    # What each asserts: the limit and the umask trainrun was started with, not its own.
+    assert plain[0]["rlimits"]["RLIMIT_NOFILE"][0] == min(1024, soft)
+    assert plain[0]["umask"] == 0o027
+    assert plain[0]["session leader"] and plain[0]["parent"]
+
+
 def test_preload_runs_the_script_as_python_does(tmp_path):
     script = write(tmp_path / "sub" / "show.py", REPORT + "report(sys.argv[1])\n")
     plain, warm = job_with_and_without(
