@@ -189,6 +189,35 @@ TEST_CASE("a kept descriptor reaches the program at its number, and no other of 
   ::close(child.out);
 }
 
+TEST_CASE("a child asked to close what was inherited gets 0, 1, 2 and its kept descriptor only",
+          "[process]") {
+  // Two descriptors without close-on-exec, as a shell leaves them to whatever it starts.
+  int inherited[2], kept[2];
+  REQUIRE(::pipe(inherited) == 0);
+  REQUIRE(::pipe2(kept, O_CLOEXEC) == 0);
+  SpawnRequest request;
+  request.program = "/bin/sh";
+  request.argv = {"sh", "-c", "ls /proc/self/fd"};
+  request.kept_fd = kept[1];
+  request.out = Stdio::pipe();
+  for (const bool close_inherited : {false, true}) {
+    request.close_inherited = close_inherited;
+    Child child = spawn(request);
+    REQUIRE(child.pid > 0);
+    CHECK(wait_for_exec(child) == 0);
+    CHECK(wait_for_exit(child.pid)->code == 0);
+    // ls's own: the directory it reads, at the lowest number free.
+    std::string listed = read_to_end(child.out);
+    const bool has_inherited =
+        listed.find("\n" + std::to_string(inherited[1]) + "\n") != std::string::npos;
+    CHECK(has_inherited == !close_inherited);
+    CHECK(listed.find("\n" + std::to_string(kept[1]) + "\n") != std::string::npos);
+  }
+  // Ours stay open and inheritable: only the child's were closed.
+  CHECK((::fcntl(inherited[1], F_GETFD) & FD_CLOEXEC) == 0);
+  for (int fd : {inherited[0], inherited[1], kept[0], kept[1]}) ::close(fd);
+}
+
 TEST_CASE("a child's signal mask is empty and its listed signals default, whatever ours are",
           "[process]") {
   SignalState pipe_state(SIGPIPE);

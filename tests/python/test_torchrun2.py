@@ -104,6 +104,44 @@ def test_environment_matches_torchrun2_standalone(args, nproc, tmp_path):
     compare(read_dumps(str(tmp_path / "ours"), nproc), read_dumps(str(tmp_path / "theirs"), nproc))
 
 
+# The descriptors a worker can hand on to what it starts (not close-on-exec), with what each is.
+INHERITABLE = """\
+import fcntl, json, os, sys
+found = {}
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        if not fcntl.fcntl(int(fd), fcntl.F_GETFD) & fcntl.FD_CLOEXEC:
+            found[fd] = os.readlink(f"/proc/self/fd/{fd}").split(":[")[0]
+    except OSError:
+        pass  # the directory's own descriptor, closed
+with open(os.path.join(sys.argv[1], os.environ["RANK"] + ".json"), "w") as f:
+    json.dump(found, f)
+"""
+
+
+def test_workers_inherit_no_descriptor_of_the_launchers_as_under_torchrun2(tmp_path):
+    # A descriptor the launcher inherited (a shell's, a CI runner's), which torchrun's workers do
+    # not get (subprocess' close_fds): a pipe whose reader would otherwise wait for the workers.
+    script = tmp_path / "inheritable.py"
+    script.write_text(INHERITABLE)
+    read_end, write_end = os.pipe()
+    try:
+        for name, launcher in (("ours", [TRAINRUN]), ("theirs", torchrun())):
+            out = tmp_path / name
+            out.mkdir()
+            r = subprocess.run(launcher + ["--standalone", "--nproc-per-node=2", str(script),
+                                           str(out)],
+                               capture_output=True, text=True, env=ENV, timeout=300,
+                               pass_fds=(write_end,))
+            assert r.returncode == 0, r.stderr[-4000:]
+        ours, theirs = read_dumps(str(tmp_path / "ours"), 2), read_dumps(str(tmp_path / "theirs"), 2)
+        assert ours == theirs
+        assert all(str(write_end) not in found for found in theirs.values())
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
 def two_agents(launcher, run_id):
     # The same signal list on both sides, so that its value is compared as well.
     common = ["--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",

@@ -184,6 +184,24 @@ pid_t fork_into(int cgroup_fd, bool& made_in_cgroup) {
   return ::fork();
 }
 
+// close_range(2)'s flag (Linux 5.11), and its number where the C library's headers are older
+// than the kernel's call (the same on every architecture).
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+constexpr unsigned kCloseRangeCloexec = 1U << 2;
+
+// Marks every descriptor above 2 close-on-exec: with one call where the kernel has it, else one
+// call per possible descriptor (up to the soft limit).
+void close_on_exec_above_2() {
+  if (::syscall(SYS_close_range, 3U, ~0U, kCloseRangeCloexec) == 0) return;
+  rlimit limit{};
+  const rlim_t last =
+      ::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY ? limit.rlim_cur
+                                                                                  : 65536;
+  for (rlim_t fd = 3; fd < last; ++fd) ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
+}
+
 [[noreturn]] void fail_in_child(int report, int err) {
   ssize_t ignored = ::write(report, &err, sizeof err);
   (void)ignored;
@@ -242,6 +260,7 @@ pid_t fork_into(int cgroup_fd, bool& made_in_cgroup) {
   }
   for (int i = 0; i < 3; ++i)
     if (sources[i] >= 0 && ::dup2(sources[i], i) < 0) fail_in_child(p.report, errno);
+  if (r.close_inherited) close_on_exec_above_2();
   if (r.kept_fd > 2 && ::fcntl(r.kept_fd, F_SETFD, 0) != 0) fail_in_child(p.report, errno);
   if (!r.cwd.empty() && ::chdir(r.cwd.c_str()) != 0) fail_in_child(p.report, errno);
   if (p.resolve_error != 0) fail_in_child(p.report, p.resolve_error);

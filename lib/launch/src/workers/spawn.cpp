@@ -28,6 +28,8 @@ SpawnRequest worker_spawn_request(const std::string& program, const std::vector<
   r.cgroup_fd = cgroup_fd;
   r.cpus = cpus;
   r.descriptor_limit = original_descriptor_limit();
+  // torchrun's workers get 0, 1 and 2 (subprocess' close_fds): nothing trainrun inherited.
+  r.close_inherited = true;
   // Under Yama's ptrace_scope=1 (Ubuntu's default) only an ancestor may attach: the stack tools
   // the agent starts for --stacks and a hang are its children, not the worker's ancestors.
   r.ptracer = ::getpid();

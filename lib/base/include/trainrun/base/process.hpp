@@ -89,6 +89,10 @@ struct SpawnRequest {
   // A descriptor of ours (above 2) that the program gets at the same number: its close-on-exec
   // flag is cleared in the child only. -1: none (every descriptor of ours is close-on-exec).
   int kept_fd = -1;
+  // Descriptors above 2 that are not close-on-exec (inherited from whoever started this process:
+  // a shell's, a CI runner's) are closed in the child, kept_fd aside, as Python's subprocess does
+  // by default (close_fds=True): the program gets 0, 1, 2 and what the request names.
+  bool close_inherited = false;
   // The process (with its descendants) that may ptrace the child where Yama's ptrace_scope is 1
   // (PR_SET_PTRACER, which survives exec); 0: none. Without Yama the call fails and is ignored.
   pid_t ptracer = 0;
