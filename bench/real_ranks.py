@@ -8,9 +8,10 @@ imports torch, calls init_process_group("gloo"), writes the time, waits until th
 every rank's memory, then passes a barrier and exits. Measured: from the launch (the first agent's
 start) to the last rank past init_process_group, and the first; the ranks' proportional set size
 (PSS, /proc/PID/smaps_rollup) summed once every rank is past it. The launchers run alternately,
---runs times; every run is kept. Before each run the bench checks that the machine has the memory
-the job needs (the last run's PSS of it, or an estimate), and it stops a job whose machine runs
-short of memory: a configuration that cannot run says so in the record, with why.
+--runs times; every run is kept. Before each run the bench waits (up to 3 minutes) until the
+machine has the memory the job needs (the last run's PSS of it, or an estimate), else skips that
+run and says why in the record; it stops a job whose machine runs short of memory during the run,
+and runs that configuration no more: the record says so, with why.
 
 Usage: bench/real_ranks.py --python VENV/bin/python [--trainrun PATH] [--ranks 64] [--runs 3]
                            [--only NAME,...] [--json PATH]
@@ -55,7 +56,10 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THRE
 # Memory: a rank of torch 2.15 on CPU holds about 290 MiB of its own (anonymous memory and heap)
 # when it is started the ordinary way, far less when forked from a template that imported torch.
 ESTIMATE_GIB = {False: 0.30, True: 0.06}
-SPARE_GIB = 1.5  # left to the machine's other users before a run starts
+# Beside the ranks: torchrun's agent imports torch, and so does trainrun's --preload template.
+AGENT_GIB = 0.35
+SPARE_GIB = 1.0  # left to the machine's other users before a run starts
+MEMORY_WAIT_S = 180  # a run waits this long for the memory it needs, else it is skipped
 FLOOR_GIB = 1.0  # a job that leaves the machine less than this is stopped
 RUN_TIMEOUT_S = 900
 
@@ -80,6 +84,15 @@ def mem_available_gib():
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) / 2**20
     return 0.0
+
+
+def wait_for_memory(need):
+    """The memory available once it is `need` GiB or more, or the most seen in MEMORY_WAIT_S."""
+    deadline, have = time.time() + MEMORY_WAIT_S, mem_available_gib()
+    while have < need and time.time() < deadline:
+        time.sleep(2)
+        have = max(have, mem_available_gib())
+    return have
 
 
 def configurations(args):
@@ -228,7 +241,7 @@ def main():
     env = dict(os.environ, PYTHON_EXEC=args.python, **ONE_THREAD)
     results = {name: {"agents": agents, "ranks": args.ranks, "preload": preload, "runs": []}
                for name, (preload, agents, _) in chosen.items()}
-    failures, not_run = {}, {}
+    failures, not_run, skipped = {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="real_ranks_job_") as tmp:
         job = os.path.join(tmp, "job.py")
         with open(job, "w") as f:
@@ -240,12 +253,16 @@ def main():
                 runs = results[name]["runs"]
                 per_rank = (runs[-1]["pss_kib"] / 2**20 / args.ranks if runs
                             else ESTIMATE_GIB[preload])
-                need, have = per_rank * args.ranks + SPARE_GIB, mem_available_gib()
+                overhead = AGENT_GIB * agents if preload or name.startswith("torchrun") else 0
+                need = per_rank * args.ranks + overhead + SPARE_GIB
+                have = wait_for_memory(need)
                 if have < need:
-                    not_run[name] = (f"not run: {have:.1f} GiB available, and it needs about "
-                                     f"{need:.1f} GiB ({args.ranks} ranks of "
-                                     f"{per_rank * 1024:.0f} MiB, {SPARE_GIB} GiB spare)")
-                    print(f"{name}: {not_run[name]}", file=sys.stderr)
+                    why = (f"{have:.1f} GiB available (at most, in {MEMORY_WAIT_S} s), and it "
+                           f"needs about {need:.1f} GiB ({args.ranks} ranks of "
+                           f"{per_rank * 1024:.0f} MiB, {overhead:.2f} GiB for its agents, "
+                           f"{SPARE_GIB} GiB spare)")
+                    skipped.setdefault(name, []).append(why)
+                    print(f"{name}: a run skipped: {why}", file=sys.stderr)
                     continue
                 for attempt in range(3):
                     try:
@@ -267,7 +284,8 @@ def main():
                     not_run[name] = f"failed three times in a row: {failures[name][-1][-300:]}"
     publish("real_ranks", record("real_ranks", results, {
         "runs": args.runs, "ranks": args.ranks, "torch": version,
-        "threads_per_rank": ONE_THREAD}, failures=failures, not_run=not_run), args.json)
+        "threads_per_rank": ONE_THREAD}, failures=failures, not_run=not_run, skipped=skipped),
+        args.json)
 
 
 def render(rec):
@@ -291,6 +309,7 @@ def render(rec):
             f"{spread([x['imported_s'] for x in runs], '{:.1f}')} | "
             f"{spread([x['pss_kib'] for x in runs], '{:.1f}', 1 / 2**20)} |")
     failures = "; ".join(f"{k}: {len(v)}" for k, v in rec["failures"].items()) or "none"
+    skipped = "; ".join(f"{k}: {len(v)} ({v[-1]})" for k, v in rec["skipped"].items()) or "none"
     stopped = [f"{k} ({v})" for k, v in rec["not_run"].items() if res[k]["runs"]]
     text = heading("Real ranks: 64 Gloo ranks on one machine", rec) + f"""
 `bench/real_ranks.py` — a Gloo job of PyTorch {s['torch']} with {s['ranks']} ranks on this
@@ -306,7 +325,7 @@ done**, to the last rank done importing torch (with `--preload torch`, the worke
 a template that imported it, and `import torch` costs them nothing); **PSS**: the ranks'
 proportional set size summed once every rank is past `init_process_group`. Median (min–max) of
 the runs, the launchers in turn; the ratio is of the medians. Jobs that failed and were run again:
-{failures}.
+{failures}. Runs skipped for want of memory: {skipped}.
 
 """ + "\n".join(table) + "\n"
     if stopped:
