@@ -14,7 +14,7 @@ run and says why in the record; it stops a job whose machine runs short of memor
 and runs that configuration no more: the record says so, with why.
 
 Usage: bench/real_ranks.py --python VENV/bin/python [--trainrun PATH] [--ranks 64] [--runs 3]
-                           [--only NAME,...] [--json PATH]
+                           [--only NAME]... [--json PATH]
 --python: an interpreter with torch 2.x (the workers' PYTHON_EXEC, and torchrun's).
 """
 import argparse
@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -213,11 +214,14 @@ def run_once(agent_argvs, job, ranks, env):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--python", required=True, help="an interpreter with torch 2.x")
-    ap.add_argument("--trainrun", default=os.path.join(ROOT, "build", "apps", "trainrun", "trainrun"))
+    ap.add_argument("--trainrun",
+                    default=os.path.join(ROOT, "build", "apps", "trainrun", "trainrun"))
     ap.add_argument("--ranks", type=int, default=64, help="ranks in all (even: two agents share "
                     "them)")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--only", help="comma-separated configurations to run (default: all)")
+    ap.add_argument("--only", action="append", metavar="NAME",
+                    help="a configuration to run, as the record names it; again for another "
+                         "(default: all)")
     add_json_option(ap)
     args = ap.parse_args()
     if args.ranks < 2 or args.ranks % 2:
@@ -226,18 +230,21 @@ def main():
         sys.exit(f"real_ranks: --runs must be 1 or more, not {args.runs}")
     if not os.access(args.trainrun, os.X_OK):
         sys.exit(f"real_ranks: {args.trainrun} is not there: build the trainrun target")
-    version = subprocess.run([args.python, "-c", "import torch; print(torch.__version__)"],
-                             capture_output=True, text=True).stdout.strip()
-    if not version.startswith("2."):
-        sys.exit(f"real_ranks: {args.python} has no torch 2.x (found {version or 'none'})")
     chosen = configurations(args)
     if args.only:
-        names = args.only.split(",")
+        names = args.only
         unknown = [n for n in names if n not in chosen]
         if unknown:
             sys.exit(f"real_ranks: no configuration {unknown[0]!r} (there are: "
                      f"{', '.join(chosen)})")
         chosen = {k: v for k, v in chosen.items() if k in names}
+    try:
+        version = subprocess.run([args.python, "-c", "import torch; print(torch.__version__)"],
+                                 capture_output=True, text=True).stdout.strip()
+    except OSError as e:
+        sys.exit(f"real_ranks: cannot run {args.python}: {e.strerror}")
+    if not version.startswith("2."):
+        sys.exit(f"real_ranks: {args.python} has no torch 2.x (found {version or 'none'})")
     env = dict(os.environ, PYTHON_EXEC=args.python, **ONE_THREAD)
     results = {name: {"agents": agents, "ranks": args.ranks, "preload": preload, "runs": []}
                for name, (preload, agents, _) in chosen.items()}
@@ -311,37 +318,60 @@ def render(rec):
     failures = "; ".join(f"{k}: {len(v)}" for k, v in rec["failures"].items()) or "none"
     skipped = "; ".join(f"{k}: {len(v)} ({v[-1]})" for k, v in rec["skipped"].items()) or "none"
     stopped = [f"{k} ({v})" for k, v in rec["not_run"].items() if res[k]["runs"]]
-    text = heading("Real ranks: 64 Gloo ranks on one machine", rec) + f"""
-`bench/real_ranks.py` — a Gloo job of PyTorch {s['torch']} with {s['ranks']} ranks on this
-machine, each rank one process of one thread (`OMP_NUM_THREADS=1` and the other pools'
+    intro = f"""`bench/real_ranks.py` — a Gloo job of PyTorch {s['torch']} with {s['ranks']} ranks on
+this machine, each rank one process of one thread (`OMP_NUM_THREADS=1` and the other pools'
 variables): it imports torch, calls `init_process_group("gloo")` and writes the time, then passes
 a barrier once the bench has read its memory. Under one agent (`--standalone
---nproc-per-node={s['ranks']}`) and two agents of {s['ranks'] // 2} ranks each on the same machine
-(`--nnodes=2`, a c10d rendezvous on 127.0.0.1: trainrun's own with `--node-rank` 0 and 1,
-torchrun's c10d); with torch 2.x both launchers' agents serve the job's store (node rank 0's agent
-holds it, and every rank connects to it). **Last rank past init**: from the launch (the first
-agent's start) to the last rank past `init_process_group`; **first**, to the first; **last import
-done**, to the last rank done importing torch (with `--preload torch`, the workers are forked from
-a template that imported it, and `import torch` costs them nothing); **PSS**: the ranks'
-proportional set size summed once every rank is past `init_process_group`. Median (min–max) of
-the runs, the launchers in turn; the ratio is of the medians. Jobs that failed and were run again:
-{failures}. Runs skipped for want of memory: {skipped}.
-
-""" + "\n".join(table) + "\n"
+--nproc-per-node={s['ranks']}`) and under two agents of {s['ranks'] // 2} ranks each on the same
+machine (`--nnodes=2`, a c10d rendezvous on 127.0.0.1: trainrun's own, with `--node-rank` 0 and
+1; torchrun's c10d); torchrun is `python -m torch.distributed.run` of the same PyTorch. With
+torch 2.x both launchers' agents serve the job's store (the agent of node rank 0 holds it, and every rank connects to it). **Last rank past init**: from the launch
+(the first agent's start) to the last rank past `init_process_group`; **first**, to the first;
+**last import done**, to the last rank done importing torch (with `--preload torch` the ranks are
+forked from a template that imported it: there, the last rank's start); **PSS**: the
+ranks' proportional set size summed once every rank is past `init_process_group`. Median
+(min–max) of the runs, the launchers in turn; the ratio is of the medians. Jobs that failed and
+were run again: {failures}. Runs skipped for want of memory: {skipped}."""
+    paragraphs = [intro, "\n".join(table)]
     if stopped:
-        text += "\nStopped after some runs: " + "; ".join(stopped) + ".\n"
+        paragraphs.append("Stopped after some runs: " + "; ".join(stopped) + ".")
     plain, pre, theirs = (res.get(k, {}).get("runs") for k in
                           ("trainrun", "trainrun --preload torch", "torchrun"))
+    def m(runs, key="start_s"):
+        return median([x[key] for x in runs])
+
+    def ranges(a, b):
+        lo = round(max(min(x["start_s"] for x in a), min(x["start_s"] for x in b)), 1)
+        hi = round(min(max(x["start_s"] for x in a), max(x["start_s"] for x in b)), 1)
+        return f"overlap ({lo:.1f}–{hi:.1f} s)" if lo < hi else (
+            f"meet at {lo:.1f} s" if lo == hi else "do not overlap")
+
+    two_plain, two_theirs = (res.get(k, {}).get("runs") for k in
+                             ("trainrun, 2 agents", "torchrun, 2 agents"))
+    if plain and theirs and two_plain and two_theirs:
+        paragraphs.append(
+            "Without `--preload` nearly all of the time is the ranks' own: the last rank was "
+            f"past `init_process_group` {m(plain) - m(plain, 'imported_s'):.1f} s after the last "
+            f"import of torch was done under trainrun, {m(theirs) - m(theirs, 'imported_s'):.1f} "
+            "s under torchrun (medians, one agent). The runs' times under the two launchers "
+            f"{ranges(plain, theirs)} with one agent and {ranges(two_plain, two_theirs)} with two: "
+            f"{s['ranks']} imports of torch on {rec['machine']['cpus']} CPUs of a shared machine "
+            "vary from run to run by more than a launcher's own start-up (\"Launch overhead\").")
     if plain and pre and theirs:
-        m = {k: median([x["start_s"] for x in v]) for k, v in
-             (("plain", plain), ("pre", pre), ("theirs", theirs))}
-        text += f"""
-With 2 CPUs, {s['ranks']} ranks that each import torch wait for each other's imports: the plain
-start is the imports' CPU time shared out, which `--preload torch` pays once (its ranks were all
-past `init_process_group` in {m['pre'] / m['plain']:.2f} of the plain start's time, and
-{m['pre'] / m['theirs']:.2f} of torchrun's).
-"""
-    return text + "\n" + provenance(rec) + "\n"
+        paragraphs.append(
+            "With `--preload torch` the template imports torch once and the ranks are forked "
+            "from it: "
+            f"every rank was past `init_process_group` in {m(pre) / m(plain):.2f} of the plain "
+            f"start's time and {m(pre) / m(theirs):.2f} of torchrun's, and the ranks' PSS was "
+            f"{m(pre, 'pss_kib') / m(plain, 'pss_kib'):.2f} of the plain ranks'.")
+    paragraphs.append(provenance(rec))
+    text = heading("Real ranks: 64 Gloo ranks on one machine", rec) + "\n"
+    for para in paragraphs:
+        text += (para if para.startswith("|") else
+                 textwrap.fill(" ".join(para.split()), width=100, break_long_words=False,
+                               break_on_hyphens=False)) + "\n\n"
+    return text
+
 
 
 if __name__ == "__main__":
