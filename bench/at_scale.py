@@ -81,6 +81,17 @@ def render(record):
     lines = [
         bench_doc.heading("At scale: a restart and a hang report (`bench/at_scale.py`)",
                           record),
+        "![Seconds against N, log-log: the job's store under N ranks' start-up, trainrun's and "
+        "torch's libuv server; a restart and a hang report against N nodes](img/at_scale.png)",
+        "",
+        "Left, from `bench/results/store_scale.json` (\"The job's store at scale\", above): N "
+        "ranks' start-up against the store trainrun's agent serves and torch's libuv server, "
+        "NCCL's pattern (filled) and Gloo's (hollow); a cross marks a size whose runs all timed "
+        "out, at the time bound; sizes not run are not drawn. Right, from this section's record: "
+        "the restart (a worker failed, a node lost) and the hang report (ask to verdict) against "
+        "N nodes, with the targets. Median and min–max of the runs that counted; "
+        "`bench/plot.py` draws it from the two records.",
+        "",
         bench_doc.provenance(record) + " **The machine was loaded while it ran**: the 1-minute "
         "load average before and after each run is in the tables (2 CPUs: a load of 10 leaves a process about a fifth of one). Runs: those that finished / all. Each cell: the median of the runs, (min–max); every run's values are "
         "in `bench/results/at_scale.json`.",

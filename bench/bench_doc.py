@@ -194,6 +194,7 @@ SECTIONS = {
     "flight_recorder": ("flight_recorder", "render"),
     "store_scale": ("store_scale", "render"),
     "at_scale": ("at_scale", "render"),
+    "real_ranks": ("real_ranks", "render"),
 }
 
 # Figures other pages quote: (page, pattern with one group, the record it comes from, what the

@@ -228,6 +228,71 @@ def fashion_mnist(r, out):
     save(fig, out, "fashion_mnist.png")
 
 
+def at_scale(store, scale, out):
+    """Seconds against N, log-log: the job's store under N ranks' start-up (both servers, each
+    pattern), and a restart and a hang report against N nodes."""
+    panels = [p for p in (store, scale) if p]
+    fig, axes = figure("At scale: time against N", "\n".join(note(p) for p in panels),
+                       ncols=len(panels))
+    axes = iter(axes)
+    if store:
+        ax = next(axes)
+        timeout = store["settings"]["timeout_s"]
+        sizes = set()
+        for pattern, style, face in (("nccl", "-", None), ("gloo", "--", "none")):
+            for server, color, marker, cross, label in (
+                    ("trainrun", OURS, "o", "x", "trainrun's agent"),
+                    ("libuv", THEIRS, "s", "+", "torch's libuv server")):
+                rows = [r for r in store["results"]
+                        if r["server"] == server and r["pattern"] == pattern]
+                if not rows:
+                    continue
+                done, timed_out = {}, set()
+                for r in rows:
+                    if r.get("timed_out"):
+                        timed_out.add(r["clients"])
+                    elif r.get("seconds") is not None and not r.get("failed"):
+                        done.setdefault(r["clients"], []).append(r["seconds"])
+                n = sorted(done)
+                sizes.update(n, timed_out)
+                ax.plot(n, [mid(done[k]) for k in n], marker + style, color=color,
+                        markerfacecolor=face or color, label=f"{label}, {pattern}")
+                errorbars(ax, n, [done[k] for k in n], 1, color)
+                if timed_out:
+                    ax.plot(sorted(timed_out), [timeout] * len(timed_out), cross, color=color,
+                            markersize=9, label=f"{label}, {pattern}: timed out ({timeout} s)")
+        ax.set(yscale="log", xlabel="ranks (store clients)", ylabel="seconds (median, min–max)",
+               title="the job's store: N ranks' start-up")
+        log_ticks(ax, sorted(sizes))
+        ax.legend(loc="center", fontsize=7), ax.grid(True, which="both", alpha=0.3)
+    if scale:
+        ax = next(axes)
+        res = scale["results"]
+        sizes = set()
+        for key, field, marker, style, label in (
+                ("restart_failure", "restart_s", "o", "-", "restart, a worker failed"),
+                ("restart_lost", "restart_s", "o", "--", "restart, a node lost"),
+                ("rollcall", "ask_to_verdict_s", "D", "-", "hang report, ask to verdict")):
+            done = {}
+            for r in res.get(key, []):
+                if r.get("ok"):
+                    done.setdefault(r["nodes"], []).append(r[field])
+            n = sorted(done)
+            sizes.update(n)
+            color = OURS if key != "rollcall" else "#2ca02c"
+            ax.plot(n, [mid(done[k]) for k in n], marker + style, color=color,
+                    alpha=1 if style == "-" else 0.7, label=label)
+            errorbars(ax, n, [done[k] for k in n], 1, color)
+        targets = [(1024, 1), (16384, 3), (1024, 30)]
+        ax.plot([t[0] for t in targets], [t[1] for t in targets], "_", color="#555555",
+                markersize=16, markeredgewidth=2, label="targets")
+        ax.set(yscale="log", xlabel="nodes", ylabel="seconds (median, min–max)",
+               title="a restart and a hang report")
+        log_ticks(ax, sorted(sizes))
+        ax.legend(fontsize=7), ax.grid(True, which="both", alpha=0.3)
+    save(fig, out, "at_scale.png")
+
+
 def load(data, name):
     path = os.path.join(data, f"{name}.json")
     if not os.path.exists(path):
@@ -246,7 +311,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     records = {name: load(args.data, name) for name in
                ("launch_overhead", "supervision", "rendezvous_compare", "rendezvous_scale",
-                "allreduce_bandwidth", "fashion_mnist_speed")}
+                "allreduce_bandwidth", "fashion_mnist_speed", "store_scale", "at_scale")}
     if not any(records.values()):
         sys.exit(f"plot: no results in {args.data}")
     if records["launch_overhead"]:
@@ -259,6 +324,8 @@ def main():
         allreduce(records["allreduce_bandwidth"], args.out)
     if records["fashion_mnist_speed"]:
         fashion_mnist(records["fashion_mnist_speed"], args.out)
+    if records["store_scale"] or records["at_scale"]:
+        at_scale(records["store_scale"], records["at_scale"], args.out)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import subprocess
 PLOT_PYTHON = "/usr/bin/python3"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLOTS = ["launch_time.png", "failure_to_exit.png", "tee_throughput.png", "rendezvous.png",
-         "allreduce_bandwidth.png", "fashion_mnist.png"]
+         "allreduce_bandwidth.png", "fashion_mnist.png", "at_scale.png"]
 
 
 def test_plots_from_committed_results(tmp_path):
