@@ -237,6 +237,26 @@ def test_an_entrypoint_that_cannot_run_is_named_as_a_shell_names_it(tmp_path, ma
     assert "internal error" not in ours.stderr
 
 
+def test_a_program_that_passes_the_checks_but_cannot_start_fails_the_group(tmp_path):
+    # Open for writing while the workers start: the exec itself fails (text file busy), after
+    # the entrypoint's checks, as a shell's would; the workers already started are stopped.
+    program = tmp_path / "prog"
+    program.write_bytes(open("/bin/sleep", "rb").read())
+    program.chmod(0o755)
+    busy = os.open(program, os.O_WRONLY)
+    try:
+        shell = subprocess.run(["bash", "-c", f"'{program}' 1"], capture_output=True, text=True)
+        ours = run(["--standalone", "--nproc-per-node=3", "--no-python", str(program), "30"],
+                   timeout=60)
+    finally:
+        os.close(busy)
+    assert ours.returncode == shell.returncode == 126, (ours.stderr, shell.stderr)
+    assert "text file busy" in shell.stderr.lower()
+    lines = [l for l in ours.stderr.splitlines() if "text file busy" in l]
+    assert lines == [f"trainrun: {program}: cannot execute: text file busy"], ours.stderr
+    assert "internal error" not in ours.stderr
+
+
 # --- a late agent ------------------------------------------------------------------------------
 
 def frame(message):

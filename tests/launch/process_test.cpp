@@ -109,7 +109,9 @@ TEST_CASE("exit statuses, their shell codes and their words", "[process]") {
 TEST_CASE("a wait status says a child stopped, continued or ended", "[process]") {
   SpawnRequest request;
   request.program = "/bin/sh";
-  request.argv = {"sh", "-c", "kill -STOP $$; exit 3"};
+  // It ends only once told (its stdin closed): its continuation is seen before its end.
+  request.argv = {"sh", "-c", "kill -STOP $$; read line; exit 3"};
+  request.in = Stdio::pipe();
   Child child = spawn(request);
   REQUIRE(child.pid > 0);
   CHECK(wait_for_exec(child) == 0);
@@ -121,6 +123,7 @@ TEST_CASE("a wait status says a child stopped, continued or ended", "[process]")
   ::kill(child.pid, SIGCONT);
   REQUIRE(::waitpid(child.pid, &status, WCONTINUED) == child.pid);
   CHECK(WaitEvent::from_wait(status).kind == WaitEvent::Kind::continued);
+  ::close(child.in);
   REQUIRE(::waitpid(child.pid, &status, 0) == child.pid);
   event = WaitEvent::from_wait(status);
   CHECK(event.kind == WaitEvent::Kind::ended);

@@ -83,12 +83,15 @@ void AgentWorkers::start(const Topology& topology, const JobSettings& job,
     supervisor_.prepare(launches, [this, launches, started = std::move(started)] {
       starting_ = false;
       try {
-        supervisor_.start(launches,
-                          [this](int lr, pid_t pid, ExitStatus st) { exited(lr, pid, st); });
+        supervisor_.start(
+            launches, [this](int lr, pid_t pid, ExitStatus st) { exited(lr, pid, st); },
+            [this, started](std::exception_ptr error) {
+              if (error) return start_failed(error);
+              started();
+            });
       } catch (...) {
         return start_failed(std::current_exception());
       }
-      started();
     });
   } catch (...) {
     starting_ = false;

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "diagnosis_relay.hpp"
+#include "exec_reports.hpp"
 #include "leftovers.hpp"
 #include "python_bootstrap.hpp"
 #include "spawn.hpp"
@@ -68,6 +69,7 @@ Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console&
                 if (finish_done_) finish_step();
               }),
       finish_timer_(io) {
+  exec_reports_ = std::make_unique<ExecReports>(io);
   if (cgroup_) watchdog_.set_cgroup(cgroup_->path());
   // The orphans that come back to us, a child subreaper: a worker forked by the template's child
   // whose end comes before it is adopted, and what workers left behind.
@@ -108,8 +110,13 @@ const std::string& Supervisor::bootstrap_dir() {
   return python_ ? python_->dir() : none;
 }
 
-void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on_exit) {
+void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on_exit,
+                       std::function<void(std::exception_ptr)> started) {
   on_exit_ = std::move(on_exit);
+  exec_reports_->cancel();
+  started_ = nullptr;
+  start_error_ = nullptr;
+  held_events_.clear();
   close_channels();
   workers_.clear();
   output_.reset();
@@ -165,9 +172,37 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
     if (lost_template) fail(*lost_template);
     if (s.pid <= 0) fail(SpawnError(fork_failure(w.local_rank, s.error, read_process_limits())));
   }
-  for (size_t i = 0; i < spawned.size(); ++i)
-    if (const int exec_errno = wait_for_exec(spawned[i]))
-      fail(exec_error(launches[i].program, exec_errno));
+  started_ = std::move(started);
+  exec_reports_->watch(spawned, [this, launches](std::optional<ExecReports::Failure> failure) {
+    execs_reported(launches, failure);
+  });
+}
+
+void Supervisor::execs_reported(const std::vector<WorkerLaunch>& launches,
+                                std::optional<std::pair<pid_t, int>> failure) {
+  if (failure) {
+    std::string program;
+    for (std::size_t i = 0; i < workers_.size() && i < launches.size(); ++i)
+      if (workers_[i].pid == failure->first) program = launches[i].program;
+    start_error_ = std::make_exception_ptr(exec_error(program, failure->second));
+    for (const auto& [pid, event] : std::exchange(held_events_, {}))
+      for (auto& w : workers_)
+        if (w.pid == pid && event.kind == WaitEvent::Kind::ended) w.running = false;
+    // Reaped before the failure is told: a child killed before its exec is a copy of trainrun,
+    // which the sweep after a failed start would otherwise find still dying and name.
+    signal_all(SIGKILL);
+    return abandoned_start_settled();
+  }
+  if (auto started = std::exchange(started_, nullptr)) started(nullptr);
+  // What came before, in order: the agent knows the group has started.
+  for (auto& [pid, event] : std::exchange(held_events_, {})) child_event(pid, event);
+}
+
+void Supervisor::abandoned_start_settled() {
+  if (!start_error_ || running() > 0) return;
+  auto started = std::exchange(started_, nullptr);
+  auto error = std::exchange(start_error_, nullptr);
+  if (started) started(error);
 }
 
 // `diagnosis`: -1 for a worker without a diagnosis channel; otherwise set to our end of its
@@ -216,6 +251,20 @@ void Supervisor::child_event(pid_t pid, const WaitEvent& event) {
   // The template is our child too; the worker it forks is known by its pid before the loop
   // can reap it (start() is one pass on this thread), so no worker's status comes unknown.
   if (warm_ && event.kind == WaitEvent::Kind::ended && warm_->ended(pid, event.end)) return;
+  const auto worker = std::find_if(workers_.begin(), workers_.end(),
+                                   [pid](const Worker& w) { return w.pid == pid && w.running; });
+  if (worker != workers_.end() && exec_reports_->pending()) {
+    // Its report is whole once it ended; the group's start is told before any of its exits.
+    if (event.kind == WaitEvent::Kind::ended) exec_reports_->settle(pid);
+    if (exec_reports_->pending()) {
+      held_events_.emplace_back(pid, event);
+      return;
+    }
+  }
+  if (worker != workers_.end() && start_error_) {
+    if (event.kind == WaitEvent::Kind::ended) worker->running = false;
+    return abandoned_start_settled();
+  }
   for (auto& w : workers_) {
     if (w.pid != pid || !w.running) continue;
     if (event.kind == WaitEvent::Kind::stopped) {

@@ -25,6 +25,8 @@
 
 namespace trainrun::launch {
 
+class ExecReports;
+
 class DiagnosisRelay;
 class PythonBootstrap;
 
@@ -71,8 +73,13 @@ class Supervisor {
   void prepare(const std::vector<WorkerLaunch>& workers, std::function<void()> then);
   // A prepare's `then` not yet run is dropped: the group is not to start.
   void cancel_prepare();
-  // Starts every worker. On failure, kills those already started and throws SpawnError.
-  void start(const std::vector<WorkerLaunch>& workers, ExitHandler on_exit);
+  // Starts every worker: forks them all in one pass, then reads their exec reports as events on
+  // the loop; `started` runs once every worker runs its program (nullptr), or with the error
+  // once a start failed and the workers already started are killed and reaped. No exit reaches
+  // `on_exit` before `started` has run. A worker that cannot be forked (or a --preload template
+  // that ended while forking) throws SpawnError instead, the others killed and reaped.
+  void start(const std::vector<WorkerLaunch>& workers, ExitHandler on_exit,
+             std::function<void(std::exception_ptr)> started);
   // SIGCHLD: collects every child that has an event through the one reaper (reaper.hpp): the
   // workers and the template, adopted as they start, and the orphans that come back to us;
   // children their starters wait for (the stack tools) are left to them. Call it from the loop's
@@ -133,6 +140,11 @@ class Supervisor {
   // One event of a child of ours (reaper.hpp): a worker's end, stop or continuation, the
   // template's end, or an orphan's (nothing to do).
   void child_event(pid_t pid, const WaitEvent& event);
+  // The group's exec reports are all in (failure: the first start that failed).
+  void execs_reported(const std::vector<WorkerLaunch>& launches,
+                      std::optional<std::pair<pid_t, int>> failure);
+  // Once a start failed: when no worker of the group runs any more, `started_` gets the error.
+  void abandoned_start_settled();
   void adopt(pid_t pid);
   bool leftovers(bool signal, int sig);
   void finish_step();
@@ -153,6 +165,11 @@ class Supervisor {
   Console& err_;
   std::vector<Worker> workers_;
   ExitHandler on_exit_;
+  std::unique_ptr<ExecReports> exec_reports_;
+  std::function<void(std::exception_ptr)> started_;  // the group's start, still to be told
+  std::exception_ptr start_error_;                   // a failed start, its workers being reaped
+  // Their events while the group's exec reports are still coming: handed on once they are in.
+  std::vector<std::pair<pid_t, WaitEvent>> held_events_;
   ReturnHandler returned_;
   GroupOutput output_;
   boost::asio::steady_timer finish_timer_;
