@@ -20,12 +20,15 @@ Usage: bench/real_ranks.py --python VENV/bin/python [--trainrun PATH] [--ranks 6
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests"))
+from ports import free_port  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_doc import ROOT, add_json_option, heading, median, provenance, publish, record, spread  # noqa: E402
@@ -71,12 +74,6 @@ class JobFailed(Exception):
 
 class OutOfMemory(Exception):
     pass
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def mem_available_gib():
