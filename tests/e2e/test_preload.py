@@ -551,6 +551,28 @@ def test_preload_a_template_that_dies_is_started_again(tmp_path):
     assert reports(tmp_path / "0")[0]["preloaded"] and reports(tmp_path / "1")[0]["preloaded"]
 
 
+def test_preload_a_template_that_cannot_be_started_again_is_named_with_its_errno(tmp_path):
+    # Attempt 0 takes the exec bit off the workers' interpreter (a copy) and kills the template:
+    # attempt 1's template cannot start, which is said once with the exec's errno; its workers
+    # then fail to start the ordinary way, as the shell would.
+    python = tmp_path / "python"
+    python.write_bytes(open(os.path.realpath(PYTHON), "rb").read())
+    python.chmod(0o755)
+    write(tmp_path / "gone.py", REPORT + textwrap.dedent("""\
+        import signal
+        os.chmod(sys.argv[1], 0o644)
+        for pid in template_children(but=os.getpid()):
+            os.kill(pid, signal.SIGKILL)
+        sys.exit(1)
+        """))
+    r = trainrun(["--preload=json", "--max-restarts=1", "gone.py", str(python)], tmp_path,
+                 env=dict(ENV, PYTHON_EXEC=str(python)))
+    assert r.returncode == 126, r.stderr
+    assert r.stderr.count(f"trainrun: --preload: cannot start the template interpreter {python} "
+                          "(Permission denied); workers start the ordinary way\n") == 1, r.stderr
+    assert f"trainrun: {python}: cannot execute: permission denied\n" in r.stderr, r.stderr
+
+
 def test_preload_a_template_that_dies_importing_lets_workers_start_the_ordinary_way(tmp_path):
     write(tmp_path / "crash.py", "import os\nos._exit(7)\n")
     # One write per worker: print() under -u writes the text and its newline apart, and the two

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "fork_request.hpp"
 #include "python_bootstrap.hpp"
@@ -186,19 +187,15 @@ bool WarmStart::launch(const SpawnRequest& shared, const std::string& bootstrap_
   request.cpus.clear();
   Child child = spawn(request);
   ::close(fds[1]);
-  // The exec's report comes within moments of the fork (an interpreter found, or not).
-  const int exec_errno = child.pid > 0 ? wait_for_exec(child) : child.error;
-  if (child.pid <= 0 || exec_errno != 0) {
+  if (child.pid <= 0) {
     ::close(fds[0]);
-    if (child.pid > 0) wait_for_exit(child.pid);
-    say_(
-        fmt::format("--preload: cannot start the template interpreter {} ({}); workers start "
-                    "the ordinary way",
-                    program_, std::strerror(exec_errno)));
+    say_(cannot_start(child.error));
     return false;
   }
   pid_ = child.pid;
   socket_ = fds[0];
+  // Not waited for: an exec that fails ends the template, which closes its socket (imported()).
+  exec_report_ = child.exec_report;
   ready_ = false;
   // Its own session, which the watchdog kills if trainrun is killed (its death signal too).
   watchdog_.add_group(pid_);
@@ -211,21 +208,42 @@ bool WarmStart::launch(const SpawnRequest& shared, const std::string& bootstrap_
   return true;
 }
 
+std::string WarmStart::cannot_start(int error) const {
+  return fmt::format(
+      "--preload: cannot start the template interpreter {} ({}); workers start the ordinary way",
+      program_, std::strerror(error));
+}
+
 void WarmStart::imported() {
   char tag = 0;
   std::string text;
   if (read_reply(tag, text) && tag == 'R') {
     ready_ = true;
+    close_exec_report();  // it runs Python: its exec worked
     if (!text.empty()) say_(text);
     go_on();
     return;
   }
+  // Killed and reaped first: its exec report is then whole (an errno, or nothing at the exec).
+  const int report = std::exchange(exec_report_, -1);
   const auto status = stop();
-  say_(
-      fmt::format("--preload: the template interpreter {} before its imports were done; "
-                  "workers start the ordinary way",
-                  status ? describe_exit(*status) : "ended"));
+  int exec_errno = 0;
+  if (report >= 0 && !read_exactly(report, &exec_errno, sizeof exec_errno)) exec_errno = 0;
+  if (report >= 0) ::close(report);
+  if (exec_errno != 0) {
+    say_(cannot_start(exec_errno));
+  } else {
+    say_(fmt::format(
+        "--preload: the template interpreter {} before its imports were done; workers start the "
+        "ordinary way",
+        status ? describe_exit(*status) : "ended"));
+  }
   go_on();
+}
+
+void WarmStart::close_exec_report() {
+  if (exec_report_ >= 0) ::close(exec_report_);
+  exec_report_ = -1;
 }
 
 std::optional<Child> WarmStart::start(const SpawnRequest& r, int local_rank) {
@@ -310,6 +328,7 @@ bool WarmStart::ended(pid_t pid, const ExitStatus& status) {
   socket_watch_.reset();
   ::close(socket_);
   socket_ = -1;
+  close_exec_report();
   pid_ = -1;
   ready_ = false;
   watchdog_.remove_group(pid);
@@ -324,6 +343,7 @@ std::optional<ExitStatus> WarmStart::stop() {
   socket_watch_.reset();
   ::close(socket_);
   socket_ = -1;
+  close_exec_report();
   // Its session: the template, and a child of its forking a worker at that moment.
   ::kill(-pid_, SIGKILL);
   ::kill(pid_, SIGKILL);

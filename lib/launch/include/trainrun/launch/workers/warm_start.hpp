@@ -75,8 +75,10 @@ class WarmStart {
   bool read_reply(char& tag, std::string& text);
   // Starts the template interpreter; false (said) where it cannot.
   bool launch(const SpawnRequest& shared, const std::string& bootstrap_dir);
-  // Its socket became readable: its imports are done, or it ended.
+  // Its socket became readable: its imports are done, or it ended (its exec failed, say).
   void imported();
+  std::string cannot_start(int error) const;
+  void close_exec_report();
   // The pending `then`, run once.
   void go_on();
   // Kills the template and reaps it: its status, nothing where none ran.
@@ -88,6 +90,7 @@ class WarmStart {
   std::function<void(const std::string&)> say_;
   pid_t pid_ = -1;
   int socket_ = -1;
+  int exec_report_ = -1;  // the template's exec report, read only where it ended unready
   bool ready_ = false;
   bool off_ = false;  // not safe to fork, or no subreaper: every group starts the ordinary way
   std::vector<std::string> options_;  // the interpreter and its options, as in every worker's argv
