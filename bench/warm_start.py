@@ -400,10 +400,11 @@ checkpoint: the restart as a user lives it. A restart is tried three times in a 
 that fails or hangs for 90 s counts as a failure above); a run whose three tries failed has
 none. **trainrun's line** is trainrun's own figure for the same restart (`trainrun: attempt 1:
 round ..., ranks at the store ... s; from {' / '.join(said) or '...'}` on stderr, and the
-summary's `startup` of attempt 1): from the same exit as trainrun reaped it (the summary's
-`ended_at` of that worker, to the millisecond, was within
-{max(abs(x) for x in reaped) * 1000 if reaped else 0:.0f} ms of the kernel's instant in every
-run) to the last rank's first request to the job's store, in `init_process_group`.
+summary's `startup` of attempt 1): from the same exit as trainrun reaped it to the last rank's
+first request to the job's store, in `init_process_group`. The summary's `ended_at` of that
+worker (to the millisecond) and the bench's pidfd instant were at most
+{max(abs(x) for x in reaped) * 1000 if reaped else 0:.0f} ms apart in any run: each is taken
+when its process next runs on the loaded CPUs.
 
 """ + "\n".join(restart) + "\n"
     pre = res.get("trainrun --preload torch")
@@ -436,10 +437,11 @@ every rank was past its first step {median(kept(dynamo['restart'])):.2f} s after
         ok = len(kept(torchrun["restart"]))
         tries = ok + rec["failures"].get("torchrun 2.x (restart)", 0)
         text += f"""
-torchrun 2.x restarted the job in {ok} of {tries} tries: in the others, ranks of the next attempt
-failed to connect their Gloo group (`Gloo connectFullMesh failed ... Connection refused`) or hung
-there. Its agent's store keeps the last attempt's keys, so a restarted Gloo group can try the
-last attempt's addresses ([cli.md](cli.md#where-trainrun-differs-from-torchrun)).
+torchrun 2.x restarted the job in {ok} of {tries} tries: in {'each' if ok == 0 else 'each other'}
+the next attempt failed, or hung for 90 s, before every rank was past its first step. Its
+agent's store keeps the last attempt's keys, so a restarted Gloo group can try the last
+attempt's addresses ([cli.md](cli.md#where-trainrun-differs-from-torchrun)): run by hand, such a
+restart's ranks failed with `Gloo connectFullMesh failed ... Connection refused`.
 """
     return text + "\n" + provenance(rec) + "\n"
 
