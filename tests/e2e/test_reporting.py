@@ -248,6 +248,10 @@ def test_summary_of_a_restarted_job(worker, tmp_path):
         [w] = a["workers"]
         assert (w["exit_code"], w["signal"]) == (None, "SIGTERM")
         assert a["root_cause"]["signal"] == "SIGTERM"
+    # Each restart's start-up counts from the last attempt's failing worker's exit.
+    for last, a in zip(s["attempts"], s["attempts"][1:]):
+        assert a["startup"]["counted_from"] == {
+            "event": "worker exit", "rank": 0, "at": last["workers"][0]["ended_at"]}
     assert s["root_cause"]["signal"] == "SIGTERM"
 
 

@@ -1,5 +1,6 @@
 """Where each attempt's start-up went (docs/cli.md, "Start-up"): the round, the workers' start and
 each rank's first request to the store the agent serves, in the job summary and in one line."""
+import datetime
 import json
 import os
 import subprocess
@@ -100,6 +101,55 @@ def test_each_attempt_s_start_up_is_in_the_summary_and_a_restart_says_it(tmp_pat
         for s in attempts:
             assert s["store"] == "this node", s
             assert all(x["at_store_s"] >= x["started_s"] for x in s["ranks"]), s
+
+
+# The first attempt's rank 1 fails once rank 0 is ready; rank 0 takes 2 s to stop on SIGTERM.
+SLOW_TO_STOP = """
+import os, signal, sys, time
+rank, attempt = os.environ["RANK"], os.environ["TORCHELASTIC_RESTART_COUNT"]
+ready = os.path.join(os.environ["READY_DIR"], "ready")
+if attempt == "0" and rank == "0":
+    def stop(*_):
+        time.sleep(2)
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, stop)
+    open(ready, "w").close()
+    time.sleep(60)
+if attempt == "0" and rank == "1":
+    while not os.path.exists(ready):
+        time.sleep(0.01)
+    sys.exit(3)
+"""
+
+
+def unix(iso):
+    return datetime.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+def test_a_restart_counts_from_the_failing_worker_s_exit(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(SLOW_TO_STOP)
+    summary = tmp_path / "summary.json"
+    r = run(["--standalone", "--nproc-per-node=2", "--max-restarts=1",
+             f"--summary-file={summary}", str(script)],
+            env={"READY_DIR": str(tmp_path)}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    first, second = json.loads(summary.read_text())["attempts"]
+    ended = {w["rank"]: w for w in first["workers"]}
+    assert ended[1]["exit_code"] == 3 and unix(ended[0]["ended_at"]) - unix(
+        ended[1]["ended_at"]) >= 2, first
+    s = second["startup"]
+    # From rank 1's exit as trainrun reaped it: the 2 s rank 0 took to stop are in the restart.
+    assert s["counted_from"] == {"event": "worker exit", "rank": 1,
+                                 "at": ended[1]["ended_at"]}, s
+    assert s["workers_started_s"] >= 2, s
+    # The attempt's start (when its workers were about to start) is round_s after that exit.
+    assert abs(unix(second["started_at"]) - unix(ended[1]["ended_at"]) - s["round_s"]) < 0.05, (
+        second["started_at"], s)
+    assert first["startup"]["counted_from"]["event"] == "job start", first["startup"]
+    [line] = startup_lines(r.stderr, 1)
+    assert line.endswith("; from rank 1's exit"), line
 
 
 def test_a_slow_rank_is_named_as_the_slowest_and_much_slower(tmp_path):
@@ -252,10 +302,12 @@ def test_each_worker_s_first_output_is_recorded_and_the_slowest_named(tmp_path):
     assert r.returncode == 0 and "first output" not in r.stderr, r.stderr
 
 
-# Each rank prints one line to stdout, nothing to stderr.
+# Each rank prints one line to stdout, nothing to stderr, in one write (print() writes the line
+# and its newline apart, and the two ranks share trainrun's stdout).
 PRINTERS = """
-import os
-print(f"rank {os.environ['RANK']} here", flush=True)
+import os, sys
+sys.stdout.write(f"rank {os.environ['RANK']} here\\n")
+sys.stdout.flush()
 """
 
 

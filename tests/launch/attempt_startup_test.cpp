@@ -184,6 +184,37 @@ TEST_CASE("a rank not seen at the store is said so, and nothing is guessed") {
   CHECK(startup_json(s)["unattributed_why"] == "not every node answered within 5 s");
 }
 
+TEST_CASE("a restart's line and summary say what its seconds count from") {
+  AttemptStartup s = node_of(2);
+  s.at_store = {{0, 2.40}, {1, 2.45}};
+  s.origin_at = 1767322800.25;  // 2026-01-02T03:00:00.250Z
+  // The first attempt's count from the job's start: the line does not say it.
+  CHECK(startup_line(s) ==
+        "attempt 0: round 0.02 s, workers started 0.03 s, ranks at the store 2.45 s (slowest: "
+        "rank 1 on node 0, 2.45 s)");
+  auto from = startup_json(s)["counted_from"];
+  CHECK(from["event"] == "job start");
+  CHECK(from["rank"].is_null());
+  CHECK(from["at"] == "2026-01-02T03:00:00.250Z");
+  s.topology.restart_count = 1;
+  s.origin = AttemptStartup::Origin::worker_exit;
+  s.origin_rank = 1;
+  CHECK(startup_line(s) ==
+        "attempt 1: round 0.02 s, workers started 0.03 s, ranks at the store 2.45 s (slowest: "
+        "rank 1 on node 0, 2.45 s); from rank 1's exit");
+  from = startup_json(s)["counted_from"];
+  CHECK(from["event"] == "worker exit");
+  CHECK(from["rank"] == 1);
+  s.origin = AttemptStartup::Origin::stop;
+  CHECK(startup_line(s).substr(startup_line(s).rfind(';')) ==
+        "; from the stop of the last attempt");
+  CHECK(startup_json(s)["counted_from"]["event"] == "stop");
+  CHECK(startup_json(s)["counted_from"]["rank"].is_null());
+  s.origin = AttemptStartup::Origin::attempt_end;
+  CHECK(startup_line(s).substr(startup_line(s).rfind(';')) == "; from the last attempt's end");
+  CHECK(startup_json(s)["counted_from"]["event"] == "attempt end");
+}
+
 TEST_CASE("another node's ranks named by that node are in the line and the summary") {
   AttemptStartup s = node_of(2);
   s.topology.group_world_size = 2;

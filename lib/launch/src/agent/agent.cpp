@@ -159,8 +159,7 @@ class Agent {
     if (launcher_channel_ >= 0)
       launcher_.emplace(io_, std::exchange(launcher_channel_, -1), config_.stop_signals);
 
-    attempt_began_ = Clock::now();
-    attempt_began_unix_ = unix_time();
+    began_ = Origin{};
     if (rdzv_options)
       raise(event::StartInJob{});
     else
@@ -251,6 +250,14 @@ class Agent {
     summary_.worker_exited(x.local_rank, x.pid, x.status, x.seen_at, x.contents ? x.error_file : "",
                            x.contents ? x.contents->message : "", x.stdout_log, x.stderr_log,
                            x.teardown);
+    // A failure before any stop is what stops the attempt: a restart counts from its exit, at
+    // the instant it was reaped (the summary's `ended_at`), not from when this event is handled.
+    if (!next_ && startup_ && x.status.failed()) {
+      const auto since_reaped = std::chrono::duration<double>(unix_time() - x.seen_at);
+      next_ = Origin{
+          AttemptStartup::Origin::worker_exit, startup_->topology.base_rank + x.local_rank,
+          Clock::now() - std::chrono::duration_cast<Clock::duration>(since_reaped), x.seen_at};
+    }
   }
   void note(const event::HangConfirmed& e) {
     consoles_.err().write(e.hang.text);
@@ -263,8 +270,8 @@ class Agent {
     if (startup_) read_first_reports(), say_startup(true), say_first_output(true);
     startup_.reset();
     round_formed_.reset();
-    attempt_began_ = Clock::now();
-    attempt_began_unix_ = unix_time();
+    began_ = next_.value_or(Origin{AttemptStartup::Origin::attempt_end});
+    next_.reset();
   }
   void note(const event::Assignment&) { round_formed_ = Clock::now(); }
   void note(const event::ReachedStore& e) {
@@ -327,12 +334,15 @@ class Agent {
 
   // Seconds from the attempt's start to `at`.
   double since_attempt_began(Clock::time_point at = Clock::now()) const {
-    return std::chrono::duration<double>(at - attempt_began_).count();
+    return std::chrono::duration<double>(at - began_.at).count();
   }
   // A node alone forms no round: its topology is made when its workers are about to start.
   void begin_startup(const Topology& topology) {
     startup_.emplace();
     startup_->topology = topology;
+    startup_->origin = began_.what;
+    startup_->origin_rank = began_.rank;
+    startup_->origin_at = began_.unix_at;
     startup_->round_s = since_attempt_began(round_formed_.value_or(Clock::now()));
     startup_->store = !job_.use_agent_store      ? AttemptStartup::Store::worker
                       : topology.group_rank == 0 ? AttemptStartup::Store::here
@@ -359,7 +369,7 @@ class Agent {
       // One line: the seconds since the epoch.
       const auto at = text ? parse_number(text->substr(0, text->find('\n'))) : std::nullopt;
       if (!at) continue;
-      startup_->first_report[t.base_rank + local_rank] = std::max(0.0, *at - attempt_began_unix_);
+      startup_->first_report[t.base_rank + local_rank] = std::max(0.0, *at - began_.unix_at);
       found = true;
     }
     if (found) summary_.startup(*startup_);
@@ -405,6 +415,7 @@ class Agent {
   }
   // Armed once per stop of an attempt.
   void carry_out(const action::ArmGraceTimer& a) {
+    if (!next_) next_ = Origin{AttemptStartup::Origin::stop};
     store_.attempt_stopping();
     // A hang found from now on is not the attempt's failure: the policy stops for one only
     // while the group runs.
@@ -480,8 +491,16 @@ class Agent {
   AgentWorkers workers_{io_, watchdog_, consoles_, config_, program_, host_, logs_, raiser()};
   WorkersPython python_{program_, config_.python_source};
   bool dumps_listed_ = false;
-  Clock::time_point attempt_began_ = Clock::now();
-  double attempt_began_unix_ = unix_time();  // the same instant, for times workers leave in files
+  // An instant an attempt's seconds count from (AttemptStartup::Origin), on both clocks: the
+  // unix one for the times workers leave in files.
+  struct Origin {
+    AttemptStartup::Origin what = AttemptStartup::Origin::job_start;
+    int rank = -1;  // worker_exit: whose
+    Clock::time_point at = Clock::now();
+    double unix_at = unix_time();
+  };
+  Origin began_;                // the running attempt's
+  std::optional<Origin> next_;  // the next attempt's, once the event it counts from has come
   std::optional<Clock::time_point> round_formed_;
   std::optional<AttemptStartup> startup_;  // the running attempt's, from its StartWorkers
   StoreAsker store_asker_{io_,

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "trainrun/launch/core/log.hpp"
+
 namespace trainrun::launch {
 
 namespace {
@@ -71,7 +73,25 @@ std::optional<SlowestRank> slowest_of(const std::map<int, double>& at_s) {
   return slowest;
 }
 
-std::string startup_line(const AttemptStartup& s) {
+namespace {
+
+// "; from rank 1's exit": what a restart's seconds count from; "" for the first attempt's.
+std::string origin_part(const AttemptStartup& s) {
+  switch (s.origin) {
+    case AttemptStartup::Origin::job_start:
+      return "";
+    case AttemptStartup::Origin::worker_exit:
+      return fmt::format("; from rank {}'s exit", s.origin_rank);
+    case AttemptStartup::Origin::stop:
+      return "; from the stop of the last attempt";
+    case AttemptStartup::Origin::attempt_end:
+      return "; from the last attempt's end";
+  }
+  return "";
+}
+
+// The line without what its seconds count from.
+std::string startup_steps(const AttemptStartup& s) {
   std::string line = fmt::format("attempt {}: round {}", s.topology.restart_count,
                                  s.round_s ? seconds(*s.round_s) : "not formed");
   line += ", workers started " + (s.workers_s ? seconds(*s.workers_s) : std::string("not yet"));
@@ -99,6 +119,10 @@ std::string startup_line(const AttemptStartup& s) {
   return line;
 }
 
+}  // namespace
+
+std::string startup_line(const AttemptStartup& s) { return startup_steps(s) + origin_part(s); }
+
 std::string first_output_line(const AttemptStartup& s) {
   std::string line = fmt::format("attempt {}: first output", s.topology.restart_count);
   const auto slowest = slowest_of(s.first_output);
@@ -115,6 +139,7 @@ std::string first_output_line(const AttemptStartup& s) {
 
 json startup_json(const AttemptStartup& s) {
   static const char* const kStore[] = {"this node", "node 0", "worker rank 0"};
+  static const char* const kOrigin[] = {"job start", "worker exit", "stop", "attempt end"};
   json ranks = json::array();
   for (int rank = 0; rank < std::max(s.topology.world_size, end_rank(s)); ++rank) {
     const auto it = s.at_store.find(rank);
@@ -146,7 +171,12 @@ json startup_json(const AttemptStartup& s) {
                             {"first_output_s", r->at_s},
                             {"median_s", r->median_s},
                             {"much_slower", r->much_slower}};
-  return {{"round_s", seconds_or_null(s.round_s)},
+  const bool exit = s.origin == AttemptStartup::Origin::worker_exit;
+  return {{"counted_from",
+           {{"event", kOrigin[static_cast<int>(s.origin)]},
+            {"rank", exit ? json(s.origin_rank) : json()},
+            {"at", iso_time(s.origin_at)}}},
+          {"round_s", seconds_or_null(s.round_s)},
           {"workers_started_s", seconds_or_null(s.workers_s)},
           {"store", kStore[static_cast<int>(s.store)]},
           {"ranks", ranks},

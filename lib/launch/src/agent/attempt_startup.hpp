@@ -10,15 +10,23 @@
 namespace trainrun::launch {
 
 // Where one attempt's seconds before training went, on one node: each step in seconds since the
-// attempt began (the job's start for the first attempt, the last attempt's end for the others).
-// A value the agent fills from its events; what is said of it is pure.
+// attempt began (`origin`). A value the agent fills from its events; what is said of it is pure.
 struct AttemptStartup {
+  // What the seconds count from: the job's start (the first attempt); for a restart, the exit of
+  // the first of this node's workers to fail while the last attempt ran, as trainrun reaped it;
+  // where none failed here first, when this node began to stop them (another node's failure, a
+  // hang, a lost node); where it had none to stop, the last attempt's end.
+  enum class Origin { job_start, worker_exit, stop, attempt_end };
+
   // Who serves the workers' c10d store: this agent (it sees each rank's first request), the agent
   // of node rank 0, or worker RANK 0 (TORCHELASTIC_USE_AGENT_STORE=False: no agent sees it).
   enum class Store { here, other_node, worker };
 
   Topology topology;
   Store store = Store::here;
+  Origin origin = Origin::job_start;
+  int origin_rank = -1;             // worker_exit: the rank whose exit it was
+  double origin_at = 0;             // unix seconds
   std::optional<double> round_s;    // the round formed (one node: its topology was made)
   std::optional<double> workers_s;  // every local worker was started (one pass forks them all)
   std::map<int, double> started;    // a rank of this node: when its worker was started
@@ -57,7 +65,8 @@ std::optional<SlowestRank> slowest_rank(const AttemptStartup& s);
 std::optional<SlowestRank> slowest_of(const std::map<int, double>& at);
 
 // `attempt 1: round 0.02 s, workers started 0.03 s, ranks at the store 0.41 s (slowest: rank 3
-// on node 0, 0.41 s)`, with the ranks not seen named.
+// on node 0, 0.41 s); from rank 1's exit`, with the ranks not seen named; a restart's says what
+// its seconds count from.
 std::string startup_line(const AttemptStartup& s);
 
 // `attempt 1: first output 1.52 s (slowest: rank 1, 1.52 s)`: when this node's workers first wrote;
