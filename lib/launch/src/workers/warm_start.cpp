@@ -82,6 +82,12 @@ bool send_with_fds(int socket, const std::string& data, const std::vector<int>& 
   return true;
 }
 
+std::string cannot_start(const std::string& program, int error) {
+  return fmt::format(
+      "--preload: cannot start the template interpreter {} ({}); workers start the ordinary way",
+      program, std::strerror(error));
+}
+
 }  // namespace
 
 void check_preload(const LaunchConfig& resolved) {
@@ -189,7 +195,7 @@ bool WarmStart::launch(const SpawnRequest& shared, const std::string& bootstrap_
   ::close(fds[1]);
   if (child.pid <= 0) {
     ::close(fds[0]);
-    say_(cannot_start(child.error));
+    say_(cannot_start(program_, child.error));
     return false;
   }
   pid_ = child.pid;
@@ -208,12 +214,6 @@ bool WarmStart::launch(const SpawnRequest& shared, const std::string& bootstrap_
   return true;
 }
 
-std::string WarmStart::cannot_start(int error) const {
-  return fmt::format(
-      "--preload: cannot start the template interpreter {} ({}); workers start the ordinary way",
-      program_, std::strerror(error));
-}
-
 void WarmStart::imported() {
   char tag = 0;
   std::string text;
@@ -230,14 +230,10 @@ void WarmStart::imported() {
   int exec_errno = 0;
   if (report >= 0 && !read_exactly(report, &exec_errno, sizeof exec_errno)) exec_errno = 0;
   if (report >= 0) ::close(report);
-  if (exec_errno != 0) {
-    say_(cannot_start(exec_errno));
-  } else {
-    say_(fmt::format(
-        "--preload: the template interpreter {} before its imports were done; workers start the "
-        "ordinary way",
-        status ? describe_exit(*status) : "ended"));
-  }
+  say_(exec_errno != 0 ? cannot_start(program_, exec_errno)
+                       : fmt::format("--preload: the template interpreter {} before its imports "
+                                     "were done; workers start the ordinary way",
+                                     status ? describe_exit(*status) : "ended"));
   go_on();
 }
 

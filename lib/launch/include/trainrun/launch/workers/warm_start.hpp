@@ -77,7 +77,6 @@ class WarmStart {
   bool launch(const SpawnRequest& shared, const std::string& bootstrap_dir);
   // Its socket became readable: its imports are done, or it ended (its exec failed, say).
   void imported();
-  std::string cannot_start(int error) const;
   void close_exec_report();
   // The pending `then`, run once.
   void go_on();
