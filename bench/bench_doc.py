@@ -95,6 +95,30 @@ def torch_config(python):
             f"_torch{major}", f", PyTorch {major}.x")
 
 
+def kill_naming(text):
+    """SIGKILL to every process whose command line holds `text` (a run's own directory): what a
+    launcher that was killed, or that ended, left of its job."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    os.kill(int(pid), 9)
+        except OSError:
+            pass
+
+
+def pss_kib(pid):
+    """A process's proportional set size (pages it shares count in part), in KiB; 0 once gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def median(xs):
     xs = sorted(xs)
     n = len(xs)

@@ -31,7 +31,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from ports import free_port  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import ROOT, add_json_option, heading, median, provenance, publish, record, spread  # noqa: E402
+from bench_doc import (ROOT, add_json_option, heading, kill_naming, median,  # noqa: E402
+                       provenance, pss_kib, publish, record, spread)
 
 JOB = r'''
 import json, os, sys, time
@@ -120,17 +121,6 @@ def configurations(args):
     }
 
 
-def pss_kib(pid):
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 def kill_job(procs, out):
     """The agents, and every process of the job (each names the run's directory)."""
     for p in procs:
@@ -138,13 +128,7 @@ def kill_job(procs, out):
             p.kill()
     for p in procs:
         p.wait()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if out.encode() in f.read():
-                    os.kill(int(pid), 9)
-        except OSError:
-            pass
+    kill_naming(out)
 
 
 def log_tail(logs):

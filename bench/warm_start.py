@@ -31,7 +31,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_doc import ROOT, add_json_option, heading, median, provenance, publish, record, spread  # noqa: E402
+from bench_doc import (ROOT, add_json_option, heading, kill_naming, median,  # noqa: E402
+                       provenance, pss_kib, publish, record, spread)
 
 JOB = r'''
 import json, os, sys, time
@@ -136,17 +137,6 @@ def launchers(args):
     }
 
 
-def pss_kib(pid):
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 class JobFailed(Exception):
     pass
 
@@ -156,13 +146,7 @@ def kill_job(proc, out):
     torchrun's, in sessions of their own, hang on in a Gloo connect)."""
     proc.kill()
     proc.wait()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if out.encode() in f.read():
-                    os.kill(int(pid), 9)
-        except OSError:
-            pass
+    kill_naming(out)
 
 
 def wait_for(paths, proc, out, log, timeout=300):
