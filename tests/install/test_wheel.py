@@ -42,10 +42,11 @@ def build_env():
 
 def other_python(than):
     """An interpreter of another version than `than`'s, the newest: TRAINRUN_WHEEL_PYTHON, or
-    pyenv's, or python3.X on PATH."""
+    pyenv's (PYENV_ROOT, else ~/.pyenv), or python3.X on PATH."""
     named = os.environ.get("TRAINRUN_WHEEL_PYTHON")
     candidates = [named] if named else (
-        glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3"))
+        glob.glob(os.path.join(os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv"),
+                               "versions/3.*/bin/python3"))
         + [p for p in (shutil.which(f"python3.{m}") for m in range(8, 15)) if p])
     versions = {}
     for p in candidates:
