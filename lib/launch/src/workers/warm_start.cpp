@@ -225,11 +225,10 @@ void WarmStart::imported() {
     return;
   }
   // Killed and reaped first: its exec report is then whole (an errno, or nothing at the exec).
-  const int report = std::exchange(exec_report_, -1);
+  Child ended;
+  ended.exec_report = std::exchange(exec_report_, -1);
   const auto status = stop();
-  int exec_errno = 0;
-  if (report >= 0 && !read_exactly(report, &exec_errno, sizeof exec_errno)) exec_errno = 0;
-  if (report >= 0) ::close(report);
+  const int exec_errno = ended.exec_report >= 0 ? wait_for_exec(ended) : 0;
   say_(exec_errno != 0 ? cannot_start(program_, exec_errno)
                        : fmt::format("--preload: the template interpreter {} before its imports "
                                      "were done; workers start the ordinary way",
