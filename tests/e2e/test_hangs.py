@@ -186,12 +186,19 @@ def test_ranks_computing_silently_in_one_place_run_to_their_end(tmp_path):
     assert "done rank 0" in out and "done rank 1" in out, out
 
 
+# Without --log-dir: the stacks the watch took to judge the quiet stretch are not kept after the
+# job succeeds (nothing in them is the user's to read), so no log directory stays.
 def test_native_ranks_computing_silently_run_to_their_end(tmp_path):
-    r = run(["--nproc-per-node=2", "--hang-timeout=5", f"--log-dir={tmp_path / 'logs'}", WORKER,
-             "work", "16", "stamp", str(tmp_path / "done")], timeout=180)
+    (tmp_path / "tmp").mkdir()
+    r = run(["--nproc-per-node=2", "--hang-timeout=5", "-v", WORKER,
+             "work", "16", "stamp", str(tmp_path / "done")],
+            env={"TMPDIR": str(tmp_path / "tmp")}, timeout=180)
     assert r.returncode == 0, r.stderr
     assert "the job is hung" not in r.stderr, r.stderr
+    assert "hang watch: not hung" in r.stderr, r.stderr
     assert len((tmp_path / "done").read_text().splitlines()) == 2
+    assert "log directory kept" not in r.stderr, r.stderr
+    assert not [f for _, _, files in os.walk(tmp_path / "tmp") for f in files], r.stderr
 
 
 def test_a_rank_in_pdb_at_its_terminal_pauses_the_watch(tmp_path):

@@ -169,7 +169,8 @@ class Agent {
     if (rdzv_) rdzv_->leave();
     if (!job_.heartbeat_file.empty()) ::unlink(job_.heartbeat_file.c_str());
     summary_.set_log_dir(logs_.end(exit_code_, workers_.attempt(),
-                                   !consoles_.out().closed() && !consoles_.err().closed()));
+                                   !consoles_.out().closed() && !consoles_.err().closed(),
+                                   watch_->unasked_dumps()));
     return exit_code_;
   }
 

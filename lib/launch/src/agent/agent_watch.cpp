@@ -85,6 +85,8 @@ NodeWorkers AgentWatch::workers() const {
 }
 
 void AgentWatch::on_hang(const HangReport& report) {
+  // The stacks of a hang are the user's to read, whatever comes after it (a restart that succeeds).
+  if (roll_call_) roll_call_->keep_dumps();
   std::string text = hang_text(report, hang_watch_->timeout_s());
   const std::string& file = report_file_;
   bool written = false;
@@ -110,6 +112,10 @@ void AgentWatch::set_node_rank(int node_rank) {
 
 void AgentWatch::set_ask_others(RollCall::AskOthers ask) {
   if (roll_call_) roll_call_->set_ask_others(std::move(ask));
+}
+
+std::vector<std::string> AgentWatch::unasked_dumps() const {
+  return roll_call_ ? roll_call_->unasked_dumps() : std::vector<std::string>{};
 }
 
 void AgentWatch::answer(std::function<void(std::string)> reply, std::size_t max_bytes) {

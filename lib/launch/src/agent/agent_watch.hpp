@@ -66,6 +66,8 @@ class AgentWatch {
   void stop();
   // The job is over: the roll call stops listening.
   void close();
+  // The stack dumps that no person asked for (RollCall::unasked_dumps).
+  std::vector<std::string> unasked_dumps() const;
 
  private:
   void start_hang_watch(boost::asio::io_context& io, double timeout_s);

@@ -1,6 +1,7 @@
 #include "job_logs.hpp"
 
 #include <fmt/format.h>
+#include <filesystem>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,8 +35,10 @@ std::vector<std::string> JobLogs::after_summary(int last_attempt) const {
   return lines;
 }
 
-std::string JobLogs::end(int exit_code, int last_attempt, bool consoles_open) {
+std::string JobLogs::end(int exit_code, int last_attempt, bool consoles_open,
+                         const std::vector<std::string>& unasked_stacks) {
   if (exit_code == 0 && consoles_open) drop_console_copies(last_attempt);
+  if (exit_code == 0) drop_unasked_stacks(unasked_stacks);
   drop_agent_files(last_attempt);
   dir_.remove_if_empty();
   const bool kept = directory_exists(dir_.run_dir());
@@ -61,6 +64,19 @@ void JobLogs::drop_console_copies(int last_attempt) const {
         if (!stream->duplicate_file.empty()) ::unlink(stream->duplicate_file.c_str());
       }
     }
+  }
+}
+
+// The stacks the hang watch took to judge a quiet stretch that turned out to be work (or that
+// another node asked for): a job that then succeeded was not hung, and they are nobody's to read.
+// Only what lies in this run's own stacks/ directory; under --log-dir nothing is removed.
+void JobLogs::drop_unasked_stacks(const std::vector<std::string>& dumps) const {
+  if (!dir_.temporary()) return;
+  const std::string own = dir_.run_dir() + "/stacks/";
+  for (const std::string& dump : dumps) {
+    if (dump.rfind(own, 0) != 0 || dump.find("/..") != std::string::npos) continue;
+    std::error_code ignored;
+    std::filesystem::remove_all(dump, ignored);
   }
 }
 

@@ -39,14 +39,18 @@ class JobLogs {
   std::vector<std::string> after_summary(int last_attempt) const;
 
   // The job has ended with `exit_code`, its last attempt `last_attempt`; `consoles_open`: both
-  // consoles took output to the end. Returns the directory that stays, "" when none does.
-  std::string end(int exit_code, int last_attempt, bool consoles_open);
+  // consoles took output to the end; `unasked_stacks`: stack dumps no person asked for (those the
+  // hang watch took of a quiet job that went on). Returns the directory that stays, "" when none
+  // does.
+  std::string end(int exit_code, int last_attempt, bool consoles_open,
+                  const std::vector<std::string>& unasked_stacks = {});
   // Said at exit: why a temporary log directory stays; empty when none does, or need not be said.
   const std::string& kept_line() const { return kept_line_; }
 
  private:
   void drop_console_copies(int last_attempt) const;
   void drop_agent_files(int last_attempt) const;
+  void drop_unasked_stacks(const std::vector<std::string>& dumps) const;
 
   const LaunchConfig& config_;
   LogDir dir_;

@@ -417,11 +417,11 @@ void RollCall::serve(std::shared_ptr<local::socket> peer) {
           send({{"error", "unknown request: " + escape_control(request)}});
           return;
         }
-        job_reply(send);
+        job_reply(send, true);
       });
 }
 
-void RollCall::job_reply(Answer done) {
+void RollCall::job_reply(Answer done, bool for_user) {
   // This node's stacks and the others' are collected at once: the reply waits for both.
   struct Parts {
     std::optional<nlohmann::json> mine;
@@ -456,14 +456,17 @@ void RollCall::job_reply(Answer done) {
       finish();
     });
   }
-  answer([parts, finish](nlohmann::json mine) {
-    parts->mine = std::move(mine);
-    finish();
-  });
+  answer(
+      [parts, finish](nlohmann::json mine) {
+        parts->mine = std::move(mine);
+        finish();
+      },
+      for_user);
 }
 
-void RollCall::answer(Answer done) {
+void RollCall::answer(Answer done, bool for_user) {
   waiting_.push_back(std::move(done));
+  user_waiting_ = user_waiting_ || for_user;
   if (waiting_.size() > 1) return;  // a collection runs: its result is this request's too
   collecting_ = workers_();
   if (collecting_.workers.empty()) {
@@ -491,11 +494,13 @@ void RollCall::collected(std::vector<stacks::Stack> stacks, std::vector<nlohmann
       std::filesystem::create_directories(dir);
       stacks::write_dumps(dir, ranks);
       dumps = dir;
+      if (!user_waiting_) unasked_dumps_.push_back(dir);
     } catch (const std::exception& e) {
       error = fmt::format("the dumps could not be written: {}", e.what());
     }
   }
   const nlohmann::json mine = node_answer(collecting_, stacks, recorders, dumps, error);
+  user_waiting_ = false;
   for (auto& done : std::exchange(waiting_, {})) done(mine);
 }
 

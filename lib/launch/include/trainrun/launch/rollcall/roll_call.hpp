@@ -106,10 +106,16 @@ class RollCall {
   // (which still delivers the rendezvous' last messages) from running out of work.
   void close();
   void set_ask_others(AskOthers ask) { ask_others_ = std::move(ask); }
-  // This node's answer (node_answer), on the event loop.
-  void answer(Answer done);
+  // This node's answer (node_answer), on the event loop. `for_user`: a person asked (the
+  // socket's `trainrun --stacks`), not the hang watch or another node.
+  void answer(Answer done, bool for_user = false);
   // The whole job's reply, as `trainrun --stacks` gets it (format_roll_call), on the event loop.
-  void job_reply(Answer done);
+  void job_reply(Answer done, bool for_user = false);
+  // The dumps written for the hang watch or another node alone, no person among the askers: a
+  // job that succeeds keeps none of them (JobLogs::end).
+  const std::vector<std::string>& unasked_dumps() const { return unasked_dumps_; }
+  // A hang was found: every dump written so far is kept.
+  void keep_dumps() { unasked_dumps_.clear(); }
 
  private:
   void accept();
@@ -124,6 +130,8 @@ class RollCall {
   StackCollector collector_;
   NodeWorkers collecting_;
   std::vector<Answer> waiting_;
+  bool user_waiting_ = false;  // a person is among `waiting_`
+  std::vector<std::string> unasked_dumps_;
 };
 
 }  // namespace trainrun::launch
