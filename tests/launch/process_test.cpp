@@ -250,6 +250,57 @@ TEST_CASE("a child's signal mask is empty and its listed signals default, whatev
   CHECK((status_mask(status, "SigIgn") & bit(SIGUSR2)) != 0);
 }
 
+namespace {
+int handler_pipe = -1;
+void write_signal(int sig) {
+  const char byte = static_cast<char>(sig);
+  ssize_t ignored = ::write(handler_pipe, &byte, 1);
+  (void)ignored;
+}
+}  // namespace
+
+// As the agent's own signal handling does (a handler that writes into a self-pipe): a child
+// signalled between its fork and its exec (a group stopped just after it started) must not run
+// that handler, which would tell the parent of a signal the parent never got.
+TEST_CASE("a child signalled before its exec never runs the parent's handler", "[process]") {
+  SignalState usr1_state(SIGUSR1);
+  int fds[2];
+  REQUIRE(::pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0);
+  handler_pipe = fds[1];
+  struct sigaction action {};
+  action.sa_handler = write_signal;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGUSR1, &action, nullptr);
+  for (int i = 0; i < 100; ++i) {
+    SpawnRequest request;
+    request.program = "/bin/true";
+    request.argv = {"true"};
+    request.group = SpawnRequest::Group::new_session;
+    Child child = spawn(request);
+    REQUIRE(child.pid > 0);
+    ::kill(child.pid, SIGUSR1);  // most often before it has run exec
+    wait_for_exec(child);
+    const auto status = wait_for_exit(child.pid);
+    REQUIRE(status);
+    // Ended by the signal's default action, or ran and exited.
+    CHECK((status->signal == SIGUSR1 || status->code == 0));
+  }
+  for (int i = 0; i < 20; ++i) {
+    auto body = [] {
+      ::kill(::getpid(), SIGUSR1);
+      return 0;
+    };
+    const pid_t pid = run_in_child(body);
+    REQUIRE(pid > 0);
+    CHECK(wait_for_exit(pid)->signal == SIGUSR1);
+  }
+  char byte = 0;
+  CHECK(::read(fds[0], &byte, 1) == -1);  // no handler ran, in any child
+  ::close(fds[0]);
+  ::close(fds[1]);
+  handler_pipe = -1;
+}
+
 TEST_CASE("a child with a death signal gets it when the thread that started it ends", "[process]") {
   pid_t pid = -1;
   std::thread starter([&] {

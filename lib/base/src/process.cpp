@@ -202,6 +202,40 @@ void close_on_exec_above_2() {
   for (rlim_t fd = 3; fd < last; ++fd) ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
 }
 
+// Every signal blocked in the calling thread while it forks, its mask back when it goes. The child
+// starts with them all blocked and puts every handler back to SIG_DFL (default_handlers) before it
+// unblocks any: a signal sent to it before then (its group stopped right after the fork) waits
+// and then acts as on any program, instead of running the parent's handler in the child, which
+// writes into the parent's self-pipe, so that the parent took the child's SIGTERM for its own.
+class SignalsHeld {
+ public:
+  SignalsHeld() {
+    sigset_t all;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_BLOCK, &all, &old_);
+  }
+  ~SignalsHeld() { ::pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+  SignalsHeld(const SignalsHeld&) = delete;
+  SignalsHeld& operator=(const SignalsHeld&) = delete;
+  const sigset_t& old() const { return old_; }
+
+ private:
+  sigset_t old_{};
+};
+
+// In the child, with every signal blocked: each signal the parent handles goes back to SIG_DFL
+// (an ignored one stays ignored, as across any exec).
+void default_handlers() {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction current {};
+    if (::sigaction(sig, nullptr, &current) != 0) continue;
+    if (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN) continue;
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    ::sigaction(sig, &dfl, nullptr);
+  }
+}
+
 [[noreturn]] void fail_in_child(int report, int err) {
   ssize_t ignored = ::write(report, &err, sizeof err);
   (void)ignored;
@@ -211,6 +245,7 @@ void close_on_exec_above_2() {
 // Runs in the child between fork and exec: async-signal-safe calls only, nothing allocated.
 [[noreturn]] void start_in_child(const Prepared& p) {
   const SpawnRequest& r = *p.request;
+  default_handlers();
   if (r.group == SpawnRequest::Group::new_session)
     ::setsid();
   else if (r.group == SpawnRequest::Group::new_group)
@@ -354,6 +389,7 @@ Child spawn(const SpawnRequest& request) {
   {
     // Registered before any collection can see it: the reaper's (reaper.hpp).
     const auto lock = reaper::fork_lock();
+    const SignalsHeld held;
     c.pid = fork_into(request.cgroup_fd, p.made_in_cgroup);
     if (c.pid == 0) start_in_child(p);
     reaper::started(lock, c.pid);
@@ -378,10 +414,16 @@ int wait_for_exec(Child& child) {
 
 pid_t run_in_child(int (*body)(void*), void* arg) {
   auto lock = reaper::fork_lock();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    reaper::forked(lock);
-    ::_exit(body(arg));
+  pid_t pid = -1;
+  {
+    const SignalsHeld held;
+    pid = ::fork();
+    if (pid == 0) {
+      default_handlers();
+      ::pthread_sigmask(SIG_SETMASK, &held.old(), nullptr);
+      reaper::forked(lock);
+      ::_exit(body(arg));
+    }
   }
   reaper::started(lock, pid);
   return pid;
