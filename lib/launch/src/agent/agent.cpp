@@ -1,7 +1,6 @@
 #include "trainrun/launch/agent/agent.hpp"
 
 #include <fmt/format.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,7 +8,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <chrono>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -34,7 +32,6 @@
 #include "startup_record.hpp"
 #include "store_asker.hpp"
 #include "store_owners.hpp"
-#include "trainrun/base/numbers.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/base/wording.hpp"
 #include "trainrun/launch/core/errors.hpp"
