@@ -63,6 +63,16 @@ struct Harness {
   }
   std::string operator()(const action::Sweep& a) { return fmt::format("sweep {}", a.grace); }
   std::string operator()(const action::Join&) { return "join"; }
+  std::string operator()(const action::StoreForRound& a) {
+    std::string line = "store for round:";
+    for (const auto& address : a.node_addresses) line += " " + address;
+    return line;
+  }
+  std::string operator()(const action::CheckRound& a) {
+    return fmt::format("check round: {} peer(s)", a.assignment.preflight.size());
+  }
+  std::string operator()(const action::DropChecks&) { return "drop checks"; }
+  std::string operator()(const action::AbortRendezvous& a) { return "abort: " + a.reason; }
   std::string operator()(const action::ReportFailure& a) {
     reports.push_back(a.failure);
     return fmt::format("report failure of rank {} (local rank {}) on {}: exit code {}",
@@ -612,4 +622,150 @@ TEST_CASE("in a job, a hang is reported to the rendezvous with its exit code", "
   CHECK(h.on(event::HangConfirmed{{"", {}, hang}}) ==
         Lines{"report failure of rank 2 (local rank 0) on hosta: exit code 124", "signal SIGTERM",
               "grace timer +30s"});
+}
+
+namespace {
+
+// Group rank 1 of two nodes' round; `peers`: the nodes its preflight checks.
+rendezvous::Assignment round_of(int restart_count, int peers) {
+  rendezvous::Assignment a;
+  a.group_rank = 1;
+  a.group_world_size = 2;
+  a.base_rank = 2;
+  a.local_world_size = 2;
+  a.world_size = 4;
+  a.master_addr = "hostb";
+  a.master_port = 31000;
+  a.restart_count = restart_count;
+  a.max_restarts = 3;
+  a.node_addresses = {"10.0.0.1", "10.0.0.2"};
+  for (int i = 0; i < peers; ++i) a.preflight.emplace_back().host = "hostb";
+  return a;
+}
+
+rendezvous::Restart scale_up() {
+  rendezvous::Restart r;
+  r.cause = rendezvous::RestartCause::scale_up;
+  r.reason = "a node joined";
+  r.restart_count = 1;
+  return r;
+}
+
+// A state the policy is brought to by events, and the event whose actions a row checks.
+struct Row {
+  std::string name;
+  std::vector<AgentEvent> before;
+  AgentEvent event;
+  Lines out;
+};
+
+const std::string kNoWork =
+    "say: the job ended before this node was given work (finished); it ran no workers";
+const std::string kStarted =
+    "start group 1/2 base 2 local 2 world 4 master hostb:31000 restart 0 of 3";
+
+}  // namespace
+
+// The agent's side doors are gone: what it does on a round formed, a preflight's verdict and a
+// lost launcher is the policy's decision, as each row's actions say.
+TEST_CASE("rounds, their checks and a lost launcher are the policy's decisions", "[agent]") {
+  const AgentEvent in_job = event::StartInJob{};
+  const AgentEvent checked = event::RoundFormed{round_of(0, 1)};
+  const AgentEvent unchecked = event::RoundFormed{round_of(0, 0)};
+  const std::vector<Row> rows = {
+      {"a round formed with peers to check: the store closes to the last attempt, the checks run",
+       {in_job},
+       checked,
+       {"store for round: 10.0.0.1 10.0.0.2", "check round: 1 peer(s)"}},
+      {"its checks passed: the workers start",
+       {in_job, checked},
+       event::Assignment{round_of(0, 1)},
+       {kStarted}},
+      {"a round with nothing to check starts its workers at once",
+       {in_job},
+       unchecked,
+       {"store for round: 10.0.0.1 10.0.0.2", kStarted}},
+      {"a round formed while the group runs starts nothing",
+       {in_job, unchecked},
+       event::RoundFormed{round_of(1, 0)},
+       {"store for round: 10.0.0.1 10.0.0.2"}},
+      {"a failed check ends the job on every node",
+       {in_job, checked},
+       event::PreflightFailed{"preflight: hostb cannot reach MASTER_ADDR"},
+       {"abort: preflight: hostb cannot reach MASTER_ADDR"}},
+      {"a restart while the checks run drops them",
+       {in_job, checked},
+       event::Restart{scale_up()},
+       {"drop checks", "say: a node joined; restarting the workers in a new round", "join"}},
+      {"a stop while the checks run drops them",
+       {in_job, checked},
+       event::Stop{rendezvous::Stop{rendezvous::StopCause::finished, "", 0, std::nullopt}},
+       {"drop checks", kNoWork, "finish 1"}},
+      {"a halt while the checks run drops them",
+       {in_job, checked},
+       event::Halt{rendezvous::Halt{0, "a worker failed"}},
+       {"drop checks", "report ended: 0 failed"}},
+      {"a verdict after the stop drops nothing more",
+       {in_job, checked, event::PreflightFailed{"preflight: failed"}},
+       event::Stop{rendezvous::Stop{rendezvous::StopCause::finished, "", 0, std::nullopt}},
+       {kNoWork, "finish 1"}},
+      {"a lost launcher stops the running workers as its stop signal",
+       {in_job, unchecked},
+       event::LauncherLost{SIGTERM},
+       {"say: received SIGTERM; stopping 2 workers (30 s grace before SIGKILL)",
+        "shutdown: hosta stopped by SIGTERM", "signal SIGTERM", "grace timer +30s"}},
+      {"a lost launcher while waiting for a round leaves the rendezvous",
+       {in_job},
+       event::LauncherLost{SIGINT},
+       {"say: received SIGINT; no worker is running: leaving the rendezvous",
+        "shutdown: hosta stopped by SIGINT", "finish 130"}},
+      {"a lost launcher after the end changes nothing",
+       {in_job, event::Signal{SIGINT}},
+       event::LauncherLost{SIGTERM},
+       {}},
+  };
+  for (const Row& row : rows) {
+    INFO(row.name);
+    Harness h(config(2));
+    for (const AgentEvent& e : row.before) h.on(e);
+    CHECK(h.on(row.event) == row.out);
+  }
+}
+
+namespace {
+// Whether the first SIGTERM stop among `actions` is a failure's (SIGABRT first to a quiet group).
+std::optional<bool> failure_stop(const AgentActions& actions) {
+  for (const AgentAction& a : actions)
+    if (const auto* s = std::get_if<action::SignalWorkers>(&a); s && s->signal == SIGTERM)
+      return s->failure_stop;
+  return std::nullopt;
+}
+}  // namespace
+
+TEST_CASE("a stop is a failure's until a signal reaches trainrun or its launcher is lost",
+          "[agent][hang]") {
+  const auto now = AgentPolicy::Clock::time_point{};
+  const auto failed = event::WorkerExited{trainrun::test::worker_exit(0, code(1), "", 0)};
+  {
+    AgentPolicy p(config(2), "hosta");
+    p.handle(event::StartSingleNode{29500}, now);
+    CHECK(failure_stop(p.handle(failed, now)) == true);
+  }
+  {
+    AgentPolicy p(config(2), "hosta");
+    p.handle(event::StartSingleNode{29500}, now);
+    p.handle(event::Signal{SIGUSR1}, now);  // passed on; a stop later is no failure's
+    CHECK(failure_stop(p.handle(failed, now)) == false);
+  }
+  {
+    AgentPolicy p(config(2), "hosta");
+    p.handle(event::StartSingleNode{29500}, now);
+    CHECK(failure_stop(p.handle(event::LauncherLost{SIGTERM}, now)) == false);
+  }
+  {
+    AgentPolicy p(config(2), "hosta");
+    p.handle(event::StartInJob{}, now);
+    p.handle(event::Assignment{round_of(0, 0)}, now);
+    CHECK(failure_stop(p.handle(event::Restart{scale_up()}, now)) == true);
+  }
 }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <csignal>
@@ -232,12 +231,10 @@ TEST_CASE("the launcher's watch stops the job with the launcher's own stop signa
   for (const auto& [signals, expected] : {std::pair{std::vector<int>{SIGTERM, SIGINT}, SIGINT},
                                           {std::vector<int>{SIGTERM}, SIGTERM}}) {
     boost::asio::io_context io;
-    boost::asio::signal_set set(io, SIGINT, SIGTERM);
     int got = 0;
-    set.async_wait([&](boost::system::error_code, int sig) { got = sig, io.stop(); });
     int p[2];
     REQUIRE(::pipe(p) == 0);
-    LauncherWatch watch(io, p[0], signals);
+    LauncherWatch watch(io, p[0], signals, [&](int sig) { got = sig, io.stop(); });
     // Heartbeats, then the stop: the signal is the launcher's where this agent stops on it.
     const std::string lines = "\n\n" + stop_line(SIGINT);
     REQUIRE(::write(p[1], lines.data(), lines.size()) == static_cast<ssize_t>(lines.size()));

@@ -19,8 +19,9 @@ namespace {
 // Each action by its kind, in order.
 std::vector<std::string> kinds(const AgentActions& actions) {
   static const char* const names[] = {
-      "start",        "signal",      "grace",    "sweep", "join",    "report failure",
-      "report ended", "report done", "shutdown", "say",   "summary", "finish"};
+      "start", "signal",      "grace",          "sweep",        "join",        "store",
+      "check", "drop checks", "report failure", "report ended", "report done", "shutdown",
+      "abort", "say",         "summary",        "finish"};
   static_assert(std::variant_size_v<AgentAction> == std::size(names));
   std::vector<std::string> out;
   for (const auto& a : actions) out.push_back(names[a.index()]);

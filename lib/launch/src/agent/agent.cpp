@@ -1,7 +1,6 @@
 #include "trainrun/launch/agent/agent.hpp"
 
 #include <fmt/format.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,7 +8,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <chrono>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -31,9 +29,9 @@
 #include "file_timer_server.hpp"
 #include "job_logs.hpp"
 #include "job_summary.hpp"
+#include "startup_record.hpp"
 #include "store_asker.hpp"
 #include "store_owners.hpp"
-#include "trainrun/base/numbers.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/base/wording.hpp"
 #include "trainrun/launch/core/errors.hpp"
@@ -79,9 +77,38 @@ std::string job_command(const LaunchConfig& config) {
   return out;
 }
 
+// Looked up only for a job that only ever has this node (a resolver may be slow).
+std::string master_addr_alone(const LaunchConfig& config) {
+  if (config.max_nodes != 1) return {};
+  return one_node_master_addr(config, [] {
+    const std::string name = fully_qualified_host_name();
+    return names_this_machine(name) ? name : std::string();
+  });
+}
+
+// Another node's question through the roll call, about the store's connections of `startup`'s
+// attempt (none: between attempts); one not known is answered with an error.
+std::string answer_question(const std::string& question,
+                            const std::optional<AttemptStartup>& startup,
+                            const NodeWorkers& workers) {
+  try {
+    const auto q = nlohmann::json::parse(question);
+    if (!is_store_owners_question(q)) return R"({"error": "this node does not know the question"})";
+    const std::optional<int> attempt =
+        startup ? std::optional<int>(startup->topology.restart_count) : std::nullopt;
+    return answer_store_owners(parse_store_owners_question(q),
+                               startup ? startup->topology.group_rank : -1, attempt, workers)
+        .dump();
+  } catch (const std::exception& e) {
+    return nlohmann::json{{"error", fmt::format("the question was not read: {}", e.what())}}.dump();
+  }
+}
+
 // One node's life on one io_context. What to do is AgentPolicy's to decide: the agent's parts
-// raise events (worker exits, signals, timers, the rendezvous, the hang watch), the agent handles
-// each in turn, hands it to the policy and carries out the actions it returns.
+// raise events (worker exits, signals, timers, the rendezvous, the preflight, the launcher's
+// channel, the hang watch), the agent handles each in turn: the job summary and the start-up
+// record (StartupRecord) keep what they need of it, the policy decides, and the agent carries out
+// the actions it returns, each then shown to the start-up record.
 class Agent {
  public:
   Agent(const LaunchConfig& config, std::string program, Watchdog& watchdog, int launcher_channel)
@@ -92,15 +119,6 @@ class Agent {
         host_(host_name()),
         policy_(config, host_, master_addr_alone(config)),
         summary_(host_, config.entrypoint, config.entry_args, unix_time()) {}
-
-  // Looked up only for a job that only ever has this node (a resolver may be slow).
-  static std::string master_addr_alone(const LaunchConfig& config) {
-    if (config.max_nodes != 1) return {};
-    return one_node_master_addr(config, [] {
-      const std::string name = fully_qualified_host_name();
-      return names_this_machine(name) ? name : std::string();
-    });
-  }
 
   int run() {
     int code;
@@ -128,6 +146,7 @@ class Agent {
     if (config_.no_diagnosis && wants_diagnosis_channel(config_, job_))
       consoles_.say(no_diagnosis_line());
     job_.use_agent_store = uses_agent_store(config_, job_, inherited_);
+    startup_.set_agent_store(job_.use_agent_store);
     job_.may_use_nccl = count_nvidia_gpus() > 0;
     workers_.plan_numa(inherited_);
     std::optional<rendezvous::TcpRendezvousOptions> rdzv_options;
@@ -155,11 +174,9 @@ class Agent {
 
     signals_.watch(
         config_, [this] { workers_.reap(); }, raiser());
-    // A lost launcher (--hosts) stops the job as a stop signal does: raised, taken just above.
     if (launcher_channel_ >= 0)
-      launcher_.emplace(io_, std::exchange(launcher_channel_, -1), config_.stop_signals);
-
-    began_ = Origin{};
+      launcher_.emplace(io_, std::exchange(launcher_channel_, -1), config_.stop_signals,
+                        [this](int sig) { raise(event::LauncherLost{sig}); });
     if (rdzv_options)
       raise(event::StartInJob{});
     else
@@ -179,33 +196,18 @@ class Agent {
     rdzv_ = std::make_unique<AgentRendezvous>(
         io_, config_, host_, [this](const std::string& line) { consoles_.say(line); });
     watch_->set_ask_others([this](auto done) { rdzv_->ask_others(std::move(done)); });
-    // A round's assignment passes the preflight first, which raises it once its checks passed.
-    rdzv_->start(
-        options,
-        [this](AgentEvent e) {
-          if (const auto* formed = std::get_if<event::Assignment>(&e)) {
-            const rendezvous::Assignment& a = formed->assignment;
-            const PreflightNode me{host_, a.group_rank, rdzv_->handler().advertised_address()};
-            // The last attempt is over on every node: its store takes no new connection, and
-            // leaves MASTER_PORT to the preflight until this round's workers start.
-            store_.attempt_stopping();
-            store_.round_formed(a.node_addresses);
-            if (preflight_.start(a, me, logs_.dir().run_dir())) return;
-          }
-          raise(std::move(e));
-        },
-        [this](std::string question, auto reply) {
-          if (question.empty())
-            return watch_->answer(std::move(reply), rendezvous::kMaxStacksAnswerBytes);
-          reply(answer_question(question));
-        });
+    rdzv_->start(options, raiser(), [this](std::string question, auto reply) {
+      if (question.empty())
+        return watch_->answer(std::move(reply), rendezvous::kMaxStacksAnswerBytes);
+      reply(answer_question(question, startup_.current(), workers_.node_workers()));
+    });
   }
 
   // The preflight's port, open for the job's life, and this node's offer, sent with each join.
   void open_preflight() {
     AgentPreflight::Hooks hooks;
     hooks.say = consoles_.sayer();
-    hooks.failed = [this](const std::string& line) { rdzv_->handler().abort(line); };
+    hooks.failed = [this](const std::string& line) { raise(event::PreflightFailed{line}); };
     preflight_.open(
         // The interpreter by version and path: one of the same version elsewhere may lack torch.
         preflight_local_run(
@@ -234,189 +236,56 @@ class Agent {
   // (a group that cannot start, a sweep with nothing left to wait for) is handled after them.
   void raise(AgentEvent e) {
     events_.raise(std::move(e), [this](const AgentEvent& next) {
+      const StartupRecord::Instant now = StartupRecord::Instant::now();
+      summary_.on(next);
       std::visit([this](const auto& x) { note(x); }, next);
-      for (const AgentAction& a : policy_.handle(next, Clock::now()))
+      startup_.on(next, now);
+      for (const AgentAction& a : policy_.handle(next, now.at)) {
         std::visit([this](const auto& x) { carry_out(x); }, a);
+        startup_.on(a, now);
+      }
     });
   }
   RaiseEvent raiser() {
     return [this](AgentEvent e) { raise(std::move(e)); };
   }
 
-  // What the agent keeps of an event itself, before the policy decides on it.
+  // What the agent itself writes or keeps of an event, before the policy decides on it.
   template <class Event>
   void note(const Event&) {}
-  void note(const event::WorkerExited& e) {
-    const WorkerExit& x = e.exit;
-    summary_.worker_exited(x.local_rank, x.pid, x.status, x.seen_at, x.contents ? x.error_file : "",
-                           x.contents ? x.contents->message : "", x.stdout_log, x.stderr_log,
-                           x.teardown);
-    // A failure before any stop is what stops the attempt: a restart counts from its exit, at
-    // the instant it was reaped (the summary's `ended_at`), not from when this event is handled.
-    if (!next_ && startup_ && x.status.failed()) {
-      const auto since_reaped = std::chrono::duration<double>(unix_time() - x.seen_at);
-      next_ = Origin{
-          AttemptStartup::Origin::worker_exit, startup_->topology.base_rank + x.local_rank,
-          Clock::now() - std::chrono::duration_cast<Clock::duration>(since_reaped), x.seen_at};
-    }
-  }
-  void note(const event::HangConfirmed& e) {
-    consoles_.err().write(e.hang.text);
-    summary_.hang(e.hang.hang);
-  }
+  void note(const event::HangConfirmed& e) { consoles_.err().write(e.hang.text); }
   void note(const event::AttemptEnded& e) {
     summary_.attempt_ended(policy_.failures(e), unix_time());
-    // What was not seen of the attempt's start-up is said now; the next attempt begins.
     store_asker_.attempt_over();
-    if (startup_) read_first_reports(), say_startup(true), say_first_output(true);
-    startup_.reset();
-    round_formed_.reset();
-    began_ = next_.value_or(Origin{AttemptStartup::Origin::attempt_end});
-    next_.reset();
-  }
-  void note(const event::Assignment&) { round_formed_ = Clock::now(); }
-  void note(const event::ReachedStore& e) {
-    if (!startup_) return;
-    if (!e.rank) {
-      ++startup_->unattributed;
-    } else if (!startup_->at_store.count(*e.rank)) {
-      startup_->at_store[*e.rank] = since_attempt_began();
-    }
-    summary_.startup(*startup_);
-    if (startup_->complete()) say_startup(false);
-  }
-  void note(const event::StoreOwnersNamed& e) {
-    if (!startup_ || startup_->topology.restart_count != e.restart_count) return;
-    for (const auto& r : e.ranks) {
-      --startup_->unattributed;
-      if (startup_->at_store.count(r.rank) && startup_->at_store[r.rank] <= r.at_s) continue;
-      startup_->at_store[r.rank] = r.at_s;
-      startup_->node_of[r.rank] = r.node;
-    }
-    if (!e.why.empty() && e.unnamed > 0 && startup_->unnamed_why.empty())
-      startup_->unnamed_why = e.why;
-    summary_.startup(*startup_);
-    if (startup_->complete()) say_startup(false);
-  }
-  void note(const event::FirstOutput& e) {
-    if (!startup_ || startup_->topology.restart_count != e.restart_count) return;
-    const int rank = startup_->topology.base_rank + e.local_rank;
-    if (!startup_->first_output.emplace(rank, since_attempt_began()).second) return;
-    summary_.startup(*startup_);
-    say_first_output(false);
-  }
-  // The round's checks, if any still run, are for a round that is over.
-  void note(const event::Restart&) { preflight_.drop(); }
-  void note(const event::Halt&) { preflight_.drop(); }
-  void note(const event::Stop& e) {
-    preflight_.drop();
-    summary_.stopped(e.stop);
   }
 
   void carry_out(const action::StartWorkers& a) {
     watch_->set_node_rank(a.topology.group_rank);
     job_.max_restarts = a.max_restarts;
     summary_.attempt_started(a.topology, unix_time());
-    begin_startup(a.topology);
-    if (startup_->store == AttemptStartup::Store::here) store_asker_.attempt_started(a.topology);
+    if (job_.use_agent_store && a.topology.group_rank == 0)
+      store_asker_.attempt_started(a.topology);
     // The store (on group rank 0) is ready before any worker of the attempt starts.
     workers_.start(
         a.topology, job_, inherited_, watch_->watching(),
         [&] { store_.attempt_starting(job_, a.topology); },
-        [this, base_rank = a.topology.base_rank] {
-          startup_->workers_s = since_attempt_began();
-          for (const auto& [local_rank, at] : workers_.started())
-            startup_->started.emplace(base_rank + local_rank, since_attempt_began(at));
-          summary_.startup(*startup_);
-          if (startup_->complete()) say_startup(false);
+        [this, restart_count = a.topology.restart_count] {
+          raise(event::WorkersStarted{restart_count, workers_.started(), Clock::now()});
           watch_->start(workers_.attempt_path("hang.txt"));
         });
-  }
-
-  // Seconds from the attempt's start to `at`.
-  double since_attempt_began(Clock::time_point at = Clock::now()) const {
-    return std::chrono::duration<double>(at - began_.at).count();
-  }
-  // A node alone forms no round: its topology is made when its workers are about to start.
-  void begin_startup(const Topology& topology) {
-    startup_.emplace();
-    startup_->topology = topology;
-    startup_->origin = began_.what;
-    startup_->origin_rank = began_.rank;
-    startup_->origin_at = began_.unix_at;
-    startup_->round_s = since_attempt_began(round_formed_.value_or(Clock::now()));
-    startup_->store = !job_.use_agent_store      ? AttemptStartup::Store::worker
-                      : topology.group_rank == 0 ? AttemptStartup::Store::here
-                                                 : AttemptStartup::Store::other_node;
-    summary_.startup(*startup_);
-  }
-  // Once per attempt, when its start-up is complete or the attempt is over: the first attempt's
-  // with -v, a restart's always.
-  void say_startup(bool attempt_over) {
-    if (startup_said_ == startup_->topology.restart_count) return;
-    if (!attempt_over && !startup_->complete()) return;
-    startup_said_ = startup_->topology.restart_count;
-    consoles_.say(startup_line(*startup_),
-                  startup_->topology.restart_count == 0 ? Level::debug : Level::info);
-  }
-  // The C++ runtime's first report() of each worker, which it leaves in the worker's log
-  // directory (lib/runtime's record_first_report): read when the start-up is said.
-  void read_first_reports() {
-    const Topology& t = startup_->topology;
-    bool found = false;
-    for (int local_rank = 0; local_rank < t.local_world_size; ++local_rank) {
-      if (startup_->first_report.count(t.base_rank + local_rank)) continue;
-      const auto text = read_file(logs_.first_report_path(t.restart_count, local_rank));
-      // One line: the seconds since the epoch.
-      const auto at = text ? parse_number(text->substr(0, text->find('\n'))) : std::nullopt;
-      if (!at) continue;
-      startup_->first_report[t.base_rank + local_rank] = std::max(0.0, *at - began_.unix_at);
-      found = true;
-    }
-    if (found) summary_.startup(*startup_);
-  }
-  // Once per attempt, with -v, when every worker has written or the attempt is over.
-  void say_first_output(bool attempt_over) {
-    if (first_output_said_ == startup_->topology.restart_count) return;
-    if (!attempt_over && !startup_->all_spoke()) return;
-    first_output_said_ = startup_->topology.restart_count;
-    read_first_reports();
-    consoles_.say(first_output_line(*startup_), Level::debug);
   }
   // Which of this node's workers, if any, a connection to the store comes from.
   // Another node's, a stranger's: the other nodes are asked (StoreAsker).
   void reached_store(const asio::ip::tcp::endpoint& peer, const asio::ip::tcp::endpoint& local) {
     const auto rank = connection_rank(peer, local, workers_.node_workers());
     raise(event::ReachedStore{rank});
-    if (!rank && startup_) store_asker_.unnamed({peer, local}, since_attempt_began());
-  }
-  // Another node's question through the roll call; one not known is answered with an error.
-  std::string answer_question(const std::string& question) {
-    try {
-      const auto q = nlohmann::json::parse(question);
-      if (!is_store_owners_question(q))
-        return R"({"error": "this node does not know the question"})";
-      const std::optional<int> attempt =
-          startup_ ? std::optional<int>(startup_->topology.restart_count) : std::nullopt;
-      return answer_store_owners(parse_store_owners_question(q),
-                                 startup_ ? startup_->topology.group_rank : -1, attempt,
-                                 workers_.node_workers())
-          .dump();
-    } catch (const std::exception& e) {
-      return nlohmann::json{{"error", fmt::format("the question was not read: {}", e.what())}}
-          .dump();
-    }
+    if (!rank && startup_.current())
+      store_asker_.unnamed({peer, local}, startup_.since_began(Clock::now()));
   }
   void carry_out(const action::SignalWorkers& a) {
-    // A stop for a failure (a hang, found here or on another node) of Python workers that have
-    // been quiet for the hang timeout: SIGABRT first, so that faulthandler writes every thread's
-    // traceback to their stderr. Not to a user's stop signal: their handlers expect SIGTERM.
-    workers_.signal(a, a.signal == SIGTERM && !signals_.received() && job_.python_workers &&
-                           watch_->suspected());
+    workers_.signal(a, a.failure_stop && job_.python_workers && watch_->suspected());
   }
-  // Armed once per stop of an attempt.
   void carry_out(const action::ArmGraceTimer& a) {
-    if (!next_) next_ = Origin{AttemptStartup::Origin::stop};
     store_.attempt_stopping();
     // A hang found from now on is not the attempt's failure: the policy stops for one only
     // while the group runs.
@@ -430,6 +299,17 @@ class Agent {
   void carry_out(const action::Join&) {
     rdzv_->join(port_ ? port_->port() : 0, workers_.node_rank(), preflight_.offer());
   }
+  void carry_out(const action::StoreForRound& a) {
+    store_.attempt_stopping();
+    store_.round_formed(a.node_addresses);
+  }
+  // A node whose preflight port could not open checks nothing: its round passes at once.
+  void carry_out(const action::CheckRound& a) {
+    const rendezvous::Assignment& round = a.assignment;
+    const PreflightNode me{host_, round.group_rank, rdzv_->handler().advertised_address()};
+    if (!preflight_.start(round, me, logs_.dir().run_dir())) raise(event::Assignment{round});
+  }
+  void carry_out(const action::DropChecks&) { preflight_.drop(); }
   void carry_out(const action::ReportFailure& a) {
     rdzv_->handler().report_failure(a.failure, a.failures, a.not_relayed);
   }
@@ -438,6 +318,7 @@ class Agent {
   }
   void carry_out(const action::ReportDone&) { rdzv_->handler().report_done(); }
   void carry_out(const action::ShutdownRendezvous& a) { rdzv_->handler().shutdown(a.reason); }
+  void carry_out(const action::AbortRendezvous& a) { rdzv_->handler().abort(a.reason); }
   void carry_out(const action::Say& a) { consoles_.say(a.line, a.level); }
   void carry_out(const action::WriteSummary& a) {
     consoles_.err().write(a.text);
@@ -492,26 +373,17 @@ class Agent {
   AgentWorkers workers_{io_, watchdog_, consoles_, config_, program_, host_, logs_, raiser()};
   WorkersPython python_{program_, config_.python_source};
   bool dumps_listed_ = false;
-  // An instant an attempt's seconds count from (AttemptStartup::Origin), on both clocks: the
-  // unix one for the times workers leave in files.
-  struct Origin {
-    AttemptStartup::Origin what = AttemptStartup::Origin::job_start;
-    int rank = -1;  // worker_exit: whose
-    Clock::time_point at = Clock::now();
-    double unix_at = unix_time();
-  };
-  Origin began_;                // the running attempt's
-  std::optional<Origin> next_;  // the next attempt's, once the event it counts from has come
-  std::optional<Clock::time_point> round_formed_;
-  std::optional<AttemptStartup> startup_;  // the running attempt's, from its StartWorkers
+  StartupRecord startup_{StartupRecord::Hooks{
+      [this](const AttemptStartup& s) { summary_.startup(s); }, consoles_.sayer(),
+      [this](int restart_count, int local_rank) {
+        return read_file(logs_.first_report_path(restart_count, local_rank));
+      }}};
   StoreAsker store_asker_{io_,
                           [this](std::string question, auto bound, rendezvous::StacksDone done) {
                             rdzv_->handler().ask_others(std::move(question), bound,
                                                         std::move(done));
                           },
                           raiser()};
-  int startup_said_ = -1;       // the restart count whose start-up was said
-  int first_output_said_ = -1;  // the restart count whose first output was said
   int exit_code_ = 0;
   std::optional<Clock::time_point> ended_;
 };

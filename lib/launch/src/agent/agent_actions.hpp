@@ -28,8 +28,15 @@ struct SignalWorkers {
   int signal = 0;
   bool whole_group = true;
   bool stop = false;  // the attempt is being stopped (not a signal passed on to the workers)
+  // A SIGTERM stop for the attempt's failure (a worker's, a hang found here or on another node),
+  // no stop or forwarded signal having reached trainrun: Python workers that have been quiet for
+  // the hang timeout get SIGABRT first, so that faulthandler writes every thread's traceback.
+  // Never for a user's stop: their handlers expect SIGTERM.
+  bool failure_stop = false;
 };
-// Raise GraceExpired at `deadline` (replaces an earlier timer).
+// Once per stop of an attempt: raise GraceExpired at `deadline` (replaces an earlier timer). The
+// attempt is stopping: the store this node serves takes no new connection from now on, and a hang
+// found is no longer the attempt's failure.
 struct ArmGraceTimer {
   std::chrono::steady_clock::time_point deadline;
 };
@@ -40,6 +47,19 @@ struct Sweep {
 };
 // Join the rendezvous' next round.
 struct Join {};
+// A round formed: the last attempt is over on every node, so the store this node may serve takes
+// no new connection (MASTER_PORT is the preflight's until the round's workers start), and it
+// admits `node_addresses`, the round's nodes, from its next attempt on.
+struct StoreForRound {
+  std::vector<std::string> node_addresses;
+};
+// Run the round's preflight checks of its peers; Assignment is raised once they passed (at once
+// where this node has nothing to check), PreflightFailed when one failed.
+struct CheckRound {
+  rendezvous::Assignment assignment;
+};
+// The round's checks still running are for a round that is over: their verdict is dropped.
+struct DropChecks {};
 struct ReportFailure {
   rendezvous::FailureReport failure;
   std::vector<rendezvous::WorkerFailure> failures;  // this node's, as relayed_failures gives them
@@ -53,6 +73,10 @@ struct ReportEnded {
 // All of this node's workers succeeded: wait at the exit barrier.
 struct ReportDone {};
 struct ShutdownRendezvous {
+  std::string reason;
+};
+// End the job on every node for `reason` (the preflight failed).
+struct AbortRendezvous {
   std::string reason;
 };
 // One line of trainrun's own ("trainrun: " is added), on stderr, shown as its level allows.
@@ -72,8 +96,10 @@ struct Finish {
 
 using AgentAction =
     std::variant<action::StartWorkers, action::SignalWorkers, action::ArmGraceTimer, action::Sweep,
-                 action::Join, action::ReportFailure, action::ReportEnded, action::ReportDone,
-                 action::ShutdownRendezvous, action::Say, action::WriteSummary, action::Finish>;
+                 action::Join, action::StoreForRound, action::CheckRound, action::DropChecks,
+                 action::ReportFailure, action::ReportEnded, action::ReportDone,
+                 action::ShutdownRendezvous, action::AbortRendezvous, action::Say,
+                 action::WriteSummary, action::Finish>;
 using AgentActions = std::vector<AgentAction>;
 
 // A worker's end, with what the agent read of its error file (only when it failed).

@@ -1,6 +1,8 @@
 #pragma once
 
+#include <chrono>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -57,10 +59,24 @@ struct Signal {
 };
 // The grace timer (ArmGraceTimer) went off.
 struct GraceExpired {};
-// The rendezvous' decisions for the whole job. An assignment reaches the policy once the round's
-// preflight has passed.
+// A lost launcher (--hosts: its channel closed, or silent too long): the job stops as for the
+// stop signal `sig` (the launcher's own where it is one of the stop signals).
+struct LauncherLost {
+  int sig = 0;
+};
+// The rendezvous' decisions for the whole job. A round formed: its assignment, before the
+// preflight's checks (RoundFormed); the same assignment once they passed, or at once where there
+// is nothing to check (Assignment).
+struct RoundFormed {
+  rendezvous::Assignment assignment;
+};
 struct Assignment {
   rendezvous::Assignment assignment;
+};
+// A check of the round's preflight failed: `line` ends the job on every node (not a leave: a lost
+// node would be replaced by a restart, which would meet the same misconfiguration).
+struct PreflightFailed {
+  std::string line;
 };
 struct Restart {
   rendezvous::Restart restart;
@@ -92,6 +108,14 @@ struct StoreOwnersNamed {
   int unnamed = 0;
   std::string why;
 };
+// Every worker of attempt `restart_count` was started (StartWorkers; after the --preload
+// template's imports, later): `started`, by local rank, when each was; `at`, when the last was.
+// Recorded, decides nothing.
+struct WorkersStarted {
+  int restart_count = 0;
+  std::map<int, std::chrono::steady_clock::time_point> started;
+  std::chrono::steady_clock::time_point at;
+};
 // Worker `local_rank` of attempt `restart_count` wrote its first output (a stream that passes
 // through trainrun): the first step of its start-up that the agent sees. Recorded, decides nothing.
 struct FirstOutput {
@@ -100,11 +124,13 @@ struct FirstOutput {
 };
 }  // namespace event
 
-using AgentEvent = std::variant<event::StartSingleNode, event::StartInJob, event::StartFailed,
-                                event::StartCancelled, event::WorkerExited, event::HangConfirmed,
-                                event::AttemptEnded, event::Signal, event::GraceExpired,
-                                event::Assignment, event::Restart, event::Halt, event::Stop,
-                                event::ReachedStore, event::StoreOwnersNamed, event::FirstOutput>;
+using AgentEvent =
+    std::variant<event::StartSingleNode, event::StartInJob, event::StartFailed,
+                 event::StartCancelled, event::WorkerExited, event::HangConfirmed,
+                 event::AttemptEnded, event::Signal, event::LauncherLost, event::GraceExpired,
+                 event::RoundFormed, event::Assignment, event::PreflightFailed, event::Restart,
+                 event::Halt, event::Stop, event::ReachedStore, event::StoreOwnersNamed,
+                 event::WorkersStarted, event::FirstOutput>;
 
 // How the agent's parts hand it an event: the one way they reach it.
 using RaiseEvent = std::function<void(AgentEvent)>;

@@ -121,6 +121,7 @@ AgentActions AgentPolicy::on(const event::AttemptEnded& e, Clock::time_point) {
 
 AgentActions AgentPolicy::on(const event::Signal& e, Clock::time_point now) {
   const int sig = e.sig;
+  signal_received_ = true;
   // A user signal (SIGUSR1: checkpoint now) is for the worker's handler; the processes it
   // started (a DataLoader's, Python's resource tracker) keep the default action, which kills.
   // SIGCONT cannot kill, and a stopped group needs all of it continued.
@@ -162,8 +163,20 @@ AgentActions AgentPolicy::on(const event::GraceExpired&, Clock::time_point now) 
       action::SignalWorkers{SIGKILL, true, true});
 }
 
+// Whatever the state: a round that formed has ended the last attempt on every node. Its
+// assignment starts the workers once the preflight checked the round's peers.
+AgentActions AgentPolicy::on(const event::RoundFormed& e, Clock::time_point now) {
+  if (state_ == State::done) return {};
+  checking_ = !e.assignment.preflight.empty();
+  AgentActions out = checking_ ? actions(action::CheckRound{e.assignment})
+                               : on(event::Assignment{e.assignment}, now);
+  out.emplace(out.begin(), action::StoreForRound{e.assignment.node_addresses});
+  return out;
+}
+
 AgentActions AgentPolicy::on(const event::Assignment& e, Clock::time_point) {
   AgentActions out;
+  checking_ = false;
   if (state_ != State::idle) return out;
   topology_ = assigned_topology(e.assignment, config_, one_node_master_addr_);
   max_restarts_ = e.assignment.max_restarts;
@@ -171,9 +184,18 @@ AgentActions AgentPolicy::on(const event::Assignment& e, Clock::time_point) {
   return out;
 }
 
+// Not a leave: a lost node would be replaced by a restart, which would meet the same
+// misconfiguration. The stop that follows says the line on every node, this one included.
+AgentActions AgentPolicy::on(const event::PreflightFailed& e, Clock::time_point) {
+  checking_ = false;
+  if (state_ == State::done) return {};
+  return actions(action::AbortRendezvous{e.line});
+}
+
 AgentActions AgentPolicy::on(const event::Restart& e, Clock::time_point now) {
   const rendezvous::Restart& r = e.restart;
   AgentActions out;
+  drop_checks(out);
   if (state_ == State::done) return out;
   if (auto line = failures_.restart_line(r, max_restarts_))
     out.emplace_back(action::Say{std::move(*line), Level::warning});
@@ -188,6 +210,7 @@ AgentActions AgentPolicy::on(const event::Restart& e, Clock::time_point now) {
 
 AgentActions AgentPolicy::on(const event::Stop& e, Clock::time_point now) {
   AgentActions out;
+  drop_checks(out);
   if (state_ == State::done) return out;
   stop_orders_.on_stop(e.stop);
   if (state_ == State::running) begin_stop(out, SIGTERM, now);
@@ -197,6 +220,7 @@ AgentActions AgentPolicy::on(const event::Stop& e, Clock::time_point now) {
 
 AgentActions AgentPolicy::on(const event::Halt&, Clock::time_point now) {
   AgentActions out;
+  drop_checks(out);
   if (state_ == State::done || stop_orders_.stopped()) return out;
   stop_orders_.on_halt();
   if (state_ == State::running) begin_stop(out, SIGTERM, now);
@@ -218,7 +242,7 @@ void AgentPolicy::begin_stop(AgentActions& out, int sig, Clock::time_point now) 
   state_ = State::stopping;
   grace_deadline_ =
       now + std::chrono::milliseconds(static_cast<long long>(config_.shutdown_timeout * 1000));
-  out.emplace_back(action::SignalWorkers{sig, true, true});
+  out.emplace_back(action::SignalWorkers{sig, true, true, sig == SIGTERM && !signal_received_});
   out.emplace_back(action::ArmGraceTimer{grace_deadline_});
 }
 
@@ -243,6 +267,13 @@ void AgentPolicy::after_attempt(AgentActions& out) {
 void AgentPolicy::finish(AgentActions& out, int exit_code) {
   state_ = State::done;
   out.emplace_back(action::Finish{exit_code});
+}
+
+// The round's checks, if any still run, are for a round that is over.
+void AgentPolicy::drop_checks(AgentActions& out) {
+  if (!checking_) return;
+  checking_ = false;
+  out.emplace_back(action::DropChecks{});
 }
 
 bool AgentPolicy::forwarded(int sig) const {

@@ -57,13 +57,20 @@ class AgentPolicy {
   AgentActions on(const event::HangConfirmed& e, Clock::time_point now);
   AgentActions on(const event::AttemptEnded& e, Clock::time_point now);
   AgentActions on(const event::Signal& e, Clock::time_point now);
+  // As the stop signal it names: the job is stopped from outside.
+  AgentActions on(const event::LauncherLost& e, Clock::time_point now) {
+    return on(event::Signal{e.sig}, now);
+  }
   AgentActions on(const event::GraceExpired& e, Clock::time_point now);
+  AgentActions on(const event::RoundFormed& e, Clock::time_point now);
   AgentActions on(const event::Assignment& e, Clock::time_point now);
+  AgentActions on(const event::PreflightFailed& e, Clock::time_point now);
   AgentActions on(const event::Restart& e, Clock::time_point now);
   AgentActions on(const event::Stop& e, Clock::time_point now);
   AgentActions on(const event::Halt& e, Clock::time_point now);
-  // Start-up times are the agent's to keep: nothing to decide.
+  // Start-up times are the start-up record's to keep (startup_record.hpp): nothing to decide.
   AgentActions on(const event::ReachedStore&, Clock::time_point) { return {}; }
+  AgentActions on(const event::WorkersStarted&, Clock::time_point) { return {}; }
   AgentActions on(const event::FirstOutput&, Clock::time_point) { return {}; }
   AgentActions on(const event::StoreOwnersNamed&, Clock::time_point) { return {}; }
 
@@ -71,6 +78,7 @@ class AgentPolicy {
   void begin_stop(AgentActions& out, int sig, Clock::time_point now);
   void after_attempt(AgentActions& out);
   void finish(AgentActions& out, int exit_code);
+  void drop_checks(AgentActions& out);
   bool forwarded(int sig) const;
 
   LaunchConfig config_;
@@ -82,8 +90,10 @@ class AgentPolicy {
   int max_restarts_ = 0;
   size_t running_ = 0;
   AttemptFailures failures_;
-  int start_failed_ = 0;  // the exit status when the group could not be started, else 0
-  bool ran_ = false;      // a group was started at least once
+  int start_failed_ = 0;          // the exit status when the group could not be started, else 0
+  bool ran_ = false;              // a group was started at least once
+  bool checking_ = false;         // the round's preflight checks run (CheckRound, no verdict yet)
+  bool signal_received_ = false;  // a stop or forwarded signal (or a lost launcher) came
   StopOrders stop_orders_;
   Clock::time_point grace_deadline_;
 };

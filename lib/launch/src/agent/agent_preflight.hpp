@@ -28,8 +28,8 @@ class AgentPreflight {
  public:
   struct Hooks {
     std::function<void(const std::string&, Level)> say;
-    // A check failed: `line` ends the job on every node (not a leave: a lost node would be
-    // replaced by a restart, which would meet the same misconfiguration).
+    // A check failed: `line` says which and why (the agent raises it as PreflightFailed, which
+    // ends the job on every node).
     std::function<void(const std::string& line)> failed;
   };
 

@@ -27,7 +27,7 @@ void AgentRendezvous::start(const rendezvous::TcpRendezvousOptions& options, Rai
     announce_node(a);
     const std::string not_free = preference_line(a, preferred_rank(config_));
     if (!not_free.empty()) say_(not_free);
-    raise(event::Assignment{a});
+    raise(event::RoundFormed{a});
   };
   events.on_restart = [raise](const rendezvous::Restart& r) { raise(event::Restart{r}); };
   events.on_halt = [raise](const rendezvous::Halt& h) { raise(event::Halt{h}); };

@@ -19,7 +19,7 @@ namespace trainrun::launch {
 // The agent's side of the rendezvous: the configured backend's handler on the agent's loop, and
 // what the agent says and asks of it beyond the policy's reports: which node this is, once; why
 // its --node-rank was not given; the joins; the other nodes' stacks for `trainrun --stacks`. Its
-// decisions for the job (assignment, restart, halt, stop) are raised as events.
+// decisions for the job (a round formed, restart, halt, stop) are raised as events.
 class AgentRendezvous {
  public:
   using Say = std::function<void(const std::string&)>;

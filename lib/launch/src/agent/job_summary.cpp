@@ -110,6 +110,18 @@ JobSummary::JobSummary(std::string host, std::string entrypoint, std::vector<std
       args_(std::move(args)),
       started_at_(started_at) {}
 
+void JobSummary::on(const AgentEvent& event) {
+  if (const auto* exited = std::get_if<event::WorkerExited>(&event)) {
+    const WorkerExit& x = exited->exit;
+    worker_exited(x.local_rank, x.pid, x.status, x.seen_at, x.contents ? x.error_file : "",
+                  x.contents ? x.contents->message : "", x.stdout_log, x.stderr_log, x.teardown);
+  } else if (const auto* hung = std::get_if<event::HangConfirmed>(&event)) {
+    hang(hung->hang.hang);
+  } else if (const auto* stop = std::get_if<event::Stop>(&event)) {
+    stopped(stop->stop);
+  }
+}
+
 void JobSummary::attempt_started(const Topology& topology, double now) {
   Attempt a;
   a.topology = topology;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "agent_events.hpp"
 #include "attempt_startup.hpp"
 #include "trainrun/launch/core/failure.hpp"
 #include "trainrun/launch/workers/worker_env.hpp"
@@ -43,6 +44,8 @@ class JobSummary {
   JobSummary(std::string host, std::string entrypoint, std::vector<std::string> args,
              double started_at);
 
+  // What it keeps of an agent's event: a worker's exit, a hang found, the rendezvous' stop.
+  void on(const AgentEvent& event);
   void attempt_started(const Topology& topology, double now);
   // Where the running attempt's start-up stands (replaces what was recorded).
   void startup(const AttemptStartup& startup);

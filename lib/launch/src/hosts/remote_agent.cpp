@@ -108,10 +108,11 @@ int take_launcher_channel() {
 }
 
 LauncherWatch::LauncherWatch(boost::asio::io_context& io, int channel,
-                             std::vector<int> stop_signals)
+                             std::vector<int> stop_signals, Lost lost)
     : channel_(io, channel),
       silence_(io),
       stop_signals_(std::move(stop_signals)),
+      lost_(std::move(lost)),
       signal_(stop_signals_.empty() ? SIGTERM : stop_signals_.front()) {
   arm();
   read();
@@ -155,7 +156,7 @@ void LauncherWatch::read() {
 void LauncherWatch::stop() {
   if (done_) return;
   cancel();
-  ::kill(::getpid(), signal_);
+  lost_(signal_);
 }
 
 }  // namespace trainrun::launch

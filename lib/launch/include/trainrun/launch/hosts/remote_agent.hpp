@@ -3,6 +3,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,13 +41,13 @@ int take_launcher_channel();
 
 // The launcher's channel, watched on the agent's loop: when it closes (the launcher stopped the
 // job, or ssh lost the connection) or stays silent for kLauncherTimeoutSeconds (the launcher is
-// cut off), the job stops as for a signal from outside: the signal is raised on this process,
-// and the agent's signal set takes it. The signal is the one of the launcher's `stop N` where it
-// is one of `stop_signals`, else the first of them (SIGTERM for none). Nothing is watched before
-// the loop runs: what came meanwhile is read then.
+// cut off), `lost` is called once with the stop signal the job stops as for: the one of the
+// launcher's `stop N` where it is one of `stop_signals`, else the first of them (SIGTERM for
+// none). Nothing is watched before the loop runs: what came meanwhile is read then.
 class LauncherWatch {
  public:
-  LauncherWatch(boost::asio::io_context& io, int channel, std::vector<int> stop_signals);
+  using Lost = std::function<void(int sig)>;
+  LauncherWatch(boost::asio::io_context& io, int channel, std::vector<int> stop_signals, Lost lost);
   LauncherWatch(const LauncherWatch&) = delete;
   LauncherWatch& operator=(const LauncherWatch&) = delete;
   // The job is over: no more reads nor timeouts.
@@ -60,6 +61,7 @@ class LauncherWatch {
   boost::asio::posix::stream_descriptor channel_;
   boost::asio::steady_timer silence_;
   std::vector<int> stop_signals_;
+  Lost lost_;
   int signal_;
   std::string line_;
   char buffer_[256];
