@@ -219,6 +219,7 @@ SECTIONS = {
     "store_scale": ("store_scale", "render"),
     "at_scale": ("at_scale", "render"),
     "real_ranks": ("real_ranks", "render"),
+    "store_owners": ("store_owners", "render"),
 }
 
 # Figures other pages quote: (page, pattern with one group, the record it comes from, what the
@@ -242,6 +243,14 @@ QUOTES = [
      lambda r: f"{median(r['results'][0]['torchrun']['wall_s']) * 1e3:,.0f} ms"),
     ("docs/benchmarks.md", r"the load average was between (\S+ and \S+), and one worker",
      "launch_overhead", lambda r: load_range(r)),
+    ("docs/architecture.md", r"holds the agent's loop (\S+ ms) a connection with 8 workers",
+     "store_owners", lambda r: bench_function("store_owners", "naming_cost")(r, 8)),
+    ("docs/architecture.md", r"loop (\S+ ms) a connection with 64 workers", "store_owners",
+     lambda r: bench_function("store_owners", "naming_cost")(r, 64)),
+    ("docs/architecture.md", r"named them all (\S+ ms) after the last rank", "store_owners",
+     lambda r: bench_function("store_owners", "named_after")(r, 2)),
+    ("docs/architecture.md", r"the three pairs of files, (\d+ lines)", "store_owners",
+     lambda r: f"{sum(r['results']['lines'].values())} lines"),
 ]
 
 
@@ -273,11 +282,15 @@ def lacks(rec):
     return missing
 
 
-def renderer(name):
+def bench_function(module, function):
+    """A function of the bench program bench/MODULE.py."""
     if BENCH not in sys.path:
         sys.path.insert(0, BENCH)
-    module, function = SECTIONS[name]
     return getattr(importlib.import_module(module), function)
+
+
+def renderer(name):
+    return bench_function(*SECTIONS[name])
 
 
 class Tree:

@@ -132,24 +132,6 @@ double unix_time() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
-std::string self_exe() {
-  char buffer[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buffer, sizeof buffer - 1);
-  return n > 0 ? std::string(buffer, static_cast<std::size_t>(n)) : "";
-}
-
-std::string read_all(int fd) {
-  std::string text;
-  char buffer[65536];
-  while (true) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    text.append(buffer, static_cast<std::size_t>(n));
-  }
-  return text;
-}
-
 bool read_exactly(int fd, void* data, std::size_t size) {
   auto* p = static_cast<char*>(data);
   while (size > 0) {
@@ -160,14 +142,6 @@ bool read_exactly(int fd, void* data, std::size_t size) {
     size -= static_cast<std::size_t>(n);
   }
   return true;
-}
-
-std::optional<std::string> read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) return std::nullopt;
-  std::string text = read_all(fd);
-  ::close(fd);
-  return text;
 }
 
 std::string read_small_file(const std::string& path) {

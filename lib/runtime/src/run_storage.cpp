@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <system_error>
+#include <trainrun/base/files.hpp>
 #include <trainrun/runtime/errors.hpp>
 #include <trainrun/runtime/run_storage.hpp>
 #include <utility>
@@ -25,8 +27,8 @@ std::string errno_text() { return std::strerror(errno); }
 // The metrics a checkpoint was saved with, inside it (the rename that persisted it committed
 // both); null where they cannot be read.
 Metrics saved_metrics(const fs::path& checkpoint) {
-  std::ifstream saved(checkpoint / RunStorage::checkpoint_metrics_file_name);
-  std::string text((std::istreambuf_iterator<char>(saved)), std::istreambuf_iterator<char>());
+  const std::string text =
+      read_file((checkpoint / RunStorage::checkpoint_metrics_file_name).string()).value_or("");
   Metrics line = Metrics::parse(text, nullptr, false);
   return !line.is_discarded() && line.is_object() ? line : Metrics();
 }
@@ -195,9 +197,8 @@ RunStorage::RunStorage(fs::path run_dir, CheckpointConfig config)
 
   std::map<std::string, Metrics> metrics_by_checkpoint;
   const fs::path metrics_path = run_dir_ / metrics_file_name;
-  std::ifstream in(metrics_path, std::ios::binary);
-  if (in) {
-    std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (std::optional<std::string> read = read_file(metrics_path.string())) {
+    std::string& content = *read;
     // A crash while appending can leave a partial last line: cut it so the next line starts clean.
     const auto last_newline = content.rfind('\n');
     const std::size_t complete = last_newline == std::string::npos ? 0 : last_newline + 1;
@@ -365,7 +366,8 @@ Metrics read_last_metrics(const fs::path& run_dir) {
 }
 
 std::vector<Metrics> read_metrics_history(const fs::path& run_dir) {
-  std::ifstream in(run_dir / RunStorage::metrics_file_name);
+  std::istringstream in(
+      read_file((run_dir / RunStorage::metrics_file_name).string()).value_or(""));
   std::vector<Metrics> history;
   std::string line;
   while (std::getline(in, line)) {

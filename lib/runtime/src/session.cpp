@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <mutex>
+#include <trainrun/base/files.hpp>
 #include <trainrun/runtime/errors.hpp>
 #include <trainrun/runtime/report.hpp>
 #include <utility>
@@ -177,12 +178,9 @@ void record_first_report() {
 }
 
 std::string program_name() {
-  char buffer[4096];
-  const ssize_t length = ::readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
-  if (length <= 0) return "trainrun";
-  return std::filesystem::path(std::string(buffer, static_cast<std::size_t>(length)))
-      .filename()
-      .string();
+  const std::string exe = self_exe();
+  if (exe.empty()) return "trainrun";
+  return std::filesystem::path(exe).filename().string();
 }
 
 }  // namespace detail

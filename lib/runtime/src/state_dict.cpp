@@ -7,10 +7,13 @@
 #include <torch/csrc/jit/serialization/pickler.h>
 
 #include <fstream>
-#include <iterator>
+#include <optional>
+#include <string>
+#include <trainrun/base/files.hpp>
 #include <trainrun/runtime/errors.hpp>
 #include <trainrun/runtime/process_group.hpp>
 #include <trainrun/runtime/state_dict.hpp>
+#include <utility>
 #include <vector>
 
 namespace trainrun::runtime {
@@ -40,15 +43,15 @@ std::vector<char> save_plain(const c10::IValue& value) {
   return container;
 }
 
-std::vector<char> read_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw RuntimeError("cannot open " + path.string());
-  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+std::string read_bytes(const std::filesystem::path& path) {
+  std::optional<std::string> bytes = read_file(path.string());
+  if (!bytes) throw RuntimeError("cannot open " + path.string());
+  return std::move(*bytes);
 }
 
 // torch::pickle_load, with the tensors' storages read onto `device` (its map_location).
 c10::IValue read_archive(const std::filesystem::path& path, const torch::Device& device) {
-  const std::vector<char> bytes = read_bytes(path);
+  const std::string bytes = read_bytes(path);
   try {
     caffe2::serialize::PyTorchStreamReader reader(
         std::make_unique<caffe2::serialize::MemoryReadAdapter>(bytes.data(), bytes.size()));

@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+// self_exe, read_file and read_all: header-only, for either string ABI.
+#include "trainrun/base/files.hpp"
+
 namespace trainrun {
 
 // This machine's host name, as gethostname() gives it; "localhost" if it cannot be read.
@@ -40,21 +43,8 @@ double unix_time();
 // sysctl: thousands of agents connecting at once then have SYNs dropped and retried after 1 s).
 inline constexpr int kListenBacklog = 65535;
 
-// This program's own executable (/proc/self/exe); "" where it cannot be read.
-std::string self_exe();
-
-// The whole of the file `path`, as much of it as can be read (a read error ends it, as it ends
-// an ifstream's); nullopt when it cannot be opened. For files trainrun knows the kind of (a
-// /proc or /sys entry, a file the user names for a purpose); read_regular_file refuses a FIFO,
-// a device or a file too long.
-std::optional<std::string> read_file(const std::string& path);
-
 // Reads exactly `size` bytes from `fd`, retrying on EINTR. False on end of file or error.
 bool read_exactly(int fd, void* data, std::size_t size);
-
-// Everything the descriptor `fd` gives until its end or a read error (a pipe, a file); `fd`
-// stays open.
-std::string read_all(int fd);
 
 // The whole of a small file (a /proc entry, a registry entry), at most 64 MiB; empty when it
 // cannot be read (read_regular_file).

@@ -1,0 +1,50 @@
+#pragma once
+
+// lib/base's reads of whole files and of this program's executable, header-only: each includer
+// compiles them with its own C++ string ABI, so the runtime (lib/runtime, built against a LibTorch
+// of either ABI, without linking lib/base) reads as lib/base's compiled code does. GCC tags each
+// function returning the new ABI's std::string ([abi:cxx11]), so the two copies never meet.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <optional>
+#include <string>
+
+namespace trainrun {
+
+// Everything the descriptor `fd` gives until its end or a read error (a pipe, a file); `fd`
+// stays open.
+inline std::string read_all(int fd) {
+  std::string text;
+  char buffer[65536];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  return text;
+}
+
+// The whole of the file `path`, as much of it as can be read (a read error ends it, as it ends
+// an ifstream's); nullopt when it cannot be opened. For files trainrun knows the kind of (a
+// /proc or /sys entry, a file the user names for a purpose); read_regular_file (system.hpp)
+// refuses a FIFO, a device or a file too long.
+inline std::optional<std::string> read_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return std::nullopt;
+  std::string text = read_all(fd);
+  ::close(fd);
+  return text;
+}
+
+// This program's own executable (/proc/self/exe); "" where it cannot be read.
+inline std::string self_exe() {
+  char buffer[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buffer, sizeof buffer - 1);
+  return n > 0 ? std::string(buffer, static_cast<std::size_t>(n)) : "";
+}
+
+}  // namespace trainrun
