@@ -271,6 +271,31 @@ def test_preload_exit_codes_are_the_workers_own(tmp_path):
     assert tracebacks[1].endswith("ValueError: boom\n")
 
 
+def test_preload_a_worker_that_ends_before_the_template_names_it_is_held_until_then(tmp_path):
+    # The template's reply (the worker's pid) is an event on the agent's loop: a worker forked by
+    # the template's child is re-parented to trainrun and may be reaped before that reply comes.
+    # Here the template waits 2 s after its fork (an at-fork hook of the preloaded module) while
+    # the worker ends at once: its exit is held until its pid is known, then counted as its own.
+    write(tmp_path / "early_end.py", """\
+        import os, time
+        TEMPLATE = os.getpid()
+        def parent():
+            if os.getpid() == TEMPLATE:
+                time.sleep(2)
+        def child():
+            # The worker (its parent is the template's child), never the template's child.
+            if os.getppid() != TEMPLATE:
+                os._exit(3)
+        os.register_at_fork(after_in_parent=parent, after_in_child=child)
+        """)
+    write(tmp_path / "job.py", "print('the worker ran its script')\n")
+    r = trainrun(["--preload=early_end", "--nproc-per-node=2", "job.py"], tmp_path, timeout=60)
+    assert r.returncode == 3, r.stderr
+    assert "the worker ran its script" not in r.stdout
+    assert "workers start the ordinary way" not in r.stderr, r.stderr
+    assert "exitcode  : 3" in r.stderr, r.stderr
+
+
 def test_preload_a_recorded_failure_writes_its_error_file(tmp_path):
     write(tmp_path / "recorded.py", MARK_FORKED + textwrap.dedent("""\
         from torch.distributed.elastic.multiprocessing.errors import record

@@ -205,6 +205,8 @@ def read(s, n):
         assert chunk, "the store closed the connection"
         got += chunk
     return got
+# Where a test says so, the client asks while its store's agent is busy with something else.
+time.sleep(float(os.environ.get("STORE_CLIENT_AFTER", "0")))
 t0 = time.monotonic()
 s = socket.create_connection((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])))
 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -229,6 +231,8 @@ def test_the_store_answers_while_its_agent_starts_a_slow_preload_template(agents
     port = free_port()
     node0 = agents("node0", dynamic(port, 2, 1, "--node-rank=0", "--preload=slow_import") +
                    [str(client)], env=env)
+    # Node 0 hosts the rendezvous, and so is node rank 0 (the store's) before node 1 starts.
+    assert wait_for(lambda: "hosting the rendezvous" in node0.err, 30), node0.err
     node1 = agents("node1", dynamic(port, 2, 1, "--node-rank=1") + [str(client)], env=env)
     assert node1.wait(120) == 0, node1.err
     assert node0.wait(120) == 0, node0.err
@@ -237,3 +241,165 @@ def test_the_store_answers_while_its_agent_starts_a_slow_preload_template(agents
     # Far below the template's 8 s, which the store once waited for.
     assert float(times.group(1)) < 0.5 and float(times.group(2)) < 0.5, node1.out
     assert "store replies" in node0.out, node0.out
+
+
+# A helper that ptrace-seizes `pid` (from a session of its own, out of reach of a kill of the
+# process group it came from), tells `ready` (a pipe's write end) and holds it for `seconds`:
+# while it does, the end of `pid` goes to it, not to trainrun, which could reap `pid` only then.
+# The one way to make a SIGKILLed process slow to reap: a loop that waited for it would wait.
+TRACER = """
+import ctypes, os, time
+def hold(pid, ready, seconds):
+    if os.fork() != 0:
+        return
+    os.setsid()
+    # Nothing of its parent's held open (the template's socket to the agent, say) but `ready`.
+    os.closerange(3, ready)
+    os.closerange(ready + 1, 1 << 16)
+    libc = ctypes.CDLL(None, use_errno=True)
+    seized = libc.ptrace(0x4206, pid, 0, 0) == 0  # PTRACE_SEIZE
+    os.write(ready, b"1" if seized else b"0")
+    time.sleep(seconds)
+    os._exit(0)
+"""
+
+
+def ptrace_allowed():
+    """Whether a process may ptrace-seize a process of the same user here (Yama, seccomp)."""
+    probe = subprocess.run(["python3", "-c", TRACER + """
+import os, sys, time
+child = os.fork()
+if child == 0:
+    time.sleep(5)
+    os._exit(0)
+r, w = os.pipe()
+hold(child, w, 0)
+ok = os.read(r, 1) == b"1"
+os.kill(child, 9)
+sys.exit(0 if ok else 1)
+"""], capture_output=True, timeout=30, check=False)
+    return probe.returncode == 0
+
+
+def store_waits_measured(agents, tmp_path, node0_args, after):
+    """A two-node job whose node 0 agent serves the store while it is busy with `node0_args`'s
+    --preload; node 1's worker sets and gets a key `after` seconds in. Returns both agents once
+    ended and node 1's connect and set-and-get seconds."""
+    client = tmp_path / "client.py"
+    client.write_text(TIMED_CLIENT)
+    modules = torch2_stub(tmp_path)
+    port = free_port()
+    node0 = agents("node0", dynamic(port, 2, 1, "--node-rank=0", *node0_args) +
+                   [str(client)], env={"PYTHONPATH": modules})
+    # Node 0 hosts the rendezvous, and so is node rank 0 (the store's) before node 1 starts.
+    assert wait_for(lambda: "hosting the rendezvous" in node0.err, 30), node0.err
+    node1 = agents("node1", dynamic(port, 2, 1, "--node-rank=1") + [str(client)],
+                   env={"PYTHONPATH": modules, "STORE_CLIENT_AFTER": str(after)})
+    node1.wait(120)
+    node0.wait(120)
+    times = re.search(r"connect ([0-9.]+) s, set and get ([0-9.]+) s", node1.out)
+    assert times, node1.out + node1.err + node0.err
+    return node0, node1, float(times.group(1)), float(times.group(2))
+
+
+def test_the_store_answers_while_its_agent_waits_for_the_templates_reply(agents, tmp_path):
+    # Node 0's template takes 6 s to fork each worker (an at-fork hook of the preloaded module
+    # sleeps in it): the reply that names the worker's pid is an event, so the store's loop goes
+    # on meanwhile and node 1's worker, asking 1.5 s in, is answered at once.
+    (tmp_path / "stub").mkdir(exist_ok=True)
+    (tmp_path / "stub" / "slow_fork.py").write_text(
+        "import os, time\nTEMPLATE = os.getpid()\n"
+        "os.register_at_fork(after_in_parent=lambda: os.getpid() == TEMPLATE and time.sleep(6))\n")
+    node0, node1, connect, set_get = store_waits_measured(agents, tmp_path,
+                                                          ["--preload=slow_fork"], 1.5)
+    assert node0.proc.returncode == 0 and node1.proc.returncode == 0, node0.err + node1.err
+    # Far below the 4.5 s it once waited for the reply (the 6 s fork, less 1.5 s).
+    assert connect < 0.5 and set_get < 0.5, node1.out
+    # Node 0's worker was forked from the template, not started the ordinary way.
+    assert "ordinary way" not in node0.err and "store replies" in node0.out, node0.err
+
+
+def test_the_store_answers_while_its_agent_reaps_the_template_it_killed(agents, tmp_path):
+    # Node 0's template ends 3 s into its imports, traced by a helper that holds its end until
+    # 8 s: the template is killed and handed to the reaper, not waited for, while the store is
+    # served (node 1's worker asks 4.5 s in, once it runs: a loop that waited would not even have
+    # given node 1 its assignment before).
+    if not ptrace_allowed():
+        pytest.skip("ptrace is not allowed here")
+    (tmp_path / "stub").mkdir(exist_ok=True)
+    (tmp_path / "stub" / "traced_end.py").write_text(TRACER + """
+r, w = os.pipe()
+hold(os.getpid(), w, 8)
+os.read(r, 1)
+time.sleep(3)
+os._exit(5)
+""")
+    node0, node1, connect, set_get = store_waits_measured(agents, tmp_path,
+                                                          ["--preload=traced_end"], 4.5)
+    assert node0.proc.returncode == 0 and node1.proc.returncode == 0, node0.err + node1.err
+    assert connect < 0.5 and set_get < 0.5, node1.out
+    # Reaped once the tracer let go: its status is said, and node 0's worker then started.
+    assert ("the template interpreter exited with code 5 before its imports were done"
+            in node0.err), node0.err
+    assert "store replies" in node0.out, node0.out
+
+
+def test_the_store_answers_while_its_agent_reaps_the_workers_of_a_failed_start(agents, tmp_path):
+    # Node 0's template forks local rank 0, whose script has a helper trace it, then ends while
+    # asked for local rank 1: the start fails, and local rank 0 is killed and handed to the
+    # reaper (its end held by the tracer for 6 s), not waited for, while the store is served.
+    if not ptrace_allowed():
+        pytest.skip("ptrace is not allowed here")
+    traced = tmp_path / "traced"
+    (tmp_path / "stub").mkdir(exist_ok=True)
+    (tmp_path / "stub" / "lost_template.py").write_text(f"""
+import os, time
+TEMPLATE = os.getpid()
+forks = []
+def before():
+    if os.getpid() != TEMPLATE:
+        return
+    forks.append(1)
+    if len(forks) == 2:
+        # Local rank 1's request: once local rank 0 is traced, the template ends.
+        while not os.path.exists({str(traced)!r}):
+            time.sleep(0.01)
+        os._exit(9)
+os.register_at_fork(before=before)
+""")
+    # The same script on both nodes (the preflight checks it): node 0's local rank 0 tells its
+    # pid and waits to be traced, the others are clients of the store.
+    pid_file = tmp_path / "rank0.pid"
+    script = tmp_path / "job.py"
+    script.write_text(f"""
+import os, time
+if os.environ.get("TRACED_RANK_0") and os.environ["LOCAL_RANK"] == "0":
+    open({str(pid_file)!r} + ".tmp", "w").write(str(os.getpid()))
+    os.rename({str(pid_file)!r} + ".tmp", {str(pid_file)!r})
+    time.sleep(60)
+""" + TIMED_CLIENT)
+    modules = torch2_stub(tmp_path)
+    port = free_port()
+    node0 = agents("node0", dynamic(port, 2, 2, "--node-rank=0", "--preload=lost_template") +
+                   [str(script)], env={"PYTHONPATH": modules, "TRACED_RANK_0": "1"})
+    assert wait_for(lambda: "hosting the rendezvous" in node0.err, 30), node0.err
+    node1 = agents("node1", dynamic(port, 2, 2, "--node-rank=1") + [str(script)],
+                   env={"PYTHONPATH": modules, "STORE_CLIENT_AFTER": "1.5"})
+    # The tracer is this test's, outside the job's cgroup, which the failed start kills whole.
+    assert wait_for(pid_file.exists, 60), node0.err
+    seized = subprocess.run(["python3", "-c", TRACER + """
+import sys
+r, w = os.pipe()
+hold(int(sys.argv[1]), w, 6)
+sys.exit(0 if os.read(r, 1) == b"1" else 1)
+""", pid_file.read_text()], timeout=30, check=False)
+    assert seized.returncode == 0
+    traced.touch()
+    node0.wait(120)
+    node1.wait(120)
+    assert node0.proc.returncode != 0, node0.err
+    assert "the template interpreter ended while starting local rank 1" in node0.err, node0.err
+    found = re.findall(r"connect ([0-9.]+) s, set and get ([0-9.]+) s", node1.out)
+    assert found, node1.out + node1.err + node0.err
+    for connect, set_get in found:
+        assert float(connect) < 0.5 and float(set_get) < 0.5, node1.out

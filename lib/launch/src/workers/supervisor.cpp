@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "diagnosis_relay.hpp"
+#include "early_events.hpp"
 #include "exec_reports.hpp"
 #include "leftovers.hpp"
 #include "python_bootstrap.hpp"
@@ -70,6 +71,7 @@ Supervisor::Supervisor(boost::asio::io_context& io, Watchdog& watchdog, Console&
               }),
       finish_timer_(io) {
   exec_reports_ = std::make_unique<ExecReports>(io);
+  early_ = std::make_unique<EarlyEvents>();
   if (cgroup_) watchdog_.set_cgroup(cgroup_->path());
   // The orphans that come back to us, a child subreaper: a worker forked by the template's child
   // whose end comes before it is adopted, and what workers left behind.
@@ -114,68 +116,130 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches, ExitHandler on
                        std::function<void(std::exception_ptr)> started) {
   on_exit_ = std::move(on_exit);
   exec_reports_->cancel();
-  started_ = nullptr;
+  started_ = std::move(started);
   start_error_ = nullptr;
   held_events_.clear();
+  early_->clear();
   close_channels();
   workers_.clear();
   output_.reset();
-  // Every worker is forked before we wait for any exec to succeed, so a large group starts in
-  // one pass. Each child reports a failed exec through its close-on-exec pipe.
-  std::vector<Child> spawned;
-  auto fail = [&](const LaunchError& error) {
-    for (auto& s : spawned)
-      if (s.exec_report >= 0) ::close(s.exec_report);
-    signal_all(SIGKILL);
-    // Reaped before we go on: a child killed before its exec is a copy of trainrun, which the
-    // sweep after a failed start would otherwise find still dying and name as a leftover.
-    for (auto& w : workers_) {
-      wait_for_exit(w.pid);
-      w.running = false;
-    }
-    throw error;
-  };
-  for (const auto& w : launches) {
-    GroupOutput::Streams streams;
-    try {
-      streams = output_.open(w.output);
-    } catch (const SpawnError& e) {
-      fail(e);
-    }
-    std::optional<SpawnError> lost_template;
-    Child s;
-    int diagnosis = w.diagnosis ? 0 : -1;
-    try {
-      s = start_worker(
-          worker_spawn_request(w.program, w.argv, w.envp, streams.out.child, streams.err.child,
-                               cgroup_ ? cgroup_->fd() : -1, w.cpus),
-          w.local_rank, diagnosis);
-    } catch (const SpawnError& e) {
-      lost_template = e;
-    }
-    if (s.pid > 0) {
+  launches_ = launches;
+  next_ = 0;
+  spawned_.clear();
+  late_signals_.clear();
+  forking_ = true;
+  ++chain_;
+  fork_next();
+}
+
+// Every worker is forked before we wait for any exec to succeed, so a large group starts in one
+// pass. Each child reports a failed exec through its close-on-exec pipe. A worker forked by the
+// --preload template is known by the template's reply, an event: the chain goes on from there.
+void Supervisor::fork_next() {
+  // A failed start tells the agent, which may start the next group from there: this chain is over.
+  const unsigned chain = chain_;
+  while (chain == chain_ && forking_ && next_ < launches_.size())
+    if (!fork_one()) return;
+  if (chain != chain_ || !forking_) return;  // abandoned: started_ is told once its workers end
+  forking_ = false;
+  late_signals_.clear();
+  exec_reports_->watch(spawned_, [this](std::optional<ExecReports::Failure> failure) {
+    execs_reported(launches_, failure);
+  });
+}
+
+bool Supervisor::fork_one() {
+  const WorkerLaunch& w = launches_[next_];
+  Forking f;
+  try {
+    f.streams = output_.open(w.output);
+  } catch (const SpawnError&) {
+    fail_start(std::current_exception());
+    return false;
+  }
+  f.request = worker_spawn_request(w.program, w.argv, w.envp, f.streams.out.child,
+                                   f.streams.err.child, cgroup_ ? cgroup_->fd() : -1, w.cpus);
+  if (w.diagnosis && !bootstrap_dir().empty()) f.channel = open_diagnosis_channel();
+  if (f.channel) f.request.kept_fd = f.channel->worker;
+  std::optional<ForkOutcome> now = ForkOutcome{};
+  if (warm_)
+    now = warm_->start(f.request, w.local_rank, [this, chain = chain_](ForkOutcome reply) {
+      if (chain != chain_ || !forking_) return;
+      forked(std::move(reply));
+      if (chain == chain_) fork_next();
+    });
+  forking_now_ = std::move(f);
+  if (!now) {
+    // Until the reply: a worker that ends before it is told is held (early_events.hpp).
+    early_->expect();
+    return false;
+  }
+  forked(std::move(*now));
+  return forking_;
+}
+
+void Supervisor::forked(ForkOutcome outcome) {
+  Forking f = std::move(*std::exchange(forking_now_, std::nullopt));
+  const WorkerLaunch& w = launches_[next_];
+  Child s;
+  if (outcome.child) {
+    s = *outcome.child;
+  } else if (!outcome.error) {
+    if (f.channel)
+      f.request =
+          with_diagnosis_bootstrap(std::move(f.request), f.channel->worker, bootstrap_dir());
+    s = spawn(f.request);
+  }
+  if (f.channel) ::close(f.channel->worker);
+  const int diagnosis = f.channel ? f.channel->agent : -1;
+  const std::vector<WaitEvent> early = early_->replied(s.pid);
+  if (s.pid > 0) {
+    const bool reaped = std::any_of(early.begin(), early.end(), [](const WaitEvent& e) {
+      return e.kind == WaitEvent::Kind::ended;
+    });
+    // One reaped already is not adopted, nor watched: its pid may be another process' by now.
+    if (!reaped) {
       adopt(s.pid);
       watchdog_.add_group(s.pid);
-      std::shared_ptr<DiagnosisRelay> relay;
-      if (diagnosis >= 0)
-        relay = DiagnosisRelay::open(
-            io_, diagnosis, [this, local_rank = w.local_rank, pid = s.pid](const std::string& t) {
-              script_returned(local_rank, pid, t);
-            });
-      workers_.push_back(
-          {w.local_rank, w.rank, s.pid, true, false, relay, std::chrono::steady_clock::now()});
-      spawned.push_back(s);
-    } else if (diagnosis >= 0) {
-      ::close(diagnosis);
     }
-    output_.start(streams, w.output, w.local_rank, w.prefix);
-    if (lost_template) fail(*lost_template);
-    if (s.pid <= 0) fail(SpawnError(fork_failure(w.local_rank, s.error, read_process_limits())));
+    std::shared_ptr<DiagnosisRelay> relay;
+    if (diagnosis >= 0)
+      relay = DiagnosisRelay::open(
+          io_, diagnosis, [this, local_rank = w.local_rank, pid = s.pid](const std::string& t) {
+            script_returned(local_rank, pid, t);
+          });
+    workers_.push_back(
+        {w.local_rank, w.rank, s.pid, true, false, relay, std::chrono::steady_clock::now()});
+    spawned_.push_back(s);
+    // What it did before its pid was known, in order; held with the others until the start is told.
+    for (const WaitEvent& event : early) child_event(s.pid, event);
+    // A signal sent to the group while it was being forked reaches this worker too.
+    for (const auto& [how, sig] : late_signals_) signal_worker(workers_.back(), how, sig);
+  } else if (diagnosis >= 0) {
+    ::close(diagnosis);
   }
-  started_ = std::move(started);
-  exec_reports_->watch(spawned, [this, launches](std::optional<ExecReports::Failure> failure) {
-    execs_reported(launches, failure);
-  });
+  output_.start(f.streams, w.output, w.local_rank, w.prefix);
+  if (outcome.error) return fail_start(outcome.error);
+  if (s.pid <= 0)
+    return fail_start(std::make_exception_ptr(
+        SpawnError(fork_failure(w.local_rank, s.error, read_process_limits()))));
+  ++next_;
+}
+
+void Supervisor::fail_start(std::exception_ptr error) {
+  forking_ = false;
+  early_->clear();
+  late_signals_.clear();
+  for (auto& s : spawned_)
+    if (s.exec_report >= 0) ::close(s.exec_report), s.exec_report = -1;
+  start_error_ = error;
+  for (const auto& [pid, event] : std::exchange(held_events_, {}))
+    for (auto& w : workers_)
+      if (w.pid == pid && event.kind == WaitEvent::Kind::ended) w.running = false;
+  // Told once they are reaped, by the loop: a child killed before its exec is a copy of trainrun,
+  // which the sweep after a failed start would otherwise find still dying and name as a leftover.
+  signal_all(SIGKILL);
+  abandoned_start_settled();
 }
 
 void Supervisor::execs_reported(const std::vector<WorkerLaunch>& launches,
@@ -205,30 +269,6 @@ void Supervisor::abandoned_start_settled() {
   if (started) started(error);
 }
 
-// `diagnosis`: -1 for a worker without a diagnosis channel; otherwise set to our end of its
-// channel, or to -1 where none could be made (the worker then starts without one).
-Child Supervisor::start_worker(SpawnRequest request, int local_rank, int& diagnosis) {
-  std::optional<DiagnosisChannel> channel;
-  if (diagnosis >= 0 && !bootstrap_dir().empty()) channel = open_diagnosis_channel();
-  diagnosis = channel ? channel->agent : -1;
-  if (channel) request.kept_fd = channel->worker;
-  std::optional<Child> forked;
-  try {
-    if (warm_) forked = warm_->start(request, local_rank);
-  } catch (const SpawnError&) {
-    if (channel) ::close(channel->worker), ::close(channel->agent), diagnosis = -1;
-    throw;
-  }
-  const bool spawned = !forked;
-  if (spawned) {
-    if (channel)
-      request = with_diagnosis_bootstrap(std::move(request), channel->worker, bootstrap_dir());
-    forked = spawn(request);
-  }
-  if (channel) ::close(channel->worker);
-  return *forked;
-}
-
 void Supervisor::close_channels() {
   for (auto& w : workers_)
     if (w.diagnosis) w.diagnosis->close(), w.diagnosis.reset();
@@ -253,10 +293,12 @@ void Supervisor::child_event(pid_t pid, const WaitEvent& event) {
   if (warm_ && event.kind == WaitEvent::Kind::ended && warm_->ended(pid, event.end)) return;
   const auto worker = std::find_if(workers_.begin(), workers_.end(),
                                    [pid](const Worker& w) { return w.pid == pid && w.running; });
-  if (worker != workers_.end() && exec_reports_->pending()) {
+  // A worker forked by the template's child whose pid its reply has not told yet.
+  if (worker == workers_.end() && early_->hold(pid, event)) return;
+  if (worker != workers_.end() && (forking_ || exec_reports_->pending())) {
     // Its report is whole once it ended; the group's start is told before any of its exits.
-    if (event.kind == WaitEvent::Kind::ended) exec_reports_->settle(pid);
-    if (exec_reports_->pending()) {
+    if (event.kind == WaitEvent::Kind::ended && !forking_) exec_reports_->settle(pid);
+    if (forking_ || exec_reports_->pending()) {
       held_events_.emplace_back(pid, event);
       return;
     }
@@ -298,35 +340,9 @@ void Supervisor::worker_stopped(Worker& w, int sig) {
                   w.rank, w.local_rank, w.pid, signal_name(sig), w.pid)));
 }
 
-void Supervisor::signal_all(int sig) {
-  for (const auto& w : workers_) {
-    if (!w.running) continue;
-    ::kill(-w.pid, sig);
-    // A worker that moved to another process group (setsid, setpgid) is still our child, not
-    // yet reaped: its pid is its own.
-    if (::getpgid(w.pid) != w.pid) ::kill(w.pid, sig);
-  }
-  if (sig == SIGKILL && cgroup_) cgroup_->signal(SIGKILL);
-}
-
-bool Supervisor::signal_one(int local_rank, pid_t pid, int sig) {
-  for (const auto& w : workers_) {
-    if (w.local_rank != local_rank || w.pid != pid || !w.running) continue;
-    ::kill(-w.pid, sig);
-    if (::getpgid(w.pid) != w.pid) ::kill(w.pid, sig);
-    return true;
-  }
-  return false;
-}
-
-void Supervisor::signal_workers(int sig) {
-  for (const auto& w : workers_)
-    if (w.running) ::kill(w.pid, sig);
-}
-
-void Supervisor::abort_workers() {
-  for (const auto& w : workers_) {
-    if (!w.running) continue;
+void Supervisor::signal_worker(const Worker& w, Signalled how, int sig) {
+  if (!w.running) return;
+  if (how == Signalled::abort) {
     // The hard limit stays: the worker may raise its own again. A limit that cannot be set (the
     // worker changed its user) leaves the core to the system's settings.
     struct rlimit limit {};
@@ -335,8 +351,40 @@ void Supervisor::abort_workers() {
       ::prlimit(w.pid, RLIMIT_CORE, &limit, nullptr);
     }
     ::kill(w.pid, SIGABRT);
+    return;
   }
+  if (how == Signalled::process) {
+    ::kill(w.pid, sig);
+    return;
+  }
+  ::kill(-w.pid, sig);
+  // A worker that moved to another process group (setsid, setpgid) is still our child, not
+  // yet reaped: its pid is its own.
+  if (::getpgid(w.pid) != w.pid) ::kill(w.pid, sig);
 }
+
+void Supervisor::signal_group(Signalled how, int sig) {
+  if (forking_) late_signals_.emplace_back(how, sig);
+  for (const auto& w : workers_) signal_worker(w, how, sig);
+}
+
+void Supervisor::signal_all(int sig) {
+  signal_group(Signalled::group, sig);
+  if (sig == SIGKILL && cgroup_) cgroup_->signal(SIGKILL);
+}
+
+bool Supervisor::signal_one(int local_rank, pid_t pid, int sig) {
+  for (const auto& w : workers_) {
+    if (w.local_rank != local_rank || w.pid != pid || !w.running) continue;
+    signal_worker(w, Signalled::group, sig);
+    return true;
+  }
+  return false;
+}
+
+void Supervisor::signal_workers(int sig) { signal_group(Signalled::process, sig); }
+
+void Supervisor::abort_workers() { signal_group(Signalled::abort, SIGABRT); }
 
 std::string Supervisor::stderr_tail(int local_rank) const {
   return output_.stderr_tail(local_rank);

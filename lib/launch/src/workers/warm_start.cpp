@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -15,6 +14,8 @@
 
 #include "fork_request.hpp"
 #include "python_bootstrap.hpp"
+#include "template_socket.hpp"
+#include "trainrun/base/reaper.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/file_io.hpp"
@@ -32,54 +33,43 @@ std::string joined(const std::vector<std::string>& modules) {
 }
 
 // How long a fork request may take: a template that does not answer by then is stuck.
-constexpr int kReplyMilliseconds = 30'000;
-// The largest reply the template sends (a line, a pid, an errno).
-constexpr std::uint32_t kMaxReply = 64 * 1024;
+constexpr std::chrono::milliseconds kReplyLimit{30'000};
 
 void put_u32(std::string& out, std::uint32_t value) {
   for (int i = 0; i < 4; ++i) out += static_cast<char>((value >> (8 * i)) & 0xff);
 }
 
-// Waits up to `milliseconds` for `fd` to be readable (or closed); false on timeout.
-bool wait_readable(int fd, int milliseconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(milliseconds);
-  while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    pollfd p{fd, POLLIN, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(std::max<long long>(0, left.count())));
-    if (n > 0) return true;
-    if (n == 0) return false;
-    if (errno != EINTR) return true;  // the read that follows says what is wrong
-  }
+// Local rank 0's command line, the bootstrap in its environment: each worker forked shows it in
+// ps (and /proc/PID/cmdline), as it shows its own script. `end`: where its options end; `in`: its
+// stdin, the socket to the agent.
+SpawnRequest template_request(const SpawnRequest& shared, const std::string& bootstrap_dir,
+                              const std::vector<std::string>& modules, std::size_t end, int in) {
+  SpawnRequest request = shared;
+  const nlohmann::json settings = {
+      {"modules", modules},
+      {"prefix", end},
+      {"marker", std::string(kJobMarkerEntry.substr(0, kJobMarkerEntry.size() - 1))}};
+  request.env = bootstrap_environment(*shared.env, bootstrap_dir, {{"template", settings}});
+  request.in = Stdio::from_fd(in);
+  request.out = request.err = Stdio::inherit();
+  // It is no worker: outside the job's cgroup (which the end of each attempt empties) and on
+  // every CPU; each worker joins the one and binds itself as its own request says.
+  request.cgroup_fd = -1;
+  request.cpus.clear();
+  return request;
 }
 
-// Sends `data`, its first byte with `fds` (SCM_RIGHTS). False when the template is gone.
-bool send_with_fds(int socket, const std::string& data, const std::vector<int>& fds) {
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
-  iovec iov{const_cast<char*>(data.data()), 1};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control.data();
-  msg.msg_controllen = control.size();
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-  std::memcpy(CMSG_DATA(cmsg), fds.data(), sizeof(int) * fds.size());
-  ssize_t sent;
-  do {
-    sent = ::sendmsg(socket, &msg, MSG_NOSIGNAL);
-  } while (sent < 0 && errno == EINTR);
-  if (sent != 1) return false;
-  for (std::size_t at = 1; at < data.size();) {
-    const ssize_t n = ::send(socket, data.data() + at, data.size() - at, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    at += static_cast<std::size_t>(n);
-  }
-  return true;
+// The template ended (or said nothing for 30 s) while it forked `local_rank`: a worker may run.
+std::exception_ptr lost_while_starting(int local_rank) {
+  return std::make_exception_ptr(SpawnError(fmt::format(
+      "--preload: the template interpreter ended while starting local rank {}", local_rank)));
+}
+
+std::string ended_importing(const ExitStatus& status) {
+  return fmt::format(
+      "--preload: the template interpreter {} before its imports were done; workers start the "
+      "ordinary way",
+      describe_exit(status));
 }
 
 std::string cannot_start(const std::string& program, int error) {
@@ -115,6 +105,11 @@ WarmStart::WarmStart(boost::asio::io_context& io, std::vector<std::string> modul
 WarmStart::~WarmStart() {
   then_ = nullptr;
   stop();
+  // The loop is over: what was killed is reaped here, each already SIGKILLed.
+  for (const auto& [pid, reaped] : std::exchange(dying_, {})) {
+    (void)wait_for_exit(pid);
+    watchdog_.remove_group(pid);
+  }
 }
 
 void WarmStart::prepare(const SpawnRequest& shared, const std::string& bootstrap_dir,
@@ -128,8 +123,7 @@ void WarmStart::prepare(const SpawnRequest& shared, const std::string& bootstrap
   }
   // An idle template sends nothing: a socket with something to read, or its end, is one it
   // closed in ending. A look, not a wait.
-  char byte;
-  if (pid_ > 0 && ready_ && ::recv(socket_, &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0) {
+  if (pid_ > 0 && ready_ && socket_->stirred()) {
     say_("--preload: the template interpreter ended; the next workers are forked from another");
     stop();
   }
@@ -177,21 +171,7 @@ bool WarmStart::launch(const SpawnRequest& shared, const std::string& bootstrap_
                      std::strerror(errno)));
     return false;
   }
-  // Local rank 0's command line, the bootstrap in its environment: each worker forked shows
-  // it in ps (and /proc/PID/cmdline), as it shows its own script.
-  SpawnRequest request = shared;
-  const nlohmann::json settings = {
-      {"modules", modules_},
-      {"prefix", end},
-      {"marker", std::string(kJobMarkerEntry.substr(0, kJobMarkerEntry.size() - 1))}};
-  request.env = bootstrap_environment(*shared.env, bootstrap_dir, {{"template", settings}});
-  request.in = Stdio::from_fd(fds[1]);
-  request.out = request.err = Stdio::inherit();
-  // It is no worker: outside the job's cgroup (which the end of each attempt empties) and on
-  // every CPU; each worker joins the one and binds itself as its own request says.
-  request.cgroup_fd = -1;
-  request.cpus.clear();
-  Child child = spawn(request);
+  Child child = spawn(template_request(shared, bootstrap_dir, modules_, end, fds[1]));
   ::close(fds[1]);
   if (child.pid <= 0) {
     ::close(fds[0]);
@@ -199,41 +179,39 @@ bool WarmStart::launch(const SpawnRequest& shared, const std::string& bootstrap_
     return false;
   }
   pid_ = child.pid;
-  socket_ = fds[0];
+  socket_ = std::make_unique<TemplateSocket>(io_, fds[0]);
   // Not waited for: an exec that fails ends the template, which closes its socket (imported()).
   exec_report_ = child.exec_report;
   ready_ = false;
   // Its own session, which the watchdog kills if trainrun is killed (its death signal too).
   watchdog_.add_group(pid_);
-  socket_watch_ = std::make_unique<boost::asio::posix::stream_descriptor>(io_, socket_);
-  socket_watch_->async_wait(boost::asio::posix::stream_descriptor::wait_read,
-                            [this, generation = ++generation_](boost::system::error_code ec) {
-                              if (ec || generation != generation_) return;
-                              imported();
-                            });
+  socket_->next([this](std::optional<TemplateSocket::Message> m) { imported(std::move(m)); });
   return true;
 }
 
-void WarmStart::imported() {
-  char tag = 0;
-  std::string text;
-  if (read_reply(tag, text) && tag == 'R') {
+void WarmStart::imported(std::optional<std::pair<char, std::string>> message) {
+  if (message && message->first == 'R') {
     ready_ = true;
     close_exec_report();  // it runs Python: its exec worked
-    if (!text.empty()) say_(text);
+    if (!message->second.empty()) say_(message->second);
     go_on();
     return;
   }
-  // Killed and reaped first: its exec report is then whole (an errno, or nothing at the exec).
+  // Its socket is closed: the template ended, or its exec failed, in which case the errno is in
+  // its exec report already (written before the child that held the socket exited).
   Child ended;
   ended.exec_report = std::exchange(exec_report_, -1);
-  const auto status = stop();
   const int exec_errno = ended.exec_report >= 0 ? wait_for_exec(ended) : 0;
-  say_(exec_errno != 0 ? cannot_start(program_, exec_errno)
-                       : fmt::format("--preload: the template interpreter {} before its imports "
-                                     "were done; workers start the ordinary way",
-                                     status ? describe_exit(*status) : "ended"));
-  go_on();
+  if (exec_errno != 0) {
+    say_(cannot_start(program_, exec_errno));
+    stop();
+    return go_on();
+  }
+  // Said with its status once the loop has reaped it; the wait for the imports goes on until then.
+  stop([this](const ExitStatus& status) {
+    say_(ended_importing(status));
+    go_on();
+  });
 }
 
 void WarmStart::close_exec_report() {
@@ -241,112 +219,117 @@ void WarmStart::close_exec_report() {
   exec_report_ = -1;
 }
 
-std::optional<Child> WarmStart::start(const SpawnRequest& r, int local_rank) {
+std::optional<ForkOutcome> WarmStart::start(const SpawnRequest& r, int local_rank,
+                                            std::function<void(ForkOutcome)> done) {
   // Only what the template can carry out: a worker's own environment, its interpreter and
   // options, and the template's own command (a script named after its rank is another program).
-  if (!ready_ || off_ || pid_ < 0 || !r.env || r.program != program_ ||
+  if (!ready_ || off_ || pid_ < 0 || asked_ || !r.env || r.program != program_ ||
       r.argv.size() < options_.size() + command_.size() ||
       !std::equal(options_.begin(), options_.end(), r.argv.begin()) ||
       !std::equal(command_.begin(), command_.end(),
                   r.argv.begin() + static_cast<std::ptrdiff_t>(options_.size())))
-    return std::nullopt;
+    return ForkOutcome{};
   std::optional<ForkRequest> request = fork_request(
       r, {::fcntl(0, F_GETFD) >= 0, ::fcntl(1, F_GETFD) >= 0, ::fcntl(2, F_GETFD) >= 0});
-  if (!request) return std::nullopt;
+  if (!request) return ForkOutcome{};
   int report[2];
   if (!make_pipe(report)) {
     Child failed;
     failed.error = errno;
     failed.pipe_failed = true;
-    return failed;
+    return ForkOutcome{failed, nullptr};
   }
   std::vector<int> fds = std::move(request->fds);
   fds.push_back(report[1]);
   std::string message;
   put_u32(message, static_cast<std::uint32_t>(request->json.size()));
   message += request->json;
-  const bool sent = send_with_fds(socket_, message, fds);
+  const bool sent = socket_->send(message, fds);
   ::close(report[1]);
-  char tag = 0;
-  std::string text;
   if (!sent) {
     // Nothing was forked for a request the template did not take whole.
     ::close(report[0]);
     say_("--preload: the template interpreter ended; workers start the ordinary way");
     stop();
-    return std::nullopt;
+    return ForkOutcome{};
   }
-  if (!read_reply(tag, text) || (tag != 'P' && tag != 'U' && tag != 'F')) {
-    ::close(report[0]);
+  // The reply is an event: the loop serves the job's store meanwhile.
+  asked_ = Asked{report[0], local_rank, std::move(done)};
+  socket_->next(
+      [this](std::optional<TemplateSocket::Message> reply) { answered(std::move(reply)); },
+      kReplyLimit);
+  return std::nullopt;
+}
+
+void WarmStart::answered(std::optional<std::pair<char, std::string>> reply) {
+  if (!asked_) return;
+  Asked asked = std::move(*std::exchange(asked_, std::nullopt));
+  const char tag = reply ? reply->first : 0;
+  if (tag != 'P' && tag != 'U' && tag != 'F') {
+    ::close(asked.report);
     stop();
-    throw SpawnError(fmt::format(
-        "--preload: the template interpreter ended while starting local rank {}", local_rank));
+    return asked.done({std::nullopt, lost_while_starting(asked.local_rank)});
   }
   if (tag == 'U') {
-    ::close(report[0]);
-    say_(text);
+    ::close(asked.report);
+    say_(reply->second);
     off_ = true;
     stop();
-    return std::nullopt;
+    return asked.done({});
   }
   Child child;
   if (tag == 'F') {
-    ::close(report[0]);
-    child.error = std::atoi(text.c_str());
-    return child;
+    ::close(asked.report);
+    child.error = std::atoi(reply->second.c_str());
+  } else {
+    child.pid = static_cast<pid_t>(std::atol(reply->second.c_str()));
+    child.exec_report = asked.report;
   }
-  child.pid = static_cast<pid_t>(std::atol(text.c_str()));
-  child.exec_report = report[0];
-  return child;
-}
-
-bool WarmStart::read_reply(char& tag, std::string& text) {
-  unsigned char header[5];
-  if (!wait_readable(socket_, kReplyMilliseconds) || !read_exactly(socket_, header, sizeof header))
-    return false;
-  tag = static_cast<char>(header[0]);
-  const std::uint32_t size =
-      header[1] | header[2] << 8 | header[3] << 16 | static_cast<std::uint32_t>(header[4]) << 24;
-  if (size > kMaxReply) return false;
-  text.assign(size, '\0');
-  return read_exactly(socket_, text.data(), size);
+  asked.done({child, nullptr});
 }
 
 bool WarmStart::ended(pid_t pid, const ExitStatus& status) {
   if (pid <= 0 || pid != pid_) return false;
-  say_(
-      fmt::format("--preload: the template interpreter {}; the next workers are forked from "
-                  "another",
-                  describe_exit(status)));
-  ++generation_;
-  if (socket_watch_) (void)socket_watch_->release();
-  socket_watch_.reset();
-  ::close(socket_);
-  socket_ = -1;
+  const bool imported = ready_;
+  say_(imported ? fmt::format("--preload: the template interpreter {}; the next workers are "
+                              "forked from another",
+                              describe_exit(status))
+                : ended_importing(status));
+  socket_.reset();
   close_exec_report();
   pid_ = -1;
   ready_ = false;
   watchdog_.remove_group(pid);
+  if (auto asked = std::exchange(asked_, std::nullopt)) {
+    ::close(asked->report);
+    asked->done({std::nullopt, lost_while_starting(asked->local_rank)});
+  }
+  if (!imported) go_on();
   return true;
 }
 
-std::optional<ExitStatus> WarmStart::stop() {
-  if (pid_ <= 0) return std::nullopt;
-  ++generation_;
-  // The descriptor is ours, closed below: the watch lets go of it first.
-  if (socket_watch_) (void)socket_watch_->release();
-  socket_watch_.reset();
-  ::close(socket_);
-  socket_ = -1;
+void WarmStart::stop(std::function<void(const ExitStatus&)> reaped) {
+  if (pid_ <= 0) return;
+  socket_.reset();
   close_exec_report();
+  if (auto asked = std::exchange(asked_, std::nullopt)) ::close(asked->report);
   // Its session: the template, and a child of its forking a worker at that moment.
   ::kill(-pid_, SIGKILL);
   ::kill(pid_, SIGKILL);
-  const auto status = wait_for_exit(pid_);
-  watchdog_.remove_group(pid_);
-  pid_ = -1;
+  // Reaped by the loop (reaper::collect on SIGCHLD), not waited for here; its process group
+  // stays reserved, and watched, until then.
+  const pid_t pid = std::exchange(pid_, -1);
   ready_ = false;
-  return status;
+  dying_[pid] = std::move(reaped);
+  reaper::adopt(pid, [this](pid_t child, const WaitEvent& event) {
+    if (event.kind != WaitEvent::Kind::ended) return;
+    const auto it = dying_.find(child);
+    if (it == dying_.end()) return;
+    auto then = std::move(it->second);
+    dying_.erase(it);
+    watchdog_.remove_group(child);
+    if (then) then(event.end);
+  });
 }
 
 }  // namespace trainrun::launch

@@ -26,6 +26,7 @@
 namespace trainrun::launch {
 
 class ExecReports;
+class EarlyEvents;
 
 class DiagnosisRelay;
 class PythonBootstrap;
@@ -73,11 +74,13 @@ class Supervisor {
   void prepare(const std::vector<WorkerLaunch>& workers, std::function<void()> then);
   // A prepare's `then` not yet run is dropped: the group is not to start.
   void cancel_prepare();
-  // Starts every worker: forks them all in one pass, then reads their exec reports as events on
-  // the loop; `started` runs once every worker runs its program (nullptr), or with the error
-  // once a start failed and the workers already started are killed and reaped. No exit reaches
-  // `on_exit` before `started` has run. A worker that cannot be forked (or a --preload template
-  // that ended while forking) throws SpawnError instead, the others killed and reaped.
+  // Starts every worker: forks them all in one pass (a chain on the loop where a worker's pid is
+  // the --preload template's reply, an event), then reads their exec reports as events on the
+  // loop; `started` runs once every worker runs its program (nullptr), or with the error once a
+  // start failed and the workers already started are killed and reaped (by the loop, never
+  // waited for): a SpawnError for a worker that cannot be forked or a --preload template that
+  // ended while forking. No exit reaches `on_exit` before `started` has run. A signal sent while
+  // the group is being forked reaches the workers forked after it too.
   void start(const std::vector<WorkerLaunch>& workers, ExitHandler on_exit,
              std::function<void(std::exception_ptr)> started);
   // SIGCHLD: collects every child that has an event through the one reaper (reaper.hpp): the
@@ -134,6 +137,23 @@ class Supervisor {
     std::chrono::steady_clock::time_point started;  // its fork (or the template's) returned
     bool returned = false;                          // it told that its script is over
   };
+  // A worker being forked: what its fork needs until it is known (the template's reply).
+  struct Forking {
+    GroupOutput::Streams streams;
+    SpawnRequest request;
+    std::optional<DiagnosisChannel> channel;
+  };
+  enum class Signalled { group, process, abort };
+  // Forks the group's next workers until one waits for the template's reply, or all are forked.
+  void fork_next();
+  // Forks launches_[next_]; false when its pid comes later (forked() then), or the start failed.
+  bool fork_one();
+  // launches_[next_] was forked (or could not be): it is known from now on.
+  void forked(ForkOutcome outcome);
+  // The group's start failed: the workers forked are killed, and `started_` told once reaped.
+  void fail_start(std::exception_ptr error);
+  void signal_worker(const Worker& worker, Signalled how, int sig);
+  void signal_group(Signalled how, int sig);
   void close_channels();
   void script_returned(int local_rank, pid_t pid, const std::string& notice);
   void worker_stopped(Worker& worker, int sig);
@@ -149,7 +169,6 @@ class Supervisor {
   bool leftovers(bool signal, int sig);
   void finish_step();
   void name_leftovers();
-  Child start_worker(SpawnRequest request, int local_rank, int& diagnosis);
   // The Python bootstrap's directory, written at the first call; "" where it cannot be (said
   // once: workers then start without a diagnosis channel, and not from --preload's template).
   const std::string& bootstrap_dir();
@@ -168,8 +187,17 @@ class Supervisor {
   std::unique_ptr<ExecReports> exec_reports_;
   std::function<void(std::exception_ptr)> started_;  // the group's start, still to be told
   std::exception_ptr start_error_;                   // a failed start, its workers being reaped
-  // Their events while the group's exec reports are still coming: handed on once they are in.
+  // Their events while the group is forked or its exec reports come: handed on once they are in.
   std::vector<std::pair<pid_t, WaitEvent>> held_events_;
+  // The group being forked, one worker after another; a pid the template's reply tells.
+  std::vector<WorkerLaunch> launches_;
+  std::size_t next_ = 0;
+  bool forking_ = false;
+  unsigned chain_ = 0;  // each group's start: a reply to an earlier one's is dropped
+  std::optional<Forking> forking_now_;
+  std::vector<Child> spawned_;
+  std::unique_ptr<EarlyEvents> early_;  // a worker's events before the reply that names it
+  std::vector<std::pair<Signalled, int>> late_signals_;  // sent to the group while forking
   ReturnHandler returned_;
   GroupOutput output_;
   boost::asio::steady_timer finish_timer_;
