@@ -135,3 +135,23 @@ TEST_CASE("read_file reads a file whole, past any buffer, and nothing it cannot 
   REQUIRE(status);
   CHECK(status->find("\nPid:") != std::string::npos);
 }
+
+TEST_CASE("read_file_prefix reads at most its bound; read_first_word a file's first word", "[base]") {
+  const std::string path = "/tmp/trainrun_read_prefix_" + random_hex(8);
+  {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f);
+    std::fputs("  \n 0x8086 more\n", f);
+    std::fclose(f);
+  }
+  CHECK(read_file_prefix(path, 5) == std::optional<std::string>("  \n 0"));
+  CHECK(read_file_prefix(path, 1000) == std::optional<std::string>("  \n 0x8086 more\n"));
+  CHECK(read_first_word(path) == "0x8086");
+  std::remove(path.c_str());
+  CHECK_FALSE(read_file_prefix(path, 10));
+  CHECK(read_first_word(path).empty());
+  // A /proc command line, of which only the start is wanted.
+  const auto cmdline = read_file_prefix("/proc/self/cmdline", 3);
+  REQUIRE(cmdline);
+  CHECK(cmdline->size() == 3);
+}

@@ -8,9 +8,9 @@
 #include <csignal>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "trainrun/base/files.hpp"
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/text.hpp"
 #include "trainrun/base/wording.hpp"
@@ -89,10 +89,7 @@ std::optional<ErrorFileContents> read_error_file(const std::string& path, std::s
     return std::nullopt;
   }
   // The size checked above may grow before the read: never take more than the limit.
-  std::ifstream in(path, std::ios::binary);
-  std::string text(kMaxErrorFileBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
+  const std::string text = read_file_prefix(path, kMaxErrorFileBytes + 1).value_or("");
   if (text.size() > kMaxErrorFileBytes) {
     *problem = fmt::format("error file {} grew past {} bytes while being read; not read", path,
                            kMaxErrorFileBytes);

@@ -9,8 +9,8 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 
+#include "trainrun/base/files.hpp"
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/launch/core/errors.hpp"
 
@@ -68,9 +68,8 @@ bool remove_empty_tree(const std::string& path) {
 }
 
 std::optional<long long> read_positive_integer(const std::string& path) {
-  std::ifstream file(path);
-  std::string text;
-  if (!(file >> text)) return std::nullopt;
+  const std::string text = read_first_word(path);
+  if (text.empty()) return std::nullopt;
   const std::optional<long long> n = parse_integer(text);
   if (!n || *n <= 0) return std::nullopt;
   return n;

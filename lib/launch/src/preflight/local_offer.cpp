@@ -2,9 +2,9 @@
 
 #include <sys/stat.h>
 
-#include <fstream>
 #include <sstream>
 
+#include "trainrun/base/files.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/base/text.hpp"
 #include "trainrun/launch/version.hpp"
@@ -15,18 +15,17 @@ namespace trainrun::launch {
 namespace {
 
 // A program larger than this is not hashed (its name is still compared).
-constexpr std::streamsize kMaxHashedBytes = std::streamsize{1} << 30;
+constexpr std::size_t kMaxHashedBytes = std::size_t{1} << 30;
 
 std::string file_sha256(const std::string& path) {
   if (path.empty()) return "";
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return "";
-  const std::streamsize size = in.tellg();
-  if (size < 0 || size > kMaxHashedBytes) return "";
-  std::string data(static_cast<std::size_t>(size), '\0');
-  in.seekg(0);
-  if (!in.read(data.data(), size)) return "";
-  return rendezvous::to_hex(rendezvous::sha256(data));
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || st.st_size < 0 ||
+      static_cast<std::size_t>(st.st_size) > kMaxHashedBytes)
+    return "";
+  const std::optional<std::string> data = read_file_prefix(path, kMaxHashedBytes + 1);
+  if (!data || data->size() > kMaxHashedBytes) return "";
+  return rendezvous::to_hex(rendezvous::sha256(*data));
 }
 
 }  // namespace

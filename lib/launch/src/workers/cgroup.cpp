@@ -9,13 +9,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <optional>
 #include <sstream>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "trainrun/base/files.hpp"
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/launch/core/file_io.hpp"
@@ -98,7 +98,7 @@ std::optional<std::string> own_cgroup_directory() {
 }
 
 std::vector<pid_t> processes_in(const std::string& path) {
-  std::ifstream procs(path + "/cgroup.procs");
+  std::istringstream procs(read_file(path + "/cgroup.procs").value_or(""));
   std::vector<pid_t> out;
   std::string line;
   while (std::getline(procs, line)) {
@@ -108,7 +108,7 @@ std::vector<pid_t> processes_in(const std::string& path) {
 }
 
 bool populated_at(const std::string& path) {
-  std::ifstream events(path + "/cgroup.events");
+  std::istringstream events(read_file(path + "/cgroup.events").value_or(""));
   std::string key;
   int value = 0;
   while (events >> key >> value) {

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 
+#include "trainrun/base/files.hpp"
 #include "trainrun/base/text.hpp"
 #include "trainrun/base/wording.hpp"
 
@@ -20,15 +20,13 @@ constexpr size_t kMaxCommand = 80;
 
 std::string describe_process(pid_t pid) {
   // A command line may be megabytes long: read no more than is shown.
-  std::ifstream in(fmt::format("/proc/{}/cmdline", pid), std::ios::binary);
-  std::string command(kMaxCommand + 1, '\0');
-  in.read(command.data(), static_cast<std::streamsize>(command.size()));
-  command.resize(static_cast<size_t>(in.gcount()));
+  std::string command =
+      read_file_prefix(fmt::format("/proc/{}/cmdline", pid), kMaxCommand + 1).value_or("");
   while (!command.empty() && command.back() == '\0') command.pop_back();
   std::replace(command.begin(), command.end(), '\0', ' ');
   if (command.empty()) {
-    std::ifstream comm(fmt::format("/proc/{}/comm", pid));
-    std::getline(comm, command);
+    command = read_file_prefix(fmt::format("/proc/{}/comm", pid), 64).value_or("");
+    command = command.substr(0, command.find('\n'));
   }
   std::string shown = escape_control(utf8_prefix(command, kMaxCommand));
   if (command.size() > kMaxCommand) shown += "...";

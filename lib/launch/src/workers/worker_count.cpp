@@ -12,13 +12,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "trainrun/base/files.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/file_io.hpp"
 #include "trainrun/launch/workers/cgroup.hpp"
@@ -154,9 +154,8 @@ int count_intel_xpus(const std::string& drm_dir, const std::optional<std::string
   if (DIR* dir = opendir(drm_dir.c_str())) {
     while (dirent* e = readdir(dir)) {
       if (std::strncmp(e->d_name, "renderD", 7) != 0) continue;
-      std::ifstream vendor(drm_dir + "/" + e->d_name + "/device/vendor");
-      std::string id;
-      if (vendor >> id && (id == "0x8086" || id == "0X8086")) ++devices;
+      const std::string id = read_first_word(drm_dir + "/" + e->d_name + "/device/vendor");
+      if (id == "0x8086" || id == "0X8086") ++devices;
     }
     closedir(dir);
   }

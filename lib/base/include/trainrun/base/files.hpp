@@ -40,6 +40,34 @@ inline std::optional<std::string> read_file(const std::string& path) {
   return text;
 }
 
+// At most `max_bytes` of the file `path` from its start (a /proc command line may be megabytes, an
+// error file may grow while it is read): nullopt when it cannot be opened.
+inline std::optional<std::string> read_file_prefix(const std::string& path, std::size_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return std::nullopt;
+  std::string text(max_bytes, '\0');
+  std::size_t got = 0;
+  while (got < max_bytes) {
+    const ssize_t n = ::read(fd, text.data() + got, max_bytes - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  text.resize(got);
+  return text;
+}
+
+// The first word of the file `path` (a /sys or /proc value, a cgroup's number); "" where it
+// cannot be read or holds none.
+inline std::string read_first_word(const std::string& path) {
+  const std::optional<std::string> text = read_file_prefix(path, 4096);
+  if (!text) return "";
+  const std::size_t start = text->find_first_not_of(" \t\r\n");
+  if (start == std::string::npos) return "";
+  return text->substr(start, text->find_first_of(" \t\r\n", start) - start);
+}
+
 // This program's own executable (/proc/self/exe); "" where it cannot be read.
 inline std::string self_exe() {
   char buffer[4096];
