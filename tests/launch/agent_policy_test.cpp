@@ -32,6 +32,30 @@ LaunchConfig config(int nproc, int max_restarts = 0) {
 
 // Drives an AgentPolicy with a fake clock and writes each action as one line, so that tests
 // compare whole sequences exactly. Summaries are kept aside: their layout is failure_test's.
+// Group rank `group_rank` (its first rank `base_rank`) of two nodes' round of two ranks each.
+rendezvous::Assignment two_nodes(int group_rank, int base_rank, int restart_count) {
+  rendezvous::Assignment a;
+  a.group_rank = group_rank;
+  a.group_world_size = 2;
+  a.base_rank = base_rank;
+  a.local_world_size = 2;
+  a.world_size = 4;
+  a.master_addr = "hostb";
+  a.master_port = 31000;
+  a.restart_count = restart_count;
+  a.max_restarts = 3;
+  return a;
+}
+
+// Group rank 1 of two nodes' round, with the nodes' addresses; `peers`: the nodes its preflight
+// checks.
+rendezvous::Assignment round_of(int restart_count, int peers) {
+  rendezvous::Assignment a = two_nodes(1, 2, restart_count);
+  a.node_addresses = {"10.0.0.1", "10.0.0.2"};
+  for (int i = 0; i < peers; ++i) a.preflight.emplace_back().host = "hostb";
+  return a;
+}
+
 struct Harness {
   explicit Harness(LaunchConfig c, std::string one_node_master_addr = {})
       : policy(std::move(c), "hosta", std::move(one_node_master_addr)) {}
@@ -103,17 +127,7 @@ struct Harness {
   Lines signal(int sig) { return on(event::Signal{sig}); }
   Lines grace() { return on(event::GraceExpired{}); }
   Lines assign(int group_rank, int base_rank, int restart_count) {
-    rendezvous::Assignment a;
-    a.group_rank = group_rank;
-    a.group_world_size = 2;
-    a.base_rank = base_rank;
-    a.local_world_size = 2;
-    a.world_size = 4;
-    a.master_addr = "hostb";
-    a.master_port = 31000;
-    a.restart_count = restart_count;
-    a.max_restarts = 3;
-    return on(event::Assignment{a});
+    return on(event::Assignment{two_nodes(group_rank, base_rank, restart_count)});
   }
   Lines restart(const rendezvous::Restart& r) { return on(event::Restart{r}); }
   Lines stop(const rendezvous::Stop& s) { return on(event::Stop{s}); }
@@ -625,23 +639,6 @@ TEST_CASE("in a job, a hang is reported to the rendezvous with its exit code", "
 }
 
 namespace {
-
-// Group rank 1 of two nodes' round; `peers`: the nodes its preflight checks.
-rendezvous::Assignment round_of(int restart_count, int peers) {
-  rendezvous::Assignment a;
-  a.group_rank = 1;
-  a.group_world_size = 2;
-  a.base_rank = 2;
-  a.local_world_size = 2;
-  a.world_size = 4;
-  a.master_addr = "hostb";
-  a.master_port = 31000;
-  a.restart_count = restart_count;
-  a.max_restarts = 3;
-  a.node_addresses = {"10.0.0.1", "10.0.0.2"};
-  for (int i = 0; i < peers; ++i) a.preflight.emplace_back().host = "hostb";
-  return a;
-}
 
 rendezvous::Restart scale_up() {
   rendezvous::Restart r;
