@@ -198,7 +198,7 @@ def render(rec):
     res = rec["results"]
     s = rec["settings"]
     table = ["| workers on the node | naming one connection, sock_diag (µs) | "
-             "all W connections, the loop held (ms) | the fallback's table read (µs) |",
+             "all W connections (ms) | the fallback's table read (µs) |",
              "|---:|---:|---:|---:|"]
     for t in res["trace"]:
         w = t["workers"]
@@ -215,8 +215,8 @@ def render(rec):
 `bench/store_owners.py` — what it costs that node 0's agent names the worker behind each
 connection to the job's store ([architecture.md](architecture.md#naming-the-stores-connections)
 says why it is done so): {lines} lines in `connection_owner`, `store_owners` and `store_asker`.
-On the agent's loop, at each connection's first request: one sock_diag lookup and the workers'
-`/proc/PID/fd` read (`bench/store_owner_trace`, W workers of this node each holding
+On the agent's lookup thread (the loop answers meanwhile), at each connection's first request:
+one sock_diag lookup and the workers' `/proc/PID/fd` read (`bench/store_owner_trace`, W workers of this node each holding
 {s['fds']} more descriptors, every connection named {s['repeat']} times; median (min–max) per
 connection); where a kernel has no sock_diag, `/proc/net/tcp` and `tcp6` are read whole instead
 (the last column: that read and the search for the socket, on this machine's tables).

@@ -32,6 +32,7 @@
 #include "startup_record.hpp"
 #include "store_asker.hpp"
 #include "store_owners.hpp"
+#include "trainrun/base/off_loop.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/base/wording.hpp"
 #include "trainrun/launch/core/errors.hpp"
@@ -274,13 +275,22 @@ class Agent {
           watch_->start(workers_.attempt_path("hang.txt"));
         });
   }
-  // Which of this node's workers, if any, a connection to the store comes from.
-  // Another node's, a stranger's: the other nodes are asked (StoreAsker).
+  // Which of this node's workers, if any, a connection to the store comes from, looked up off the
+  // loop (through each worker's descriptors: milliseconds on a node of many workers), so that the
+  // store answers meanwhile. Another node's, a stranger's: the other nodes are asked (StoreAsker).
   void reached_store(const asio::ip::tcp::endpoint& peer, const asio::ip::tcp::endpoint& local) {
-    const auto rank = connection_rank(peer, local, workers_.node_workers());
-    raise(event::ReachedStore{rank});
-    if (!rank && startup_.current())
-      store_asker_.unnamed({peer, local}, startup_.since_began(Clock::now()));
+    const Clock::time_point at = Clock::now();
+    const int attempt = startup_.current() ? startup_.current()->topology.restart_count : -1;
+    owner_lookups_.run(
+        [peer, local, workers = workers_.node_workers()] {
+          return connection_rank(peer, local, workers);
+        },
+        [this, peer, local, at, attempt](std::optional<int> rank) {
+          raise(event::ReachedStore{rank, at, attempt});
+          if (!rank && startup_.current() &&
+              startup_.current()->topology.restart_count == attempt)
+            store_asker_.unnamed({peer, local}, startup_.since_began(at));
+        });
   }
   void carry_out(const action::SignalWorkers& a) {
     workers_.signal(a, a.failure_stop && job_.python_workers && watch_->suspected());
@@ -386,6 +396,8 @@ class Agent {
                           raiser()};
   int exit_code_ = 0;
   std::optional<Clock::time_point> ended_;
+  // Last: its thread ends before what its results reach.
+  OffLoop owner_lookups_{[this](std::function<void()> f) { asio::post(io_, std::move(f)); }};
 };
 
 }  // namespace

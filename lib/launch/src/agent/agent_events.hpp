@@ -92,6 +92,10 @@ struct Stop {
 // node, or from no worker it can name (another node's, a stranger). Recorded, decides nothing.
 struct ReachedStore {
   std::optional<int> rank;
+  // When its first request came (the lookup of its rank runs off the loop, and ends later), and
+  // the attempt it came in (-1: as the record's); a default time: when the event is raised.
+  std::chrono::steady_clock::time_point at{};
+  int restart_count = -1;
 };
 // Node rank 0 asked the other nodes whose the store's connections from no worker of its own are
 // (StoreAsker): the ranks they named, each with its node and its first request's time; `unnamed`:

@@ -70,10 +70,11 @@ void StartupRecord::on_event(const event::WorkersStarted& e, Instant) {
 
 void StartupRecord::on_event(const event::ReachedStore& e, Instant now) {
   if (!startup_) return;
+  if (e.restart_count >= 0 && e.restart_count != startup_->topology.restart_count) return;
   if (!e.rank) {
     ++startup_->unattributed;
   } else if (!startup_->at_store.count(*e.rank)) {
-    startup_->at_store[*e.rank] = since_began(now.at);
+    startup_->at_store[*e.rank] = since_began(e.at == Clock::time_point{} ? now.at : e.at);
   }
   changed();
   if (startup_->complete()) say_startup(false);
