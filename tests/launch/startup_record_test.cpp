@@ -86,6 +86,21 @@ TEST_CASE("the record keeps an attempt's start-up from the events and says it on
   CHECK(h.summary->at_store.at(0) == Approx(0.5));
 }
 
+TEST_CASE("a connection's rank named after its lookup counts from its first request, in its attempt") {
+  Harness h;
+  h.record.set_agent_store(true);
+  h.on(event::StartSingleNode{29500}, 0);
+  h.start(node(2), 100);
+  h.started(0, {110, 120}, 130);
+  // The lookup of rank 1 ended at 900 ms; its first request came at 300 ms.
+  h.on(event::ReachedStore{1, h.t(300).at, 0}, 900);
+  CHECK(h.summary->at_store.at(1) == Approx(0.3));
+  // A lookup of an attempt that is not the record's is dropped.
+  h.on(event::ReachedStore{0, h.t(350).at, 1}, 950);
+  CHECK_FALSE(h.summary->at_store.count(0));
+  CHECK(h.summary->unattributed == 0);
+}
+
 TEST_CASE("the first outputs are said once every worker wrote; another attempt's are dropped") {
   Harness h;
   h.on(event::StartSingleNode{29500}, 0);
