@@ -1,7 +1,7 @@
 // The rendezvous frame decoder on an arbitrary byte stream, fed in arbitrary pieces; with the
 // connection past a token handshake, every frame it yields is opened (its tag checked) as well.
+#include "frame.hpp"
 #include "fuzz_util.hpp"
-#include "trainrun/rendezvous/frame.hpp"
 
 using namespace trainrun::rendezvous;
 

@@ -1,7 +1,7 @@
 #pragma once
 
+#include "frame.hpp"
 #include "fuzz_util.hpp"
-#include "trainrun/rendezvous/frame.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 
 namespace trainrun::fuzz {

@@ -3,8 +3,8 @@
 #include <boost/asio/ip/address.hpp>
 #include <catch2/catch.hpp>
 
+#include "client_stops.hpp"
 #include "trainrun/base/system.hpp"
-#include "trainrun/rendezvous/client_stops.hpp"
 
 using namespace trainrun::rendezvous;
 namespace asio = boost::asio;

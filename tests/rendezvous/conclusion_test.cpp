@@ -1,9 +1,9 @@
 // The pure rules of a job's conclusion that both backends share (conclusion.hpp).
-#include "trainrun/rendezvous/conclusion.hpp"
+#include "conclusion.hpp"
 
 #include <catch2/catch.hpp>
 
-#include "trainrun/rendezvous/frame.hpp"
+#include "frame.hpp"
 #include "worker_failure.hpp"
 
 using namespace trainrun::rendezvous;

@@ -1,4 +1,4 @@
-#include "trainrun/rendezvous/connector.hpp"
+#include "connector.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>

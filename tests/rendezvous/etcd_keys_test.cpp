@@ -1,10 +1,10 @@
 // The etcd backend's keys (EtcdKeyspace): their names, the ranges read and watched, and what a
 // range response or a watch event of etcd's JSON gateway says of them.
-#include "trainrun/rendezvous/etcd_keys.hpp"
+#include "etcd_keys.hpp"
 
 #include <catch2/catch.hpp>
 
-#include "trainrun/rendezvous/etcd_client.hpp"
+#include "etcd_client.hpp"
 
 using namespace trainrun::rendezvous;
 using json = nlohmann::json;

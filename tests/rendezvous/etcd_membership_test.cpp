@@ -1,11 +1,11 @@
 // What the states and summaries an etcd agent sees mean for its node, without etcd.
-#include "trainrun/rendezvous/etcd_membership.hpp"
+#include "etcd_membership.hpp"
 
 #include <catch2/catch.hpp>
 
+#include "etcd_client.hpp"
 #include "sample_offer.hpp"
 #include "test_node.hpp"
-#include "trainrun/rendezvous/etcd_client.hpp"
 
 using namespace trainrun::rendezvous;
 using Phase = EtcdRoundState::Phase;

@@ -1,5 +1,5 @@
 // The keys an etcd agent writes for itself, on its lease, against a real etcd.
-#include "trainrun/rendezvous/etcd_own_keys.hpp"
+#include "etcd_own_keys.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -12,11 +12,11 @@
 #include <optional>
 #include <string>
 
+#include "etcd_calls.hpp"
+#include "etcd_client.hpp"
+#include "etcd_keys.hpp"
+#include "etcd_round.hpp"
 #include "etcd_server.hpp"
-#include "trainrun/rendezvous/etcd_calls.hpp"
-#include "trainrun/rendezvous/etcd_client.hpp"
-#include "trainrun/rendezvous/etcd_keys.hpp"
-#include "trainrun/rendezvous/etcd_round.hpp"
 
 namespace trainrun::test {
 

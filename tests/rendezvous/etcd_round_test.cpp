@@ -1,7 +1,7 @@
 // What the etcd backend adds to the round rules (EtcdRound), without etcd: answers before a round
 // starts, generations, what stays out of the state, and its encoding. The rules themselves run
 // against a real etcd in round_table_test.cpp.
-#include "trainrun/rendezvous/etcd_round.hpp"
+#include "etcd_round.hpp"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>

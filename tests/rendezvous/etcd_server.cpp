@@ -11,8 +11,8 @@
 #include <chrono>
 #include <thread>
 
+#include "etcd_client.hpp"
 #include "test_support.hpp"
-#include "trainrun/rendezvous/etcd_client.hpp"
 
 namespace trainrun::test {
 

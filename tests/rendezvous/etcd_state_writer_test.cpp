@@ -1,6 +1,6 @@
 // The etcd backend's writer of the round state against a real etcd: read, apply, compare-and-set,
 // again after a conflict.
-#include "trainrun/rendezvous/etcd_state_writer.hpp"
+#include "etcd_state_writer.hpp"
 
 #include <catch2/catch.hpp>
 

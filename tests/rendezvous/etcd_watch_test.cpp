@@ -1,5 +1,5 @@
 // An etcd agent's view of its run's keys against a real etcd: read, then watched.
-#include "trainrun/rendezvous/etcd_watch.hpp"
+#include "etcd_watch.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-#include "trainrun/rendezvous/frame.hpp"
+#include "frame.hpp"
 
 #include <catch2/catch.hpp>
 #include <string>

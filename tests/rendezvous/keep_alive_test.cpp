@@ -1,4 +1,4 @@
-#include "trainrun/rendezvous/keep_alive.hpp"
+#include "keep_alive.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>

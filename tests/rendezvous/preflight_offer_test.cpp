@@ -2,10 +2,10 @@
 #include <set>
 #include <string>
 
+#include "etcd_round.hpp"
+#include "rank_assignment.hpp"
 #include "sample_offer.hpp"
-#include "trainrun/rendezvous/etcd_round.hpp"
 #include "trainrun/rendezvous/messages.hpp"
-#include "trainrun/rendezvous/rank_assignment.hpp"
 
 using namespace trainrun::rendezvous;
 

@@ -8,10 +8,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "etcd_client.hpp"
+#include "etcd_round.hpp"
 #include "etcd_server.hpp"
-#include "trainrun/rendezvous/etcd_client.hpp"
-#include "trainrun/rendezvous/etcd_round.hpp"
-#include "trainrun/rendezvous/round_machine.hpp"
+#include "round_machine.hpp"
 
 namespace trainrun::rendezvous::table {
 namespace {

@@ -1,6 +1,6 @@
 // How rounds form (RoundForming), on a plain state: the rules as a whole run against both
 // backends in round_table_test.cpp.
-#include "trainrun/rendezvous/round_forming.hpp"
+#include "round_forming.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,7 +1,7 @@
 // What the built-in rendezvous adds to the round rules: connections, heartbeats, status messages,
 // its host leaving, static ranks. The rules themselves are round_table_test.cpp's, on both
 // backends.
-#include "trainrun/rendezvous/round_machine.hpp"
+#include "round_machine.hpp"
 
 #include <algorithm>
 #include <catch2/catch.hpp>

@@ -1,5 +1,5 @@
 // Members: the round state's lists of nodes, found by id through an index kept beside the list.
-#include "trainrun/rendezvous/round_state.hpp"
+#include "round_state.hpp"
 
 #include <algorithm>
 #include <catch2/catch.hpp>

@@ -16,7 +16,7 @@
 #include <variant>
 #include <vector>
 
-#include "trainrun/rendezvous/frame.hpp"
+#include "frame.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 
 namespace trainrun::rendezvous::test {

@@ -6,11 +6,11 @@
 #include <memory>
 #include <vector>
 
+#include "framed_connection.hpp"
+#include "handshake.hpp"
 #include "socket_harness.hpp"
 #include "trainrun/rendezvous/client.hpp"
 #include "trainrun/rendezvous/crypto.hpp"
-#include "trainrun/rendezvous/framed_connection.hpp"
-#include "trainrun/rendezvous/handshake.hpp"
 #include "trainrun/rendezvous/server.hpp"
 
 using namespace trainrun::rendezvous;

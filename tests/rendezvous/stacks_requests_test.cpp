@@ -1,5 +1,5 @@
 // A client's open asks for the other nodes' stacks: each answered once, however it ends.
-#include "trainrun/rendezvous/stacks_requests.hpp"
+#include "stacks_requests.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>

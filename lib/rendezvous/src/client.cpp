@@ -6,17 +6,17 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "client_stops.hpp"
+#include "conclusion.hpp"
+#include "connector.hpp"
+#include "framed_connection.hpp"
+#include "handshake.hpp"
+#include "keep_alive.hpp"
+#include "stacks_requests.hpp"
 #include "store_probe.hpp"
 #include "trainrun/base/system.hpp"
-#include "trainrun/rendezvous/client_stops.hpp"
-#include "trainrun/rendezvous/conclusion.hpp"
-#include "trainrun/rendezvous/connector.hpp"
 #include "trainrun/rendezvous/crypto.hpp"
 #include "trainrun/rendezvous/endpoint.hpp"
-#include "trainrun/rendezvous/framed_connection.hpp"
-#include "trainrun/rendezvous/handshake.hpp"
-#include "trainrun/rendezvous/keep_alive.hpp"
-#include "trainrun/rendezvous/stacks_requests.hpp"
 
 namespace trainrun::rendezvous {
 

@@ -1,4 +1,4 @@
-#include "trainrun/rendezvous/client_stops.hpp"
+#include "client_stops.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "trainrun/rendezvous/conclusion.hpp"
+#include "conclusion.hpp"
 
 #include <fmt/format.h>
 

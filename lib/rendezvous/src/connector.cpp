@@ -1,4 +1,4 @@
-#include "trainrun/rendezvous/connector.hpp"
+#include "connector.hpp"
 
 #include <fmt/format.h>
 

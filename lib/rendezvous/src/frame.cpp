@@ -1,4 +1,4 @@
-#include "trainrun/rendezvous/frame.hpp"
+#include "frame.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "trainrun/rendezvous/framed_connection.hpp"
+#include "framed_connection.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

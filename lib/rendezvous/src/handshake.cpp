@@ -1,4 +1,4 @@
-#include "trainrun/rendezvous/handshake.hpp"
+#include "handshake.hpp"
 
 #include <fmt/format.h>
 

@@ -6,10 +6,10 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "message_json.hpp"
 #include "trainrun/base/overloaded.hpp"
 #include "trainrun/base/text.hpp"
 #include "trainrun/base/wording.hpp"
-#include "trainrun/rendezvous/message_json.hpp"
 
 namespace trainrun::rendezvous {
 namespace {

@@ -1,4 +1,4 @@
-#include "trainrun/rendezvous/rank_assignment.hpp"
+#include "rank_assignment.hpp"
 
 #include <fmt/format.h>
 

@@ -1,12 +1,12 @@
-#include "trainrun/rendezvous/round_forming.hpp"
+#include "round_forming.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <tuple>
 
+#include "rank_assignment.hpp"
 #include "trainrun/base/wording.hpp"
-#include "trainrun/rendezvous/rank_assignment.hpp"
 
 namespace trainrun::rendezvous {
 namespace {

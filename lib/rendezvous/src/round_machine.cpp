@@ -1,4 +1,4 @@
-#include "trainrun/rendezvous/round_machine.hpp"
+#include "round_machine.hpp"
 
 #include <fmt/format.h>
 

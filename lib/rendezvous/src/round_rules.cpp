@@ -1,11 +1,11 @@
-#include "trainrun/rendezvous/round_rules.hpp"
+#include "round_rules.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
+#include "conclusion.hpp"
 #include "trainrun/base/wording.hpp"
-#include "trainrun/rendezvous/conclusion.hpp"
 
 namespace trainrun::rendezvous {
 namespace {

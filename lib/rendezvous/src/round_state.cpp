@@ -1,4 +1,4 @@
-#include "trainrun/rendezvous/round_state.hpp"
+#include "round_state.hpp"
 
 #include <fmt/format.h>
 

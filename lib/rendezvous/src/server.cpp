@@ -6,8 +6,9 @@
 #include <deque>
 #include <map>
 
+#include "round_machine.hpp"
+#include "server_connections.hpp"
 #include "trainrun/rendezvous/refusal_throttle.hpp"
-#include "trainrun/rendezvous/server_connections.hpp"
 
 namespace trainrun::rendezvous {
 

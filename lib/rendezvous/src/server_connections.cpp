@@ -1,4 +1,4 @@
-#include "trainrun/rendezvous/server_connections.hpp"
+#include "server_connections.hpp"
 
 #include <fmt/format.h>
 

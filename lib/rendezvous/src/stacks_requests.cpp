@@ -1,4 +1,4 @@
-#include "trainrun/rendezvous/stacks_requests.hpp"
+#include "stacks_requests.hpp"
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>

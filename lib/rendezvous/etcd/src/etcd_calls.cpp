@@ -1,4 +1,4 @@
-#include "trainrun/rendezvous/etcd_calls.hpp"
+#include "etcd_calls.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "trainrun/rendezvous/etcd_client.hpp"
+#include "etcd_client.hpp"
 
 #include <fmt/format.h>
 

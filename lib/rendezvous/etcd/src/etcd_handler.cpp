@@ -5,20 +5,20 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "conclusion.hpp"
+#include "etcd_calls.hpp"
+#include "etcd_client.hpp"
+#include "etcd_keys.hpp"
+#include "etcd_lease.hpp"
+#include "etcd_membership.hpp"
+#include "etcd_own_keys.hpp"
+#include "etcd_refresh.hpp"
+#include "etcd_round.hpp"
+#include "etcd_state_writer.hpp"
+#include "etcd_watch.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/base/text.hpp"
-#include "trainrun/rendezvous/conclusion.hpp"
 #include "trainrun/rendezvous/etcd.hpp"
-#include "trainrun/rendezvous/etcd_calls.hpp"
-#include "trainrun/rendezvous/etcd_client.hpp"
-#include "trainrun/rendezvous/etcd_keys.hpp"
-#include "trainrun/rendezvous/etcd_lease.hpp"
-#include "trainrun/rendezvous/etcd_membership.hpp"
-#include "trainrun/rendezvous/etcd_own_keys.hpp"
-#include "trainrun/rendezvous/etcd_refresh.hpp"
-#include "trainrun/rendezvous/etcd_round.hpp"
-#include "trainrun/rendezvous/etcd_state_writer.hpp"
-#include "trainrun/rendezvous/etcd_watch.hpp"
 
 namespace trainrun::rendezvous {
 

@@ -1,11 +1,11 @@
-#include "trainrun/rendezvous/etcd_keys.hpp"
+#include "etcd_keys.hpp"
 
 #include <fmt/format.h>
 
 #include <stdexcept>
 
+#include "etcd_client.hpp"
 #include "trainrun/base/numbers.hpp"
-#include "trainrun/rendezvous/etcd_client.hpp"
 
 namespace trainrun::rendezvous {
 

@@ -1,9 +1,9 @@
-#include "trainrun/rendezvous/etcd_lease.hpp"
+#include "etcd_lease.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "trainrun/rendezvous/etcd_keys.hpp"
+#include "etcd_keys.hpp"
 
 namespace trainrun::rendezvous {
 

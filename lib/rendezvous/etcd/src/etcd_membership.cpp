@@ -1,11 +1,11 @@
-#include "trainrun/rendezvous/etcd_membership.hpp"
+#include "etcd_membership.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "trainrun/rendezvous/client_stops.hpp"
-#include "trainrun/rendezvous/etcd_client.hpp"
+#include "client_stops.hpp"
+#include "etcd_client.hpp"
 
 namespace trainrun::rendezvous {
 

@@ -1,10 +1,10 @@
-#include "trainrun/rendezvous/etcd_own_keys.hpp"
+#include "etcd_own_keys.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include "etcd_client.hpp"
 #include "trainrun/base/system.hpp"
-#include "trainrun/rendezvous/etcd_client.hpp"
 
 namespace trainrun::rendezvous {
 

@@ -1,4 +1,4 @@
-#include "trainrun/rendezvous/etcd_refresh.hpp"
+#include "etcd_refresh.hpp"
 
 #include <algorithm>
 #include <iterator>

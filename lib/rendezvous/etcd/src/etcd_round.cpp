@@ -1,4 +1,4 @@
-#include "trainrun/rendezvous/etcd_round.hpp"
+#include "etcd_round.hpp"
 
 #include <fmt/format.h>
 
@@ -6,8 +6,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "trainrun/rendezvous/conclusion.hpp"
-#include "trainrun/rendezvous/message_json.hpp"
+#include "conclusion.hpp"
+#include "message_json.hpp"
 
 namespace trainrun::rendezvous {
 

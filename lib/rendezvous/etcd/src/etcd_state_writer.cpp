@@ -1,10 +1,10 @@
-#include "trainrun/rendezvous/etcd_state_writer.hpp"
+#include "etcd_state_writer.hpp"
 
 #include <algorithm>
 #include <chrono>
 
+#include "etcd_client.hpp"
 #include "trainrun/base/system.hpp"
-#include "trainrun/rendezvous/etcd_client.hpp"
 
 namespace trainrun::rendezvous {
 

@@ -1,11 +1,11 @@
-#include "trainrun/rendezvous/etcd_watch.hpp"
+#include "etcd_watch.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
 
-#include "trainrun/rendezvous/etcd_client.hpp"
+#include "etcd_client.hpp"
 
 namespace trainrun::rendezvous {
 

@@ -9,9 +9,10 @@
 #include <string>
 
 #include "trainrun/rendezvous/options.hpp"
-#include "trainrun/rendezvous/round_machine.hpp"
 
 namespace trainrun::rendezvous {
+
+class RoundMachine;  // round_machine.hpp, private to the library
 
 struct ServerOptions {
   Credentials credentials;

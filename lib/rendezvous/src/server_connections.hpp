@@ -10,9 +10,10 @@
 #include <set>
 #include <string>
 
+#include "framed_connection.hpp"
+#include "handshake.hpp"
+#include "round_machine.hpp"
 #include "trainrun/rendezvous/byte_budget.hpp"
-#include "trainrun/rendezvous/framed_connection.hpp"
-#include "trainrun/rendezvous/handshake.hpp"
 #include "trainrun/rendezvous/listener.hpp"
 #include "trainrun/rendezvous/server.hpp"
 

@@ -6,9 +6,9 @@
 #include <string>
 #include <utility>
 
+#include "etcd_round.hpp"
+#include "etcd_watch.hpp"
 #include "trainrun/rendezvous/client.hpp"
-#include "trainrun/rendezvous/etcd_round.hpp"
-#include "trainrun/rendezvous/etcd_watch.hpp"
 #include "trainrun/rendezvous/options.hpp"
 
 namespace trainrun::rendezvous {

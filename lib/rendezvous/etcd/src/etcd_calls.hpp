@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "etcd_client.hpp"
 #include "trainrun/rendezvous/backoff.hpp"
-#include "trainrun/rendezvous/etcd_client.hpp"
 #include "trainrun/rendezvous/handler.hpp"
 
 namespace trainrun::rendezvous {

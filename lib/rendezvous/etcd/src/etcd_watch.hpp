@@ -9,9 +9,9 @@
 #include <string>
 #include <utility>
 
-#include "trainrun/rendezvous/etcd_calls.hpp"
-#include "trainrun/rendezvous/etcd_keys.hpp"
-#include "trainrun/rendezvous/etcd_round.hpp"
+#include "etcd_calls.hpp"
+#include "etcd_keys.hpp"
+#include "etcd_round.hpp"
 
 namespace trainrun::rendezvous {
 

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "trainrun/rendezvous/etcd_round.hpp"
+#include "etcd_round.hpp"
 
 namespace trainrun::rendezvous {
 

@@ -10,8 +10,8 @@
 #include <optional>
 #include <string>
 
+#include "frame.hpp"
 #include "trainrun/rendezvous/byte_budget.hpp"
-#include "trainrun/rendezvous/frame.hpp"
 
 namespace trainrun::rendezvous {
 

@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "round_forming.hpp"
+#include "round_state.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 #include "trainrun/rendezvous/options.hpp"
-#include "trainrun/rendezvous/round_forming.hpp"
-#include "trainrun/rendezvous/round_state.hpp"
 
 namespace trainrun::rendezvous {
 

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "trainrun/rendezvous/etcd_client.hpp"
+#include "etcd_client.hpp"
 #include "trainrun/rendezvous/options.hpp"
 
 namespace trainrun::rendezvous {

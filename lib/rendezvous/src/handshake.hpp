@@ -3,7 +3,7 @@
 #include <optional>
 #include <string>
 
-#include "trainrun/rendezvous/frame.hpp"
+#include "frame.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 
 namespace trainrun::rendezvous {

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "round_state.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 #include "trainrun/rendezvous/options.hpp"
-#include "trainrun/rendezvous/round_state.hpp"
 
 namespace trainrun::rendezvous {
 

@@ -5,10 +5,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "trainrun/rendezvous/etcd_calls.hpp"
-#include "trainrun/rendezvous/etcd_keys.hpp"
-#include "trainrun/rendezvous/etcd_lease.hpp"
-#include "trainrun/rendezvous/etcd_membership.hpp"
+#include "etcd_calls.hpp"
+#include "etcd_keys.hpp"
+#include "etcd_lease.hpp"
+#include "etcd_membership.hpp"
 
 namespace trainrun::rendezvous {
 

@@ -7,11 +7,11 @@
 #include <optional>
 #include <string>
 
-#include "trainrun/rendezvous/etcd_calls.hpp"
-#include "trainrun/rendezvous/etcd_membership.hpp"
-#include "trainrun/rendezvous/etcd_round.hpp"
-#include "trainrun/rendezvous/etcd_state_writer.hpp"
-#include "trainrun/rendezvous/etcd_watch.hpp"
+#include "etcd_calls.hpp"
+#include "etcd_membership.hpp"
+#include "etcd_round.hpp"
+#include "etcd_state_writer.hpp"
+#include "etcd_watch.hpp"
 
 namespace trainrun::rendezvous {
 

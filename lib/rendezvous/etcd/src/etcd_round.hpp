@@ -7,9 +7,9 @@
 #include <set>
 #include <string>
 
+#include "round_rules.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 #include "trainrun/rendezvous/options.hpp"
-#include "trainrun/rendezvous/round_rules.hpp"
 
 namespace trainrun::rendezvous {
 
