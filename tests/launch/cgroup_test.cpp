@@ -1,4 +1,4 @@
-#include "trainrun/launch/workers/cgroup.hpp"
+#include "workers/cgroup.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "trainrun/launch/rollcall/collectives.hpp"
+#include "rollcall/collectives.hpp"
 
 #include <catch2/catch.hpp>
 #include <fstream>

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "trainrun/launch/rollcall/worker_diagnosis.hpp"
+#include "rollcall/worker_diagnosis.hpp"
 #include "trainrun/launch/workers/diagnosis.hpp"
 
 using namespace trainrun::launch;

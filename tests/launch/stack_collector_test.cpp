@@ -15,10 +15,10 @@
 #include <string>
 #include <thread>
 
+#include "proc.hpp"
 #include "test_support.hpp"
 #include "trainrun/base/process.hpp"
 #include "trainrun/launch/workers/diagnosis.hpp"
-#include "trainrun/stacks/proc.hpp"
 #include "workers/python_bootstrap.hpp"
 
 using namespace trainrun::launch;

@@ -1,5 +1,5 @@
 // The agent's side of a worker's diagnosis channel, against peers that misbehave.
-#include "trainrun/launch/rollcall/worker_diagnosis.hpp"
+#include "rollcall/worker_diagnosis.hpp"
 
 #include <sys/socket.h>
 #include <unistd.h>

@@ -2,7 +2,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "trainrun/stacks/proc.hpp"
+#include "proc.hpp"
 
 using namespace trainrun::stacks;
 

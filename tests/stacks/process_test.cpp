@@ -18,9 +18,9 @@
 #include <string>
 #include <thread>
 
+#include "proc.hpp"
 #include "test_support.hpp"
 #include "trainrun/stacks/collect.hpp"
-#include "trainrun/stacks/proc.hpp"
 
 using namespace trainrun::stacks;
 

@@ -11,9 +11,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include "proc.hpp"
 #include "trainrun/base/process.hpp"
 #include "trainrun/stacks/parse.hpp"
-#include "trainrun/stacks/proc.hpp"
 #include "trainrun/stacks/tool_run.hpp"
 
 namespace trainrun::stacks {

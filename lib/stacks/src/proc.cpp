@@ -1,4 +1,4 @@
-#include "trainrun/stacks/proc.hpp"
+#include "proc.hpp"
 
 #include <dirent.h>
 #include <poll.h>

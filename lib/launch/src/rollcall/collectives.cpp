@@ -1,4 +1,4 @@
-#include "trainrun/launch/rollcall/collectives.hpp"
+#include "collectives.hpp"
 
 #include <fmt/format.h>
 

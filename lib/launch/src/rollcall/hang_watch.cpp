@@ -8,6 +8,7 @@
 #include <map>
 #include <utility>
 
+#include "collectives.hpp"
 #include "trainrun/base/wording.hpp"
 #include "trainrun/launch/rollcall/roll_call.hpp"
 #include "trainrun/stacks/groups.hpp"

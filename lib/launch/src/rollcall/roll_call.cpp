@@ -18,6 +18,7 @@
 #include <optional>
 #include <set>
 
+#include "collectives.hpp"
 #include "trainrun/base/numbers.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/base/text.hpp"

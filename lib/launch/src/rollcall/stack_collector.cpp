@@ -9,8 +9,8 @@
 #include <memory>
 #include <utility>
 
-#include "trainrun/launch/rollcall/worker_diagnosis.hpp"
 #include "trainrun/stacks/parse.hpp"
+#include "worker_diagnosis.hpp"
 
 namespace trainrun::launch {
 

@@ -1,4 +1,4 @@
-#include "trainrun/launch/rollcall/worker_diagnosis.hpp"
+#include "worker_diagnosis.hpp"
 
 #include <fmt/format.h>
 #include <poll.h>

@@ -1,4 +1,4 @@
-#include "trainrun/launch/workers/cgroup.hpp"
+#include "cgroup.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <optional>
 
+#include "cgroup.hpp"
 #include "diagnosis_relay.hpp"
 #include "early_events.hpp"
 #include "exec_reports.hpp"

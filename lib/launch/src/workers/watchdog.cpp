@@ -12,11 +12,11 @@
 #include <string>
 #include <string_view>
 
+#include "cgroup.hpp"
 #include "trainrun/base/process.hpp"
 #include "trainrun/base/processes.hpp"
 #include "trainrun/base/system.hpp"
 #include "trainrun/launch/core/file_io.hpp"
-#include "trainrun/launch/workers/cgroup.hpp"
 
 extern char** environ;
 

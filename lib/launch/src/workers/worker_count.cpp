@@ -18,10 +18,10 @@
 #include <string_view>
 #include <vector>
 
+#include "cgroup.hpp"
 #include "trainrun/base/files.hpp"
 #include "trainrun/launch/core/errors.hpp"
 #include "trainrun/launch/core/file_io.hpp"
-#include "trainrun/launch/workers/cgroup.hpp"
 #include "trainrun/rendezvous/messages.hpp"
 
 namespace trainrun::launch {

@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "trainrun/launch/rollcall/collectives.hpp"
 #include "trainrun/launch/rollcall/job_registry.hpp"
 #include "trainrun/launch/rollcall/stack_collector.hpp"
 #include "trainrun/stacks/collect.hpp"
@@ -20,6 +19,8 @@
 #include "trainrun/stacks/stack.hpp"
 
 namespace trainrun::launch {
+
+struct CollectivesVerdict;  // collectives.hpp, private to the wing
 
 // The workers of this node as the roll call names them.
 struct NodeWorkers {

@@ -18,12 +18,13 @@
 #include "trainrun/launch/output/console.hpp"
 #include "trainrun/launch/output/group_output.hpp"
 #include "trainrun/launch/output/output_plan.hpp"
-#include "trainrun/launch/workers/cgroup.hpp"
 #include "trainrun/launch/workers/diagnosis.hpp"
 #include "trainrun/launch/workers/warm_start.hpp"
 #include "trainrun/launch/workers/watchdog.hpp"
 
 namespace trainrun::launch {
+
+class JobCgroup;  // cgroup.hpp, private to the wing
 
 class ExecReports;
 class EarlyEvents;
