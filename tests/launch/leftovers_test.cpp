@@ -13,7 +13,7 @@ using trainrun::group_members;
 TEST_CASE("a process is named by its pid and command line", "[leftovers]") {
   const std::string me = describe_process(getpid());
   CHECK_THAT(me, Catch::StartsWith("pid " + std::to_string(getpid()) + " ("));
-  CHECK_THAT(me, Catch::Contains("launch_unit_tests"));
+  CHECK_THAT(me, Catch::Contains("launch_workers_unit_test"));
   CHECK(me.size() < 120);  // the command is cut at 80 bytes
 }
 
