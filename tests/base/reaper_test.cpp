@@ -60,7 +60,7 @@ TEST_CASE("an adopted child's end goes to its handler once", "[reaper]") {
 
 TEST_CASE("an adopted child's stop and continuation come before its end", "[reaper]") {
   Events events;
-  const pid_t pid = sh("sleep 30");
+  const pid_t pid = sh("exec sleep 30");  // exec: no orphaned sleep holding our output open
   reaper::adopt(pid, events.handler());
   ::kill(pid, SIGSTOP);
   events.collect_until(1);
