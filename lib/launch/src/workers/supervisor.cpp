@@ -145,7 +145,7 @@ void Supervisor::fork_next() {
   forking_ = false;
   late_signals_.clear();
   exec_reports_->watch(spawned_, [this](std::optional<ExecReports::Failure> failure) {
-    execs_reported(launches_, failure);
+    execs_reported(failure);
   });
 }
 
@@ -233,6 +233,10 @@ void Supervisor::fail_start(std::exception_ptr error) {
   late_signals_.clear();
   for (auto& s : spawned_)
     if (s.exec_report >= 0) ::close(s.exec_report), s.exec_report = -1;
+  abandon_start(error);
+}
+
+void Supervisor::abandon_start(std::exception_ptr error) {
   start_error_ = error;
   for (const auto& [pid, event] : std::exchange(held_events_, {}))
     for (auto& w : workers_)
@@ -243,20 +247,12 @@ void Supervisor::fail_start(std::exception_ptr error) {
   abandoned_start_settled();
 }
 
-void Supervisor::execs_reported(const std::vector<WorkerLaunch>& launches,
-                                std::optional<std::pair<pid_t, int>> failure) {
+void Supervisor::execs_reported(std::optional<std::pair<pid_t, int>> failure) {
   if (failure) {
     std::string program;
-    for (std::size_t i = 0; i < workers_.size() && i < launches.size(); ++i)
-      if (workers_[i].pid == failure->first) program = launches[i].program;
-    start_error_ = std::make_exception_ptr(exec_error(program, failure->second));
-    for (const auto& [pid, event] : std::exchange(held_events_, {}))
-      for (auto& w : workers_)
-        if (w.pid == pid && event.kind == WaitEvent::Kind::ended) w.running = false;
-    // Reaped before the failure is told: a child killed before its exec is a copy of trainrun,
-    // which the sweep after a failed start would otherwise find still dying and name.
-    signal_all(SIGKILL);
-    return abandoned_start_settled();
+    for (std::size_t i = 0; i < workers_.size() && i < launches_.size(); ++i)
+      if (workers_[i].pid == failure->first) program = launches_[i].program;
+    return abandon_start(std::make_exception_ptr(exec_error(program, failure->second)));
   }
   if (auto started = std::exchange(started_, nullptr)) started(nullptr);
   // What came before, in order: the agent knows the group has started.

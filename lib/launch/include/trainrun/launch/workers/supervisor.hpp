@@ -151,8 +151,10 @@ class Supervisor {
   bool fork_one();
   // launches_[next_] was forked (or could not be): it is known from now on.
   void forked(ForkOutcome outcome);
-  // The group's start failed: the workers forked are killed, and `started_` told once reaped.
+  // The group's start failed while it was forked: the forking stops, then abandon_start.
   void fail_start(std::exception_ptr error);
+  // The group's start failed: its workers are killed, and `started_` told once they are reaped.
+  void abandon_start(std::exception_ptr error);
   void signal_worker(const Worker& worker, Signalled how, int sig);
   void signal_group(Signalled how, int sig);
   void close_channels();
@@ -162,8 +164,7 @@ class Supervisor {
   // template's end, or an orphan's (nothing to do).
   void child_event(pid_t pid, const WaitEvent& event);
   // The group's exec reports are all in (failure: the first start that failed).
-  void execs_reported(const std::vector<WorkerLaunch>& launches,
-                      std::optional<std::pair<pid_t, int>> failure);
+  void execs_reported(std::optional<std::pair<pid_t, int>> failure);
   // Once a start failed: when no worker of the group runs any more, `started_` gets the error.
   void abandoned_start_settled();
   void adopt(pid_t pid);
