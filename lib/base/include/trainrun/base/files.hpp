@@ -8,23 +8,39 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <optional>
 #include <string>
 
 namespace trainrun {
 
-// Everything the descriptor `fd` gives until its end or a read error (a pipe, a file); `fd`
-// stays open.
-inline std::string read_all(int fd) {
+// What the descriptor `fd` gives until its end, a read error or `max_bytes`, whichever comes
+// first; `fd` stays open. Memory grows with what is read, not with the bound.
+inline std::string read_up_to(int fd, std::size_t max_bytes) {
   std::string text;
   char buffer[65536];
-  while (true) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+  while (text.size() < max_bytes) {
+    const std::size_t ask = std::min(sizeof buffer, max_bytes - text.size());
+    const ssize_t n = ::read(fd, buffer, ask);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     text.append(buffer, static_cast<std::size_t>(n));
   }
+  return text;
+}
+
+// Everything the descriptor `fd` gives until its end or a read error (a pipe, a file); `fd`
+// stays open.
+inline std::string read_all(int fd) { return read_up_to(fd, std::string::npos); }
+
+// At most `max_bytes` of the file `path` from its start (a /proc command line may be megabytes, an
+// error file may grow while it is read): nullopt when it cannot be opened.
+inline std::optional<std::string> read_file_prefix(const std::string& path, std::size_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return std::nullopt;
+  std::string text = read_up_to(fd, max_bytes);
+  ::close(fd);
   return text;
 }
 
@@ -33,29 +49,7 @@ inline std::string read_all(int fd) {
 // /proc or /sys entry, a file the user names for a purpose); read_regular_file (system.hpp)
 // refuses a FIFO, a device or a file too long.
 inline std::optional<std::string> read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) return std::nullopt;
-  std::string text = read_all(fd);
-  ::close(fd);
-  return text;
-}
-
-// At most `max_bytes` of the file `path` from its start (a /proc command line may be megabytes, an
-// error file may grow while it is read): nullopt when it cannot be opened.
-inline std::optional<std::string> read_file_prefix(const std::string& path, std::size_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) return std::nullopt;
-  std::string text(max_bytes, '\0');
-  std::size_t got = 0;
-  while (got < max_bytes) {
-    const ssize_t n = ::read(fd, text.data() + got, max_bytes - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  text.resize(got);
-  return text;
+  return read_file_prefix(path, std::string::npos);
 }
 
 // The first word of the file `path` (a /sys or /proc value, a cgroup's number); "" where it
