@@ -157,15 +157,15 @@ def add_json_option(parser):
                              "leave docs/benchmarks.md as it is")
 
 
-def record(name, results, settings=None, **fields):
-    """One benchmark's record: its raw results with the machine, load, date, commit and command
-    they came from."""
+def record(name, results, settings=None, results_key="results", **fields):
+    """One benchmark's record: its raw results (under `results_key`) with the machine, load,
+    date, commit and command they came from."""
     rec = {"benchmark": name, "command": command_line(), "machine": machine_record(),
            "load_before": LOAD_BEFORE, "load_after": [round(x, 2) for x in os.getloadavg()],
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": git_commit(),
            "settings": settings or {}}
     rec.update(fields)
-    rec["results"] = results
+    rec[results_key] = results
     return rec
 
 

@@ -243,7 +243,7 @@ def at_scale(store, scale, out):
             for server, color, marker, cross, label in (
                     ("trainrun", OURS, "o", "x", "trainrun's agent"),
                     ("libuv", THEIRS, "s", "+", "torch's libuv server")):
-                rows = [r for r in store["results"]
+                rows = [r for r in store["runs"]
                         if r["server"] == server and r["pattern"] == pattern]
                 if not rows:
                     continue

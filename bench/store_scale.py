@@ -74,9 +74,16 @@ def status_kib(pid, field):
 
 
 def cpu_seconds(pid):
-    """User and system CPU of process `pid` itself (/proc/PID/stat)."""
+    """User and system CPU of process `pid` itself (/proc/PID/stat), apart."""
     fields = read_text(f"/proc/{pid}/stat").rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) / tick, int(fields[12]) / tick) if fields else (0.0, 0.0)
+
+
+def children_cpu_seconds():
+    """User and system CPU of this process's reaped children (the generator, once it ended)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime, r.ru_stime
 
 
 def tcp_counters():
@@ -205,6 +212,7 @@ def one_run(args, server_name, n, pattern, tmp):
         with open(f"/proc/{server.pid}/clear_refs", "w") as f:
             f.write("5")
         cpu0, counters0 = cpu_seconds(server.pid), tcp_counters()
+        gen0 = children_cpu_seconds()
         cmd = [os.path.join(args.build, "bench", "store", "store_load"), "--port",
                str(server.port), "--clients", str(n), "--pattern", pattern, "--processes",
                str(args.processes), "--timeout", str(args.timeout)]
@@ -215,12 +223,16 @@ def one_run(args, server_name, n, pattern, tmp):
         except (subprocess.TimeoutExpired, ValueError, IndexError):
             result = {"timed_out": True, "seconds": None}
         counters = tcp_counters()
+        gen = [b - a for a, b in zip(gen0, children_cpu_seconds())]
+        cpu = [b - a for a, b in zip(cpu0, cpu_seconds(server.pid))]
         peak_kib = status_kib(server.pid, "VmHWM")
         result.update({
             "server": server_name, "clients": n, "pattern": pattern,
             "rss_mib": round(peak_kib / 1024, 1), "rss_base_mib": round(base_kib / 1024, 1),
             "kib_per_connection": round((peak_kib - base_kib) / n, 2),
-            "cpu_s": round(cpu_seconds(server.pid) - cpu0, 2), "listen_backlog": backlog})
+            "cpu_s": round(sum(cpu), 2), "cpu_system_s": round(cpu[1], 2),
+            "generator_cpu_s": round(sum(gen), 2), "generator_system_s": round(gen[1], 2),
+            "listen_backlog": backlog})
         for name in ("ListenOverflows", "ListenDrops", "TCPSynRetrans", "TCPReqQFullDrop",
                      "TCPReqQFullDoCookies"):
             result[name] = counters.get(name, 0) - counters0.get(name, 0)
@@ -248,8 +260,8 @@ def fmt_stats(s, unit="", digits=2):
 def table(runs):
     rows = ["| ranks | pattern | server | time to all past the barrier | request p50 / p99 | "
             "connect p99 | connects retried (SYN resent) | peak RSS | KiB / connection | "
-            "server CPU |",
-            "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+            "server CPU (in the kernel) | generator CPU |",
+            "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     keys = []
     for r in runs:
         k = (r["clients"], r["pattern"], r["server"])
@@ -259,7 +271,7 @@ def table(runs):
         rs = [r for r in runs if (r["clients"], r["pattern"], r["server"]) == (n, pattern, server)]
         if all(r.get("skipped") for r in rs):
             rows.append(f"| {n:,} | {pattern} | {server} | not run: {rs[0]['skipped']} "
-                        "| | | | | | |")
+                        "| | | | | | | |")
             continue
         done = [r for r in rs if r.get("seconds") is not None]
         if not done:
@@ -267,7 +279,7 @@ def table(runs):
             past = max(r.get("ranks_past_barrier", 0) for r in rs)
             rows.append(f"| {n:,} | {pattern} | {server} | {why} ({past:,} of {n:,} past the "
                         f"barrier in {rs[0].get('timeout', '')} s) | | | | "
-                        f"{fmt_stats(stats([r.get('rss_mib') for r in rs]), ' MiB', 0)} | | |")
+                        f"{fmt_stats(stats([r.get('rss_mib') for r in rs]), ' MiB', 0)} | | | |")
             continue
         rows.append(
             f"| {n:,} | {pattern} | {server} | "
@@ -280,8 +292,17 @@ def table(runs):
             f"({max(r['TCPSynRetrans'] for r in done)}) | "
             f"{fmt_stats(stats([r['rss_mib'] for r in done]), ' MiB', 0)} | "
             f"{fmt_stats(stats([r['kib_per_connection'] for r in done]), '', 1)} | "
-            f"{fmt_stats(stats([r['cpu_s'] for r in done]), ' s')} |")
+            f"{fmt_stats(stats([r['cpu_s'] for r in done]), ' s')}{kernel_share(done)} | "
+            f"{fmt_stats(stats([r.get('generator_cpu_s') for r in done]), ' s')} |")
     return "\n".join(rows)
+
+
+def kernel_share(runs):
+    """' (NN% in the kernel)': the server's system CPU over its whole, of the runs together."""
+    total = sum(r["cpu_s"] for r in runs)
+    if total <= 0 or any(r.get("cpu_system_s") is None for r in runs):
+        return ""
+    return f" ({100 * sum(r['cpu_system_s'] for r in runs) / total:.0f}% in the kernel)"
 
 
 def main():
@@ -349,13 +370,14 @@ def main():
                            capture_output=True, text=True).stdout.strip()
     publish("store_scale", record("store_scale", runs, {
         "repeat": args.repeat, "timeout_s": args.timeout, "generator_processes": args.processes},
-        torch=torch, limits=limits), args.json)
+        results_key="runs", torch=torch, limits=limits), args.json)
 
 
 def render(record):
-    runs, limits = record["results"], record["limits"]
+    runs, limits = record["runs"], record["limits"]
     torch = record["torch"]
     timeout, repeat = record["settings"]["timeout_s"], record["settings"]["repeat"]
+    cpus = record["machine"]["cpus"]
     backlogs = sorted({(r["server"], r.get("listen_backlog")) for r in runs
                        if r.get("listen_backlog")})
     limits_text = textwrap.fill(
@@ -390,7 +412,11 @@ in turn.
   accept queue) are counted from `/proc/net/netstat` (`TCPSynRetrans`).
 - **Server memory and CPU**: from `/proc` of the serving process (the agent; the Python
   process of the libuv server): peak RSS (`VmHWM`, reset before the run), its growth over the RSS
-  before the run divided by N, and user+system CPU during the run.
+  before the run divided by N, and user+system CPU during the run, with the part spent in the
+  kernel (system CPU: the loopback TCP of accepting, reading, writing and closing). **Generator
+  CPU**: user+system of `bench/store_load` (its clients' side of the same TCP). Both share the
+  machine's {cpus} CPUs, so a run's time is at least the two CPUs together over {cpus}: the
+  server's kernel part and the generator bound what any server can do here.
 {limits_text}
 
 {table(runs)}

@@ -20,12 +20,14 @@ def test_64_ranks_pass_the_barrier_of_the_agents_store(tmp_path):
         capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     record = json.loads(out.read_text())
-    runs = record["results"]
+    runs = record["runs"]
     assert [(x["pattern"], x["server"], x["clients"]) for x in runs] == [
         ("nccl", "trainrun", 64), ("gloo", "trainrun", 64)], runs
     for run in runs:
         assert run["ranks_past_barrier"] == 64 and run["failed"] == 0, run
         assert run["seconds"] is not None and run["p99_ms"] > 0 and run["cpu_s"] >= 0, run
+        assert 0 <= run["cpu_system_s"] <= run["cpu_s"], run
+        assert run["generator_cpu_s"] >= run["generator_system_s"] >= 0, run
     # 64 ranks: VALIDATE's PING, init/, the barrier's two ADDs; 63 GETs of NCCL's id.
     assert runs[0]["requests"] == 64 * 4 + 63, runs[0]
     # Gloo: every rank GETs the 63 others' addresses.
