@@ -87,7 +87,8 @@ def render(record):
         "Left, from `bench/results/store_scale.json` (\"The job's store at scale\", above): N "
         "ranks' start-up against the store trainrun's agent serves and torch's libuv server, "
         "NCCL's pattern (filled) and Gloo's (hollow); a cross marks a size whose runs all timed "
-        "out, at the time bound; sizes not run are not drawn. Right, from this section's record: "
+        "out, at the time bound; sizes not run are not drawn; a size run at several accept queues "
+        "(somaxconn), at its largest. Right, from this section's record: "
         "the restart (a worker failed, a node lost) and the hang report (ask to verdict) against "
         "N nodes, with the targets. Median and min–max of the runs that counted; "
         "`bench/plot.py` draws it from the two records.",

@@ -245,6 +245,11 @@ def at_scale(store, scale, out):
                     ("libuv", THEIRS, "s", "+", "torch's libuv server")):
                 rows = [r for r in store["runs"]
                         if r["server"] == server and r["pattern"] == pattern]
+                # Each size at the largest accept queue it ran with (store_scale's --somaxconn).
+                queue = {}
+                for r in rows:
+                    queue[r["clients"]] = max(queue.get(r["clients"], 0), r.get("somaxconn", 0))
+                rows = [r for r in rows if r.get("somaxconn", 0) == queue[r["clients"]]]
                 if not rows:
                     continue
                 done, timed_out = {}, set()

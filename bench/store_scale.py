@@ -129,12 +129,15 @@ def raise_descriptors(need):
     return soft, hard
 
 
-def kernel_limits(somaxconn):
-    """The sysctls that bind a burst of connects; somaxconn set first where asked (this
-    namespace's own)."""
-    if somaxconn:
-        with open("/proc/sys/net/core/somaxconn", "w") as f:
-            f.write(str(somaxconn))
+def set_somaxconn(value):
+    """net.core.somaxconn of this network namespace: the cap of the accept queue of a server
+    started after it (listen() reads it)."""
+    with open("/proc/sys/net/core/somaxconn", "w") as f:
+        f.write(str(value))
+
+
+def kernel_limits():
+    """The sysctls that bind a burst of connects, as the runs start."""
     names = ["net/core/somaxconn", "net/ipv4/tcp_max_syn_backlog", "net/ipv4/tcp_syncookies",
              "net/ipv4/tcp_abort_on_overflow", "fs/nr_open", "fs/file-max"]
     return {n.replace("/", "."): int(read_text("/proc/sys/" + n, "0").split()[0]) for n in names}
@@ -262,27 +265,31 @@ def table(runs):
             "connect p99 | connects retried (SYN resent) | peak RSS | KiB / connection | "
             "server CPU (in the kernel) | generator CPU |",
             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    def key(r):
+        return r["clients"], r["pattern"], r["server"], r.get("somaxconn")
+
     keys = []
     for r in runs:
-        k = (r["clients"], r["pattern"], r["server"])
-        if k not in keys:
-            keys.append(k)
-    for n, pattern, server in keys:
-        rs = [r for r in runs if (r["clients"], r["pattern"], r["server"]) == (n, pattern, server)]
+        if key(r) not in keys:
+            keys.append(key(r))
+    several = len({k[3] for k in keys}) > 1
+    for n, pattern, server, somaxconn in keys:
+        rs = [r for r in runs if key(r) == (n, pattern, server, somaxconn)]
+        ranks = f"{n:,}" + (f" (somaxconn {somaxconn:,})" if several else "")
         if all(r.get("skipped") for r in rs):
-            rows.append(f"| {n:,} | {pattern} | {server} | not run: {rs[0]['skipped']} "
+            rows.append(f"| {ranks} | {pattern} | {server} | not run: {rs[0]['skipped']} "
                         "| | | | | | | |")
             continue
         done = [r for r in rs if r.get("seconds") is not None]
         if not done:
             why = ("timed out" if any(r.get("timed_out") for r in rs) else "failed")
             past = max(r.get("ranks_past_barrier", 0) for r in rs)
-            rows.append(f"| {n:,} | {pattern} | {server} | {why} ({past:,} of {n:,} past the "
+            rows.append(f"| {ranks} | {pattern} | {server} | {why} ({past:,} of {n:,} past the "
                         f"barrier in {rs[0].get('timeout', '')} s) | | | | "
                         f"{fmt_stats(stats([r.get('rss_mib') for r in rs]), ' MiB', 0)} | | | |")
             continue
         rows.append(
-            f"| {n:,} | {pattern} | {server} | "
+            f"| {ranks} | {pattern} | {server} | "
             f"{fmt_stats(stats([r['seconds'] for r in done]), ' s')}"
             f"{'' if len(done) == len(rs) else f' ({len(rs) - len(done)} of {len(rs)} timed out)'}"
             f" | {fmt_stats(stats([r['p50_ms'] for r in done]), ' ms')} / "
@@ -317,8 +324,10 @@ def main():
     ap.add_argument("--repeat", type=int, default=1, help="runs of each size on each server")
     ap.add_argument("--timeout", type=int, default=120, help="bound of one run, in seconds")
     ap.add_argument("--processes", type=int, default=1, help="processes of the generator")
-    ap.add_argument("--somaxconn", type=int, default=0,
-                    help="net.core.somaxconn of the runs' own network namespace (0: as it is)")
+    ap.add_argument("--somaxconn", default="",
+                    help="net.core.somaxconn of the runs' own network namespace, comma-separated "
+                         "values: each size runs at the first, and a size of more ranks than the "
+                         "first also at each other ('': as it is)")
     ap.add_argument("--json", metavar="PATH",
                     help="write the record to PATH instead of bench/results/store_scale.json, and "
                          "leave docs/benchmarks.md as it is")
@@ -334,37 +343,53 @@ def main():
     servers = args.servers.split(",")
     if not set(servers) <= {"trainrun", "libuv"}:
         ap.error("--servers: trainrun, libuv or both")
-    if args.somaxconn and os.environ.get(NETNS_MARK) != "1" and os.geteuid() != 0:
+    try:
+        backlogs = [int(v) for v in args.somaxconn.split(",") if v]
+    except ValueError:
+        ap.error(f"--somaxconn: not a comma-separated list of numbers: {args.somaxconn!r}")
+    if any(v < 1 for v in backlogs):
+        ap.error("--somaxconn: each value at least 1")
+    if backlogs and os.environ.get(NETNS_MARK) != "1" and os.geteuid() != 0:
         ap.error("--somaxconn needs root (a network namespace of the runs' own)")
 
     netns = enter_network_namespace()
     biggest = max(n for _, n in sizes)
     nofile = raise_descriptors(biggest + DESCRIPTORS_SPARE)
-    limits = kernel_limits(args.somaxconn if netns else 0)
+    if not netns:
+        backlogs = []
+    if backlogs:
+        set_somaxconn(backlogs[0])
+    limits = kernel_limits()
+    somaxconns = backlogs or [limits["net.core.somaxconn"]]
     limits.update({"RLIMIT_NOFILE": list(nofile), "own_network_namespace": netns})
     runs = []
     given_up = {}  # server -> the size at which it timed out: larger sizes are not run
     with tempfile.TemporaryDirectory() as tmp:
         for pattern, n in sizes:
-            for server in servers:
-                for i in range(args.repeat):
-                    base = {"server": server, "clients": n, "pattern": pattern, "repeat": i,
-                            "timeout": args.timeout}
-                    why = None
-                    if n + DESCRIPTORS_SPARE > nofile[0]:
-                        why = (f"the server needs a descriptor per rank; RLIMIT_NOFILE is "
-                               f"{nofile[0]:,} and could not be raised")
-                    elif (server, pattern) in given_up and n > given_up[(server, pattern)]:
-                        why = f"timed out at {given_up[(server, pattern)]:,}"
-                    if why:
-                        runs.append(dict(base, skipped=why, seconds=None))
-                        print(f"{pattern} {server} {n}: not run: {why}", flush=True)
-                        continue
-                    r = dict(base, **one_run(args, server, n, pattern, tmp))
-                    runs.append(r)
-                    print(json.dumps(r), flush=True)
-                    if r.get("timed_out"):
-                        given_up[(server, pattern)] = n
+            for somaxconn in somaxconns:
+                if somaxconn != somaxconns[0] and n <= somaxconns[0]:
+                    continue  # the first already holds every rank's connect
+                if backlogs:
+                    set_somaxconn(somaxconn)
+                for server in servers:
+                    for i in range(args.repeat):
+                        base = {"server": server, "clients": n, "pattern": pattern, "repeat": i,
+                                "timeout": args.timeout, "somaxconn": somaxconn}
+                        why = None
+                        if n + DESCRIPTORS_SPARE > nofile[0]:
+                            why = (f"the server needs a descriptor per rank; RLIMIT_NOFILE is "
+                                   f"{nofile[0]:,} and could not be raised")
+                        elif (server, pattern) in given_up and n > given_up[(server, pattern)]:
+                            why = f"timed out at {given_up[(server, pattern)]:,}"
+                        if why:
+                            runs.append(dict(base, skipped=why, seconds=None))
+                            print(f"{pattern} {server} {n}: not run: {why}", flush=True)
+                            continue
+                        r = dict(base, **one_run(args, server, n, pattern, tmp))
+                        runs.append(r)
+                        print(json.dumps(r), flush=True)
+                        if r.get("timed_out"):
+                            given_up[(server, pattern)] = n
 
     torch = subprocess.run([args.python, "-c", "import torch; print(torch.__version__)"],
                            capture_output=True, text=True).stdout.strip()
@@ -378,14 +403,22 @@ def render(record):
     torch = record["torch"]
     timeout, repeat = record["settings"]["timeout_s"], record["settings"]["repeat"]
     cpus = record["machine"]["cpus"]
-    backlogs = sorted({(r["server"], r.get("listen_backlog")) for r in runs
-                       if r.get("listen_backlog")})
+    queues = {}  # somaxconn -> {server: the accept queue the kernel applied}
+    for r in runs:
+        if r.get("listen_backlog"):
+            queues.setdefault(r.get("somaxconn", limits.get("net.core.somaxconn")), {})[
+                r["server"]] = r["listen_backlog"]
+    somaxconns = sorted(queues) or [limits.get("net.core.somaxconn")]
     limits_text = textwrap.fill(
-        f"- **Limits**: somaxconn {limits.get('net.core.somaxconn')}, tcp_max_syn_backlog "
-        f"{limits.get('net.ipv4.tcp_max_syn_backlog')}, syncookies "
+        f"- **Limits**: somaxconn {somaxconns[0]:,}"
+        + (f" (and {', '.join(f'{v:,}' for v in somaxconns[1:])} where the ranks cell says so: "
+           "the runs' own, set before the server starts)" if len(somaxconns) > 1 else "") + ", "
+        f"tcp_max_syn_backlog {limits.get('net.ipv4.tcp_max_syn_backlog')}, syncookies "
         f"{limits.get('net.ipv4.tcp_syncookies')}; RLIMIT_NOFILE "
         f"{limits['RLIMIT_NOFILE'][0]:,}; the accept queue as the kernel applies it (`ss`): "
-        + (", ".join(f"{s} {b:,}" for s, b in backlogs) or "—") + ". "
+        + ("; ".join(f"somaxconn {v:,}: " + ", ".join(f"{s} {b:,}" for s, b in
+                                                      sorted(queues[v].items()))
+                     for v in sorted(queues)) or "—") + ". "
         + (NETNS_NOTE if limits.get("own_network_namespace") else ""),
         width=100, subsequent_indent="  ")
     machine_text = textwrap.fill(provenance(record) + " The machine was shared: compare the "
@@ -418,6 +451,9 @@ in turn.
   machine's {cpus} CPUs, so a run's time is at least the two CPUs together over {cpus}: the
   server's kernel part and the generator bound what any server can do here.
 {limits_text}
+- **Record**: `bench/results/store_scale.json` keeps every run under `runs` (`clients`, `pattern`,
+  `server`, `seconds`, `p50_ms`, `p99_ms`, `rss_mib`, `cpu_s` and the rest of the columns), with
+  the machine, date and commit.
 
 {table(runs)}
 

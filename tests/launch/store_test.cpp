@@ -16,6 +16,7 @@
 #include "trainrun/base/system.hpp"
 #include "trainrun/launch/store/store_admission.hpp"
 #include "trainrun/launch/store/store_data.hpp"
+#include "trainrun/launch/store/store_limits.hpp"
 #include "trainrun/launch/store/store_protocol.hpp"
 #include "trainrun/launch/store/store_server.hpp"
 
@@ -862,4 +863,23 @@ TEST_CASE("a store out of descriptors waits for them without spinning, and says 
   clients[2]->send(hello() + encode_request(req(StoreQuery::add, {"n"}, {}, 5)));
   CHECK(read_exactly(*clients[2], io, 8) == i64_reply(5));
   CHECK(said.size() == 1);
+}
+
+TEST_CASE("the store's agent says at start where the accept queue cannot hold every rank's connect") {
+  CHECK_FALSE(trainrun::launch::store_backlog_shortfall(4096, 4096));
+  CHECK_FALSE(trainrun::launch::store_backlog_shortfall(16384, 0));  // unknown: nothing said
+  const auto line = trainrun::launch::store_backlog_shortfall(16384, 4096);
+  REQUIRE(line);
+  CHECK(*line ==
+        "the job's c10d store takes a connection from each of its 16384 ranks, all at once at each "
+        "start, and this node's accept queue holds 4096 (net.core.somaxconn): connects past it "
+        "are dropped and tried again about 1 s later; `sysctl -w net.core.somaxconn=16384` on "
+        "this node avoids it");
+  // This machine's own value, read from /proc: said for a job larger than it, not for one rank.
+  std::ifstream in("/proc/sys/net/core/somaxconn");
+  std::uint64_t somaxconn = 0;
+  if (!(in >> somaxconn)) return;
+  CHECK_FALSE(trainrun::launch::store_backlog_shortfall(1));
+  CHECK(trainrun::launch::store_backlog_shortfall(somaxconn + 1) ==
+        trainrun::launch::store_backlog_shortfall(somaxconn + 1, somaxconn));
 }

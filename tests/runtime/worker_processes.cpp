@@ -54,6 +54,8 @@ WorkerRun run_workers(const std::string& program, const std::vector<std::string>
                       const std::map<std::string, std::string>& extra_env,
                       std::chrono::seconds timeout) {
   const std::string log_dir = make_temp_dir("logs");
+  // The workers' TMPDIR: what a worker killed mid-way leaves there goes with the test's own.
+  const std::string scratch = make_temp_dir("tmp");
   const int copies = world == 0 ? 1 : world;
   const int port = free_port();
   std::vector<pid_t> pids;
@@ -68,6 +70,7 @@ WorkerRun run_workers(const std::string& program, const std::vector<std::string>
             "TORCHELASTIC_ERROR_FILE"}) {
         ::unsetenv(name);
       }
+      ::setenv("TMPDIR", scratch.c_str(), 1);
       if (world > 0) {
         const std::string r = std::to_string(rank);
         const std::string w = std::to_string(world);

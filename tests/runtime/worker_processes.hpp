@@ -21,7 +21,8 @@ using trainrun::test::make_temp_dir;
 
 // Starts `world` copies of `program args...` with the launcher variables torchrun sets (RANK,
 // LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...) plus `extra_env`, and
-// waits for them. As a launcher does, once one exits non-zero the rest are killed.
+// waits for them. As a launcher does, once one exits non-zero the rest are killed. Their TMPDIR
+// is a directory of the test's own, removed when it exits (unless `extra_env` names another).
 // world == 0 runs one copy with none of the launcher variables (local mode).
 WorkerRun run_workers(const std::string& program, const std::vector<std::string>& args, int world,
                       const std::map<std::string, std::string>& extra_env = {},

@@ -4,6 +4,7 @@
 
 #include "agent_plan.hpp"
 #include "trainrun/base/system.hpp"
+#include "trainrun/launch/store/store_limits.hpp"
 #include "trainrun/launch/workers/descriptors.hpp"
 
 namespace trainrun::launch {
@@ -54,6 +55,8 @@ void AgentStore::attempt_starting(const JobSettings& job, const Topology& topolo
     // Said at the start, not as failed accepts in the middle of the job.
     if (auto line = store_descriptor_shortfall(static_cast<std::size_t>(topology.world_size),
                                                static_cast<std::size_t>(topology.local_world_size)))
+      say_(*line, Level::warning);
+    if (auto line = store_backlog_shortfall(static_cast<std::size_t>(topology.world_size)))
       say_(*line, Level::warning);
   }
 }

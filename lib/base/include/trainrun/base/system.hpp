@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,8 +41,9 @@ double unix_time();
 
 // The backlog every listening socket of trainrun asks for: as large as listen() takes, so that the
 // kernel's own cap, net.core.somaxconn, decides (SOMAXCONN, 4,096, would cap it below a raised
-// sysctl: thousands of agents connecting at once then have SYNs dropped and retried after 1 s).
-inline constexpr int kListenBacklog = 65535;
+// sysctl: thousands of agents connecting at once then have SYNs dropped and retried after 1 s;
+// 65,535 would cap the job's store below its ranks past 65,535).
+inline constexpr int kListenBacklog = std::numeric_limits<int>::max();
 
 // Reads exactly `size` bytes from `fd`, retrying on EINTR. False on end of file or error.
 bool read_exactly(int fd, void* data, std::size_t size);
