@@ -304,6 +304,44 @@ def table(runs):
     return "\n".join(rows)
 
 
+def time_bound(runs, cpus):
+    """The bullet that says how far below its time any server could take a run here: the CPU the
+    kernel spent for the server and the generator's CPU share the machine's CPUs. NCCL's
+    pattern from 4,096 ranks, each size at its largest accept queue; medians."""
+    done = [r for r in runs if r["pattern"] == "nccl" and r["clients"] >= 4096
+            and r.get("seconds") is not None and r.get("cpu_system_s") is not None
+            and r.get("generator_cpu_s") is not None]
+    cells, below = [], []
+    for n in sorted({r["clients"] for r in done}):
+        at_n = [r for r in done if r["clients"] == n]
+        queue = max(r.get("somaxconn", 0) for r in at_n)
+        at_n = [r for r in at_n if r.get("somaxconn", 0) == queue]
+        by = {server: [r for r in at_n if r["server"] == server] for server in ("trainrun", "libuv")}
+        if not all(by.values()):
+            continue
+        kernel = min(median([r["cpu_system_s"] for r in rs]) for rs in by.values())
+        generator = min(median([r["generator_cpu_s"] for r in rs]) for rs in by.values())
+        bound = (kernel + generator) / cpus
+        libuv = median([r["seconds"] for r in by["libuv"]])
+        trainrun = median([r["seconds"] for r in by["trainrun"]])
+        cells.append(f"{n:,} ranks: ({kernel:.2f} s + {generator:.2f} s) / {cpus} = "
+                     f"{bound:.2f} s, against libuv's {libuv:.2f} s and trainrun's "
+                     f"{trainrun:.2f} s")
+        below.append(libuv / 2 < bound)
+    if not cells:
+        return ""
+    verdict = ("half of libuv's time is below that floor at every size here" if all(below) else
+               "half of libuv's time is below that floor at " +
+               f"{sum(below)} of {len(below)} sizes here")
+    return textwrap.fill(
+        "- **How fast any server could be here**: the servers' CPU is mostly the kernel's "
+        "(the loopback TCP of both ends of each connection), and the generator needs about as "
+        f"much again on the same {cpus} CPUs. A server that did nothing of its own would still "
+        "leave a run the kernel's part of a server's CPU and the generator's CPU (the smaller "
+        f"median of the two servers' runs, each) over {cpus} CPUs: " + "; ".join(cells) +
+        f"; {verdict}.", width=100, subsequent_indent="  ")
+
+
 def kernel_share(runs):
     """' (NN% in the kernel)': the server's system CPU over its whole, of the runs together."""
     total = sum(r["cpu_s"] for r in runs)
@@ -451,6 +489,7 @@ in turn.
   machine's {cpus} CPUs, so a run's time is at least the two CPUs together over {cpus}: the
   server's kernel part and the generator bound what any server can do here.
 {limits_text}
+{time_bound(runs, cpus)}
 - **Record**: `bench/results/store_scale.json` keeps every run under `runs` (`clients`, `pattern`,
   `server`, `seconds`, `p50_ms`, `p99_ms`, `rss_mib`, `cpu_s` and the rest of the columns), with
   the machine, date and commit.

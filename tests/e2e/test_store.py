@@ -194,6 +194,32 @@ def test_a_descriptor_limit_that_cannot_hold_the_ranks_is_said_at_start(tmp_path
                      "that wait to connect until others close; `ulimit -n 73` before trainrun (as "
                      "root, or LimitNOFILE= for a service) gives it room"], job.err()
 
+def somaxconn_lines(tmp_path, somaxconn):
+    """trainrun --standalone with two ranks whose agent serves the store, in a network namespace
+    of its own whose net.core.somaxconn is `somaxconn`: its lines that name somaxconn."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare (a network namespace of the test's own)")
+    script = tmp_path / "worker.py"
+    script.write_text("import os\nassert os.environ['TORCHELASTIC_USE_AGENT_STORE'] == 'True'\n")
+    env = dict(os.environ, PYTHONPATH=torch2_stub(tmp_path))
+    inside = (f"ip link set lo up && echo {somaxconn} > /proc/sys/net/core/somaxconn && "
+              'exec "$@"')
+    r = subprocess.run(["unshare", "--net", "sh", "-c", inside, "sh", TRAINRUN, "--standalone",
+                        "--nproc-per-node=2", str(script)],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return [line for line in r.stderr.splitlines() if "somaxconn" in line]
+
+
+def test_an_accept_queue_shorter_than_the_ranks_is_said_at_start(tmp_path):
+    assert somaxconn_lines(tmp_path, 1) == [
+        "trainrun: the job's c10d store takes a connection from each of its 2 ranks, all at once "
+        "at each start, and this node's accept queue holds 1 (net.core.somaxconn): connects past "
+        "it are dropped and tried again about 1 s later; `sysctl -w net.core.somaxconn=2` on "
+        "this node avoids it"]
+    assert somaxconn_lines(tmp_path, 2) == []
+
+
 # Node 1's worker: each of the store's replies timed on its own clock, the connect included.
 TIMED_CLIENT = """
 import os, socket, struct, time

@@ -6,6 +6,7 @@
 #include <malloc.h>
 #endif
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 
 #include "trainrun/launch/core/errors.hpp"
@@ -110,18 +111,28 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
     if (!peer_ec && !local_ec) server_.first_request_(peer, local);
   }
 
-  // Waits until the socket has bytes, then reads them into the server's one buffer.
+  // Reads what has come. A request is read into the connection's own small buffer: asio tries
+  // the read at once and otherwise waits for the socket without touching the loop's epoll set
+  // (a wait for readability alone re-arms it, an epoll_ctl for every request). A request longer
+  // than that buffer: at most the server's one buffer more at once, into it; the rest at the next
+  // read, after the store has charged what came.
   void read() {
     if (closed_ || reading_ || paused()) return;
     reading_ = true;
-    socket_.async_wait(
-        tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+    socket_.async_read_some(
+        asio::buffer(small_),
+        [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
           self->reading_ = false;
           if (self->closed_) return;
           if (!ec) {
-            const std::size_t n = self->socket_.read_some(asio::buffer(self->server_.in_), ec);
-            if (ec == asio::error::would_block) return self->read();
-            if (!ec) self->decoder_.feed(self->server_.in_.data(), n);
+            self->decoder_.feed(self->small_.data(), n);
+            if (n == self->small_.size()) {
+              n = self->socket_.read_some(asio::buffer(self->server_.in_), ec);
+              if (ec == asio::error::would_block)
+                ec = {};
+              else if (!ec)
+                self->decoder_.feed(self->server_.in_.data(), n);
+            }
           }
           if (ec) return self->server_.drop(self->id_);
           self->serve();
@@ -130,6 +141,22 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
 
   void write() {
     if (closed_ || !writing_.empty() || pending_.empty()) return;
+    // Most replies fit the socket's buffer: handed to it here (the socket does not block), with
+    // no completion to run later. An asynchronous write's completion is a handler queued on the
+    // loop, and each queued handler costs the loop an epoll_ctl to wake itself: one a reply.
+    const bool was_paused = paused();
+    boost::system::error_code ec;
+    const std::size_t n = socket_.write_some(asio::buffer(pending_), ec);
+    if (!ec && n == pending_.size()) {
+      pending_ = std::string();  // its memory goes back now, not at the next reply
+      // A client that had too much unsent is served again, from the loop (not from within the
+      // request whose reply this may be).
+      if (was_paused)
+        asio::post(socket_.get_executor(), [self = shared_from_this()] { self->serve(); });
+      return;
+    }
+    if (!ec) pending_.erase(0, n);
+    // The rest when the socket takes it; an error, other than would-block, is the handler's.
     writing_.swap(pending_);
     asio::async_write(socket_, asio::buffer(writing_),
                       [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
@@ -160,6 +187,7 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
   tcp::socket socket_;
   std::string peer_;
   StoreRequestDecoder decoder_;
+  std::array<char, 512> small_{};  // a request's bytes as they come (the server's in_ beyond)
   std::string pending_;   // replies not yet handed to the socket
   std::string writing_;   // the write in flight
   std::size_t held_ = 0;  // charged to the budget
