@@ -142,8 +142,7 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
   void write() {
     if (closed_ || !writing_.empty() || pending_.empty()) return;
     // Most replies fit the socket's buffer: handed to it here (the socket does not block), with
-    // no completion to run later. An asynchronous write's completion is a handler queued on the
-    // loop, and each queued handler costs the loop an epoll_ctl to wake itself: one a reply.
+    // no completion handler queued on the loop for each.
     const bool was_paused = paused();
     boost::system::error_code ec;
     const std::size_t n = socket_.write_some(asio::buffer(pending_), ec);
