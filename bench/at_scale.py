@@ -182,20 +182,24 @@ def targets(res):
     """The targets' verdicts, from the medians of the runs that counted."""
     failure = by_size(res["restart_failure"])
 
-    def restart(n):
-        return bench_doc.median([r["restart_s"] for r in failure.get(n, []) if r.get("ok")] or [0])
+    def restart(n, bound, more=""):
+        times = [r["restart_s"] for r in failure.get(n, []) if r.get("ok")]
+        if not times:
+            return f"no run finished at {n:,} nodes"
+        t = bench_doc.median(times)
+        return f"{t:.2f} s at {n:,} nodes ({'under' if t < bound else 'over'} {bound} s{more})"
 
     small = [r["store"] for r in failure.get(1024, []) if r.get("ok") and r.get("store")]
-    close = bench_doc.median([x["close_s"] for x in small if x.get("close_s", -1) >= 0] or [0])
-    clear = bench_doc.median([x["clear_s"] for x in small if x.get("clear_s", -1) >= 0] or [0])
+    close = [x["close_s"] for x in small if x.get("close_s", -1) >= 0]
+    clear = [x["clear_s"] for x in small if x.get("clear_s", -1) >= 0]
+    store = (f"; the store's close and clear on the host, {bench_doc.median(close):.2f} + "
+             f"{bench_doc.median(clear):.2f} s more" if close and clear else "")
     calls = [r for r in by_size(res["rollcall"]).get(1024, []) if r.get("ok")]
     verdict = [r["ask_to_verdict_s"] for r in calls]
     stall = [r["longest_stall_s"] for r in calls]
-    text = (f"**Targets**, in the medians: the restart took {restart(1024):.2f} s at 1,024 nodes "
-            f"({'under' if restart(1024) < 1 else 'over'} 1 s; the store's close and clear on "
-            f"the host, {close:.2f} + {clear:.2f} s more) and {restart(16384):.2f} s at 16,384 "
-            f"({'under' if restart(16384) < 3 else 'over'} 3 s); the slowest runs are in the "
-            "table. The restart costs less than the first round (no connection, no handshake).")
+    text = (f"**Targets**, in the medians: the restart took {restart(1024, 1, store)} and "
+            f"{restart(16384, 3)}; the slowest runs are in the table. The restart costs less than "
+            "the first round (no connection, no handshake).")
     if verdict:
         text += (f" The hang report at 1,024 nodes: {bench_doc.median(verdict):.1f} s from the ask "
                  f"to the verdict ({'under' if bench_doc.median(verdict) < 30 else 'over'} 30 s), "

@@ -6,6 +6,8 @@
 // N ranks hold about 8 N^2 bytes.
 #pragma once
 
+#include <sys/resource.h>
+
 #include <fmt/format.h>
 
 #include <atomic>
@@ -51,6 +53,18 @@ inline std::string store_shortfall(int ranks, std::size_t bytes) {
 // Fills a real StoreServer on `io` through `ranks` connections, each setting its rank's key as
 // Gloo does, then times its close() and clear(). The clients are blocking sockets in a thread
 // of their own, open until the clear is timed (a rank's connection ends only with the attempt).
+// Where this process cannot hold both ends of each rank's connection (its RLIMIT_NOFILE), why;
+// else "".
+inline std::string descriptor_shortfall(int ranks) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return "";
+  const auto needed = 2 * static_cast<rlim_t>(ranks) + 256;
+  if (limit.rlim_cur >= needed) return "";
+  return fmt::format("{} ranks: both ends of each connection need {} descriptors, over this "
+                     "process's limit of {}",
+                     ranks, needed, limit.rlim_cur);
+}
+
 inline StoreClear measure_store_clear(boost::asio::io_context& io, int ranks) {
   namespace asio = boost::asio;
   StoreClear r;
@@ -58,6 +72,7 @@ inline StoreClear measure_store_clear(boost::asio::io_context& io, int ranks) {
   const std::string value(gloo_value_bytes(ranks), 'v');
   for (int i = 0; i < ranks; ++i) r.bytes += gloo_key(i).size() + value.size();
   r.skipped = store_shortfall(ranks, r.bytes);
+  if (r.skipped.empty()) r.skipped = descriptor_shortfall(ranks);
   if (!r.skipped.empty()) return r;
 
   launch::StoreServer server(io, [](const std::string& line, launch::Level) {
