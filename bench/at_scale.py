@@ -65,6 +65,13 @@ def by_size(runs):
     return out
 
 
+def loaded(record):
+    """Whether anything besides the runs loaded the machine: a 1-minute load average of its CPUs
+    or more before or after them."""
+    loads = [record["load_before"][0], record["load_after"][0]]
+    return max(loads) >= record["machine"]["cpus"]
+
+
 def cell(values, digits=3):
     if not values:
         return "failed"
@@ -93,9 +100,12 @@ def render(record):
         "N nodes, with the targets. Median and min–max of the runs that counted; "
         "`bench/plot.py` draws it from the two records.",
         "",
-        bench_doc.provenance(record) + " **The machine was loaded while it ran**: the 1-minute "
-        "load average before and after each run is in the tables (2 CPUs: a load of 10 leaves a process about a fifth of one). Runs: those that finished / all. Each cell: the median of the runs, (min–max); every run's values are "
-        "in `bench/results/at_scale.json`.",
+        bench_doc.provenance(record) + (
+            " **The machine was loaded while it ran.**" if loaded(record) else "") +
+        " The 1-minute load average before and after each run is in the tables ("
+        f"{record['machine']['cpus']} CPUs: a load of 10 leaves a process about a fifth of one). "
+        "Runs: those that finished / all. Each cell: the median of the runs, (min–max); every "
+        "run's values are in `bench/results/at_scale.json`.",
         "",
         "**The restart** (`rendezvous_scale --restart failure|lost`): N simulated agents (full "
         "protocol clients, in one process) form a round; then the agent in the middle reports a "
