@@ -28,6 +28,8 @@ class Hosts:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp / "hostkey")],
                        check=True)
         (tmp / "authorized_keys").write_text((tmp / "key.pub").read_text())
+        self.remote_tmp = tmp / "remote_tmp"
+        self.remote_tmp.mkdir(exist_ok=True)
         # sshd refuses to start without its privilege separation directory.
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         self.daemons = [self.sshd(ns) for ns in pair.ns]
@@ -41,7 +43,9 @@ class Hosts:
             "Port 22", f"ListenAddress {ns.addr}", f"HostKey {tmp / 'hostkey'}",
             f"AuthorizedKeysFile {tmp / 'authorized_keys'}", f"PidFile {tmp}/sshd_{ns.addr}.pid",
             "UsePAM no", "PermitRootLogin prohibit-password", "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no", "StrictModes no", ""]))
+            "KbdInteractiveAuthentication no", "StrictModes no",
+            # The agents it starts keep their files in the test's directory, as the test does.
+            f"SetEnv TMPDIR={self.remote_tmp}", ""]))
         log = open(tmp / f"sshd_{ns.addr}.log", "w")
         return subprocess.Popen([ip_binary(), "netns", "exec", ns.name, *wrap, SSHD, "-D", "-e",
                                  "-f", str(conf)], stdout=log, stderr=log)
