@@ -17,6 +17,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
+from store_scale import at_largest_queue  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OURS, THEIRS = "#1f77b4", "#d62728"  # trainrun / C++ runtime; torchrun / Python
 
@@ -245,11 +247,7 @@ def at_scale(store, scale, out):
                     ("libuv", THEIRS, "s", "+", "torch's libuv server")):
                 rows = [r for r in store["runs"]
                         if r["server"] == server and r["pattern"] == pattern]
-                # Each size at the largest accept queue it ran with (store_scale's --somaxconn).
-                queue = {}
-                for r in rows:
-                    queue[r["clients"]] = max(queue.get(r["clients"], 0), r.get("somaxconn", 0))
-                rows = [r for r in rows if r.get("somaxconn", 0) == queue[r["clients"]]]
+                rows = at_largest_queue(rows)
                 if not rows:
                     continue
                 done, timed_out = {}, set()

@@ -484,7 +484,8 @@ int main(int argc, char** argv) {
     // The store's clear: where the limit stays below, the sizes past it say so in their row
     // (descriptor_shortfall), and the restart itself is measured all the same.
     const auto most = static_cast<long>(trainrun::launch::StoreLimits{}.max_connections);
-    raise_fd_limit(2 * std::min<long>(long{largest} * kRanksPerNode, most) + 256, true);
+    raise_fd_limit(bench::store_clear_descriptors(std::min<long>(long{largest} * kRanksPerNode, most)),
+                   true);
   }
 
   std::vector<Result> results;

@@ -304,6 +304,14 @@ def table(runs):
     return "\n".join(rows)
 
 
+def at_largest_queue(runs):
+    """Of `runs`, each size's at the largest accept queue (--somaxconn) it ran with."""
+    queue = {}
+    for r in runs:
+        queue[r["clients"]] = max(queue.get(r["clients"], 0), r.get("somaxconn", 0))
+    return [r for r in runs if r.get("somaxconn", 0) == queue[r["clients"]]]
+
+
 def time_bound(runs, cpus):
     """The bullet that says how far below its time any server could take a run here: the CPU the
     kernel spent for the server and the generator's CPU share the machine's CPUs. NCCL's
@@ -311,11 +319,10 @@ def time_bound(runs, cpus):
     done = [r for r in runs if r["pattern"] == "nccl" and r["clients"] >= 4096
             and r.get("seconds") is not None and r.get("cpu_system_s") is not None
             and r.get("generator_cpu_s") is not None]
+    done = at_largest_queue(done)
     cells, below = [], []
     for n in sorted({r["clients"] for r in done}):
         at_n = [r for r in done if r["clients"] == n]
-        queue = max(r.get("somaxconn", 0) for r in at_n)
-        at_n = [r for r in at_n if r.get("somaxconn", 0) == queue]
         by = {server: [r for r in at_n if r["server"] == server] for server in ("trainrun", "libuv")}
         if not all(by.values()):
             continue

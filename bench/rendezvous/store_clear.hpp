@@ -50,21 +50,25 @@ inline std::string store_shortfall(int ranks, std::size_t bytes) {
   return "";
 }
 
-// Fills a real StoreServer on `io` through `ranks` connections, each setting its rank's key as
-// Gloo does, then times its close() and clear(). The clients are blocking sockets in a thread
-// of their own, open until the clear is timed (a rank's connection ends only with the attempt).
+// The descriptors measure_store_clear needs for `ranks`: both ends of each rank's connection in
+// this one process, and a few more.
+inline long store_clear_descriptors(long ranks) { return 2 * ranks + 256; }
+
 // Where this process cannot hold both ends of each rank's connection (its RLIMIT_NOFILE), why;
 // else "".
 inline std::string descriptor_shortfall(int ranks) {
   rlimit limit{};
   if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return "";
-  const auto needed = 2 * static_cast<rlim_t>(ranks) + 256;
+  const auto needed = static_cast<rlim_t>(store_clear_descriptors(ranks));
   if (limit.rlim_cur >= needed) return "";
   return fmt::format("{} ranks: both ends of each connection need {} descriptors, over this "
                      "process's limit of {}",
                      ranks, needed, limit.rlim_cur);
 }
 
+// Fills a real StoreServer on `io` through `ranks` connections, each setting its rank's key as
+// Gloo does, then times its close() and clear(). The clients are blocking sockets in a thread
+// of their own, open until the clear is timed (a rank's connection ends only with the attempt).
 inline StoreClear measure_store_clear(boost::asio::io_context& io, int ranks) {
   namespace asio = boost::asio;
   StoreClear r;

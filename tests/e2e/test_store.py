@@ -194,6 +194,7 @@ def test_a_descriptor_limit_that_cannot_hold_the_ranks_is_said_at_start(tmp_path
                      "that wait to connect until others close; `ulimit -n 73` before trainrun (as "
                      "root, or LimitNOFILE= for a service) gives it room"], job.err()
 
+
 def somaxconn_lines(tmp_path, somaxconn):
     """trainrun --standalone with two ranks whose agent serves the store, in a network namespace
     of its own whose net.core.somaxconn is `somaxconn`: its lines that name somaxconn."""
